@@ -1,0 +1,17 @@
+//! goodput's protocol core.
+//!
+//! Everything here is pure: wire formats, the data pattern and its verifier,
+//! transfer and pacing arithmetic, metric math and the result model. No
+//! sockets, no clocks, no async. The engine feeds bytes and times in and acts
+//! on what comes out, so every protocol decision can be reproduced in a unit
+//! test without opening a socket.
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod cts;
+pub mod metrics;
+pub mod pattern;
+pub mod plan;
+pub mod rate;
+pub mod result;
+pub mod session;
+pub mod units;

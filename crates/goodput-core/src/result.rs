@@ -1,0 +1,479 @@
+//! The result model: one typed, versioned document per test. The console,
+//! CSV and text files and JSON are all views of these types.
+
+use serde::{Deserialize, Serialize};
+
+use crate::metrics;
+use crate::plan::{Direction, TcpPattern};
+use crate::session::{RejectCode, VerifyMode};
+
+/// Version of the JSON document's shape; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The complete result of one run (client or server).
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TestResult {
+    /// Shape version of this document ([`SCHEMA_VERSION`]).
+    pub schema_version: u32,
+    /// Program that wrote it.
+    pub tool: ToolInfo,
+    /// Which test and which side.
+    pub kind: TestKind,
+    /// Wall-clock start, milliseconds since the Unix epoch.
+    pub started_unix_ms: u64,
+    /// Settings in force.
+    pub settings: TcpSettings,
+    /// One snapshot per status interval, in order.
+    pub intervals: Vec<Interval>,
+    /// One record per connection that ended (or was aborted), in end order.
+    pub connections: Vec<ConnectionRecord>,
+    /// Totals and distributions over the connections.
+    pub summary: Summary,
+    /// Why the run ended.
+    pub end: EndReason,
+}
+
+/// Program name and version.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ToolInfo {
+    /// Always "goodput".
+    pub name: String,
+    /// Semantic version of the program.
+    pub version: String,
+}
+
+/// Test kind and side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TestKind {
+    /// `goodput tcp`, the client side.
+    TcpClient,
+    /// `goodput server`, the TCP server side.
+    TcpServer,
+}
+
+/// Which TCP wire protocol is spoken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WireProtocol {
+    /// goodput's negotiated session protocol.
+    Goodput,
+    /// ctsTraffic's raw protocol (37-byte id, pattern, `DONE`).
+    Cts,
+}
+
+/// How the client ends a successful connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ShutdownMode {
+    /// shutdown(SHUT_WR), then wait for the server's FIN.
+    Graceful,
+    /// SO_LINGER 0 and close: an RST, no TIME_WAIT on the client.
+    Rude,
+    /// Graceful or rude with equal odds per connection.
+    Random,
+}
+
+/// An inclusive range of integers (a single value when `lo == hi`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Span {
+    /// Lowest value.
+    pub lo: u64,
+    /// Highest value.
+    pub hi: u64,
+}
+
+/// The settings of a TCP run, as the result document records them.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TcpSettings {
+    /// Wire protocol.
+    pub wire: WireProtocol,
+    /// Data-flow pattern (client side; a server serves every pattern).
+    pub pattern: Option<TcpPattern>,
+    /// Verification.
+    pub verify: Option<VerifyMode>,
+    /// Pattern bytes per connection, bytes.
+    pub transfer_bytes: Option<Span>,
+    /// Bytes per send/recv call.
+    pub buffer_bytes: Option<Span>,
+    /// Push-pull client→server segment, bytes.
+    pub push_bytes: Option<u64>,
+    /// Push-pull server→client segment, bytes.
+    pub pull_bytes: Option<u64>,
+    /// Concurrent connections.
+    pub connections: Option<u64>,
+    /// Passes over the connections (0 = until stopped).
+    pub iterations: Option<u64>,
+    /// Per-connection send rate limit, bytes/s (absent = unlimited).
+    pub rate_limit_bytes_per_second: Option<Span>,
+    /// Rate-limit quantum, milliseconds.
+    pub rate_period_ms: Option<u64>,
+    /// Client shutdown mode.
+    pub shutdown: Option<ShutdownMode>,
+    /// Server addresses (client) or listen addresses (server).
+    pub addresses: Vec<String>,
+    /// Status interval, milliseconds.
+    pub status_interval_ms: u64,
+    /// Time limit, milliseconds (absent = none).
+    pub time_limit_ms: Option<u64>,
+}
+
+/// One status interval, with ctsTraffic's column meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Interval {
+    /// Seconds since the run started, at the end of the interval.
+    pub time_slice_s: f64,
+    /// Bytes sent per second within the interval (all bytes on every socket).
+    pub send_bytes_per_second: u64,
+    /// Bytes received per second within the interval.
+    pub recv_bytes_per_second: u64,
+    /// Connections doing pattern I/O at the end of the interval.
+    pub in_flight: u64,
+    /// Successful connections so far (cumulative).
+    pub completed: u64,
+    /// Connections failed by a network error so far (cumulative).
+    pub network_errors: u64,
+    /// Connections failed by a protocol or data error so far (cumulative).
+    pub data_errors: u64,
+}
+
+/// How one connection ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every byte moved, and matched when verifying; both ends agree.
+    Succeeded,
+    /// A socket call failed.
+    NetworkError {
+        /// The call or phase that failed (connect, send, recv, ...).
+        during: String,
+        /// errno value, when the failure had one.
+        errno: Option<i32>,
+        /// Symbolic errno name (ECONNRESET) or a short kind.
+        name: String,
+        /// Human-readable text.
+        message: String,
+    },
+    /// The session protocol or the data went wrong.
+    ProtocolError {
+        /// What kind of protocol error.
+        kind: ProtocolErrorKind,
+        /// Direction of the affected stream, when known.
+        direction: Option<Direction>,
+        /// Byte offset within that stream, for data mismatches.
+        offset: Option<u64>,
+        /// Expected byte, for data mismatches.
+        expected: Option<u8>,
+        /// Received byte, for data mismatches.
+        actual: Option<u8>,
+        /// Human-readable text.
+        message: String,
+    },
+    /// Stopped by the user, the time limit or the server before it finished.
+    Aborted {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Protocol error kinds (ctsTraffic's three, plus negotiation failures).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ProtocolErrorKind {
+    /// A received byte differed from the pattern (ErrorDataDidNotMatchBitPattern).
+    DataMismatch,
+    /// The peer stopped early (ErrorNotAllDataTransferred).
+    NotAllData,
+    /// The peer sent more than agreed (ErrorTooMuchDataTransferred).
+    TooMuchData,
+    /// The server refused the hello.
+    Rejected,
+    /// A malformed or unexpected session message.
+    BadMessage,
+    /// No data for longer than the idle timeout.
+    IdleTimeout,
+}
+
+impl ProtocolErrorKind {
+    /// ctsTraffic's name for the kind, where it has one.
+    pub fn cts_name(self) -> &'static str {
+        match self {
+            ProtocolErrorKind::DataMismatch => "ErrorDataDidNotMatchBitPattern",
+            ProtocolErrorKind::NotAllData => "ErrorNotAllDataTransferred",
+            ProtocolErrorKind::TooMuchData => "ErrorTooMuchDataTransferred",
+            ProtocolErrorKind::Rejected => "ErrorRejectedByServer",
+            ProtocolErrorKind::BadMessage => "ErrorBadSessionMessage",
+            ProtocolErrorKind::IdleTimeout => "ErrorIdleTimeout",
+        }
+    }
+}
+
+impl Outcome {
+    /// Whether the connection succeeded.
+    pub fn is_success(&self) -> bool {
+        matches!(self, Outcome::Succeeded)
+    }
+    /// Short text for a CSV cell or console line: `Succeeded`, the errno name
+    /// with its message, the ctsTraffic error name, or `Aborted`.
+    pub fn label(&self) -> String {
+        match self {
+            Outcome::Succeeded => "Succeeded".into(),
+            Outcome::NetworkError { name, during, .. } => format!("{name} during {during}"),
+            Outcome::ProtocolError { kind, .. } => kind.cts_name().into(),
+            Outcome::Aborted { .. } => "Aborted".into(),
+        }
+    }
+    /// A protocol error for a rejected hello.
+    pub fn rejected(code: RejectCode, reason: &str) -> Self {
+        Outcome::ProtocolError {
+            kind: ProtocolErrorKind::Rejected,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!("server rejected the connection ({code:?}): {reason}"),
+        }
+    }
+}
+
+/// The server's own view of a connection, from its completion record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PeerView {
+    /// Pattern bytes the server sent.
+    pub sent_bytes: u64,
+    /// Pattern bytes the server received.
+    pub received_bytes: u64,
+    /// The server's statistics window, nanoseconds.
+    pub elapsed_ns: u64,
+    /// The server's verdict.
+    pub outcome: Outcome,
+}
+
+/// Linux `TCP_INFO` fields sampled just before the socket closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TcpInfoSnapshot {
+    /// Smoothed round-trip time, microseconds.
+    pub rtt_us: u32,
+    /// Round-trip time variance, microseconds.
+    pub rttvar_us: u32,
+    /// Minimum round-trip time seen, microseconds (kernel ≥ 4.6).
+    pub min_rtt_us: Option<u32>,
+    /// Congestion window, segments.
+    pub snd_cwnd_segments: u32,
+    /// Send MSS, bytes.
+    pub snd_mss_bytes: u32,
+    /// Retransmitted segments over the connection's life.
+    pub total_retrans_segments: u32,
+    /// Bytes retransmitted (kernel ≥ 4.19).
+    pub bytes_retrans: Option<u64>,
+    /// Delivery rate estimate, bytes/s (kernel ≥ 4.9).
+    pub delivery_rate_bytes_per_second: Option<u64>,
+    /// Pacing rate, bytes/s (u64::MAX means unlimited).
+    pub pacing_rate_bytes_per_second: Option<u64>,
+}
+
+/// One connection's record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ConnectionRecord {
+    /// Sequence number of the connection within this run (0-based).
+    pub index: u64,
+    /// Id shared with the peer (the server's UUID), or empty when none arrived.
+    pub connection_id: String,
+    /// Local address `ip:port` (IPv6 in brackets); empty when never bound.
+    pub local_address: String,
+    /// Remote address `ip:port`.
+    pub remote_address: String,
+    /// Seconds since the run started, when the connection began.
+    pub start_s: f64,
+    /// Seconds since the run started, when the record was written.
+    pub time_slice_s: f64,
+    /// Statistics window (first I/O to end of pattern data), nanoseconds.
+    pub elapsed_ns: u64,
+    /// Pattern.
+    pub pattern: Option<TcpPattern>,
+    /// Pattern bytes agreed for the connection.
+    pub transfer_bytes: u64,
+    /// Bytes per send/recv call on this connection.
+    pub buffer_bytes: u64,
+    /// Send rate limit on this connection, bytes/s (0 = unlimited).
+    pub rate_limit_bytes_per_second: u64,
+    /// Pattern bytes this end sent.
+    pub sent_bytes: u64,
+    /// Pattern bytes this end received.
+    pub received_bytes: u64,
+    /// This end's verdict.
+    pub outcome: Outcome,
+    /// The other end's verdict and counts, when it sent them.
+    pub peer: Option<PeerView>,
+    /// How the connection was closed (client side).
+    pub shutdown: Option<ShutdownMode>,
+    /// TCP_INFO at close.
+    pub tcp_info: Option<TcpInfoSnapshot>,
+}
+
+impl ConnectionRecord {
+    /// Sending rate over the statistics window, bytes/s.
+    pub fn send_bytes_per_second(&self) -> f64 {
+        metrics::bytes_per_second(self.sent_bytes, self.elapsed_ns)
+    }
+    /// Receiving rate over the statistics window, bytes/s.
+    pub fn recv_bytes_per_second(&self) -> f64 {
+        metrics::bytes_per_second(self.received_bytes, self.elapsed_ns)
+    }
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    /// Every planned connection finished.
+    Completed,
+    /// The time limit was reached.
+    TimeLimit,
+    /// SIGINT or SIGTERM.
+    Interrupted,
+    /// The server's `--exit-after` count was reached.
+    ExitLimit,
+}
+
+/// Minimum, median and maximum of a distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MinMedianMax {
+    /// Smallest value.
+    pub min: f64,
+    /// Median.
+    pub median: f64,
+    /// Largest value.
+    pub max: f64,
+}
+
+/// Totals over a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Summary {
+    /// Connections that succeeded.
+    pub successful: u64,
+    /// Connections failed by a network error.
+    pub network_errors: u64,
+    /// Connections failed by a protocol or data error.
+    pub data_errors: u64,
+    /// Connections aborted by a stop (signal, time limit).
+    pub aborted: u64,
+    /// Pattern bytes sent by this end over all connections.
+    pub sent_bytes: u64,
+    /// Pattern bytes received by this end over all connections.
+    pub received_bytes: u64,
+    /// Run time, seconds.
+    pub duration_s: f64,
+    /// Good-put sent over the run, bytes/s.
+    pub send_bytes_per_second: f64,
+    /// Good-put received over the run, bytes/s.
+    pub recv_bytes_per_second: f64,
+    /// Per successful connection good-put (both directions), bytes/s.
+    pub connection_bytes_per_second: Option<MinMedianMax>,
+    /// Jain's fairness index of per-connection good-put (1 = perfectly fair).
+    pub fairness: Option<f64>,
+}
+
+impl Summary {
+    /// Totals over `records` for a run that lasted `duration_ns`.
+    pub fn from_records(records: &[ConnectionRecord], duration_ns: u64) -> Self {
+        let mut s = Summary {
+            successful: 0,
+            network_errors: 0,
+            data_errors: 0,
+            aborted: 0,
+            sent_bytes: 0,
+            received_bytes: 0,
+            duration_s: duration_ns as f64 / 1e9,
+            send_bytes_per_second: 0.0,
+            recv_bytes_per_second: 0.0,
+            connection_bytes_per_second: None,
+            fairness: None,
+        };
+        let mut rates = Vec::new();
+        for r in records {
+            match r.outcome {
+                Outcome::Succeeded => {
+                    s.successful += 1;
+                    rates.push(metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns));
+                }
+                Outcome::NetworkError { .. } => s.network_errors += 1,
+                Outcome::ProtocolError { .. } => s.data_errors += 1,
+                Outcome::Aborted { .. } => s.aborted += 1,
+            }
+            s.sent_bytes += r.sent_bytes;
+            s.received_bytes += r.received_bytes;
+        }
+        s.send_bytes_per_second = metrics::bytes_per_second(s.sent_bytes, duration_ns);
+        s.recv_bytes_per_second = metrics::bytes_per_second(s.received_bytes, duration_ns);
+        s.connection_bytes_per_second =
+            metrics::min_median_max(&rates).map(|(min, median, max)| MinMedianMax { min, median, max });
+        s.fairness = metrics::jain_fairness(&rates);
+        s
+    }
+
+    /// Connections that failed (network or data errors; aborts excluded).
+    pub fn failures(&self) -> u64 {
+        self.network_errors + self.data_errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(outcome: Outcome, sent: u64, elapsed_ns: u64) -> ConnectionRecord {
+        ConnectionRecord {
+            index: 0,
+            connection_id: String::new(),
+            local_address: String::new(),
+            remote_address: "127.0.0.1:4444".into(),
+            start_s: 0.0,
+            time_slice_s: 0.0,
+            elapsed_ns,
+            pattern: Some(TcpPattern::Push),
+            transfer_bytes: sent,
+            buffer_bytes: 65536,
+            rate_limit_bytes_per_second: 0,
+            sent_bytes: sent,
+            received_bytes: 0,
+            outcome,
+            peer: None,
+            shutdown: None,
+            tcp_info: None,
+        }
+    }
+
+    #[test]
+    fn summary_counts_each_outcome_kind() {
+        let recs = vec![
+            record(Outcome::Succeeded, 1000, 1_000_000_000),
+            record(Outcome::Succeeded, 3000, 1_000_000_000),
+            record(
+                Outcome::NetworkError {
+                    during: "recv".into(),
+                    errno: Some(104),
+                    name: "ECONNRESET".into(),
+                    message: "reset".into(),
+                },
+                10,
+                5,
+            ),
+            record(Outcome::Aborted { reason: "interrupted".into() }, 7, 5),
+        ];
+        let s = Summary::from_records(&recs, 2_000_000_000);
+        assert_eq!((s.successful, s.network_errors, s.data_errors, s.aborted), (2, 1, 0, 1));
+        assert_eq!(s.sent_bytes, 4017);
+        assert_eq!(s.send_bytes_per_second, 2008.5);
+        let c = s.connection_bytes_per_second.unwrap();
+        assert_eq!((c.min, c.median, c.max), (1000.0, 2000.0, 3000.0));
+        assert!((s.fairness.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(s.failures(), 1);
+    }
+
+    #[test]
+    fn outcome_serialises_with_status_tag() {
+        let v = serde_json::to_value(Outcome::Succeeded).unwrap();
+        assert_eq!(v, serde_json::json!({"status": "succeeded"}));
+    }
+}

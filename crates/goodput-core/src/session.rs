@@ -1,0 +1,566 @@
+//! goodput's TCP session protocol: the in-band negotiation that spares users
+//! ctsTraffic's "must match on both sides" flags.
+//!
+//! ```text
+//! client                                      server
+//!   | -- Hello (pattern, transfer, ...) -------> |
+//!   | <-- Accept (connection id) or Reject ----- |
+//!   |  ===== raw pattern bytes as planned =====  |
+//!   | <-- Completion (server's counts, verdict)  |
+//!   | -- FIN (graceful) or RST (rude) ---------> |   the server never closes first
+//! ```
+//!
+//! Every message is a frame: the magic `GDPT`, a version byte, a kind byte,
+//! a big-endian `u16` body length, then the body. Integers are big-endian.
+//! Bodies have fixed sizes in version 1 (except Reject's bounded text), so a
+//! decoder never reads past [`MAX_BODY`] and never allocates on its say-so.
+
+use crate::plan::{Direction, TcpPattern, TransferPlan};
+
+/// Frame magic.
+pub const MAGIC: &[u8; 4] = b"GDPT";
+/// Protocol version this code speaks.
+pub const VERSION: u8 = 1;
+/// Frame header length.
+pub const HEADER_LEN: usize = 8;
+/// Largest body any message may have.
+pub const MAX_BODY: usize = 1024;
+/// Longest reason text in a Reject.
+pub const MAX_REASON: usize = 512;
+
+const KIND_HELLO: u8 = 1;
+const KIND_ACCEPT: u8 = 2;
+const KIND_REJECT: u8 = 3;
+const KIND_COMPLETION: u8 = 4;
+
+const HELLO_LEN: usize = 64;
+const ACCEPT_LEN: usize = 16;
+const COMPLETION_LEN: usize = 36;
+
+/// Whether received bytes are compared with the pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyMode {
+    /// Byte counts and connection integrity only.
+    Connection,
+    /// Every received byte compared with the pattern.
+    Data,
+}
+
+/// The client's request: everything the server needs to play its part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    /// Data-flow pattern.
+    pub pattern: TcpPattern,
+    /// Verification the server applies to what it receives.
+    pub verify: VerifyMode,
+    /// Pattern bytes for the whole connection (meaning per pattern as in
+    /// [`TransferPlan::new`]).
+    pub transfer: u64,
+    /// Push-pull client→server segment.
+    pub push_segment: u64,
+    /// Push-pull server→client segment.
+    pub pull_segment: u64,
+    /// Bytes per server send and receive call.
+    pub server_buffer: u32,
+    /// Server SO_SNDBUF (0 = system default).
+    pub server_send_buffer: u32,
+    /// Server SO_RCVBUF (0 = system default).
+    pub server_recv_buffer: u32,
+    /// Server send rate limit in bytes/s (0 = unlimited).
+    pub server_rate: u64,
+    /// Rate-limit quantum in milliseconds.
+    pub rate_period_ms: u32,
+    /// Burst size in sends (0 = no bursts).
+    pub burst_count: u32,
+    /// Pause between bursts in milliseconds.
+    pub burst_delay_ms: u32,
+}
+
+impl Hello {
+    /// The byte plan both ends follow.
+    pub fn plan(&self) -> TransferPlan {
+        TransferPlan::new(self.pattern, self.transfer, self.push_segment, self.pull_segment)
+    }
+}
+
+/// Why the server refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectCode {
+    /// The client speaks a version the server does not.
+    UnsupportedVersion,
+    /// The hello could not be decoded.
+    Malformed,
+    /// A parameter is outside what the server allows.
+    OverLimit,
+    /// Too many connections from this client or in total.
+    TooManyConnections,
+    /// The server is shutting down.
+    ShuttingDown,
+    /// A code this version does not know.
+    Other,
+}
+
+impl RejectCode {
+    fn code(self) -> u16 {
+        match self {
+            RejectCode::UnsupportedVersion => 1,
+            RejectCode::Malformed => 2,
+            RejectCode::OverLimit => 3,
+            RejectCode::TooManyConnections => 4,
+            RejectCode::ShuttingDown => 5,
+            RejectCode::Other => 0xffff,
+        }
+    }
+    fn from_code(c: u16) -> Self {
+        match c {
+            1 => RejectCode::UnsupportedVersion,
+            2 => RejectCode::Malformed,
+            3 => RejectCode::OverLimit,
+            4 => RejectCode::TooManyConnections,
+            5 => RejectCode::ShuttingDown,
+            _ => RejectCode::Other,
+        }
+    }
+}
+
+/// How one end judged the pattern exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every byte moved (and matched, when verifying).
+    Success,
+    /// A received byte differed from the pattern.
+    DataMismatch {
+        /// Direction of the stream the byte was in.
+        direction: Direction,
+        /// Offset of the byte within that stream.
+        offset: u64,
+        /// Pattern byte.
+        expected: u8,
+        /// Received byte.
+        actual: u8,
+    },
+    /// The peer stopped before sending everything.
+    NotAllData,
+    /// The peer sent more than agreed.
+    TooMuchData,
+    /// The server gave up for a reason of its own (shutdown, timeout).
+    Aborted,
+}
+
+/// The server's closing record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// Pattern bytes the server sent.
+    pub sent: u64,
+    /// Pattern bytes the server received.
+    pub received: u64,
+    /// Nanoseconds from the server's accept of the hello to its data end.
+    pub elapsed_ns: u64,
+    /// The server's verdict.
+    pub verdict: Verdict,
+}
+
+/// A session message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Client → server request.
+    Hello(Hello),
+    /// Server → client acceptance with the connection id (a UUID's bytes).
+    Accept {
+        /// Shared id both ends log.
+        connection_id: [u8; 16],
+    },
+    /// Server → client refusal.
+    Reject {
+        /// Machine-readable reason.
+        code: RejectCode,
+        /// Text for the user.
+        reason: String,
+    },
+    /// Server → client closing record.
+    Completion(Completion),
+}
+
+/// A frame that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The bytes do not start with the magic: not a goodput peer.
+    #[error("not a goodput session message (bad magic {0:02x?})")]
+    BadMagic([u8; 4]),
+    /// A version this code does not speak.
+    #[error("unsupported session protocol version {0} (this goodput speaks version {VERSION})")]
+    UnsupportedVersion(u8),
+    /// A kind of message this version does not define.
+    #[error("unknown session message kind {0}")]
+    UnknownKind(u8),
+    /// The body length is wrong for the kind, or above [`MAX_BODY`].
+    #[error("session message kind {kind} has invalid body length {len}")]
+    BadLength {
+        /// Message kind.
+        kind: u8,
+        /// Declared length.
+        len: usize,
+    },
+    /// A field holds a value the protocol does not allow.
+    #[error("invalid session field {0}")]
+    BadField(&'static str),
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> [u8; N] {
+        let (h, t) = self.b.split_at(N);
+        self.b = t;
+        h.try_into().expect("length checked by caller")
+    }
+    fn u8(&mut self) -> u8 {
+        self.take::<1>()[0]
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_be_bytes(self.take())
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_be_bytes(self.take())
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_be_bytes(self.take())
+    }
+}
+
+fn direction_code(d: Direction) -> u8 {
+    match d {
+        Direction::ClientToServer => 0,
+        Direction::ServerToClient => 1,
+    }
+}
+
+impl Message {
+    fn kind(&self) -> u8 {
+        match self {
+            Message::Hello(_) => KIND_HELLO,
+            Message::Accept { .. } => KIND_ACCEPT,
+            Message::Reject { .. } => KIND_REJECT,
+            Message::Completion(_) => KIND_COMPLETION,
+        }
+    }
+
+    /// Appends the encoded frame to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.push(self.kind());
+        out.extend_from_slice(&[0, 0]);
+        match self {
+            Message::Hello(h) => {
+                out.push(h.pattern.code());
+                out.push(match h.verify {
+                    VerifyMode::Connection => 0,
+                    VerifyMode::Data => 1,
+                });
+                out.extend_from_slice(&[0, 0]);
+                out.extend_from_slice(&h.transfer.to_be_bytes());
+                out.extend_from_slice(&h.push_segment.to_be_bytes());
+                out.extend_from_slice(&h.pull_segment.to_be_bytes());
+                out.extend_from_slice(&h.server_rate.to_be_bytes());
+                out.extend_from_slice(&h.server_buffer.to_be_bytes());
+                out.extend_from_slice(&h.server_send_buffer.to_be_bytes());
+                out.extend_from_slice(&h.server_recv_buffer.to_be_bytes());
+                out.extend_from_slice(&h.rate_period_ms.to_be_bytes());
+                out.extend_from_slice(&h.burst_count.to_be_bytes());
+                out.extend_from_slice(&h.burst_delay_ms.to_be_bytes());
+                out.extend_from_slice(&[0u8; 4]);
+            }
+            Message::Accept { connection_id } => out.extend_from_slice(connection_id),
+            Message::Reject { code, reason } => {
+                let mut text = reason.as_bytes();
+                if text.len() > MAX_REASON {
+                    let mut cut = MAX_REASON;
+                    while !reason.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    text = &text[..cut];
+                }
+                out.extend_from_slice(&code.code().to_be_bytes());
+                out.extend_from_slice(&(text.len() as u16).to_be_bytes());
+                out.extend_from_slice(text);
+            }
+            Message::Completion(c) => {
+                out.extend_from_slice(&c.sent.to_be_bytes());
+                out.extend_from_slice(&c.received.to_be_bytes());
+                out.extend_from_slice(&c.elapsed_ns.to_be_bytes());
+                let (status, dir, offset, expected, actual) = match c.verdict {
+                    Verdict::Success => (0u8, 0u8, 0u64, 0u8, 0u8),
+                    Verdict::DataMismatch {
+                        direction,
+                        offset,
+                        expected,
+                        actual,
+                    } => (1, direction_code(direction), offset, expected, actual),
+                    Verdict::NotAllData => (2, 0, 0, 0, 0),
+                    Verdict::TooMuchData => (3, 0, 0, 0, 0),
+                    Verdict::Aborted => (4, 0, 0, 0, 0),
+                };
+                out.extend_from_slice(&[status, dir, expected, actual]);
+                out.extend_from_slice(&offset.to_be_bytes());
+            }
+        }
+        let body = (out.len() - start - HEADER_LEN) as u16;
+        out[start + 6..start + 8].copy_from_slice(&body.to_be_bytes());
+    }
+
+    /// Decodes one frame from the start of `buf`. `Ok(None)` means more bytes
+    /// are needed; `Ok(Some((msg, n)))` consumed `n` bytes.
+    pub fn decode(buf: &[u8]) -> Result<Option<(Message, usize)>, WireError> {
+        if buf.len() < 4 {
+            if !MAGIC.starts_with(buf) {
+                let mut m = [0u8; 4];
+                m[..buf.len()].copy_from_slice(buf);
+                return Err(WireError::BadMagic(m));
+            }
+            return Ok(None);
+        }
+        if &buf[..4] != MAGIC {
+            return Err(WireError::BadMagic(buf[..4].try_into().expect("4 bytes")));
+        }
+        if buf.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        if buf[4] != VERSION {
+            return Err(WireError::UnsupportedVersion(buf[4]));
+        }
+        let kind = buf[5];
+        let len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
+        let expected = match kind {
+            KIND_HELLO => Some(HELLO_LEN),
+            KIND_ACCEPT => Some(ACCEPT_LEN),
+            KIND_COMPLETION => Some(COMPLETION_LEN),
+            KIND_REJECT => None,
+            k => return Err(WireError::UnknownKind(k)),
+        };
+        let bad_len = matches!(expected, Some(e) if e != len)
+            || (kind == KIND_REJECT && !(4..=4 + MAX_REASON).contains(&len))
+            || len > MAX_BODY;
+        if bad_len {
+            return Err(WireError::BadLength { kind, len });
+        }
+        if buf.len() < HEADER_LEN + len {
+            return Ok(None);
+        }
+        let mut r = Reader {
+            b: &buf[HEADER_LEN..HEADER_LEN + len],
+        };
+        let msg = match kind {
+            KIND_HELLO => {
+                let pattern = TcpPattern::from_code(r.u8()).ok_or(WireError::BadField("pattern"))?;
+                let verify = match r.u8() {
+                    0 => VerifyMode::Connection,
+                    1 => VerifyMode::Data,
+                    _ => return Err(WireError::BadField("verify")),
+                };
+                let _reserved: [u8; 2] = r.take();
+                let h = Hello {
+                    pattern,
+                    verify,
+                    transfer: r.u64(),
+                    push_segment: r.u64(),
+                    pull_segment: r.u64(),
+                    server_rate: r.u64(),
+                    server_buffer: r.u32(),
+                    server_send_buffer: r.u32(),
+                    server_recv_buffer: r.u32(),
+                    rate_period_ms: r.u32(),
+                    burst_count: r.u32(),
+                    burst_delay_ms: r.u32(),
+                };
+                if h.server_buffer == 0 {
+                    return Err(WireError::BadField("server_buffer"));
+                }
+                if h.pattern == TcpPattern::PushPull && (h.push_segment == 0 || h.pull_segment == 0) {
+                    return Err(WireError::BadField("pushpull segment"));
+                }
+                if h.server_rate != 0 && h.rate_period_ms == 0 {
+                    return Err(WireError::BadField("rate_period_ms"));
+                }
+                Message::Hello(h)
+            }
+            KIND_ACCEPT => Message::Accept {
+                connection_id: r.take(),
+            },
+            KIND_REJECT => {
+                let code = RejectCode::from_code(r.u16());
+                let n = usize::from(r.u16());
+                if n != len - 4 {
+                    return Err(WireError::BadField("reason length"));
+                }
+                let reason = String::from_utf8_lossy(r.b).into_owned();
+                Message::Reject { code, reason }
+            }
+            KIND_COMPLETION => {
+                let sent = r.u64();
+                let received = r.u64();
+                let elapsed_ns = r.u64();
+                let [status, dir, expected, actual] = r.take::<4>();
+                let offset = r.u64();
+                let verdict = match status {
+                    0 => Verdict::Success,
+                    1 => Verdict::DataMismatch {
+                        direction: match dir {
+                            0 => Direction::ClientToServer,
+                            1 => Direction::ServerToClient,
+                            _ => return Err(WireError::BadField("direction")),
+                        },
+                        offset,
+                        expected,
+                        actual,
+                    },
+                    2 => Verdict::NotAllData,
+                    3 => Verdict::TooMuchData,
+                    4 => Verdict::Aborted,
+                    _ => return Err(WireError::BadField("verdict")),
+                };
+                Message::Completion(Completion {
+                    sent,
+                    received,
+                    elapsed_ns,
+                    verdict,
+                })
+            }
+            _ => unreachable!("kind checked above"),
+        };
+        Ok(Some((msg, HEADER_LEN + len)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hello() -> Hello {
+        Hello {
+            pattern: TcpPattern::PushPull,
+            verify: VerifyMode::Data,
+            transfer: 1 << 30,
+            push_segment: 1 << 20,
+            pull_segment: 4096,
+            server_buffer: 65536,
+            server_send_buffer: 0,
+            server_recv_buffer: 262144,
+            server_rate: 1_000_000,
+            rate_period_ms: 100,
+            burst_count: 0,
+            burst_delay_ms: 0,
+        }
+    }
+
+    #[test]
+    fn hello_golden_bytes() {
+        let mut out = Vec::new();
+        Message::Hello(hello()).encode(&mut out);
+        let mut want = Vec::new();
+        want.extend_from_slice(b"GDPT\x01\x01\x00\x40");
+        want.extend_from_slice(&[2, 1, 0, 0]);
+        want.extend_from_slice(&(1u64 << 30).to_be_bytes());
+        want.extend_from_slice(&(1u64 << 20).to_be_bytes());
+        want.extend_from_slice(&4096u64.to_be_bytes());
+        want.extend_from_slice(&1_000_000u64.to_be_bytes());
+        want.extend_from_slice(&65536u32.to_be_bytes());
+        want.extend_from_slice(&0u32.to_be_bytes());
+        want.extend_from_slice(&262144u32.to_be_bytes());
+        want.extend_from_slice(&100u32.to_be_bytes());
+        want.extend_from_slice(&[0u8; 12]);
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let msgs = vec![
+            Message::Hello(hello()),
+            Message::Accept { connection_id: [7; 16] },
+            Message::Reject {
+                code: RejectCode::OverLimit,
+                reason: "transfer 2 TiB is above the server's limit of 1 TiB".into(),
+            },
+            Message::Completion(Completion {
+                sent: 5,
+                received: 1 << 40,
+                elapsed_ns: 123,
+                verdict: Verdict::DataMismatch {
+                    direction: Direction::ClientToServer,
+                    offset: 1_048_577,
+                    expected: 1,
+                    actual: 0,
+                },
+            }),
+            Message::Completion(Completion {
+                sent: 0,
+                received: 0,
+                elapsed_ns: 0,
+                verdict: Verdict::TooMuchData,
+            }),
+        ];
+        for m in msgs {
+            let mut out = Vec::new();
+            m.encode(&mut out);
+            for cut in 0..out.len() {
+                assert_eq!(Message::decode(&out[..cut]), Ok(None), "prefix {cut} of {m:?}");
+            }
+            let (back, n) = Message::decode(&out).unwrap().unwrap();
+            assert_eq!(n, out.len());
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn reject_reason_is_bounded() {
+        let mut out = Vec::new();
+        Message::Reject {
+            code: RejectCode::Other,
+            reason: "é".repeat(600),
+        }
+        .encode(&mut out);
+        assert!(out.len() <= HEADER_LEN + 4 + MAX_REASON);
+        assert!(Message::decode(&out).unwrap().is_some());
+    }
+
+    #[test]
+    fn wrong_version_and_magic_are_named() {
+        let mut out = Vec::new();
+        Message::Accept { connection_id: [0; 16] }.encode(&mut out);
+        out[4] = 9;
+        assert_eq!(Message::decode(&out), Err(WireError::UnsupportedVersion(9)));
+        assert!(matches!(Message::decode(b"GET / HTTP/1.1"), Err(WireError::BadMagic(_))));
+        assert!(matches!(Message::decode(b"GX"), Err(WireError::BadMagic(_))));
+    }
+
+    #[test]
+    fn oversized_length_is_rejected_before_reading_body() {
+        let mut buf = b"GDPT\x01\x03\xff\xff".to_vec();
+        buf.extend_from_slice(&[0; 10]);
+        assert!(matches!(Message::decode(&buf), Err(WireError::BadLength { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Message::decode(&bytes);
+        }
+
+        #[test]
+        fn decode_never_panics_after_valid_header(kind in 0u8..6, len in 0u16..2000, body in proptest::collection::vec(any::<u8>(), 0..1100)) {
+            let mut buf = b"GDPT\x01".to_vec();
+            buf.push(kind);
+            buf.extend_from_slice(&len.to_be_bytes());
+            buf.extend_from_slice(&body);
+            if let Ok(Some((_, n))) = Message::decode(&buf) {
+                prop_assert!(n <= buf.len());
+            }
+        }
+    }
+}

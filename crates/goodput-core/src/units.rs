@@ -1,0 +1,409 @@
+//! Parsing and formatting of the quantities users type: byte sizes, rates,
+//! durations and `A..B` ranges.
+//!
+//! Suffixes follow the usual split: `K`, `M`, `G`, `T` (optionally followed by
+//! `B`) are decimal (1000), `KiB`, `MiB`, `GiB`, `TiB` are binary (1024).
+//! Rates accept an optional `/s` and are in bytes per second unless the
+//! suffix says bits (`bit/s`, `bps`, e.g. `100Mbit`).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// An error from parsing a user-supplied quantity; the message names the
+/// accepted form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} '{input}': {reason}")]
+pub struct ParseError {
+    what: &'static str,
+    input: String,
+    reason: String,
+}
+
+impl ParseError {
+    fn new(what: &'static str, input: &str, reason: impl Into<String>) -> Self {
+        Self {
+            what,
+            input: input.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+fn split_number(s: &str) -> (&str, &str) {
+    let end = s
+        .char_indices()
+        .find(|&(_, c)| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .map(|(i, _)| i)
+        .unwrap_or(s.len());
+    (&s[..end], s[end..].trim())
+}
+
+fn multiplier(suffix: &str) -> Option<u64> {
+    let s = suffix.to_ascii_lowercase();
+    let m = match s.as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" | "ki" => 1 << 10,
+        "mib" | "mi" => 1 << 20,
+        "gib" | "gi" => 1 << 30,
+        "tib" | "ti" => 1 << 40,
+        _ => return None,
+    };
+    Some(m)
+}
+
+fn scaled(what: &'static str, input: &str, number: &str, mult: u64) -> Result<u64, ParseError> {
+    let number = number.replace('_', "");
+    if number.is_empty() {
+        return Err(ParseError::new(what, input, "expected a number first"));
+    }
+    if let Ok(n) = number.parse::<u64>() {
+        return n
+            .checked_mul(mult)
+            .ok_or_else(|| ParseError::new(what, input, "too large"));
+    }
+    let f: f64 = number
+        .parse()
+        .map_err(|_| ParseError::new(what, input, "not a number"))?;
+    let v = f * mult as f64;
+    if !v.is_finite() || v >= u64::MAX as f64 {
+        return Err(ParseError::new(what, input, "too large"));
+    }
+    if v.fract() != 0.0 {
+        return Err(ParseError::new(what, input, "must be a whole number of bytes"));
+    }
+    Ok(v as u64)
+}
+
+/// A number of bytes, e.g. `65536`, `64KiB`, `1GiB`, `1.5MB`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let (num, suffix) = split_number(t);
+        let mult = multiplier(suffix).ok_or_else(|| {
+            ParseError::new(
+                "size",
+                s,
+                "expected a byte count with an optional suffix K, M, G, T (x1000) or KiB, MiB, GiB, TiB (x1024)",
+            )
+        })?;
+        scaled("size", s, num, mult).map(ByteSize)
+    }
+}
+
+impl fmt::Display for ByteSize {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&format_bytes(self.0))
+    }
+}
+
+/// Formats a byte count exactly when it is a whole number of binary units
+/// (`64 KiB`), otherwise as plain bytes (`1000 B`).
+pub fn format_bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if n >= size && n % size == 0 {
+            return format!("{} {}", n / size, name);
+        }
+    }
+    format!("{n} B")
+}
+
+/// A send rate in bytes per second, e.g. `10MB/s` or `80Mbit` (= 10 MB/s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct ByteRate(pub u64);
+
+impl FromStr for ByteRate {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let t = t.strip_suffix("/s").or_else(|| t.strip_suffix("ps")).unwrap_or(t);
+        let (num, suffix) = split_number(t);
+        let lower = suffix.to_ascii_lowercase();
+        let (unit, bits) = if let Some(p) = lower.strip_suffix("bit") {
+            (p.to_owned(), true)
+        } else {
+            (lower.clone(), false)
+        };
+        let mult = multiplier(&unit).ok_or_else(|| {
+            ParseError::new(
+                "rate",
+                s,
+                "expected bytes per second like 10MB/s, 64KiB/s or bits like 100Mbit",
+            )
+        })?;
+        let v = scaled("rate", s, num, mult)?;
+        Ok(ByteRate(if bits { v / 8 } else { v }))
+    }
+}
+
+/// Formats bits per second with a decimal unit: `9.41 Gbit/s`.
+pub fn format_bits_per_second(bytes_per_second: f64) -> String {
+    let bits = bytes_per_second * 8.0;
+    let (v, unit) = if bits >= 1e9 {
+        (bits / 1e9, "Gbit/s")
+    } else if bits >= 1e6 {
+        (bits / 1e6, "Mbit/s")
+    } else if bits >= 1e3 {
+        (bits / 1e3, "kbit/s")
+    } else {
+        (bits, "bit/s")
+    };
+    format!("{v:.2} {unit}")
+}
+
+/// A duration such as `500ms`, `5s`, `2m`, `1h`, `250us`; a bare number is seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct HumanDuration(pub Duration);
+
+impl FromStr for HumanDuration {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let (num, suffix) = split_number(t);
+        let nanos_per: f64 = match suffix.to_ascii_lowercase().as_str() {
+            "" | "s" | "sec" => 1e9,
+            "ms" => 1e6,
+            "us" | "µs" => 1e3,
+            "ns" => 1.0,
+            "m" | "min" => 60e9,
+            "h" => 3600e9,
+            _ => {
+                return Err(ParseError::new(
+                    "duration",
+                    s,
+                    "expected a number with a unit ns, us, ms, s, m or h (e.g. 500ms, 30s)",
+                ))
+            }
+        };
+        let n: f64 = num
+            .replace('_', "")
+            .parse()
+            .map_err(|_| ParseError::new("duration", s, "not a number"))?;
+        let nanos = n * nanos_per;
+        if !nanos.is_finite() || nanos < 0.0 || nanos > u64::MAX as f64 {
+            return Err(ParseError::new("duration", s, "out of range"));
+        }
+        Ok(HumanDuration(Duration::from_nanos(nanos as u64)))
+    }
+}
+
+/// A closed range `lo..hi` of values, or a single value; one value is picked
+/// per connection with [`ValueRange::pick`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueRange<T> {
+    /// Lowest value (inclusive).
+    pub lo: T,
+    /// Highest value (inclusive).
+    pub hi: T,
+}
+
+impl<T: Copy + PartialOrd> ValueRange<T> {
+    /// A range holding a single value.
+    pub fn single(v: T) -> Self {
+        Self { lo: v, hi: v }
+    }
+    /// Whether the range holds a single value.
+    pub fn is_single(&self) -> bool {
+        self.lo == self.hi
+    }
+    /// Whether `v` lies inside the range.
+    pub fn contains(&self, v: T) -> bool {
+        self.lo <= v && v <= self.hi
+    }
+}
+
+impl<T: Copy + Into<u64> + From<u64> + PartialOrd> ValueRange<T> {
+    /// Picks a value uniformly from the range given a uniform random `u64`
+    /// supplied by the caller (the core has no random source of its own).
+    pub fn pick(&self, random: u64) -> T {
+        let lo: u64 = self.lo.into();
+        let hi: u64 = self.hi.into();
+        let span = hi - lo;
+        if span == u64::MAX {
+            return T::from(random);
+        }
+        T::from(lo + random % (span + 1))
+    }
+}
+
+impl From<u64> for ByteSize {
+    fn from(v: u64) -> Self {
+        ByteSize(v)
+    }
+}
+impl From<ByteSize> for u64 {
+    fn from(v: ByteSize) -> u64 {
+        v.0
+    }
+}
+impl From<u64> for ByteRate {
+    fn from(v: u64) -> Self {
+        ByteRate(v)
+    }
+}
+impl From<ByteRate> for u64 {
+    fn from(v: ByteRate) -> u64 {
+        v.0
+    }
+}
+
+impl<T: FromStr<Err = ParseError> + Copy + PartialOrd> FromStr for ValueRange<T> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once("..") {
+            None => Ok(Self::single(s.parse()?)),
+            Some((a, b)) => {
+                let lo: T = a.parse()?;
+                let hi: T = b.trim_start_matches('=').parse()?;
+                if hi < lo {
+                    return Err(ParseError::new(
+                        "range",
+                        s,
+                        "the upper bound must not be below the lower bound (form: LOW..HIGH)",
+                    ));
+                }
+                Ok(Self { lo, hi })
+            }
+        }
+    }
+}
+
+impl<T: fmt::Display + Copy + PartialOrd> fmt::Display for ValueRange<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lo == self.hi {
+            write!(f, "{}", self.lo)
+        } else {
+            write!(f, "{}..{}", self.lo, self.hi)
+        }
+    }
+}
+
+impl fmt::Display for ByteRate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} B/s ({})", self.0, format_bits_per_second(self.0 as f64))
+    }
+}
+
+/// A port number or a range of ports; `0` means "ephemeral".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    /// First port (inclusive).
+    pub lo: u16,
+    /// Last port (inclusive).
+    pub hi: u16,
+}
+
+impl PortRange {
+    /// Number of ports in the range.
+    pub fn len(&self) -> u32 {
+        u32::from(self.hi - self.lo) + 1
+    }
+    /// Whether this is the single port 0 (let the kernel choose).
+    pub fn is_ephemeral(&self) -> bool {
+        self.lo == 0 && self.hi == 0
+    }
+    /// Always false: a range holds at least one port.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The port for the `n`-th connection, cycling through the range.
+    pub fn nth(&self, n: u64) -> u16 {
+        self.lo + (n % u64::from(self.len())) as u16
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ParseError::new("port", s, "expected a port 0-65535 or a range LOW..HIGH");
+        let (a, b) = s.split_once("..").unwrap_or((s, s));
+        let lo: u16 = a.trim().parse().map_err(|_| bad())?;
+        let hi: u16 = b.trim().parse().map_err(|_| bad())?;
+        if hi < lo || (lo == 0 && hi != 0) {
+            return Err(bad());
+        }
+        Ok(Self { lo, hi })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_decimal_and_binary_suffixes() {
+        assert_eq!("65536".parse::<ByteSize>().unwrap().0, 65536);
+        assert_eq!("64KiB".parse::<ByteSize>().unwrap().0, 65536);
+        assert_eq!("64k".parse::<ByteSize>().unwrap().0, 64_000);
+        assert_eq!("1GiB".parse::<ByteSize>().unwrap().0, 1 << 30);
+        assert_eq!("1.5MB".parse::<ByteSize>().unwrap().0, 1_500_000);
+        assert_eq!("2 MiB".parse::<ByteSize>().unwrap().0, 2 << 20);
+        assert!("1.5B".parse::<ByteSize>().is_err());
+        assert!("12XB".parse::<ByteSize>().is_err());
+        assert!("".parse::<ByteSize>().is_err());
+        assert!("99999999999TiB".parse::<ByteSize>().is_err());
+    }
+
+    #[test]
+    fn rates_parse_bytes_and_bits() {
+        assert_eq!("10MB/s".parse::<ByteRate>().unwrap().0, 10_000_000);
+        assert_eq!("80Mbit".parse::<ByteRate>().unwrap().0, 10_000_000);
+        assert_eq!("80Mbit/s".parse::<ByteRate>().unwrap().0, 10_000_000);
+        assert_eq!("1000".parse::<ByteRate>().unwrap().0, 1000);
+        assert!("fast".parse::<ByteRate>().is_err());
+    }
+
+    #[test]
+    fn durations_parse_units() {
+        assert_eq!("500ms".parse::<HumanDuration>().unwrap().0, Duration::from_millis(500));
+        assert_eq!("5".parse::<HumanDuration>().unwrap().0, Duration::from_secs(5));
+        assert_eq!("2m".parse::<HumanDuration>().unwrap().0, Duration::from_secs(120));
+        assert_eq!("1.5s".parse::<HumanDuration>().unwrap().0, Duration::from_millis(1500));
+        assert!("5 fortnights".parse::<HumanDuration>().is_err());
+        assert!("-1s".parse::<HumanDuration>().is_err());
+    }
+
+    #[test]
+    fn ranges_parse_and_pick_inside() {
+        let r: ValueRange<ByteSize> = "1KiB..4KiB".parse().unwrap();
+        assert_eq!(r.lo.0, 1024);
+        assert_eq!(r.hi.0, 4096);
+        for random in [0u64, 1, 3071, 3072, 3073, u64::MAX] {
+            let v = r.pick(random);
+            assert!(r.contains(v), "{v:?}");
+        }
+        assert_eq!(r.pick(0).0, 1024);
+        assert_eq!(r.pick(3072).0, 4096);
+        assert!("4KiB..1KiB".parse::<ValueRange<ByteSize>>().is_err());
+        let single: ValueRange<ByteSize> = "7".parse().unwrap();
+        assert!(single.is_single());
+        assert_eq!(single.pick(12345).0, 7);
+    }
+
+    #[test]
+    fn port_ranges_cycle() {
+        let p: PortRange = "5000..5002".parse().unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!([p.nth(0), p.nth(1), p.nth(2), p.nth(3)], [5000, 5001, 5002, 5000]);
+        assert!("0".parse::<PortRange>().unwrap().is_ephemeral());
+        assert!("70000".parse::<PortRange>().is_err());
+        assert!("0..10".parse::<PortRange>().is_err());
+    }
+
+    #[test]
+    fn bytes_format_in_binary_units() {
+        assert_eq!(format_bytes(65536), "64 KiB");
+        assert_eq!(format_bytes(1 << 30), "1 GiB");
+        assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bits_per_second(1.25e9), "10.00 Gbit/s");
+    }
+}
