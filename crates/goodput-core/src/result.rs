@@ -29,6 +29,9 @@ pub struct TestResult {
     pub connections: Vec<ConnectionRecord>,
     /// Totals and distributions over the connections.
     pub summary: Summary,
+    /// Records not kept in `connections` because the run had more than the
+    /// cap (they are in the summary and in `--connection-file`).
+    pub connections_omitted: u64,
     /// Why the run ended.
     pub end: EndReason,
 }
@@ -377,44 +380,63 @@ pub struct Summary {
 impl Summary {
     /// Totals over `records` for a run that lasted `duration_ns`.
     pub fn from_records(records: &[ConnectionRecord], duration_ns: u64) -> Self {
-        let mut s = Summary {
-            successful: 0,
-            network_errors: 0,
-            data_errors: 0,
-            aborted: 0,
-            sent_bytes: 0,
-            received_bytes: 0,
-            duration_s: duration_ns as f64 / 1e9,
-            send_bytes_per_second: 0.0,
-            recv_bytes_per_second: 0.0,
-            connection_bytes_per_second: None,
-            fairness: None,
-        };
-        let mut rates = Vec::new();
-        for r in records {
-            match r.outcome {
-                Outcome::Succeeded => {
-                    s.successful += 1;
-                    rates.push(metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns));
-                }
-                Outcome::NetworkError { .. } => s.network_errors += 1,
-                Outcome::ProtocolError { .. } => s.data_errors += 1,
-                Outcome::Aborted { .. } => s.aborted += 1,
-            }
-            s.sent_bytes += r.sent_bytes;
-            s.received_bytes += r.received_bytes;
-        }
-        s.send_bytes_per_second = metrics::bytes_per_second(s.sent_bytes, duration_ns);
-        s.recv_bytes_per_second = metrics::bytes_per_second(s.received_bytes, duration_ns);
-        s.connection_bytes_per_second =
-            metrics::min_median_max(&rates).map(|(min, median, max)| MinMedianMax { min, median, max });
-        s.fairness = metrics::jain_fairness(&rates);
-        s
+        let mut b = SummaryBuilder::default();
+        records.iter().for_each(|r| b.add(r));
+        b.finish(duration_ns)
     }
 
     /// Connections that failed (network or data errors; aborts excluded).
     pub fn failures(&self) -> u64 {
         self.network_errors + self.data_errors
+    }
+}
+
+/// Accumulates a [`Summary`] one record at a time, keeping one number per
+/// successful connection (its good-put) rather than the record.
+#[derive(Debug, Default, Clone)]
+pub struct SummaryBuilder {
+    successful: u64,
+    network_errors: u64,
+    data_errors: u64,
+    aborted: u64,
+    sent_bytes: u64,
+    received_bytes: u64,
+    rates: Vec<f64>,
+}
+
+impl SummaryBuilder {
+    /// Counts one connection.
+    pub fn add(&mut self, r: &ConnectionRecord) {
+        match r.outcome {
+            Outcome::Succeeded => {
+                self.successful += 1;
+                self.rates
+                    .push(metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns));
+            }
+            Outcome::NetworkError { .. } => self.network_errors += 1,
+            Outcome::ProtocolError { .. } => self.data_errors += 1,
+            Outcome::Aborted { .. } => self.aborted += 1,
+        }
+        self.sent_bytes += r.sent_bytes;
+        self.received_bytes += r.received_bytes;
+    }
+
+    /// The summary of a run that lasted `duration_ns`.
+    pub fn finish(&self, duration_ns: u64) -> Summary {
+        Summary {
+            successful: self.successful,
+            network_errors: self.network_errors,
+            data_errors: self.data_errors,
+            aborted: self.aborted,
+            sent_bytes: self.sent_bytes,
+            received_bytes: self.received_bytes,
+            duration_s: duration_ns as f64 / 1e9,
+            send_bytes_per_second: metrics::bytes_per_second(self.sent_bytes, duration_ns),
+            recv_bytes_per_second: metrics::bytes_per_second(self.received_bytes, duration_ns),
+            connection_bytes_per_second: metrics::min_median_max(&self.rates)
+                .map(|(min, median, max)| MinMedianMax { min, median, max }),
+            fairness: metrics::jain_fairness(&self.rates),
+        }
     }
 }
 

@@ -1,1 +1,49 @@
-//! placeholder
+//! goodput's I/O engine: tokio clients and servers that drive the pure
+//! protocol core over real sockets.
+//!
+//! The entry points take a spec, an [`Observer`] that receives interval
+//! snapshots and connection records as they happen, and a cancellation
+//! token; they return the complete [`goodput_core::result::TestResult`]. The
+//! command line is one caller; the agent will be another.
+#![warn(missing_docs, unreachable_pub)]
+
+mod counters;
+mod observer;
+pub mod socket;
+pub mod tcp;
+
+pub use counters::RunClock;
+pub use observer::{NullObserver, Observer};
+pub use tokio_util::sync::CancellationToken;
+
+/// A failure that stops a whole run before or outside any one connection.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Could not listen on an address.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Could not resolve a host name.
+    #[error("cannot resolve '{host}': {source}")]
+    Resolve {
+        /// The name.
+        host: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The settings cannot work together.
+    #[error("{0}")]
+    Config(String),
+    /// Another I/O failure outside a connection.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,24 @@
+use goodput_core::result::{ConnectionRecord, Interval};
+
+/// Receives a run's events as they happen. Called from the run's own task,
+/// one event at a time, so an implementation needs no locking; it should not
+/// block for long (it delays the next status line, not the data path).
+pub trait Observer: Send {
+    /// A status interval ended.
+    fn on_interval(&mut self, interval: &Interval);
+    /// A connection ended (or was aborted).
+    fn on_connection(&mut self, record: &ConnectionRecord);
+    /// A connection was established (ctsTraffic's "established" lines).
+    fn on_established(&mut self, _index: u64, _local: &str, _remote: &str, _elapsed_s: f64) {}
+    /// Something the user should know that is not tied to one connection.
+    fn on_notice(&mut self, _text: &str) {}
+}
+
+/// An observer that ignores everything (for an embedded server).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullObserver;
+
+impl Observer for NullObserver {
+    fn on_interval(&mut self, _: &Interval) {}
+    fn on_connection(&mut self, _: &ConnectionRecord) {}
+}

@@ -1,0 +1,484 @@
+//! The TCP client: schedules connections (concurrency, iterations, connect
+//! throttle), runs each one, and records both ends' views.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use goodput_core::cts;
+use goodput_core::pattern::{Pattern, PatternVerifier};
+use goodput_core::result::{
+    ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, Span, TcpSettings, TestKind, TestResult, WireProtocol,
+};
+use goodput_core::session::{Completion, Hello, Message, Verdict, VerifyMode};
+use goodput_core::units::ValueRange;
+use rand::Rng;
+use socket2::SockRef;
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::link::{Failure, Link, Pacer};
+use super::{
+    drive, exchange, outcome_of_failure, outcome_of_verdict, tool_info, unix_ms_now, Event, Part, Progress,
+    ShutdownMode, TcpClientSpec,
+};
+use crate::counters::{Counters, RunClock};
+use crate::socket::{bind_client, set_rude_close, tcp_info, tcp_socket};
+use crate::{EngineError, Observer};
+
+struct ClientCtx {
+    spec: TcpClientSpec,
+    pattern: Pattern,
+    counters: Counters,
+    cancel: CancellationToken,
+    clock: RunClock,
+    throttle: Semaphore,
+    tx: mpsc::UnboundedSender<Event>,
+}
+
+/// What the server sent after the data.
+enum Trailer {
+    Completion(Completion),
+    Done,
+}
+
+fn span<T: Copy + Into<u64>>(r: ValueRange<T>) -> Span {
+    Span {
+        lo: r.lo.into(),
+        hi: r.hi.into(),
+    }
+}
+
+/// The settings section of a client's result document.
+pub(crate) fn client_settings(spec: &TcpClientSpec) -> TcpSettings {
+    TcpSettings {
+        wire: spec.wire,
+        pattern: Some(spec.pattern),
+        verify: Some(spec.verify),
+        transfer_bytes: Some(span(spec.transfer)),
+        buffer_bytes: Some(span(spec.buffer)),
+        push_bytes: Some(spec.push_bytes),
+        pull_bytes: Some(spec.pull_bytes),
+        connections: Some(spec.connections),
+        iterations: Some(spec.iterations),
+        rate_limit_bytes_per_second: spec.rate_limit.map(span),
+        rate_period_ms: Some(spec.rate_period.as_millis() as u64),
+        shutdown: Some(spec.shutdown),
+        addresses: spec.targets.iter().map(|a| a.to_string()).collect(),
+        status_interval_ms: spec.status_interval.as_millis() as u64,
+        time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
+    }
+}
+
+/// Runs a TCP client test to the end (all iterations, the time limit, or
+/// `cancel`), reporting to `observer` as it goes.
+pub async fn run_client(
+    spec: TcpClientSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+) -> Result<TestResult, EngineError> {
+    if spec.targets.is_empty() {
+        return Err(EngineError::Config("no target address".into()));
+    }
+    if !spec.binds.is_empty() {
+        let usable = spec
+            .targets
+            .iter()
+            .any(|t| spec.binds.iter().any(|b| b.is_ipv4() == t.is_ipv4()));
+        if !usable {
+            return Err(EngineError::Config(
+                "no --bind address has the same address family as any target".into(),
+            ));
+        }
+    }
+    if spec.connections == 0 {
+        return Err(EngineError::Config("--connections must be at least 1".into()));
+    }
+    let clock = RunClock::start();
+    let started_unix_ms = unix_ms_now();
+    let (tx, rx) = mpsc::unbounded_channel();
+    let throttle = if spec.throttle == 0 {
+        Semaphore::MAX_PERMITS
+    } else {
+        spec.throttle.min(Semaphore::MAX_PERMITS as u64) as usize
+    };
+    let ctx = Arc::new(ClientCtx {
+        pattern: Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
+        spec,
+        counters: Counters::default(),
+        cancel: cancel.clone(),
+        clock,
+        throttle: Semaphore::new(throttle),
+        tx,
+    });
+    let total = match ctx.spec.iterations {
+        0 => u64::MAX,
+        n => n.saturating_mul(ctx.spec.connections),
+    };
+    let slots = Arc::new(Semaphore::new(ctx.spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize));
+    let tracker = TaskTracker::new();
+    let schedule = {
+        let ctx = ctx.clone();
+        let tracker = tracker.clone();
+        async move {
+            for index in 0..total {
+                let permit = tokio::select! {
+                    biased;
+                    _ = ctx.cancel.cancelled() => break,
+                    p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+                };
+                if ctx.cancel.is_cancelled() {
+                    break;
+                }
+                let ctx = ctx.clone();
+                tracker.spawn(async move {
+                    let record = connection(&ctx, index).await;
+                    let _ = ctx.tx.send(Event::Record(Box::new(record)));
+                    drop(permit);
+                });
+            }
+            tracker.close();
+            tracker.wait().await;
+        }
+    };
+    let spec = &ctx.spec;
+    let driven = drive(
+        rx,
+        &ctx.counters,
+        clock,
+        observer,
+        spec.status_interval,
+        spec.time_limit,
+        None,
+        spec.max_records,
+        &cancel,
+        schedule,
+    )
+    .await;
+    Ok(TestResult {
+        schema_version: goodput_core::result::SCHEMA_VERSION,
+        tool: tool_info(),
+        kind: TestKind::TcpClient,
+        started_unix_ms,
+        settings: client_settings(spec),
+        intervals: driven.intervals,
+        connections: driven.records.kept,
+        connections_omitted: driven.records.omitted,
+        summary: driven.summary,
+        end: driven.end,
+    })
+}
+
+/// Decrements the in-flight count when a connection stops doing I/O.
+struct InFlight<'a>(&'a Counters);
+
+impl<'a> InFlight<'a> {
+    fn enter(c: &'a Counters) -> Self {
+        c.in_flight.fetch_add(1, Relaxed);
+        Self(c)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
+    }
+}
+
+async fn connect(ctx: &ClientCtx, index: u64, target: SocketAddr) -> Result<TcpStream, Failure> {
+    let spec = &ctx.spec;
+    let net = |during: &'static str| move |err| Failure::Net { during, err };
+    let sock = tcp_socket(&target).map_err(net("socket"))?;
+    spec.socket.apply(&SockRef::from(&sock), &target).map_err(net("setsockopt"))?;
+    let family: Vec<IpAddr> = spec.binds.iter().copied().filter(|b| b.is_ipv4() == target.is_ipv4()).collect();
+    let ip = if family.is_empty() {
+        if target.is_ipv4() {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        }
+    } else {
+        family[(index % family.len() as u64) as usize]
+    };
+    let port = if spec.local_port.is_ephemeral() {
+        0
+    } else {
+        spec.local_port.nth(index)
+    };
+    bind_client(&sock, ip, port).map_err(net("bind"))?;
+    let sock = TcpSocket::from_std_stream(std::net::TcpStream::from(sock));
+    let _permit = ctx.throttle.acquire().await.expect("semaphore never closed");
+    tokio::select! {
+        biased;
+        _ = ctx.cancel.cancelled() => Err(Failure::Cancelled),
+        r = tokio::time::timeout(spec.idle_timeout, sock.connect(target)) => match r {
+            Err(_) => Err(Failure::Net {
+                during: "connect",
+                err: std::io::Error::from_raw_os_error(libc::ETIMEDOUT),
+            }),
+            Ok(r) => r.map_err(net("connect")),
+        },
+    }
+}
+
+async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
+    let spec = &ctx.spec;
+    let (transfer, buffer, rate, rude) = {
+        let mut rng = rand::thread_rng();
+        let rate = spec.rate_limit.map(|r| r.pick(rng.gen()).0).unwrap_or(0);
+        let rude = match spec.shutdown {
+            ShutdownMode::Graceful => false,
+            ShutdownMode::Rude => true,
+            ShutdownMode::Random => rng.gen(),
+        };
+        (spec.transfer.pick(rng.gen()).0, spec.buffer.pick(rng.gen()).0, rate, rude)
+    };
+    let target = spec.targets[(index % spec.targets.len() as u64) as usize];
+    let hello = Hello {
+        pattern: spec.pattern,
+        verify: spec.verify,
+        transfer,
+        push_segment: spec.push_bytes,
+        pull_segment: spec.pull_bytes,
+        server_buffer: buffer.min(u64::from(u32::MAX)) as u32,
+        server_send_buffer: spec.socket.send_buffer.unwrap_or(0),
+        server_recv_buffer: spec.socket.recv_buffer.unwrap_or(0),
+        server_rate: rate,
+        rate_period_ms: spec.rate_period.as_millis() as u32,
+        burst_count: spec.burst.map(|b| b.0).unwrap_or(0),
+        burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
+    };
+    let mut record = ConnectionRecord {
+        index,
+        connection_id: String::new(),
+        local_address: String::new(),
+        remote_address: target.to_string(),
+        start_s: ctx.clock.now_s(),
+        time_slice_s: 0.0,
+        elapsed_ns: 0,
+        pattern: Some(spec.pattern),
+        transfer_bytes: transfer,
+        buffer_bytes: buffer,
+        rate_limit_bytes_per_second: rate,
+        sent_bytes: 0,
+        received_bytes: 0,
+        outcome: Outcome::Succeeded,
+        peer: None,
+        shutdown: Some(if rude { ShutdownMode::Rude } else { ShutdownMode::Graceful }),
+        tcp_info: None,
+    };
+    let stream = match connect(ctx, index, target).await {
+        Ok(s) => s,
+        Err(f) => {
+            record.outcome = outcome_of_failure(&f, "client");
+            record.shutdown = None;
+            record.time_slice_s = ctx.clock.now_s();
+            return record;
+        }
+    };
+    if let Ok(a) = stream.local_addr() {
+        record.local_address = a.to_string();
+    }
+    let _ = ctx.tx.send(Event::Established {
+        index,
+        local: record.local_address.clone(),
+        remote: record.remote_address.clone(),
+    });
+    let in_flight = InFlight::enter(&ctx.counters);
+    let link = Link {
+        stream: &stream,
+        counters: &ctx.counters,
+        cancel: &ctx.cancel,
+        idle: spec.idle_timeout,
+        clock: ctx.clock,
+    };
+    let t0 = ctx.clock.now_ns();
+    let mut progress = Progress::default();
+    let result = session(ctx, &link, &hello, buffer as usize, &mut progress, &mut record).await;
+    record.elapsed_ns = ctx.clock.now_ns() - t0;
+    drop(in_flight);
+    record.sent_bytes = progress.sent;
+    record.received_bytes = progress.received;
+    record.tcp_info = tcp_info(&stream).ok();
+    record.outcome = match result {
+        Ok(outcome) => outcome,
+        Err(f) => outcome_of_failure(&f, "client"),
+    };
+    if record.outcome.is_success() {
+        if rude {
+            let _ = set_rude_close(&stream);
+        } else if let Err(f) = close_gracefully(&link).await {
+            record.outcome = match f {
+                Failure::TooMuch => outcome_of_verdict(&Verdict::TooMuchData, "client"),
+                f => outcome_of_failure(&f, "client"),
+            };
+            let _ = set_rude_close(&stream);
+        }
+    } else {
+        // Any connection that failed is reset, so the peer learns at once.
+        record.shutdown = Some(ShutdownMode::Rude);
+        let _ = set_rude_close(&stream);
+    }
+    drop(stream);
+    record.time_slice_s = ctx.clock.now_s();
+    record
+}
+
+/// shutdown(SHUT_WR), then wait for the server's FIN.
+async fn close_gracefully(link: &Link<'_>) -> Result<(), Failure> {
+    SockRef::from(link.stream)
+        .shutdown(std::net::Shutdown::Write)
+        .map_err(|err| Failure::Net { during: "shutdown", err })?;
+    link.await_peer_close(false).await
+}
+
+/// Negotiation, data and trailer. Returns this end's outcome, which folds in
+/// the server's verdict and a comparison of both ends' byte counts.
+async fn session(
+    ctx: &ClientCtx,
+    link: &Link<'_>,
+    hello: &Hello,
+    buffer: usize,
+    progress: &mut Progress,
+    record: &mut ConnectionRecord,
+) -> Result<Outcome, Failure> {
+    let spec = &ctx.spec;
+    match spec.wire {
+        WireProtocol::Goodput => {
+            link.write_message(&Message::Hello(*hello), "hello").await?;
+            match link.read_message("hello reply").await? {
+                Message::Accept { connection_id } => {
+                    record.connection_id = uuid::Uuid::from_bytes(connection_id).hyphenated().to_string();
+                }
+                Message::Reject { code, reason } => return Ok(Outcome::rejected(code, &reason)),
+                other => return Err(Failure::BadMessage(format!("expected Accept or Reject, got {other:?}"))),
+            }
+        }
+        WireProtocol::Cts => {
+            let mut id = [0u8; cts::CONNECTION_ID_LEN];
+            link.read_exact(&mut id, "connection id").await?;
+            record.connection_id = cts::decode_connection_id(&id);
+        }
+    }
+    let part = Part {
+        plan: hello.plan(),
+        is_client: true,
+        buffer,
+        verify: spec.verify == VerifyMode::Data,
+        pattern: &ctx.pattern,
+    };
+    let mut pacer = Pacer::new(hello.server_rate, spec.rate_period, spec.burst);
+    let mut verifier = PatternVerifier::new();
+    let trailer = data_and_trailer(link, &part, &mut pacer, &mut verifier, progress, spec.wire).await?;
+    let complete = progress.sent == part.plan.client_to_server && progress.received == part.plan.server_to_client;
+    match trailer {
+        Trailer::Done => Ok(if complete {
+            Outcome::Succeeded
+        } else {
+            outcome_of_verdict(&Verdict::NotAllData, "client")
+        }),
+        Trailer::Completion(c) => {
+            let server_outcome = outcome_of_verdict(&c.verdict, "server");
+            record.peer = Some(PeerView {
+                sent_bytes: c.sent,
+                received_bytes: c.received,
+                elapsed_ns: c.elapsed_ns,
+                outcome: server_outcome.clone(),
+            });
+            if c.verdict != Verdict::Success {
+                return Ok(server_outcome);
+            }
+            if !complete || c.received != progress.sent || c.sent != progress.received {
+                return Ok(Outcome::ProtocolError {
+                    kind: ProtocolErrorKind::NotAllData,
+                    direction: None,
+                    offset: None,
+                    expected: None,
+                    actual: None,
+                    message: format!(
+                        "the ends disagree: client sent {} and received {} bytes, server received {} and sent {} (planned {} and {})",
+                        progress.sent,
+                        progress.received,
+                        c.received,
+                        c.sent,
+                        part.plan.client_to_server,
+                        part.plan.server_to_client
+                    ),
+                });
+            }
+            Ok(Outcome::Succeeded)
+        }
+    }
+}
+
+async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Failure> {
+    match wire {
+        WireProtocol::Goodput => match link.read_message("completion").await? {
+            Message::Completion(c) => Ok(Trailer::Completion(c)),
+            other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
+        },
+        WireProtocol::Cts => {
+            let mut done = [0u8; 4];
+            link.read_exact(&mut done, "DONE").await?;
+            if &done == cts::DONE {
+                Ok(Trailer::Done)
+            } else {
+                Err(Failure::Eof { during: "DONE" })
+            }
+        }
+    }
+}
+
+/// The data phase and the server's trailer. In push, pull and duplex the
+/// trailer is read while sending is still under way, so a server that stops
+/// early (a data mismatch it found, a limit) explains itself and the client
+/// stops sending instead of reporting a bare reset.
+async fn data_and_trailer(
+    link: &Link<'_>,
+    part: &Part<'_>,
+    pacer: &mut Pacer,
+    verifier: &mut PatternVerifier,
+    progress: &mut Progress,
+    wire: WireProtocol,
+) -> Result<Trailer, Failure> {
+    if part.plan.pattern == goodput_core::plan::TcpPattern::PushPull {
+        exchange(link, part, pacer, verifier, progress).await?;
+        return read_trailer(link, wire).await;
+    }
+    let Progress { sent, received } = progress;
+    let verifier = part.verify.then_some(verifier);
+    let send = link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer);
+    let recv = async {
+        link.recv_pattern(
+            part.pattern,
+            verifier,
+            received,
+            part.recv_total(),
+            part.buffer,
+            goodput_core::plan::Direction::ServerToClient,
+        )
+        .await?;
+        read_trailer(link, wire).await
+    };
+    tokio::pin!(send, recv);
+    let mut send_done = false;
+    loop {
+        tokio::select! {
+            r = &mut send, if !send_done => match r {
+                Ok(()) => send_done = true,
+                Err(f) => {
+                    // The server may have sent its reason just before resetting.
+                    if let Ok(Ok(t @ Trailer::Completion(_))) =
+                        tokio::time::timeout(std::time::Duration::from_millis(200), &mut recv).await
+                    {
+                        return Ok(t);
+                    }
+                    return Err(f);
+                }
+            },
+            r = &mut recv => return r,
+        }
+    }
+}

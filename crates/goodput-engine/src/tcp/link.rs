@@ -1,0 +1,277 @@
+//! One connection's I/O: pattern sends and verified receives, pacing, session
+//! messages, and the waits between them. Shared by client and server and by
+//! both wire protocols.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::Duration;
+
+use goodput_core::pattern::{Mismatch, Pattern, PatternVerifier};
+use goodput_core::plan::Direction;
+use goodput_core::rate::{BurstPacer, RateLimiter, Release};
+use goodput_core::session::{Message, WireError, HEADER_LEN, MAX_BODY};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::counters::{Counters, RunClock};
+
+thread_local! {
+    // Receive scratch space owned by the worker thread, not the connection:
+    // a connection waiting for data holds no buffer at all. Reads fill it and
+    // verify it synchronously, before the task can yield.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Why a connection's I/O stopped early.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// A socket call failed.
+    Net { during: &'static str, err: io::Error },
+    /// The peer closed while bytes were still expected.
+    Eof { during: &'static str },
+    /// A received byte differed from the pattern.
+    Mismatch { direction: Direction, mismatch: Mismatch },
+    /// The peer sent bytes after the agreed end.
+    TooMuch,
+    /// Nothing moved for the idle timeout.
+    Idle { during: &'static str },
+    /// The run is stopping.
+    Cancelled,
+    /// A session message that does not decode.
+    Wire(WireError),
+    /// A well-formed session message that is not the one expected.
+    BadMessage(String),
+}
+
+impl From<WireError> for Failure {
+    fn from(e: WireError) -> Self {
+        Failure::Wire(e)
+    }
+}
+
+/// A connected stream with the run's shared state.
+pub(crate) struct Link<'a> {
+    pub(crate) stream: &'a TcpStream,
+    pub(crate) counters: &'a Counters,
+    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) idle: Duration,
+    pub(crate) clock: RunClock,
+}
+
+impl Link<'_> {
+    async fn ready(&self, interest: Interest, during: &'static str) -> Result<(), Failure> {
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Failure::Cancelled),
+            r = tokio::time::timeout(self.idle, self.stream.ready(interest)) => match r {
+                Err(_) => Err(Failure::Idle { during }),
+                Ok(Err(err)) => Err(Failure::Net { during, err }),
+                Ok(Ok(_)) => Ok(()),
+            },
+        }
+    }
+
+    async fn sleep_until_ns(&self, ns: u64) -> Result<(), Failure> {
+        let at = tokio::time::Instant::from_std(self.clock.instant_at(ns));
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(Failure::Cancelled),
+            _ = tokio::time::sleep_until(at) => Ok(()),
+        }
+    }
+
+    /// Sends `len` pattern bytes of this direction's stream, starting at
+    /// stream offset `*sent`, in calls of at most `buffer` bytes.
+    pub(crate) async fn send_pattern(
+        &self,
+        pattern: &Pattern,
+        sent: &mut u64,
+        len: u64,
+        buffer: usize,
+        pacer: &mut Pacer,
+    ) -> Result<(), Failure> {
+        let end = *sent + len;
+        while *sent < end {
+            pacer.before_send(self).await?;
+            let want = (end - *sent).min(buffer as u64) as usize;
+            let chunk = pattern.slice(*sent, want);
+            loop {
+                match self.stream.try_write(chunk) {
+                    Ok(n) => {
+                        *sent += n as u64;
+                        self.counters.add_sent(n);
+                        pacer.after_send(n, &self.clock);
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.ready(Interest::WRITABLE, "send").await?
+                    }
+                    Err(err) => return Err(Failure::Net { during: "send", err }),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives `len` bytes of the `direction` stream into worker scratch
+    /// space, checking each chunk against the pattern when `verifier` is set.
+    pub(crate) async fn recv_pattern(
+        &self,
+        pattern: &Pattern,
+        mut verifier: Option<&mut PatternVerifier>,
+        received: &mut u64,
+        len: u64,
+        buffer: usize,
+        direction: Direction,
+    ) -> Result<(), Failure> {
+        let end = *received + len;
+        while *received < end {
+            let want = (end - *received).min(buffer as u64) as usize;
+            let got = SCRATCH.with(|cell| {
+                let mut scratch = cell.borrow_mut();
+                if scratch.len() < want {
+                    scratch.resize(want, 0);
+                }
+                match self.stream.try_read(&mut scratch[..want]) {
+                    Ok(n) => {
+                        if let Some(v) = verifier.as_deref_mut() {
+                            v.check(pattern, &scratch[..n])
+                                .map_err(|mismatch| Failure::Mismatch { direction, mismatch })?;
+                        }
+                        Ok(Some(n))
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                    Err(err) => Err(Failure::Net { during: "recv", err }),
+                }
+            })?;
+            match got {
+                None => self.ready(Interest::READABLE, "recv").await?,
+                Some(0) => return Err(Failure::Eof { during: "recv" }),
+                Some(n) => {
+                    *received += n as u64;
+                    self.counters.add_received(n);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads exactly `buf.len()` bytes (session messages, ids, markers).
+    pub(crate) async fn read_exact(&self, buf: &mut [u8], during: &'static str) -> Result<(), Failure> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match self.stream.try_read(&mut buf[filled..]) {
+                Ok(0) => return Err(Failure::Eof { during }),
+                Ok(n) => {
+                    filled += n;
+                    self.counters.add_received(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ready(Interest::READABLE, during).await?,
+                Err(err) => return Err(Failure::Net { during, err }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes all of `bytes`.
+    pub(crate) async fn write_all(&self, bytes: &[u8], during: &'static str) -> Result<(), Failure> {
+        let mut done = 0;
+        while done < bytes.len() {
+            match self.stream.try_write(&bytes[done..]) {
+                Ok(n) => {
+                    done += n;
+                    self.counters.add_sent(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ready(Interest::WRITABLE, during).await?,
+                Err(err) => return Err(Failure::Net { during, err }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads one session message, never more bytes than it holds.
+    pub(crate) async fn read_message(&self, during: &'static str) -> Result<Message, Failure> {
+        let mut buf = [0u8; HEADER_LEN + MAX_BODY];
+        self.read_exact(&mut buf[..HEADER_LEN], during).await?;
+        if let Some((m, _)) = Message::decode(&buf[..HEADER_LEN])? {
+            return Ok(m);
+        }
+        // decode() has checked the declared length against the kind and MAX_BODY.
+        let len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
+        self.read_exact(&mut buf[HEADER_LEN..HEADER_LEN + len], during).await?;
+        match Message::decode(&buf[..HEADER_LEN + len])? {
+            Some((m, _)) => Ok(m),
+            None => Err(Failure::BadMessage("truncated session message".into())),
+        }
+    }
+
+    /// Sends one session message.
+    pub(crate) async fn write_message(&self, m: &Message, during: &'static str) -> Result<(), Failure> {
+        let mut out = Vec::with_capacity(64);
+        m.encode(&mut out);
+        self.write_all(&out, during).await
+    }
+
+    /// Waits for the peer to close its side: Ok on FIN (or, when
+    /// `reset_is_close`, on RST); [`Failure::TooMuch`] if data arrives instead.
+    pub(crate) async fn await_peer_close(&self, reset_is_close: bool) -> Result<(), Failure> {
+        let mut b = [0u8; 64];
+        loop {
+            match self.stream.try_read(&mut b) {
+                Ok(0) => return Ok(()),
+                Ok(_) => return Err(Failure::TooMuch),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.ready(Interest::READABLE, "wait for close").await?
+                }
+                Err(e) if reset_is_close && e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
+                Err(err) => return Err(Failure::Net { during: "wait for close", err }),
+            }
+        }
+    }
+}
+
+/// Send pacing for one connection: a rate limit, bursts, or neither.
+#[derive(Debug, Default)]
+pub(crate) struct Pacer {
+    limiter: Option<RateLimiter>,
+    burst: Option<BurstPacer>,
+    hold_until_ns: Option<u64>,
+}
+
+impl Pacer {
+    pub(crate) fn new(rate: u64, period: Duration, burst: Option<(u32, Duration)>) -> Self {
+        Self {
+            limiter: if rate > 0 {
+                RateLimiter::new(rate, period.as_nanos() as u64)
+            } else {
+                None
+            },
+            burst: burst.map(|(n, d)| BurstPacer::new(n, d.as_nanos() as u64)),
+            hold_until_ns: None,
+        }
+    }
+
+    async fn before_send(&mut self, link: &Link<'_>) -> Result<(), Failure> {
+        if let Some(t) = self.hold_until_ns.take() {
+            link.sleep_until_ns(t).await?;
+        }
+        if let Some(l) = &mut self.limiter {
+            while let Release::At(t) = l.poll(link.clock.now_ns()) {
+                link.sleep_until_ns(t).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn after_send(&mut self, n: usize, clock: &RunClock) {
+        if let Some(l) = &mut self.limiter {
+            l.sent(n as u64);
+        }
+        if let Some(b) = &mut self.burst {
+            if let Some(d) = b.after_send() {
+                self.hold_until_ns = Some(clock.now_ns() + d);
+            }
+        }
+    }
+}

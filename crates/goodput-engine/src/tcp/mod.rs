@@ -1,0 +1,463 @@
+//! The TCP good-put and reliability test (ctsTraffic's TCP behaviour):
+//! client, server and the pieces they share.
+
+mod client;
+mod link;
+mod server;
+
+use std::future::Future;
+use std::time::Duration;
+
+use goodput_core::pattern::{Pattern, PatternVerifier};
+use goodput_core::plan::{Direction, TcpPattern, TransferPlan};
+use goodput_core::result::{ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder};
+use goodput_core::session::{Verdict, VerifyMode};
+use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::counters::{Counters, IntervalSampler, RunClock};
+use crate::socket::{errno_name, SocketOptions};
+use crate::Observer;
+use link::{Failure, Link, Pacer};
+
+pub use client::run_client;
+pub use goodput_core::result::{ShutdownMode, WireProtocol};
+pub use server::{bind_server, BoundServer};
+
+/// Everything a TCP client run needs.
+#[derive(Debug, Clone)]
+pub struct TcpClientSpec {
+    /// Wire protocol.
+    pub wire: WireProtocol,
+    /// Server addresses, used round robin.
+    pub targets: Vec<std::net::SocketAddr>,
+    /// Local addresses to bind, round robin per family (empty = any).
+    pub binds: Vec<std::net::IpAddr>,
+    /// Local port or port range (0 = ephemeral).
+    pub local_port: PortRange,
+    /// Data-flow pattern.
+    pub pattern: TcpPattern,
+    /// Verification.
+    pub verify: VerifyMode,
+    /// Pattern bytes per connection (one value picked per connection).
+    pub transfer: ValueRange<ByteSize>,
+    /// Bytes per send/recv call (one value picked per connection).
+    pub buffer: ValueRange<ByteSize>,
+    /// Push-pull client→server segment.
+    pub push_bytes: u64,
+    /// Push-pull server→client segment.
+    pub pull_bytes: u64,
+    /// Per-connection send rate limit (one value picked per connection).
+    pub rate_limit: Option<ValueRange<ByteRate>>,
+    /// Rate-limit quantum.
+    pub rate_period: Duration,
+    /// Bursts: sends per burst and the pause between bursts.
+    pub burst: Option<(u32, Duration)>,
+    /// Concurrent connections.
+    pub connections: u64,
+    /// Passes over the connections (0 = until stopped).
+    pub iterations: u64,
+    /// Most connect attempts pending at once (0 = unlimited).
+    pub throttle: u64,
+    /// How successful connections are closed.
+    pub shutdown: ShutdownMode,
+    /// Socket options (the buffers are also asked of the server).
+    pub socket: SocketOptions,
+    /// Longest wait for any one I/O or connect.
+    pub idle_timeout: Duration,
+    /// Status interval.
+    pub status_interval: Duration,
+    /// Stop after this long.
+    pub time_limit: Option<Duration>,
+    /// Most connection records kept in the result document.
+    pub max_records: usize,
+}
+
+/// Limits a server enforces per connection and per client address.
+#[derive(Debug, Clone)]
+pub struct ServerLimits {
+    /// Concurrent connections in total.
+    pub max_connections: u64,
+    /// Concurrent connections from one client address.
+    pub max_per_client: u64,
+    /// Largest transfer one connection may ask for, bytes.
+    pub max_transfer: u64,
+    /// Largest I/O size one connection may ask for, bytes.
+    pub max_buffer: u64,
+    /// Longest one connection may run.
+    pub max_duration: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 100_000,
+            max_per_client: 20_000,
+            max_transfer: 1 << 40,
+            max_buffer: 16 << 20,
+            max_duration: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// What a `--wire cts` server does on every connection (ctsTraffic needs
+/// both ends started with the same flags).
+#[derive(Debug, Clone, Copy)]
+pub struct CtsServerPlan {
+    /// Pattern.
+    pub pattern: TcpPattern,
+    /// Verification.
+    pub verify: VerifyMode,
+    /// Transfer per connection.
+    pub transfer: u64,
+    /// Push-pull client→server segment.
+    pub push_bytes: u64,
+    /// Push-pull server→client segment.
+    pub pull_bytes: u64,
+    /// I/O size.
+    pub buffer: u64,
+}
+
+/// Everything a TCP server run needs.
+#[derive(Debug, Clone)]
+pub struct TcpServerSpec {
+    /// Wire protocol.
+    pub wire: WireProtocol,
+    /// The plan for `--wire cts` (ignored for the goodput wire).
+    pub cts: Option<CtsServerPlan>,
+    /// Listen addresses.
+    pub listen: Vec<std::net::SocketAddr>,
+    /// Whether the listen addresses are the defaults (a missing IPv6 stack is
+    /// then skipped instead of failing).
+    pub listen_defaulted: bool,
+    /// SO_REUSEPORT on the listeners.
+    pub reuse_port: bool,
+    /// Socket options for accepted connections.
+    pub socket: SocketOptions,
+    /// Limits.
+    pub limits: ServerLimits,
+    /// Exit after this many connections ended.
+    pub exit_after: Option<u64>,
+    /// Longest wait for any one I/O.
+    pub idle_timeout: Duration,
+    /// Status interval.
+    pub status_interval: Duration,
+    /// Stop after this long.
+    pub time_limit: Option<Duration>,
+    /// Most connection records kept in the result document.
+    pub max_records: usize,
+}
+
+/// What a connection task tells the run loop.
+pub(crate) enum Event {
+    Established { index: u64, local: String, remote: String },
+    Record(Box<ConnectionRecord>),
+}
+
+/// One end's part in a connection's data phase.
+pub(crate) struct Part<'p> {
+    pub(crate) plan: TransferPlan,
+    pub(crate) is_client: bool,
+    pub(crate) buffer: usize,
+    pub(crate) verify: bool,
+    pub(crate) pattern: &'p Pattern,
+}
+
+impl Part<'_> {
+    fn send_direction(&self) -> Direction {
+        if self.is_client {
+            Direction::ClientToServer
+        } else {
+            Direction::ServerToClient
+        }
+    }
+    fn recv_direction(&self) -> Direction {
+        if self.is_client {
+            Direction::ServerToClient
+        } else {
+            Direction::ClientToServer
+        }
+    }
+    fn send_total(&self) -> u64 {
+        if self.is_client {
+            self.plan.client_to_server
+        } else {
+            self.plan.server_to_client
+        }
+    }
+    fn recv_total(&self) -> u64 {
+        if self.is_client {
+            self.plan.server_to_client
+        } else {
+            self.plan.client_to_server
+        }
+    }
+}
+
+/// Pattern bytes moved so far by one end.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Progress {
+    pub(crate) sent: u64,
+    pub(crate) received: u64,
+}
+
+/// Runs the sequential push-pull segments, or sends and receives at once
+/// for the other patterns (either side failing stops both).
+pub(crate) async fn exchange(
+    link: &Link<'_>,
+    part: &Part<'_>,
+    pacer: &mut Pacer,
+    verifier: &mut PatternVerifier,
+    progress: &mut Progress,
+) -> Result<(), Failure> {
+    let verifier = part.verify.then_some(verifier);
+    if part.plan.pattern == TcpPattern::PushPull {
+        let mut verifier = verifier;
+        for (dir, len) in part.plan.segments() {
+            if dir == part.send_direction() {
+                link.send_pattern(part.pattern, &mut progress.sent, len, part.buffer, pacer).await?;
+            } else {
+                link.recv_pattern(
+                    part.pattern,
+                    verifier.as_deref_mut(),
+                    &mut progress.received,
+                    len,
+                    part.buffer,
+                    dir,
+                )
+                .await?;
+            }
+        }
+        return Ok(());
+    }
+    let Progress { sent, received } = progress;
+    let send = link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer);
+    let recv = link.recv_pattern(
+        part.pattern,
+        verifier,
+        received,
+        part.recv_total(),
+        part.buffer,
+        part.recv_direction(),
+    );
+    tokio::try_join!(send, recv)?;
+    Ok(())
+}
+
+/// The verdict one end sends or records for a failure.
+pub(crate) fn verdict_of(f: &Failure) -> Verdict {
+    match f {
+        Failure::Mismatch { direction, mismatch } => Verdict::DataMismatch {
+            direction: *direction,
+            offset: mismatch.offset,
+            expected: mismatch.expected,
+            actual: mismatch.actual,
+        },
+        Failure::Eof { .. } => Verdict::NotAllData,
+        Failure::TooMuch => Verdict::TooMuchData,
+        _ => Verdict::Aborted,
+    }
+}
+
+fn protocol_error(kind: ProtocolErrorKind, message: String) -> Outcome {
+    Outcome::ProtocolError {
+        kind,
+        direction: None,
+        offset: None,
+        expected: None,
+        actual: None,
+        message,
+    }
+}
+
+/// The outcome a verdict stands for; `by` says whose verdict it is.
+pub(crate) fn outcome_of_verdict(v: &Verdict, by: &str) -> Outcome {
+    match *v {
+        Verdict::Success => Outcome::Succeeded,
+        Verdict::DataMismatch {
+            direction,
+            offset,
+            expected,
+            actual,
+        } => Outcome::ProtocolError {
+            kind: ProtocolErrorKind::DataMismatch,
+            direction: Some(direction),
+            offset: Some(offset),
+            expected: Some(expected),
+            actual: Some(actual),
+            message: format!(
+                "{by} found a data mismatch at byte {offset} of the {direction} stream: expected 0x{expected:02x}, got 0x{actual:02x}"
+            ),
+        },
+        Verdict::NotAllData => protocol_error(
+            ProtocolErrorKind::NotAllData,
+            format!("{by}: the peer closed before all data was transferred"),
+        ),
+        Verdict::TooMuchData => protocol_error(
+            ProtocolErrorKind::TooMuchData,
+            format!("{by}: the peer sent more data than agreed"),
+        ),
+        Verdict::Aborted => Outcome::Aborted {
+            reason: format!("{by} aborted the connection"),
+        },
+    }
+}
+
+/// The outcome this end records for a failure.
+pub(crate) fn outcome_of_failure(f: &Failure, by: &str) -> Outcome {
+    match f {
+        Failure::Net { during, err } => {
+            let errno = err.raw_os_error();
+            Outcome::NetworkError {
+                during: (*during).to_owned(),
+                errno,
+                name: errno.map(errno_name).unwrap_or_else(|| format!("{:?}", err.kind())),
+                message: err.to_string(),
+            }
+        }
+        Failure::Idle { during } => protocol_error(
+            ProtocolErrorKind::IdleTimeout,
+            format!("{by}: nothing moved for the idle timeout during {during}"),
+        ),
+        Failure::Cancelled => Outcome::Aborted {
+            reason: "the run was stopped".into(),
+        },
+        Failure::BadMessage(m) => protocol_error(ProtocolErrorKind::BadMessage, format!("{by}: {m}")),
+        Failure::Wire(e) => protocol_error(ProtocolErrorKind::BadMessage, format!("{by}: {e}")),
+        Failure::Eof { during } => protocol_error(
+            ProtocolErrorKind::NotAllData,
+            format!("{by}: the peer closed before all data was transferred (during {during})"),
+        ),
+        other => outcome_of_verdict(&verdict_of(other), by),
+    }
+}
+
+/// The records a run keeps (up to a cap) and the summary over all of them.
+#[derive(Debug, Default)]
+pub(crate) struct RunRecords {
+    pub(crate) kept: Vec<ConnectionRecord>,
+    pub(crate) omitted: u64,
+    max: usize,
+    summary: SummaryBuilder,
+}
+
+impl RunRecords {
+    fn push(&mut self, r: ConnectionRecord) {
+        self.summary.add(&r);
+        if self.kept.len() < self.max {
+            self.kept.push(r);
+        } else {
+            self.omitted += 1;
+        }
+    }
+}
+
+/// What the run loop returns.
+pub(crate) struct Driven {
+    pub(crate) records: RunRecords,
+    pub(crate) intervals: Vec<Interval>,
+    pub(crate) end: EndReason,
+    pub(crate) summary: Summary,
+}
+
+/// The run loop shared by client and server: status intervals, records as
+/// they arrive, the time limit and the exit count, until `done` completes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn drive(
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    counters: &Counters,
+    clock: RunClock,
+    observer: &mut dyn Observer,
+    status_interval: Duration,
+    time_limit: Option<Duration>,
+    exit_after: Option<u64>,
+    max_records: usize,
+    cancel: &CancellationToken,
+    done: impl Future<Output = ()>,
+) -> Driven {
+    let mut records = RunRecords {
+        max: max_records,
+        ..Default::default()
+    };
+    let mut intervals = Vec::new();
+    let mut sampler = IntervalSampler::default();
+    let start = tokio::time::Instant::from_std(clock.instant_at(0));
+    let mut ticker = tokio::time::interval_at(start + status_interval, status_interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let deadline = tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
+    tokio::pin!(deadline, done);
+    let mut own_reason = None;
+    let mut ended = 0u64;
+    let mut handle = |ev: Event, observer: &mut dyn Observer, records: &mut RunRecords| -> bool {
+        match ev {
+            Event::Established { index, local, remote } => {
+                observer.on_established(index, &local, &remote, clock.now_s())
+            }
+            Event::Record(r) => {
+                counters.count_outcome(&r.outcome);
+                observer.on_connection(&r);
+                records.push(*r);
+                ended += 1;
+                if exit_after.is_some_and(|n| ended >= n) {
+                    return true;
+                }
+            }
+        }
+        false
+    };
+    loop {
+        tokio::select! {
+            biased;
+            Some(ev) = rx.recv() => {
+                if handle(ev, observer, &mut records) && own_reason.is_none() {
+                    own_reason = Some(EndReason::ExitLimit);
+                    cancel.cancel();
+                }
+            }
+            _ = ticker.tick() => {
+                let iv = sampler.sample(counters, clock.now_ns());
+                intervals.push(iv);
+                observer.on_interval(&iv);
+            }
+            _ = &mut deadline, if time_limit.is_some() && own_reason.is_none() && !cancel.is_cancelled() => {
+                own_reason = Some(EndReason::TimeLimit);
+                cancel.cancel();
+            }
+            _ = &mut done => break,
+        }
+    }
+    while let Ok(ev) = rx.try_recv() {
+        handle(ev, observer, &mut records);
+    }
+    let now = clock.now_ns();
+    let iv = sampler.sample(counters, now);
+    intervals.push(iv);
+    observer.on_interval(&iv);
+    let end = own_reason.unwrap_or(if cancel.is_cancelled() {
+        EndReason::Interrupted
+    } else {
+        EndReason::Completed
+    });
+    let summary = records.summary.finish(now);
+    Driven {
+        records,
+        intervals,
+        end,
+        summary,
+    }
+}
+
+pub(crate) fn tool_info() -> goodput_core::result::ToolInfo {
+    goodput_core::result::ToolInfo {
+        name: "goodput".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
+pub(crate) fn unix_ms_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
