@@ -1,1 +1,52 @@
-//! placeholder
+//! Views of goodput's result model: the console, CSV and text files, JSON
+//! documents and JSON lines. Each view reads the same typed records, so no
+//! two outputs can disagree about a number.
+#![warn(missing_docs, unreachable_pub)]
+
+mod console;
+mod files;
+mod format;
+
+pub use console::{ConsoleView, Verbosity};
+pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
+pub use format::{connection_line, status_header, status_legend, status_line};
+
+use goodput_core::result::{ConnectionRecord, Interval, TestResult};
+
+/// A consumer of a run's events. The binary fans events out to every view
+/// the user asked for.
+pub trait View {
+    /// A status interval ended.
+    fn interval(&mut self, _iv: &Interval) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A connection ended.
+    fn connection(&mut self, _r: &ConnectionRecord) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A connection was established.
+    fn established(&mut self, _index: u64, _local: &str, _remote: &str, _t: f64) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A notice for the user.
+    fn notice(&mut self, _text: &str) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// The run ended; flush and write closing content.
+    fn finish(&mut self, _result: &TestResult) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The JSON Schema of the result document, pretty-printed.
+pub fn result_schema() -> String {
+    let schema = schemars::schema_for!(TestResult);
+    serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}
+
+/// Writes the result document as pretty JSON.
+pub fn write_result_json(path: &std::path::Path, result: &TestResult) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(result).map_err(std::io::Error::other)?;
+    text.push('\n');
+    std::fs::write(path, text)
+}

@@ -1,0 +1,209 @@
+use std::io::{self, IsTerminal, Write};
+
+use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
+use goodput_core::units::{format_bits_per_second, format_bytes};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::format::{connection_line, error_text, status_header, status_legend, status_line};
+use crate::View;
+
+/// Console verbosity, ctsTraffic's levels: 0 prints nothing at all; 1 status
+/// lines; 2 status and errors (the default); 3 connection lines only; 4
+/// errors and connection lines; 5 everything. Levels 1-5 also print the
+/// settings banner and the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verbosity(pub u8);
+
+impl Verbosity {
+    fn banner(self) -> bool {
+        self.0 >= 1
+    }
+    fn status(self) -> bool {
+        matches!(self.0, 1 | 2 | 5)
+    }
+    fn errors(self) -> bool {
+        matches!(self.0, 2 | 4 | 5)
+    }
+    fn connections(self) -> bool {
+        self.0 >= 3
+    }
+}
+
+/// The console: banner, status lines (header repeated every 40 lines),
+/// connection and error lines, a progress bar on a terminal for finite runs,
+/// and the summary.
+pub struct ConsoleView {
+    verbosity: Verbosity,
+    lines: u64,
+    bar: Option<ProgressBar>,
+}
+
+impl ConsoleView {
+    /// A console view; `finite_connections` enables the progress bar (only
+    /// when standard error is a terminal).
+    pub fn new(verbosity: Verbosity, finite_connections: Option<u64>) -> Self {
+        let bar = finite_connections
+            .filter(|_| verbosity.0 > 0 && io::stderr().is_terminal())
+            .map(|n| {
+                let b = ProgressBar::new(n);
+                b.set_style(
+                    ProgressStyle::with_template("{bar:40} {pos}/{len} connections  {elapsed} {msg}")
+                        .expect("valid template"),
+                );
+                b
+            });
+        Self {
+            verbosity,
+            lines: 0,
+            bar,
+        }
+    }
+
+    fn say(&self, text: &str) {
+        match &self.bar {
+            Some(b) => b.suspend(|| println!("{text}")),
+            None => println!("{text}"),
+        }
+    }
+
+    /// Prints the settings banner (key, value pairs).
+    pub fn banner(&self, title: &str, settings: &[(String, String)]) {
+        if !self.verbosity.banner() {
+            return;
+        }
+        let mut s = format!("{title}\n");
+        let w = settings.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+        for (k, v) in settings {
+            s.push_str(&format!("  {k:<w$}  {v}\n"));
+        }
+        self.say(s.trim_end());
+    }
+}
+
+impl View for ConsoleView {
+    fn interval(&mut self, iv: &Interval) -> io::Result<()> {
+        if let Some(b) = &self.bar {
+            b.set_position(iv.completed + iv.network_errors + iv.data_errors);
+            b.set_message(format!("recv {}", format_bits_per_second(iv.recv_bytes_per_second as f64)));
+        }
+        if !self.verbosity.status() {
+            return Ok(());
+        }
+        if self.lines == 0 {
+            self.say(status_legend().trim_end());
+        }
+        if self.lines % 40 == 0 {
+            self.say(&status_header());
+        }
+        self.lines += 1;
+        self.say(&status_line(iv));
+        Ok(())
+    }
+
+    fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+        if self.verbosity.connections() {
+            self.say(&connection_line(r));
+        } else if self.verbosity.errors() {
+            if let Some(e) = error_text(r) {
+                self.say(&e);
+            }
+        }
+        Ok(())
+    }
+
+    fn established(&mut self, _index: u64, local: &str, remote: &str, t: f64) -> io::Result<()> {
+        if self.verbosity.connections() {
+            self.say(&format!("[{t:.3}] TCP connection established [{local} - {remote}]"));
+        }
+        Ok(())
+    }
+
+    fn notice(&mut self, text: &str) -> io::Result<()> {
+        if self.verbosity.0 > 0 {
+            match &self.bar {
+                Some(b) => b.suspend(|| eprintln!("goodput: {text}")),
+                None => eprintln!("goodput: {text}"),
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, result: &TestResult) -> io::Result<()> {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+        if self.verbosity.0 == 0 {
+            return Ok(());
+        }
+        let mut out = io::stdout().lock();
+        writeln!(out, "{}", summary_text(result))?;
+        out.flush()
+    }
+}
+
+fn rate(bytes_per_second: f64) -> String {
+    format!("{bytes_per_second:.0} B/s ({})", format_bits_per_second(bytes_per_second))
+}
+
+/// The end-of-run summary as text.
+pub(crate) fn summary_text(result: &TestResult) -> String {
+    let s = &result.summary;
+    let mut t = String::new();
+    match result.end {
+        EndReason::Interrupted => t.push_str("\nInterrupted: stopped starting connections; in-flight ones recorded as aborted.\n"),
+        EndReason::TimeLimit => t.push_str(&format!(
+            "\nTime limit of {:.3} s reached; in-flight connections recorded as aborted.\n",
+            result.settings.time_limit_ms.unwrap_or(0) as f64 / 1000.0
+        )),
+        EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
+        EndReason::Completed => t.push('\n'),
+    }
+    t.push_str("  Historic Connection Statistics (all connections over the complete lifetime)\n");
+    t.push_str(&format!(
+        "  SuccessfulConnections [{}]   NetworkErrors [{}]   ProtocolErrors [{}]   Aborted [{}]\n",
+        s.successful, s.network_errors, s.data_errors, s.aborted
+    ));
+    t.push_str(&format!(
+        "  Total Bytes Sent : {} ({})   Total Bytes Recv : {} ({})\n",
+        s.sent_bytes,
+        format_bytes(s.sent_bytes),
+        s.received_bytes,
+        format_bytes(s.received_bytes)
+    ));
+    t.push_str(&format!("  Total Time : {:.3} s\n", s.duration_s));
+    t.push_str(&format!(
+        "  Good-put : sent {}   received {}\n",
+        rate(s.send_bytes_per_second),
+        rate(s.recv_bytes_per_second)
+    ));
+    if let Some(c) = s.connection_bytes_per_second {
+        t.push_str(&format!(
+            "  Per-connection good-put (both directions) : min {}   median {}   max {}\n",
+            format_bits_per_second(c.min),
+            format_bits_per_second(c.median),
+            format_bits_per_second(c.max)
+        ));
+    }
+    if let Some(f) = s.fairness {
+        t.push_str(&format!("  Jain's fairness index : {f:.4} (1 = every connection got the same)\n"));
+    }
+    let (peer_sent, peer_recv, peers) = result.connections.iter().filter_map(|r| r.peer.as_ref()).fold(
+        (0u64, 0u64, 0u64),
+        |(a, b, n), p| (a + p.sent_bytes, b + p.received_bytes, n + 1),
+    );
+    if peers > 0 {
+        t.push_str(&format!(
+            "  Server's view ({peers} connections) : sent {peer_sent} B   received {peer_recv} B\n"
+        ));
+    }
+    if result.connections_omitted > 0 {
+        t.push_str(&format!(
+            "  ({} connection records beyond the cap are counted above but not kept in the JSON document)\n",
+            result.connections_omitted
+        ));
+    }
+    t
+}

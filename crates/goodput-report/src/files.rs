@@ -1,0 +1,223 @@
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use goodput_core::result::{ConnectionRecord, Interval, Outcome, TestResult};
+use serde_json::json;
+
+use crate::format::{connection_line, csv_cell, error_text, status_header, status_legend, status_line};
+use crate::View;
+
+fn is_csv(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+}
+
+fn create(path: &Path) -> io::Result<BufWriter<File>> {
+    File::create(path)
+        .map(BufWriter::new)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
+}
+
+/// `--status-file`: one row per interval, CSV for `.csv` names, otherwise the
+/// console's aligned text with its legend.
+pub struct StatusFile {
+    out: BufWriter<File>,
+    csv: bool,
+}
+
+impl StatusFile {
+    /// Creates (truncates) the file and writes its header.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let csv = is_csv(path);
+        let mut out = create(path)?;
+        if csv {
+            writeln!(out, "TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError")?;
+        } else {
+            write!(out, "{}", status_legend())?;
+            writeln!(out, "{}", status_header())?;
+        }
+        out.flush()?;
+        Ok(Self { out, csv })
+    }
+}
+
+impl View for StatusFile {
+    fn interval(&mut self, iv: &Interval) -> io::Result<()> {
+        if self.csv {
+            writeln!(
+                self.out,
+                "{:.3},{},{},{},{},{},{}",
+                iv.time_slice_s,
+                iv.send_bytes_per_second,
+                iv.recv_bytes_per_second,
+                iv.in_flight,
+                iv.completed,
+                iv.network_errors,
+                iv.data_errors
+            )?;
+        } else {
+            writeln!(self.out, "{}", status_line(iv))?;
+        }
+        // Each line reaches the disk as it happens, so a killed run keeps it.
+        self.out.flush()
+    }
+    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `--connection-file`: one record per connection.
+pub struct ConnectionFile {
+    out: BufWriter<File>,
+    csv: bool,
+}
+
+/// The connection CSV header: ctsTraffic's ten columns, then goodput's.
+pub const CONNECTION_CSV_HEADER: &str = "TimeSlice,LocalAddress,RemoteAddress,SendBytes,SendBps,RecvBytes,RecvBps,TimeMs,Result,ConnectionId,\
+Index,Pattern,TransferBytes,BufferBytes,RateLimitBps,Shutdown,PeerSendBytes,PeerRecvBytes,PeerResult,ErrorDetail,\
+RttUs,RttVarUs,MinRttUs,CwndSegments,MssBytes,RetransSegments,BytesRetransmitted,DeliveryRateBps,PacingRateBps";
+
+impl ConnectionFile {
+    /// Creates (truncates) the file and writes its header.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let csv = is_csv(path);
+        let mut out = create(path)?;
+        if csv {
+            writeln!(out, "{CONNECTION_CSV_HEADER}")?;
+        }
+        out.flush()?;
+        Ok(Self { out, csv })
+    }
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+impl View for ConnectionFile {
+    fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        if !self.csv {
+            writeln!(self.out, "{}", connection_line(r))?;
+            return self.out.flush();
+        }
+        let detail = match &r.outcome {
+            Outcome::NetworkError { message, .. } | Outcome::ProtocolError { message, .. } => message.clone(),
+            Outcome::Aborted { reason } => reason.clone(),
+            Outcome::Succeeded => String::new(),
+        };
+        let ti = r.tcp_info;
+        let cells = [
+            format!("{:.3}", r.time_slice_s),
+            r.local_address.clone(),
+            r.remote_address.clone(),
+            r.sent_bytes.to_string(),
+            format!("{:.0}", r.send_bytes_per_second()),
+            r.received_bytes.to_string(),
+            format!("{:.0}", r.recv_bytes_per_second()),
+            format!("{:.3}", r.elapsed_ns as f64 / 1e6),
+            r.outcome.label(),
+            r.connection_id.clone(),
+            r.index.to_string(),
+            opt(r.pattern.map(|p| p.name())),
+            r.transfer_bytes.to_string(),
+            r.buffer_bytes.to_string(),
+            r.rate_limit_bytes_per_second.to_string(),
+            opt(r.shutdown.map(|s| format!("{s:?}").to_lowercase())),
+            opt(r.peer.as_ref().map(|p| p.sent_bytes)),
+            opt(r.peer.as_ref().map(|p| p.received_bytes)),
+            opt(r.peer.as_ref().map(|p| p.outcome.label())),
+            detail,
+            opt(ti.map(|t| t.rtt_us)),
+            opt(ti.map(|t| t.rttvar_us)),
+            opt(ti.and_then(|t| t.min_rtt_us)),
+            opt(ti.map(|t| t.snd_cwnd_segments)),
+            opt(ti.map(|t| t.snd_mss_bytes)),
+            opt(ti.map(|t| t.total_retrans_segments)),
+            opt(ti.and_then(|t| t.bytes_retrans)),
+            opt(ti.and_then(|t| t.delivery_rate_bytes_per_second)),
+            opt(ti.and_then(|t| t.pacing_rate_bytes_per_second)),
+        ];
+        let line: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
+        writeln!(self.out, "{}", line.join(","))?;
+        self.out.flush()
+    }
+    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `--error-file`: one text line per failed connection.
+pub struct ErrorFile {
+    out: BufWriter<File>,
+}
+
+impl ErrorFile {
+    /// Creates (truncates) the file. A `.csv` name is refused: the error log
+    /// is text, as in ctsTraffic.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        if is_csv(path) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("--error-file {} : the error log is text; use another extension", path.display()),
+            ));
+        }
+        Ok(Self { out: create(path)? })
+    }
+}
+
+impl View for ErrorFile {
+    fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        if let Some(line) = error_text(r) {
+            writeln!(self.out, "{line}")?;
+            self.out.flush()?;
+        }
+        Ok(())
+    }
+    fn notice(&mut self, text: &str) -> io::Result<()> {
+        writeln!(self.out, "{text}")
+    }
+    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `--json-stream`: JSON lines of intervals and connections as they happen,
+/// then the summary.
+pub struct JsonStream {
+    out: Box<dyn Write + Send>,
+}
+
+impl JsonStream {
+    /// Streams to `path`, or to standard output for `-`.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let out: Box<dyn Write + Send> = if path.as_os_str() == "-" {
+            Box::new(io::stdout())
+        } else {
+            Box::new(create(path)?)
+        };
+        Ok(Self { out })
+    }
+
+    fn line(&mut self, v: serde_json::Value) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, &v).map_err(io::Error::other)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+}
+
+impl View for JsonStream {
+    fn interval(&mut self, iv: &Interval) -> io::Result<()> {
+        self.line(json!({"event": "interval", "interval": iv}))
+    }
+    fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        self.line(json!({"event": "connection", "connection": r}))
+    }
+    fn finish(&mut self, result: &TestResult) -> io::Result<()> {
+        self.line(json!({
+            "event": "end",
+            "schema_version": result.schema_version,
+            "end": result.end,
+            "summary": result.summary,
+        }))
+    }
+}
