@@ -1,1 +1,605 @@
-fn main() {}
+//! The `goodput` command line: flags → specs, views, signals, exit codes.
+
+mod cli;
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use clap::Parser;
+use goodput_core::plan::TcpPattern;
+use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
+use goodput_core::session::VerifyMode;
+use goodput_core::units::{format_bytes, ByteRate};
+use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
+use goodput_engine::tcp::{
+    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec, WireProtocol,
+};
+use goodput_engine::{CancellationToken, NullObserver, Observer};
+use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
+
+use cli::{Cli, Command, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs, VerifyArg, WireArg};
+
+/// Exit status: every connection succeeded.
+const EXIT_OK: u8 = 0;
+/// Exit status: at least one connection failed (network or data error).
+const EXIT_FAILED: u8 = 1;
+/// Exit status: invalid flags or values (clap uses it too).
+const EXIT_USAGE: u8 = 2;
+/// Exit status: the run could not start or could not write its outputs.
+const EXIT_FATAL: u8 = 3;
+/// Exit status: interrupted by SIGINT/SIGTERM (after the summary and files).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Why the program stops early.
+enum Stop {
+    Usage(String),
+    Fatal(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Self {
+        Stop::Fatal(e)
+    }
+}
+
+fn usage(msg: impl Into<String>) -> Stop {
+    Stop::Usage(msg.into())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Schema => {
+            print!("{}", goodput_report::result_schema());
+            Ok(EXIT_OK)
+        }
+        Command::Tcp(args) => runtime().and_then(|rt| rt.block_on(tcp(*args))),
+        Command::Server(args) => runtime().and_then(|rt| rt.block_on(server(*args))),
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(Stop::Usage(m)) => {
+            eprintln!("goodput: error: {m}");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Err(Stop::Fatal(e)) => {
+            eprintln!("goodput: error: {e:#}");
+            ExitCode::from(EXIT_FATAL)
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Stop> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(Stop::Fatal)
+}
+
+/// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
+fn watch_signals(cancel: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        for round in 0..2 {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            if round == 0 {
+                cancel.cancel();
+            } else {
+                eprintln!("goodput: second signal, exiting without waiting");
+                std::process::exit(i32::from(EXIT_INTERRUPTED));
+            }
+        }
+    });
+}
+
+/// Fans the engine's events out to every view the user asked for. The first
+/// write error is kept and reported at the end; the run is not disturbed.
+struct Views {
+    console: ConsoleView,
+    files: Vec<Box<dyn View + Send>>,
+    error: Option<io::Error>,
+}
+
+impl Views {
+    fn open(out: &OutputArgs, finite: Option<u64>) -> Result<Self, Stop> {
+        let mut files: Vec<Box<dyn View + Send>> = Vec::new();
+        let open_err = |e: io::Error| Stop::Fatal(anyhow!(e));
+        if let Some(p) = &out.status_file {
+            files.push(Box::new(StatusFile::create(p).map_err(open_err)?));
+        }
+        if let Some(p) = &out.connection_file {
+            files.push(Box::new(ConnectionFile::create(p).map_err(open_err)?));
+        }
+        if let Some(p) = &out.error_file {
+            let f = ErrorFile::create(p).map_err(|e| {
+                if e.kind() == io::ErrorKind::InvalidInput {
+                    usage(e.to_string())
+                } else {
+                    open_err(e)
+                }
+            })?;
+            files.push(Box::new(f));
+        }
+        if let Some(p) = &out.json_stream {
+            files.push(Box::new(JsonStream::create(p).map_err(open_err)?));
+        }
+        // JSON lines on standard output replace the console text there.
+        let verbosity = if out.json_stream.as_deref().is_some_and(|p| p.as_os_str() == "-") {
+            0
+        } else {
+            out.verbosity
+        };
+        Ok(Self {
+            console: ConsoleView::new(Verbosity(verbosity), finite),
+            files,
+            error: None,
+        })
+    }
+
+    fn each(&mut self, mut f: impl FnMut(&mut dyn View) -> io::Result<()>) {
+        let r = f(&mut self.console);
+        self.keep(r);
+        for v in &mut self.files {
+            let r = f(v.as_mut());
+            self.error = self.error.take().or(r.err());
+        }
+    }
+
+    fn keep(&mut self, r: io::Result<()>) {
+        if let Err(e) = r {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    fn finish(&mut self, result: &TestResult, json: Option<&std::path::Path>) -> Result<(), Stop> {
+        self.each(|v| v.finish(result));
+        if let Some(p) = json {
+            goodput_report::write_result_json(p, result)
+                .with_context(|| format!("cannot write {}", p.display()))?;
+        }
+        match self.error.take() {
+            Some(e) => Err(Stop::Fatal(anyhow!(e).context("writing an output file failed"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Observer for Views {
+    fn on_interval(&mut self, iv: &Interval) {
+        self.each(|v| v.interval(iv));
+    }
+    fn on_connection(&mut self, r: &ConnectionRecord) {
+        self.each(|v| v.connection(r));
+    }
+    fn on_established(&mut self, index: u64, local: &str, remote: &str, t: f64) {
+        self.each(|v| v.established(index, local, remote, t));
+    }
+    fn on_notice(&mut self, text: &str) {
+        self.each(|v| v.notice(text));
+    }
+}
+
+fn pattern_of(p: PatternArg) -> TcpPattern {
+    match p {
+        PatternArg::Push => TcpPattern::Push,
+        PatternArg::Pull => TcpPattern::Pull,
+        PatternArg::Pushpull => TcpPattern::PushPull,
+        PatternArg::Duplex => TcpPattern::Duplex,
+    }
+}
+
+fn verify_of(v: VerifyArg) -> VerifyMode {
+    match v {
+        VerifyArg::Data => VerifyMode::Data,
+        VerifyArg::Connection => VerifyMode::Connection,
+    }
+}
+
+fn wire_of(w: WireArg) -> WireProtocol {
+    match w {
+        WireArg::Goodput => WireProtocol::Goodput,
+        WireArg::Cts => WireProtocol::Cts,
+    }
+}
+
+/// Largest I/O size goodput accepts (the shared pattern buffer is sized to it).
+const MAX_BUFFER: u64 = 64 << 20;
+
+fn check_data(d: &PatternArgs) -> Result<(), Stop> {
+    if d.transfer.lo.0 == 0 {
+        return Err(usage("--transfer must be at least 1 byte"));
+    }
+    if d.buffer.lo.0 == 0 || d.buffer.hi.0 > MAX_BUFFER {
+        return Err(usage(format!(
+            "--buffer must be between 1 byte and {} (got {})",
+            format_bytes(MAX_BUFFER),
+            d.buffer
+        )));
+    }
+    if d.pattern == PatternArg::Pushpull && (d.push_bytes.0 == 0 || d.pull_bytes.0 == 0) {
+        return Err(usage("--push-bytes and --pull-bytes must be at least 1 byte"));
+    }
+    Ok(())
+}
+
+fn socket_options(s: &SocketArgs) -> Result<SocketOptions, Stop> {
+    let fits = |name: &str, v: Option<goodput_core::units::ByteSize>| -> Result<Option<u32>, Stop> {
+        v.map(|b| u32::try_from(b.0).map_err(|_| usage(format!("{name} must be below 4 GiB"))))
+            .transpose()
+    };
+    Ok(SocketOptions {
+        send_buffer: fits("--send-buffer", s.send_buffer)?,
+        recv_buffer: fits("--recv-buffer", s.recv_buffer)?,
+        no_delay: s.no_delay,
+        congestion: s.congestion.clone(),
+        dscp: s.dscp,
+        keepalive: s.keepalive.map(|d| d.0),
+        interface: s.interface.clone(),
+    })
+}
+
+fn check_output(o: &OutputArgs) -> Result<(), Stop> {
+    if o.status_interval.0 < Duration::from_millis(10) {
+        return Err(usage("--status-interval must be at least 10ms"));
+    }
+    if o.idle_timeout.0.is_zero() {
+        return Err(usage("--idle-timeout must be above zero"));
+    }
+    if o.time_limit.is_some_and(|t| t.0.is_zero()) {
+        return Err(usage("--time-limit must be above zero"));
+    }
+    Ok(())
+}
+
+async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, Stop> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((bare, port))
+            .await
+            .with_context(|| format!("cannot resolve '{host}'"))?
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for a in found {
+        if (v4 && !a.is_ipv4()) || (v6 && !a.is_ipv6()) || out.contains(&a) {
+            continue;
+        }
+        out.push(a);
+    }
+    if out.is_empty() {
+        return Err(Stop::Fatal(anyhow!(
+            "'{host}' has no {} address",
+            if v4 { "IPv4" } else { "IPv6" }
+        )));
+    }
+    Ok(out)
+}
+
+async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
+    check_data(&args.data)?;
+    check_output(&args.output)?;
+    if args.connections == 0 {
+        return Err(usage("--connections must be at least 1"));
+    }
+    if let Some(r) = args.rate_limit {
+        let period = args.rate_period.0;
+        if r.lo.0 == 0 || (u128::from(r.lo.0) * period.as_nanos() / 1_000_000_000) == 0 {
+            return Err(usage(format!(
+                "--rate-limit {r} with --rate-period {} ms gives less than one byte per period",
+                period.as_millis()
+            )));
+        }
+    }
+    if args.rate_period.0.is_zero() {
+        return Err(usage("--rate-period must be above zero"));
+    }
+    if args.burst_count == Some(0) {
+        return Err(usage("--burst-count must be at least 1"));
+    }
+    if !args.local_port.is_ephemeral() && u64::from(args.local_port.len()) < args.connections {
+        return Err(usage(format!(
+            "--local-port range has {} ports, fewer than --connections {}",
+            args.local_port.len(),
+            args.connections
+        )));
+    }
+    let socket = socket_options(&args.socket)?;
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+
+    let mut hosts: Vec<String> = args.host.iter().cloned().collect();
+    hosts.extend(args.target.iter().cloned());
+    let embedded = hosts.is_empty();
+    let mut notices = Vec::new();
+
+    // Every connection needs a descriptor here, two with the embedded server.
+    let mut connections = args.connections;
+    let per_conn = if embedded { 2 } else { 1 };
+    if let Ok(limit) = raise_open_file_limit() {
+        let room = limit.saturating_sub(64) / per_conn;
+        if connections > room {
+            notices.push(format!(
+                "--connections {connections} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}"
+            ));
+            connections = room.max(1);
+        }
+    }
+
+    let mut server_task = None;
+    let server_cancel = cancel.child_token();
+    let targets = if embedded {
+        let ip: IpAddr = if args.ipv6 { Ipv6Addr::LOCALHOST.into() } else { Ipv4Addr::LOCALHOST.into() };
+        let spec = TcpServerSpec {
+            wire: wire_of(args.wire),
+            cts: Some(cts_plan(&args.data)),
+            listen: vec![SocketAddr::new(ip, 0)],
+            listen_defaulted: false,
+            reuse_port: false,
+            socket: socket.clone(),
+            limits: ServerLimits {
+                max_transfer: u64::MAX,
+                max_buffer: MAX_BUFFER,
+                max_duration: Duration::from_secs(u64::MAX / 4),
+                ..ServerLimits::default()
+            },
+            exit_after: None,
+            idle_timeout: args.output.idle_timeout.0,
+            status_interval: Duration::from_secs(3600),
+            time_limit: None,
+            max_records: 0,
+        };
+        let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
+        let addrs = bound.local_addrs();
+        let c = server_cancel.clone();
+        server_task = Some(tokio::spawn(async move { bound.run(&mut NullObserver, c).await }));
+        addrs
+    } else {
+        let mut all = Vec::new();
+        for h in &hosts {
+            for a in resolve(h, args.port, args.ipv4, args.ipv6).await? {
+                if !all.contains(&a) {
+                    all.push(a);
+                }
+            }
+        }
+        all
+    };
+
+    let spec = TcpClientSpec {
+        wire: wire_of(args.wire),
+        targets,
+        binds: args.bind.clone(),
+        local_port: args.local_port,
+        pattern: pattern_of(args.data.pattern),
+        verify: verify_of(args.data.verify),
+        transfer: args.data.transfer,
+        buffer: args.data.buffer,
+        push_bytes: args.data.push_bytes.0,
+        pull_bytes: args.data.pull_bytes.0,
+        rate_limit: args.rate_limit,
+        rate_period: args.rate_period.0,
+        burst: args.burst_count.zip(args.burst_delay.map(|d| d.0)),
+        connections,
+        iterations: args.iterations,
+        throttle: args.throttle,
+        shutdown: match args.shutdown {
+            ShutdownArg::Graceful => ShutdownMode::Graceful,
+            ShutdownArg::Rude => ShutdownMode::Rude,
+            ShutdownArg::Random => ShutdownMode::Random,
+        },
+        socket,
+        idle_timeout: args.output.idle_timeout.0,
+        status_interval: args.output.status_interval.0,
+        time_limit: args.output.time_limit.map(|d| d.0),
+        max_records: args.output.max_records,
+    };
+    let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(spec.connections));
+    let mut views = Views::open(&args.output, finite)?;
+    views.console.banner("goodput tcp: configured settings", &client_banner(&spec, embedded));
+    for n in &notices {
+        views.on_notice(n);
+    }
+    let result = run_client(spec, &mut views, cancel.clone()).await;
+    server_cancel.cancel();
+    if let Some(t) = server_task {
+        let _ = t.await;
+    }
+    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    views.finish(&result, args.output.json.as_deref())?;
+    Ok(if result.summary.failures() > 0 {
+        EXIT_FAILED
+    } else if result.end == EndReason::Interrupted {
+        EXIT_INTERRUPTED
+    } else {
+        EXIT_OK
+    })
+}
+
+fn cts_plan(d: &PatternArgs) -> CtsServerPlan {
+    CtsServerPlan {
+        pattern: pattern_of(d.pattern),
+        verify: verify_of(d.verify),
+        transfer: d.transfer.hi.0,
+        push_bytes: d.push_bytes.0,
+        pull_bytes: d.pull_bytes.0,
+        buffer: d.buffer.hi.0,
+    }
+}
+
+fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> {
+    let mut v = vec![
+        ("Protocol".to_owned(), format!("TCP, {:?} wire", spec.wire).to_lowercase()),
+        ("Pattern".into(), spec.pattern.name().into()),
+    ];
+    if spec.pattern == TcpPattern::PushPull {
+        v.push((
+            "Segments".into(),
+            format!("push {} B, pull {} B", spec.push_bytes, spec.pull_bytes),
+        ));
+    }
+    v.extend([
+        (
+            "Verification".into(),
+            match spec.verify {
+                VerifyMode::Data => "connections and data",
+                VerifyMode::Connection => "connections",
+            }
+            .into(),
+        ),
+        ("Transfer per connection".into(), range_text(spec.transfer.lo.0, spec.transfer.hi.0)),
+        ("Buffer per send/recv".into(), range_text(spec.buffer.lo.0, spec.buffer.hi.0)),
+        (
+            "Rate limit per connection".into(),
+            match spec.rate_limit {
+                None => "unlimited".into(),
+                Some(r) if r.is_single() => format!("{} per {} ms", ByteRate(r.lo.0), spec.rate_period.as_millis()),
+                Some(r) => format!(
+                    "{}..{} B/s per {} ms",
+                    r.lo.0,
+                    r.hi.0,
+                    spec.rate_period.as_millis()
+                ),
+            },
+        ),
+        ("Concurrent connections".into(), spec.connections.to_string()),
+        (
+            "Total connections".into(),
+            if spec.iterations == 0 {
+                "until stopped (iterations 0)".into()
+            } else {
+                format!("{} ({} iterations)", spec.iterations * spec.connections, spec.iterations)
+            },
+        ),
+        ("Connect throttle".into(), spec.throttle.to_string()),
+        ("Shutdown".into(), format!("{:?}", spec.shutdown).to_lowercase()),
+        (
+            "Targets".into(),
+            spec.targets.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+                + if embedded { " (embedded loopback server)" } else { "" },
+        ),
+    ]);
+    if !spec.binds.is_empty() {
+        v.push(("Bind".into(), spec.binds.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")));
+    }
+    v.push(("Status interval".into(), format!("{} ms", spec.status_interval.as_millis())));
+    if let Some(t) = spec.time_limit {
+        v.push(("Time limit".into(), format!("{} ms", t.as_millis())));
+    }
+    v
+}
+
+fn range_text(lo: u64, hi: u64) -> String {
+    if lo == hi {
+        format!("{lo} B ({})", format_bytes(lo))
+    } else {
+        format!("{lo}..{hi} B, picked per connection")
+    }
+}
+
+fn listen_addrs(args: &ServerArgs) -> Result<(Vec<SocketAddr>, bool), Stop> {
+    if args.listen.is_empty() || args.listen.iter().any(|l| l == "*") {
+        let mut v = vec![
+            SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), args.port),
+            SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), args.port),
+        ];
+        for l in args.listen.iter().filter(|l| *l != "*") {
+            v.push(parse_listen(l, args.port)?);
+        }
+        return Ok((v, true));
+    }
+    let v = args
+        .listen
+        .iter()
+        .map(|l| parse_listen(l, args.port))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((v, false))
+}
+
+fn parse_listen(s: &str, port: u16) -> Result<SocketAddr, Stop> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let bare = s.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<IpAddr>()
+        .map(|ip| SocketAddr::new(ip, port))
+        .map_err(|_| usage(format!("--listen '{s}': expected an IP address, optionally with :PORT ([v6]:PORT), or *")))
+}
+
+async fn server(args: ServerArgs) -> Result<u8, Stop> {
+    check_output(&args.output)?;
+    if args.wire == WireArg::Cts {
+        check_data(&args.data)?;
+        if !args.data.transfer.is_single() || !args.data.buffer.is_single() {
+            return Err(usage("--wire cts needs a single --transfer and --buffer (both ends must match)"));
+        }
+    }
+    if args.max_buffer.0 == 0 || args.max_buffer.0 > MAX_BUFFER {
+        return Err(usage(format!("--max-buffer must be between 1 byte and {}", format_bytes(MAX_BUFFER))));
+    }
+    let socket = socket_options(&args.socket)?;
+    let (listen, listen_defaulted) = listen_addrs(&args)?;
+    let limit = raise_open_file_limit().ok();
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let spec = TcpServerSpec {
+        wire: wire_of(args.wire),
+        cts: (args.wire == WireArg::Cts).then(|| cts_plan(&args.data)),
+        listen,
+        listen_defaulted,
+        reuse_port: args.reuse_port,
+        socket,
+        limits: ServerLimits {
+            max_connections: args.max_connections,
+            max_per_client: args.max_per_client,
+            max_transfer: args.max_transfer.0,
+            max_buffer: args.max_buffer.0,
+            max_duration: args.max_duration.0,
+        },
+        exit_after: args.exit_after,
+        idle_timeout: args.output.idle_timeout.0,
+        status_interval: args.output.status_interval.0,
+        time_limit: args.output.time_limit.map(|d| d.0),
+        max_records: args.output.max_records,
+    };
+    let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
+    let mut views = Views::open(&args.output, args.exit_after)?;
+    let mut banner = vec![
+        (
+            "Listening on".to_owned(),
+            bound.local_addrs().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+        ),
+        ("Wire".into(), format!("{:?}", args.wire).to_lowercase()),
+        (
+            "Limits".into(),
+            format!(
+                "{} connections, {} per client, {} per connection, {} buffer, {} s per connection",
+                args.max_connections,
+                args.max_per_client,
+                format_bytes(args.max_transfer.0),
+                format_bytes(args.max_buffer.0),
+                args.max_duration.0.as_secs()
+            ),
+        ),
+    ];
+    if let Some(l) = limit {
+        banner.push(("Open-file limit".into(), l.to_string()));
+    }
+    if let Some(n) = args.exit_after {
+        banner.push(("Exit after".into(), format!("{n} connections")));
+    }
+    views.console.banner("goodput server", &banner);
+    let result = bound.run(&mut views, cancel).await.map_err(|e| Stop::Fatal(e.into()))?;
+    views.finish(&result, args.output.json.as_deref())?;
+    Ok(if result.summary.failures() > 0 { EXIT_FAILED } else { EXIT_OK })
+}

@@ -1,0 +1,260 @@
+//! Every flag, with its help text, default and validation, in one place;
+//! `--help` is generated from these definitions.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use goodput_core::units::{ByteRate, ByteSize, HumanDuration, PortRange, ValueRange};
+
+/// Network good-put and reliability measurement for Linux.
+///
+/// Sizes take K/M/G/T (x1000) or KiB/MiB/GiB/TiB (x1024) suffixes; rates are
+/// bytes per second (10MB/s) unless written in bits (80Mbit); durations take
+/// ns/us/ms/s/m/h (a bare number is seconds); ranges are written LOW..HIGH.
+#[derive(Debug, Parser)]
+#[command(name = "goodput", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// TCP good-put and reliability test (ctsTraffic-style). With no HOST and
+    /// no --target, starts a server on loopback and runs against it.
+    Tcp(Box<TcpArgs>),
+    /// Serve goodput clients (TCP on --port, 4444 by default).
+    Server(Box<ServerArgs>),
+    /// Print the JSON Schema of the result document (--json).
+    Schema,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PatternArg {
+    /// Client sends, server receives.
+    Push,
+    /// Server sends, client receives.
+    Pull,
+    /// Alternate --push-bytes and --pull-bytes segments, client first.
+    Pushpull,
+    /// Both directions at once, half of --transfer each way.
+    Duplex,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyArg {
+    /// Compare every received byte with the pattern.
+    Data,
+    /// Check byte counts and connection integrity only.
+    Connection,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShutdownArg {
+    /// shutdown(SHUT_WR), then wait for the server's FIN.
+    Graceful,
+    /// SO_LINGER 0 and close: an RST, so the client keeps no TIME_WAIT.
+    Rude,
+    /// Graceful or rude with equal odds per connection.
+    Random,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WireArg {
+    /// goodput's session protocol: parameters negotiated in-band.
+    Goodput,
+    /// ctsTraffic's protocol (37-byte id, raw pattern, DONE); both ends need
+    /// the same --pattern, --transfer, --push-bytes/--pull-bytes and --verify.
+    Cts,
+}
+
+/// What the data looks like (client; server only with --wire cts).
+#[derive(Debug, Args)]
+pub struct PatternArgs {
+    /// Data-flow pattern.
+    #[arg(long, value_enum, default_value = "push")]
+    pub pattern: PatternArg,
+    /// Pattern bytes per connection, or a range LOW..HIGH picked per
+    /// connection (negotiated, so both ends agree).
+    #[arg(long, default_value = "1GiB", value_name = "SIZE|RANGE")]
+    pub transfer: ValueRange<ByteSize>,
+    /// Bytes per send and recv call, or a range picked per connection.
+    #[arg(long, default_value = "256KiB", value_name = "SIZE|RANGE")]
+    pub buffer: ValueRange<ByteSize>,
+    /// pushpull: bytes per client-to-server segment.
+    #[arg(long, default_value = "1MiB", value_name = "SIZE")]
+    pub push_bytes: ByteSize,
+    /// pushpull: bytes per server-to-client segment.
+    #[arg(long, default_value = "1MiB", value_name = "SIZE")]
+    pub pull_bytes: ByteSize,
+    /// Verification of received data.
+    #[arg(long, value_enum, default_value = "data")]
+    pub verify: VerifyArg,
+}
+
+/// Socket options for every data connection.
+#[derive(Debug, Args)]
+pub struct SocketArgs {
+    /// SO_SNDBUF in bytes (default: the kernel's autotuning).
+    #[arg(long, value_name = "SIZE")]
+    pub send_buffer: Option<ByteSize>,
+    /// SO_RCVBUF in bytes (default: the kernel's autotuning).
+    #[arg(long, value_name = "SIZE")]
+    pub recv_buffer: Option<ByteSize>,
+    /// Set TCP_NODELAY (disable Nagle's algorithm).
+    #[arg(long)]
+    pub no_delay: bool,
+    /// TCP congestion control algorithm (TCP_CONGESTION), e.g. cubic, bbr.
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// DSCP code point 0-63 for IP_TOS / IPV6_TCLASS.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: Option<u8>,
+    /// Enable TCP keepalive with this idle time before probes.
+    #[arg(long, value_name = "DURATION")]
+    pub keepalive: Option<HumanDuration>,
+    /// Bind every socket to this interface (SO_BINDTODEVICE).
+    #[arg(long, value_name = "IFNAME")]
+    pub interface: Option<String>,
+}
+
+/// Run control and outputs, shared by client and server.
+#[derive(Debug, Args)]
+pub struct OutputArgs {
+    /// Stop after this long (in-flight connections are recorded as aborted).
+    #[arg(long, alias = "duration", value_name = "DURATION")]
+    pub time_limit: Option<HumanDuration>,
+    /// Status line period.
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub status_interval: HumanDuration,
+    /// Fail a connection that moves nothing for this long.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub idle_timeout: HumanDuration,
+    /// Console detail 0-5: 0 nothing at all, 1 status lines, 2 status and
+    /// errors, 3 connection lines, 4 errors and connections, 5 everything.
+    #[arg(long, short = 'v', default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=5))]
+    pub verbosity: u8,
+    /// Status per interval: CSV for a .csv name, aligned text otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub status_file: Option<PathBuf>,
+    /// One record per connection: CSV for a .csv name, text lines otherwise.
+    #[arg(long, value_name = "FILE")]
+    pub connection_file: Option<PathBuf>,
+    /// Text log of every failed connection (not .csv).
+    #[arg(long, value_name = "FILE")]
+    pub error_file: Option<PathBuf>,
+    /// Write the result document (JSON, see `goodput schema`) here at the end.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Stream intervals and connections as JSON lines ("-" = standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json_stream: Option<PathBuf>,
+    /// Most connection records kept in the JSON document (all are counted in
+    /// the summary and written to --connection-file).
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub max_records: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct TcpArgs {
+    /// Server host name or address; every address it resolves to is used,
+    /// round robin. Omit it (and --target) to test against an embedded
+    /// loopback server.
+    pub host: Option<String>,
+    /// More server hosts or addresses (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub target: Vec<String>,
+    /// Server port.
+    #[arg(long, short = 'p', default_value_t = 4444)]
+    pub port: u16,
+    /// Use IPv4 addresses only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Use IPv6 addresses only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Local address for outgoing connections (repeatable, round robin per
+    /// address family; sets IP_BIND_ADDRESS_NO_PORT).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Vec<IpAddr>,
+    /// Local port, or a range LOW..HIGH used in turn (0 = ephemeral).
+    #[arg(long, default_value = "0", value_name = "PORT|RANGE")]
+    pub local_port: PortRange,
+    /// Wire protocol.
+    #[arg(long, value_enum, default_value = "goodput")]
+    pub wire: WireArg,
+    #[command(flatten)]
+    pub data: PatternArgs,
+    /// Per-connection send rate limit in bytes/s (or bits with 'bit'), or a
+    /// range picked per connection (default: unlimited).
+    #[arg(long, value_name = "RATE|RANGE")]
+    pub rate_limit: Option<ValueRange<ByteRate>>,
+    /// Quantum over which --rate-limit is enforced.
+    #[arg(long, default_value = "100ms", value_name = "DURATION")]
+    pub rate_period: HumanDuration,
+    /// Sends per burst (with --burst-delay; not with --rate-limit).
+    #[arg(long, requires = "burst_delay", conflicts_with = "rate_limit", value_name = "N")]
+    pub burst_count: Option<u32>,
+    /// Pause between bursts.
+    #[arg(long, requires = "burst_count", value_name = "DURATION")]
+    pub burst_delay: Option<HumanDuration>,
+    /// Concurrent connections; a new one starts as each ends.
+    #[arg(long, short = 'c', default_value_t = 8)]
+    pub connections: u64,
+    /// Passes over --connections (0 = until --time-limit or Ctrl-C).
+    #[arg(long, short = 'n', default_value_t = 1)]
+    pub iterations: u64,
+    /// Most connect attempts pending at once (0 = unlimited).
+    #[arg(long, default_value_t = 1000)]
+    pub throttle: u64,
+    /// How successful connections are closed.
+    #[arg(long, value_enum, default_value = "graceful")]
+    pub shutdown: ShutdownArg,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Listen address (repeatable), with or without a port; default: 0.0.0.0
+    /// and :: (IPv6 only) on --port.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<String>,
+    /// Port for listen addresses given without one.
+    #[arg(long, short = 'p', default_value_t = 4444)]
+    pub port: u16,
+    /// SO_REUSEPORT, so several server processes can share the port.
+    #[arg(long)]
+    pub reuse_port: bool,
+    /// Exit after this many connections have ended.
+    #[arg(long, value_name = "N")]
+    pub exit_after: Option<u64>,
+    /// Most concurrent connections in total.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub max_connections: u64,
+    /// Most concurrent connections from one client address.
+    #[arg(long, default_value_t = 20_000, value_name = "N")]
+    pub max_per_client: u64,
+    /// Largest transfer one connection may ask for.
+    #[arg(long, default_value = "1TiB", value_name = "SIZE")]
+    pub max_transfer: ByteSize,
+    /// Largest send/recv size one connection may ask for.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE")]
+    pub max_buffer: ByteSize,
+    /// Longest one connection may run before the server aborts it.
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub max_duration: HumanDuration,
+    /// Wire protocol; with cts the --pattern/--transfer/--buffer/--verify
+    /// flags below say what every connection does.
+    #[arg(long, value_enum, default_value = "goodput")]
+    pub wire: WireArg,
+    #[command(flatten)]
+    pub data: PatternArgs,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
