@@ -135,11 +135,11 @@ impl Link<'_> {
                 }
                 match self.stream.try_read(&mut scratch[..want]) {
                     Ok(n) => {
-                        if let Some(v) = verifier.as_deref_mut() {
-                            v.check(pattern, &scratch[..n])
-                                .map_err(|mismatch| Failure::Mismatch { direction, mismatch })?;
-                        }
-                        Ok(Some(n))
+                        let checked = match verifier.as_deref_mut() {
+                            Some(v) => v.check(pattern, &scratch[..n]),
+                            None => Ok(()),
+                        };
+                        Ok(Some((n, checked)))
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                     Err(err) => Err(Failure::Net { during: "recv", err }),
@@ -147,10 +147,12 @@ impl Link<'_> {
             })?;
             match got {
                 None => self.ready(Interest::READABLE, "recv").await?,
-                Some(0) => return Err(Failure::Eof { during: "recv" }),
-                Some(n) => {
+                Some((0, _)) => return Err(Failure::Eof { during: "recv" }),
+                Some((n, checked)) => {
+                    // The chunk was delivered, bad byte or not: count it first.
                     *received += n as u64;
                     self.counters.add_received(n);
+                    checked.map_err(|mismatch| Failure::Mismatch { direction, mismatch })?;
                 }
             }
         }

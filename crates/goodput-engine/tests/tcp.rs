@@ -1,0 +1,539 @@
+//! End-to-end tests of the TCP test over real loopback sockets.
+
+mod relay;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use goodput_core::pattern::byte_at;
+use goodput_core::plan::{Direction, TcpPattern, TransferPlan};
+use goodput_core::result::{EndReason, Outcome, ProtocolErrorKind, TestResult};
+use goodput_core::session::VerifyMode;
+use goodput_core::units::{ByteSize, PortRange, ValueRange};
+use goodput_engine::socket::SocketOptions;
+use goodput_engine::tcp::{
+    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec, WireProtocol,
+};
+use goodput_engine::{CancellationToken, NullObserver};
+use relay::{Flip, Relay};
+
+fn server_spec(ip: IpAddr) -> TcpServerSpec {
+    TcpServerSpec {
+        wire: WireProtocol::Goodput,
+        cts: None,
+        listen: vec![SocketAddr::new(ip, 0)],
+        listen_defaulted: false,
+        reuse_port: false,
+        socket: SocketOptions::default(),
+        limits: ServerLimits::default(),
+        exit_after: None,
+        idle_timeout: Duration::from_secs(10),
+        status_interval: Duration::from_secs(3600),
+        time_limit: Some(Duration::from_secs(60)),
+        max_records: 100_000,
+    }
+}
+
+fn client_spec(target: SocketAddr) -> TcpClientSpec {
+    TcpClientSpec {
+        wire: WireProtocol::Goodput,
+        targets: vec![target],
+        binds: vec![],
+        local_port: PortRange { lo: 0, hi: 0 },
+        pattern: TcpPattern::Push,
+        verify: VerifyMode::Data,
+        transfer: ValueRange::single(ByteSize(1 << 20)),
+        buffer: ValueRange::single(ByteSize(64 << 10)),
+        push_bytes: 1 << 20,
+        pull_bytes: 1 << 20,
+        rate_limit: None,
+        rate_period: Duration::from_millis(100),
+        burst: None,
+        connections: 3,
+        iterations: 2,
+        throttle: 1000,
+        shutdown: ShutdownMode::Graceful,
+        socket: SocketOptions::default(),
+        idle_timeout: Duration::from_secs(10),
+        status_interval: Duration::from_secs(3600),
+        time_limit: Some(Duration::from_secs(60)),
+        max_records: 100_000,
+    }
+}
+
+/// Starts a server, runs `client` against it (through `via` if given), stops
+/// the server, and returns both results.
+async fn run_pair(
+    server: TcpServerSpec,
+    client: impl FnOnce(SocketAddr) -> TcpClientSpec,
+    via: Option<&dyn Fn(SocketAddr) -> SocketAddr>,
+) -> (TestResult, TestResult) {
+    let bound = bind_server(server).unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let server_task = tokio::spawn(async move { bound.run(&mut NullObserver, s).await.unwrap() });
+    let target = via.map(|f| f(addr)).unwrap_or(addr);
+    let c = run_client(client(target), &mut NullObserver, CancellationToken::new()).await.unwrap();
+    // Let the server see the last closes before stopping it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.cancel();
+    let s = server_task.await.unwrap();
+    (c, s)
+}
+
+fn assert_all_exact(c: &TestResult, s: &TestResult, plan: TransferPlan, expected_conns: u64) {
+    assert_eq!(c.summary.successful, expected_conns, "client: {:#?}", c.connections);
+    assert_eq!(c.summary.failures() + c.summary.aborted, 0);
+    assert_eq!(s.summary.successful, expected_conns, "server: {:#?}", s.connections);
+    for r in &c.connections {
+        assert_eq!(r.sent_bytes, plan.client_to_server);
+        assert_eq!(r.received_bytes, plan.server_to_client);
+        let p = r.peer.as_ref().expect("server's completion");
+        assert_eq!(p.received_bytes, plan.client_to_server);
+        assert_eq!(p.sent_bytes, plan.server_to_client);
+        assert_eq!(p.outcome, Outcome::Succeeded);
+    }
+    for r in &s.connections {
+        assert_eq!(r.received_bytes, plan.client_to_server);
+        assert_eq!(r.sent_bytes, plan.server_to_client);
+    }
+    assert_eq!(c.summary.sent_bytes, s.summary.received_bytes);
+    assert_eq!(c.summary.received_bytes, s.summary.sent_bytes);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pattern_and_verify_mode_is_exact_on_v4_and_v6() {
+    for ip in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
+        for pattern in [TcpPattern::Push, TcpPattern::Pull, TcpPattern::PushPull, TcpPattern::Duplex] {
+            for verify in [VerifyMode::Data, VerifyMode::Connection] {
+                let transfer = 1_000_003u64;
+                let (c, s) = run_pair(
+                    server_spec(ip),
+                    |t| TcpClientSpec {
+                        pattern,
+                        verify,
+                        transfer: ValueRange::single(ByteSize(transfer)),
+                        push_bytes: 70_001,
+                        pull_bytes: 30_000,
+                        ..client_spec(t)
+                    },
+                    None,
+                )
+                .await;
+                let plan = TransferPlan::new(pattern, transfer, 70_001, 30_000);
+                assert_all_exact(&c, &s, plan, 6);
+                assert!(plan.total() >= transfer, "{pattern:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_client_to_server_byte_is_one_data_error_at_its_offset() {
+    // Connection 1's client→server stream: a 72-byte hello, then pattern bytes.
+    let offset = 123_457u64;
+    let flips = vec![Flip {
+        conn: 1,
+        client_to_server: true,
+        offset: 72 + offset,
+        mask: 0x20,
+    }];
+    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let relay = Relay::start(addr, flips, false).await;
+    let spec = TcpClientSpec {
+        connections: 1,
+        iterations: 4,
+        ..client_spec(relay.addr)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    let s = server.await.unwrap();
+
+    assert_eq!(c.summary.data_errors, 1, "{:#?}", c.connections);
+    assert_eq!(c.summary.successful, 3);
+    assert_eq!(c.summary.network_errors, 0);
+    let bad = c.connections.iter().find(|r| !r.outcome.is_success()).unwrap();
+    assert_eq!(bad.index, 1);
+    match &bad.outcome {
+        Outcome::ProtocolError {
+            kind,
+            direction,
+            offset: at,
+            expected,
+            actual,
+            ..
+        } => {
+            assert_eq!(*kind, ProtocolErrorKind::DataMismatch);
+            assert_eq!(*direction, Some(Direction::ClientToServer));
+            assert_eq!(*at, Some(offset));
+            assert_eq!(*expected, Some(byte_at(offset)));
+            assert_eq!(*actual, Some(byte_at(offset) ^ 0x20));
+        }
+        other => panic!("expected a data mismatch, got {other:?}"),
+    }
+    assert_eq!(s.summary.data_errors, 1, "{:#?}", s.connections);
+    assert_eq!(s.summary.successful, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_server_to_client_byte_is_found_by_the_client() {
+    // Connection 2's server→client stream: a 24-byte Accept, then pattern bytes.
+    let offset = 65_536 * 3 + 1;
+    let flips = vec![Flip {
+        conn: 2,
+        client_to_server: false,
+        offset: 24 + offset,
+        mask: 0xff,
+    }];
+    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let relay = Relay::start(addr, flips, false).await;
+    let spec = TcpClientSpec {
+        pattern: TcpPattern::Pull,
+        connections: 1,
+        iterations: 4,
+        ..client_spec(relay.addr)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    stop.cancel();
+    let _ = server.await.unwrap();
+    assert_eq!(c.summary.data_errors, 1);
+    assert_eq!(c.summary.successful, 3);
+    let bad = c.connections.iter().find(|r| !r.outcome.is_success()).unwrap();
+    assert_eq!(bad.index, 2);
+    assert!(matches!(
+        bad.outcome,
+        Outcome::ProtocolError {
+            kind: ProtocolErrorKind::DataMismatch,
+            direction: Some(Direction::ServerToClient),
+            offset: Some(o),
+            ..
+        } if o == offset
+    ), "{:?}", bad.outcome);
+    // The client stopped in the chunk that held the bad byte.
+    assert!(bad.received_bytes > offset && bad.received_bytes < (1 << 20), "{}", bad.received_bytes);
+}
+
+/// Local ports in TIME_WAIT, from /proc/net/tcp and tcp6.
+fn time_wait_ports() -> Vec<u16> {
+    let mut ports = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() > 3 && cols[3] == "06" {
+                if let Some(port) = cols[1].rsplit(':').next() {
+                    ports.push(u16::from_str_radix(port, 16).unwrap());
+                }
+            }
+        }
+    }
+    ports
+}
+
+fn local_ports(r: &TestResult) -> Vec<u16> {
+    r.connections
+        .iter()
+        .map(|c| c.local_address.parse::<SocketAddr>().unwrap().port())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rude_shutdown_leaves_no_client_time_wait_and_graceful_does() {
+    let (c, s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            shutdown: ShutdownMode::Rude,
+            transfer: ValueRange::single(ByteSize(1000)),
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 6);
+    assert_eq!(s.summary.successful, 6, "the server accepts an RST after its completion");
+    let tw = time_wait_ports();
+    for p in local_ports(&c) {
+        assert!(!tw.contains(&p), "rude close left port {p} in TIME_WAIT");
+    }
+    assert!(c.connections.iter().all(|r| r.shutdown == Some(ShutdownMode::Rude)));
+
+    let (c, s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            shutdown: ShutdownMode::Graceful,
+            transfer: ValueRange::single(ByteSize(1000)),
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 6);
+    assert_eq!(s.summary.successful, 6);
+    // The client closed first with a FIN and waited for the server's FIN: it
+    // is the active closer, so each of its ports sits in TIME_WAIT.
+    let tw = time_wait_ports();
+    for p in local_ports(&c) {
+        assert!(tw.contains(&p), "graceful close: port {p} not in TIME_WAIT");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ranges_stay_inside_and_both_ends_agree() {
+    let transfer: ValueRange<ByteSize> = "10000..200000".parse().unwrap();
+    let buffer: ValueRange<ByteSize> = "512..8KiB".parse().unwrap();
+    let (c, s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            pattern: TcpPattern::Duplex,
+            transfer,
+            buffer,
+            connections: 4,
+            iterations: 5,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 20);
+    let mut transfers = std::collections::HashSet::new();
+    for r in &c.connections {
+        assert!(transfer.contains(ByteSize(r.transfer_bytes)), "{}", r.transfer_bytes);
+        assert!(buffer.contains(ByteSize(r.buffer_bytes)), "{}", r.buffer_bytes);
+        let plan = TransferPlan::new(TcpPattern::Duplex, r.transfer_bytes, 0, 0);
+        assert_eq!(r.sent_bytes, plan.client_to_server);
+        assert_eq!(r.received_bytes, plan.server_to_client);
+        let p = r.peer.as_ref().unwrap();
+        assert_eq!((p.sent_bytes, p.received_bytes), (r.received_bytes, r.sent_bytes));
+        // The server's record of the same connection carries the same plan.
+        let srv = s.connections.iter().find(|x| x.connection_id == r.connection_id).unwrap();
+        assert_eq!(srv.transfer_bytes, r.transfer_bytes);
+        assert_eq!(srv.buffer_bytes, r.buffer_bytes);
+        transfers.insert(r.transfer_bytes);
+    }
+    assert!(transfers.len() > 1, "a range picks different values");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
+    let transfer = 300_001u64;
+    let plan = CtsServerPlan {
+        pattern: TcpPattern::Duplex,
+        verify: VerifyMode::Data,
+        transfer,
+        push_bytes: 1 << 20,
+        pull_bytes: 1 << 20,
+        buffer: 65536,
+    };
+    let bound = bind_server(TcpServerSpec {
+        wire: WireProtocol::Cts,
+        cts: Some(plan),
+        ..server_spec(Ipv4Addr::LOCALHOST.into())
+    })
+    .unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let relay = Relay::start(addr, vec![], true).await;
+    let spec = TcpClientSpec {
+        wire: WireProtocol::Cts,
+        pattern: TcpPattern::Duplex,
+        transfer: ValueRange::single(ByteSize(transfer)),
+        connections: 2,
+        iterations: 1,
+        ..client_spec(relay.addr)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    let s = server.await.unwrap();
+    assert_eq!(c.summary.successful, 2, "{:#?}", c.connections);
+    assert_eq!(s.summary.successful, 2);
+    let half = transfer / 2 + 1; // duplex rounds an odd transfer up
+    let rec = relay.recording.lock().unwrap();
+    assert_eq!(rec.streams.len(), 2);
+    for (c2s, s2c) in &rec.streams {
+        // Client → server: raw pattern only, no header of any kind.
+        assert_eq!(c2s.len() as u64, half);
+        assert!(c2s.iter().enumerate().all(|(i, &b)| b == byte_at(i as u64)));
+        // Server → client: 36-char lowercase UUID + NUL, pattern, "DONE".
+        assert_eq!(s2c.len() as u64, 37 + half + 4);
+        let id = &s2c[..37];
+        assert_eq!(id[36], 0);
+        let text = std::str::from_utf8(&id[..36]).unwrap();
+        assert!(uuid::Uuid::parse_str(text).is_ok() && text == text.to_lowercase(), "{text}");
+        let body = &s2c[37..s2c.len() - 4];
+        assert!(body.iter().enumerate().all(|(i, &b)| b == byte_at(i as u64)));
+        assert_eq!(&s2c[s2c.len() - 4..], b"DONE");
+    }
+    // Both ends log the same id.
+    for r in &c.connections {
+        assert!(s.connections.iter().any(|x| x.connection_id == r.connection_id));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_limit_hello_is_rejected_with_a_reason_and_server_keeps_serving() {
+    let bound = bind_server(TcpServerSpec {
+        limits: ServerLimits {
+            max_transfer: 5000,
+            ..ServerLimits::default()
+        },
+        ..server_spec(Ipv4Addr::LOCALHOST.into())
+    })
+    .unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let big = run_client(
+        TcpClientSpec {
+            transfer: ValueRange::single(ByteSize(6000)),
+            connections: 1,
+            iterations: 1,
+            ..client_spec(addr)
+        },
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    match &big.connections[0].outcome {
+        Outcome::ProtocolError { kind, message, .. } => {
+            assert_eq!(*kind, ProtocolErrorKind::Rejected);
+            assert!(message.contains("above the server's limit of 5000 bytes"), "{message}");
+        }
+        o => panic!("{o:?}"),
+    }
+    // Garbage and a future version: both refused, nobody crashes.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for junk in [&b"GET / HTTP/1.1\r\n\r\n"[..], &b"GDPT\x09\x01\x00\x40"[..]] {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(junk).await.unwrap();
+        let mut reply = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut reply)).await;
+        let (m, _) = goodput_core::session::Message::decode(&reply).unwrap().unwrap();
+        assert!(matches!(m, goodput_core::session::Message::Reject { .. }), "{m:?}");
+    }
+    let ok = run_client(
+        TcpClientSpec {
+            transfer: ValueRange::single(ByteSize(5000)),
+            ..client_spec(addr)
+        },
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ok.summary.successful, 6);
+    stop.cancel();
+    let s = server.await.unwrap();
+    assert_eq!(s.summary.successful, 6);
+    assert_eq!(s.summary.data_errors, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_peer_is_an_idle_timeout_not_a_hang() {
+    // A listener that accepts and never answers the hello.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let _hold = tokio::spawn(async move {
+        let mut keep = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            keep.push(s);
+        }
+    });
+    let c = run_client(
+        TcpClientSpec {
+            connections: 2,
+            iterations: 1,
+            idle_timeout: Duration::from_millis(300),
+            ..client_spec(addr)
+        },
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.summary.data_errors, 2);
+    assert!(c.connections.iter().all(|r| matches!(
+        r.outcome,
+        Outcome::ProtocolError {
+            kind: ProtocolErrorKind::IdleTimeout,
+            ..
+        }
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_are_network_errors_with_errno_name() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    let c = run_client(client_spec(addr), &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(c.summary.network_errors, 6);
+    assert!(c.connections.iter().all(|r| matches!(
+        &r.outcome,
+        Outcome::NetworkError { name, during, .. } if name == "ECONNREFUSED" && during == "connect"
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_limit_ends_an_endless_run_and_records_in_flight_as_aborted() {
+    let (c, _s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            iterations: 0,
+            connections: 2,
+            transfer: ValueRange::single(ByteSize(1 << 40)),
+            rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(1_000_000))),
+            time_limit: Some(Duration::from_millis(700)),
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.end, EndReason::TimeLimit);
+    assert_eq!(c.summary.aborted, 2, "{:#?}", c.connections);
+    assert_eq!(c.summary.failures(), 0);
+    for r in &c.connections {
+        // 1 MB/s for 0.7 s in 100 ms quanta: 7 or 8 quanta of 100 kB.
+        assert!((600_000..=900_000).contains(&r.sent_bytes), "{}", r.sent_bytes);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_range_gives_each_connection_its_own_rate() {
+    let rates: ValueRange<goodput_core::units::ByteRate> = "200000..2000000".parse().unwrap();
+    let (c, _s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            transfer: ValueRange::single(ByteSize(100_000)),
+            rate_limit: Some(rates),
+            connections: 4,
+            iterations: 2,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 8);
+    let distinct: std::collections::HashSet<u64> =
+        c.connections.iter().map(|r| r.rate_limit_bytes_per_second).collect();
+    assert!(distinct.len() > 1, "rates: {distinct:?}");
+    for r in &c.connections {
+        assert!(rates.contains(goodput_core::units::ByteRate(r.rate_limit_bytes_per_second)));
+    }
+}
