@@ -15,7 +15,7 @@ pub const UNIT_LEN: usize = 65536;
 pub fn byte_at(offset: u64) -> u8 {
     let i = (offset % UNIT_LEN as u64) as usize;
     let value = (i / 2) as u16;
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         value as u8
     } else {
         (value >> 8) as u8

@@ -189,11 +189,25 @@ mod tests {
 
     #[test]
     fn pushpull_segments_sum_to_totals() {
-        for (t, a, b) in [(10u64, 3u64, 2u64), (1 << 20, 1000, 3000), (7, 10, 10), (5, 3, 2), (0, 1, 1)] {
+        for (t, a, b) in [
+            (10u64, 3u64, 2u64),
+            (1 << 20, 1000, 3000),
+            (7, 10, 10),
+            (5, 3, 2),
+            (0, 1, 1),
+        ] {
             let p = TransferPlan::new(TcpPattern::PushPull, t, a, b);
             let segs: Vec<_> = p.segments().collect();
-            let c2s: u64 = segs.iter().filter(|s| s.0 == Direction::ClientToServer).map(|s| s.1).sum();
-            let s2c: u64 = segs.iter().filter(|s| s.0 == Direction::ServerToClient).map(|s| s.1).sum();
+            let c2s: u64 = segs
+                .iter()
+                .filter(|s| s.0 == Direction::ClientToServer)
+                .map(|s| s.1)
+                .sum();
+            let s2c: u64 = segs
+                .iter()
+                .filter(|s| s.0 == Direction::ServerToClient)
+                .map(|s| s.1)
+                .sum();
             assert_eq!(c2s, p.client_to_server, "{t} {a} {b}");
             assert_eq!(s2c, p.server_to_client, "{t} {a} {b}");
             assert_eq!(c2s + s2c, t);
@@ -201,7 +215,9 @@ mod tests {
                 assert_ne!(w[0].0, w[1].0, "segments alternate");
             }
         }
-        let segs: Vec<_> = TransferPlan::new(TcpPattern::PushPull, 10, 3, 2).segments().collect();
+        let segs: Vec<_> = TransferPlan::new(TcpPattern::PushPull, 10, 3, 2)
+            .segments()
+            .collect();
         assert_eq!(
             segs,
             vec![

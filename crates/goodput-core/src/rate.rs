@@ -168,6 +168,9 @@ mod tests {
     fn burst_pacer_pauses_every_nth_send() {
         let mut b = BurstPacer::new(3, 5 * MS);
         let pauses: Vec<_> = (0..7).map(|_| b.after_send()).collect();
-        assert_eq!(pauses, vec![None, None, Some(5 * MS), None, None, Some(5 * MS), None]);
+        assert_eq!(
+            pauses,
+            vec![None, None, Some(5 * MS), None, None, Some(5 * MS), None]
+        );
     }
 }

@@ -410,8 +410,10 @@ impl SummaryBuilder {
         match r.outcome {
             Outcome::Succeeded => {
                 self.successful += 1;
-                self.rates
-                    .push(metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns));
+                self.rates.push(metrics::bytes_per_second(
+                    r.sent_bytes + r.received_bytes,
+                    r.elapsed_ns,
+                ));
             }
             Outcome::NetworkError { .. } => self.network_errors += 1,
             Outcome::ProtocolError { .. } => self.data_errors += 1,
@@ -481,10 +483,19 @@ mod tests {
                 10,
                 5,
             ),
-            record(Outcome::Aborted { reason: "interrupted".into() }, 7, 5),
+            record(
+                Outcome::Aborted {
+                    reason: "interrupted".into(),
+                },
+                7,
+                5,
+            ),
         ];
         let s = Summary::from_records(&recs, 2_000_000_000);
-        assert_eq!((s.successful, s.network_errors, s.data_errors, s.aborted), (2, 1, 0, 1));
+        assert_eq!(
+            (s.successful, s.network_errors, s.data_errors, s.aborted),
+            (2, 1, 0, 1)
+        );
         assert_eq!(s.sent_bytes, 4017);
         assert_eq!(s.send_bytes_per_second, 2008.5);
         let c = s.connection_bytes_per_second.unwrap();

@@ -38,7 +38,9 @@ const ACCEPT_LEN: usize = 16;
 const COMPLETION_LEN: usize = 36;
 
 /// Whether received bytes are compared with the pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum VerifyMode {
     /// Byte counts and connection integrity only.
@@ -482,7 +484,9 @@ mod tests {
     fn every_message_round_trips() {
         let msgs = vec![
             Message::Hello(hello()),
-            Message::Accept { connection_id: [7; 16] },
+            Message::Accept {
+                connection_id: [7; 16],
+            },
             Message::Reject {
                 code: RejectCode::OverLimit,
                 reason: "transfer 2 TiB is above the server's limit of 1 TiB".into(),
@@ -532,10 +536,16 @@ mod tests {
     #[test]
     fn wrong_version_and_magic_are_named() {
         let mut out = Vec::new();
-        Message::Accept { connection_id: [0; 16] }.encode(&mut out);
+        Message::Accept {
+            connection_id: [0; 16],
+        }
+        .encode(&mut out);
         out[4] = 9;
         assert_eq!(Message::decode(&out), Err(WireError::UnsupportedVersion(9)));
-        assert!(matches!(Message::decode(b"GET / HTTP/1.1"), Err(WireError::BadMagic(_))));
+        assert!(matches!(
+            Message::decode(b"GET / HTTP/1.1"),
+            Err(WireError::BadMagic(_))
+        ));
         assert!(matches!(Message::decode(b"GX"), Err(WireError::BadMagic(_))));
     }
 

@@ -108,9 +108,14 @@ impl fmt::Display for ByteSize {
 /// Formats a byte count exactly when it is a whole number of binary units
 /// (`64 KiB`), otherwise as plain bytes (`1000 B`).
 pub fn format_bytes(n: u64) -> String {
-    const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
     for (name, size) in UNITS {
-        if n >= size && n % size == 0 {
+        if n >= size && n.is_multiple_of(size) {
             return format!("{} {}", n / size, name);
         }
     }
@@ -364,10 +369,16 @@ mod tests {
 
     #[test]
     fn durations_parse_units() {
-        assert_eq!("500ms".parse::<HumanDuration>().unwrap().0, Duration::from_millis(500));
+        assert_eq!(
+            "500ms".parse::<HumanDuration>().unwrap().0,
+            Duration::from_millis(500)
+        );
         assert_eq!("5".parse::<HumanDuration>().unwrap().0, Duration::from_secs(5));
         assert_eq!("2m".parse::<HumanDuration>().unwrap().0, Duration::from_secs(120));
-        assert_eq!("1.5s".parse::<HumanDuration>().unwrap().0, Duration::from_millis(1500));
+        assert_eq!(
+            "1.5s".parse::<HumanDuration>().unwrap().0,
+            Duration::from_millis(1500)
+        );
         assert!("5 fortnights".parse::<HumanDuration>().is_err());
         assert!("-1s".parse::<HumanDuration>().is_err());
     }

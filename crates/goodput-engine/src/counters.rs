@@ -13,7 +13,9 @@ pub struct RunClock {
 impl RunClock {
     /// A clock starting now.
     pub fn start() -> Self {
-        Self { start: Instant::now() }
+        Self {
+            start: Instant::now(),
+        }
     }
     /// Nanoseconds since the start.
     pub fn now_ns(&self) -> u64 {

@@ -37,17 +37,25 @@ impl SocketOptions {
     /// Applies the options to `sock`, whose address family is that of `addr`.
     pub fn apply(&self, sock: &SockRef<'_>, addr: &SocketAddr) -> io::Result<()> {
         if let Some(n) = self.send_buffer {
-            sock.set_send_buffer_size(n as usize).map_err(|e| ctx("SO_SNDBUF", e))?;
+            sock.set_send_buffer_size(n as usize)
+                .map_err(|e| ctx("SO_SNDBUF", e))?;
         }
         if let Some(n) = self.recv_buffer {
-            sock.set_recv_buffer_size(n as usize).map_err(|e| ctx("SO_RCVBUF", e))?;
+            sock.set_recv_buffer_size(n as usize)
+                .map_err(|e| ctx("SO_RCVBUF", e))?;
         }
         if self.no_delay {
             sock.set_nodelay(true).map_err(|e| ctx("TCP_NODELAY", e))?;
         }
         if let Some(cc) = &self.congestion {
-            sock.set_tcp_congestion(cc.as_bytes())
-                .map_err(|e| ctx(&format!("TCP_CONGESTION '{cc}' (see /proc/sys/net/ipv4/tcp_available_congestion_control)"), e))?;
+            sock.set_tcp_congestion(cc.as_bytes()).map_err(|e| {
+                ctx(
+                    &format!(
+                        "TCP_CONGESTION '{cc}' (see /proc/sys/net/ipv4/tcp_available_congestion_control)"
+                    ),
+                    e,
+                )
+            })?;
         }
         if let Some(d) = self.dscp {
             let tos = u32::from(d) << 2;
@@ -57,7 +65,9 @@ impl SocketOptions {
             }
         }
         if let Some(idle) = self.keepalive {
-            let ka = TcpKeepalive::new().with_time(idle).with_interval(idle.max(Duration::from_secs(1)));
+            let ka = TcpKeepalive::new()
+                .with_time(idle)
+                .with_interval(idle.max(Duration::from_secs(1)));
             sock.set_tcp_keepalive(&ka).map_err(|e| ctx("SO_KEEPALIVE", e))?;
         }
         if let Some(ifname) = &self.interface {
@@ -70,7 +80,11 @@ impl SocketOptions {
 
 /// A new non-blocking TCP socket for `addr`'s family.
 pub fn tcp_socket(addr: &SocketAddr) -> io::Result<Socket> {
-    let s = Socket::new(Domain::for_address(*addr), Type::STREAM.nonblocking().cloexec(), Some(Protocol::TCP))?;
+    let s = Socket::new(
+        Domain::for_address(*addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
     Ok(s)
 }
 
@@ -188,7 +202,8 @@ pub fn tcp_info(fd: &impl AsRawFd) -> io::Result<TcpInfoSnapshot> {
         snd_mss_bytes: raw.snd_mss,
         total_retrans_segments: raw.total_retrans,
         bytes_retrans: has(offset_of!(RawTcpInfo, bytes_retrans) + 8).then_some(raw.bytes_retrans),
-        delivery_rate_bytes_per_second: has(offset_of!(RawTcpInfo, delivery_rate) + 8).then_some(raw.delivery_rate),
+        delivery_rate_bytes_per_second: has(offset_of!(RawTcpInfo, delivery_rate) + 8)
+            .then_some(raw.delivery_rate),
         pacing_rate_bytes_per_second: has(offset_of!(RawTcpInfo, pacing_rate) + 8).then_some(raw.pacing_rate),
     })
 }
@@ -256,7 +271,7 @@ pub fn raise_open_file_limit() -> io::Result<u64> {
             }
         }
     }
-    Ok(lim.rlim_cur as u64)
+    Ok(lim.rlim_cur)
 }
 
 /// Formats a socket address as ctsTraffic does: `ip:port`, IPv6 in brackets.

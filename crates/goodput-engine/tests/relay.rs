@@ -49,7 +49,11 @@ async fn pump(
         if let Some((rec, i, c2s)) = &record {
             let mut r = rec.lock().unwrap();
             let s = &mut r.streams[*i];
-            if *c2s { s.0.extend_from_slice(&buf[..n]) } else { s.1.extend_from_slice(&buf[..n]) }
+            if *c2s {
+                s.0.extend_from_slice(&buf[..n])
+            } else {
+                s.1.extend_from_slice(&buf[..n])
+            }
         }
         offset += n as u64;
         if to.write_all(&buf[..n]).await.is_err() {
@@ -61,7 +65,9 @@ async fn pump(
 
 impl Relay {
     pub async fn start(upstream: SocketAddr, flips: Vec<Flip>, record: bool) -> Relay {
-        let listener = TcpListener::bind(SocketAddr::new(upstream.ip(), 0)).await.unwrap();
+        let listener = TcpListener::bind(SocketAddr::new(upstream.ip(), 0))
+            .await
+            .unwrap();
         let addr = listener.local_addr().unwrap();
         let recording = Arc::new(Mutex::new(Recording::default()));
         let rec = recording.clone();
@@ -77,8 +83,14 @@ impl Relay {
                 rec.lock().unwrap().streams.push((Vec::new(), Vec::new()));
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                let f_c2s = flips.iter().copied().find(|f| f.conn == conn && f.client_to_server);
-                let f_s2c = flips.iter().copied().find(|f| f.conn == conn && !f.client_to_server);
+                let f_c2s = flips
+                    .iter()
+                    .copied()
+                    .find(|f| f.conn == conn && f.client_to_server);
+                let f_s2c = flips
+                    .iter()
+                    .copied()
+                    .find(|f| f.conn == conn && !f.client_to_server);
                 let r1 = record.then(|| (rec.clone(), conn, true));
                 let r2 = record.then(|| (rec.clone(), conn, false));
                 tokio::spawn(pump(cr, sw, f_c2s, r1));

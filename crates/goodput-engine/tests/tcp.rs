@@ -12,7 +12,8 @@ use goodput_core::session::VerifyMode;
 use goodput_core::units::{ByteSize, PortRange, ValueRange};
 use goodput_engine::socket::SocketOptions;
 use goodput_engine::tcp::{
-    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec, WireProtocol,
+    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
+    WireProtocol,
 };
 use goodput_engine::{CancellationToken, NullObserver};
 use relay::{Flip, Relay};
@@ -74,7 +75,9 @@ async fn run_pair(
     let s = stop.clone();
     let server_task = tokio::spawn(async move { bound.run(&mut NullObserver, s).await.unwrap() });
     let target = via.map(|f| f(addr)).unwrap_or(addr);
-    let c = run_client(client(target), &mut NullObserver, CancellationToken::new()).await.unwrap();
+    let c = run_client(client(target), &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
     // Let the server see the last closes before stopping it.
     tokio::time::sleep(Duration::from_millis(100)).await;
     stop.cancel();
@@ -83,9 +86,17 @@ async fn run_pair(
 }
 
 fn assert_all_exact(c: &TestResult, s: &TestResult, plan: TransferPlan, expected_conns: u64) {
-    assert_eq!(c.summary.successful, expected_conns, "client: {:#?}", c.connections);
+    assert_eq!(
+        c.summary.successful, expected_conns,
+        "client: {:#?}",
+        c.connections
+    );
     assert_eq!(c.summary.failures() + c.summary.aborted, 0);
-    assert_eq!(s.summary.successful, expected_conns, "server: {:#?}", s.connections);
+    assert_eq!(
+        s.summary.successful, expected_conns,
+        "server: {:#?}",
+        s.connections
+    );
     for r in &c.connections {
         assert_eq!(r.sent_bytes, plan.client_to_server);
         assert_eq!(r.received_bytes, plan.server_to_client);
@@ -105,7 +116,12 @@ fn assert_all_exact(c: &TestResult, s: &TestResult, plan: TransferPlan, expected
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_pattern_and_verify_mode_is_exact_on_v4_and_v6() {
     for ip in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
-        for pattern in [TcpPattern::Push, TcpPattern::Pull, TcpPattern::PushPull, TcpPattern::Duplex] {
+        for pattern in [
+            TcpPattern::Push,
+            TcpPattern::Pull,
+            TcpPattern::PushPull,
+            TcpPattern::Duplex,
+        ] {
             for verify in [VerifyMode::Data, VerifyMode::Connection] {
                 let transfer = 1_000_003u64;
                 let (c, s) = run_pair(
@@ -150,7 +166,9 @@ async fn flipped_client_to_server_byte_is_one_data_error_at_its_offset() {
         iterations: 4,
         ..client_spec(relay.addr)
     };
-    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.cancel();
     let s = server.await.unwrap();
@@ -203,24 +221,34 @@ async fn flipped_server_to_client_byte_is_found_by_the_client() {
         iterations: 4,
         ..client_spec(relay.addr)
     };
-    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
     stop.cancel();
     let _ = server.await.unwrap();
     assert_eq!(c.summary.data_errors, 1);
     assert_eq!(c.summary.successful, 3);
     let bad = c.connections.iter().find(|r| !r.outcome.is_success()).unwrap();
     assert_eq!(bad.index, 2);
-    assert!(matches!(
-        bad.outcome,
-        Outcome::ProtocolError {
-            kind: ProtocolErrorKind::DataMismatch,
-            direction: Some(Direction::ServerToClient),
-            offset: Some(o),
-            ..
-        } if o == offset
-    ), "{:?}", bad.outcome);
+    assert!(
+        matches!(
+            bad.outcome,
+            Outcome::ProtocolError {
+                kind: ProtocolErrorKind::DataMismatch,
+                direction: Some(Direction::ServerToClient),
+                offset: Some(o),
+                ..
+            } if o == offset
+        ),
+        "{:?}",
+        bad.outcome
+    );
     // The client stopped in the chunk that held the bad byte.
-    assert!(bad.received_bytes > offset && bad.received_bytes < (1 << 20), "{}", bad.received_bytes);
+    assert!(
+        bad.received_bytes > offset && bad.received_bytes < (1 << 20),
+        "{}",
+        bad.received_bytes
+    );
 }
 
 /// Local ports in TIME_WAIT, from /proc/net/tcp and tcp6.
@@ -260,12 +288,18 @@ async fn rude_shutdown_leaves_no_client_time_wait_and_graceful_does() {
     )
     .await;
     assert_eq!(c.summary.successful, 6);
-    assert_eq!(s.summary.successful, 6, "the server accepts an RST after its completion");
+    assert_eq!(
+        s.summary.successful, 6,
+        "the server accepts an RST after its completion"
+    );
     let tw = time_wait_ports();
     for p in local_ports(&c) {
         assert!(!tw.contains(&p), "rude close left port {p} in TIME_WAIT");
     }
-    assert!(c.connections.iter().all(|r| r.shutdown == Some(ShutdownMode::Rude)));
+    assert!(c
+        .connections
+        .iter()
+        .all(|r| r.shutdown == Some(ShutdownMode::Rude)));
 
     let (c, s) = run_pair(
         server_spec(Ipv4Addr::LOCALHOST.into()),
@@ -307,7 +341,11 @@ async fn ranges_stay_inside_and_both_ends_agree() {
     assert_eq!(c.summary.successful, 20);
     let mut transfers = std::collections::HashSet::new();
     for r in &c.connections {
-        assert!(transfer.contains(ByteSize(r.transfer_bytes)), "{}", r.transfer_bytes);
+        assert!(
+            transfer.contains(ByteSize(r.transfer_bytes)),
+            "{}",
+            r.transfer_bytes
+        );
         assert!(buffer.contains(ByteSize(r.buffer_bytes)), "{}", r.buffer_bytes);
         let plan = TransferPlan::new(TcpPattern::Duplex, r.transfer_bytes, 0, 0);
         assert_eq!(r.sent_bytes, plan.client_to_server);
@@ -315,7 +353,11 @@ async fn ranges_stay_inside_and_both_ends_agree() {
         let p = r.peer.as_ref().unwrap();
         assert_eq!((p.sent_bytes, p.received_bytes), (r.received_bytes, r.sent_bytes));
         // The server's record of the same connection carries the same plan.
-        let srv = s.connections.iter().find(|x| x.connection_id == r.connection_id).unwrap();
+        let srv = s
+            .connections
+            .iter()
+            .find(|x| x.connection_id == r.connection_id)
+            .unwrap();
         assert_eq!(srv.transfer_bytes, r.transfer_bytes);
         assert_eq!(srv.buffer_bytes, r.buffer_bytes);
         transfers.insert(r.transfer_bytes);
@@ -353,7 +395,9 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
         iterations: 1,
         ..client_spec(relay.addr)
     };
-    let c = run_client(spec, &mut NullObserver, CancellationToken::new()).await.unwrap();
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.cancel();
     let s = server.await.unwrap();
@@ -371,7 +415,10 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
         let id = &s2c[..37];
         assert_eq!(id[36], 0);
         let text = std::str::from_utf8(&id[..36]).unwrap();
-        assert!(uuid::Uuid::parse_str(text).is_ok() && text == text.to_lowercase(), "{text}");
+        assert!(
+            uuid::Uuid::parse_str(text).is_ok() && text == text.to_lowercase(),
+            "{text}"
+        );
         let body = &s2c[37..s2c.len() - 4];
         assert!(body.iter().enumerate().all(|(i, &b)| b == byte_at(i as u64)));
         assert_eq!(&s2c[s2c.len() - 4..], b"DONE");
@@ -411,7 +458,10 @@ async fn over_limit_hello_is_rejected_with_a_reason_and_server_keeps_serving() {
     match &big.connections[0].outcome {
         Outcome::ProtocolError { kind, message, .. } => {
             assert_eq!(*kind, ProtocolErrorKind::Rejected);
-            assert!(message.contains("above the server's limit of 5000 bytes"), "{message}");
+            assert!(
+                message.contains("above the server's limit of 5000 bytes"),
+                "{message}"
+            );
         }
         o => panic!("{o:?}"),
     }
@@ -423,7 +473,10 @@ async fn over_limit_hello_is_rejected_with_a_reason_and_server_keeps_serving() {
         let mut reply = Vec::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut reply)).await;
         let (m, _) = goodput_core::session::Message::decode(&reply).unwrap().unwrap();
-        assert!(matches!(m, goodput_core::session::Message::Reject { .. }), "{m:?}");
+        assert!(
+            matches!(m, goodput_core::session::Message::Reject { .. }),
+            "{m:?}"
+        );
     }
     let ok = run_client(
         TcpClientSpec {
@@ -530,8 +583,11 @@ async fn rate_range_gives_each_connection_its_own_rate() {
     )
     .await;
     assert_eq!(c.summary.successful, 8);
-    let distinct: std::collections::HashSet<u64> =
-        c.connections.iter().map(|r| r.rate_limit_bytes_per_second).collect();
+    let distinct: std::collections::HashSet<u64> = c
+        .connections
+        .iter()
+        .map(|r| r.rate_limit_bytes_per_second)
+        .collect();
     assert!(distinct.len() > 1, "rates: {distinct:?}");
     for r in &c.connections {
         assert!(rates.contains(goodput_core::units::ByteRate(r.rate_limit_bytes_per_second)));

@@ -84,7 +84,10 @@ impl View for ConsoleView {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
         if let Some(b) = &self.bar {
             b.set_position(iv.completed + iv.network_errors + iv.data_errors);
-            b.set_message(format!("recv {}", format_bits_per_second(iv.recv_bytes_per_second as f64)));
+            b.set_message(format!(
+                "recv {}",
+                format_bits_per_second(iv.recv_bytes_per_second as f64)
+            ));
         }
         if !self.verbosity.status() {
             return Ok(());
@@ -92,7 +95,7 @@ impl View for ConsoleView {
         if self.lines == 0 {
             self.say(status_legend().trim_end());
         }
-        if self.lines % 40 == 0 {
+        if self.lines.is_multiple_of(40) {
             self.say(&status_header());
         }
         self.lines += 1;
@@ -116,7 +119,9 @@ impl View for ConsoleView {
 
     fn established(&mut self, _index: u64, local: &str, remote: &str, t: f64) -> io::Result<()> {
         if self.verbosity.connections() {
-            self.say(&format!("[{t:.3}] TCP connection established [{local} - {remote}]"));
+            self.say(&format!(
+                "[{t:.3}] TCP connection established [{local} - {remote}]"
+            ));
         }
         Ok(())
     }
@@ -145,7 +150,10 @@ impl View for ConsoleView {
 }
 
 fn rate(bytes_per_second: f64) -> String {
-    format!("{bytes_per_second:.0} B/s ({})", format_bits_per_second(bytes_per_second))
+    format!(
+        "{bytes_per_second:.0} B/s ({})",
+        format_bits_per_second(bytes_per_second)
+    )
 }
 
 /// The end-of-run summary as text.
@@ -153,7 +161,9 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
     let s = &result.summary;
     let mut t = String::new();
     match result.end {
-        EndReason::Interrupted => t.push_str("\nInterrupted: stopped starting connections; in-flight ones recorded as aborted.\n"),
+        EndReason::Interrupted => {
+            t.push_str("\nInterrupted: stopped starting connections; in-flight ones recorded as aborted.\n")
+        }
         EndReason::TimeLimit => t.push_str(&format!(
             "\nTime limit of {:.3} s reached; in-flight connections recorded as aborted.\n",
             result.settings.time_limit_ms.unwrap_or(0) as f64 / 1000.0
@@ -188,12 +198,17 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         ));
     }
     if let Some(f) = s.fairness {
-        t.push_str(&format!("  Jain's fairness index : {f:.4} (1 = every connection got the same)\n"));
+        t.push_str(&format!(
+            "  Jain's fairness index : {f:.4} (1 = every connection got the same)\n"
+        ));
     }
-    let (peer_sent, peer_recv, peers) = result.connections.iter().filter_map(|r| r.peer.as_ref()).fold(
-        (0u64, 0u64, 0u64),
-        |(a, b, n), p| (a + p.sent_bytes, b + p.received_bytes, n + 1),
-    );
+    let (peer_sent, peer_recv, peers) = result
+        .connections
+        .iter()
+        .filter_map(|r| r.peer.as_ref())
+        .fold((0u64, 0u64, 0u64), |(a, b, n), p| {
+            (a + p.sent_bytes, b + p.received_bytes, n + 1)
+        });
     if peers > 0 {
         t.push_str(&format!(
             "  Server's view ({peers} connections) : sent {peer_sent} B   received {peer_recv} B\n"

@@ -31,7 +31,10 @@ impl StatusFile {
         let csv = is_csv(path);
         let mut out = create(path)?;
         if csv {
-            writeln!(out, "TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError")?;
+            writeln!(
+                out,
+                "TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError"
+            )?;
         } else {
             write!(out, "{}", status_legend())?;
             writeln!(out, "{}", status_header())?;
@@ -158,7 +161,10 @@ impl ErrorFile {
         if is_csv(path) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("--error-file {} : the error log is text; use another extension", path.display()),
+                format!(
+                    "--error-file {} : the error log is text; use another extension",
+                    path.display()
+                ),
             ));
         }
         Ok(Self { out: create(path)? })

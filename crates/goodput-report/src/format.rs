@@ -64,7 +64,12 @@ pub fn connection_line(r: &ConnectionRecord) -> String {
 pub(crate) fn error_text(r: &ConnectionRecord) -> Option<String> {
     let detail = match &r.outcome {
         Outcome::Succeeded | Outcome::Aborted { .. } => return None,
-        Outcome::NetworkError { during, name, message, .. } => format!("{name} during {during}: {message}"),
+        Outcome::NetworkError {
+            during,
+            name,
+            message,
+            ..
+        } => format!("{name} during {during}: {message}"),
         Outcome::ProtocolError { kind, message, .. } => format!("{}: {message}", kind.cts_name()),
     };
     Some(format!(

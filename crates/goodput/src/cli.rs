@@ -194,7 +194,12 @@ pub struct TcpArgs {
     #[arg(long, default_value = "100ms", value_name = "DURATION")]
     pub rate_period: HumanDuration,
     /// Sends per burst (with --burst-delay; not with --rate-limit).
-    #[arg(long, requires = "burst_delay", conflicts_with = "rate_limit", value_name = "N")]
+    #[arg(
+        long,
+        requires = "burst_delay",
+        conflicts_with = "rate_limit",
+        value_name = "N"
+    )]
     pub burst_count: Option<u32>,
     /// Pause between bursts.
     #[arg(long, requires = "burst_count", value_name = "DURATION")]

@@ -15,12 +15,16 @@ use goodput_core::session::VerifyMode;
 use goodput_core::units::{format_bytes, ByteRate};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
 use goodput_engine::tcp::{
-    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec, WireProtocol,
+    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
+    WireProtocol,
 };
 use goodput_engine::{CancellationToken, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
-use cli::{Cli, Command, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs, VerifyArg, WireArg};
+use cli::{
+    Cli, Command, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs,
+    VerifyArg, WireArg,
+};
 
 /// Exit status: every connection succeeded.
 const EXIT_OK: u8 = 0;
@@ -339,7 +343,11 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     let mut server_task = None;
     let server_cancel = cancel.child_token();
     let targets = if embedded {
-        let ip: IpAddr = if args.ipv6 { Ipv6Addr::LOCALHOST.into() } else { Ipv4Addr::LOCALHOST.into() };
+        let ip: IpAddr = if args.ipv6 {
+            Ipv6Addr::LOCALHOST.into()
+        } else {
+            Ipv4Addr::LOCALHOST.into()
+        };
         let spec = TcpServerSpec {
             wire: wire_of(args.wire),
             cts: Some(cts_plan(&args.data)),
@@ -406,7 +414,10 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     };
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(spec.connections));
     let mut views = Views::open(&args.output, finite)?;
-    views.console.banner("goodput tcp: configured settings", &client_banner(&spec, embedded));
+    views.console.banner(
+        "goodput tcp: configured settings",
+        &client_banner(&spec, embedded),
+    );
     for n in &notices {
         views.on_notice(n);
     }
@@ -439,7 +450,10 @@ fn cts_plan(d: &PatternArgs) -> CtsServerPlan {
 
 fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> {
     let mut v = vec![
-        ("Protocol".to_owned(), format!("TCP, {:?} wire", spec.wire).to_lowercase()),
+        (
+            "Protocol".to_owned(),
+            format!("TCP, {:?} wire", spec.wire).to_lowercase(),
+        ),
         ("Pattern".into(), spec.pattern.name().into()),
     ];
     if spec.pattern == TcpPattern::PushPull {
@@ -457,13 +471,21 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
             }
             .into(),
         ),
-        ("Transfer per connection".into(), range_text(spec.transfer.lo.0, spec.transfer.hi.0)),
-        ("Buffer per send/recv".into(), range_text(spec.buffer.lo.0, spec.buffer.hi.0)),
+        (
+            "Transfer per connection".into(),
+            range_text(spec.transfer.lo.0, spec.transfer.hi.0),
+        ),
+        (
+            "Buffer per send/recv".into(),
+            range_text(spec.buffer.lo.0, spec.buffer.hi.0),
+        ),
         (
             "Rate limit per connection".into(),
             match spec.rate_limit {
                 None => "unlimited".into(),
-                Some(r) if r.is_single() => format!("{} per {} ms", ByteRate(r.lo.0), spec.rate_period.as_millis()),
+                Some(r) if r.is_single() => {
+                    format!("{} per {} ms", ByteRate(r.lo.0), spec.rate_period.as_millis())
+                }
                 Some(r) => format!(
                     "{}..{} B/s per {} ms",
                     r.lo.0,
@@ -478,21 +500,43 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
             if spec.iterations == 0 {
                 "until stopped (iterations 0)".into()
             } else {
-                format!("{} ({} iterations)", spec.iterations * spec.connections, spec.iterations)
+                format!(
+                    "{} ({} iterations)",
+                    spec.iterations * spec.connections,
+                    spec.iterations
+                )
             },
         ),
         ("Connect throttle".into(), spec.throttle.to_string()),
         ("Shutdown".into(), format!("{:?}", spec.shutdown).to_lowercase()),
         (
             "Targets".into(),
-            spec.targets.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
-                + if embedded { " (embedded loopback server)" } else { "" },
+            spec.targets
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if embedded {
+                    " (embedded loopback server)"
+                } else {
+                    ""
+                },
         ),
     ]);
     if !spec.binds.is_empty() {
-        v.push(("Bind".into(), spec.binds.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")));
+        v.push((
+            "Bind".into(),
+            spec.binds
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ));
     }
-    v.push(("Status interval".into(), format!("{} ms", spec.status_interval.as_millis())));
+    v.push((
+        "Status interval".into(),
+        format!("{} ms", spec.status_interval.as_millis()),
+    ));
     if let Some(t) = spec.time_limit {
         v.push(("Time limit".into(), format!("{} ms", t.as_millis())));
     }
@@ -533,7 +577,11 @@ fn parse_listen(s: &str, port: u16) -> Result<SocketAddr, Stop> {
     let bare = s.trim_start_matches('[').trim_end_matches(']');
     bare.parse::<IpAddr>()
         .map(|ip| SocketAddr::new(ip, port))
-        .map_err(|_| usage(format!("--listen '{s}': expected an IP address, optionally with :PORT ([v6]:PORT), or *")))
+        .map_err(|_| {
+            usage(format!(
+                "--listen '{s}': expected an IP address, optionally with :PORT ([v6]:PORT), or *"
+            ))
+        })
 }
 
 async fn server(args: ServerArgs) -> Result<u8, Stop> {
@@ -541,11 +589,16 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     if args.wire == WireArg::Cts {
         check_data(&args.data)?;
         if !args.data.transfer.is_single() || !args.data.buffer.is_single() {
-            return Err(usage("--wire cts needs a single --transfer and --buffer (both ends must match)"));
+            return Err(usage(
+                "--wire cts needs a single --transfer and --buffer (both ends must match)",
+            ));
         }
     }
     if args.max_buffer.0 == 0 || args.max_buffer.0 > MAX_BUFFER {
-        return Err(usage(format!("--max-buffer must be between 1 byte and {}", format_bytes(MAX_BUFFER))));
+        return Err(usage(format!(
+            "--max-buffer must be between 1 byte and {}",
+            format_bytes(MAX_BUFFER)
+        )));
     }
     let socket = socket_options(&args.socket)?;
     let (listen, listen_defaulted) = listen_addrs(&args)?;
@@ -577,7 +630,12 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let mut banner = vec![
         (
             "Listening on".to_owned(),
-            bound.local_addrs().iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "),
+            bound
+                .local_addrs()
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         ),
         ("Wire".into(), format!("{:?}", args.wire).to_lowercase()),
         (
@@ -599,7 +657,14 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         banner.push(("Exit after".into(), format!("{n} connections")));
     }
     views.console.banner("goodput server", &banner);
-    let result = bound.run(&mut views, cancel).await.map_err(|e| Stop::Fatal(e.into()))?;
+    let result = bound
+        .run(&mut views, cancel)
+        .await
+        .map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.output.json.as_deref())?;
-    Ok(if result.summary.failures() > 0 { EXIT_FAILED } else { EXIT_OK })
+    Ok(if result.summary.failures() > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
 }

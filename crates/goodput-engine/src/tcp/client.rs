@@ -8,7 +8,8 @@ use std::sync::Arc;
 use goodput_core::cts;
 use goodput_core::pattern::{Pattern, PatternVerifier};
 use goodput_core::result::{
-    ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, Span, TcpSettings, TestKind, TestResult, WireProtocol,
+    ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, Span, TcpSettings, TestKind, TestResult,
+    WireProtocol,
 };
 use goodput_core::session::{Completion, Hello, Message, Verdict, VerifyMode};
 use goodput_core::units::ValueRange;
@@ -117,7 +118,9 @@ pub async fn run_client(
         0 => u64::MAX,
         n => n.saturating_mul(ctx.spec.connections),
     };
-    let slots = Arc::new(Semaphore::new(ctx.spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize));
+    let slots = Arc::new(Semaphore::new(
+        ctx.spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize,
+    ));
     let tracker = TaskTracker::new();
     let schedule = {
         let ctx = ctx.clone();
@@ -191,8 +194,15 @@ async fn connect(ctx: &ClientCtx, index: u64, target: SocketAddr) -> Result<TcpS
     let spec = &ctx.spec;
     let net = |during: &'static str| move |err| Failure::Net { during, err };
     let sock = tcp_socket(&target).map_err(net("socket"))?;
-    spec.socket.apply(&SockRef::from(&sock), &target).map_err(net("setsockopt"))?;
-    let family: Vec<IpAddr> = spec.binds.iter().copied().filter(|b| b.is_ipv4() == target.is_ipv4()).collect();
+    spec.socket
+        .apply(&SockRef::from(&sock), &target)
+        .map_err(net("setsockopt"))?;
+    let family: Vec<IpAddr> = spec
+        .binds
+        .iter()
+        .copied()
+        .filter(|b| b.is_ipv4() == target.is_ipv4())
+        .collect();
     let ip = if family.is_empty() {
         if target.is_ipv4() {
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -233,7 +243,12 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             ShutdownMode::Rude => true,
             ShutdownMode::Random => rng.gen(),
         };
-        (spec.transfer.pick(rng.gen()).0, spec.buffer.pick(rng.gen()).0, rate, rude)
+        (
+            spec.transfer.pick(rng.gen()).0,
+            spec.buffer.pick(rng.gen()).0,
+            rate,
+            rude,
+        )
     };
     let target = spec.targets[(index % spec.targets.len() as u64) as usize];
     let hello = Hello {
@@ -266,7 +281,11 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         received_bytes: 0,
         outcome: Outcome::Succeeded,
         peer: None,
-        shutdown: Some(if rude { ShutdownMode::Rude } else { ShutdownMode::Graceful }),
+        shutdown: Some(if rude {
+            ShutdownMode::Rude
+        } else {
+            ShutdownMode::Graceful
+        }),
         tcp_info: None,
     };
     let stream = match connect(ctx, index, target).await {
@@ -330,7 +349,10 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
 async fn close_gracefully(link: &Link<'_>) -> Result<(), Failure> {
     SockRef::from(link.stream)
         .shutdown(std::net::Shutdown::Write)
-        .map_err(|err| Failure::Net { during: "shutdown", err })?;
+        .map_err(|err| Failure::Net {
+            during: "shutdown",
+            err,
+        })?;
     link.await_peer_close(false).await
 }
 
@@ -353,7 +375,11 @@ async fn session(
                     record.connection_id = uuid::Uuid::from_bytes(connection_id).hyphenated().to_string();
                 }
                 Message::Reject { code, reason } => return Ok(Outcome::rejected(code, &reason)),
-                other => return Err(Failure::BadMessage(format!("expected Accept or Reject, got {other:?}"))),
+                other => {
+                    return Err(Failure::BadMessage(format!(
+                        "expected Accept or Reject, got {other:?}"
+                    )))
+                }
             }
         }
         WireProtocol::Cts => {
@@ -372,7 +398,8 @@ async fn session(
     let mut pacer = Pacer::new(hello.server_rate, spec.rate_period, spec.burst);
     let mut verifier = PatternVerifier::new();
     let trailer = data_and_trailer(link, &part, &mut pacer, &mut verifier, progress, spec.wire).await?;
-    let complete = progress.sent == part.plan.client_to_server && progress.received == part.plan.server_to_client;
+    let complete =
+        progress.sent == part.plan.client_to_server && progress.received == part.plan.server_to_client;
     match trailer {
         Trailer::Done => Ok(if complete {
             Outcome::Succeeded

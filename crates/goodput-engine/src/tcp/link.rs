@@ -31,7 +31,10 @@ pub(crate) enum Failure {
     /// The peer closed while bytes were still expected.
     Eof { during: &'static str },
     /// A received byte differed from the pattern.
-    Mismatch { direction: Direction, mismatch: Mismatch },
+    Mismatch {
+        direction: Direction,
+        mismatch: Mismatch,
+    },
     /// The peer sent bytes after the agreed end.
     TooMuch,
     /// Nothing moved for the idle timeout.
@@ -169,7 +172,9 @@ impl Link<'_> {
                     filled += n;
                     self.counters.add_received(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ready(Interest::READABLE, during).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.ready(Interest::READABLE, during).await?
+                }
                 Err(err) => return Err(Failure::Net { during, err }),
             }
         }
@@ -185,7 +190,9 @@ impl Link<'_> {
                     done += n;
                     self.counters.add_sent(n);
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.ready(Interest::WRITABLE, during).await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.ready(Interest::WRITABLE, during).await?
+                }
                 Err(err) => return Err(Failure::Net { during, err }),
             }
         }
@@ -201,7 +208,8 @@ impl Link<'_> {
         }
         // decode() has checked the declared length against the kind and MAX_BODY.
         let len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
-        self.read_exact(&mut buf[HEADER_LEN..HEADER_LEN + len], during).await?;
+        self.read_exact(&mut buf[HEADER_LEN..HEADER_LEN + len], during)
+            .await?;
         match Message::decode(&buf[..HEADER_LEN + len])? {
             Some((m, _)) => Ok(m),
             None => Err(Failure::BadMessage("truncated session message".into())),
@@ -227,7 +235,12 @@ impl Link<'_> {
                     self.ready(Interest::READABLE, "wait for close").await?
                 }
                 Err(e) if reset_is_close && e.kind() == io::ErrorKind::ConnectionReset => return Ok(()),
-                Err(err) => return Err(Failure::Net { during: "wait for close", err }),
+                Err(err) => {
+                    return Err(Failure::Net {
+                        during: "wait for close",
+                        err,
+                    })
+                }
             }
         }
     }

@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use goodput_core::pattern::{Pattern, PatternVerifier};
 use goodput_core::plan::{Direction, TcpPattern, TransferPlan};
-use goodput_core::result::{ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder};
+use goodput_core::result::{
+    ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder,
+};
 use goodput_core::session::{Verdict, VerifyMode};
 use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
 use tokio::sync::mpsc;
@@ -151,7 +153,11 @@ pub struct TcpServerSpec {
 
 /// What a connection task tells the run loop.
 pub(crate) enum Event {
-    Established { index: u64, local: String, remote: String },
+    Established {
+        index: u64,
+        local: String,
+        remote: String,
+    },
     Record(Box<ConnectionRecord>),
 }
 
@@ -216,7 +222,8 @@ pub(crate) async fn exchange(
         let mut verifier = verifier;
         for (dir, len) in part.plan.segments() {
             if dir == part.send_direction() {
-                link.send_pattern(part.pattern, &mut progress.sent, len, part.buffer, pacer).await?;
+                link.send_pattern(part.pattern, &mut progress.sent, len, part.buffer, pacer)
+                    .await?;
             } else {
                 link.recv_pattern(
                     part.pattern,
@@ -312,7 +319,9 @@ pub(crate) fn outcome_of_failure(f: &Failure, by: &str) -> Outcome {
             Outcome::NetworkError {
                 during: (*during).to_owned(),
                 errno,
-                name: errno.map(errno_name).unwrap_or_else(|| format!("{:?}", err.kind())),
+                name: errno
+                    .map(errno_name)
+                    .unwrap_or_else(|| format!("{:?}", err.kind())),
                 message: err.to_string(),
             }
         }
@@ -385,7 +394,8 @@ pub(crate) async fn drive(
     let start = tokio::time::Instant::from_std(clock.instant_at(0));
     let mut ticker = tokio::time::interval_at(start + status_interval, status_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let deadline = tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
+    let deadline =
+        tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
     tokio::pin!(deadline, done);
     let mut own_reason = None;
     let mut ended = 0u64;

@@ -67,7 +67,9 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
         return Err(EngineError::Config("no listen address could be bound".into()));
     }
     if spec.wire == WireProtocol::Cts && spec.cts.is_none() {
-        return Err(EngineError::Config("--wire cts needs the pattern and transfer on the server".into()));
+        return Err(EngineError::Config(
+            "--wire cts needs the pattern and transfer on the server".into(),
+        ));
     }
     Ok(BoundServer {
         spec,
@@ -152,11 +154,18 @@ impl ServerLimits {
 impl BoundServer {
     /// The addresses the server listens on (with the real ports).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().filter_map(|l| l.local_addr().ok()).collect()
+        self.listeners
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
     }
 
     /// Serves until `cancel`, the time limit or the exit count.
-    pub async fn run(self, observer: &mut dyn Observer, cancel: CancellationToken) -> Result<TestResult, EngineError> {
+    pub async fn run(
+        self,
+        observer: &mut dyn Observer,
+        cancel: CancellationToken,
+    ) -> Result<TestResult, EngineError> {
         for n in &self.notices {
             observer.on_notice(n);
         }
@@ -315,7 +324,13 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
                 Ok(h) => h,
                 Err((code, reason)) => {
                     let _ = link
-                        .write_message(&Message::Reject { code, reason: reason.clone() }, "reject")
+                        .write_message(
+                            &Message::Reject {
+                                code,
+                                reason: reason.clone(),
+                            },
+                            "reject",
+                        )
                         .await;
                     record.outcome = Outcome::rejected(code, &reason);
                     // The client closes after reading the reason; wait for it briefly.
@@ -330,7 +345,8 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
             if admission.is_err() {
                 // ctsTraffic has no way to say why: reset the connection.
                 let _ = set_rude_close(&stream);
-                record.outcome = Outcome::rejected(RejectCode::TooManyConnections, "over the server's limits");
+                record.outcome =
+                    Outcome::rejected(RejectCode::TooManyConnections, "over the server's limits");
                 record.time_slice_s = ctx.clock.now_s();
                 return record;
             }
@@ -364,13 +380,27 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
             let _ = s.set_recv_buffer_size(hello.server_recv_buffer as usize);
         }
         if let Err(e) = spec.socket.apply(&s, &peer) {
-            return finish_failed(ctx, &link, record, Failure::Net { during: "setsockopt", err: e }).await;
+            return finish_failed(
+                ctx,
+                &link,
+                record,
+                Failure::Net {
+                    during: "setsockopt",
+                    err: e,
+                },
+            )
+            .await;
         }
     }
     let greeting = match spec.wire {
         WireProtocol::Goodput => {
-            link.write_message(&Message::Accept { connection_id: *uuid.as_bytes() }, "accept")
-                .await
+            link.write_message(
+                &Message::Accept {
+                    connection_id: *uuid.as_bytes(),
+                },
+                "accept",
+            )
+            .await
         }
         WireProtocol::Cts => {
             let id = cts::encode_connection_id(&record.connection_id).expect("uuid text is 36 bytes");
@@ -388,7 +418,12 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
         verify: hello.verify == VerifyMode::Data,
         pattern: &ctx.pattern,
     };
-    let burst = (hello.burst_count > 0).then(|| (hello.burst_count, Duration::from_millis(hello.burst_delay_ms.into())));
+    let burst = (hello.burst_count > 0).then(|| {
+        (
+            hello.burst_count,
+            Duration::from_millis(hello.burst_delay_ms.into()),
+        )
+    });
     let mut pacer = Pacer::new(
         hello.server_rate,
         Duration::from_millis(hello.rate_period_ms.max(1).into()),

@@ -1,0 +1,251 @@
+//! Tests of the `goodput` binary as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn goodput() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_goodput"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("goodput-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn main_job_runs_and_exits_zero_with_summary_and_files() {
+    let json = tmp("main.json");
+    let status = tmp("main-status.csv");
+    let conns = tmp("main-conns.csv");
+    let out = goodput()
+        .args([
+            "tcp",
+            "--transfer",
+            "8MiB",
+            "--status-interval",
+            "100ms",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--status-file")
+        .arg(&status)
+        .arg("--connection-file")
+        .arg(&conns)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("SuccessfulConnections [8]"), "{stdout}");
+    assert!(stdout.contains("Gbit/s") || stdout.contains("Mbit/s"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["summary"]["successful"], 8);
+    assert_eq!(doc["summary"]["sent_bytes"], 8 * 8 * 1024 * 1024);
+    assert_eq!(doc["connections"].as_array().unwrap().len(), 8);
+    let status = std::fs::read_to_string(&status).unwrap();
+    assert!(status.starts_with("TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError\n"));
+    let last = status.lines().last().unwrap();
+    assert_eq!(last.split(',').nth(4), Some("8"), "{status}");
+    let conns = std::fs::read_to_string(&conns).unwrap();
+    assert_eq!(conns.lines().count(), 9);
+    assert!(
+        conns
+            .lines()
+            .skip(1)
+            .all(|l| l.split(',').nth(8) == Some("Succeeded")),
+        "{conns}"
+    );
+}
+
+#[test]
+fn sigint_mid_run_flushes_files_and_prints_summary() {
+    let json = tmp("int.json");
+    let status = tmp("int-status.csv");
+    let stream = tmp("int-stream.jsonl");
+    let child = goodput()
+        .args([
+            "tcp",
+            "--iterations",
+            "0",
+            "--connections",
+            "4",
+            "--transfer",
+            "1TiB",
+            "--rate-limit",
+            "50MB/s",
+            "--status-interval",
+            "100ms",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--status-file")
+        .arg(&status)
+        .arg("--json-stream")
+        .arg(&stream)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let t0 = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(130), "{stdout}");
+    assert!(stdout.contains("Interrupted"), "{stdout}");
+    assert!(stdout.contains("Aborted [4]"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["end"], "interrupted");
+    assert_eq!(doc["summary"]["aborted"], 4);
+    let sent = doc["summary"]["sent_bytes"].as_u64().unwrap();
+    assert!(
+        sent > 10_000_000,
+        "aborted connections keep their byte counts: {sent}"
+    );
+    let status = std::fs::read_to_string(&status).unwrap();
+    assert!(status.lines().count() >= 5, "{status}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&stream)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["event"], "end");
+    assert!(lines.iter().filter(|l| l["event"] == "connection").count() == 4);
+}
+
+#[test]
+fn unreachable_server_exits_one_and_names_the_error() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    drop(l);
+    let out = goodput()
+        .args(["tcp", "127.0.0.1", "--port", &port, "--connections", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ECONNREFUSED during connect"), "{stdout}");
+    assert!(stdout.contains("NetworkErrors [2]"), "{stdout}");
+}
+
+#[test]
+fn bad_values_are_usage_errors_naming_the_flag() {
+    for (args, needle) in [
+        (vec!["tcp", "--buffer", "12 parsecs"], "--buffer"),
+        (vec!["tcp", "--transfer", "9..3"], "upper bound"),
+        (vec!["tcp", "--pattern", "sideways"], "sideways"),
+        (vec!["tcp", "--connections", "0"], "--connections"),
+        (
+            vec!["tcp", "--rate-limit", "5", "--rate-period", "100ms"],
+            "less than one byte",
+        ),
+        (vec!["tcp", "--local-port", "5000..5001"], "--local-port"),
+        (vec!["server", "--listen", "not-an-address"], "--listen"),
+        (vec!["tcp", "--verbosity", "9"], "verbosity"),
+    ] {
+        let out = goodput().args(&args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn verbosity_zero_prints_nothing() {
+    let out = goodput()
+        .args(["tcp", "--transfer", "1MiB", "--verbosity", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(out.stderr.is_empty());
+}
+
+#[test]
+fn separate_server_process_serves_a_client_and_exits_after_count() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let server_json = tmp("srv.json");
+    let mut server = goodput()
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "--exit-after",
+            "6",
+            "--json",
+        ])
+        .arg(&server_json)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = goodput()
+        .args([
+            "tcp",
+            "localhost",
+            "-4",
+            "--port",
+            &port,
+            "-c",
+            "3",
+            "-n",
+            "2",
+            "--transfer",
+            "2MiB",
+        ])
+        .args(["--pattern", "pull"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = server.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "server did not exit after 6"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&server_json).unwrap()).unwrap();
+    assert_eq!(doc["end"], "exit_limit");
+    assert_eq!(doc["summary"]["successful"], 6);
+    assert_eq!(doc["summary"]["sent_bytes"], 6 * 2 * 1024 * 1024);
+}
+
+#[test]
+fn committed_schema_matches_the_result_model() {
+    let out = goodput().arg("schema").output().unwrap();
+    let committed = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../schema/result-v1.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        committed,
+        "schema/result-v1.json is stale: regenerate it with `goodput schema > schema/result-v1.json`"
+    );
+}
