@@ -306,16 +306,12 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         remote: record.remote_address.clone(),
     });
     let in_flight = InFlight::enter(&ctx.counters);
-    let link = Link {
-        stream: &stream,
-        counters: &ctx.counters,
-        cancel: &ctx.cancel,
-        idle: spec.idle_timeout,
-        clock: ctx.clock,
-    };
+    let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let t0 = ctx.clock.now_ns();
     let mut progress = Progress::default();
-    let result = session(ctx, &link, &hello, buffer as usize, &mut progress, &mut record).await;
+    let result = link
+        .guard(session(ctx, &link, &hello, buffer as usize, &mut progress, &mut record))
+        .await;
     record.elapsed_ns = ctx.clock.now_ns() - t0;
     drop(in_flight);
     record.sent_bytes = progress.sent;
@@ -328,7 +324,7 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
     if record.outcome.is_success() {
         if rude {
             let _ = set_rude_close(&stream);
-        } else if let Err(f) = close_gracefully(&link).await {
+        } else if let Err(f) = link.guard(close_gracefully(&link)).await {
             record.outcome = match f {
                 Failure::TooMuch => outcome_of_verdict(&Verdict::TooMuchData, "client"),
                 f => outcome_of_failure(&f, "client"),

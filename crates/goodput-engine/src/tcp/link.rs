@@ -3,7 +3,9 @@
 //! both wire protocols.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use goodput_core::pattern::{Mismatch, Pattern, PatternVerifier};
@@ -38,7 +40,7 @@ pub(crate) enum Failure {
     /// The peer sent bytes after the agreed end.
     TooMuch,
     /// Nothing moved for the idle timeout.
-    Idle { during: &'static str },
+    Idle,
     /// The run is stopping.
     Cancelled,
     /// A session message that does not decode.
@@ -57,31 +59,70 @@ impl From<WireError> for Failure {
 pub(crate) struct Link<'a> {
     pub(crate) stream: &'a TcpStream,
     pub(crate) counters: &'a Counters,
-    pub(crate) cancel: &'a CancellationToken,
-    pub(crate) idle: Duration,
+    cancel: &'a CancellationToken,
+    idle: Duration,
     pub(crate) clock: RunClock,
+    /// Bumped on every I/O that moved bytes; the idle watchdog watches it.
+    activity: AtomicU64,
 }
 
-impl Link<'_> {
-    async fn ready(&self, interest: Interest, during: &'static str) -> Result<(), Failure> {
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(Failure::Cancelled),
-            r = tokio::time::timeout(self.idle, self.stream.ready(interest)) => match r {
-                Err(_) => Err(Failure::Idle { during }),
-                Ok(Err(err)) => Err(Failure::Net { during, err }),
-                Ok(Ok(_)) => Ok(()),
-            },
+impl<'a> Link<'a> {
+    pub(crate) fn new(
+        stream: &'a TcpStream,
+        counters: &'a Counters,
+        cancel: &'a CancellationToken,
+        idle: Duration,
+        clock: RunClock,
+    ) -> Self {
+        Self {
+            stream,
+            counters,
+            cancel,
+            idle,
+            clock,
+            activity: AtomicU64::new(0),
         }
     }
 
-    async fn sleep_until_ns(&self, ns: u64) -> Result<(), Failure> {
-        let at = tokio::time::Instant::from_std(self.clock.instant_at(ns));
+    /// Runs one phase of the connection under the run's cancellation and the
+    /// idle timeout. One watchdog per phase rather than a timer per wait keeps
+    /// the I/O path free of timer and wake-up bookkeeping; the price is that an
+    /// idle connection is noticed after between one and two idle timeouts.
+    pub(crate) async fn guard<T>(&self, phase: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
+        let watchdog = async {
+            let mut seen = self.activity.load(Relaxed);
+            loop {
+                tokio::time::sleep(self.idle).await;
+                let now = self.activity.load(Relaxed);
+                if now == seen {
+                    return Failure::Idle;
+                }
+                seen = now;
+            }
+        };
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(Failure::Cancelled),
-            _ = tokio::time::sleep_until(at) => Ok(()),
+            r = phase => r,
+            f = watchdog => Err(f),
         }
+    }
+
+    fn moved(&self) {
+        self.activity.fetch_add(1, Relaxed);
+    }
+
+    async fn ready(&self, interest: Interest, during: &'static str) -> Result<(), Failure> {
+        match self.stream.ready(interest).await {
+            Ok(_) => Ok(()),
+            Err(err) => Err(Failure::Net { during, err }),
+        }
+    }
+
+    async fn sleep_until_ns(&self, ns: u64) {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(self.clock.instant_at(ns))).await;
+        // A paced sender that waited is not idle.
+        self.moved();
     }
 
     /// Sends `len` pattern bytes of this direction's stream, starting at
@@ -104,6 +145,7 @@ impl Link<'_> {
                     Ok(n) => {
                         *sent += n as u64;
                         self.counters.add_sent(n);
+                        self.moved();
                         pacer.after_send(n, &self.clock);
                         break;
                     }
@@ -155,6 +197,7 @@ impl Link<'_> {
                     // The chunk was delivered, bad byte or not: count it first.
                     *received += n as u64;
                     self.counters.add_received(n);
+                    self.moved();
                     checked.map_err(|mismatch| Failure::Mismatch { direction, mismatch })?;
                 }
             }
@@ -171,6 +214,7 @@ impl Link<'_> {
                 Ok(n) => {
                     filled += n;
                     self.counters.add_received(n);
+                    self.moved();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready(Interest::READABLE, during).await?
@@ -189,6 +233,7 @@ impl Link<'_> {
                 Ok(n) => {
                     done += n;
                     self.counters.add_sent(n);
+                    self.moved();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.ready(Interest::WRITABLE, during).await?
@@ -269,11 +314,11 @@ impl Pacer {
 
     async fn before_send(&mut self, link: &Link<'_>) -> Result<(), Failure> {
         if let Some(t) = self.hold_until_ns.take() {
-            link.sleep_until_ns(t).await?;
+            link.sleep_until_ns(t).await;
         }
         if let Some(l) = &mut self.limiter {
             while let Release::At(t) = l.poll(link.clock.now_ns()) {
-                link.sleep_until_ns(t).await?;
+                link.sleep_until_ns(t).await;
             }
         }
         Ok(())

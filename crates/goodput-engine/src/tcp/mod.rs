@@ -325,9 +325,9 @@ pub(crate) fn outcome_of_failure(f: &Failure, by: &str) -> Outcome {
                 message: err.to_string(),
             }
         }
-        Failure::Idle { during } => protocol_error(
+        Failure::Idle => protocol_error(
             ProtocolErrorKind::IdleTimeout,
-            format!("{by}: nothing moved for the idle timeout during {during}"),
+            format!("{by}: nothing moved for longer than the idle timeout"),
         ),
         Failure::Cancelled => Outcome::Aborted {
             reason: "the run was stopped".into(),

@@ -293,13 +293,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
         shutdown: None,
         tcp_info: None,
     };
-    let link = Link {
-        stream: &stream,
-        counters: &ctx.counters,
-        cancel: &ctx.cancel,
-        idle: spec.idle_timeout,
-        clock: ctx.clock,
-    };
+    let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let admission = Admission::try_admit(ctx, peer.ip());
     let uuid = uuid::Uuid::new_v4();
     record.connection_id = uuid.hyphenated().to_string();
@@ -307,7 +301,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     // Learn (goodput wire) or assume (cts wire) what this connection does.
     let hello = match spec.wire {
         WireProtocol::Goodput => {
-            let hello = match link.read_message("hello").await {
+            let hello = match link.guard(link.read_message("hello")).await {
                 Ok(Message::Hello(h)) => Ok(h),
                 Ok(other) => Err((RejectCode::Malformed, format!("expected Hello, got {other:?}"))),
                 Err(Failure::Wire(e)) => Err((reject_code(&e), e.to_string())),
@@ -334,7 +328,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
                         .await;
                     record.outcome = Outcome::rejected(code, &reason);
                     // The client closes after reading the reason; wait for it briefly.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), link.await_peer_close(true)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(2), link.guard(link.await_peer_close(true))).await;
                     let _ = set_rude_close(&stream);
                     record.time_slice_s = ctx.clock.now_s();
                     return record;
@@ -392,22 +386,21 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
             .await;
         }
     }
-    let greeting = match spec.wire {
-        WireProtocol::Goodput => {
-            link.write_message(
-                &Message::Accept {
+    let greeting = async {
+        match spec.wire {
+            WireProtocol::Goodput => {
+                let accept = Message::Accept {
                     connection_id: *uuid.as_bytes(),
-                },
-                "accept",
-            )
-            .await
-        }
-        WireProtocol::Cts => {
-            let id = cts::encode_connection_id(&record.connection_id).expect("uuid text is 36 bytes");
-            link.write_all(&id, "connection id").await
+                };
+                link.write_message(&accept, "accept").await
+            }
+            WireProtocol::Cts => {
+                let id = cts::encode_connection_id(&record.connection_id).expect("uuid text is 36 bytes");
+                link.write_all(&id, "connection id").await
+            }
         }
     };
-    if let Err(f) = greeting {
+    if let Err(f) = link.guard(greeting).await {
         return finish_failed(ctx, &link, record, f).await;
     }
 
@@ -434,7 +427,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     let t0 = ctx.clock.now_ns();
     let result = match tokio::time::timeout(
         spec.limits.max_duration,
-        exchange(&link, &part, &mut pacer, &mut verifier, &mut progress),
+        link.guard(exchange(&link, &part, &mut pacer, &mut verifier, &mut progress)),
     )
     .await
     {
@@ -456,9 +449,9 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
                 elapsed_ns: record.elapsed_ns,
                 verdict,
             };
-            link.write_message(&Message::Completion(c), "completion").await
+            link.guard(link.write_message(&Message::Completion(c), "completion")).await
         }
-        WireProtocol::Cts if result.is_ok() => link.write_all(cts::DONE, "DONE").await,
+        WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
         WireProtocol::Cts => Ok(()),
     };
     match (result, trailer) {
@@ -466,7 +459,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
         (Ok(()), Err(f)) => finish_failed(ctx, &link, record, f).await,
         (Ok(()), Ok(())) => {
             // The client closes first (FIN or RST); only then does the server.
-            match link.await_peer_close(true).await {
+            match link.guard(link.await_peer_close(true)).await {
                 Ok(()) => record.outcome = Outcome::Succeeded,
                 Err(Failure::TooMuch) => record.outcome = outcome_of_verdict(&Verdict::TooMuchData, "server"),
                 Err(f) => record.outcome = outcome_of_failure(&f, "server"),

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# goodput benchmark harness: runs goodput and peer tools (iperf3; nuttcp when
+# installed) on loopback in one run, A/B alternated, and prints ratios.
+# Not a test and never CI-gating: absolute numbers from a small VM are noise,
+# the ratios between tools measured side by side are the result.
+#
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory]...
+#
+# Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
+#   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+T=${SECONDS_PER_RUN:-5}
+ROUNDS=${ROUNDS:-3}
+GP=target/release/goodput
+PORT_GP=14444
+PORT_IP=15201
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+cargo build --release -q -p goodput
+command -v iperf3 >/dev/null || { echo "iperf3 not installed (apt-get install iperf3)"; exit 1; }
+
+echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
+echo "tools:   $($GP --version), $(iperf3 --version | head -1)$(command -v nuttcp >/dev/null && echo ", $(nuttcp -V 2>&1 | head -1)")"
+echo "runs:    ${T}s each, $ROUNDS rounds, A/B alternated"
+echo
+
+start_servers() {
+  $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 & pids+=($!)
+  iperf3 -s -B 127.0.0.1 -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
+  if command -v nuttcp >/dev/null; then nuttcp -S -P 15000 >/dev/null 2>&1 & pids+=($!); fi
+  sleep 0.5
+}
+
+json_get() { python3 -c "import json,sys; d=json.load(open('$1')); print($2)"; }
+
+# goodput: bytes/s moved over the run (both directions summed), from its JSON.
+gp_rate() {
+  local out=$work/gp.json
+  $GP tcp 127.0.0.1 --port $PORT_GP --verbosity 0 --iterations 0 --transfer 1TiB \
+      --time-limit "${T}s" --json "$out" "$@" >/dev/null || true
+  json_get "$out" "(d['summary']['sent_bytes']+d['summary']['received_bytes'])/d['summary']['duration_s']"
+}
+
+# iperf3: bytes/s received (both directions summed with --bidir).
+ip_rate() {
+  local out=$work/ip.json
+  iperf3 -c 127.0.0.1 -p $PORT_IP -t "$T" -J "$@" > "$out"
+  json_get "$out" "(d['end']['sum_received']['bytes'] + d['end'].get('sum_received_bidir_reverse',{}).get('bytes',0))/d['end']['sum_received']['seconds']"
+}
+
+nt_rate() {
+  nuttcp -P 15000 -p 15001 -T "$T" -fparse "$@" 127.0.0.1 | sed -n 's/.*rate_Mbps=\([0-9.]*\).*/\1/p' | awk '{print $1*1e6/8}'
+}
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2)? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+gbit() { awk -v b="$1" 'BEGIN{printf "%.2f Gbit/s", b*8/1e9}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2fx", a/b}'; }
+
+# ab NAME "A command" "B command": alternate, print medians and ratio A/B.
+ab() {
+  local name=$1 a=$2 b=$3 ra=() rb=()
+  for _ in $(seq "$ROUNDS"); do ra+=("$(eval "$a")"); rb+=("$(eval "$b")"); done
+  local ma mb
+  ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+  printf '%-52s %16s %16s %8s\n' "$name" "$(gbit "$ma")" "$(gbit "$mb")" "$(ratio "$ma" "$mb")"
+}
+
+header() { printf '%-52s %16s %16s %8s\n' "comparison" "A (median)" "B (median)" "A/B"; }
+
+bench_single() {
+  # iperf3 at its best -l: try the usual sizes once, keep the fastest.
+  local best_l=128K best=0
+  for l in 128K 256K 1M; do
+    r=$(ip_rate -l $l); if awk -v r="$r" -v b="$best" 'BEGIN{exit !(r>b)}'; then best=$r; best_l=$l; fi
+  done
+  ab "1 conn push: goodput defaults / iperf3 -l $best_l" "gp_rate --connections 1" "ip_rate -l $best_l"
+  if command -v nuttcp >/dev/null; then
+    ab "1 conn push: goodput defaults / nuttcp -l1m" "gp_rate --connections 1" "nt_rate -l1m"
+  fi
+}
+
+bench_buffers() {
+  for b in 64KiB 128KiB 256KiB 1MiB; do
+    ab "1 conn push: goodput --buffer $b / iperf3 -l 128K" "gp_rate --connections 1 --buffer $b" "ip_rate -l 128K"
+  done
+}
+
+bench_verify() {
+  ab "1 conn push: --verify data / --verify connection" "gp_rate --connections 1 --verify data" "gp_rate --connections 1 --verify connection"
+}
+
+bench_multi() {
+  ab "8 conn push: goodput / iperf3 -P 8" "gp_rate --connections 8" "ip_rate -P 8 -l 128K"
+}
+
+bench_duplex() {
+  ab "1 conn duplex: goodput / iperf3 --bidir" "gp_rate --connections 1 --pattern duplex" "ip_rate --bidir -l 128K"
+}
+
+bench_churn() {
+  local s=${CHURN_SECONDS:-30} out=$work/churn.json
+  $GP tcp 127.0.0.1 --port $PORT_GP --verbosity 0 --transfer 64 --connections 100 --shutdown rude \
+      --iterations 0 --time-limit "${s}s" --max-records 0 --json "$out" >/dev/null || true
+  json_get "$out" "'churn, 64 B x 100 conns, rude, %ds: %.0f completed connections/s, %d network errors, %d data errors' % ($s, d['summary']['successful']/d['summary']['duration_s'], d['summary']['network_errors'], d['summary']['data_errors'])"
+}
+
+rss_kib() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
+
+# Holds N established connections that move one byte per second each way
+# (as idle as a live connection gets), then reads both processes' RSS.
+hold() {
+  local n=$1 port=$2 status=$work/hold.csv
+  $GP server --listen 127.0.0.1 --port "$port" --verbosity 0 & local srv=$!
+  sleep 0.5
+  $GP tcp 127.0.0.1 --port "$port" --verbosity 0 --connections "$n" --transfer 1GiB --pattern duplex \
+      --rate-limit 1 --rate-period 1s --idle-timeout 120s --status-interval 500ms --status-file "$status" & local cli=$!
+  local t=0
+  while [ "$(tail -1 "$status" 2>/dev/null | cut -d, -f4)" != "$n" ]; do
+    sleep 0.5; t=$((t+1)); [ $t -lt 240 ] || { echo "only $(tail -1 "$status" | cut -d, -f4) of $n established" >&2; break; }
+  done
+  sleep 2
+  echo "$(rss_kib $cli) $(rss_kib $srv)"
+  kill -INT $cli; wait $cli 2>/dev/null || true; kill -INT $srv; wait $srv 2>/dev/null || true
+}
+
+bench_memory() {
+  local big=${MEMORY_CONNECTIONS:-18000} small=1000
+  read -r c1 s1 < <(hold $small 14600)
+  read -r c2 s2 < <(hold "$big" 14601)
+  awk -v c1="$c1" -v s1="$s1" -v c2="$c2" -v s2="$s2" -v a="$small" -v b="$big" 'BEGIN{
+    printf "memory: %d -> %d established connections: client RSS %d -> %d KiB (%.2f KiB/conn), server RSS %d -> %d KiB (%.2f KiB/conn)\n",
+      a, b, c1, c2, (c2-c1)/(b-a), s1, s2, (s2-s1)/(b-a) }'
+}
+
+what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
+start_servers
+for w in "${what[@]}"; do
+  case $w in
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_churn; bench_memory ;;
+    single) header; bench_single ;;
+    buffers) header; bench_buffers ;;
+    verify) header; bench_verify ;;
+    multi) header; bench_multi ;;
+    duplex) header; bench_duplex ;;
+    churn) bench_churn ;;
+    memory) bench_memory ;;
+    *) echo "unknown benchmark '$w'"; exit 2 ;;
+  esac
+done
