@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Flip `mask` into byte `offset` of one direction of connection `conn`
@@ -28,18 +27,32 @@ pub struct Relay {
     pub recording: Arc<Mutex<Recording>>,
 }
 
+/// Copies one direction. A FIN is passed on as a FIN; a reset is passed on
+/// as a reset (SO_LINGER 0 on the other socket, then both are closed by the
+/// caller), so the far end sees what it would see without the relay.
 async fn pump(
-    mut from: tokio::net::tcp::OwnedReadHalf,
-    mut to: tokio::net::tcp::OwnedWriteHalf,
+    from: Arc<TcpStream>,
+    to: Arc<TcpStream>,
     flip: Option<Flip>,
     record: Option<(Arc<Mutex<Recording>>, usize, bool)>,
-) {
+) -> bool {
     let mut buf = vec![0u8; 64 * 1024];
     let mut offset = 0u64;
     loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
+        if from.readable().await.is_err() {
+            return false;
+        }
+        let n = match from.try_read(&mut buf) {
+            Ok(0) => {
+                let _ = socket2::SockRef::from(&*to).shutdown(std::net::Shutdown::Write);
+                return true;
+            }
             Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => {
+                let _ = goodput_engine::socket::set_rude_close(&*to);
+                return false;
+            }
         };
         if let Some(f) = flip {
             if f.offset >= offset && f.offset < offset + n as u64 {
@@ -56,11 +69,21 @@ async fn pump(
             }
         }
         offset += n as u64;
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
+        let mut done = 0;
+        while done < n {
+            if to.writable().await.is_err() {
+                return false;
+            }
+            match to.try_write(&buf[done..n]) {
+                Ok(k) => done += k,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => {
+                    let _ = goodput_engine::socket::set_rude_close(&*from);
+                    return false;
+                }
+            }
         }
     }
-    let _ = to.shutdown().await;
 }
 
 impl Relay {
@@ -81,8 +104,8 @@ impl Relay {
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
                 rec.lock().unwrap().streams.push((Vec::new(), Vec::new()));
-                let (cr, cw) = client.into_split();
-                let (sr, sw) = server.into_split();
+                let client = Arc::new(client);
+                let server = Arc::new(server);
                 let f_c2s = flips
                     .iter()
                     .copied()
@@ -93,8 +116,17 @@ impl Relay {
                     .find(|f| f.conn == conn && !f.client_to_server);
                 let r1 = record.then(|| (rec.clone(), conn, true));
                 let r2 = record.then(|| (rec.clone(), conn, false));
-                tokio::spawn(pump(cr, sw, f_c2s, r1));
-                tokio::spawn(pump(sr, cw, f_s2c, r2));
+                tokio::spawn(async move {
+                    // When one direction ends in a reset the other stops too,
+                    // and both sockets close with the reset armed in pump().
+                    let up = pump(client.clone(), server.clone(), f_c2s, r1);
+                    let down = pump(server.clone(), client.clone(), f_s2c, r2);
+                    tokio::pin!(up, down);
+                    tokio::select! {
+                        ok = &mut up => if ok { down.await; },
+                        ok = &mut down => if ok { up.await; },
+                    }
+                });
                 conn += 1;
             }
         });

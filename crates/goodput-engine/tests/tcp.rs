@@ -251,27 +251,32 @@ async fn flipped_server_to_client_byte_is_found_by_the_client() {
     );
 }
 
-/// Local ports in TIME_WAIT, from /proc/net/tcp and tcp6.
-fn time_wait_ports() -> Vec<u16> {
-    let mut ports = Vec::new();
+/// (local port, remote port) of every socket in TIME_WAIT, from
+/// /proc/net/tcp and tcp6. Ports alone are not enough: another test's
+/// connection may use the same local port towards another server.
+fn time_wait_pairs() -> Vec<(u16, u16)> {
+    let port = |col: &str| u16::from_str_radix(col.rsplit(':').next().unwrap(), 16).unwrap();
+    let mut pairs = Vec::new();
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let text = std::fs::read_to_string(f).unwrap_or_default();
         for line in text.lines().skip(1) {
             let cols: Vec<&str> = line.split_whitespace().collect();
             if cols.len() > 3 && cols[3] == "06" {
-                if let Some(port) = cols[1].rsplit(':').next() {
-                    ports.push(u16::from_str_radix(port, 16).unwrap());
-                }
+                pairs.push((port(cols[1]), port(cols[2])));
             }
         }
     }
-    ports
+    pairs
 }
 
-fn local_ports(r: &TestResult) -> Vec<u16> {
+fn endpoint_pairs(r: &TestResult) -> Vec<(u16, u16)> {
     r.connections
         .iter()
-        .map(|c| c.local_address.parse::<SocketAddr>().unwrap().port())
+        .map(|c| {
+            let l = c.local_address.parse::<SocketAddr>().unwrap().port();
+            let r = c.remote_address.parse::<SocketAddr>().unwrap().port();
+            (l, r)
+        })
         .collect()
 }
 
@@ -292,9 +297,9 @@ async fn rude_shutdown_leaves_no_client_time_wait_and_graceful_does() {
         s.summary.successful, 6,
         "the server accepts an RST after its completion"
     );
-    let tw = time_wait_ports();
-    for p in local_ports(&c) {
-        assert!(!tw.contains(&p), "rude close left port {p} in TIME_WAIT");
+    let tw = time_wait_pairs();
+    for p in endpoint_pairs(&c) {
+        assert!(!tw.contains(&p), "rude close left {p:?} in TIME_WAIT");
     }
     assert!(c
         .connections
@@ -315,9 +320,9 @@ async fn rude_shutdown_leaves_no_client_time_wait_and_graceful_does() {
     assert_eq!(s.summary.successful, 6);
     // The client closed first with a FIN and waited for the server's FIN: it
     // is the active closer, so each of its ports sits in TIME_WAIT.
-    let tw = time_wait_ports();
-    for p in local_ports(&c) {
-        assert!(tw.contains(&p), "graceful close: port {p} not in TIME_WAIT");
+    let tw = time_wait_pairs();
+    for p in endpoint_pairs(&c) {
+        assert!(tw.contains(&p), "graceful close: {p:?} not in TIME_WAIT");
     }
 }
 
@@ -591,5 +596,92 @@ async fn rate_range_gives_each_connection_its_own_rate() {
     assert!(distinct.len() > 1, "rates: {distinct:?}");
     for r in &c.connections {
         assert!(rates.contains(goodput_core::units::ByteRate(r.rate_limit_bytes_per_second)));
+    }
+}
+
+/// Runs 3 duplex connections of `transfer` bytes through a relay that flips
+/// client→server byte `offset` of the first; returns (client, server) results.
+async fn duplex_with_flip(transfer: u64, offset: u64) -> (TestResult, TestResult) {
+    let flips = vec![Flip {
+        conn: 0,
+        client_to_server: true,
+        offset: 72 + offset,
+        mask: 0x01,
+    }];
+    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
+    let addr = bound.local_addrs()[0];
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let relay = Relay::start(addr, flips, false).await;
+    let spec = TcpClientSpec {
+        pattern: TcpPattern::Duplex,
+        transfer: ValueRange::single(ByteSize(transfer)),
+        connections: 1,
+        iterations: 3,
+        ..client_spec(relay.addr)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.cancel();
+    (c, server.await.unwrap())
+}
+
+fn assert_server_found(s: &TestResult, offset: u64) {
+    assert_eq!(s.summary.data_errors, 1, "{:#?}", s.connections);
+    assert_eq!(s.summary.successful, 2);
+    let bad = s.connections.iter().find(|r| !r.outcome.is_success()).unwrap();
+    assert!(
+        matches!(
+            bad.outcome,
+            Outcome::ProtocolError {
+                kind: ProtocolErrorKind::DataMismatch,
+                direction: Some(Direction::ClientToServer),
+                offset: Some(o),
+                ..
+            } if o == offset
+        ),
+        "{:?}",
+        bad.outcome
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplex_flip_found_by_server_is_not_misread_by_the_client() {
+    let offset = 200_003u64;
+    // Server still sending its 32 MiB half when it finds the byte: it
+    // resets, since a completion now would land in the client's pattern
+    // stream. The client sees a reset, never a server→client mismatch.
+    let (c, s) = duplex_with_flip(64 << 20, offset).await;
+    assert_server_found(&s, offset);
+    assert_eq!(c.summary.successful, 2);
+    let failed: Vec<_> = c.connections.iter().filter(|r| !r.outcome.is_success()).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].index, 0);
+    assert!(
+        matches!(failed[0].outcome, Outcome::NetworkError { .. }),
+        "{:?}",
+        failed[0].outcome
+    );
+
+    // Server done sending (1 MiB half fits in the socket buffers) when it
+    // finds the byte: its completion is where the client expects it, and the
+    // client reports the server's finding exactly.
+    let (c, s) = duplex_with_flip(2 << 20, offset).await;
+    assert_server_found(&s, offset);
+    assert_eq!(c.summary.successful, 2);
+    let failed: Vec<_> = c.connections.iter().filter(|r| !r.outcome.is_success()).collect();
+    assert_eq!(failed.len(), 1);
+    match &failed[0].outcome {
+        Outcome::NetworkError { .. } => {}
+        Outcome::ProtocolError {
+            direction, offset: o, ..
+        } => {
+            assert_eq!(*direction, Some(Direction::ClientToServer), "{:?}", failed[0]);
+            assert_eq!(*o, Some(offset));
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -80,7 +80,7 @@ pub struct PatternArgs {
     #[arg(long, default_value = "1GiB", value_name = "SIZE|RANGE")]
     pub transfer: ValueRange<ByteSize>,
     /// Bytes per send and recv call, or a range picked per connection.
-    #[arg(long, default_value = "256KiB", value_name = "SIZE|RANGE")]
+    #[arg(long, default_value = "1MiB", value_name = "SIZE|RANGE")]
     pub buffer: ValueRange<ByteSize>,
     /// pushpull: bytes per client-to-server segment.
     #[arg(long, default_value = "1MiB", value_name = "SIZE")]

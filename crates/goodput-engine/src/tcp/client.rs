@@ -288,7 +288,8 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         }),
         tcp_info: None,
     };
-    let stream = match connect(ctx, index, target).await {
+    // Boxed: the connect phase is brief and its state large.
+    let stream = match Box::pin(connect(ctx, index, target)).await {
         Ok(s) => s,
         Err(f) => {
             record.outcome = outcome_of_failure(&f, "client");
@@ -310,7 +311,14 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
     let t0 = ctx.clock.now_ns();
     let mut progress = Progress::default();
     let result = link
-        .guard(session(ctx, &link, &hello, buffer as usize, &mut progress, &mut record))
+        .guard(session(
+            ctx,
+            &link,
+            &hello,
+            buffer as usize,
+            &mut progress,
+            &mut record,
+        ))
         .await;
     record.elapsed_ns = ctx.clock.now_ns() - t0;
     drop(in_flight);
@@ -324,7 +332,7 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
     if record.outcome.is_success() {
         if rude {
             let _ = set_rude_close(&stream);
-        } else if let Err(f) = link.guard(close_gracefully(&link)).await {
+        } else if let Err(f) = link.guard(Box::pin(close_gracefully(&link))).await {
             record.outcome = match f {
                 Failure::TooMuch => outcome_of_verdict(&Verdict::TooMuchData, "client"),
                 f => outcome_of_failure(&f, "client"),
@@ -363,26 +371,10 @@ async fn session(
     record: &mut ConnectionRecord,
 ) -> Result<Outcome, Failure> {
     let spec = &ctx.spec;
-    match spec.wire {
-        WireProtocol::Goodput => {
-            link.write_message(&Message::Hello(*hello), "hello").await?;
-            match link.read_message("hello reply").await? {
-                Message::Accept { connection_id } => {
-                    record.connection_id = uuid::Uuid::from_bytes(connection_id).hyphenated().to_string();
-                }
-                Message::Reject { code, reason } => return Ok(Outcome::rejected(code, &reason)),
-                other => {
-                    return Err(Failure::BadMessage(format!(
-                        "expected Accept or Reject, got {other:?}"
-                    )))
-                }
-            }
-        }
-        WireProtocol::Cts => {
-            let mut id = [0u8; cts::CONNECTION_ID_LEN];
-            link.read_exact(&mut id, "connection id").await?;
-            record.connection_id = cts::decode_connection_id(&id);
-        }
+    // Negotiation is boxed: it runs once, briefly, and its futures would
+    // otherwise be reserved for the connection's whole life.
+    if let Some(rejected) = Box::pin(negotiate(link, hello, spec.wire, record)).await? {
+        return Ok(rejected);
     }
     let part = Part {
         plan: hello.plan(),
@@ -436,6 +428,37 @@ async fn session(
     }
 }
 
+/// Sends the hello and reads the answer (goodput wire), or reads the
+/// connection id (cts wire). `Some` is the outcome of a rejection.
+async fn negotiate(
+    link: &Link<'_>,
+    hello: &Hello,
+    wire: WireProtocol,
+    record: &mut ConnectionRecord,
+) -> Result<Option<Outcome>, Failure> {
+    match wire {
+        WireProtocol::Goodput => {
+            link.write_message(&Message::Hello(*hello), "hello").await?;
+            match link.read_message("hello reply").await? {
+                Message::Accept { connection_id } => {
+                    record.connection_id = uuid::Uuid::from_bytes(connection_id).hyphenated().to_string();
+                    Ok(None)
+                }
+                Message::Reject { code, reason } => Ok(Some(Outcome::rejected(code, &reason))),
+                other => Err(Failure::BadMessage(format!(
+                    "expected Accept or Reject, got {other:?}"
+                ))),
+            }
+        }
+        WireProtocol::Cts => {
+            let mut id = [0u8; cts::CONNECTION_ID_LEN];
+            link.read_exact(&mut id, "connection id").await?;
+            record.connection_id = cts::decode_connection_id(&id);
+            Ok(None)
+        }
+    }
+}
+
 async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Failure> {
     match wire {
         WireProtocol::Goodput => match link.read_message("completion").await? {
@@ -467,13 +490,21 @@ async fn data_and_trailer(
     wire: WireProtocol,
 ) -> Result<Trailer, Failure> {
     if part.plan.pattern == goodput_core::plan::TcpPattern::PushPull {
-        exchange(link, part, pacer, verifier, progress).await?;
-        return read_trailer(link, wire).await;
+        // Boxed: push-pull's sequential state would otherwise be reserved in
+        // every connection's future.
+        return Box::pin(async {
+            exchange(link, part, pacer, verifier, progress).await?;
+            read_trailer(link, wire).await
+        })
+        .await;
     }
     let Progress { sent, received } = progress;
     let verifier = part.verify.then_some(verifier);
-    let send = link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer);
-    let recv = async {
+    // pin! around the expressions, so each future is laid out once; the
+    // trailer read is boxed so it takes room only once it starts.
+    let mut send =
+        std::pin::pin!(link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer));
+    let mut recv = std::pin::pin!(async {
         link.recv_pattern(
             part.pattern,
             verifier,
@@ -483,9 +514,8 @@ async fn data_and_trailer(
             goodput_core::plan::Direction::ServerToClient,
         )
         .await?;
-        read_trailer(link, wire).await
-    };
-    tokio::pin!(send, recv);
+        Box::pin(read_trailer(link, wire)).await
+    });
     let mut send_done = false;
     loop {
         tokio::select! {

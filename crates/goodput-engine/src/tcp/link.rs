@@ -88,23 +88,16 @@ impl<'a> Link<'a> {
     /// idle timeout. One watchdog per phase rather than a timer per wait keeps
     /// the I/O path free of timer and wake-up bookkeeping; the price is that an
     /// idle connection is noticed after between one and two idle timeouts.
-    pub(crate) async fn guard<T>(&self, phase: impl Future<Output = Result<T, Failure>>) -> Result<T, Failure> {
-        let watchdog = async {
-            let mut seen = self.activity.load(Relaxed);
-            loop {
-                tokio::time::sleep(self.idle).await;
-                let now = self.activity.load(Relaxed);
-                if now == seen {
-                    return Failure::Idle;
-                }
-                seen = now;
-            }
-        };
-        tokio::select! {
-            biased;
-            _ = self.cancel.cancelled() => Err(Failure::Cancelled),
-            r = phase => r,
-            f = watchdog => Err(f),
+    pub(crate) fn guard<T, F>(&self, phase: F) -> Guarded<'_, 'a, F>
+    where
+        F: Future<Output = Result<T, Failure>>,
+    {
+        Guarded {
+            phase,
+            cancelled: self.cancel.cancelled(),
+            watchdog: tokio::time::sleep(self.idle),
+            link: self,
+            seen: self.activity.load(Relaxed),
         }
     }
 
@@ -244,18 +237,22 @@ impl<'a> Link<'a> {
         Ok(())
     }
 
-    /// Reads one session message, never more bytes than it holds.
+    /// Reads one session message, never more bytes than it holds. The body
+    /// is read into a short-lived heap buffer: a buffer on the stack would be
+    /// reserved in every connection's future for its whole life.
     pub(crate) async fn read_message(&self, during: &'static str) -> Result<Message, Failure> {
-        let mut buf = [0u8; HEADER_LEN + MAX_BODY];
-        self.read_exact(&mut buf[..HEADER_LEN], during).await?;
-        if let Some((m, _)) = Message::decode(&buf[..HEADER_LEN])? {
+        let mut header = [0u8; HEADER_LEN];
+        self.read_exact(&mut header, during).await?;
+        if let Some((m, _)) = Message::decode(&header)? {
             return Ok(m);
         }
         // decode() has checked the declared length against the kind and MAX_BODY.
-        let len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
-        self.read_exact(&mut buf[HEADER_LEN..HEADER_LEN + len], during)
-            .await?;
-        match Message::decode(&buf[..HEADER_LEN + len])? {
+        let len = usize::from(u16::from_be_bytes([header[6], header[7]]));
+        debug_assert!(len <= MAX_BODY);
+        let mut frame = vec![0u8; HEADER_LEN + len];
+        frame[..HEADER_LEN].copy_from_slice(&header);
+        self.read_exact(&mut frame[HEADER_LEN..], during).await?;
+        match Message::decode(&frame)? {
             Some((m, _)) => Ok(m),
             None => Err(Failure::BadMessage("truncated session message".into())),
         }
@@ -266,6 +263,27 @@ impl<'a> Link<'a> {
         let mut out = Vec::with_capacity(64);
         m.encode(&mut out);
         self.write_all(&out, during).await
+    }
+
+    /// Sends FIN after everything queued, then reads and discards until the
+    /// peer closes or resets. Used after a failure verdict has been sent: an
+    /// immediate reset would discard the queued verdict along with any data
+    /// the kernel has not yet transmitted.
+    pub(crate) async fn flush_and_drain(&self) {
+        let _ = socket2::SockRef::from(self.stream).shutdown(std::net::Shutdown::Write);
+        let mut discard = [0u8; 512];
+        loop {
+            match self.stream.try_read(&mut discard) {
+                Ok(0) => return,
+                Ok(_) => self.moved(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.ready(Interest::READABLE, "drain").await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) => return,
+            }
+        }
     }
 
     /// Waits for the peer to close its side: Ok on FIN (or, when
@@ -288,6 +306,51 @@ impl<'a> Link<'a> {
                 }
             }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A connection phase under cancellation and the idle watchdog. A struct
+    /// rather than an `async fn`, so the phase's future is stored once: a
+    /// future moved into an `async fn` argument is laid out twice, and this
+    /// one lives as long as the connection.
+    pub(crate) struct Guarded<'l, 'a, F> {
+        #[pin]
+        phase: F,
+        #[pin]
+        cancelled: tokio_util::sync::WaitForCancellationFuture<'a>,
+        #[pin]
+        watchdog: tokio::time::Sleep,
+        link: &'l Link<'a>,
+        seen: u64,
+    }
+}
+
+impl<T, F: Future<Output = Result<T, Failure>>> Future for Guarded<'_, '_, F> {
+    type Output = Result<T, Failure>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let mut me = self.project();
+        if me.cancelled.poll(cx).is_ready() {
+            return Poll::Ready(Err(Failure::Cancelled));
+        }
+        if let Poll::Ready(r) = me.phase.poll(cx) {
+            return Poll::Ready(r);
+        }
+        while me.watchdog.as_mut().poll(cx).is_ready() {
+            let now = me.link.activity.load(Relaxed);
+            if now == *me.seen {
+                return Poll::Ready(Err(Failure::Idle));
+            }
+            *me.seen = now;
+            let next = tokio::time::Instant::now() + me.link.idle;
+            me.watchdog.as_mut().reset(next);
+        }
+        Poll::Pending
     }
 }
 

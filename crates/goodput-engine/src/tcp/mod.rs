@@ -239,16 +239,18 @@ pub(crate) async fn exchange(
         return Ok(());
     }
     let Progress { sent, received } = progress;
-    let send = link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer);
-    let recv = link.recv_pattern(
-        part.pattern,
-        verifier,
-        received,
-        part.recv_total(),
-        part.buffer,
-        part.recv_direction(),
-    );
-    tokio::try_join!(send, recv)?;
+    // Built inside the macro so each future is laid out once.
+    tokio::try_join!(
+        link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer),
+        link.recv_pattern(
+            part.pattern,
+            verifier,
+            received,
+            part.recv_total(),
+            part.buffer,
+            part.recv_direction(),
+        ),
+    )?;
     Ok(())
 }
 

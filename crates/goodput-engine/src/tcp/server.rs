@@ -328,7 +328,9 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
                         .await;
                     record.outcome = Outcome::rejected(code, &reason);
                     // The client closes after reading the reason; wait for it briefly.
-                    let _ = tokio::time::timeout(Duration::from_secs(2), link.guard(link.await_peer_close(true))).await;
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), link.guard(link.await_peer_close(true)))
+                            .await;
                     let _ = set_rude_close(&stream);
                     record.time_slice_s = ctx.clock.now_s();
                     return record;
@@ -441,7 +443,13 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
         Ok(()) => Verdict::Success,
         Err(f) => verdict_of(f),
     };
+    // The client reads the completion where it expects the end of the
+    // server's data. A server that fails before sending all of it must not
+    // send one (the client would read it as pattern bytes): it resets, and
+    // its own record carries the reason.
+    let client_expects_trailer = progress.sent == part.plan.server_to_client;
     let trailer = match spec.wire {
+        WireProtocol::Goodput if result.is_err() && !client_expects_trailer => Ok(()),
         WireProtocol::Goodput => {
             let c = Completion {
                 sent: progress.sent,
@@ -449,12 +457,25 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
                 elapsed_ns: record.elapsed_ns,
                 verdict,
             };
-            link.guard(link.write_message(&Message::Completion(c), "completion")).await
+            link.guard(link.write_message(&Message::Completion(c), "completion"))
+                .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
         WireProtocol::Cts => Ok(()),
     };
     match (result, trailer) {
+        (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
+            // The client is reading towards our verdict: let it arrive.
+            let _ = tokio::time::timeout(
+                spec.idle_timeout,
+                link.guard(async {
+                    link.flush_and_drain().await;
+                    Ok(())
+                }),
+            )
+            .await;
+            finish_failed(ctx, &link, record, f).await
+        }
         (Err(f), _) => finish_failed(ctx, &link, record, f).await,
         (Ok(()), Err(f)) => finish_failed(ctx, &link, record, f).await,
         (Ok(()), Ok(())) => {
