@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use goodput_core::cts;
 use goodput_core::pattern::{Pattern, PatternVerifier};
@@ -265,51 +266,52 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         burst_count: spec.burst.map(|b| b.0).unwrap_or(0),
         burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
     };
-    let mut record = ConnectionRecord {
-        index,
-        connection_id: String::new(),
-        local_address: String::new(),
-        remote_address: target.to_string(),
-        start_s: ctx.clock.now_s(),
-        time_slice_s: 0.0,
-        elapsed_ns: 0,
-        pattern: Some(spec.pattern),
-        transfer_bytes: transfer,
-        buffer_bytes: buffer,
-        rate_limit_bytes_per_second: rate,
-        sent_bytes: 0,
-        received_bytes: 0,
-        outcome: Outcome::Succeeded,
-        peer: None,
-        shutdown: Some(if rude {
-            ShutdownMode::Rude
-        } else {
-            ShutdownMode::Graceful
-        }),
-        tcp_info: None,
-    };
+    let start_s = ctx.clock.now_s();
+    // The record is assembled at the end: holding it through the connection
+    // would keep its 400-odd bytes in every idle connection's task.
+    let finish =
+        |local: String, heard: Heard, outcome: Outcome, shutdown: Option<ShutdownMode>| ConnectionRecord {
+            index,
+            connection_id: heard.connection_id,
+            local_address: local,
+            remote_address: target.to_string(),
+            start_s,
+            time_slice_s: ctx.clock.now_s(),
+            elapsed_ns: 0,
+            pattern: Some(spec.pattern),
+            transfer_bytes: transfer,
+            buffer_bytes: buffer,
+            rate_limit_bytes_per_second: rate,
+            sent_bytes: 0,
+            received_bytes: 0,
+            outcome,
+            peer: heard.peer.map(|p| *p),
+            shutdown,
+            tcp_info: None,
+        };
     // Boxed: the connect phase is brief and its state large.
     let stream = match Box::pin(connect(ctx, index, target)).await {
         Ok(s) => s,
         Err(f) => {
-            record.outcome = outcome_of_failure(&f, "client");
-            record.shutdown = None;
-            record.time_slice_s = ctx.clock.now_s();
-            return record;
+            return finish(
+                String::new(),
+                Heard::default(),
+                outcome_of_failure(&f, "client"),
+                None,
+            )
         }
     };
-    if let Ok(a) = stream.local_addr() {
-        record.local_address = a.to_string();
-    }
+    let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let _ = ctx.tx.send(Event::Established {
         index,
-        local: record.local_address.clone(),
-        remote: record.remote_address.clone(),
+        local: local.clone(),
+        remote: target.to_string(),
     });
     let in_flight = InFlight::enter(&ctx.counters);
     let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let t0 = ctx.clock.now_ns();
     let mut progress = Progress::default();
+    let mut heard = Heard::default();
     let result = link
         .guard(session(
             ctx,
@@ -317,23 +319,26 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             &hello,
             buffer as usize,
             &mut progress,
-            &mut record,
+            &mut heard,
         ))
         .await;
-    record.elapsed_ns = ctx.clock.now_ns() - t0;
+    let elapsed_ns = ctx.clock.now_ns() - t0;
     drop(in_flight);
-    record.sent_bytes = progress.sent;
-    record.received_bytes = progress.received;
-    record.tcp_info = tcp_info(&stream).ok();
-    record.outcome = match result {
+    let tcp = tcp_info(&stream).ok();
+    let mut outcome = match result {
         Ok(outcome) => outcome,
         Err(f) => outcome_of_failure(&f, "client"),
     };
-    if record.outcome.is_success() {
+    let mut shutdown = if rude {
+        ShutdownMode::Rude
+    } else {
+        ShutdownMode::Graceful
+    };
+    if outcome.is_success() {
         if rude {
             let _ = set_rude_close(&stream);
         } else if let Err(f) = link.guard(Box::pin(close_gracefully(&link))).await {
-            record.outcome = match f {
+            outcome = match f {
                 Failure::TooMuch => outcome_of_verdict(&Verdict::TooMuchData, "client"),
                 f => outcome_of_failure(&f, "client"),
             };
@@ -341,12 +346,24 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         }
     } else {
         // Any connection that failed is reset, so the peer learns at once.
-        record.shutdown = Some(ShutdownMode::Rude);
+        shutdown = ShutdownMode::Rude;
         let _ = set_rude_close(&stream);
     }
     drop(stream);
-    record.time_slice_s = ctx.clock.now_s();
+    let mut record = finish(local, heard, outcome, Some(shutdown));
+    record.elapsed_ns = elapsed_ns;
+    record.sent_bytes = progress.sent;
+    record.received_bytes = progress.received;
+    record.tcp_info = tcp;
     record
+}
+
+/// What the client learns from the server besides data: the shared id and,
+/// from the completion record, the server's own counts and verdict.
+#[derive(Default)]
+struct Heard {
+    connection_id: String,
+    peer: Option<Box<PeerView>>,
 }
 
 /// shutdown(SHUT_WR), then wait for the server's FIN.
@@ -368,12 +385,12 @@ async fn session(
     hello: &Hello,
     buffer: usize,
     progress: &mut Progress,
-    record: &mut ConnectionRecord,
+    heard: &mut Heard,
 ) -> Result<Outcome, Failure> {
     let spec = &ctx.spec;
     // Negotiation is boxed: it runs once, briefly, and its futures would
     // otherwise be reserved for the connection's whole life.
-    if let Some(rejected) = Box::pin(negotiate(link, hello, spec.wire, record)).await? {
+    if let Some(rejected) = Box::pin(negotiate(link, hello, spec.wire, &mut heard.connection_id)).await? {
         return Ok(rejected);
     }
     let part = Part {
@@ -396,12 +413,12 @@ async fn session(
         }),
         Trailer::Completion(c) => {
             let server_outcome = outcome_of_verdict(&c.verdict, "server");
-            record.peer = Some(PeerView {
+            heard.peer = Some(Box::new(PeerView {
                 sent_bytes: c.sent,
                 received_bytes: c.received,
                 elapsed_ns: c.elapsed_ns,
                 outcome: server_outcome.clone(),
-            });
+            }));
             if c.verdict != Verdict::Success {
                 return Ok(server_outcome);
             }
@@ -434,14 +451,14 @@ async fn negotiate(
     link: &Link<'_>,
     hello: &Hello,
     wire: WireProtocol,
-    record: &mut ConnectionRecord,
+    connection_id: &mut String,
 ) -> Result<Option<Outcome>, Failure> {
     match wire {
         WireProtocol::Goodput => {
             link.write_message(&Message::Hello(*hello), "hello").await?;
             match link.read_message("hello reply").await? {
-                Message::Accept { connection_id } => {
-                    record.connection_id = uuid::Uuid::from_bytes(connection_id).hyphenated().to_string();
+                Message::Accept { connection_id: id } => {
+                    *connection_id = uuid::Uuid::from_bytes(id).hyphenated().to_string();
                     Ok(None)
                 }
                 Message::Reject { code, reason } => Ok(Some(Outcome::rejected(code, &reason))),
@@ -453,7 +470,7 @@ async fn negotiate(
         WireProtocol::Cts => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
-            record.connection_id = cts::decode_connection_id(&id);
+            *connection_id = cts::decode_connection_id(&id);
             Ok(None)
         }
     }
@@ -477,10 +494,10 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
     }
 }
 
-/// The data phase and the server's trailer. In push, pull and duplex the
-/// trailer is read while sending is still under way, so a server that stops
-/// early (a data mismatch it found, a limit) explains itself and the client
-/// stops sending instead of reporting a bare reset.
+/// The data phase and the server's trailer. The trailer is watched for while
+/// sending is still under way, so a server that stops early (a data
+/// mismatch it found, a limit) explains itself and the client stops sending
+/// instead of pushing the rest of a long transfer into a drain.
 async fn data_and_trailer(
     link: &Link<'_>,
     part: &Part<'_>,
@@ -489,49 +506,19 @@ async fn data_and_trailer(
     progress: &mut Progress,
     wire: WireProtocol,
 ) -> Result<Trailer, Failure> {
-    if part.plan.pattern == goodput_core::plan::TcpPattern::PushPull {
-        // Boxed: push-pull's sequential state would otherwise be reserved in
-        // every connection's future.
-        return Box::pin(async {
-            exchange(link, part, pacer, verifier, progress).await?;
-            read_trailer(link, wire).await
-        })
-        .await;
-    }
-    let Progress { sent, received } = progress;
-    let verifier = part.verify.then_some(verifier);
-    // pin! around the expressions, so each future is laid out once; the
-    // trailer read is boxed so it takes room only once it starts.
-    let mut send =
-        std::pin::pin!(link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer));
-    let mut recv = std::pin::pin!(async {
-        link.recv_pattern(
-            part.pattern,
-            verifier,
-            received,
-            part.recv_total(),
-            part.buffer,
-            goodput_core::plan::Direction::ServerToClient,
-        )
-        .await?;
-        Box::pin(read_trailer(link, wire)).await
-    });
-    let mut send_done = false;
-    loop {
-        tokio::select! {
-            r = &mut send, if !send_done => match r {
-                Ok(()) => send_done = true,
-                Err(f) => {
-                    // The server may have sent its reason just before resetting.
-                    if let Ok(Ok(t @ Trailer::Completion(_))) =
-                        tokio::time::timeout(std::time::Duration::from_millis(200), &mut recv).await
-                    {
-                        return Ok(t);
-                    }
-                    return Err(f);
-                }
-            },
-            r = &mut recv => return r,
+    let watch = wire == WireProtocol::Goodput;
+    match exchange(link, part, pacer, verifier, progress, watch).await {
+        Ok(_) => {}
+        Err(f @ Failure::Net { .. }) if progress.received == part.plan.server_to_client => {
+            // The server may have sent its reason just before the reset.
+            let read = tokio::time::timeout(Duration::from_millis(200), Box::pin(read_trailer(link, wire)));
+            return match read.await {
+                Ok(Ok(t @ Trailer::Completion(_))) => Ok(t),
+                _ => Err(f),
+            };
         }
+        Err(f) => return Err(f),
     }
+    // Boxed: it runs once, briefly, after the long data phase.
+    Box::pin(read_trailer(link, wire)).await
 }

@@ -2,13 +2,14 @@
 //! messages, and the waits between them. Shared by client and server and by
 //! both wire protocols.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use goodput_core::pattern::{Mismatch, Pattern, PatternVerifier};
+use goodput_core::pattern::Mismatch;
 use goodput_core::plan::Direction;
 use goodput_core::rate::{BurstPacer, RateLimiter, Release};
 use goodput_core::session::{Message, WireError, HEADER_LEN, MAX_BODY};
@@ -17,13 +18,6 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::counters::{Counters, RunClock};
-
-thread_local! {
-    // Receive scratch space owned by the worker thread, not the connection:
-    // a connection waiting for data holds no buffer at all. Reads fill it and
-    // verify it synchronously, before the task can yield.
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
 
 /// Why a connection's I/O stopped early.
 #[derive(Debug)]
@@ -101,7 +95,7 @@ impl<'a> Link<'a> {
         }
     }
 
-    fn moved(&self) {
+    pub(crate) fn moved(&self) {
         self.activity.fetch_add(1, Relaxed);
     }
 
@@ -110,92 +104,6 @@ impl<'a> Link<'a> {
             Ok(_) => Ok(()),
             Err(err) => Err(Failure::Net { during, err }),
         }
-    }
-
-    async fn sleep_until_ns(&self, ns: u64) {
-        tokio::time::sleep_until(tokio::time::Instant::from_std(self.clock.instant_at(ns))).await;
-        // A paced sender that waited is not idle.
-        self.moved();
-    }
-
-    /// Sends `len` pattern bytes of this direction's stream, starting at
-    /// stream offset `*sent`, in calls of at most `buffer` bytes.
-    pub(crate) async fn send_pattern(
-        &self,
-        pattern: &Pattern,
-        sent: &mut u64,
-        len: u64,
-        buffer: usize,
-        pacer: &mut Pacer,
-    ) -> Result<(), Failure> {
-        let end = *sent + len;
-        while *sent < end {
-            pacer.before_send(self).await?;
-            let want = (end - *sent).min(buffer as u64) as usize;
-            let chunk = pattern.slice(*sent, want);
-            loop {
-                match self.stream.try_write(chunk) {
-                    Ok(n) => {
-                        *sent += n as u64;
-                        self.counters.add_sent(n);
-                        self.moved();
-                        pacer.after_send(n, &self.clock);
-                        break;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.ready(Interest::WRITABLE, "send").await?
-                    }
-                    Err(err) => return Err(Failure::Net { during: "send", err }),
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Receives `len` bytes of the `direction` stream into worker scratch
-    /// space, checking each chunk against the pattern when `verifier` is set.
-    pub(crate) async fn recv_pattern(
-        &self,
-        pattern: &Pattern,
-        mut verifier: Option<&mut PatternVerifier>,
-        received: &mut u64,
-        len: u64,
-        buffer: usize,
-        direction: Direction,
-    ) -> Result<(), Failure> {
-        let end = *received + len;
-        while *received < end {
-            let want = (end - *received).min(buffer as u64) as usize;
-            let got = SCRATCH.with(|cell| {
-                let mut scratch = cell.borrow_mut();
-                if scratch.len() < want {
-                    scratch.resize(want, 0);
-                }
-                match self.stream.try_read(&mut scratch[..want]) {
-                    Ok(n) => {
-                        let checked = match verifier.as_deref_mut() {
-                            Some(v) => v.check(pattern, &scratch[..n]),
-                            None => Ok(()),
-                        };
-                        Ok(Some((n, checked)))
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-                    Err(err) => Err(Failure::Net { during: "recv", err }),
-                }
-            })?;
-            match got {
-                None => self.ready(Interest::READABLE, "recv").await?,
-                Some((0, _)) => return Err(Failure::Eof { during: "recv" }),
-                Some((n, checked)) => {
-                    // The chunk was delivered, bad byte or not: count it first.
-                    *received += n as u64;
-                    self.counters.add_received(n);
-                    self.moved();
-                    checked.map_err(|mismatch| Failure::Mismatch { direction, mismatch })?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Reads exactly `buf.len()` bytes (session messages, ids, markers).
@@ -354,12 +262,15 @@ impl<T, F: Future<Output = Result<T, Failure>>> Future for Guarded<'_, '_, F> {
     }
 }
 
-/// Send pacing for one connection: a rate limit, bursts, or neither.
+/// Send pacing for one connection: a rate limit, bursts, or neither. The
+/// timer is allocated the first time the connection has to wait, so an
+/// unpaced connection carries none.
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
     limiter: Option<RateLimiter>,
     burst: Option<BurstPacer>,
     hold_until_ns: Option<u64>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Pacer {
@@ -372,22 +283,42 @@ impl Pacer {
             },
             burst: burst.map(|(n, d)| BurstPacer::new(n, d.as_nanos() as u64)),
             hold_until_ns: None,
+            timer: None,
         }
     }
 
-    async fn before_send(&mut self, link: &Link<'_>) -> Result<(), Failure> {
-        if let Some(t) = self.hold_until_ns.take() {
-            link.sleep_until_ns(t).await;
-        }
-        if let Some(l) = &mut self.limiter {
-            while let Release::At(t) = l.poll(link.clock.now_ns()) {
-                link.sleep_until_ns(t).await;
+    /// Ready when the next send may go; otherwise arms the timer for the
+    /// release time.
+    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>, link: &Link<'_>) -> Poll<()> {
+        loop {
+            let now = link.clock.now_ns();
+            let due = match self.hold_until_ns {
+                Some(t) if t > now => t,
+                Some(_) => {
+                    self.hold_until_ns = None;
+                    continue;
+                }
+                None => match self.limiter.as_mut().map(|l| l.poll(now)) {
+                    Some(Release::At(t)) => t,
+                    _ => return Poll::Ready(()),
+                },
+            };
+            let deadline = tokio::time::Instant::from_std(link.clock.instant_at(due));
+            let timer = self
+                .timer
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+            if timer.deadline() != deadline {
+                timer.as_mut().reset(deadline);
+            }
+            match timer.as_mut().poll(cx) {
+                // A paced sender that waited is not idle.
+                Poll::Ready(()) => link.moved(),
+                Poll::Pending => return Poll::Pending,
             }
         }
-        Ok(())
     }
 
-    fn after_send(&mut self, n: usize, clock: &RunClock) {
+    pub(crate) fn after_send(&mut self, n: usize, clock: &RunClock) {
         if let Some(l) = &mut self.limiter {
             l.sent(n as u64);
         }

@@ -4,6 +4,7 @@
 mod client;
 mod link;
 mod server;
+mod transfer;
 
 use std::future::Future;
 use std::time::Duration;
@@ -22,6 +23,7 @@ use crate::counters::{Counters, IntervalSampler, RunClock};
 use crate::socket::{errno_name, SocketOptions};
 use crate::Observer;
 use link::{Failure, Link, Pacer};
+use transfer::{Ended, Transfer};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
@@ -209,49 +211,69 @@ pub(crate) struct Progress {
 }
 
 /// Runs the sequential push-pull segments, or sends and receives at once
-/// for the other patterns (either side failing stops both).
+/// for the other patterns (either side failing stops both). With
+/// `watch_trailer` (the client), a peer that speaks after its data while this
+/// end is still sending stops the transfer early: [`Ended::PeerSpoke`].
 pub(crate) async fn exchange(
     link: &Link<'_>,
     part: &Part<'_>,
     pacer: &mut Pacer,
     verifier: &mut PatternVerifier,
     progress: &mut Progress,
-) -> Result<(), Failure> {
-    let verifier = part.verify.then_some(verifier);
-    if part.plan.pattern == TcpPattern::PushPull {
-        let mut verifier = verifier;
-        for (dir, len) in part.plan.segments() {
-            if dir == part.send_direction() {
-                link.send_pattern(part.pattern, &mut progress.sent, len, part.buffer, pacer)
-                    .await?;
-            } else {
-                link.recv_pattern(
-                    part.pattern,
-                    verifier.as_deref_mut(),
-                    &mut progress.received,
-                    len,
-                    part.buffer,
-                    dir,
-                )
-                .await?;
-            }
-        }
-        return Ok(());
+    watch_trailer: bool,
+) -> Result<Ended, Failure> {
+    let mut verifier = part.verify.then_some(verifier);
+    if part.plan.pattern != TcpPattern::PushPull {
+        let (send, recv) = (part.send_total(), part.recv_total());
+        return transfer(link, part, progress, send, recv, verifier, pacer, watch_trailer).await;
     }
-    let Progress { sent, received } = progress;
-    // Built inside the macro so each future is laid out once.
-    tokio::try_join!(
-        link.send_pattern(part.pattern, sent, part.send_total(), part.buffer, pacer),
-        link.recv_pattern(
-            part.pattern,
-            verifier,
-            received,
-            part.recv_total(),
-            part.buffer,
-            part.recv_direction(),
-        ),
-    )?;
-    Ok(())
+    for (dir, len) in part.plan.segments() {
+        let (send, recv) = if dir == part.send_direction() {
+            (len, 0)
+        } else {
+            (0, len)
+        };
+        transfer(
+            link,
+            part,
+            progress,
+            send,
+            recv,
+            verifier.as_deref_mut(),
+            pacer,
+            watch_trailer,
+        )
+        .await?;
+    }
+    Ok(Ended::Complete)
+}
+
+/// A transfer of `send` more bytes out and `recv` more in, continuing the
+/// direction streams where `progress` left them.
+#[allow(clippy::too_many_arguments)]
+fn transfer<'l, 'a>(
+    link: &'l Link<'a>,
+    part: &'l Part<'l>,
+    progress: &'l mut Progress,
+    send: u64,
+    recv: u64,
+    verifier: Option<&'l mut PatternVerifier>,
+    pacer: &'l mut Pacer,
+    watch_trailer: bool,
+) -> Transfer<'l, 'a> {
+    Transfer {
+        link,
+        pattern: part.pattern,
+        buffer: part.buffer,
+        send_end: progress.sent + send,
+        sent: &mut progress.sent,
+        recv_end: progress.received + recv,
+        received: &mut progress.received,
+        recv_direction: part.recv_direction(),
+        verifier,
+        pacer,
+        watch_trailer,
+    }
 }
 
 /// The verdict one end sends or records for a failure.

@@ -271,140 +271,35 @@ fn reject_code(e: &WireError) -> RejectCode {
     }
 }
 
+/// What the accept phase decided.
+enum Admitted {
+    /// Serve this plan.
+    Serve(Hello),
+    /// The connection ended in the accept phase with this outcome.
+    Ended(Outcome),
+}
+
+/// One connection, in three phases. Only the data phase is long, so only
+/// its state is kept inline; the accept and finish phases are boxed, and the
+/// record is assembled at the end from a few small fields. This keeps each
+/// idle connection's task small.
 async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> ConnectionRecord {
     let spec = &ctx.spec;
     let index = ctx.next_index.fetch_add(1, Relaxed);
-    let mut record = ConnectionRecord {
-        index,
-        connection_id: String::new(),
-        local_address: stream.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-        remote_address: peer.to_string(),
-        start_s: ctx.clock.now_s(),
-        time_slice_s: 0.0,
-        elapsed_ns: 0,
-        pattern: None,
-        transfer_bytes: 0,
-        buffer_bytes: 0,
-        rate_limit_bytes_per_second: 0,
-        sent_bytes: 0,
-        received_bytes: 0,
-        outcome: Outcome::Succeeded,
-        peer: None,
-        shutdown: None,
-        tcp_info: None,
-    };
+    let start_s = ctx.clock.now_s();
+    let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
     let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let admission = Admission::try_admit(ctx, peer.ip());
-    let uuid = uuid::Uuid::new_v4();
-    record.connection_id = uuid.hyphenated().to_string();
 
-    // Learn (goodput wire) or assume (cts wire) what this connection does.
-    let hello = match spec.wire {
-        WireProtocol::Goodput => {
-            let hello = match link.guard(link.read_message("hello")).await {
-                Ok(Message::Hello(h)) => Ok(h),
-                Ok(other) => Err((RejectCode::Malformed, format!("expected Hello, got {other:?}"))),
-                Err(Failure::Wire(e)) => Err((reject_code(&e), e.to_string())),
-                Err(f) => return finish_failed(ctx, &link, record, f).await,
-            };
-            let hello = hello.and_then(|h| {
-                spec.limits.check(&h).map_err(|r| (RejectCode::OverLimit, r))?;
-                if let Err(r) = &admission {
-                    return Err((RejectCode::TooManyConnections, r.clone()));
-                }
-                Ok(h)
-            });
-            match hello {
-                Ok(h) => h,
-                Err((code, reason)) => {
-                    let _ = link
-                        .write_message(
-                            &Message::Reject {
-                                code,
-                                reason: reason.clone(),
-                            },
-                            "reject",
-                        )
-                        .await;
-                    record.outcome = Outcome::rejected(code, &reason);
-                    // The client closes after reading the reason; wait for it briefly.
-                    let _ =
-                        tokio::time::timeout(Duration::from_secs(2), link.guard(link.await_peer_close(true)))
-                            .await;
-                    let _ = set_rude_close(&stream);
-                    record.time_slice_s = ctx.clock.now_s();
-                    return record;
-                }
-            }
-        }
-        WireProtocol::Cts => {
-            if admission.is_err() {
-                // ctsTraffic has no way to say why: reset the connection.
-                let _ = set_rude_close(&stream);
-                record.outcome =
-                    Outcome::rejected(RejectCode::TooManyConnections, "over the server's limits");
-                record.time_slice_s = ctx.clock.now_s();
-                return record;
-            }
-            let p = spec.cts.expect("checked at bind");
-            Hello {
-                pattern: p.pattern,
-                verify: p.verify,
-                transfer: p.transfer,
-                push_segment: p.push_bytes,
-                pull_segment: p.pull_bytes,
-                server_buffer: p.buffer.min(u64::from(u32::MAX)) as u32,
-                server_send_buffer: 0,
-                server_recv_buffer: 0,
-                server_rate: 0,
-                rate_period_ms: 100,
-                burst_count: 0,
-                burst_delay_ms: 0,
-            }
+    let hello = match Box::pin(accept_phase(ctx, &link, admission.is_ok(), &uuid, peer)).await {
+        Admitted::Serve(h) => h,
+        Admitted::Ended(outcome) => {
+            let _ = set_rude_close(&stream);
+            let mut r = record(ctx, index, start_s, &uuid, &stream, peer, None);
+            r.outcome = outcome;
+            return r;
         }
     };
-    record.pattern = Some(hello.pattern);
-    record.transfer_bytes = hello.transfer;
-    record.buffer_bytes = u64::from(hello.server_buffer);
-    record.rate_limit_bytes_per_second = hello.server_rate;
-    {
-        let s = SockRef::from(&stream);
-        if hello.server_send_buffer > 0 {
-            let _ = s.set_send_buffer_size(hello.server_send_buffer as usize);
-        }
-        if hello.server_recv_buffer > 0 {
-            let _ = s.set_recv_buffer_size(hello.server_recv_buffer as usize);
-        }
-        if let Err(e) = spec.socket.apply(&s, &peer) {
-            return finish_failed(
-                ctx,
-                &link,
-                record,
-                Failure::Net {
-                    during: "setsockopt",
-                    err: e,
-                },
-            )
-            .await;
-        }
-    }
-    let greeting = async {
-        match spec.wire {
-            WireProtocol::Goodput => {
-                let accept = Message::Accept {
-                    connection_id: *uuid.as_bytes(),
-                };
-                link.write_message(&accept, "accept").await
-            }
-            WireProtocol::Cts => {
-                let id = cts::encode_connection_id(&record.connection_id).expect("uuid text is 36 bytes");
-                link.write_all(&id, "connection id").await
-            }
-        }
-    };
-    if let Err(f) = link.guard(greeting).await {
-        return finish_failed(ctx, &link, record, f).await;
-    }
 
     let part = Part {
         plan: hello.plan(),
@@ -429,16 +324,188 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     let t0 = ctx.clock.now_ns();
     let result = match tokio::time::timeout(
         spec.limits.max_duration,
-        link.guard(exchange(&link, &part, &mut pacer, &mut verifier, &mut progress)),
+        link.guard(exchange(
+            &link,
+            &part,
+            &mut pacer,
+            &mut verifier,
+            &mut progress,
+            false,
+        )),
     )
     .await
     {
-        Ok(r) => r,
+        // The server never watches for a trailer: the transfer only completes.
+        Ok(r) => r.map(|_| ()),
         Err(_) => Err(Failure::Cancelled),
     };
-    record.elapsed_ns = ctx.clock.now_ns() - t0;
-    record.sent_bytes = progress.sent;
-    record.received_bytes = progress.received;
+    let elapsed_ns = ctx.clock.now_ns() - t0;
+    let client_expects_trailer = progress.sent == part.plan.server_to_client;
+    let outcome = Box::pin(finish_phase(
+        ctx,
+        &link,
+        result,
+        progress,
+        elapsed_ns,
+        client_expects_trailer,
+    ))
+    .await;
+    let tcp = tcp_info(&stream).ok();
+    if !outcome.is_success() {
+        let _ = set_rude_close(&stream);
+    }
+    drop(admission);
+    let mut r = record(ctx, index, start_s, &uuid, &stream, peer, Some(&hello));
+    r.outcome = outcome;
+    r.elapsed_ns = elapsed_ns;
+    r.sent_bytes = progress.sent;
+    r.received_bytes = progress.received;
+    r.tcp_info = tcp;
+    r
+}
+
+fn record(
+    ctx: &ServerCtx,
+    index: u64,
+    start_s: f64,
+    uuid: &uuid::Uuid,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    hello: Option<&Hello>,
+) -> ConnectionRecord {
+    ConnectionRecord {
+        index,
+        connection_id: uuid.hyphenated().to_string(),
+        local_address: stream.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        remote_address: peer.to_string(),
+        start_s,
+        time_slice_s: ctx.clock.now_s(),
+        elapsed_ns: 0,
+        pattern: hello.map(|h| h.pattern),
+        transfer_bytes: hello.map(|h| h.transfer).unwrap_or(0),
+        buffer_bytes: hello.map(|h| u64::from(h.server_buffer)).unwrap_or(0),
+        rate_limit_bytes_per_second: hello.map(|h| h.server_rate).unwrap_or(0),
+        sent_bytes: 0,
+        received_bytes: 0,
+        outcome: Outcome::Succeeded,
+        peer: None,
+        shutdown: None,
+        tcp_info: None,
+    }
+}
+
+/// Learns (goodput wire) or assumes (cts wire) what the connection does,
+/// checks it against the limits, and greets the client.
+async fn accept_phase(
+    ctx: &ServerCtx,
+    link: &Link<'_>,
+    admitted: bool,
+    uuid: &uuid::Uuid,
+    peer: SocketAddr,
+) -> Admitted {
+    let spec = &ctx.spec;
+    let over_limit = || format!("over the server's connection limits for {}", peer.ip());
+    let hello = match spec.wire {
+        WireProtocol::Goodput => {
+            let hello = match link.guard(link.read_message("hello")).await {
+                Ok(Message::Hello(h)) => Ok(h),
+                Ok(other) => Err((RejectCode::Malformed, format!("expected Hello, got {other:?}"))),
+                Err(Failure::Wire(e)) => Err((reject_code(&e), e.to_string())),
+                Err(f) => return Admitted::Ended(outcome_of_failure(&f, "server")),
+            };
+            let hello = hello.and_then(|h| {
+                spec.limits.check(&h).map_err(|r| (RejectCode::OverLimit, r))?;
+                if !admitted {
+                    return Err((RejectCode::TooManyConnections, over_limit()));
+                }
+                Ok(h)
+            });
+            match hello {
+                Ok(h) => h,
+                Err((code, reason)) => {
+                    let reject = Message::Reject {
+                        code,
+                        reason: reason.clone(),
+                    };
+                    let _ = link.guard(link.write_message(&reject, "reject")).await;
+                    // The client closes after reading the reason; wait for it briefly.
+                    let _ =
+                        tokio::time::timeout(Duration::from_secs(2), link.guard(link.await_peer_close(true)))
+                            .await;
+                    return Admitted::Ended(Outcome::rejected(code, &reason));
+                }
+            }
+        }
+        WireProtocol::Cts => {
+            if !admitted {
+                // ctsTraffic has no way to say why: reset the connection.
+                return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
+            }
+            let p = spec.cts.expect("checked at bind");
+            Hello {
+                pattern: p.pattern,
+                verify: p.verify,
+                transfer: p.transfer,
+                push_segment: p.push_bytes,
+                pull_segment: p.pull_bytes,
+                server_buffer: p.buffer.min(u64::from(u32::MAX)) as u32,
+                server_send_buffer: 0,
+                server_recv_buffer: 0,
+                server_rate: 0,
+                rate_period_ms: 100,
+                burst_count: 0,
+                burst_delay_ms: 0,
+            }
+        }
+    };
+    let s = SockRef::from(link.stream);
+    if hello.server_send_buffer > 0 {
+        let _ = s.set_send_buffer_size(hello.server_send_buffer as usize);
+    }
+    if hello.server_recv_buffer > 0 {
+        let _ = s.set_recv_buffer_size(hello.server_recv_buffer as usize);
+    }
+    if let Err(err) = spec.socket.apply(&s, &peer) {
+        return Admitted::Ended(outcome_of_failure(
+            &Failure::Net {
+                during: "setsockopt",
+                err,
+            },
+            "server",
+        ));
+    }
+    let greeting = async {
+        match spec.wire {
+            WireProtocol::Goodput => {
+                let accept = Message::Accept {
+                    connection_id: *uuid.as_bytes(),
+                };
+                link.write_message(&accept, "accept").await
+            }
+            WireProtocol::Cts => {
+                let text = uuid.hyphenated().to_string();
+                let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
+                link.write_all(&id, "connection id").await
+            }
+        }
+    };
+    match link.guard(greeting).await {
+        Ok(()) => Admitted::Serve(hello),
+        Err(f) => Admitted::Ended(outcome_of_failure(&f, "server")),
+    }
+}
+
+/// Sends the completion record (or `DONE`), then waits for the client to
+/// close first; returns the server's outcome for the connection.
+async fn finish_phase(
+    ctx: &ServerCtx,
+    link: &Link<'_>,
+    result: Result<(), Failure>,
+    progress: Progress,
+    elapsed_ns: u64,
+    client_expects_trailer: bool,
+) -> Outcome {
+    let spec = &ctx.spec;
     let verdict = match &result {
         Ok(()) => Verdict::Success,
         Err(f) => verdict_of(f),
@@ -447,14 +514,13 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     // server's data. A server that fails before sending all of it must not
     // send one (the client would read it as pattern bytes): it resets, and
     // its own record carries the reason.
-    let client_expects_trailer = progress.sent == part.plan.server_to_client;
     let trailer = match spec.wire {
         WireProtocol::Goodput if result.is_err() && !client_expects_trailer => Ok(()),
         WireProtocol::Goodput => {
             let c = Completion {
                 sent: progress.sent,
                 received: progress.received,
-                elapsed_ns: record.elapsed_ns,
+                elapsed_ns,
                 verdict,
             };
             link.guard(link.write_message(&Message::Completion(c), "completion"))
@@ -465,48 +531,21 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
-            // The client is reading towards our verdict: let it arrive.
-            let _ = tokio::time::timeout(
-                spec.idle_timeout,
-                link.guard(async {
-                    link.flush_and_drain().await;
-                    Ok(())
-                }),
-            )
-            .await;
-            finish_failed(ctx, &link, record, f).await
+            // The client is reading towards our verdict: let it arrive
+            // (an immediate reset would discard it with any unsent data).
+            let drain = link.guard(async {
+                link.flush_and_drain().await;
+                Ok(())
+            });
+            let _ = tokio::time::timeout(spec.idle_timeout, drain).await;
+            outcome_of_failure(&f, "server")
         }
-        (Err(f), _) => finish_failed(ctx, &link, record, f).await,
-        (Ok(()), Err(f)) => finish_failed(ctx, &link, record, f).await,
-        (Ok(()), Ok(())) => {
-            // The client closes first (FIN or RST); only then does the server.
-            match link.guard(link.await_peer_close(true)).await {
-                Ok(()) => record.outcome = Outcome::Succeeded,
-                Err(Failure::TooMuch) => record.outcome = outcome_of_verdict(&Verdict::TooMuchData, "server"),
-                Err(f) => record.outcome = outcome_of_failure(&f, "server"),
-            }
-            record.tcp_info = tcp_info(&stream).ok();
-            if !record.outcome.is_success() {
-                let _ = set_rude_close(&stream);
-            }
-            drop(admission);
-            record.time_slice_s = ctx.clock.now_s();
-            record
-        }
+        (Err(f), _) | (Ok(()), Err(f)) => outcome_of_failure(&f, "server"),
+        // The client closes first (FIN or RST); only then does the server.
+        (Ok(()), Ok(())) => match link.guard(link.await_peer_close(true)).await {
+            Ok(()) => Outcome::Succeeded,
+            Err(Failure::TooMuch) => outcome_of_verdict(&Verdict::TooMuchData, "server"),
+            Err(f) => outcome_of_failure(&f, "server"),
+        },
     }
-}
-
-/// Records a failure and resets the connection (ctsTraffic closes every
-/// failed connection with an RST).
-async fn finish_failed(
-    ctx: &ServerCtx,
-    link: &Link<'_>,
-    mut record: ConnectionRecord,
-    f: Failure,
-) -> ConnectionRecord {
-    record.outcome = outcome_of_failure(&f, "server");
-    record.tcp_info = tcp_info(link.stream).ok();
-    let _ = set_rude_close(link.stream);
-    record.time_slice_s = ctx.clock.now_s();
-    record
 }
