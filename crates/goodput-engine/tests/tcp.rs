@@ -685,3 +685,160 @@ async fn duplex_flip_found_by_server_is_not_misread_by_the_client() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_options_apply_and_a_bad_one_is_a_named_error() {
+    let opts = SocketOptions {
+        send_buffer: Some(256 << 10),
+        recv_buffer: Some(256 << 10),
+        no_delay: true,
+        congestion: Some("reno".into()),
+        dscp: Some(46),
+        keepalive: Some(Duration::from_secs(30)),
+        interface: Some("lo".into()),
+    };
+    let (c, s) = run_pair(
+        TcpServerSpec {
+            socket: opts.clone(),
+            ..server_spec(Ipv4Addr::LOCALHOST.into())
+        },
+        |t| TcpClientSpec {
+            socket: opts.clone(),
+            pattern: TcpPattern::Duplex,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_all_exact(&c, &s, TransferPlan::new(TcpPattern::Duplex, 1 << 20, 0, 0), 6);
+    assert!(c
+        .connections
+        .iter()
+        .all(|r| r.tcp_info.is_some_and(|t| t.snd_mss_bytes > 0)));
+
+    let (c, _s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            socket: SocketOptions {
+                congestion: Some("no-such-algorithm".into()),
+                ..SocketOptions::default()
+            },
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.network_errors, 6);
+    assert!(
+        c.connections.iter().all(|r| matches!(
+            &r.outcome,
+            Outcome::NetworkError { during, message, .. }
+                if during == "setsockopt" && message.contains("no-such-algorithm")
+        )),
+        "{:?}",
+        c.connections[0].outcome
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bind_addresses_and_local_ports_are_used_in_turn() {
+    let binds: Vec<IpAddr> = vec!["127.0.0.2".parse().unwrap(), "127.0.0.3".parse().unwrap()];
+    // A free range of three ports, found by binding them briefly.
+    let base = (20000u16..60000)
+        .step_by(7)
+        .find(|&p| {
+            (p..p + 3).all(|q| {
+                std::net::TcpListener::bind(("127.0.0.2", q)).is_ok()
+                    && std::net::TcpListener::bind(("127.0.0.3", q)).is_ok()
+            })
+        })
+        .unwrap();
+    let (c, _s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            binds: binds.clone(),
+            local_port: PortRange {
+                lo: base,
+                hi: base + 2,
+            },
+            shutdown: ShutdownMode::Rude,
+            connections: 3,
+            iterations: 2,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 6, "{:#?}", c.connections);
+    for r in &c.connections {
+        let local: SocketAddr = r.local_address.parse().unwrap();
+        assert_eq!(
+            local.ip(),
+            binds[(r.index % 2) as usize],
+            "connection {}",
+            r.index
+        );
+        assert_eq!(
+            local.port(),
+            base + (r.index % 3) as u16,
+            "connection {}",
+            r.index
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_pause_between_groups_of_sends() {
+    let (c, _s) = run_pair(
+        server_spec(Ipv4Addr::LOCALHOST.into()),
+        |t| TcpClientSpec {
+            transfer: ValueRange::single(ByteSize(10_000)),
+            buffer: ValueRange::single(ByteSize(1000)),
+            burst: Some((2, Duration::from_millis(100))),
+            connections: 1,
+            iterations: 1,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 1);
+    // Ten 1000-byte sends in bursts of two: at least four 100 ms pauses.
+    let r = &c.connections[0];
+    assert!(r.elapsed_ns >= 400_000_000, "{} ns", r.elapsed_ns);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_client_limit_rejects_the_excess_with_a_reason() {
+    let (c, s) = run_pair(
+        TcpServerSpec {
+            limits: ServerLimits {
+                max_per_client: 2,
+                ..ServerLimits::default()
+            },
+            ..server_spec(Ipv4Addr::LOCALHOST.into())
+        },
+        |t| TcpClientSpec {
+            // Slow enough that four connections are open at once.
+            transfer: ValueRange::single(ByteSize(300_000)),
+            rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(1_000_000))),
+            connections: 4,
+            iterations: 1,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 2, "{:#?}", c.connections);
+    assert_eq!(c.summary.data_errors, 2);
+    for r in c.connections.iter().filter(|r| !r.outcome.is_success()) {
+        match &r.outcome {
+            Outcome::ProtocolError { kind, message, .. } => {
+                assert_eq!(*kind, ProtocolErrorKind::Rejected);
+                assert!(message.contains("TooManyConnections"), "{message}");
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(s.summary.successful, 2);
+}
