@@ -501,9 +501,10 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
                 "until stopped (iterations 0)".into()
             } else {
                 format!(
-                    "{} ({} iterations)",
+                    "{} ({} × {} connections)",
                     spec.iterations * spec.connections,
-                    spec.iterations
+                    spec.iterations,
+                    spec.connections
                 )
             },
         ),
