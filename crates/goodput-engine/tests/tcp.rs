@@ -842,3 +842,36 @@ async fn per_client_limit_rejects_the_excess_with_a_reason() {
     }
     assert_eq!(s.summary.successful, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn targets_of_both_families_are_used_round_robin() {
+    let bound = bind_server(TcpServerSpec {
+        listen: vec!["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()],
+        ..server_spec(Ipv4Addr::LOCALHOST.into())
+    })
+    .unwrap();
+    let addrs = bound.local_addrs();
+    assert_eq!(addrs.len(), 2);
+    let stop = CancellationToken::new();
+    let st = stop.clone();
+    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let spec = TcpClientSpec {
+        targets: addrs.clone(),
+        connections: 2,
+        iterations: 3,
+        ..client_spec(addrs[0])
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    stop.cancel();
+    let s = server.await.unwrap();
+    assert_eq!(c.summary.successful, 6);
+    assert_eq!(s.summary.successful, 6);
+    for r in &c.connections {
+        let want = addrs[(r.index % 2) as usize];
+        assert_eq!(r.remote_address, want.to_string(), "connection {}", r.index);
+        let local: SocketAddr = r.local_address.parse().unwrap();
+        assert_eq!(local.is_ipv4(), want.is_ipv4());
+    }
+}

@@ -249,3 +249,49 @@ fn committed_schema_matches_the_result_model() {
         "schema/result-v1.json is stale: regenerate it with `goodput schema > schema/result-v1.json`"
     );
 }
+
+#[test]
+fn sigterm_stops_a_server_with_its_files_complete() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port().to_string()
+    };
+    let json = tmp("term.json");
+    let conns = tmp("term-conns.csv");
+    let server = goodput()
+        .args(["server", "--listen", "127.0.0.1", "--port", &port, "--json"])
+        .arg(&json)
+        .arg("--connection-file")
+        .arg(&conns)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let out = goodput()
+        .args([
+            "tcp",
+            "127.0.0.1",
+            "--port",
+            &port,
+            "-c",
+            "2",
+            "--transfer",
+            "1MiB",
+            "-v",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(server.id() as i32, libc::SIGTERM) };
+    let out = server.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("SuccessfulConnections [2]"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["end"], "interrupted");
+    assert_eq!(doc["summary"]["received_bytes"], 2 * 1024 * 1024);
+    assert_eq!(std::fs::read_to_string(&conns).unwrap().lines().count(), 3);
+}
