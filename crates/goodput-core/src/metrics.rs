@@ -14,23 +14,6 @@ pub fn jain_fairness(xs: &[f64]) -> Option<f64> {
     Some(sum * sum / (xs.len() as f64 * sq))
 }
 
-/// Minimum, median and maximum of `xs` (the median of an even count is the
-/// mean of the middle two). `None` when empty.
-pub fn min_median_max(xs: &[f64]) -> Option<(f64, f64, f64)> {
-    if xs.is_empty() {
-        return None;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    };
-    Some((v[0], median, v[n - 1]))
-}
-
 /// Bytes per second for `bytes` moved in `nanos` nanoseconds (0 when no time
 /// passed).
 pub fn bytes_per_second(bytes: u64, nanos: u64) -> f64 {
@@ -53,13 +36,6 @@ mod tests {
         assert_eq!(jain_fairness(&[0.0]), None);
         let j = jain_fairness(&[1.0, 2.0]).unwrap();
         assert!((j - 0.9).abs() < 1e-12);
-    }
-
-    #[test]
-    fn median_of_even_and_odd() {
-        assert_eq!(min_median_max(&[3.0, 1.0, 2.0]), Some((1.0, 2.0, 3.0)));
-        assert_eq!(min_median_max(&[4.0, 1.0, 2.0, 3.0]), Some((1.0, 2.5, 4.0)));
-        assert_eq!(min_median_max(&[]), None);
     }
 
     #[test]
