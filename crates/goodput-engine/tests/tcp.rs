@@ -62,6 +62,35 @@ fn client_spec(target: SocketAddr) -> TcpClientSpec {
     }
 }
 
+/// A server running in the background for one test.
+struct TestServer {
+    addrs: Vec<SocketAddr>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<TestResult>,
+}
+
+impl TestServer {
+    fn start(spec: TcpServerSpec) -> Self {
+        let bound = bind_server(spec).unwrap();
+        let addrs = bound.local_addrs();
+        let stop = CancellationToken::new();
+        let st = stop.clone();
+        let task = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+        Self { addrs, stop, task }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    /// Stops the server after `grace` (to let it see the last closes).
+    async fn stop_after(self, grace: Duration) -> TestResult {
+        tokio::time::sleep(grace).await;
+        self.stop.cancel();
+        self.task.await.unwrap()
+    }
+}
+
 /// Starts a server, runs `client` against it (through `via` if given), stops
 /// the server, and returns both results.
 async fn run_pair(
@@ -69,20 +98,14 @@ async fn run_pair(
     client: impl FnOnce(SocketAddr) -> TcpClientSpec,
     via: Option<&dyn Fn(SocketAddr) -> SocketAddr>,
 ) -> (TestResult, TestResult) {
-    let bound = bind_server(server).unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let server_task = tokio::spawn(async move { bound.run(&mut NullObserver, s).await.unwrap() });
+    let server = TestServer::start(server);
+    let addr = server.addr();
     let target = via.map(|f| f(addr)).unwrap_or(addr);
     let c = run_client(client(target), &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
     // Let the server see the last closes before stopping it.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    stop.cancel();
-    let s = server_task.await.unwrap();
-    (c, s)
+    (c, server.stop_after(Duration::from_millis(100)).await)
 }
 
 fn assert_all_exact(c: &TestResult, s: &TestResult, plan: TransferPlan, expected_conns: u64) {
@@ -155,11 +178,8 @@ async fn flipped_client_to_server_byte_is_one_data_error_at_its_offset() {
         offset: 72 + offset,
         mask: 0x20,
     }];
-    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let addr = server.addr();
     let relay = Relay::start(addr, flips, false).await;
     let spec = TcpClientSpec {
         connections: 1,
@@ -169,9 +189,7 @@ async fn flipped_client_to_server_byte_is_one_data_error_at_its_offset() {
     let c = run_client(spec, &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.cancel();
-    let s = server.await.unwrap();
+    let s = server.stop_after(Duration::from_millis(200)).await;
 
     assert_eq!(c.summary.data_errors, 1, "{:#?}", c.connections);
     assert_eq!(c.summary.successful, 3);
@@ -209,11 +227,8 @@ async fn flipped_server_to_client_byte_is_found_by_the_client() {
         offset: 24 + offset,
         mask: 0xff,
     }];
-    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let addr = server.addr();
     let relay = Relay::start(addr, flips, false).await;
     let spec = TcpClientSpec {
         pattern: TcpPattern::Pull,
@@ -224,8 +239,7 @@ async fn flipped_server_to_client_byte_is_found_by_the_client() {
     let c = run_client(spec, &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
-    stop.cancel();
-    let _ = server.await.unwrap();
+    let _ = server.stop_after(Duration::ZERO).await;
     assert_eq!(c.summary.data_errors, 1);
     assert_eq!(c.summary.successful, 3);
     let bad = c.connections.iter().find(|r| !r.outcome.is_success()).unwrap();
@@ -381,16 +395,12 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
         pull_bytes: 1 << 20,
         buffer: 65536,
     };
-    let bound = bind_server(TcpServerSpec {
+    let server = TestServer::start(TcpServerSpec {
         wire: WireProtocol::Cts,
         cts: Some(plan),
         ..server_spec(Ipv4Addr::LOCALHOST.into())
-    })
-    .unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    });
+    let addr = server.addr();
     let relay = Relay::start(addr, vec![], true).await;
     let spec = TcpClientSpec {
         wire: WireProtocol::Cts,
@@ -403,9 +413,7 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
     let c = run_client(spec, &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.cancel();
-    let s = server.await.unwrap();
+    let s = server.stop_after(Duration::from_millis(200)).await;
     assert_eq!(c.summary.successful, 2, "{:#?}", c.connections);
     assert_eq!(s.summary.successful, 2);
     let half = transfer / 2 + 1; // duplex rounds an odd transfer up
@@ -436,18 +444,14 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_limit_hello_is_rejected_with_a_reason_and_server_keeps_serving() {
-    let bound = bind_server(TcpServerSpec {
+    let server = TestServer::start(TcpServerSpec {
         limits: ServerLimits {
             max_transfer: 5000,
             ..ServerLimits::default()
         },
         ..server_spec(Ipv4Addr::LOCALHOST.into())
-    })
-    .unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    });
+    let addr = server.addr();
     let big = run_client(
         TcpClientSpec {
             transfer: ValueRange::single(ByteSize(6000)),
@@ -494,8 +498,7 @@ async fn over_limit_hello_is_rejected_with_a_reason_and_server_keeps_serving() {
     .await
     .unwrap();
     assert_eq!(ok.summary.successful, 6);
-    stop.cancel();
-    let s = server.await.unwrap();
+    let s = server.stop_after(Duration::ZERO).await;
     assert_eq!(s.summary.successful, 6);
     assert_eq!(s.summary.data_errors, 3);
 }
@@ -608,11 +611,8 @@ async fn duplex_with_flip(transfer: u64, offset: u64) -> (TestResult, TestResult
         offset: 72 + offset,
         mask: 0x01,
     }];
-    let bound = bind_server(server_spec(Ipv4Addr::LOCALHOST.into())).unwrap();
-    let addr = bound.local_addrs()[0];
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let addr = server.addr();
     let relay = Relay::start(addr, flips, false).await;
     let spec = TcpClientSpec {
         pattern: TcpPattern::Duplex,
@@ -624,9 +624,7 @@ async fn duplex_with_flip(transfer: u64, offset: u64) -> (TestResult, TestResult
     let c = run_client(spec, &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.cancel();
-    (c, server.await.unwrap())
+    (c, server.stop_after(Duration::from_millis(200)).await)
 }
 
 fn assert_server_found(s: &TestResult, offset: u64) {
@@ -845,16 +843,12 @@ async fn per_client_limit_rejects_the_excess_with_a_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn targets_of_both_families_are_used_round_robin() {
-    let bound = bind_server(TcpServerSpec {
+    let server = TestServer::start(TcpServerSpec {
         listen: vec!["127.0.0.1:0".parse().unwrap(), "[::1]:0".parse().unwrap()],
         ..server_spec(Ipv4Addr::LOCALHOST.into())
-    })
-    .unwrap();
-    let addrs = bound.local_addrs();
+    });
+    let addrs = server.addrs.clone();
     assert_eq!(addrs.len(), 2);
-    let stop = CancellationToken::new();
-    let st = stop.clone();
-    let server = tokio::spawn(async move { bound.run(&mut NullObserver, st).await.unwrap() });
     let spec = TcpClientSpec {
         targets: addrs.clone(),
         connections: 2,
@@ -864,8 +858,7 @@ async fn targets_of_both_families_are_used_round_robin() {
     let c = run_client(spec, &mut NullObserver, CancellationToken::new())
         .await
         .unwrap();
-    stop.cancel();
-    let s = server.await.unwrap();
+    let s = server.stop_after(Duration::ZERO).await;
     assert_eq!(c.summary.successful, 6);
     assert_eq!(s.summary.successful, 6);
     for r in &c.connections {

@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, exchange, outcome_of_failure, outcome_of_verdict, tool_info, unix_ms_now, Event, Part, Progress,
+    drive, exchange, outcome_of_failure, outcome_of_verdict, unix_ms_now, Event, Part, Progress, RunControl,
     ShutdownMode, TcpClientSpec,
 };
 use crate::counters::{Counters, RunClock};
@@ -148,31 +148,14 @@ pub async fn run_client(
         }
     };
     let spec = &ctx.spec;
-    let driven = drive(
-        rx,
-        &ctx.counters,
-        clock,
-        observer,
-        spec.status_interval,
-        spec.time_limit,
-        None,
-        spec.max_records,
-        &cancel,
-        schedule,
-    )
-    .await;
-    Ok(TestResult {
-        schema_version: goodput_core::result::SCHEMA_VERSION,
-        tool: tool_info(),
-        kind: TestKind::TcpClient,
-        started_unix_ms,
-        settings: client_settings(spec),
-        intervals: driven.intervals,
-        connections: driven.records.kept,
-        connections_omitted: driven.records.omitted,
-        summary: driven.summary,
-        end: driven.end,
-    })
+    let control = RunControl {
+        status_interval: spec.status_interval,
+        time_limit: spec.time_limit,
+        exit_after: None,
+        max_records: spec.max_records,
+    };
+    let driven = drive(rx, &ctx.counters, clock, observer, control, &cancel, schedule).await;
+    Ok(driven.into_result(TestKind::TcpClient, started_unix_ms, client_settings(spec)))
 }
 
 /// Decrements the in-flight count when a connection stops doing I/O.

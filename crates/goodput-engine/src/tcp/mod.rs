@@ -12,7 +12,8 @@ use std::time::Duration;
 use goodput_core::pattern::{Pattern, PatternVerifier};
 use goodput_core::plan::{Direction, TcpPattern, TransferPlan};
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder,
+    ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings,
+    TestKind, TestResult,
 };
 use goodput_core::session::{Verdict, VerifyMode};
 use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
@@ -388,27 +389,60 @@ impl RunRecords {
 
 /// What the run loop returns.
 pub(crate) struct Driven {
-    pub(crate) records: RunRecords,
-    pub(crate) intervals: Vec<Interval>,
-    pub(crate) end: EndReason,
-    pub(crate) summary: Summary,
+    records: RunRecords,
+    intervals: Vec<Interval>,
+    end: EndReason,
+    summary: Summary,
+}
+
+impl Driven {
+    /// The result document of the run.
+    pub(crate) fn into_result(
+        self,
+        kind: TestKind,
+        started_unix_ms: u64,
+        settings: TcpSettings,
+    ) -> TestResult {
+        TestResult {
+            schema_version: goodput_core::result::SCHEMA_VERSION,
+            tool: tool_info(),
+            kind,
+            started_unix_ms,
+            settings,
+            intervals: self.intervals,
+            connections: self.records.kept,
+            connections_omitted: self.records.omitted,
+            summary: self.summary,
+            end: self.end,
+        }
+    }
+}
+
+/// How a run is paced and when it stops, besides cancellation.
+pub(crate) struct RunControl {
+    pub(crate) status_interval: Duration,
+    pub(crate) time_limit: Option<Duration>,
+    pub(crate) exit_after: Option<u64>,
+    pub(crate) max_records: usize,
 }
 
 /// The run loop shared by client and server: status intervals, records as
 /// they arrive, the time limit and the exit count, until `done` completes.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn drive(
     mut rx: mpsc::UnboundedReceiver<Event>,
     counters: &Counters,
     clock: RunClock,
     observer: &mut dyn Observer,
-    status_interval: Duration,
-    time_limit: Option<Duration>,
-    exit_after: Option<u64>,
-    max_records: usize,
+    control: RunControl,
     cancel: &CancellationToken,
     done: impl Future<Output = ()>,
 ) -> Driven {
+    let RunControl {
+        status_interval,
+        time_limit,
+        exit_after,
+        max_records,
+    } = control;
     let mut records = RunRecords {
         max: max_records,
         ..Default::default()

@@ -19,8 +19,8 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, exchange, outcome_of_failure, outcome_of_verdict, tool_info, unix_ms_now, verdict_of, Event, Part,
-    Progress, ServerLimits, TcpServerSpec,
+    drive, exchange, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, Event, Part, Progress,
+    RunControl, ServerLimits, TcpServerSpec,
 };
 use crate::counters::{Counters, RunClock};
 use crate::socket::{set_rude_close, tcp_info};
@@ -220,47 +220,31 @@ impl BoundServer {
             }
         };
         let spec = &ctx.spec;
-        let driven = drive(
-            rx,
-            &ctx.counters,
-            clock,
-            observer,
-            spec.status_interval,
-            spec.time_limit,
-            spec.exit_after,
-            spec.max_records,
-            &cancel,
-            done,
-        )
-        .await;
-        Ok(TestResult {
-            schema_version: goodput_core::result::SCHEMA_VERSION,
-            tool: tool_info(),
-            kind: TestKind::TcpServer,
-            started_unix_ms,
-            settings: TcpSettings {
-                wire: spec.wire,
-                pattern: spec.cts.map(|c| c.pattern),
-                verify: spec.cts.map(|c| c.verify),
-                transfer_bytes: None,
-                buffer_bytes: None,
-                push_bytes: None,
-                pull_bytes: None,
-                connections: None,
-                iterations: None,
-                rate_limit_bytes_per_second: None,
-                rate_period_ms: None,
-                shutdown: None,
-                addresses: addrs.iter().map(|a| a.to_string()).collect(),
-                status_interval_ms: spec.status_interval.as_millis() as u64,
-                time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
-            },
-            intervals: driven.intervals,
-            connections: driven.records.kept,
-            connections_omitted: driven.records.omitted,
-            summary: driven.summary,
-            end: driven.end,
-        })
+        let control = RunControl {
+            status_interval: spec.status_interval,
+            time_limit: spec.time_limit,
+            exit_after: spec.exit_after,
+            max_records: spec.max_records,
+        };
+        let driven = drive(rx, &ctx.counters, clock, observer, control, &cancel, done).await;
+        let settings = TcpSettings {
+            wire: spec.wire,
+            pattern: spec.cts.map(|c| c.pattern),
+            verify: spec.cts.map(|c| c.verify),
+            transfer_bytes: None,
+            buffer_bytes: None,
+            push_bytes: None,
+            pull_bytes: None,
+            connections: None,
+            iterations: None,
+            rate_limit_bytes_per_second: None,
+            rate_period_ms: None,
+            shutdown: None,
+            addresses: addrs.iter().map(|a| a.to_string()).collect(),
+            status_interval_ms: spec.status_interval.as_millis() as u64,
+            time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
+        };
+        Ok(driven.into_result(TestKind::TcpServer, started_unix_ms, settings))
     }
 }
 
