@@ -23,8 +23,12 @@ pub struct TestResult {
     pub started_unix_ms: u64,
     /// Settings in force.
     pub settings: TcpSettings,
-    /// One snapshot per status interval, in order.
+    /// One snapshot per status interval, in order (up to the record cap,
+    /// plus the final one).
     pub intervals: Vec<Interval>,
+    /// Intervals beyond the cap, not kept here (they were streamed to the
+    /// status file and JSON lines).
+    pub intervals_omitted: u64,
     /// One record per connection that ended (or was aborted), in end order.
     pub connections: Vec<ConnectionRecord>,
     /// Totals and distributions over the connections.

@@ -9,7 +9,13 @@ pub trait Observer: Send {
     /// A connection ended (or was aborted).
     fn on_connection(&mut self, record: &ConnectionRecord);
     /// A connection was established (ctsTraffic's "established" lines).
+    /// Only called when [`Observer::wants_established`] says so.
     fn on_established(&mut self, _index: u64, _local: &str, _remote: &str, _elapsed_s: f64) {}
+    /// Whether to report established connections at all: each costs the data
+    /// path a message, which a churn test can do without.
+    fn wants_established(&self) -> bool {
+        false
+    }
     /// Something the user should know that is not tied to one connection.
     fn on_notice(&mut self, _text: &str) {}
 }

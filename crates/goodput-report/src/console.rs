@@ -117,6 +117,10 @@ impl View for ConsoleView {
         Ok(())
     }
 
+    fn wants_established(&self) -> bool {
+        self.verbosity.connections()
+    }
+
     fn established(&mut self, _index: u64, local: &str, remote: &str, t: f64) -> io::Result<()> {
         if self.verbosity.connections() {
             self.say(&format!(

@@ -24,6 +24,10 @@ pub trait View {
     fn connection(&mut self, _r: &ConnectionRecord) -> std::io::Result<()> {
         Ok(())
     }
+    /// Whether this view shows established connections.
+    fn wants_established(&self) -> bool {
+        false
+    }
     /// A connection was established.
     fn established(&mut self, _index: u64, _local: &str, _remote: &str, _t: f64) -> std::io::Result<()> {
         Ok(())

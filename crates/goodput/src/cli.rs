@@ -150,8 +150,8 @@ pub struct OutputArgs {
     /// Stream intervals and connections as JSON lines ("-" = standard output).
     #[arg(long, value_name = "FILE")]
     pub json_stream: Option<PathBuf>,
-    /// Most connection records kept in the JSON document (all are counted in
-    /// the summary and written to --connection-file).
+    /// Most connection records, and most status intervals, kept in the JSON
+    /// document (all are counted in the summary and written to the files).
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub max_records: usize,
 }

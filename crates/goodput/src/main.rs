@@ -191,6 +191,9 @@ impl Observer for Views {
     fn on_notice(&mut self, text: &str) {
         self.each(|v| v.notice(text));
     }
+    fn wants_established(&self) -> bool {
+        self.console.wants_established() || self.files.iter().any(|v| v.wants_established())
+    }
 }
 
 fn pattern_of(p: PatternArg) -> TcpPattern {

@@ -38,6 +38,7 @@ struct ClientCtx {
     clock: RunClock,
     throttle: Semaphore,
     tx: mpsc::UnboundedSender<Event>,
+    report_established: bool,
 }
 
 /// What the server sent after the data.
@@ -114,6 +115,7 @@ pub async fn run_client(
         clock,
         throttle: Semaphore::new(throttle),
         tx,
+        report_established: observer.wants_established(),
     });
     let total = match ctx.spec.iterations {
         0 => u64::MAX,
@@ -285,11 +287,13 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
         }
     };
     let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    let _ = ctx.tx.send(Event::Established {
-        index,
-        local: local.clone(),
-        remote: target.to_string(),
-    });
+    if ctx.report_established {
+        let _ = ctx.tx.send(Event::Established {
+            index,
+            local: local.clone(),
+            remote: target.to_string(),
+        });
+    }
     let in_flight = InFlight::enter(&ctx.counters);
     let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let t0 = ctx.clock.now_ns();

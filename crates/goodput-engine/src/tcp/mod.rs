@@ -391,6 +391,7 @@ impl RunRecords {
 pub(crate) struct Driven {
     records: RunRecords,
     intervals: Vec<Interval>,
+    intervals_omitted: u64,
     end: EndReason,
     summary: Summary,
 }
@@ -410,6 +411,7 @@ impl Driven {
             started_unix_ms,
             settings,
             intervals: self.intervals,
+            intervals_omitted: self.intervals_omitted,
             connections: self.records.kept,
             connections_omitted: self.records.omitted,
             summary: self.summary,
@@ -448,6 +450,7 @@ pub(crate) async fn drive(
         ..Default::default()
     };
     let mut intervals = Vec::new();
+    let mut intervals_omitted = 0u64;
     let mut sampler = IntervalSampler::default();
     let start = tokio::time::Instant::from_std(clock.instant_at(0));
     let mut ticker = tokio::time::interval_at(start + status_interval, status_interval);
@@ -485,8 +488,13 @@ pub(crate) async fn drive(
             }
             _ = ticker.tick() => {
                 let iv = sampler.sample(counters, clock.now_ns());
-                intervals.push(iv);
                 observer.on_interval(&iv);
+                // Bounded like the records: a server may run for months.
+                if intervals.len() < max_records {
+                    intervals.push(iv);
+                } else {
+                    intervals_omitted += 1;
+                }
             }
             _ = &mut deadline, if time_limit.is_some() && own_reason.is_none() && !cancel.is_cancelled() => {
                 own_reason = Some(EndReason::TimeLimit);
@@ -511,6 +519,7 @@ pub(crate) async fn drive(
     Driven {
         records,
         intervals,
+        intervals_omitted,
         end,
         summary,
     }
