@@ -295,3 +295,50 @@ fn sigterm_stops_a_server_with_its_files_complete() {
     assert_eq!(doc["summary"]["received_bytes"], 2 * 1024 * 1024);
     assert_eq!(std::fs::read_to_string(&conns).unwrap().lines().count(), 3);
 }
+
+#[test]
+fn text_files_and_json_lines_on_stdout() {
+    let status = tmp("status.txt");
+    let conns = tmp("conns.log");
+    let out = goodput()
+        .args([
+            "tcp",
+            "--transfer",
+            "1MiB",
+            "-c",
+            "2",
+            "--pattern",
+            "duplex",
+            "--json-stream",
+            "-",
+        ])
+        .arg("--status-file")
+        .arg(&status)
+        .arg("--connection-file")
+        .arg(&conns)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // With JSON lines on stdout, stdout holds nothing else.
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.iter().filter(|l| l["event"] == "connection").count(), 2);
+    let end = lines.last().unwrap();
+    assert_eq!(end["event"], "end");
+    assert_eq!(end["summary"]["sent_bytes"], 1024 * 1024);
+    assert_eq!(end["summary"]["received_bytes"], 1024 * 1024);
+    // Text status file: legend, then the console's aligned columns.
+    let status = std::fs::read_to_string(&status).unwrap();
+    assert!(status.starts_with("Legend:"), "{status}");
+    let header = status
+        .lines()
+        .find(|l| l.contains("TimeSlice") && l.contains("DataError"))
+        .unwrap();
+    assert_eq!(header.find("DataError").unwrap() + "DataError".len(), 79);
+    // Text connection file: ctsTraffic-style lines.
+    let conns = std::fs::read_to_string(&conns).unwrap();
+    assert_eq!(conns.lines().count(), 2, "{conns}");
+    assert!(conns
+        .lines()
+        .all(|l| l.contains("TCP connection succeeded") && l.contains("SendBytes[524288]")));
+}
