@@ -29,8 +29,43 @@ pub struct SocketOptions {
     pub interface: Option<String>,
 }
 
+/// An OS error with what goodput was doing when it happened. Kept as the
+/// source so the errno survives (see [`errno_of`]).
+#[derive(Debug)]
+struct Contexted {
+    what: String,
+    source: io::Error,
+}
+
+impl std::fmt::Display for Contexted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for Contexted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
 fn ctx(what: &str, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{what}: {e}"))
+    io::Error::new(
+        e.kind(),
+        Contexted {
+            what: what.to_owned(),
+            source: e,
+        },
+    )
+}
+
+/// The errno of an error from this module or from the OS directly.
+pub fn errno_of(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<Contexted>())
+            .and_then(|c| c.source.raw_os_error())
+    })
 }
 
 impl SocketOptions {
@@ -282,6 +317,17 @@ pub fn format_addr(a: &SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_keeps_the_errno() {
+        let e = ctx(
+            "bind to 10.1.2.3:0",
+            io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
+        );
+        assert_eq!(errno_of(&e), Some(libc::EADDRNOTAVAIL));
+        assert!(e.to_string().starts_with("bind to 10.1.2.3:0: "), "{e}");
+        assert_eq!(errno_of(&io::Error::other("no errno")), None);
+    }
 
     #[test]
     fn errno_names_are_symbolic() {

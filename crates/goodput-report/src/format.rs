@@ -73,8 +73,20 @@ pub(crate) fn error_text(r: &ConnectionRecord) -> Option<String> {
         Outcome::ProtocolError { kind, message, .. } => format!("{}: {message}", kind.cts_name()),
     };
     Some(format!(
-        "[{:.3}] connection {} [{} - {}] [{}]: {detail}",
-        r.time_slice_s, r.index, r.local_address, r.remote_address, r.connection_id
+        "[{:.3}] connection {} [{} - {}]{}: {detail}",
+        r.time_slice_s,
+        r.index,
+        if r.local_address.is_empty() {
+            "unbound"
+        } else {
+            &r.local_address
+        },
+        r.remote_address,
+        if r.connection_id.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", r.connection_id)
+        },
     ))
 }
 

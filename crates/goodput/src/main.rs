@@ -118,6 +118,12 @@ impl Views {
     fn open(out: &OutputArgs, finite: Option<u64>) -> Result<Self, Stop> {
         let mut files: Vec<Box<dyn View + Send>> = Vec::new();
         let open_err = |e: io::Error| Stop::Fatal(anyhow!(e));
+        // The result document is written at the end; find out now, not
+        // after a long run, that it cannot be.
+        if let Some(p) = &out.json {
+            std::fs::File::create(p)
+                .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
+        }
         if let Some(p) = &out.status_file {
             files.push(Box::new(StatusFile::create(p).map_err(open_err)?));
         }

@@ -342,3 +342,18 @@ fn text_files_and_json_lines_on_stdout() {
         .lines()
         .all(|l| l.contains("TCP connection succeeded") && l.contains("SendBytes[524288]")));
 }
+
+#[test]
+fn unwritable_json_path_is_refused_before_the_run() {
+    let out = goodput()
+        .args(["tcp", "--json", "/nonexistent-dir/x.json", "--transfer", "1GiB"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        out.stdout.is_empty(),
+        "the run started: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write /nonexistent-dir/x.json"));
+}

@@ -340,7 +340,7 @@ pub(crate) fn outcome_of_verdict(v: &Verdict, by: &str) -> Outcome {
 pub(crate) fn outcome_of_failure(f: &Failure, by: &str) -> Outcome {
     match f {
         Failure::Net { during, err } => {
-            let errno = err.raw_os_error();
+            let errno = crate::socket::errno_of(err);
             Outcome::NetworkError {
                 during: (*during).to_owned(),
                 errno,
