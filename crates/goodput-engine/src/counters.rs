@@ -51,6 +51,11 @@ impl Counters {
     pub(crate) fn add_received(&self, n: usize) {
         self.received.fetch_add(n as u64, Relaxed);
     }
+    /// Counts a connection as doing pattern I/O until the guard drops.
+    pub(crate) fn enter_in_flight(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Relaxed);
+        InFlight(self)
+    }
     pub(crate) fn count_outcome(&self, o: &Outcome) {
         match o {
             Outcome::Succeeded => &self.completed,
@@ -59,6 +64,15 @@ impl Counters {
             Outcome::Aborted { .. } => return,
         }
         .fetch_add(1, Relaxed);
+    }
+}
+
+/// A connection's place in the In-Flight count, released on drop.
+pub(crate) struct InFlight<'a>(&'a Counters);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Relaxed);
     }
 }
 

@@ -27,23 +27,7 @@ pub enum EngineError {
         /// The cause.
         source: std::io::Error,
     },
-    /// Could not resolve a host name.
-    #[error("cannot resolve '{host}': {source}")]
-    Resolve {
-        /// The name.
-        host: String,
-        /// The cause.
-        source: std::io::Error,
-    },
     /// The settings cannot work together.
     #[error("{0}")]
     Config(String),
-    /// Another I/O failure outside a connection.
-    #[error("{context}: {source}")]
-    Io {
-        /// What was being done.
-        context: String,
-        /// The cause.
-        source: std::io::Error,
-    },
 }

@@ -309,11 +309,6 @@ pub fn raise_open_file_limit() -> io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
-/// Formats a socket address as ctsTraffic does: `ip:port`, IPv6 in brackets.
-pub fn format_addr(a: &SocketAddr) -> String {
-    a.to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

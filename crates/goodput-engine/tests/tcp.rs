@@ -869,3 +869,34 @@ async fn targets_of_both_families_are_used_round_robin() {
         assert_eq!(local.is_ipv4(), want.is_ipv4());
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_paces_smoothly_even_with_large_buffers_and_server_counts_in_flight() {
+    let (c, s) = run_pair(
+        TcpServerSpec {
+            status_interval: Duration::from_millis(100),
+            ..server_spec(Ipv4Addr::LOCALHOST.into())
+        },
+        |t| TcpClientSpec {
+            // One 1 MiB send would carry the whole 1 MB transfer; pacing
+            // must still spread it over about a second.
+            transfer: ValueRange::single(ByteSize(1_000_000)),
+            buffer: ValueRange::single(ByteSize(1 << 20)),
+            rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(1_000_000))),
+            connections: 3,
+            iterations: 1,
+            ..client_spec(t)
+        },
+        None,
+    )
+    .await;
+    assert_eq!(c.summary.successful, 3);
+    for r in &c.connections {
+        // 100 kB per 100 ms quantum, the first released at once: ≥ 0.9 s.
+        assert!(r.elapsed_ns >= 850_000_000, "{} ns", r.elapsed_ns);
+        assert_eq!(r.sent_bytes, 1_000_000);
+    }
+    // The server's own status saw all three connections in flight.
+    let most = s.intervals.iter().map(|i| i.in_flight).max().unwrap();
+    assert_eq!(most, 3, "{:?}", s.intervals);
+}

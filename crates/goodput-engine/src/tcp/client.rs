@@ -2,7 +2,6 @@
 //! throttle), runs each one, and records both ends' views.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -160,22 +159,6 @@ pub async fn run_client(
     Ok(driven.into_result(TestKind::TcpClient, started_unix_ms, client_settings(spec)))
 }
 
-/// Decrements the in-flight count when a connection stops doing I/O.
-struct InFlight<'a>(&'a Counters);
-
-impl<'a> InFlight<'a> {
-    fn enter(c: &'a Counters) -> Self {
-        c.in_flight.fetch_add(1, Relaxed);
-        Self(c)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Relaxed);
-    }
-}
-
 async fn connect(ctx: &ClientCtx, index: u64, target: SocketAddr) -> Result<TcpStream, Failure> {
     let spec = &ctx.spec;
     let net = |during: &'static str| move |err| Failure::Net { during, err };
@@ -294,7 +277,7 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             remote: target.to_string(),
         });
     }
-    let in_flight = InFlight::enter(&ctx.counters);
+    let in_flight = ctx.counters.enter_in_flight();
     let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
     let t0 = ctx.clock.now_ns();
     let mut progress = Progress::default();

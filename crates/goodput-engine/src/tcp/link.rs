@@ -1,6 +1,7 @@
-//! One connection's I/O: pattern sends and verified receives, pacing, session
-//! messages, and the waits between them. Shared by client and server and by
-//! both wire protocols.
+//! One connection's control I/O (session messages, ids, markers, waiting for
+//! the peer's close), the guard that runs each phase under cancellation and
+//! the idle watchdog, and send pacing. The data itself moves in
+//! `transfer.rs`. Shared by client and server and by both wire protocols.
 
 use std::future::Future;
 use std::io;
@@ -315,6 +316,17 @@ impl Pacer {
                 Poll::Ready(()) => link.moved(),
                 Poll::Pending => return Poll::Pending,
             }
+        }
+    }
+
+    /// The largest send the pacer allows: one quantum's budget when rate
+    /// limited, so that pacing is as smooth as the quantum and not as coarse
+    /// as `--buffer` (ctsTraffic never splits a send, which with large
+    /// buffers releases a whole transfer at once).
+    pub(crate) fn max_send(&self, buffer: usize) -> usize {
+        match &self.limiter {
+            Some(l) => buffer.min(l.budget().try_into().unwrap_or(usize::MAX)),
+            None => buffer,
         }
     }
 

@@ -305,6 +305,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
     );
     let mut verifier = PatternVerifier::new();
     let mut progress = Progress::default();
+    let in_flight = ctx.counters.enter_in_flight();
     let t0 = ctx.clock.now_ns();
     let result = match tokio::time::timeout(
         spec.limits.max_duration,
@@ -324,6 +325,7 @@ async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> Connecti
         Err(_) => Err(Failure::Cancelled),
     };
     let elapsed_ns = ctx.clock.now_ns() - t0;
+    drop(in_flight);
     let client_expects_trailer = progress.sent == part.plan.server_to_client;
     let outcome = Box::pin(finish_phase(
         ctx,

@@ -119,7 +119,7 @@ impl Transfer<'_, '_> {
         if self.pacer.poll_ready(cx, self.link).is_pending() {
             return Ok(Step::Blocked);
         }
-        let want = left.min(self.buffer as u64) as usize;
+        let want = left.min(self.pacer.max_send(self.buffer) as u64) as usize;
         let chunk = self.pattern.slice(*self.sent, want);
         match self.link.stream.try_write(chunk) {
             Ok(n) => {
