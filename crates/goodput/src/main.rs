@@ -156,17 +156,14 @@ impl Views {
         })
     }
 
+    /// Calls `f` on every view, keeping the first write error.
     fn each(&mut self, mut f: impl FnMut(&mut dyn View) -> io::Result<()>) {
-        let r = f(&mut self.console);
-        self.keep(r);
+        let mut first = f(&mut self.console).err();
         for v in &mut self.files {
             let r = f(v.as_mut());
-            self.error = self.error.take().or(r.err());
+            first = first.or(r.err());
         }
-    }
-
-    fn keep(&mut self, r: io::Result<()>) {
-        if let Err(e) = r {
+        if let Some(e) = first {
             self.error.get_or_insert(e);
         }
     }
