@@ -38,6 +38,9 @@ pub struct TestResult {
     pub connections_omitted: u64,
     /// Why the run ended.
     pub end: EndReason,
+    /// iperf3 tests only: the figures iperf3 itself reports, both ends'.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iperf3: Option<Iperf3Detail>,
 }
 
 /// Program name and version.
@@ -57,6 +60,10 @@ pub enum TestKind {
     TcpClient,
     /// `goodput server`, the TCP server side.
     TcpServer,
+    /// `goodput iperf3`, driving an iperf3 server.
+    Iperf3Client,
+    /// `goodput server --iperf3`, one test of an iperf3 client.
+    Iperf3Server,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -67,6 +74,8 @@ pub enum WireProtocol {
     Goodput,
     /// ctsTraffic's raw protocol (37-byte id, pattern, `DONE`).
     Cts,
+    /// iperf3's control and data protocol.
+    Iperf3,
 }
 
 /// How the client ends a successful connection.
@@ -277,6 +286,9 @@ pub struct TcpInfoSnapshot {
     pub delivery_rate_bytes_per_second: Option<u64>,
     /// Pacing rate, bytes/s (u64::MAX means unlimited).
     pub pacing_rate_bytes_per_second: Option<u64>,
+    /// Path MTU, bytes.
+    #[serde(default)]
+    pub pmtu_bytes: Option<u32>,
 }
 
 /// One connection's record.
@@ -327,6 +339,184 @@ impl ConnectionRecord {
     pub fn recv_bytes_per_second(&self) -> f64 {
         metrics::bytes_per_second(self.received_bytes, self.elapsed_ns)
     }
+}
+
+/// Transport of an iperf3 test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Iperf3Protocol {
+    /// TCP streams.
+    Tcp,
+    /// UDP streams.
+    Udp,
+}
+
+/// CPU use over a test, percent of one CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CpuUtil {
+    /// User plus system.
+    pub total_percent: f64,
+    /// User time.
+    pub user_percent: f64,
+    /// System time.
+    pub system_percent: f64,
+}
+
+/// What an iperf3 test adds to the common record: its parameters, iperf3's
+/// own per-stream figures from both ends, and per-stream intervals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3Detail {
+    /// TCP or UDP.
+    pub protocol: Iperf3Protocol,
+    /// The test's cookie.
+    pub cookie: String,
+    /// Our end of the control connection, `ip:port`.
+    pub control_local: String,
+    /// The peer's end of the control connection.
+    pub control_remote: String,
+    /// The client's version string (a server records what the client sent).
+    pub client_version: Option<String>,
+    /// The server sent (`-R`).
+    pub reverse: bool,
+    /// Both directions (`--bidir`).
+    pub bidirectional: bool,
+    /// Streams per direction.
+    pub parallel: u32,
+    /// Block (TCP write) or datagram (UDP) size, bytes.
+    pub block_bytes: u32,
+    /// Seconds omitted at the start.
+    pub omit_s: u32,
+    /// Test length, seconds (0 when a byte or block count ends it).
+    pub duration_s: u32,
+    /// Byte count end condition (0 = none).
+    pub bytes_limit: u64,
+    /// Block count end condition (0 = none).
+    pub blocks_limit: u64,
+    /// Target rate per stream, bits/s (0 = unlimited).
+    pub target_bits_per_second: u64,
+    /// IP TOS byte.
+    pub tos: u8,
+    /// `-T` title.
+    pub title: Option<String>,
+    /// `--extra-data`.
+    pub extra_data: Option<String>,
+    /// Per data stream, in id order.
+    pub streams: Vec<Iperf3StreamRecord>,
+    /// Per-stream figures per status interval (up to the record cap).
+    pub intervals: Vec<Iperf3Interval>,
+    /// This end's CPU use.
+    pub cpu: CpuUtil,
+    /// The peer's CPU use, from the results exchange.
+    pub peer_cpu: Option<CpuUtil>,
+    /// Congestion control this end used.
+    pub congestion_used: Option<String>,
+    /// Congestion control the peer reported.
+    pub peer_congestion_used: Option<String>,
+    /// The server's own report (`--get-server-output`), JSON form.
+    pub server_output_json: Option<serde_json::Value>,
+    /// The server's own report, text form.
+    pub server_output_text: Option<String>,
+    /// Why the test failed, when it did.
+    pub error: Option<String>,
+}
+
+/// One iperf3 data stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3StreamRecord {
+    /// iperf3's stream id (1, 3, 4, …).
+    pub id: u32,
+    /// Whether this end sent on the stream.
+    pub sender: bool,
+    /// Local address `ip:port`.
+    pub local_address: String,
+    /// Remote address.
+    pub remote_address: String,
+    /// Bytes this end sent or received on it after the omit period.
+    pub bytes: u64,
+    /// This end's measuring time, seconds.
+    pub seconds: f64,
+    /// TCP retransmits (this end sending TCP only).
+    pub retransmits: Option<u64>,
+    /// Largest congestion window seen, bytes (TCP sender).
+    pub max_snd_cwnd_bytes: Option<u64>,
+    /// Smallest, mean and largest smoothed RTT sampled, microseconds (TCP sender).
+    pub rtt_us: Option<[u32; 3]>,
+    /// UDP figures (this end's view).
+    pub udp: Option<Iperf3UdpStats>,
+    /// The peer's figures for the stream, from the results exchange.
+    pub peer: Option<Iperf3PeerStream>,
+}
+
+/// UDP figures of one stream, with iperf3's meanings.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3UdpStats {
+    /// Sender: datagrams sent. Receiver: highest sequence number seen.
+    pub packets: u64,
+    /// Receiver: datagrams lost (iperf3's count: late arrivals are taken back).
+    pub lost: u64,
+    /// Receiver: datagrams at or below the highest sequence seen.
+    pub out_of_order: u64,
+    /// Receiver: datagrams that arrived.
+    pub received: u64,
+    /// Receiver: RFC 1889 jitter, milliseconds.
+    pub jitter_ms: f64,
+}
+
+/// The peer's entry for a stream in the results exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3PeerStream {
+    /// Bytes the peer sent or received.
+    pub bytes: u64,
+    /// TCP retransmits (−1 = not applicable).
+    pub retransmits: i64,
+    /// UDP jitter, milliseconds.
+    pub jitter_ms: f64,
+    /// UDP datagrams lost.
+    pub lost: i64,
+    /// UDP datagrams (sent, or highest sequence received).
+    pub packets: i64,
+    /// The peer's measuring time, seconds.
+    pub seconds: f64,
+}
+
+/// One status interval of an iperf3 test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3Interval {
+    /// Seconds since the test started (TEST_RUNNING).
+    pub start_s: f64,
+    /// End of the interval.
+    pub end_s: f64,
+    /// Inside the omit period.
+    pub omitted: bool,
+    /// Per stream.
+    pub streams: Vec<Iperf3StreamInterval>,
+}
+
+/// One stream within one interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Iperf3StreamInterval {
+    /// Stream id.
+    pub id: u32,
+    /// Whether this end sends on it.
+    pub sender: bool,
+    /// Bytes in the interval.
+    pub bytes: u64,
+    /// TCP retransmits in the interval (sender).
+    pub retransmits: Option<u64>,
+    /// Congestion window at the end, bytes (TCP sender).
+    pub snd_cwnd_bytes: Option<u64>,
+    /// Smoothed RTT, microseconds (TCP sender).
+    pub rtt_us: Option<u32>,
+    /// RTT variance, microseconds (TCP sender).
+    pub rttvar_us: Option<u32>,
+    /// Path MTU, bytes (TCP sender).
+    pub pmtu_bytes: Option<u32>,
+    /// UDP: datagrams sent (sender) or arrived (receiver) in the interval.
+    pub packets: Option<u64>,
+    /// UDP receiver: datagrams lost in the interval.
+    pub lost: Option<u64>,
+    /// UDP receiver: jitter at the end of the interval, milliseconds.
+    pub jitter_ms: Option<f64>,
 }
 
 /// Why a run ended.

@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod counters;
+pub mod iperf3;
 mod observer;
 pub mod socket;
 pub mod tcp;
@@ -30,4 +31,7 @@ pub enum EngineError {
     /// The settings cannot work together.
     #[error("{0}")]
     Config(String),
+    /// An iperf3 test failed before any data stream was open.
+    #[error("{0}")]
+    Iperf3(String),
 }

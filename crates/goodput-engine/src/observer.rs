@@ -1,4 +1,4 @@
-use goodput_core::result::{ConnectionRecord, Interval};
+use goodput_core::result::{ConnectionRecord, Interval, TestResult};
 
 /// Receives a run's events as they happen. Called from the run's own task,
 /// one event at a time, so an implementation needs no locking; it should not
@@ -18,6 +18,8 @@ pub trait Observer: Send {
     }
     /// Something the user should know that is not tied to one connection.
     fn on_notice(&mut self, _text: &str) {}
+    /// A whole test ended inside a longer run (one iperf3 test of a server).
+    fn on_result(&mut self, _result: &TestResult) {}
 }
 
 /// An observer that ignores everything (for an embedded server).

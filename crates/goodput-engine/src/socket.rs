@@ -240,6 +240,7 @@ pub fn tcp_info(fd: &impl AsRawFd) -> io::Result<TcpInfoSnapshot> {
         delivery_rate_bytes_per_second: has(offset_of!(RawTcpInfo, delivery_rate) + 8)
             .then_some(raw.delivery_rate),
         pacing_rate_bytes_per_second: has(offset_of!(RawTcpInfo, pacing_rate) + 8).then_some(raw.pacing_rate),
+        pmtu_bytes: Some(raw.pmtu),
     })
 }
 

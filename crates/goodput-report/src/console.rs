@@ -224,5 +224,8 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             result.connections_omitted
         ));
     }
+    if let Some(d) = &result.iperf3 {
+        t.push_str(&crate::iperf3::summary(result, d));
+    }
     t
 }

@@ -6,9 +6,11 @@
 mod console;
 mod files;
 mod format;
+mod iperf3;
 
 pub use console::{ConsoleView, Verbosity};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
+pub use iperf3::{iperf3_json, iperf3_summary};
 pub use format::{connection_line, status_header, status_legend, status_line};
 
 use goodput_core::result::{ConnectionRecord, Interval, TestResult};

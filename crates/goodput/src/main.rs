@@ -12,7 +12,7 @@ use clap::Parser;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
 use goodput_core::session::VerifyMode;
-use goodput_core::units::{format_bytes, ByteRate};
+use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
 use goodput_engine::tcp::{
     bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
@@ -22,7 +22,7 @@ use goodput_engine::{CancellationToken, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
 use cli::{
-    Cli, Command, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs,
+    Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs,
     VerifyArg, WireArg,
 };
 
@@ -62,6 +62,7 @@ fn main() -> ExitCode {
         }
         Command::Tcp(args) => runtime().and_then(|rt| rt.block_on(tcp(*args))),
         Command::Server(args) => runtime().and_then(|rt| rt.block_on(server(*args))),
+        Command::Iperf3(args) => runtime().and_then(|rt| rt.block_on(iperf3(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -663,13 +664,233 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     if let Some(n) = args.exit_after {
         banner.push(("Exit after".into(), format!("{n} connections")));
     }
+    let iperf3 = match args.iperf3 {
+        true => {
+            let ip = args.iperf3_listen.unwrap_or(Ipv6Addr::UNSPECIFIED.into());
+            let srv = goodput_engine::iperf3::bind_server(goodput_engine::iperf3::Iperf3ServerSpec {
+                listen: SocketAddr::new(ip, args.iperf3_port),
+                max_duration: args.iperf3_max_duration.0,
+                timeout: Duration::from_secs(10),
+                status_interval: Duration::from_secs(1),
+                max_records: args.output.max_records,
+                exit_after: None,
+            })
+            .map_err(|e| Stop::Fatal(e.into()))?;
+            banner.push((
+                "iperf3 service".into(),
+                format!("{} (TCP, and UDP for UDP tests)", srv.local_addr()),
+            ));
+            Some(srv)
+        }
+        false => None,
+    };
     views.console.banner("goodput server", &banner);
-    let result = bound
-        .run(&mut views, cancel)
-        .await
-        .map_err(|e| Stop::Fatal(e.into()))?;
+    let iperf3_run = async {
+        if let Some(srv) = iperf3 {
+            let mut view = Iperf3ServerView {
+                verbosity: args.output.verbosity,
+            };
+            srv.run(&mut view, cancel.clone()).await;
+        }
+    };
+    let (result, ()) = tokio::join!(bound.run(&mut views, cancel.clone()), iperf3_run);
+    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.output.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// Console lines for the tests an iperf3 service ran.
+struct Iperf3ServerView {
+    verbosity: u8,
+}
+
+impl Observer for Iperf3ServerView {
+    fn on_interval(&mut self, _: &Interval) {}
+    fn on_connection(&mut self, _: &ConnectionRecord) {}
+    fn on_notice(&mut self, text: &str) {
+        if self.verbosity >= 2 {
+            println!("{text}");
+        }
+    }
+    fn on_result(&mut self, r: &TestResult) {
+        if self.verbosity >= 1 {
+            println!("{}", goodput_report::iperf3_summary(r));
+        }
+    }
+}
+
+async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
+    use goodput_core::iperf3::params::{Params, Protocol};
+    if args.interval.0 < Duration::from_millis(10) {
+        return Err(usage("--interval must be at least 10ms"));
+    }
+    let protocol = if args.udp { Protocol::Udp } else { Protocol::Tcp };
+    let mut p = Params::new(protocol);
+    p.time = args.time;
+    p.num = args.bytes.map_or(0, |b| b.0);
+    p.blockcount = args.blockcount.unwrap_or(0);
+    if p.num > 0 || p.blockcount > 0 {
+        p.time = 0;
+    } else if p.time == 0 {
+        return Err(usage("-t must be at least 1 second (or give -n or -k)"));
+    }
+    p.omit = args.omit;
+    p.parallel = args.parallel;
+    if let Some(l) = args.length {
+        p.len = u32::try_from(l.0).map_err(|_| usage("-l is too large"))?;
+    }
+    if let Some(b) = args.bitrate {
+        p.bandwidth = b.0;
+    }
+    p.reverse = args.reverse;
+    p.bidirectional = args.bidir;
+    if let Some(w) = args.window {
+        p.window = u32::try_from(w.0).map_err(|_| usage("-w is too large"))?;
+    }
+    p.mss = args.mss.unwrap_or(0);
+    p.nodelay = args.no_delay;
+    p.tos = args.tos;
+    p.congestion = args.congestion.clone();
+    p.get_server_output = args.get_server_output;
+    p.udp_counters_64bit = args.udp_counters_64bit;
+    p.repeating_payload = args.repeating_payload;
+    p.title = args.title.clone();
+    p.extra_data = args.extra_data.clone();
+    p.client_version = Some(format!("goodput-{}", env!("CARGO_PKG_VERSION")));
+    // The same checks a server makes, before anything is sent.
+    Params::from_json(&p.to_json()).map_err(|e| usage(format!("invalid iperf3 parameters: {e}")))?;
+
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let server_cancel = cancel.child_token();
+    let mut server_task = None;
+    let target = match &args.host {
+        None => {
+            let ip: IpAddr = if args.ipv6 {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            let srv = goodput_engine::iperf3::bind_server(goodput_engine::iperf3::Iperf3ServerSpec {
+                listen: SocketAddr::new(ip, 0),
+                max_duration: Duration::from_secs(86_400 + 600),
+                timeout: Duration::from_secs(10),
+                status_interval: args.interval.0,
+                max_records: 0,
+                exit_after: Some(1),
+            })
+            .map_err(|e| Stop::Fatal(e.into()))?;
+            let addr = srv.local_addr();
+            let c = server_cancel.clone();
+            server_task = Some(tokio::spawn(async move { srv.run(&mut NullObserver, c).await }));
+            addr
+        }
+        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
+    };
+    let out = OutputArgs {
+        time_limit: None,
+        status_interval: args.interval,
+        idle_timeout: args.timeout,
+        verbosity: args.verbosity,
+        status_file: args.status_file.clone(),
+        connection_file: args.connection_file.clone(),
+        error_file: None,
+        json: args.json.clone(),
+        json_stream: args.json_stream.clone(),
+        max_records: 100_000,
+    };
+    let mut views = Views::open(&out, None)?;
+    if let Some(path) = args.iperf3_json.as_ref().filter(|p| p.as_os_str() != "-") {
+        std::fs::File::create(path).map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
+    }
+    let mode = if p.bidirectional {
+        "bidirectional"
+    } else if p.reverse {
+        "reverse (server sends)"
+    } else {
+        "forward (client sends)"
+    };
+    let end = if p.num > 0 {
+        format!("after {} ({} B)", format_bytes(p.num), p.num)
+    } else if p.blockcount > 0 {
+        format!("after {} blocks", p.blockcount)
+    } else {
+        format!("after {} s (+{} s omitted)", p.time, p.omit)
+    };
+    let mut banner = vec![
+        (
+            "Server".to_owned(),
+            format!(
+                "{target}{}",
+                if args.host.is_none() {
+                    " (embedded goodput iperf3 server)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        (
+            "Protocol".into(),
+            format!("iperf3 {}, {mode}", if args.udp { "UDP" } else { "TCP" }),
+        ),
+        ("Streams".into(), format!("{} per direction", p.parallel)),
+        ("Block size".into(), format!("{} B", p.len)),
+        ("Ends".into(), end),
+    ];
+    if p.bandwidth > 0 {
+        banner.push((
+            "Rate per stream".into(),
+            format!("{} bit/s ({})", p.bandwidth, format_bits_per_second(p.bandwidth as f64 / 8.0)),
+        ));
+    }
+    views.console.banner("goodput iperf3", &banner);
+    let spec = goodput_engine::iperf3::Iperf3ClientSpec {
+        target,
+        bind: args.bind,
+        cport: args.cport,
+        params: p,
+        status_interval: args.interval.0,
+        timeout: args.timeout.0,
+        max_records: 100_000,
+    };
+    let result = goodput_engine::iperf3::run_client(spec, &mut views, cancel.clone()).await;
+    server_cancel.cancel();
+    if let Some(t) = server_task {
+        let _ = t.await;
+    }
+    let result = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("goodput: iperf3 test failed: {e}");
+            return Ok(if cancel.is_cancelled() {
+                EXIT_INTERRUPTED
+            } else {
+                EXIT_FAILED
+            });
+        }
+    };
+    for r in &result.connections {
+        views.on_connection(r);
+    }
+    views.finish(&result, out.json.as_deref())?;
+    if let Some(path) = &args.iperf3_json {
+        let text = serde_json::to_string_pretty(&goodput_report::iperf3_json(&result))
+            .map_err(|e| Stop::Fatal(anyhow!(e)))?
+            + "\n";
+        if path.as_os_str() == "-" {
+            print!("{text}");
+        } else {
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+    }
+    let failed = result.summary.failures() > 0 || result.iperf3.as_ref().is_some_and(|d| d.error.is_some());
+    Ok(if result.end == EndReason::Interrupted {
+        EXIT_INTERRUPTED
+    } else if failed {
         EXIT_FAILED
     } else {
         EXIT_OK

@@ -416,6 +416,7 @@ impl Driven {
             connections_omitted: self.records.omitted,
             summary: self.summary,
             end: self.end,
+            iperf3: None,
         }
     }
 }

@@ -52,6 +52,9 @@ fn listen_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net
 /// Binds every listen address of `spec`. Must be called inside a tokio
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
+    if spec.wire == WireProtocol::Iperf3 {
+        return Err(EngineError::Config("the iperf3 wire is spoken by the iperf3 module".into()));
+    }
     let mut listeners = Vec::new();
     let mut notices = Vec::new();
     for &addr in &spec.listen {
@@ -422,7 +425,7 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts => {
+        WireProtocol::Cts | WireProtocol::Iperf3 => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -468,7 +471,7 @@ async fn accept_phase(
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts => {
+            WireProtocol::Cts | WireProtocol::Iperf3 => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -513,7 +516,7 @@ async fn finish_phase(
                 .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts => Ok(()),
+        WireProtocol::Cts | WireProtocol::Iperf3 => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {

@@ -1,0 +1,550 @@
+//! Data streams: the sending and receiving loops for TCP and UDP, the
+//! end-condition budget shared by them, and the meter that turns their
+//! counters into intervals and final figures.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use goodput_core::iperf3::udp::{Header, ReceiverStats};
+use goodput_core::result::{Interval, Iperf3Interval, Iperf3StreamInterval, Iperf3UdpStats, TcpInfoSnapshot};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::monotonic_now;
+
+/// One data stream's shared counters.
+pub(crate) struct StreamState {
+    pub(crate) id: u32,
+    pub(crate) sender: bool,
+    pub(crate) udp: bool,
+    pub(crate) local: SocketAddr,
+    pub(crate) remote: SocketAddr,
+    fd: RawFd,
+    /// Bytes sent or received.
+    pub(crate) bytes: AtomicU64,
+    /// UDP datagrams sent (sender).
+    pub(crate) packets: AtomicU64,
+    /// UDP send calls that failed (sender).
+    pub(crate) send_errors: AtomicU64,
+    /// UDP receiver statistics.
+    pub(crate) rx: Mutex<ReceiverStats>,
+    /// The first error that stopped the stream.
+    pub(crate) error: Mutex<Option<String>>,
+}
+
+impl StreamState {
+    pub(crate) fn new(id: u32, sender: bool, sock: &DataSocket) -> Arc<Self> {
+        let (local, remote, fd, udp) = match sock {
+            DataSocket::Tcp(s) => (s.local_addr(), s.peer_addr(), s.as_raw_fd(), false),
+            DataSocket::Udp(s) => (s.local_addr(), s.peer_addr(), s.as_raw_fd(), true),
+        };
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        Arc::new(Self {
+            id,
+            sender,
+            udp,
+            local: local.unwrap_or(unspecified),
+            remote: remote.unwrap_or(unspecified),
+            fd,
+            bytes: AtomicU64::new(0),
+            packets: AtomicU64::new(0),
+            send_errors: AtomicU64::new(0),
+            rx: Mutex::new(ReceiverStats::default()),
+            error: Mutex::new(None),
+        })
+    }
+
+    fn fail(&self, text: String) {
+        let mut e = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        e.get_or_insert(text);
+    }
+
+    pub(crate) fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn rx_stats(&self) -> ReceiverStats {
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// TCP_INFO of the stream's socket. Only called while the socket is
+    /// open: the loops hand their sockets back instead of closing them.
+    fn tcp_info(&self) -> Option<TcpInfoSnapshot> {
+        struct Fd(RawFd);
+        impl AsRawFd for Fd {
+            fn as_raw_fd(&self) -> RawFd {
+                self.0
+            }
+        }
+        if self.udp {
+            return None;
+        }
+        crate::socket::tcp_info(&Fd(self.fd)).ok()
+    }
+}
+
+/// A data socket.
+pub(crate) enum DataSocket {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+/// The byte and block end conditions, shared by every stream of a test.
+/// Senders claim a block before writing it, so the total sent is exactly the
+/// limit rounded up to whole blocks; receivers count what arrives and wake
+/// the controller when a limit is reached.
+#[derive(Default)]
+pub(crate) struct Budget {
+    bytes: u64,
+    blocks: u64,
+    block_len: u64,
+    claimed_bytes: AtomicU64,
+    claimed_blocks: AtomicU64,
+    received: AtomicU64,
+    reached: AtomicBool,
+    pub(crate) notify: Notify,
+}
+
+impl Budget {
+    pub(crate) fn new(bytes: u64, blocks: u64, block_len: u64) -> Self {
+        Self {
+            bytes,
+            blocks,
+            block_len: block_len.max(1),
+            ..Default::default()
+        }
+    }
+
+    fn limited(&self) -> bool {
+        self.bytes > 0 || self.blocks > 0
+    }
+
+    fn reach(&self) {
+        if !self.reached.swap(true, Relaxed) {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Whether a sender may write one more block.
+    fn claim(&self) -> bool {
+        if !self.limited() {
+            return true;
+        }
+        let b = self.claimed_bytes.fetch_add(self.block_len, Relaxed);
+        let k = self.claimed_blocks.fetch_add(1, Relaxed);
+        let ok = (self.bytes == 0 || b < self.bytes) && (self.blocks == 0 || k < self.blocks);
+        if !ok {
+            self.reach();
+        }
+        ok
+    }
+
+    fn note_received(&self, n: u64) {
+        if !self.limited() {
+            return;
+        }
+        let total = self.received.fetch_add(n, Relaxed) + n;
+        if (self.bytes > 0 && total >= self.bytes) || (self.blocks > 0 && total >= self.blocks * self.block_len) {
+            self.reach();
+        }
+    }
+}
+
+/// How a test's streams move data.
+pub(crate) struct DataPlan {
+    pub(crate) len: usize,
+    /// Per-stream rate, bits/s (0 = unlimited).
+    pub(crate) rate: u64,
+    pub(crate) wide_counters: bool,
+    pub(crate) payload: Arc<[u8]>,
+}
+
+/// Sleeps when the stream is ahead of its rate by a millisecond or more.
+async fn pace(start: Instant, sent_bytes: u64, rate_bits: u64) {
+    if rate_bits == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(sent_bytes as f64 * 8.0 / rate_bits as f64);
+    let now = start.elapsed();
+    if due > now + Duration::from_millis(1) {
+        tokio::time::sleep(due - now).await;
+    }
+}
+
+/// Sends until `stop`, the budget, or an error; hands the socket back open.
+pub(crate) async fn run_sender(
+    sock: DataSocket,
+    st: Arc<StreamState>,
+    plan: Arc<DataPlan>,
+    budget: Arc<Budget>,
+    stop: CancellationToken,
+) -> DataSocket {
+    let start = Instant::now();
+    match sock {
+        DataSocket::Tcp(mut s) => {
+            let block = &plan.payload[..plan.len];
+            'blocks: while budget.claim() {
+                pace(start, st.bytes.load(Relaxed), plan.rate).await;
+                let mut off = 0;
+                while off < block.len() {
+                    tokio::select! {
+                        biased;
+                        _ = stop.cancelled() => break 'blocks,
+                        r = s.write(&block[off..]) => match r {
+                            Ok(0) => {
+                                st.fail("send: wrote 0 bytes".into());
+                                break 'blocks;
+                            }
+                            Ok(n) => {
+                                off += n;
+                                st.bytes.fetch_add(n as u64, Relaxed);
+                            }
+                            Err(e) => {
+                                st.fail(format!("send: {e}"));
+                                break 'blocks;
+                            }
+                        }
+                    }
+                }
+                if stop.is_cancelled() {
+                    break;
+                }
+            }
+            DataSocket::Tcp(s)
+        }
+        DataSocket::Udp(s) => {
+            let mut buf = plan.payload[..plan.len].to_vec();
+            let mut seq = 0u64;
+            while !stop.is_cancelled() && budget.claim() {
+                pace(start, st.bytes.load(Relaxed), plan.rate).await;
+                let (sec, usec) = monotonic_now();
+                seq += 1;
+                Header {
+                    sec: sec as u32,
+                    usec,
+                    seq,
+                }
+                .write(&mut buf, plan.wide_counters);
+                tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => break,
+                    r = s.send(&buf) => match r {
+                        Ok(n) => {
+                            st.bytes.fetch_add(n as u64, Relaxed);
+                            st.packets.fetch_add(1, Relaxed);
+                        }
+                        // The peer's port not (yet) open, or a full queue:
+                        // count it and keep the schedule; the sequence number
+                        // is not consumed (as iperf3 3.18+).
+                        Err(e) if matches!(e.raw_os_error(), Some(libc::ECONNREFUSED | libc::ENOBUFS)) => {
+                            seq -= 1;
+                            st.send_errors.fetch_add(1, Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => {
+                            st.fail(format!("send: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            DataSocket::Udp(s)
+        }
+    }
+}
+
+/// Receives until `close`, end of stream or an error; hands the socket back.
+pub(crate) async fn run_receiver(
+    sock: DataSocket,
+    st: Arc<StreamState>,
+    plan: Arc<DataPlan>,
+    budget: Arc<Budget>,
+    close: CancellationToken,
+) -> DataSocket {
+    match sock {
+        DataSocket::Tcp(mut s) => {
+            let mut buf = vec![0u8; plan.len.clamp(64 * 1024, 256 * 1024)];
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = close.cancelled() => break,
+                    r = s.read(&mut buf) => match r {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            st.bytes.fetch_add(n as u64, Relaxed);
+                            budget.note_received(n as u64);
+                        }
+                        Err(e) => {
+                            st.fail(format!("recv: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            DataSocket::Tcp(s)
+        }
+        DataSocket::Udp(s) => {
+            let mut buf = vec![0u8; 65_536];
+            loop {
+                tokio::select! {
+                    biased;
+                    _ = close.cancelled() => break,
+                    r = s.recv(&mut buf) => match r {
+                        Ok(n) => {
+                            let Some(h) = Header::read(&buf[..n], plan.wide_counters) else {
+                                continue;
+                            };
+                            let (sec, usec) = monotonic_now();
+                            let arrival = sec as f64 + f64::from(usec) / 1e6;
+                            // The sender's seconds are truncated to 32 bits;
+                            // only differences matter.
+                            let arrival = arrival - ((sec >> 32) << 32) as f64;
+                            st.rx
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .record(h.seq, n, h.time_s(), arrival);
+                            st.bytes.fetch_add(n as u64, Relaxed);
+                            budget.note_received(n as u64);
+                        }
+                        // An ICMP error from an earlier send to the peer.
+                        Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
+                        Err(e) => {
+                            st.fail(format!("recv: {e}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            DataSocket::Udp(s)
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Snap {
+    bytes: u64,
+    packets: u64,
+    lost: u64,
+    received: u64,
+    retrans: u32,
+}
+
+/// Final per-stream figures (after the omit period).
+#[derive(Debug, Clone)]
+pub(crate) struct StreamFinal {
+    pub(crate) bytes: u64,
+    pub(crate) seconds: f64,
+    pub(crate) retransmits: Option<u64>,
+    pub(crate) udp: Option<Iperf3UdpStats>,
+    pub(crate) tcp_info: Option<TcpInfoSnapshot>,
+    pub(crate) max_cwnd: Option<u64>,
+    pub(crate) rtt: Option<[u32; 3]>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct RttStats {
+    n: u64,
+    sum: u64,
+    min: u32,
+    max: u32,
+    max_cwnd: u64,
+}
+
+/// Samples a test's streams: per-interval figures, the omit baseline and the
+/// final figures.
+pub(crate) struct Meter {
+    streams: Vec<Arc<StreamState>>,
+    start: Instant,
+    omit: Duration,
+    last: Vec<Snap>,
+    last_t: f64,
+    base: Vec<Snap>,
+    rtt: Vec<RttStats>,
+    pub(crate) intervals: Vec<Iperf3Interval>,
+    pub(crate) intervals_omitted: u64,
+    max_intervals: usize,
+}
+
+impl Meter {
+    pub(crate) fn new(streams: Vec<Arc<StreamState>>, start: Instant, omit: Duration, max_intervals: usize) -> Self {
+        let n = streams.len();
+        let mut m = Self {
+            streams,
+            start,
+            omit,
+            last: vec![Snap::default(); n],
+            last_t: 0.0,
+            base: vec![Snap::default(); n],
+            rtt: vec![RttStats::default(); n],
+            intervals: Vec::new(),
+            intervals_omitted: 0,
+            max_intervals,
+        };
+        let now = m.snaps();
+        m.last = now.clone();
+        m.base = now;
+        m
+    }
+
+    pub(crate) fn streams(&self) -> &[Arc<StreamState>] {
+        &self.streams
+    }
+
+    fn snaps(&self) -> Vec<Snap> {
+        self.streams
+            .iter()
+            .map(|s| {
+                let mut snap = Snap {
+                    bytes: s.bytes.load(Relaxed),
+                    packets: s.packets.load(Relaxed),
+                    ..Snap::default()
+                };
+                if s.udp && !s.sender {
+                    let rx = s.rx_stats();
+                    snap.packets = rx.highest;
+                    snap.lost = rx.lost;
+                    snap.received = rx.received;
+                }
+                if s.sender {
+                    if let Some(ti) = s.tcp_info() {
+                        snap.retrans = ti.total_retrans_segments;
+                    }
+                }
+                snap
+            })
+            .collect()
+    }
+
+    /// The omit period ended: later figures count from here.
+    pub(crate) fn end_omit(&mut self) {
+        self.base = self.snaps();
+    }
+
+    /// One interval ending now; also the aggregate for goodput's views.
+    pub(crate) fn sample(&mut self) -> Interval {
+        let t = self.start.elapsed().as_secs_f64();
+        let now = self.snaps();
+        let mut streams = Vec::with_capacity(self.streams.len());
+        let (mut sent, mut received) = (0u64, 0u64);
+        for (i, s) in self.streams.iter().enumerate() {
+            let (a, b) = (self.last[i], now[i]);
+            let bytes = b.bytes - a.bytes;
+            if s.sender {
+                sent += bytes;
+            } else {
+                received += bytes;
+            }
+            let mut e = Iperf3StreamInterval {
+                id: s.id,
+                sender: s.sender,
+                bytes,
+                retransmits: None,
+                snd_cwnd_bytes: None,
+                rtt_us: None,
+                rttvar_us: None,
+                pmtu_bytes: None,
+                packets: None,
+                lost: None,
+                jitter_ms: None,
+            };
+            if s.sender && !s.udp {
+                if let Some(ti) = s.tcp_info() {
+                    let cwnd = u64::from(ti.snd_cwnd_segments) * u64::from(ti.snd_mss_bytes);
+                    e.retransmits = Some(u64::from(ti.total_retrans_segments.saturating_sub(a.retrans)));
+                    e.snd_cwnd_bytes = Some(cwnd);
+                    e.rtt_us = Some(ti.rtt_us);
+                    e.rttvar_us = Some(ti.rttvar_us);
+                    e.pmtu_bytes = ti.pmtu_bytes;
+                    let r = &mut self.rtt[i];
+                    if r.n == 0 || ti.rtt_us < r.min {
+                        r.min = ti.rtt_us;
+                    }
+                    r.max = r.max.max(ti.rtt_us);
+                    r.sum += u64::from(ti.rtt_us);
+                    r.n += 1;
+                    r.max_cwnd = r.max_cwnd.max(cwnd);
+                }
+            }
+            if s.udp {
+                if s.sender {
+                    e.packets = Some(b.packets - a.packets);
+                } else {
+                    e.packets = Some(b.received - a.received);
+                    e.lost = Some(b.lost.saturating_sub(a.lost));
+                    e.jitter_ms = Some(s.rx_stats().jitter_s * 1000.0);
+                }
+            }
+            streams.push(e);
+        }
+        let dt = t - self.last_t;
+        let iv = Iperf3Interval {
+            start_s: self.last_t,
+            end_s: t,
+            omitted: Duration::from_secs_f64(t) <= self.omit && !self.omit.is_zero(),
+            streams,
+        };
+        if self.intervals.len() < self.max_intervals {
+            self.intervals.push(iv);
+        } else {
+            self.intervals_omitted += 1;
+        }
+        self.last = now;
+        self.last_t = t;
+        let rate = |b: u64| if dt > 0.0 { (b as f64 / dt) as u64 } else { 0 };
+        Interval {
+            time_slice_s: t,
+            send_bytes_per_second: rate(sent),
+            recv_bytes_per_second: rate(received),
+            in_flight: self.streams.len() as u64,
+            completed: 0,
+            network_errors: 0,
+            data_errors: 0,
+        }
+    }
+
+    /// Final figures, counted from the end of the omit period to now.
+    pub(crate) fn finish(&self) -> Vec<StreamFinal> {
+        let now = self.snaps();
+        let seconds = (self.start.elapsed().saturating_sub(self.omit)).as_secs_f64();
+        self.streams
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (a, b) = (self.base[i], now[i]);
+                let ti = s.tcp_info();
+                let tcp_sender = s.sender && !s.udp;
+                let r = self.rtt[i];
+                StreamFinal {
+                    bytes: b.bytes - a.bytes,
+                    seconds,
+                    retransmits: tcp_sender.then(|| u64::from(b.retrans.saturating_sub(a.retrans))),
+                    udp: s.udp.then(|| {
+                        if s.sender {
+                            Iperf3UdpStats {
+                                packets: b.packets - a.packets,
+                                ..Default::default()
+                            }
+                        } else {
+                            let rx = s.rx_stats();
+                            Iperf3UdpStats {
+                                packets: b.packets.saturating_sub(a.packets),
+                                lost: b.lost.saturating_sub(a.lost),
+                                out_of_order: rx.out_of_order,
+                                received: b.received - a.received,
+                                jitter_ms: rx.jitter_s * 1000.0,
+                            }
+                        }
+                    }),
+                    tcp_info: ti,
+                    max_cwnd: (tcp_sender && r.n > 0).then_some(r.max_cwnd),
+                    rtt: (tcp_sender && r.n > 0).then(|| [r.min, (r.sum / r.n) as u32, r.max]),
+                }
+            })
+            .collect()
+    }
+}
