@@ -16,7 +16,11 @@ fn bps(bytes: u64, seconds: f64) -> f64 {
 
 /// The iperf3 table of a result on its own (a server prints one per test).
 pub fn iperf3_summary(result: &TestResult) -> String {
-    result.iperf3.as_ref().map(|d| summary(result, d)).unwrap_or_default()
+    result
+        .iperf3
+        .as_ref()
+        .map(|d| summary(result, d))
+        .unwrap_or_default()
 }
 
 /// The iperf3 part of the console summary.
@@ -40,7 +44,10 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
     t.push_str("  [ ID] Role      Local                  Remote                 Bytes            Seconds  Rate             Peer's bytes     Peer's rate\n");
     for s in &d.streams {
         let (peer_bytes, peer_rate) = match &s.peer {
-            Some(p) => (p.bytes.to_string(), format_bits_per_second(bps(p.bytes, p.seconds) / 8.0)),
+            Some(p) => (
+                p.bytes.to_string(),
+                format_bits_per_second(bps(p.bytes, p.seconds) / 8.0),
+            ),
             None => ("not available".into(), String::new()),
         };
         t.push_str(&format!(
@@ -71,7 +78,11 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
                 u.jitter_ms,
                 u.lost,
                 u.packets,
-                if u.packets > 0 { u.lost as f64 * 100.0 / u.packets as f64 } else { 0.0 },
+                if u.packets > 0 {
+                    u.lost as f64 * 100.0 / u.packets as f64
+                } else {
+                    0.0
+                },
                 u.out_of_order,
                 u.received
             ));
@@ -129,7 +140,11 @@ fn stream_sum(d: &Iperf3Detail, sender_side: bool, forward: Option<bool>, is_cli
         bytes += b;
         seconds = seconds.max(secs);
         if sender_side {
-            if let Some(r) = if ours { s.retransmits } else { s.peer.and_then(|p| u64::try_from(p.retransmits).ok()) } {
+            if let Some(r) = if ours {
+                s.retransmits
+            } else {
+                s.peer.and_then(|p| u64::try_from(p.retransmits).ok())
+            } {
                 retrans += r;
                 any_retrans = true;
             }
@@ -280,7 +295,9 @@ pub fn iperf3_json(result: &TestResult) -> Value {
             if udp {
                 let u = s.udp.unwrap_or_default();
                 let (jitter, lost, packets) = if s.sender {
-                    s.peer.map_or((0.0, 0, u.packets as i64), |p| (p.jitter_ms, p.lost, u.packets as i64))
+                    s.peer.map_or((0.0, 0, u.packets as i64), |p| {
+                        (p.jitter_ms, p.lost, u.packets as i64)
+                    })
                 } else {
                     (u.jitter_ms, u.lost as i64, u.packets as i64)
                 };
@@ -288,7 +305,12 @@ pub fn iperf3_json(result: &TestResult) -> Value {
                 o["jitter_ms"] = jitter.into();
                 o["lost_packets"] = lost.into();
                 o["packets"] = packets.into();
-                o["lost_percent"] = (if packets > 0 { lost as f64 * 100.0 / packets as f64 } else { 0.0 }).into();
+                o["lost_percent"] = (if packets > 0 {
+                    lost as f64 * 100.0 / packets as f64
+                } else {
+                    0.0
+                })
+                .into();
                 o["out_of_order"] = u.out_of_order.into();
                 json!({"udp": o})
             } else {
@@ -325,8 +347,14 @@ pub fn iperf3_json(result: &TestResult) -> Value {
     end.insert("sum_sent".into(), stream_sum(d, true, fwd, is_client));
     end.insert("sum_received".into(), stream_sum(d, false, fwd, is_client));
     if d.bidirectional {
-        end.insert("sum_sent_bidir_reverse".into(), stream_sum(d, true, Some(false), is_client));
-        end.insert("sum_received_bidir_reverse".into(), stream_sum(d, false, Some(false), is_client));
+        end.insert(
+            "sum_sent_bidir_reverse".into(),
+            stream_sum(d, true, Some(false), is_client),
+        );
+        end.insert(
+            "sum_received_bidir_reverse".into(),
+            stream_sum(d, false, Some(false), is_client),
+        );
     }
     if udp {
         // iperf3's UDP `sum`: the receivers' view (jitter averaged over streams).
@@ -335,7 +363,14 @@ pub fn iperf3_json(result: &TestResult) -> Value {
             .iter()
             .map(|s| {
                 if s.sender {
-                    s.peer.map_or((0.0, 0, 0, 0), |p| (p.jitter_ms, p.lost, s.udp.map_or(0, |u| u.packets) as i64, p.bytes))
+                    s.peer.map_or((0.0, 0, 0, 0), |p| {
+                        (
+                            p.jitter_ms,
+                            p.lost,
+                            s.udp.map_or(0, |u| u.packets) as i64,
+                            p.bytes,
+                        )
+                    })
                 } else {
                     let u = s.udp.unwrap_or_default();
                     (u.jitter_ms, u.lost as i64, u.packets as i64, s.bytes)
@@ -408,7 +443,9 @@ fn split(addr: &str) -> (String, u16) {
 /// RFC 1123 date (GMT) for Unix seconds, as iperf3 prints in `timestamp.time`.
 fn rfc1123(secs: u64) -> String {
     const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let days = secs / 86_400;
     let rem = secs % 86_400;
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).

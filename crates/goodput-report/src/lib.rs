@@ -10,8 +10,8 @@ mod iperf3;
 
 pub use console::{ConsoleView, Verbosity};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
-pub use iperf3::{iperf3_json, iperf3_summary};
 pub use format::{connection_line, status_header, status_legend, status_line};
+pub use iperf3::{iperf3_json, iperf3_summary};
 
 use goodput_core::result::{ConnectionRecord, Interval, TestResult};
 

@@ -235,7 +235,9 @@ impl std::str::FromStr for Iperf3Size {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
         let (num, suffix) = t.split_at(split);
         let mult: u64 = match suffix.trim() {
             "" => 1,
@@ -243,7 +245,11 @@ impl std::str::FromStr for Iperf3Size {
             "m" | "M" | "MiB" => 1 << 20,
             "g" | "G" | "GiB" => 1 << 30,
             "t" | "T" | "TiB" => 1 << 40,
-            _ => return Err(format!("'{s}': expected a number with an optional K, M, G or T (×1024)")),
+            _ => {
+                return Err(format!(
+                    "'{s}': expected a number with an optional K, M, G or T (×1024)"
+                ))
+            }
         };
         let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
         let bytes = v * mult as f64;
@@ -265,7 +271,9 @@ impl std::str::FromStr for Iperf3Rate {
         if t.contains('/') {
             return Err(format!("'{s}': burst counts (RATE/N) are not supported"));
         }
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
         let (num, suffix) = t.split_at(split);
         let mult: f64 = match suffix.trim() {
             "" => 1.0,
@@ -273,7 +281,11 @@ impl std::str::FromStr for Iperf3Rate {
             "m" | "M" => 1e6,
             "g" | "G" => 1e9,
             "t" | "T" => 1e12,
-            _ => return Err(format!("'{s}': expected bits/s with an optional k, m, g or t (×1000)")),
+            _ => {
+                return Err(format!(
+                    "'{s}': expected bits/s with an optional k, m, g or t (×1000)"
+                ))
+            }
         };
         let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
         let bits = v * mult;
@@ -297,7 +309,12 @@ pub struct Iperf3Args {
     #[arg(long, short = 't', default_value_t = 10, value_name = "SECONDS")]
     pub time: u32,
     /// End after this many bytes (sent, or received with -R).
-    #[arg(long = "bytes", short = 'n', value_name = "SIZE", conflicts_with = "blockcount")]
+    #[arg(
+        long = "bytes",
+        short = 'n',
+        value_name = "SIZE",
+        conflicts_with = "blockcount"
+    )]
     pub bytes: Option<Iperf3Size>,
     /// End after this many blocks (of -l bytes).
     #[arg(long, short = 'k', value_name = "N")]

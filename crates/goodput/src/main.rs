@@ -22,8 +22,8 @@ use goodput_engine::{CancellationToken, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
 use cli::{
-    Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs, TcpArgs,
-    VerifyArg, WireArg,
+    Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs,
+    TcpArgs, VerifyArg, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -805,7 +805,8 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     };
     let mut views = Views::open(&out, None)?;
     if let Some(path) = args.iperf3_json.as_ref().filter(|p| p.as_os_str() != "-") {
-        std::fs::File::create(path).map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
+        std::fs::File::create(path)
+            .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
     }
     let mode = if p.bidirectional {
         "bidirectional"
@@ -844,7 +845,11 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     if p.bandwidth > 0 {
         banner.push((
             "Rate per stream".into(),
-            format!("{} bit/s ({})", p.bandwidth, format_bits_per_second(p.bandwidth as f64 / 8.0)),
+            format!(
+                "{} bit/s ({})",
+                p.bandwidth,
+                format_bits_per_second(p.bandwidth as f64 / 8.0)
+            ),
         ));
     }
     views.console.banner("goodput iperf3", &banner);

@@ -18,7 +18,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
-use super::streams::{run_receiver, run_sender, Budget, DataPlan, DataSocket, Meter, StreamFinal, StreamState};
+use super::streams::{
+    run_receiver, run_sender, Budget, DataPlan, DataSocket, Meter, StreamFinal, StreamState,
+};
 use super::{addr_text, cpu_times, cpu_util, payload, server_error, Control, Iperf3Error};
 use crate::tcp::{tool_info, unix_ms_now};
 use crate::{EngineError, Observer, RunClock};
@@ -147,7 +149,9 @@ async fn open_udp(
         }
         skipped += 1;
         if skipped > 64 {
-            return Err(Iperf3Error::Protocol("no UDP stream reply among the first 64 datagrams".into()));
+            return Err(Iperf3Error::Protocol(
+                "no UDP stream reply among the first 64 datagrams".into(),
+            ));
         }
     }
 }
@@ -220,10 +224,15 @@ async fn converse(
             other => Err(Iperf3Error::Protocol(format!("expected {want:?}, got {other:?}"))),
         }
     };
-    let m = ctl.read_within(Expect::State, "the server's greeting", spec.timeout).await?;
+    let m = ctl
+        .read_within(Expect::State, "the server's greeting", spec.timeout)
+        .await?;
     expect_state(m, State::ParamExchange)?;
-    ctl.send(&encode_json(&p.to_json()), "sending the parameters").await?;
-    let m = ctl.read_within(Expect::State, "CREATE_STREAMS", spec.timeout).await?;
+    ctl.send(&encode_json(&p.to_json()), "sending the parameters")
+        .await?;
+    let m = ctl
+        .read_within(Expect::State, "CREATE_STREAMS", spec.timeout)
+        .await?;
     expect_state(m, State::CreateStreams)?;
 
     // Streams one after another, in the order the server numbers them.
@@ -235,7 +244,9 @@ async fn converse(
         let sock = match p.protocol {
             Protocol::Tcp => {
                 let mut s = connect_tcp(spec.target, spec.bind, port, Some(p), spec.timeout).await?;
-                s.write_all(&cookie).await.map_err(io("sending the stream cookie"))?;
+                s.write_all(&cookie)
+                    .await
+                    .map_err(io("sending the stream cookie"))?;
                 if g.congestion_used.is_none() {
                     g.congestion_used = SockRef::from(&s)
                         .tcp_congestion()
@@ -251,7 +262,9 @@ async fn converse(
     }
     let m = ctl.read_within(Expect::State, "TEST_START", spec.timeout).await?;
     expect_state(m, State::TestStart)?;
-    let m = ctl.read_within(Expect::State, "TEST_RUNNING", spec.timeout).await?;
+    let m = ctl
+        .read_within(Expect::State, "TEST_RUNNING", spec.timeout)
+        .await?;
     expect_state(m, State::TestRunning)?;
 
     // Data.
@@ -264,6 +277,9 @@ async fn converse(
         payload: payload(p.len as usize, p.repeating_payload),
     });
     let budget = Arc::new(Budget::new(p.num, p.blockcount, u64::from(p.len)));
+    // The meter's zero point is taken before any stream moves a byte.
+    let omit = Duration::from_secs(u64::from(p.omit));
+    let mut meter = Meter::new(g.streams.clone(), start, omit, spec.max_records);
     let stop = CancellationToken::new();
     let close = CancellationToken::new();
     let mut senders = Vec::new();
@@ -276,8 +292,6 @@ async fn converse(
             receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
         }
     }
-    let omit = Duration::from_secs(u64::from(p.omit));
-    let mut meter = Meter::new(g.streams.clone(), start, omit, spec.max_records);
     let tstart = tokio::time::Instant::from_std(start);
     let mut ticker = tokio::time::interval_at(tstart + spec.status_interval, spec.status_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -330,16 +344,21 @@ async fn converse(
             held.push(s);
         }
     }
-    if failure.is_none() && g.end.is_none() {
-        // Let what was written reach the server before it stops counting.
-        drain_send_queues(&held, Duration::from_secs(2)).await;
-    }
+    // The test ends for us when the senders stopped (or now, receiving).
     let iv = meter.sample();
     observer.on_interval(&iv);
     g.intervals.push(iv);
     g.finals = meter.finish();
     g.errors_at_end = g.streams.iter().map(|s| s.error()).collect();
     g.cpu = cpu_util(cpu0, cpu_times(), start.elapsed().as_secs_f64());
+    if failure.is_none() && g.end.is_none() {
+        // Let what was written reach the server before it stops counting
+        // at TEST_END: wait for the send queues to be acknowledged, then a
+        // moment for the server to read its receive buffers.
+        if drain_send_queues(&held, Duration::from_secs(2)).await {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
     g.meter_intervals = std::mem::take(&mut meter.intervals);
     g.intervals_omitted = meter.intervals_omitted;
     let result = async {
@@ -351,19 +370,27 @@ async fn converse(
             return Err(Iperf3Error::Cancelled);
         }
         ctl.send_state(State::TestEnd, "TEST_END").await?;
-        let m = ctl.read_within(Expect::State, "EXCHANGE_RESULTS", spec.timeout).await?;
+        let m = ctl
+            .read_within(Expect::State, "EXCHANGE_RESULTS", spec.timeout)
+            .await?;
         expect_state(m, State::ExchangeResults)?;
         let mine = local_results(p, &g.streams, &g.finals, g.cpu, g.congestion_used.clone());
         ctl.send(&encode_json(&mine.to_json()), "sending results").await?;
         let body = match ctl
-            .read_within(Expect::Json { max: MAX_RESULTS_LEN }, "the server's results", spec.timeout)
+            .read_within(
+                Expect::Json { max: MAX_RESULTS_LEN },
+                "the server's results",
+                spec.timeout,
+            )
             .await?
         {
             Message::Json(b) => b,
             other => return Err(Iperf3Error::Protocol(format!("expected results, got {other:?}"))),
         };
         g.peer = Some(Results::from_json(&body).map_err(|e| Iperf3Error::Protocol(e.to_string()))?);
-        let m = ctl.read_within(Expect::State, "DISPLAY_RESULTS", spec.timeout).await?;
+        let m = ctl
+            .read_within(Expect::State, "DISPLAY_RESULTS", spec.timeout)
+            .await?;
         expect_state(m, State::DisplayResults)?;
         ctl.send_state(State::IperfDone, "IPERF_DONE").await?;
         Ok(())
@@ -382,7 +409,7 @@ async fn converse(
 /// Waits until every TCP sender's queue is empty (bounded): the bytes were
 /// acknowledged by the server's kernel, so a server that reads on until
 /// TEST_END counts them.
-async fn drain_send_queues(held: &[DataSocket], limit: Duration) {
+async fn drain_send_queues(held: &[DataSocket], limit: Duration) -> bool {
     use std::os::fd::AsRawFd;
     let outq = |fd: i32| -> i32 {
         let mut v: libc::c_int = 0;
@@ -395,13 +422,16 @@ async fn drain_send_queues(held: &[DataSocket], limit: Duration) {
         }
     };
     let deadline = Instant::now() + limit;
+    let mut any = false;
     for s in held {
         if let DataSocket::Tcp(t) = s {
+            any = true;
             while outq(t.as_raw_fd()) > 0 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     }
+    any
 }
 
 /// This end's results message.
@@ -555,7 +585,10 @@ pub(crate) fn build_result(
             peer: peer_entry.map(peer_stream),
         });
     }
-    let summary = Summary::from_records(&records, finals.first().map_or(run_ns, |f| (f.seconds * 1e9) as u64));
+    let summary = Summary::from_records(
+        &records,
+        finals.first().map_or(run_ns, |f| (f.seconds * 1e9) as u64),
+    );
     let pattern = if p.bidirectional {
         TcpPattern::Duplex
     } else if p.reverse {
@@ -582,7 +615,7 @@ pub(crate) fn build_result(
             pull_bytes: None,
             connections: Some(p.stream_count() as u64),
             iterations: Some(1),
-            rate_limit_bytes_per_second: (p.bandwidth > 0).then(|| Span {
+            rate_limit_bytes_per_second: (p.bandwidth > 0).then_some(Span {
                 lo: p.bandwidth / 8,
                 hi: p.bandwidth / 8,
             }),
@@ -633,8 +666,10 @@ pub(crate) fn build_result(
             }),
             congestion_used,
             peer_congestion_used: peer.as_ref().and_then(|r| r.congestion_used.clone()),
-            server_output_json: server_output_json.or_else(|| peer.as_ref().and_then(|r| r.server_output_json.clone())),
-            server_output_text: server_output_text.or_else(|| peer.as_ref().and_then(|r| r.server_output_text.clone())),
+            server_output_json: server_output_json
+                .or_else(|| peer.as_ref().and_then(|r| r.server_output_json.clone())),
+            server_output_text: server_output_text
+                .or_else(|| peer.as_ref().and_then(|r| r.server_output_text.clone())),
             error,
         }),
     }
@@ -689,7 +724,9 @@ fn assemble(
             cpu: g.cpu,
             congestion_used: g.congestion_used,
             end,
-            error: error.filter(|e| !matches!(e, Iperf3Error::Cancelled)).map(|e| e.to_string()),
+            error: error
+                .filter(|e| !matches!(e, Iperf3Error::Cancelled))
+                .map(|e| e.to_string()),
             server_output_text: None,
             server_output_json: None,
         },

@@ -83,7 +83,11 @@ impl Control {
     }
 
     /// The next message, reading as needed.
-    pub(crate) async fn read(&mut self, expect: Expect, during: &'static str) -> Result<Message, Iperf3Error> {
+    pub(crate) async fn read(
+        &mut self,
+        expect: Expect,
+        during: &'static str,
+    ) -> Result<Message, Iperf3Error> {
         loop {
             if let Some(m) = self.dec.next(expect)? {
                 return Ok(m);
@@ -150,7 +154,10 @@ pub(crate) fn server_error(code: i32, errno: Option<i32>) -> Iperf3Error {
 /// CLOCK_MONOTONIC now, in seconds and microseconds (iperf3's UDP
 /// timestamps since 3.7 use this clock).
 pub(crate) fn monotonic_now() -> (u64, u32) {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64, (ts.tv_nsec / 1000) as u32)

@@ -240,13 +240,23 @@ async fn run_test(
     served.parts.cookie = cookie_text(&cookie);
     ctl.send_state(State::ParamExchange, "PARAM_EXCHANGE").await?;
     let body = match ctl
-        .read_within(Expect::Json { max: MAX_PARAMS_LEN }, "the parameters", spec.timeout)
+        .read_within(
+            Expect::Json { max: MAX_PARAMS_LEN },
+            "the parameters",
+            spec.timeout,
+        )
         .await
     {
         Ok(Message::Json(b)) => b,
-        Ok(other) => return Err(Iperf3Error::Protocol(format!("expected parameters, got {other:?}"))),
+        Ok(other) => {
+            return Err(Iperf3Error::Protocol(format!(
+                "expected parameters, got {other:?}"
+            )))
+        }
         Err(Iperf3Error::Frame(e)) => {
-            let _ = ctl.send(&encode_server_error(errors::RECV_PARAMS, 0), "SERVER_ERROR").await;
+            let _ = ctl
+                .send(&encode_server_error(errors::RECV_PARAMS, 0), "SERVER_ERROR")
+                .await;
             return Err(Iperf3Error::Frame(e));
         }
         Err(e) => return Err(e),
@@ -314,14 +324,20 @@ async fn run_test(
                     // the next hello.
                     let fresh = udp_listener(local).map_err(io("binding the UDP port"))?;
                     let stream = std::mem::replace(listen, fresh);
-                    stream.connect(from).await.map_err(io("connecting the UDP stream"))?;
+                    stream
+                        .connect(from)
+                        .await
+                        .map_err(io("connecting the UDP stream"))?;
                     let _ = apply_params(&SockRef::from(&stream), &p, &from);
                     stream.send(&udp::REPLY).await.map_err(io("UDP stream reply"))?;
                     DataSocket::Udp(stream)
                 }
             };
             let client_sends = client_sends_on(i, p.parallel as usize, p.reverse, p.bidirectional);
-            served.parts.streams.push(StreamState::new(stream_id(i), !client_sends, &sock));
+            served
+                .parts
+                .streams
+                .push(StreamState::new(stream_id(i), !client_sends, &sock));
             sockets.push(sock);
         }
         Ok::<(), Iperf3Error>(())
@@ -342,7 +358,9 @@ async fn run_test(
     drop(udp_listen);
     if let Err(e) = created {
         if matches!(e, Iperf3Error::Timeout(_)) {
-            let _ = ctl.send(&encode_server_error(errors::STREAM_ACCEPT, 0), "SERVER_ERROR").await;
+            let _ = ctl
+                .send(&encode_server_error(errors::STREAM_ACCEPT, 0), "SERVER_ERROR")
+                .await;
         }
         return Err(e);
     }
@@ -353,8 +371,11 @@ async fn run_test(
             .map(|c| String::from_utf8_lossy(&c).trim_end_matches('\0').to_owned()),
         DataSocket::Udp(_) => None,
     });
-    ctl.send(&[State::TestStart.byte(), State::TestRunning.byte()], "TEST_START")
-        .await?;
+    ctl.send(
+        &[State::TestStart.byte(), State::TestRunning.byte()],
+        "TEST_START",
+    )
+    .await?;
 
     let start = Instant::now();
     let cpu0 = cpu_times();
@@ -366,6 +387,9 @@ async fn run_test(
     });
     // The client owns the end conditions; the server just moves data.
     let budget = Arc::new(Budget::new(0, 0, u64::from(p.len)));
+    // The meter's zero point is taken before any stream moves a byte.
+    let omit = Duration::from_secs(u64::from(p.omit));
+    let mut meter = Meter::new(served.parts.streams.clone(), start, omit, spec.max_records);
     let stop = CancellationToken::new();
     let close = CancellationToken::new();
     let mut senders = Vec::new();
@@ -378,8 +402,6 @@ async fn run_test(
             receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
         }
     }
-    let omit = Duration::from_secs(u64::from(p.omit));
-    let mut meter = Meter::new(served.parts.streams.clone(), start, omit, spec.max_records);
     let tstart = tokio::time::Instant::from_std(start);
     let mut ticker = tokio::time::interval_at(tstart + spec.status_interval, spec.status_interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -447,7 +469,11 @@ async fn run_test(
 
     ctl.send_state(State::ExchangeResults, "EXCHANGE_RESULTS").await?;
     let body = match ctl
-        .read_within(Expect::Json { max: MAX_RESULTS_LEN }, "the client's results", spec.timeout)
+        .read_within(
+            Expect::Json { max: MAX_RESULTS_LEN },
+            "the client's results",
+            spec.timeout,
+        )
         .await?
     {
         Message::Json(b) => b,
@@ -463,7 +489,11 @@ async fn run_test(
     );
     // A sending stream reports the receiver's jitter and loss, as iperf3 does.
     for s in &mut mine.streams {
-        let sending = served.parts.streams.iter().any(|st| i64::from(st.id) == s.id && st.sender);
+        let sending = served
+            .parts
+            .streams
+            .iter()
+            .any(|st| i64::from(st.id) == s.id && st.sender);
         if sending {
             if let Some(t) = theirs.stream(s.id) {
                 s.jitter = t.jitter;

@@ -149,7 +149,9 @@ impl Budget {
             return;
         }
         let total = self.received.fetch_add(n, Relaxed) + n;
-        if (self.bytes > 0 && total >= self.bytes) || (self.blocks > 0 && total >= self.blocks * self.block_len) {
+        if (self.bytes > 0 && total >= self.bytes)
+            || (self.blocks > 0 && total >= self.blocks * self.block_len)
+        {
             self.reach();
         }
     }
@@ -371,7 +373,12 @@ pub(crate) struct Meter {
 }
 
 impl Meter {
-    pub(crate) fn new(streams: Vec<Arc<StreamState>>, start: Instant, omit: Duration, max_intervals: usize) -> Self {
+    pub(crate) fn new(
+        streams: Vec<Arc<StreamState>>,
+        start: Instant,
+        omit: Duration,
+        max_intervals: usize,
+    ) -> Self {
         let n = streams.len();
         let mut m = Self {
             streams,

@@ -85,7 +85,9 @@ pub async fn run_client(
         return Err(EngineError::Config("no target address".into()));
     }
     if spec.wire == WireProtocol::Iperf3 {
-        return Err(EngineError::Config("the iperf3 wire is spoken by the iperf3 module".into()));
+        return Err(EngineError::Config(
+            "the iperf3 wire is spoken by the iperf3 module".into(),
+        ));
     }
     if !spec.binds.is_empty() {
         let usable = spec

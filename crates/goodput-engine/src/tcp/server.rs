@@ -53,7 +53,9 @@ fn listen_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     if spec.wire == WireProtocol::Iperf3 {
-        return Err(EngineError::Config("the iperf3 wire is spoken by the iperf3 module".into()));
+        return Err(EngineError::Config(
+            "the iperf3 wire is spoken by the iperf3 module".into(),
+        ));
     }
     let mut listeners = Vec::new();
     let mut notices = Vec::new();
