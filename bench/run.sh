@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000).
@@ -16,6 +16,7 @@ ROUNDS=${ROUNDS:-3}
 GP=target/release/goodput
 PORT_GP=14444
 PORT_IP=15201
+PORT_GI=15202
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -30,7 +31,8 @@ echo "runs:    ${T}s each, $ROUNDS rounds, A/B alternated"
 echo
 
 start_servers() {
-  $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 & pids+=($!)
+  $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 \
+      --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI & pids+=($!)
   iperf3 -s -B 127.0.0.1 -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
   if command -v nuttcp >/dev/null; then nuttcp -S -P 15000 >/dev/null 2>&1 & pids+=($!); fi
   sleep 0.5
@@ -51,6 +53,14 @@ ip_rate() {
   local out=$work/ip.json
   iperf3 -c 127.0.0.1 -p $PORT_IP -t "$T" -J "$@" > "$out"
   json_get "$out" "(d['end']['sum_received']['bytes'] + d['end'].get('sum_received_bidir_reverse',{}).get('bytes',0))/d['end']['sum_received']['seconds']"
+}
+
+# goodput's iperf3 client against a stock iperf3 server: bytes/s the server
+# received (from the results exchange), as ip_rate measures iperf3's own.
+gi_rate() {
+  local out=$work/gi.json
+  $GP iperf3 127.0.0.1 -p $PORT_IP -t "$T" -v 0 --iperf3-json "$out" "$@" >/dev/null
+  json_get "$out" "d['end']['sum_received']['bytes']/d['end']['sum_received']['seconds']"
 }
 
 nt_rate() {
@@ -128,6 +138,16 @@ hold() {
   kill -INT $cli; wait $cli 2>/dev/null || true; kill -INT $srv; wait $srv 2>/dev/null || true
 }
 
+bench_iperf3() {
+  # Both clients against the same stock iperf3 server, then the stock client
+  # against goodput's iperf3 service and against the stock server.
+  ab "iperf3 wire: goodput client vs iperf3 client, 1 stream" "gi_rate" "ip_rate"
+  ab "iperf3 wire: goodput client vs iperf3 client, -P 4" "gi_rate -P 4" "ip_rate -P 4"
+  ab "iperf3 client: goodput server vs iperf3 server, 1 stream" "ip_rate -p $PORT_GI" "ip_rate"
+  ab "iperf3 client: goodput server vs iperf3 server, -P 4" "ip_rate -p $PORT_GI -P 4" "ip_rate -P 4"
+  ab "iperf3 client: goodput server vs iperf3 server, -R" "ip_rate -p $PORT_GI -R" "ip_rate -R"
+}
+
 bench_memory() {
   local big=${MEMORY_CONNECTIONS:-18000} small=1000
   read -r c1 s1 < <(hold $small 14600)
@@ -141,7 +161,8 @@ what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_churn; bench_memory ;;
+    iperf3) header; bench_iperf3 ;;
     single) header; bench_single ;;
     buffers) header; bench_buffers ;;
     verify) header; bench_verify ;;

@@ -513,11 +513,24 @@ fn goodput_server_refuses_a_second_client_and_survives_bad_input() {
         assert_eq!(r, [0xFF]);
         drop(ctl);
     }
+    // A client killed in the middle of a test: the server sees its control
+    // connection close, ends that test and serves the next.
+    let mut doomed = Command::new("iperf3")
+        .args(["-c", "127.0.0.1", "-t", "10", "-P", "2", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1200));
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
     // Still serving.
     let (out, v) = srv.iperf3(&["-t", "1"]);
     check(&out);
     assert_eq!(sum(&v, "sum_received"), sum(&v, "sum_sent"));
-    srv.stop();
+    let console = srv.stop();
+    assert!(console.contains("iperf3: refused"), "{console}");
+    assert!(console.contains("failed"), "{console}");
 }
 
 #[test]

@@ -274,7 +274,7 @@ async fn converse(
         len: p.len as usize,
         rate: p.bandwidth,
         wide_counters: p.udp_counters_64bit,
-        payload: payload(p.len as usize, p.repeating_payload),
+        payload: payload(super::streams::payload_len(p.len as usize), p.repeating_payload),
     });
     let budget = Arc::new(Budget::new(p.num, p.blockcount, u64::from(p.len)));
     // The meter's zero point is taken before any stream moves a byte.

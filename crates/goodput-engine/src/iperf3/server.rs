@@ -383,7 +383,7 @@ async fn run_test(
         len: p.len as usize,
         rate: p.bandwidth,
         wide_counters: p.udp_counters_64bit,
-        payload: payload(p.len as usize, p.repeating_payload),
+        payload: payload(super::streams::payload_len(p.len as usize), p.repeating_payload),
     });
     // The client owns the end conditions; the server just moves data.
     let budget = Arc::new(Budget::new(0, 0, u64::from(p.len)));

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use goodput_core::iperf3::udp::{Header, ReceiverStats};
 use goodput_core::result::{Interval, Iperf3Interval, Iperf3StreamInterval, Iperf3UdpStats, TcpInfoSnapshot};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +119,7 @@ impl Budget {
         }
     }
 
-    fn limited(&self) -> bool {
+    pub(crate) fn limited(&self) -> bool {
         self.bytes > 0 || self.blocks > 0
     }
 
@@ -166,6 +165,13 @@ pub(crate) struct DataPlan {
     pub(crate) payload: Arc<[u8]>,
 }
 
+/// Payload length for blocks of `len`: whole blocks adding up to at least
+/// 512 KiB, so unpaced TCP senders can write several per call.
+pub(crate) fn payload_len(len: usize) -> usize {
+    let len = len.max(1);
+    len * (512 * 1024 / len).max(1)
+}
+
 /// Sleeps when the stream is ahead of its rate by a millisecond or more.
 async fn pace(start: Instant, sent_bytes: u64, rate_bits: u64) {
     if rate_bits == 0 {
@@ -188,29 +194,51 @@ pub(crate) async fn run_sender(
 ) -> DataSocket {
     let start = Instant::now();
     match sock {
-        DataSocket::Tcp(mut s) => {
-            let block = &plan.payload[..plan.len];
-            'blocks: while budget.claim() {
-                pace(start, st.bytes.load(Relaxed), plan.rate).await;
-                let mut off = 0;
-                while off < block.len() {
-                    tokio::select! {
-                        biased;
-                        _ = stop.cancelled() => break 'blocks,
-                        r = s.write(&block[off..]) => match r {
-                            Ok(0) => {
-                                st.fail("send: wrote 0 bytes".into());
-                                break 'blocks;
-                            }
-                            Ok(n) => {
-                                off += n;
-                                st.bytes.fetch_add(n as u64, Relaxed);
-                            }
-                            Err(e) => {
+        DataSocket::Tcp(s) => {
+            // Unpaced and unbudgeted streams write several blocks per call
+            // (blocks are only a unit of account on a byte stream), which
+            // saves system calls; the payload holds that many.
+            let per_call = if plan.rate == 0 && !budget.limited() {
+                (plan.payload.len() / plan.len).max(1)
+            } else {
+                1
+            };
+            let chunk = &plan.payload[..plan.len * per_call];
+            let mut off = 0usize;
+            loop {
+                if off == 0 {
+                    if !budget.claim() {
+                        break;
+                    }
+                    pace(start, st.bytes.load(Relaxed), plan.rate).await;
+                }
+                // Try the call first; wait for writability only when the
+                // socket's buffer is full.
+                match s.try_write(&chunk[off..]) {
+                    Ok(0) => {
+                        st.fail("send: wrote 0 bytes".into());
+                        break;
+                    }
+                    Ok(n) => {
+                        st.bytes.fetch_add(n as u64, Relaxed);
+                        off += n;
+                        if off == chunk.len() {
+                            off = 0;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::select! {
+                            biased;
+                            _ = stop.cancelled() => break,
+                            r = s.writable() => if let Err(e) = r {
                                 st.fail(format!("send: {e}"));
-                                break 'blocks;
+                                break;
                             }
                         }
+                    }
+                    Err(e) => {
+                        st.fail(format!("send: {e}"));
+                        break;
                     }
                 }
                 if stop.is_cancelled() {
@@ -269,22 +297,33 @@ pub(crate) async fn run_receiver(
     close: CancellationToken,
 ) -> DataSocket {
     match sock {
-        DataSocket::Tcp(mut s) => {
-            let mut buf = vec![0u8; plan.len.clamp(64 * 1024, 256 * 1024)];
+        DataSocket::Tcp(s) => {
+            let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
             loop {
-                tokio::select! {
-                    biased;
-                    _ = close.cancelled() => break,
-                    r = s.read(&mut buf) => match r {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            st.bytes.fetch_add(n as u64, Relaxed);
-                            budget.note_received(n as u64);
-                        }
-                        Err(e) => {
-                            st.fail(format!("recv: {e}"));
+                // Read while data is there; wait for readability only when
+                // the socket is empty.
+                match s.try_read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        st.bytes.fetch_add(n as u64, Relaxed);
+                        budget.note_received(n as u64);
+                        if close.is_cancelled() {
                             break;
                         }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::select! {
+                            biased;
+                            _ = close.cancelled() => break,
+                            r = s.readable() => if let Err(e) = r {
+                                st.fail(format!("recv: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        st.fail(format!("recv: {e}"));
+                        break;
                     }
                 }
             }
