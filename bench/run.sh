@@ -143,6 +143,9 @@ bench_iperf3() {
   # against goodput's iperf3 service and against the stock server.
   ab "iperf3 wire: goodput client vs iperf3 client, 1 stream" "gi_rate" "ip_rate"
   ab "iperf3 wire: goodput client vs iperf3 client, -P 4" "gi_rate -P 4" "ip_rate -P 4"
+  # goodput writes up to 512 KiB of whole blocks per call; with -l 1M both
+  # make the same calls.
+  ab "iperf3 wire: same as above, both -l 1M" "gi_rate -l 1M" "ip_rate -l 1M"
   ab "iperf3 client: goodput server vs iperf3 server, 1 stream" "ip_rate -p $PORT_GI" "ip_rate"
   ab "iperf3 client: goodput server vs iperf3 server, -P 4" "ip_rate -p $PORT_GI -P 4" "ip_rate -P 4"
   ab "iperf3 client: goodput server vs iperf3 server, -R" "ip_rate -p $PORT_GI -R" "ip_rate -R"

@@ -369,7 +369,7 @@ async fn run_test(
             .tcp_congestion()
             .ok()
             .map(|c| String::from_utf8_lossy(&c).trim_end_matches('\0').to_owned()),
-        DataSocket::Udp(_) => None,
+        DataSocket::Udp(_) | DataSocket::Gone => None,
     });
     ctl.send(
         &[State::TestStart.byte(), State::TestRunning.byte()],

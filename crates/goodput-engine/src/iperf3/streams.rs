@@ -41,6 +41,12 @@ impl StreamState {
         let (local, remote, fd, udp) = match sock {
             DataSocket::Tcp(s) => (s.local_addr(), s.peer_addr(), s.as_raw_fd(), false),
             DataSocket::Udp(s) => (s.local_addr(), s.peer_addr(), s.as_raw_fd(), true),
+            DataSocket::Gone => (
+                Err(std::io::ErrorKind::NotConnected.into()),
+                Err(std::io::ErrorKind::NotConnected.into()),
+                -1,
+                true,
+            ),
         };
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         Arc::new(Self {
@@ -91,6 +97,133 @@ impl StreamState {
 pub(crate) enum DataSocket {
     Tcp(TcpStream),
     Udp(UdpSocket),
+    /// Lost in a failed hand-over to a blocking thread (the stream's error
+    /// says why).
+    Gone,
+}
+
+/// How often a blocked TCP call comes back to check for the stop.
+const BLOCKING_TICK: Duration = Duration::from_millis(100);
+
+/// TCP streams move data on a thread of their own with blocking calls, as
+/// iperf3 3.16+ does: the kernel waits for buffer space inside one call
+/// instead of a readiness round trip through the runtime per partial write
+/// (measured: bench/run.sh iperf3, docs/benchmarks.md).
+fn to_blocking(s: TcpStream, st: &StreamState) -> Option<std::net::TcpStream> {
+    let std = s
+        .into_std()
+        .and_then(|t| {
+            t.set_nonblocking(false)?;
+            t.set_write_timeout(Some(BLOCKING_TICK))?;
+            t.set_read_timeout(Some(BLOCKING_TICK))?;
+            Ok(t)
+        })
+        .map_err(|e| st.fail(format!("socket setup: {e}")))
+        .ok()?;
+    Some(std)
+}
+
+fn from_blocking(r: Result<std::net::TcpStream, tokio::task::JoinError>, st: &StreamState) -> DataSocket {
+    let back = r.map_err(std::io::Error::other).and_then(|t| {
+        t.set_nonblocking(true)?;
+        TcpStream::from_std(t)
+    });
+    match back {
+        Ok(t) => DataSocket::Tcp(t),
+        Err(e) => {
+            st.fail(format!("socket hand-back: {e}"));
+            DataSocket::Gone
+        }
+    }
+}
+
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+fn send_blocking(
+    mut s: std::net::TcpStream,
+    st: &StreamState,
+    plan: &DataPlan,
+    budget: &Budget,
+    stop: &CancellationToken,
+    start: Instant,
+) -> std::net::TcpStream {
+    use std::io::Write;
+    // Unpaced and unbudgeted streams write several blocks per call (blocks
+    // are only a unit of account on a byte stream); budgeted ones claim and
+    // write one block at a time, so -n and -k stay exact.
+    let per_call = if plan.rate == 0 && !budget.limited() {
+        (plan.payload.len() / plan.len).max(1)
+    } else {
+        1
+    };
+    let chunk = &plan.payload[..plan.len * per_call];
+    let mut off = 0usize;
+    while !stop.is_cancelled() {
+        if off == 0 {
+            if plan.rate > 0 {
+                let due = Duration::from_secs_f64(st.bytes.load(Relaxed) as f64 * 8.0 / plan.rate as f64);
+                let now = start.elapsed();
+                if due > now + Duration::from_millis(1) {
+                    // Short naps, so a stop is seen within a tick.
+                    std::thread::sleep((due - now).min(BLOCKING_TICK));
+                    continue;
+                }
+            }
+            if !budget.claim() {
+                break;
+            }
+        }
+        match s.write(&chunk[off..]) {
+            Ok(0) => {
+                st.fail("send: wrote 0 bytes".into());
+                break;
+            }
+            Ok(n) => {
+                st.bytes.fetch_add(n as u64, Relaxed);
+                off += n;
+                if off == chunk.len() {
+                    off = 0;
+                }
+            }
+            Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                st.fail(format!("send: {e}"));
+                break;
+            }
+        }
+    }
+    s
+}
+
+fn recv_blocking(
+    mut s: std::net::TcpStream,
+    st: &StreamState,
+    plan: &DataPlan,
+    budget: &Budget,
+    close: &CancellationToken,
+) -> std::net::TcpStream {
+    use std::io::Read;
+    let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
+    while !close.is_cancelled() {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                st.bytes.fetch_add(n as u64, Relaxed);
+                budget.note_received(n as u64);
+            }
+            Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                st.fail(format!("recv: {e}"));
+                break;
+            }
+        }
+    }
+    s
 }
 
 /// The byte and block end conditions, shared by every stream of a test.
@@ -195,58 +328,15 @@ pub(crate) async fn run_sender(
     let start = Instant::now();
     match sock {
         DataSocket::Tcp(s) => {
-            // Unpaced and unbudgeted streams write several blocks per call
-            // (blocks are only a unit of account on a byte stream), which
-            // saves system calls; the payload holds that many.
-            let per_call = if plan.rate == 0 && !budget.limited() {
-                (plan.payload.len() / plan.len).max(1)
-            } else {
-                1
+            let Some(std) = to_blocking(s, &st) else {
+                return DataSocket::Gone;
             };
-            let chunk = &plan.payload[..plan.len * per_call];
-            let mut off = 0usize;
-            loop {
-                if off == 0 {
-                    if !budget.claim() {
-                        break;
-                    }
-                    pace(start, st.bytes.load(Relaxed), plan.rate).await;
-                }
-                // Try the call first; wait for writability only when the
-                // socket's buffer is full.
-                match s.try_write(&chunk[off..]) {
-                    Ok(0) => {
-                        st.fail("send: wrote 0 bytes".into());
-                        break;
-                    }
-                    Ok(n) => {
-                        st.bytes.fetch_add(n as u64, Relaxed);
-                        off += n;
-                        if off == chunk.len() {
-                            off = 0;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        tokio::select! {
-                            biased;
-                            _ = stop.cancelled() => break,
-                            r = s.writable() => if let Err(e) = r {
-                                st.fail(format!("send: {e}"));
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        st.fail(format!("send: {e}"));
-                        break;
-                    }
-                }
-                if stop.is_cancelled() {
-                    break;
-                }
-            }
-            DataSocket::Tcp(s)
+            let (st2, stop2) = (st.clone(), stop.clone());
+            let done =
+                tokio::task::spawn_blocking(move || send_blocking(std, &st2, &plan, &budget, &stop2, start));
+            from_blocking(done.await, &st)
         }
+        DataSocket::Gone => DataSocket::Gone,
         DataSocket::Udp(s) => {
             let mut buf = plan.payload[..plan.len].to_vec();
             let mut seq = 0u64;
@@ -298,37 +388,14 @@ pub(crate) async fn run_receiver(
 ) -> DataSocket {
     match sock {
         DataSocket::Tcp(s) => {
-            let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
-            loop {
-                // Read while data is there; wait for readability only when
-                // the socket is empty.
-                match s.try_read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        st.bytes.fetch_add(n as u64, Relaxed);
-                        budget.note_received(n as u64);
-                        if close.is_cancelled() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        tokio::select! {
-                            biased;
-                            _ = close.cancelled() => break,
-                            r = s.readable() => if let Err(e) = r {
-                                st.fail(format!("recv: {e}"));
-                                break;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        st.fail(format!("recv: {e}"));
-                        break;
-                    }
-                }
-            }
-            DataSocket::Tcp(s)
+            let Some(std) = to_blocking(s, &st) else {
+                return DataSocket::Gone;
+            };
+            let (st2, close2) = (st.clone(), close.clone());
+            let done = tokio::task::spawn_blocking(move || recv_blocking(std, &st2, &plan, &budget, &close2));
+            from_blocking(done.await, &st)
         }
+        DataSocket::Gone => DataSocket::Gone,
         DataSocket::Udp(s) => {
             let mut buf = vec![0u8; 65_536];
             loop {
