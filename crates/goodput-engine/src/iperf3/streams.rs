@@ -105,7 +105,7 @@ pub(crate) enum DataSocket {
 /// How often a blocked TCP call comes back to check for the stop.
 const BLOCKING_TICK: Duration = Duration::from_millis(100);
 
-/// TCP streams move data on a thread of their own with blocking calls, as
+/// TCP senders move data on a thread of their own with blocking calls, as
 /// iperf3 3.16+ does: the kernel waits for buffer space inside one call
 /// instead of a readiness round trip through the runtime per partial write
 /// (measured: bench/run.sh iperf3, docs/benchmarks.md).
@@ -115,7 +115,6 @@ fn to_blocking(s: TcpStream, st: &StreamState) -> Option<std::net::TcpStream> {
         .and_then(|t| {
             t.set_nonblocking(false)?;
             t.set_write_timeout(Some(BLOCKING_TICK))?;
-            t.set_read_timeout(Some(BLOCKING_TICK))?;
             Ok(t)
         })
         .map_err(|e| st.fail(format!("socket setup: {e}")))
@@ -193,32 +192,6 @@ fn send_blocking(
             Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
                 st.fail(format!("send: {e}"));
-                break;
-            }
-        }
-    }
-    s
-}
-
-fn recv_blocking(
-    mut s: std::net::TcpStream,
-    st: &StreamState,
-    plan: &DataPlan,
-    budget: &Budget,
-    close: &CancellationToken,
-) -> std::net::TcpStream {
-    use std::io::Read;
-    let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
-    while !close.is_cancelled() {
-        match s.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                st.bytes.fetch_add(n as u64, Relaxed);
-                budget.note_received(n as u64);
-            }
-            Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                st.fail(format!("recv: {e}"));
                 break;
             }
         }
@@ -387,13 +360,42 @@ pub(crate) async fn run_receiver(
     close: CancellationToken,
 ) -> DataSocket {
     match sock {
+        // Receiving stays on the runtime, one task per stream: on loopback
+        // a receiver that sleeps in epoll leaves the kernel's receive
+        // processing to the sender's CPU, so it pays to use little of it;
+        // threads per receiving stream measured no better (bench/run.sh
+        // iperf3, docs/benchmarks.md).
         DataSocket::Tcp(s) => {
-            let Some(std) = to_blocking(s, &st) else {
-                return DataSocket::Gone;
-            };
-            let (st2, close2) = (st.clone(), close.clone());
-            let done = tokio::task::spawn_blocking(move || recv_blocking(std, &st2, &plan, &budget, &close2));
-            from_blocking(done.await, &st)
+            let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
+            loop {
+                // Read while data is there; wait for readability only when
+                // the socket is empty.
+                match s.try_read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        st.bytes.fetch_add(n as u64, Relaxed);
+                        budget.note_received(n as u64);
+                        if close.is_cancelled() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::select! {
+                            biased;
+                            _ = close.cancelled() => break,
+                            r = s.readable() => if let Err(e) = r {
+                                st.fail(format!("recv: {e}"));
+                                break;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        st.fail(format!("recv: {e}"));
+                        break;
+                    }
+                }
+            }
+            DataSocket::Tcp(s)
         }
         DataSocket::Gone => DataSocket::Gone,
         DataSocket::Udp(s) => {
