@@ -135,6 +135,13 @@ pub struct OutputArgs {
     /// Fail a connection that moves nothing for this long.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub idle_timeout: HumanDuration,
+    #[command(flatten)]
+    pub views: ViewArgs,
+}
+
+/// The console and the output files (every test kind).
+#[derive(Debug, Args)]
+pub struct ViewArgs {
     /// Console detail 0-5: 0 nothing at all, 1 status lines, 2 status and
     /// errors, 3 connection lines, 4 errors and connections, 5 everything.
     #[arg(long, short = 'v', default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=5))]
@@ -393,21 +400,8 @@ pub struct Iperf3Args {
     /// Also write the result in iperf3's -J JSON shape to FILE ("-" = stdout).
     #[arg(long, value_name = "FILE")]
     pub iperf3_json: Option<PathBuf>,
-    /// Console detail (0 = silent, 1 = status and summary, 2 = also errors).
-    #[arg(long, short = 'v', default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=5))]
-    pub verbosity: u8,
-    /// Write status lines to FILE (.csv = CSV, else text).
-    #[arg(long, value_name = "FILE")]
-    pub status_file: Option<PathBuf>,
-    /// Write one record per stream to FILE (.csv = CSV, else text).
-    #[arg(long, value_name = "FILE")]
-    pub connection_file: Option<PathBuf>,
-    /// Write the goodput result document to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Stream intervals and stream records as JSON lines ("-" = stdout).
-    #[arg(long, value_name = "FILE")]
-    pub json_stream: Option<PathBuf>,
+    #[command(flatten)]
+    pub views: ViewArgs,
 }
 
 #[derive(Debug, Args)]

@@ -23,7 +23,7 @@ use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusF
 
 use cli::{
     Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs,
-    TcpArgs, VerifyArg, WireArg,
+    TcpArgs, VerifyArg, ViewArgs, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -116,7 +116,7 @@ struct Views {
 }
 
 impl Views {
-    fn open(out: &OutputArgs, finite: Option<u64>) -> Result<Self, Stop> {
+    fn open(out: &ViewArgs, finite: Option<u64>) -> Result<Self, Stop> {
         let mut files: Vec<Box<dyn View + Send>> = Vec::new();
         let open_err = |e: io::Error| Stop::Fatal(anyhow!(e));
         // The result document is written at the end; find out now, not
@@ -417,10 +417,10 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         idle_timeout: args.output.idle_timeout.0,
         status_interval: args.output.status_interval.0,
         time_limit: args.output.time_limit.map(|d| d.0),
-        max_records: args.output.max_records,
+        max_records: args.output.views.max_records,
     };
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(spec.connections));
-    let mut views = Views::open(&args.output, finite)?;
+    let mut views = Views::open(&args.output.views, finite)?;
     views.console.banner(
         "goodput tcp: configured settings",
         &client_banner(&spec, embedded),
@@ -434,7 +434,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         let _ = t.await;
     }
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.output.json.as_deref())?;
+    views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED
     } else if result.end == EndReason::Interrupted {
@@ -631,10 +631,10 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         idle_timeout: args.output.idle_timeout.0,
         status_interval: args.output.status_interval.0,
         time_limit: args.output.time_limit.map(|d| d.0),
-        max_records: args.output.max_records,
+        max_records: args.output.views.max_records,
     };
     let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
-    let mut views = Views::open(&args.output, args.exit_after)?;
+    let mut views = Views::open(&args.output.views, args.exit_after)?;
     let mut banner = vec![
         (
             "Listening on".to_owned(),
@@ -672,7 +672,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 max_duration: args.iperf3_max_duration.0,
                 timeout: Duration::from_secs(10),
                 status_interval: Duration::from_secs(1),
-                max_records: args.output.max_records,
+                max_records: args.output.views.max_records,
                 exit_after: None,
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
@@ -688,14 +688,14 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let iperf3_run = async {
         if let Some(srv) = iperf3 {
             let mut view = Iperf3ServerView {
-                verbosity: args.output.verbosity,
+                verbosity: args.output.views.verbosity,
             };
             srv.run(&mut view, cancel.clone()).await;
         }
     };
     let (result, ()) = tokio::join!(bound.run(&mut views, cancel.clone()), iperf3_run);
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.output.json.as_deref())?;
+    views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED
     } else {
@@ -791,19 +791,8 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         }
         Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
     };
-    let out = OutputArgs {
-        time_limit: None,
-        status_interval: args.interval,
-        idle_timeout: args.timeout,
-        verbosity: args.verbosity,
-        status_file: args.status_file.clone(),
-        connection_file: args.connection_file.clone(),
-        error_file: None,
-        json: args.json.clone(),
-        json_stream: args.json_stream.clone(),
-        max_records: 100_000,
-    };
-    let mut views = Views::open(&out, None)?;
+    let out = &args.views;
+    let mut views = Views::open(out, None)?;
     if let Some(path) = args.iperf3_json.as_ref().filter(|p| p.as_os_str() != "-") {
         std::fs::File::create(path)
             .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
@@ -860,7 +849,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         params: p,
         status_interval: args.interval.0,
         timeout: args.timeout.0,
-        max_records: 100_000,
+        max_records: args.views.max_records,
     };
     let result = goodput_engine::iperf3::run_client(spec, &mut views, cancel.clone()).await;
     server_cancel.cancel();

@@ -18,10 +18,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
-use super::streams::{
-    run_receiver, run_sender, Budget, DataPlan, DataSocket, Meter, StreamFinal, StreamState,
-};
-use super::{addr_text, cpu_times, cpu_util, payload, server_error, Control, Iperf3Error};
+use super::streams::{Budget, DataPhase, DataSocket, StreamFinal, StreamState};
+use super::{addr_text, server_error, Control, Iperf3Error};
 use crate::tcp::{tool_info, unix_ms_now};
 use crate::{EngineError, Observer, RunClock};
 
@@ -268,35 +266,12 @@ async fn converse(
     expect_state(m, State::TestRunning)?;
 
     // Data.
-    let start = Instant::now();
-    let cpu0 = cpu_times();
-    let plan = Arc::new(DataPlan {
-        len: p.len as usize,
-        rate: p.bandwidth,
-        wide_counters: p.udp_counters_64bit,
-        payload: payload(super::streams::payload_len(p.len as usize), p.repeating_payload),
-    });
     let budget = Arc::new(Budget::new(p.num, p.blockcount, u64::from(p.len)));
-    // The meter's zero point is taken before any stream moves a byte.
+    let mut phase = DataPhase::start(p, &g.streams, sockets, budget.clone(), spec.max_records);
     let omit = Duration::from_secs(u64::from(p.omit));
-    let mut meter = Meter::new(g.streams.clone(), start, omit, spec.max_records);
-    let stop = CancellationToken::new();
-    let close = CancellationToken::new();
-    let mut senders = Vec::new();
-    let mut receivers = Vec::new();
-    for (sock, st) in sockets.into_iter().zip(&g.streams) {
-        let (st, plan, budget) = (st.clone(), plan.clone(), budget.clone());
-        if st.sender {
-            senders.push(tokio::spawn(run_sender(sock, st, plan, budget, stop.clone())));
-        } else {
-            receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
-        }
-    }
-    let tstart = tokio::time::Instant::from_std(start);
-    let mut ticker = tokio::time::interval_at(tstart + spec.status_interval, spec.status_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let omit_end = tokio::time::sleep_until(tstart + omit);
-    let time_end = tokio::time::sleep_until(tstart + omit + Duration::from_secs(u64::from(p.time)));
+    let mut ticker = phase.ticker(spec.status_interval);
+    let omit_end = phase.at(omit);
+    let time_end = phase.at(omit + Duration::from_secs(u64::from(p.time)));
     tokio::pin!(omit_end, time_end);
     let mut omit_done = omit.is_zero();
     let timed = p.time > 0 && p.num == 0 && p.blockcount == 0;
@@ -320,7 +295,7 @@ async fn converse(
             }
             _ = &mut omit_end, if !omit_done => {
                 omit_done = true;
-                meter.end_omit();
+                phase.meter.end_omit();
             }
             _ = &mut time_end, if timed => break,
             _ = budget.notify.notified(), if !timed => {
@@ -328,7 +303,7 @@ async fn converse(
                 break;
             }
             _ = ticker.tick() => {
-                let iv = meter.sample();
+                let iv = phase.meter.sample();
                 observer.on_interval(&iv);
                 g.intervals.push(iv);
             }
@@ -336,21 +311,15 @@ async fn converse(
     }
     // Senders stopped by the budget finish their last block by themselves.
     if !budget_end || failure.is_some() || g.end.is_some() {
-        stop.cancel();
+        phase.stop.cancel();
     }
-    let mut held = Vec::new();
-    for h in senders {
-        if let Ok(s) = h.await {
-            held.push(s);
-        }
-    }
+    let held = phase.join_senders().await;
     // The test ends for us when the senders stopped (or now, receiving).
-    let iv = meter.sample();
-    observer.on_interval(&iv);
-    g.intervals.push(iv);
-    g.finals = meter.finish();
-    g.errors_at_end = g.streams.iter().map(|s| s.error()).collect();
-    g.cpu = cpu_util(cpu0, cpu_times(), start.elapsed().as_secs_f64());
+    let f = phase.figures();
+    observer.on_interval(&f.last);
+    g.intervals.push(f.last);
+    (g.finals, g.errors_at_end, g.cpu) = (f.finals, f.errors, f.cpu);
+    (g.meter_intervals, g.intervals_omitted) = (f.intervals, f.intervals_omitted);
     if failure.is_none() && g.end.is_none() {
         // Let what was written reach the server before it stops counting
         // at TEST_END: wait for the send queues to be acknowledged, then a
@@ -359,8 +328,6 @@ async fn converse(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
-    g.meter_intervals = std::mem::take(&mut meter.intervals);
-    g.intervals_omitted = meter.intervals_omitted;
     let result = async {
         if let Some(f) = failure {
             return Err(f);
@@ -396,10 +363,7 @@ async fn converse(
         Ok(())
     }
     .await;
-    close.cancel();
-    for h in receivers {
-        let _ = h.await;
-    }
+    phase.close().await;
     drop(held);
     ctl.close_gracefully(Duration::from_secs(1)).await;
     g.end.get_or_insert(EndReason::Completed);

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::client::{apply_params, build_result, local_results, ResultParts};
-use super::streams::{run_receiver, run_sender, Budget, DataPlan, DataSocket, Meter, StreamState};
-use super::{addr_text, cpu_times, cpu_util, payload, Control, Iperf3Error};
+use super::streams::{Budget, DataPhase, DataSocket, StreamState};
+use super::{addr_text, Control, Iperf3Error};
 use crate::tcp::unix_ms_now;
 use crate::{EngineError, Observer};
 
@@ -377,42 +377,19 @@ async fn run_test(
     )
     .await?;
 
-    let start = Instant::now();
-    let cpu0 = cpu_times();
-    let plan = Arc::new(DataPlan {
-        len: p.len as usize,
-        rate: p.bandwidth,
-        wide_counters: p.udp_counters_64bit,
-        payload: payload(super::streams::payload_len(p.len as usize), p.repeating_payload),
-    });
     // The client owns the end conditions; the server just moves data.
     let budget = Arc::new(Budget::new(0, 0, u64::from(p.len)));
-    // The meter's zero point is taken before any stream moves a byte.
+    let mut phase = DataPhase::start(&p, &served.parts.streams, sockets, budget, spec.max_records);
     let omit = Duration::from_secs(u64::from(p.omit));
-    let mut meter = Meter::new(served.parts.streams.clone(), start, omit, spec.max_records);
-    let stop = CancellationToken::new();
-    let close = CancellationToken::new();
-    let mut senders = Vec::new();
-    let mut receivers = Vec::new();
-    for (sock, st) in sockets.into_iter().zip(&served.parts.streams) {
-        let (st, plan, budget) = (st.clone(), plan.clone(), budget.clone());
-        if st.sender {
-            senders.push(tokio::spawn(run_sender(sock, st, plan, budget, stop.clone())));
-        } else {
-            receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
-        }
-    }
-    let tstart = tokio::time::Instant::from_std(start);
-    let mut ticker = tokio::time::interval_at(tstart + spec.status_interval, spec.status_interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let omit_end = tokio::time::sleep_until(tstart + omit);
+    let mut ticker = phase.ticker(spec.status_interval);
+    let omit_end = phase.at(omit);
     // iperf3's safety timer: time + omit + 40 s; untimed tests get the cap.
     let safety = if p.time > 0 {
         wanted + Duration::from_secs(40)
     } else {
         spec.max_duration
     };
-    let safety_end = tokio::time::sleep_until(tstart + safety);
+    let safety_end = phase.at(safety);
     tokio::pin!(omit_end, safety_end);
     let mut omit_done = omit.is_zero();
     let outcome: Result<(), Iperf3Error> = loop {
@@ -430,40 +407,35 @@ async fn run_test(
             },
             _ = &mut omit_end, if !omit_done => {
                 omit_done = true;
-                meter.end_omit();
+                phase.meter.end_omit();
             }
             _ = &mut safety_end => {
                 break Err(Iperf3Error::Timeout("TEST_END (the test ran past its length plus 40 s)"));
             }
             _ = ticker.tick() => {
-                let iv = meter.sample();
+                let iv = phase.meter.sample();
                 served.parts.intervals.push(iv);
             }
         }
     };
-    stop.cancel();
-    let mut held = Vec::new();
-    for h in senders {
-        if let Ok(s) = h.await {
-            held.push(s);
-        }
-    }
+    phase.stop.cancel();
+    let held = phase.join_senders().await;
     if outcome.is_ok() {
         // The client stopped sending before TEST_END: take in what is
         // still on its way so both ends count the same bytes.
-        wait_quiet(meter.streams(), Duration::from_millis(50), Duration::from_secs(2)).await;
+        wait_quiet(
+            phase.meter.streams(),
+            Duration::from_millis(50),
+            Duration::from_secs(2),
+        )
+        .await;
     }
-    let iv = meter.sample();
-    served.parts.intervals.push(iv);
-    served.parts.finals = meter.finish();
-    served.parts.errors_at_end = served.parts.streams.iter().map(|s| s.error()).collect();
-    served.parts.cpu = cpu_util(cpu0, cpu_times(), start.elapsed().as_secs_f64());
-    served.parts.iperf3_intervals = std::mem::take(&mut meter.intervals);
-    served.parts.intervals_omitted = meter.intervals_omitted;
-    close.cancel();
-    for h in receivers {
-        let _ = h.await;
-    }
+    let f = phase.figures();
+    let parts = &mut served.parts;
+    parts.intervals.push(f.last);
+    (parts.finals, parts.errors_at_end, parts.cpu) = (f.finals, f.errors, f.cpu);
+    (parts.iperf3_intervals, parts.intervals_omitted) = (f.intervals, f.intervals_omitted);
+    phase.close().await;
     drop(held);
     outcome?;
 

@@ -273,7 +273,7 @@ pub(crate) struct DataPlan {
 
 /// Payload length for blocks of `len`: whole blocks adding up to at least
 /// 512 KiB, so unpaced TCP senders can write several per call.
-pub(crate) fn payload_len(len: usize) -> usize {
+fn payload_len(len: usize) -> usize {
     let len = len.max(1);
     len * (512 * 1024 / len).max(1)
 }
@@ -291,7 +291,7 @@ async fn pace(start: Instant, sent_bytes: u64, rate_bits: u64) {
 }
 
 /// Sends until `stop`, the budget, or an error; hands the socket back open.
-pub(crate) async fn run_sender(
+async fn run_sender(
     sock: DataSocket,
     st: Arc<StreamState>,
     plan: Arc<DataPlan>,
@@ -352,7 +352,7 @@ pub(crate) async fn run_sender(
 }
 
 /// Receives until `close`, end of stream or an error; hands the socket back.
-pub(crate) async fn run_receiver(
+async fn run_receiver(
     sock: DataSocket,
     st: Arc<StreamState>,
     plan: Arc<DataPlan>,
@@ -431,6 +431,121 @@ pub(crate) async fn run_receiver(
                 }
             }
             DataSocket::Udp(s)
+        }
+    }
+}
+
+/// A test's data phase: every stream's loop running, the meter at zero.
+/// Client and server drive it the same way; only what they wait for
+/// differs.
+pub(crate) struct DataPhase {
+    pub(crate) start: Instant,
+    cpu0: (f64, f64),
+    pub(crate) meter: Meter,
+    /// Stops the senders.
+    pub(crate) stop: CancellationToken,
+    close: CancellationToken,
+    senders: Vec<tokio::task::JoinHandle<DataSocket>>,
+    receivers: Vec<tokio::task::JoinHandle<DataSocket>>,
+}
+
+/// The figures of a data phase, taken when it ended.
+pub(crate) struct Figures {
+    pub(crate) last: Interval,
+    pub(crate) finals: Vec<StreamFinal>,
+    pub(crate) errors: Vec<Option<String>>,
+    pub(crate) cpu: goodput_core::result::CpuUtil,
+    pub(crate) intervals: Vec<Iperf3Interval>,
+    pub(crate) intervals_omitted: u64,
+}
+
+impl DataPhase {
+    /// Starts a loop per stream (`sockets` in the order of `streams`).
+    pub(crate) fn start(
+        p: &goodput_core::iperf3::params::Params,
+        streams: &[Arc<StreamState>],
+        sockets: Vec<DataSocket>,
+        budget: Arc<Budget>,
+        max_intervals: usize,
+    ) -> Self {
+        let start = Instant::now();
+        let cpu0 = super::cpu_times();
+        let plan = Arc::new(DataPlan {
+            len: p.len as usize,
+            rate: p.bandwidth,
+            wide_counters: p.udp_counters_64bit,
+            payload: super::payload(payload_len(p.len as usize), p.repeating_payload),
+        });
+        // The meter's zero point is taken before any stream moves a byte.
+        let omit = Duration::from_secs(u64::from(p.omit));
+        let meter = Meter::new(streams.to_vec(), start, omit, max_intervals);
+        let (stop, close) = (CancellationToken::new(), CancellationToken::new());
+        let mut senders = Vec::new();
+        let mut receivers = Vec::new();
+        for (sock, st) in sockets.into_iter().zip(streams) {
+            let (st, plan, budget) = (st.clone(), plan.clone(), budget.clone());
+            if st.sender {
+                senders.push(tokio::spawn(run_sender(sock, st, plan, budget, stop.clone())));
+            } else {
+                receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
+            }
+        }
+        Self {
+            start,
+            cpu0,
+            meter,
+            stop,
+            close,
+            senders,
+            receivers,
+        }
+    }
+
+    /// Status ticks every `every`, the first one `every` after the start.
+    pub(crate) fn ticker(&self, every: Duration) -> tokio::time::Interval {
+        let t0 = tokio::time::Instant::from_std(self.start);
+        let mut t = tokio::time::interval_at(t0 + every, every);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    }
+
+    /// A sleep ending `after` the start.
+    pub(crate) fn at(&self, after: Duration) -> tokio::time::Sleep {
+        tokio::time::sleep_until(tokio::time::Instant::from_std(self.start) + after)
+    }
+
+    /// Waits for every sender to stop (after `stop`, or by its budget) and
+    /// returns their sockets, still open.
+    pub(crate) async fn join_senders(&mut self) -> Vec<DataSocket> {
+        let mut held = Vec::new();
+        for h in self.senders.drain(..) {
+            if let Ok(s) = h.await {
+                held.push(s);
+            }
+        }
+        held
+    }
+
+    /// The figures now: the last interval, final per-stream figures, the
+    /// streams' errors so far and the CPU use.
+    pub(crate) fn figures(&mut self) -> Figures {
+        let last = self.meter.sample();
+        let finals = self.meter.finish();
+        Figures {
+            last,
+            finals,
+            errors: self.meter.streams().iter().map(|s| s.error()).collect(),
+            cpu: super::cpu_util(self.cpu0, super::cpu_times(), self.start.elapsed().as_secs_f64()),
+            intervals: std::mem::take(&mut self.meter.intervals),
+            intervals_omitted: self.meter.intervals_omitted,
+        }
+    }
+
+    /// Stops the receivers and waits for them.
+    pub(crate) async fn close(self) {
+        self.close.cancel();
+        for h in self.receivers {
+            let _ = h.await;
         }
     }
 }
