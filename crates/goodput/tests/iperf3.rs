@@ -556,3 +556,43 @@ fn busy_and_refused_servers_are_clear_errors_for_the_client() {
         "{text}"
     );
 }
+
+#[test]
+fn omit_and_block_count_against_the_embedded_server() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    // -O 1 -t 2: three seconds in all; the figures cover the last two and
+    // the first interval is marked omitted; -J goes to standard output.
+    let out = goodput()
+        .args(["iperf3", "-t", "2", "-O", "1", "-v", "0", "--iperf3-json", "-"])
+        .output()
+        .unwrap();
+    let text = check(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(v["start"]["test_start"]["omit"], 1);
+    let ivs = v["intervals"].as_array().unwrap();
+    assert!(ivs.len() >= 3, "{v}");
+    assert_eq!(ivs[0]["sum"]["omitted"], true);
+    assert_eq!(ivs[ivs.len() - 1]["sum"]["omitted"], false);
+    let secs = v["end"]["sum_sent"]["seconds"].as_f64().unwrap();
+    assert!((1.9..2.5).contains(&secs), "{secs}");
+    // The sender's figures start at the omit boundary: less than the sum of
+    // all intervals.
+    let all: u64 = ivs.iter().map(|i| i["sum"]["bytes"].as_u64().unwrap()).sum();
+    let counted = v["end"]["sum_sent"]["bytes"].as_u64().unwrap();
+    assert!(counted > 0 && counted < all, "{counted} of {all}");
+
+    // -k 100 -l 64K: exactly 100 blocks each way of the exchange.
+    let json = tmp("blocks.json");
+    let out = goodput()
+        .args(["iperf3", "-k", "100", "-l", "64K", "-v", "0", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    check(&out);
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let s = &r["iperf3"]["streams"][0];
+    assert_eq!(s["bytes"].as_u64(), Some(100 * 65536));
+    assert_eq!(s["peer"]["bytes"].as_u64(), Some(100 * 65536));
+    assert_eq!(r["kind"], "iperf3_client");
+    assert_eq!(r["settings"]["wire"], "iperf3");
+}

@@ -715,7 +715,8 @@ impl Meter {
         let iv = Iperf3Interval {
             start_s: self.last_t,
             end_s: t,
-            omitted: Duration::from_secs_f64(t) <= self.omit && !self.omit.is_zero(),
+            // An interval that began inside the omit period belongs to it.
+            omitted: self.last_t < self.omit.as_secs_f64(),
             streams,
         };
         if self.intervals.len() < self.max_intervals {
