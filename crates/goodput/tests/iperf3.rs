@@ -347,6 +347,14 @@ impl GoodputServer {
     }
 }
 
+impl Drop for GoodputServer {
+    fn drop(&mut self) {
+        // A failed assertion must not leave the server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn unsafe_kill(pid: u32) {
     let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
 }

@@ -34,6 +34,8 @@ pub(crate) struct StreamState {
     pub(crate) rx: Mutex<ReceiverStats>,
     /// The first error that stopped the stream.
     pub(crate) error: Mutex<Option<String>>,
+    /// When data last arrived, ns after the data phase's start (0 = never).
+    last_arrival_ns: AtomicU64,
 }
 
 impl StreamState {
@@ -61,7 +63,13 @@ impl StreamState {
             send_errors: AtomicU64::new(0),
             rx: Mutex::new(ReceiverStats::default()),
             error: Mutex::new(None),
+            last_arrival_ns: AtomicU64::new(0),
         })
+    }
+
+    fn arrived(&self, start: Instant) {
+        self.last_arrival_ns
+            .store(start.elapsed().as_nanos() as u64, Relaxed);
     }
 
     fn fail(&self, text: String) {
@@ -269,6 +277,8 @@ pub(crate) struct DataPlan {
     pub(crate) rate: u64,
     pub(crate) wide_counters: bool,
     pub(crate) payload: Arc<[u8]>,
+    /// The data phase's start, for arrival times.
+    pub(crate) start: Instant,
 }
 
 /// Payload length for blocks of `len`: whole blocks adding up to at least
@@ -375,6 +385,7 @@ async fn run_receiver(
                     Ok(n) => {
                         st.bytes.fetch_add(n as u64, Relaxed);
                         budget.note_received(n as u64);
+                        st.arrived(plan.start);
                         if close.is_cancelled() {
                             break;
                         }
@@ -420,6 +431,7 @@ async fn run_receiver(
                                 .record(h.seq, n, h.time_s(), arrival);
                             st.bytes.fetch_add(n as u64, Relaxed);
                             budget.note_received(n as u64);
+                            st.arrived(plan.start);
                         }
                         // An ICMP error from an earlier send to the peer.
                         Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => continue,
@@ -475,6 +487,7 @@ impl DataPhase {
             rate: p.bandwidth,
             wide_counters: p.udp_counters_64bit,
             payload: super::payload(payload_len(p.len as usize), p.repeating_payload),
+            start,
         });
         // The meter's zero point is taken before any stream moves a byte.
         let omit = Duration::from_secs(u64::from(p.omit));
@@ -740,19 +753,27 @@ impl Meter {
 
     /// Final figures, counted from the end of the omit period to now.
     pub(crate) fn finish(&self) -> Vec<StreamFinal> {
-        let now = self.snaps();
-        let seconds = (self.start.elapsed().saturating_sub(self.omit)).as_secs_f64();
+        let snaps = self.snaps();
+        let now = self.start.elapsed();
+        // A sender measures until it stopped (now); a receiver until its
+        // last byte arrived, not the moment the figures are taken (a server
+        // waits for the stream to go quiet first).
+        let window = |s: &StreamState| {
+            let last = Duration::from_nanos(s.last_arrival_ns.load(Relaxed));
+            let end = if s.sender || last <= self.omit { now } else { last };
+            end.saturating_sub(self.omit).as_secs_f64()
+        };
         self.streams
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let (a, b) = (self.base[i], now[i]);
+                let (a, b) = (self.base[i], snaps[i]);
                 let ti = s.tcp_info();
                 let tcp_sender = s.sender && !s.udp;
                 let r = self.rtt[i];
                 StreamFinal {
                     bytes: b.bytes - a.bytes,
-                    seconds,
+                    seconds: window(s),
                     retransmits: tcp_sender.then(|| u64::from(b.retrans.saturating_sub(a.retrans))),
                     udp: s.udp.then(|| {
                         if s.sender {
