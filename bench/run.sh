@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000).
@@ -138,6 +138,12 @@ hold() {
   kill -INT $cli; wait $cli 2>/dev/null || true; kill -INT $srv; wait $srv 2>/dev/null || true
 }
 
+bench_iperf3_server() {
+  ab "iperf3 client: goodput server vs iperf3 server, 1 stream" "ip_rate -p $PORT_GI" "ip_rate"
+  ab "iperf3 client: goodput server vs iperf3 server, -P 4" "ip_rate -p $PORT_GI -P 4" "ip_rate -P 4"
+  ab "iperf3 client: goodput server vs iperf3 server, -R" "ip_rate -p $PORT_GI -R" "ip_rate -R"
+}
+
 bench_iperf3() {
   # Both clients against the same stock iperf3 server, then the stock client
   # against goodput's iperf3 service and against the stock server.
@@ -146,9 +152,7 @@ bench_iperf3() {
   # goodput writes up to 512 KiB of whole blocks per call; with -l 1M both
   # make the same calls.
   ab "iperf3 wire: same as above, both -l 1M" "gi_rate -l 1M" "ip_rate -l 1M"
-  ab "iperf3 client: goodput server vs iperf3 server, 1 stream" "ip_rate -p $PORT_GI" "ip_rate"
-  ab "iperf3 client: goodput server vs iperf3 server, -P 4" "ip_rate -p $PORT_GI -P 4" "ip_rate -P 4"
-  ab "iperf3 client: goodput server vs iperf3 server, -R" "ip_rate -p $PORT_GI -R" "ip_rate -R"
+  bench_iperf3_server
 }
 
 bench_memory() {
@@ -166,6 +170,7 @@ for w in "${what[@]}"; do
   case $w in
     all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_churn; bench_memory ;;
     iperf3) header; bench_iperf3 ;;
+    iperf3-server) header; bench_iperf3_server ;;
     single) header; bench_single ;;
     buffers) header; bench_buffers ;;
     verify) header; bench_verify ;;
