@@ -154,24 +154,6 @@ async fn open_udp(
     }
 }
 
-/// What the control conversation produced, successful or not.
-#[derive(Default)]
-struct Gathered {
-    control_local: String,
-    control_remote: String,
-    streams: Vec<Arc<StreamState>>,
-    finals: Vec<StreamFinal>,
-    errors_at_end: Vec<Option<String>>,
-    meter_intervals: Vec<goodput_core::result::Iperf3Interval>,
-    intervals: Vec<goodput_core::result::Interval>,
-    intervals_omitted: u64,
-    peer: Option<Results>,
-    cpu: goodput_core::result::CpuUtil,
-    congestion_used: Option<String>,
-    cookie: String,
-    end: Option<EndReason>,
-}
-
 /// Runs one iperf3 test against a stock server and returns its result.
 pub async fn run_client(
     spec: Iperf3ClientSpec,
@@ -180,10 +162,8 @@ pub async fn run_client(
 ) -> Result<TestResult, EngineError> {
     let clock = RunClock::start();
     let started_unix_ms = unix_ms_now();
-    let mut g = Gathered::default();
-    let outcome = tokio::select! {
-        r = converse(&spec, observer, &cancel, &mut g) => r,
-    };
+    let mut g = ResultParts::default();
+    let outcome = converse(&spec, observer, &cancel, &mut g).await;
     if let Err(e) = &outcome {
         if g.streams.is_empty() {
             return Err(EngineError::Iperf3(e.to_string()));
@@ -196,7 +176,7 @@ async fn converse(
     spec: &Iperf3ClientSpec,
     observer: &mut dyn Observer,
     cancel: &CancellationToken,
-    g: &mut Gathered,
+    g: &mut ResultParts,
 ) -> Result<(), Iperf3Error> {
     let p = &spec.params;
     let ctl_stream = tokio::select! {
@@ -319,7 +299,7 @@ async fn converse(
     observer.on_interval(&f.last);
     g.intervals.push(f.last);
     (g.finals, g.errors_at_end, g.cpu) = (f.finals, f.errors, f.cpu);
-    (g.meter_intervals, g.intervals_omitted) = (f.intervals, f.intervals_omitted);
+    (g.iperf3_intervals, g.intervals_omitted) = (f.intervals, f.intervals_omitted);
     if failure.is_none() && g.end.is_none() {
         // Let what was written reach the server before it stops counting
         // at TEST_END: wait for the send queues to be acknowledged, then a
@@ -479,6 +459,7 @@ pub(crate) fn build_result(
         server_output_text,
         server_output_json,
     } = parts;
+    let end = end.unwrap_or(EndReason::Completed);
     let is_client = kind == TestKind::Iperf3Client;
     let mut records = Vec::new();
     let mut details = Vec::new();
@@ -639,7 +620,9 @@ pub(crate) fn build_result(
     }
 }
 
-/// Everything a finished test hands to [`build_result`].
+/// Everything a finished test hands to [`build_result`], gathered as the
+/// test goes (whatever it got to before a failure).
+#[derive(Default)]
 pub(crate) struct ResultParts {
     pub(crate) cookie: String,
     pub(crate) control_local: String,
@@ -653,7 +636,8 @@ pub(crate) struct ResultParts {
     pub(crate) peer: Option<Results>,
     pub(crate) cpu: goodput_core::result::CpuUtil,
     pub(crate) congestion_used: Option<String>,
-    pub(crate) end: EndReason,
+    /// Absent: the test completed.
+    pub(crate) end: Option<EndReason>,
     pub(crate) error: Option<String>,
     pub(crate) server_output_text: Option<String>,
     pub(crate) server_output_json: Option<serde_json::Value>,
@@ -663,10 +647,12 @@ fn assemble(
     spec: &Iperf3ClientSpec,
     clock: RunClock,
     started_unix_ms: u64,
-    g: Gathered,
+    mut g: ResultParts,
     error: Option<Iperf3Error>,
 ) -> TestResult {
-    let end = g.end.unwrap_or(EndReason::Completed);
+    g.error = error
+        .filter(|e| !matches!(e, Iperf3Error::Cancelled))
+        .map(|e| e.to_string());
     build_result(
         TestKind::Iperf3Client,
         &spec.params,
@@ -674,25 +660,6 @@ fn assemble(
         spec.status_interval,
         started_unix_ms,
         clock.now_ns(),
-        ResultParts {
-            cookie: g.cookie,
-            control_local: g.control_local,
-            control_remote: g.control_remote,
-            streams: g.streams,
-            finals: g.finals,
-            errors_at_end: g.errors_at_end,
-            intervals: g.intervals,
-            intervals_omitted: g.intervals_omitted,
-            iperf3_intervals: g.meter_intervals,
-            peer: g.peer,
-            cpu: g.cpu,
-            congestion_used: g.congestion_used,
-            end,
-            error: error
-                .filter(|e| !matches!(e, Iperf3Error::Cancelled))
-                .map(|e| e.to_string()),
-            server_output_text: None,
-            server_output_json: None,
-        },
+        g,
     )
 }

@@ -168,29 +168,16 @@ async fn serve_test(
     let mut served = Served {
         params: None,
         parts: ResultParts {
-            cookie: String::new(),
             control_local: sock.local_addr().map(addr_text).unwrap_or_default(),
             control_remote: addr_text(peer),
-            streams: Vec::new(),
-            finals: Vec::new(),
-            errors_at_end: Vec::new(),
-            intervals: Vec::new(),
-            intervals_omitted: 0,
-            iperf3_intervals: Vec::new(),
-            peer: None,
-            cpu: Default::default(),
-            congestion_used: None,
-            end: EndReason::Completed,
-            error: None,
-            server_output_text: None,
-            server_output_json: None,
+            ..ResultParts::default()
         },
     };
     let r = run_test(spec, local, sock, handoff, &cancel, &mut served).await;
     if let Err(e) = r {
         served.parts.error = Some(e.to_string());
         if matches!(e, Iperf3Error::Cancelled | Iperf3Error::Terminated(_)) {
-            served.parts.end = EndReason::Interrupted;
+            served.parts.end = Some(EndReason::Interrupted);
         }
     }
     let p = served.params.unwrap_or_else(|| Params::new(Protocol::Tcp));
