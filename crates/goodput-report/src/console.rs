@@ -7,6 +7,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::format::{connection_line, error_text, status_header, status_legend, status_line};
 use crate::View;
 
+/// Writes a line to standard output. The console is best-effort: a closed
+/// pipe (`goodput … | head`) must neither panic nor stop the run, whose
+/// files and exit status do not depend on it.
+pub fn console_line(text: &str) {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+}
+
 /// Console verbosity, ctsTraffic's levels: 0 prints nothing at all; 1 status
 /// lines; 2 status and errors (the default); 3 connection lines only; 4
 /// errors and connection lines; 5 everything. Levels 1-5 also print the
@@ -61,8 +69,8 @@ impl ConsoleView {
 
     fn say(&self, text: &str) {
         match &self.bar {
-            Some(b) => b.suspend(|| println!("{text}")),
-            None => println!("{text}"),
+            Some(b) => b.suspend(|| console_line(text)),
+            None => console_line(text),
         }
     }
 
@@ -133,8 +141,12 @@ impl View for ConsoleView {
     fn notice(&mut self, text: &str) -> io::Result<()> {
         if self.verbosity.0 > 0 {
             match &self.bar {
-                Some(b) => b.suspend(|| eprintln!("goodput: {text}")),
-                None => eprintln!("goodput: {text}"),
+                Some(b) => b.suspend(|| {
+                    let _ = writeln!(io::stderr().lock(), "goodput: {text}");
+                }),
+                None => {
+                    let _ = writeln!(io::stderr().lock(), "goodput: {text}");
+                }
             }
         }
         Ok(())
@@ -147,9 +159,8 @@ impl View for ConsoleView {
         if self.verbosity.0 == 0 {
             return Ok(());
         }
-        let mut out = io::stdout().lock();
-        writeln!(out, "{}", summary_text(result))?;
-        out.flush()
+        console_line(&summary_text(result));
+        Ok(())
     }
 }
 

@@ -8,7 +8,7 @@ mod files;
 mod format;
 mod iperf3;
 
-pub use console::{ConsoleView, Verbosity};
+pub use console::{console_line, ConsoleView, Verbosity};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};

@@ -57,7 +57,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Schema => {
-            print!("{}", goodput_report::result_schema());
+            goodput_report::console_line(goodput_report::result_schema().trim_end());
             Ok(EXIT_OK)
         }
         Command::Tcp(args) => runtime().and_then(|rt| rt.block_on(tcp(*args))),
@@ -713,12 +713,12 @@ impl Observer for Iperf3ServerView {
     fn on_connection(&mut self, _: &ConnectionRecord) {}
     fn on_notice(&mut self, text: &str) {
         if self.verbosity >= 2 {
-            println!("{text}");
+            goodput_report::console_line(text);
         }
     }
     fn on_result(&mut self, r: &TestResult) {
         if self.verbosity >= 1 {
-            println!("{}", goodput_report::iperf3_summary(r));
+            goodput_report::console_line(&goodput_report::iperf3_summary(r));
         }
     }
 }
@@ -876,7 +876,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
             .map_err(|e| Stop::Fatal(anyhow!(e)))?
             + "\n";
         if path.as_os_str() == "-" {
-            print!("{text}");
+            goodput_report::console_line(text.trim_end());
         } else {
             std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
         }

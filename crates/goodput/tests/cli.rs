@@ -357,3 +357,32 @@ fn unwritable_json_path_is_refused_before_the_run() {
     );
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot write /nonexistent-dir/x.json"));
 }
+
+#[test]
+fn a_closed_stdout_neither_panics_nor_changes_the_exit_status() {
+    use std::io::{BufRead, BufReader};
+    let mut child = goodput()
+        .args([
+            "tcp",
+            "--transfer",
+            "64MiB",
+            "--status-interval",
+            "10ms",
+            "--connections",
+            "2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read the first line, then close the pipe, as `| head -1` does.
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("goodput tcp"), "{first}");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
