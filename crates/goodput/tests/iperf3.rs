@@ -532,6 +532,41 @@ fn goodput_server_refuses_a_second_client_and_survives_bad_input() {
     std::thread::sleep(Duration::from_millis(1200));
     doomed.kill().unwrap();
     doomed.wait().unwrap();
+    // A UDP hello from another address than the control connection's opens
+    // no stream (no reply, no data aimed at it); the real host's does.
+    {
+        let json = br#"{"udp":true,"time":1,"parallel":1,"len":1400,"bandwidth":1000000}"#;
+        // The previous test may still be ending: retry while told "busy".
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let ctl = loop {
+            let mut ctl = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            ctl.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            ctl.write_all(cookie).unwrap();
+            let mut b = [0u8; 1];
+            ctl.read_exact(&mut b).unwrap();
+            if b[0] == 9 {
+                ctl.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
+                ctl.write_all(json).unwrap();
+                ctl.read_exact(&mut b).unwrap();
+                assert_eq!(b[0], 10);
+                break ctl;
+            }
+            assert_eq!(b[0], 0xFF);
+            assert!(Instant::now() < deadline, "the server stayed busy");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let forged = UdpSocket::bind("127.0.0.2:0").unwrap();
+        forged.set_read_timeout(Some(Duration::from_millis(700))).unwrap();
+        forged.send_to(b"9876", ("127.0.0.1", port)).unwrap();
+        let mut r = [0u8; 64];
+        assert!(forged.recv_from(&mut r).is_err(), "a forged hello was answered");
+        let real = UdpSocket::bind("127.0.0.1:0").unwrap();
+        real.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        real.send_to(b"9876", ("127.0.0.1", port)).unwrap();
+        let (n, _) = real.recv_from(&mut r).unwrap();
+        assert_eq!(&r[..n], b"6789");
+        drop(ctl);
+    }
     // Still serving.
     let (out, v) = srv.iperf3(&["-t", "1"]);
     check(&out);
