@@ -121,8 +121,10 @@ impl Iperf3Server {
             let result = loop {
                 tokio::select! {
                     r = &mut test => break r,
-                    a = self.listener.accept() => if let Ok((s, from)) = a {
-                        if wanted.load(Relaxed) {
+                    a = self.listener.accept() => match a {
+                        // Out of descriptors, say: do not spin on it.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Ok((s, from)) => if wanted.load(Relaxed) {
                             if let Err(mpsc::error::TrySendError::Full(s) | mpsc::error::TrySendError::Closed(s)) = tx.try_send(s) {
                                 tokio::spawn(refuse(s));
                             }
