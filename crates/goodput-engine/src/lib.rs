@@ -21,7 +21,7 @@ pub use tokio_util::sync::CancellationToken;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// Could not listen on an address.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Listen {
         /// The address.
         addr: std::net::SocketAddr,
