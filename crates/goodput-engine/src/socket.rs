@@ -113,6 +113,29 @@ impl SocketOptions {
     }
 }
 
+/// A non-blocking listening TCP socket with SO_REUSEADDR (and SO_REUSEPORT
+/// when asked). For an IPv6 address `only_v6` says whether IPv4 clients are
+/// kept out (IPV6_V6ONLY).
+pub fn tcp_listener(
+    addr: SocketAddr,
+    reuse_port: bool,
+    only_v6: bool,
+    backlog: i32,
+) -> io::Result<std::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
+    s.set_reuse_address(true)?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        s.set_only_v6(only_v6)?;
+    }
+    s.bind(&addr.into())?;
+    s.listen(backlog)?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
 /// A new non-blocking TCP socket for `addr`'s family.
 pub fn tcp_socket(addr: &SocketAddr) -> io::Result<Socket> {
     let s = Socket::new(

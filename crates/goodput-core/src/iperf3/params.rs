@@ -260,13 +260,10 @@ impl Params {
                 Ok(v)
             }
         };
-        p.omit = range("omit", uint("omit")?.unwrap_or(0), MAX_OMIT.into(), errors::OMIT)? as u32;
-        p.time = range(
-            "time",
-            uint("time")?.unwrap_or(0),
-            MAX_TIME.into(),
-            errors::DURATION,
-        )? as u32;
+        // A key that is absent (or of the wrong type) reads as 0.
+        let bounded = |k: &str, max: u64, code: i32| range(k, uint(k)?.unwrap_or(0), max, code);
+        p.omit = bounded("omit", MAX_OMIT.into(), errors::OMIT)? as u32;
+        p.time = bounded("time", MAX_TIME.into(), errors::DURATION)? as u32;
         p.num = uint("num")?.unwrap_or(0);
         p.blockcount = uint("blockcount")?.unwrap_or(0);
         p.parallel = match uint("parallel")?.unwrap_or(1) {
@@ -298,22 +295,17 @@ impl Params {
         if p.reverse && p.bidirectional {
             return Err(ParamError::new(25, "reverse and bidirectional together"));
         }
-        p.window = range(
-            "window",
-            uint("window")?.unwrap_or(0),
-            MAX_WINDOW.into(),
-            errors::BUF_SIZE,
-        )? as u32;
-        p.mss = range("MSS", uint("MSS")?.unwrap_or(0), MAX_MSS.into(), errors::MSS)? as u32;
+        p.window = bounded("window", MAX_WINDOW.into(), errors::BUF_SIZE)? as u32;
+        p.mss = bounded("MSS", MAX_MSS.into(), errors::MSS)? as u32;
         p.nodelay = flag("nodelay");
-        p.tos = range("TOS", uint("TOS")?.unwrap_or(0), 255, errors::BAD_TOS)? as u8;
+        p.tos = bounded("TOS", 255, errors::BAD_TOS)? as u8;
         p.congestion = text("congestion");
         p.get_server_output = uint("get_server_output")?.unwrap_or(0) != 0;
         p.udp_counters_64bit = uint("udp_counters_64bit")?.unwrap_or(0) != 0;
         p.repeating_payload = uint("repeating_payload")?.unwrap_or(0) != 0;
         p.pacing_timer = uint("pacing_timer")?.unwrap_or(1000).min(u64::from(u32::MAX)) as u32;
         p.fqrate = uint("fqrate")?.unwrap_or(0);
-        p.burst = range("burst", uint("burst")?.unwrap_or(0), 1000, errors::BURST)? as u32;
+        p.burst = bounded("burst", 1000, errors::BURST)? as u32;
         p.title = text("title");
         p.extra_data = text("extra_data");
         p.client_version = text("client_version");

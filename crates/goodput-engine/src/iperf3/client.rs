@@ -19,7 +19,7 @@ use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
 use super::streams::{Budget, DataPhase, DataSocket, StreamFinal, StreamState};
-use super::{addr_text, server_error, Control, Iperf3Error};
+use super::{addr_text, io, server_error, Control, Iperf3Error};
 use crate::tcp::{tool_info, unix_ms_now};
 use crate::{EngineError, Observer, RunClock};
 
@@ -64,10 +64,6 @@ pub(crate) fn apply_params(sock: &SockRef<'_>, p: &Params, addr: &SocketAddr) ->
         }
     }
     Ok(())
-}
-
-fn io(during: &'static str) -> impl FnOnce(std::io::Error) -> Iperf3Error {
-    move |source| Iperf3Error::Io { during, source }
 }
 
 async fn connect_tcp(

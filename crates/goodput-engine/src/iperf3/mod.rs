@@ -140,6 +140,11 @@ impl Control {
     }
 }
 
+/// Maps an I/O error to [`Iperf3Error::Io`] with what was being done.
+pub(crate) fn io(during: &'static str) -> impl FnOnce(io::Error) -> Iperf3Error {
+    move |source| Iperf3Error::Io { during, source }
+}
+
 pub(crate) fn server_error(code: i32, errno: Option<i32>) -> Iperf3Error {
     if code == goodput_core::iperf3::control::errors::ACCESS_DENIED {
         return Iperf3Error::Busy;

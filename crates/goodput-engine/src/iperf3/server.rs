@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::{apply_params, build_result, local_results, ResultParts};
 use super::streams::{Budget, DataPhase, DataSocket, StreamState};
-use super::{addr_text, Control, Iperf3Error};
+use super::{addr_text, io, Control, Iperf3Error};
 use crate::tcp::unix_ms_now;
 use crate::{EngineError, Observer};
 
@@ -48,22 +48,11 @@ pub struct Iperf3Server {
     spec: Iperf3ServerSpec,
 }
 
-fn listen_socket(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
-    s.set_reuse_address(true)?;
-    if addr.is_ipv6() {
-        // [::] takes IPv4 too, like iperf3 without -4/-6.
-        s.set_only_v6(!addr.ip().is_unspecified())?;
-    }
-    s.bind(&addr.into())?;
-    s.listen(128)?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
-}
-
 /// Binds the iperf3 listener. Must be called inside a tokio runtime.
 pub fn bind_server(spec: Iperf3ServerSpec) -> Result<Iperf3Server, EngineError> {
-    let listener = listen_socket(spec.listen)
+    // [::] takes IPv4 too, like iperf3 without -4/-6.
+    let only_v6 = !spec.listen.ip().is_unspecified();
+    let listener = crate::socket::tcp_listener(spec.listen, false, only_v6, 128)
         .and_then(TcpListener::from_std)
         .map_err(|source| EngineError::Listen {
             addr: spec.listen,
@@ -192,10 +181,6 @@ async fn serve_test(
         t0.elapsed().as_nanos() as u64,
         served.parts,
     )
-}
-
-fn io(during: &'static str) -> impl FnOnce(std::io::Error) -> Iperf3Error {
-    move |source| Iperf3Error::Io { during, source }
 }
 
 /// A UDP socket bound to the test port, sharing it with the stream sockets.

@@ -11,7 +11,7 @@ use goodput_core::cts;
 use goodput_core::pattern::{Pattern, PatternVerifier};
 use goodput_core::result::{ConnectionRecord, Outcome, TcpSettings, TestKind, TestResult, WireProtocol};
 use goodput_core::session::{Completion, Hello, Message, RejectCode, Verdict, VerifyMode, WireError};
-use socket2::{Domain, SockRef, Socket, Type};
+use socket2::SockRef;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -34,21 +34,6 @@ pub struct BoundServer {
     notices: Vec<String>,
 }
 
-fn listen_socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None)?;
-    s.set_reuse_address(true)?;
-    if reuse_port {
-        s.set_reuse_port(true)?;
-    }
-    if addr.is_ipv6() {
-        s.set_only_v6(true)?;
-    }
-    s.bind(&addr.into())?;
-    s.listen(4096)?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
-}
-
 /// Binds every listen address of `spec`. Must be called inside a tokio
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
@@ -60,7 +45,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     let mut listeners = Vec::new();
     let mut notices = Vec::new();
     for &addr in &spec.listen {
-        match listen_socket(addr, spec.reuse_port).and_then(TcpListener::from_std) {
+        match crate::socket::tcp_listener(addr, spec.reuse_port, true, 4096).and_then(TcpListener::from_std) {
             Ok(l) => listeners.push(l),
             Err(e) if spec.listen_defaulted && addr.is_ipv6() => {
                 notices.push(format!("not listening on {addr}: {e} (IPv6 unavailable?)"));
