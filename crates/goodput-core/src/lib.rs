@@ -15,4 +15,5 @@ pub mod plan;
 pub mod rate;
 pub mod result;
 pub mod session;
+pub mod stamp;
 pub mod units;

@@ -41,6 +41,12 @@ pub struct TestResult {
     /// iperf3 tests only: the figures iperf3 itself reports, both ends'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iperf3: Option<Iperf3Detail>,
+    /// STAMP sender runs only: delay, loss and reordering per session and in total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<StampDetail>,
+    /// Servers running the STAMP reflector: what it received and answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp_reflector: Option<StampReflectorCounters>,
 }
 
 /// Program name and version.
@@ -64,6 +70,8 @@ pub enum TestKind {
     Iperf3Client,
     /// `goodput server --iperf3`, one test of an iperf3 client.
     Iperf3Server,
+    /// `goodput stamp`, a STAMP Session-Sender.
+    StampSender,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -76,6 +84,8 @@ pub enum WireProtocol {
     Cts,
     /// iperf3's control and data protocol.
     Iperf3,
+    /// STAMP test packets over UDP (RFC 8762).
+    Stamp,
 }
 
 /// How the client ends a successful connection.
@@ -517,6 +527,235 @@ pub struct Iperf3StreamInterval {
     pub lost: Option<u64>,
     /// UDP receiver: jitter at the end of the interval, milliseconds.
     pub jitter_ms: Option<f64>,
+}
+
+/// What a STAMP sender run adds to the common record. Delays are in
+/// microseconds; histograms are in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampDetail {
+    /// UDP payload per test packet, bytes (44 plus padding).
+    pub packet_bytes: u32,
+    /// Time between packets of one session, nanoseconds.
+    pub interval_ns: u64,
+    /// Concurrent sessions.
+    pub sessions: u32,
+    /// RFC 8972 session id sent (absent = none); session `i` uses `ssid + i`.
+    pub ssid: Option<u16>,
+    /// DSCP of the test packets.
+    pub dscp: u8,
+    /// How long a packet may take before it counts as lost, milliseconds.
+    pub timeout_ms: u64,
+    /// All sessions together.
+    pub total: StampStats,
+    /// Per session, in session order.
+    pub per_session: Vec<StampSessionRecord>,
+    /// All sessions per status interval (up to the record cap).
+    pub intervals: Vec<StampInterval>,
+}
+
+/// One STAMP session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampSessionRecord {
+    /// Session index (0-based).
+    pub index: u64,
+    /// Local address `ip:port`.
+    pub local_address: String,
+    /// Reflector address.
+    pub remote_address: String,
+    /// SSID sent (0 = none).
+    pub ssid: u16,
+    /// Figures of this session.
+    pub stats: StampStats,
+}
+
+/// Whether the reflector keeps its own sequence per session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StampReflectorMode {
+    /// Seen to number its replies itself: loss splits into forward and backward.
+    Stateful,
+    /// Not seen to: a stateless reflector, or a stateful one that lost nothing
+    /// on the way in (the two look alike).
+    Unknown,
+}
+
+/// Loss, duplicates, reordering, delay and hops of STAMP packets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampStats {
+    /// Test packets sent.
+    pub sent: u64,
+    /// Packets whose first reply came back within the timeout.
+    pub received: u64,
+    /// Packets with no reply within the timeout (RFC 7680: late = lost).
+    pub lost: u64,
+    /// Of `lost`, lost on the way to the reflector (stateful reflectors only).
+    pub lost_forward: Option<u64>,
+    /// Of `lost`, replies lost on the way back (stateful reflectors only).
+    pub lost_backward: Option<u64>,
+    /// What the replies showed about the reflector.
+    pub reflector_mode: StampReflectorMode,
+    /// Replies beyond the first for a packet.
+    pub duplicates: u64,
+    /// Replies that came after their packet had been counted lost.
+    pub late: u64,
+    /// Replies that matched no packet sent (or one long forgotten).
+    pub unmatched: u64,
+    /// Replies carrying another session's SSID (dropped).
+    pub ssid_mismatch: u64,
+    /// Replies with SSID 0 although one was sent (reflector without RFC 8972).
+    pub ssid_zero: u64,
+    /// RFC 4737 reordered packets (sequence below the next expected).
+    pub reordered: u64,
+    /// Reordered / received, percent.
+    pub reordered_percent: f64,
+    /// n-reordering percent of received packets for n = 1, 2, … up to the
+    /// first n with none (empty = no reordering).
+    pub n_reordering_percent: Vec<f64>,
+    /// Round-trip delay (RFC 2681): (T4 − T1) − (T3 − T2); valid without
+    /// clock sync.
+    pub rtt: Option<DelayStats>,
+    /// One-way delay sender → reflector (T2 − T1).
+    pub forward: Option<OneWayStats>,
+    /// One-way delay reflector → sender (T4 − T3).
+    pub backward: Option<OneWayStats>,
+    /// IPDV of round-trip delay between consecutive packets (RFC 3393).
+    pub rtt_ipdv: Option<IpdvStats>,
+    /// Hops sender → reflector (255 − the TTL the reflector saw).
+    pub hops_forward: Option<HopRange>,
+    /// Hops reflector → sender (255 − the TTL we saw; assumes the reflector
+    /// sends with 255, as STAMP reflectors should).
+    pub hops_backward: Option<HopRange>,
+    /// Mergeable HdrHistograms of the delays.
+    pub histograms: StampHistograms,
+}
+
+/// A delay distribution, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DelayStats {
+    /// Samples.
+    pub count: u64,
+    /// Smallest (exact).
+    pub min_us: f64,
+    /// Median (within 0.1%).
+    pub median_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Largest (exact).
+    pub max_us: f64,
+    /// Mean (exact).
+    pub mean_us: f64,
+}
+
+/// One-way delay, microseconds. Meaningful as absolute values only when
+/// `synchronized`; the spread (jitter, IPDV) is valid either way.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OneWayStats {
+    /// Samples.
+    pub count: u64,
+    /// Smallest.
+    pub min_us: f64,
+    /// Median.
+    pub median_us: f64,
+    /// Largest.
+    pub max_us: f64,
+    /// owping's jitter: 95th percentile minus median.
+    pub jitter_us: f64,
+    /// Whether both clocks said they were synchronised for every sample.
+    pub synchronized: bool,
+    /// Largest combined error bound of the two clocks, microseconds.
+    pub error_bound_us: Option<f64>,
+    /// IPDV of this direction between consecutive packets (RFC 3393).
+    pub ipdv: Option<IpdvStats>,
+}
+
+/// IPDV (RFC 3393) of consecutive packets, microseconds, signed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct IpdvStats {
+    /// Pairs measured.
+    pub count: u64,
+    /// Most negative.
+    pub min_us: f64,
+    /// Median.
+    pub median_us: f64,
+    /// Most positive.
+    pub max_us: f64,
+    /// 99th percentile of the absolute value.
+    pub p99_abs_us: f64,
+}
+
+/// Smallest and largest hop count seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HopRange {
+    /// Fewest hops.
+    pub min: u8,
+    /// Most hops.
+    pub max: u8,
+}
+
+/// HdrHistograms (V2 compressed, base64; values in nanoseconds), so results
+/// from many runs or hosts can be merged exactly. Signed quantities keep
+/// their negative values' magnitudes in a second histogram.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampHistograms {
+    /// Round-trip delay.
+    pub rtt_ns: Option<String>,
+    /// Forward one-way delay, values ≥ 0.
+    pub forward_ns: Option<String>,
+    /// Forward one-way delay, magnitudes of values < 0.
+    pub forward_negative_ns: Option<String>,
+    /// Backward one-way delay, values ≥ 0.
+    pub backward_ns: Option<String>,
+    /// Backward one-way delay, magnitudes of values < 0.
+    pub backward_negative_ns: Option<String>,
+}
+
+/// All sessions within one status interval. Replies are counted when they
+/// arrive, losses when their timeout passes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampInterval {
+    /// Seconds since the run started, at the end of the interval.
+    pub time_slice_s: f64,
+    /// Packets sent.
+    pub sent: u64,
+    /// First replies received.
+    pub received: u64,
+    /// Packets whose timeout passed without a reply.
+    pub lost: u64,
+    /// Duplicate replies.
+    pub duplicates: u64,
+    /// Reordered replies.
+    pub reordered: u64,
+    /// Round-trip delay of the replies, when there were any.
+    pub rtt: Option<DelayStats>,
+    /// Median forward one-way delay, microseconds.
+    pub forward_median_us: Option<f64>,
+    /// Median backward one-way delay, microseconds.
+    pub backward_median_us: Option<f64>,
+}
+
+/// A STAMP reflector's counters over a server's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampReflectorCounters {
+    /// Datagrams received.
+    pub received: u64,
+    /// Replies sent.
+    pub reflected: u64,
+    /// Requests of 14..43 octets answered with the full base packet.
+    pub short_answered: u64,
+    /// Datagrams under 14 octets, dropped.
+    pub too_short: u64,
+    /// Dropped by the source ACL.
+    pub denied: u64,
+    /// Dropped by the per-source rate limit.
+    pub rate_limited: u64,
+    /// Requests whose TLVs were malformed (answered with M set).
+    pub malformed_tlvs: u64,
+    /// Replies the kernel refused to send.
+    pub send_errors: u64,
+    /// Stateful sessions seen.
+    pub sessions: u64,
 }
 
 /// Why a run ended.

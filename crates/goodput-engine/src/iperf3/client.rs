@@ -572,6 +572,8 @@ pub(crate) fn build_result(
         summary,
         connections_omitted: 0,
         end,
+        stamp: None,
+        stamp_reflector: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {
                 Protocol::Tcp => Iperf3Protocol::Tcp,

@@ -416,6 +416,8 @@ impl Driven {
             connections_omitted: self.records.omitted,
             summary: self.summary,
             end: self.end,
+            stamp: None,
+            stamp_reflector: None,
             iperf3: None,
         }
     }
