@@ -84,9 +84,9 @@ pub async fn run_client(
     if spec.targets.is_empty() {
         return Err(EngineError::Config("no target address".into()));
     }
-    if spec.wire == WireProtocol::Iperf3 {
+    if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
         return Err(EngineError::Config(
-            "the iperf3 wire is spoken by the iperf3 module".into(),
+            format!("the {:?} wire is not a TCP test protocol", spec.wire).into(),
         ));
     }
     if !spec.binds.is_empty() {
@@ -442,7 +442,7 @@ async fn negotiate(
                 ))),
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = cts::decode_connection_id(&id);
@@ -457,7 +457,7 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
             Message::Completion(c) => Ok(Trailer::Completion(c)),
             other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
         },
-        WireProtocol::Cts | WireProtocol::Iperf3 => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

@@ -37,9 +37,9 @@ pub struct BoundServer {
 /// Binds every listen address of `spec`. Must be called inside a tokio
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
-    if spec.wire == WireProtocol::Iperf3 {
+    if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
         return Err(EngineError::Config(
-            "the iperf3 wire is spoken by the iperf3 module".into(),
+            format!("the {:?} wire is not a TCP test protocol", spec.wire).into(),
         ));
     }
     let mut listeners = Vec::new();
@@ -412,7 +412,7 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -458,7 +458,7 @@ async fn accept_phase(
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts | WireProtocol::Iperf3 => {
+            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -503,7 +503,7 @@ async fn finish_phase(
                 .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts | WireProtocol::Iperf3 => Ok(()),
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
