@@ -161,6 +161,10 @@ pub struct Interval {
     pub network_errors: u64,
     /// Connections failed by a protocol or data error so far (cumulative).
     pub data_errors: u64,
+    /// STAMP runs: the interval's packets, loss and delay (sessions count
+    /// as connections in the fields above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stamp: Option<StampInterval>,
 }
 
 /// How one connection ended.
@@ -549,8 +553,6 @@ pub struct StampDetail {
     pub total: StampStats,
     /// Per session, in session order.
     pub per_session: Vec<StampSessionRecord>,
-    /// All sessions per status interval (up to the record cap).
-    pub intervals: Vec<StampInterval>,
 }
 
 /// One STAMP session.
@@ -735,6 +737,54 @@ pub struct StampInterval {
     pub backward_median_us: Option<f64>,
 }
 
+/// One STAMP packet's fate, for the per-packet file. Times are Unix
+/// nanoseconds (T2 and T3 on the reflector's clock); delays microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StampPacket {
+    /// Session index.
+    pub session: u64,
+    /// Sender sequence number.
+    pub seq: u32,
+    /// What happened to it.
+    pub status: StampPacketStatus,
+    /// T1, when it was sent.
+    pub t1_ns: i64,
+    /// T2, T3, T4 (replies only).
+    pub t2_ns: Option<i64>,
+    /// T3.
+    pub t3_ns: Option<i64>,
+    /// T4.
+    pub t4_ns: Option<i64>,
+    /// Round-trip delay.
+    pub rtt_us: Option<f64>,
+    /// Forward one-way delay.
+    pub forward_us: Option<f64>,
+    /// Backward one-way delay.
+    pub backward_us: Option<f64>,
+    /// The reflector's sequence number.
+    pub reflector_seq: Option<u32>,
+    /// TTL the reflector saw.
+    pub forward_ttl: Option<u8>,
+    /// TTL the reply arrived with.
+    pub reply_ttl: Option<u8>,
+}
+
+/// A STAMP packet's fate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StampPacketStatus {
+    /// First reply, in time.
+    Received,
+    /// In-time first reply that arrived out of order.
+    Reordered,
+    /// No reply within the timeout.
+    Lost,
+    /// A further reply.
+    Duplicate,
+    /// A reply after the timeout.
+    Late,
+}
+
 /// A STAMP reflector's counters over a server's life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct StampReflectorCounters {
@@ -746,6 +796,8 @@ pub struct StampReflectorCounters {
     pub short_answered: u64,
     /// Datagrams under 14 octets, dropped.
     pub too_short: u64,
+    /// Datagrams over 9000 octets, dropped (no symmetric reply possible).
+    pub oversized: u64,
     /// Dropped by the source ACL.
     pub denied: u64,
     /// Dropped by the per-source rate limit.

@@ -104,6 +104,7 @@ impl IntervalSampler {
             completed: c.completed.load(Relaxed),
             network_errors: c.network_errors.load(Relaxed),
             data_errors: c.data_errors.load(Relaxed),
+            stamp: None,
         };
         self.last_ns = now_ns;
         self.last_sent = sent;

@@ -11,6 +11,7 @@ mod counters;
 pub mod iperf3;
 mod observer;
 pub mod socket;
+pub mod stamp;
 pub mod tcp;
 
 pub use counters::RunClock;

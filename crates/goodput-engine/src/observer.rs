@@ -1,4 +1,4 @@
-use goodput_core::result::{ConnectionRecord, Interval, TestResult};
+use goodput_core::result::{ConnectionRecord, Interval, StampPacket, TestResult};
 
 /// Receives a run's events as they happen. Called from the run's own task,
 /// one event at a time, so an implementation needs no locking; it should not
@@ -20,6 +20,13 @@ pub trait Observer: Send {
     fn on_notice(&mut self, _text: &str) {}
     /// A whole test ended inside a longer run (one iperf3 test of a server).
     fn on_result(&mut self, _result: &TestResult) {}
+    /// A STAMP packet's fate was decided. Only called when
+    /// [`Observer::wants_packets`] says so.
+    fn on_packet(&mut self, _packet: &StampPacket) {}
+    /// Whether to report every packet (costs an event per packet).
+    fn wants_packets(&self) -> bool {
+        false
+    }
 }
 
 /// An observer that ignores everything (for an embedded server).

@@ -273,6 +273,19 @@ pub fn set_rude_close(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
     SockRef::from(fd).set_linger(Some(Duration::ZERO))
 }
 
+/// The outcome recorded for a socket call that failed `during` a phase.
+pub(crate) fn network_outcome(during: &str, err: &io::Error) -> goodput_core::result::Outcome {
+    let errno = errno_of(err);
+    goodput_core::result::Outcome::NetworkError {
+        during: during.to_owned(),
+        errno,
+        name: errno
+            .map(errno_name)
+            .unwrap_or_else(|| format!("{:?}", err.kind())),
+        message: err.to_string(),
+    }
+}
+
 /// The symbolic name of an errno value (`ECONNRESET`), or `E<n>`.
 pub fn errno_name(errno: i32) -> String {
     let name = match errno {

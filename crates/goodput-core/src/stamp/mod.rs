@@ -346,6 +346,71 @@ pub fn reflect(req: &[u8], input: &ReflectInput, out: &mut [u8]) -> Option<(usiz
     Some((len, tlv))
 }
 
+/// An address block for access lists (`10.0.0.0/8`, `2001:db8::/32`, or a
+/// single address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    net: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// Whether `ip` lies in the block (an IPv4 address never matches an IPv6
+    /// block or the other way round).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::{V4, V6};
+        let mask = |bits: u32, width: u32| -> u128 {
+            if bits == 0 {
+                0
+            } else {
+                (!0u128 << (width - bits)) & (!0u128 >> (128 - width))
+            }
+        };
+        match (self.net, ip) {
+            (V4(n), V4(a)) => {
+                let m = mask(u32::from(self.prefix), 32);
+                u128::from(u32::from(n)) & m == u128::from(u32::from(a)) & m
+            }
+            (V6(n), V6(a)) => {
+                let m = mask(u32::from(self.prefix), 128);
+                u128::from(n) & m == u128::from(a) & m
+            }
+            _ => false,
+        }
+    }
+}
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let net: std::net::IpAddr = addr
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse()
+            .map_err(|_| format!("'{s}': expected ADDRESS or ADDRESS/PREFIX"))?;
+        let width = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => width,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|&p| p <= width)
+                .ok_or_else(|| format!("'{s}': the prefix length must be 0..={width}"))?,
+        };
+        Ok(Self { net, prefix })
+    }
+}
+
+impl std::fmt::Display for Cidr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.net, self.prefix)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,6 +604,23 @@ mod tests {
         let mut zeros = vec![0u8; 40];
         assert_eq!(process_tlvs(&mut zeros), TlvOutcome::default());
         assert!(zeros.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn cidr_blocks() {
+        let c: Cidr = "10.1.0.0/16".parse().unwrap();
+        assert!(c.contains("10.1.200.3".parse().unwrap()));
+        assert!(!c.contains("10.2.0.1".parse().unwrap()));
+        assert!(!c.contains("::1".parse().unwrap()));
+        let all: Cidr = "0.0.0.0/0".parse().unwrap();
+        assert!(all.contains("192.0.2.1".parse().unwrap()));
+        let one: Cidr = "::1".parse().unwrap();
+        assert!(one.contains("::1".parse().unwrap()) && !one.contains("::2".parse().unwrap()));
+        let v6: Cidr = "2001:db8::/32".parse().unwrap();
+        assert!(v6.contains("2001:db8:ffff::1".parse().unwrap()));
+        assert_eq!(v6.to_string(), "2001:db8::/32");
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("nonsense".parse::<Cidr>().is_err());
     }
 
     #[test]

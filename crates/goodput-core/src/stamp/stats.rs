@@ -109,6 +109,7 @@ pub struct Tracker {
     reflector_replies: u64,
     forward_dups: u64,
     stateful_seen: bool,
+    pending: usize,
 }
 
 impl Tracker {
@@ -127,7 +128,23 @@ impl Tracker {
             reflector_replies: 0,
             forward_dups: 0,
             stateful_seen: false,
+            pending: 0,
         }
+    }
+
+    /// Packets sent and neither answered nor counted lost yet.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Forgets the packets still waiting (a run stopped by the user): they
+    /// count neither as received nor as lost. Returns how many there were.
+    pub fn abandon(&mut self) -> usize {
+        let n = self.pending;
+        self.slots.clear();
+        self.base = self.next_seq;
+        self.pending = 0;
+        n
     }
 
     /// The sequence number of the next packet.
@@ -140,6 +157,7 @@ impl Tracker {
     pub fn sent(&mut self, t1: i64) -> u32 {
         let seq = self.next_seq;
         self.slots.push_back(Slot::Pending { t1 });
+        self.pending += 1;
         self.next_seq = self.next_seq.wrapping_add(1);
         seq
     }
@@ -160,6 +178,7 @@ impl Tracker {
             }
             if let Slot::Pending { t1 } = *s {
                 *s = Slot::Lost { t1 };
+                self.pending -= 1;
                 lost.push((self.base.wrapping_add(i as u32), t1));
             }
         }
@@ -216,6 +235,7 @@ impl Tracker {
         let t3 = decode_timestamp(r.timestamp, r.error, t1);
         let rtt = (t4 - t1) - (t3 - t2);
         let d = [rtt, t2 - t1, t4 - t3];
+        self.pending -= 1;
         self.slots[i] = Slot::Answered {
             t1,
             reflector_seq: r.seq,

@@ -748,6 +748,7 @@ impl Meter {
             completed: 0,
             network_errors: 0,
             data_errors: 0,
+            stamp: None,
         }
     }
 

@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::counters::{Counters, IntervalSampler, RunClock};
-use crate::socket::{errno_name, SocketOptions};
+use crate::socket::SocketOptions;
 use crate::Observer;
 use link::{Failure, Link, Pacer};
 use transfer::{Ended, Transfer};
@@ -339,17 +339,7 @@ pub(crate) fn outcome_of_verdict(v: &Verdict, by: &str) -> Outcome {
 /// The outcome this end records for a failure.
 pub(crate) fn outcome_of_failure(f: &Failure, by: &str) -> Outcome {
     match f {
-        Failure::Net { during, err } => {
-            let errno = crate::socket::errno_of(err);
-            Outcome::NetworkError {
-                during: (*during).to_owned(),
-                errno,
-                name: errno
-                    .map(errno_name)
-                    .unwrap_or_else(|| format!("{:?}", err.kind())),
-                message: err.to_string(),
-            }
-        }
+        Failure::Net { during, err } => crate::socket::network_outcome(during, err),
         Failure::Idle => protocol_error(
             ProtocolErrorKind::IdleTimeout,
             format!("{by}: nothing moved for longer than the idle timeout"),

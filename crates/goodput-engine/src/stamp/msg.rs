@@ -1,0 +1,465 @@
+//! Batched UDP with ancillary data: `recvmmsg` with kernel receive
+//! timestamps, the received TTL / hop limit and the destination address
+//! (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), and `sendmmsg` that sends each reply
+//! from the address its request arrived on.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+
+use goodput_core::stamp::MAX_PACKET_LEN;
+
+/// Control-message space per datagram (timestamp, TTL, pktinfo with room).
+const CTRL_LEN: usize = 256;
+
+fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live i32 and its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const i32).cast(),
+            size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Asks the kernel for receive timestamps, the TTL / hop limit and, when
+/// `pktinfo`, the destination address of every datagram.
+pub(crate) fn enable_ancillary(fd: RawFd, v6: bool, pktinfo: bool) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)?;
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+        if pktinfo {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+        }
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        if pktinfo {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Sets the TTL / hop limit of outgoing unicast packets.
+pub(crate) fn set_ttl(fd: RawFd, v6: bool, ttl: u8) -> io::Result<()> {
+    if v6 {
+        setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, i32::from(ttl))
+    } else {
+        setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TTL, i32::from(ttl))
+    }
+}
+
+/// What the kernel told us about one received datagram.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvMeta {
+    /// Bytes received (the datagram may have been longer: see `truncated`).
+    pub(crate) len: usize,
+    /// The datagram did not fit the buffer.
+    pub(crate) truncated: bool,
+    /// Source address.
+    pub(crate) src: SocketAddr,
+    /// Kernel receive time, Unix nanoseconds.
+    pub(crate) t_ns: Option<i64>,
+    /// TTL / hop limit.
+    pub(crate) ttl: Option<u8>,
+    /// Local address the datagram was sent to, and the interface.
+    pub(crate) dst: Option<(IpAddr, u32)>,
+}
+
+fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(ss as *const libc::sockaddr_storage).cast() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let a: &libc::sockaddr_in6 = unsafe { &*(ss as *const libc::sockaddr_storage).cast() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn std_to_sockaddr(a: SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    // SAFETY: sockaddr_storage is large and aligned enough for either form;
+    // the writes below stay within the chosen struct.
+    unsafe {
+        match a {
+            SocketAddr::V4(v4) => {
+                let s: &mut libc::sockaddr_in = &mut *(ss as *mut libc::sockaddr_storage).cast();
+                *s = zeroed();
+                s.sin_family = libc::AF_INET as libc::sa_family_t;
+                s.sin_port = v4.port().to_be();
+                s.sin_addr.s_addr = u32::from(*v4.ip()).to_be();
+                size_of::<libc::sockaddr_in>() as libc::socklen_t
+            }
+            SocketAddr::V6(v6) => {
+                let s: &mut libc::sockaddr_in6 = &mut *(ss as *mut libc::sockaddr_storage).cast();
+                *s = zeroed();
+                s.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                s.sin6_port = v6.port().to_be();
+                s.sin6_addr.s6_addr = v6.ip().octets();
+                s.sin6_flowinfo = v6.flowinfo();
+                s.sin6_scope_id = v6.scope_id();
+                size_of::<libc::sockaddr_in6>() as libc::socklen_t
+            }
+        }
+    }
+}
+
+/// Reads the control messages of one received datagram.
+///
+/// # Safety
+/// `hdr` must describe a control buffer the kernel has just filled.
+unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> (Option<i64>, Option<u8>, Option<(IpAddr, u32)>) {
+    let (mut t, mut ttl, mut dst) = (None, None, None);
+    let mut c = libc::CMSG_FIRSTHDR(hdr);
+    while !c.is_null() {
+        let h = &*c;
+        let data = libc::CMSG_DATA(c);
+        match (h.cmsg_level, h.cmsg_type) {
+            (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
+                let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
+                t = Some(ts.tv_sec * 1_000_000_000 + ts.tv_nsec);
+            }
+            (libc::IPPROTO_IP, libc::IP_TTL) | (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                let v: i32 = std::ptr::read_unaligned(data.cast());
+                ttl = u8::try_from(v).ok();
+            }
+            (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                let p: libc::in_pktinfo = std::ptr::read_unaligned(data.cast());
+                dst = Some((
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr))),
+                    p.ipi_ifindex as u32,
+                ));
+            }
+            (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                let p: libc::in6_pktinfo = std::ptr::read_unaligned(data.cast());
+                dst = Some((IpAddr::V6(Ipv6Addr::from(p.ipi6_addr.s6_addr)), p.ipi6_ifindex));
+            }
+            _ => {}
+        }
+        c = libc::CMSG_NXTHDR(hdr, c);
+    }
+    (t, ttl, dst)
+}
+
+/// Buffers for receiving up to `n` datagrams in one `recvmmsg`.
+pub(crate) struct RecvBatch {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<[u64; CTRL_LEN / 8]>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    meta: Vec<RecvMeta>,
+    buf_len: usize,
+}
+
+// SAFETY: the raw pointers inside are rebuilt before every call and only
+// point into the batch's own vectors.
+unsafe impl Send for RecvBatch {}
+
+impl RecvBatch {
+    /// Room for `n` datagrams of up to `buf_len` bytes.
+    pub(crate) fn new(n: usize, buf_len: usize) -> Self {
+        Self {
+            bufs: vec![0; n * buf_len],
+            // SAFETY: all-zero is a valid sockaddr_storage / iovec / mmsghdr.
+            addrs: vec![unsafe { zeroed() }; n],
+            ctrl: vec![[0; CTRL_LEN / 8]; n],
+            iov: vec![unsafe { zeroed() }; n],
+            hdrs: vec![unsafe { zeroed() }; n],
+            meta: Vec::with_capacity(n),
+            buf_len,
+        }
+    }
+
+    /// Receives what is queued (up to the batch size) without blocking;
+    /// returns how many datagrams arrived (0 when none was waiting).
+    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        let n = self.hdrs.len();
+        for i in 0..n {
+            self.iov[i] = libc::iovec {
+                iov_base: self.bufs[i * self.buf_len..].as_mut_ptr().cast(),
+                iov_len: self.buf_len,
+            };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut self.iov[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.ctrl[i].as_mut_ptr().cast();
+            h.msg_controllen = CTRL_LEN;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: every header points at buffers owned by `self` that live
+        // for the call, with their true lengths.
+        let got = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(e),
+            };
+        }
+        self.meta.clear();
+        for i in 0..got as usize {
+            let h = &self.hdrs[i];
+            // SAFETY: the kernel filled this header's control buffer.
+            let (t_ns, ttl, dst) = unsafe { parse_cmsgs(&h.msg_hdr) };
+            let src = sockaddr_to_std(&self.addrs[i]).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            self.meta.push(RecvMeta {
+                len: h.msg_len as usize,
+                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                src,
+                t_ns,
+                ttl,
+                dst,
+            });
+        }
+        Ok(got as usize)
+    }
+
+    /// The `i`th datagram of the last receive and what came with it.
+    pub(crate) fn get(&self, i: usize) -> (&[u8], RecvMeta) {
+        let m = self.meta[i];
+        let start = i * self.buf_len;
+        (&self.bufs[start..start + m.len.min(self.buf_len)], m)
+    }
+}
+
+/// Replies collected for one `sendmmsg`.
+pub(crate) struct SendBatch {
+    bufs: Vec<u8>,
+    lens: Vec<usize>,
+    addrs: Vec<libc::sockaddr_storage>,
+    addr_lens: Vec<libc::socklen_t>,
+    ctrl: Vec<[u64; CTRL_LEN / 8]>,
+    ctrl_lens: Vec<usize>,
+    iov: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+    count: usize,
+}
+
+// SAFETY: as for RecvBatch.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    /// Room for `n` packets of up to [`MAX_PACKET_LEN`] bytes.
+    pub(crate) fn new(n: usize) -> Self {
+        Self {
+            bufs: vec![0; n * MAX_PACKET_LEN],
+            lens: vec![0; n],
+            // SAFETY: all-zero is valid for these C structs.
+            addrs: vec![unsafe { zeroed() }; n],
+            addr_lens: vec![0; n],
+            ctrl: vec![[0; CTRL_LEN / 8]; n],
+            ctrl_lens: vec![0; n],
+            iov: vec![unsafe { zeroed() }; n],
+            hdrs: vec![unsafe { zeroed() }; n],
+            count: 0,
+        }
+    }
+
+    /// Packets queued.
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the batch is full.
+    pub(crate) fn is_full(&self) -> bool {
+        self.count == self.lens.len()
+    }
+
+    /// The buffer for the next packet; call [`SendBatch::push`] to keep it.
+    pub(crate) fn next_buf(&mut self) -> &mut [u8] {
+        let i = self.count;
+        &mut self.bufs[i * MAX_PACKET_LEN..(i + 1) * MAX_PACKET_LEN]
+    }
+
+    /// Queues the packet written into [`SendBatch::next_buf`]: `len` bytes to
+    /// `to`, leaving from local address `from` (with its interface) when given.
+    pub(crate) fn push(&mut self, len: usize, to: SocketAddr, from: Option<(IpAddr, u32)>) {
+        let i = self.count;
+        self.lens[i] = len;
+        self.addr_lens[i] = std_to_sockaddr(to, &mut self.addrs[i]);
+        self.ctrl_lens[i] = match from {
+            None => 0,
+            Some((ip, ifindex)) => write_pktinfo(&mut self.ctrl[i], ip, ifindex),
+        };
+        self.count += 1;
+    }
+
+    /// Sends every queued packet; returns how many the kernel refused.
+    /// T3 is written into each (at `ts_at`) by `stamp` just before the call.
+    pub(crate) fn flush(&mut self, fd: RawFd, stamp: impl Fn(&mut [u8])) -> usize {
+        let mut failed = 0;
+        let mut start = 0;
+        for i in 0..self.count {
+            let len = self.lens[i];
+            stamp(&mut self.bufs[i * MAX_PACKET_LEN..i * MAX_PACKET_LEN + len]);
+        }
+        while start < self.count {
+            let n = self.count - start;
+            for i in start..self.count {
+                self.iov[i] = libc::iovec {
+                    iov_base: self.bufs[i * MAX_PACKET_LEN..].as_mut_ptr().cast(),
+                    iov_len: self.lens[i],
+                };
+                let h = &mut self.hdrs[i].msg_hdr;
+                h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_namelen = self.addr_lens[i];
+                h.msg_iov = &mut self.iov[i];
+                h.msg_iovlen = 1;
+                if self.ctrl_lens[i] > 0 {
+                    h.msg_control = self.ctrl[i].as_mut_ptr().cast();
+                    h.msg_controllen = self.ctrl_lens[i];
+                } else {
+                    h.msg_control = std::ptr::null_mut();
+                    h.msg_controllen = 0;
+                }
+                h.msg_flags = 0;
+            }
+            // SAFETY: the headers point at buffers owned by `self`.
+            let sent = unsafe { libc::sendmmsg(fd, self.hdrs[start..].as_mut_ptr(), n as u32, 0) };
+            if sent <= 0 {
+                // The first packet was refused: count it and go on with the rest.
+                failed += 1;
+                start += 1;
+            } else {
+                start += sent as usize;
+            }
+        }
+        self.count = 0;
+        failed
+    }
+}
+
+/// Writes an IP_PKTINFO / IPV6_PKTINFO control message choosing the source
+/// address; returns the control length.
+fn write_pktinfo(ctrl: &mut [u64; CTRL_LEN / 8], ip: IpAddr, ifindex: u32) -> usize {
+    // SAFETY: builds one control message inside the aligned buffer with the
+    // CMSG macros, which respect its length.
+    unsafe {
+        let mut hdr: libc::msghdr = zeroed();
+        hdr.msg_control = ctrl.as_mut_ptr().cast();
+        let (level, ty, data_len) = match ip {
+            IpAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO, size_of::<libc::in_pktinfo>()),
+            IpAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, size_of::<libc::in6_pktinfo>()),
+        };
+        let space = libc::CMSG_SPACE(data_len as u32) as usize;
+        hdr.msg_controllen = space;
+        let c = libc::CMSG_FIRSTHDR(&hdr);
+        (*c).cmsg_level = level;
+        (*c).cmsg_type = ty;
+        (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as usize;
+        let data = libc::CMSG_DATA(c);
+        match ip {
+            IpAddr::V4(v4) => {
+                let mut p: libc::in_pktinfo = zeroed();
+                // The source address to use; the interface is left to routing.
+                p.ipi_spec_dst.s_addr = u32::from(v4).to_be();
+                std::ptr::write_unaligned(data.cast(), p);
+            }
+            IpAddr::V6(v6) => {
+                let mut p: libc::in6_pktinfo = zeroed();
+                p.ipi6_addr.s6_addr = v6.octets();
+                // Link-local sources need their interface.
+                p.ipi6_ifindex = if v6.segments()[0] & 0xffc0 == 0xfe80 { ifindex } else { 0 };
+                std::ptr::write_unaligned(data.cast(), p);
+            }
+        }
+        space
+    }
+}
+
+/// Receives one datagram on a (connected) socket without blocking, with
+/// its kernel timestamp and TTL. `Ok(None)` when nothing is waiting.
+pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>> {
+    let mut batch_ctrl = [0u64; CTRL_LEN / 8];
+    // SAFETY: zeroed C structs, then pointed at live local buffers.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = zeroed();
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut h: libc::msghdr = zeroed();
+        h.msg_name = (&mut ss as *mut libc::sockaddr_storage).cast();
+        h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_iov = &mut iov;
+        h.msg_iovlen = 1;
+        h.msg_control = batch_ctrl.as_mut_ptr().cast();
+        h.msg_controllen = CTRL_LEN;
+        let n = libc::recvmsg(fd, &mut h, libc::MSG_DONTWAIT);
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(None),
+                _ => Err(e),
+            };
+        }
+        let (t_ns, ttl, dst) = parse_cmsgs(&h);
+        Ok(Some(RecvMeta {
+            len: n as usize,
+            truncated: h.msg_flags & libc::MSG_TRUNC != 0,
+            src: sockaddr_to_std(&ss).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0))),
+            t_ns,
+            ttl,
+            dst,
+        }))
+    }
+}
+
+/// The realtime clock, Unix nanoseconds.
+pub(crate) fn now_unix_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The kernel clock's error estimate (`ntp_adjtime` read-only): its
+/// estimated error and whether it is synchronised. A clock the kernel
+/// cannot describe counts as unsynchronised with a 1 s error.
+pub(crate) fn clock_error() -> goodput_core::stamp::ErrorEstimate {
+    // SAFETY: modes 0 only reads; the struct is plain data.
+    let (state, tx) = unsafe {
+        let mut tx: libc::timex = zeroed();
+        let state = libc::ntp_adjtime(&mut tx);
+        (state, tx)
+    };
+    if state < 0 {
+        return goodput_core::stamp::ErrorEstimate::from_clock(1_000_000, false);
+    }
+    let synced = state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0;
+    goodput_core::stamp::ErrorEstimate::from_clock(tx.esterror.max(0) as u64, synced)
+}
