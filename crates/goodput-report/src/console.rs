@@ -100,14 +100,22 @@ impl View for ConsoleView {
         if !self.verbosity.status() {
             return Ok(());
         }
+        let (legend, header, line) = match &iv.stamp {
+            Some(s) => (
+                crate::stamp::stamp_legend(),
+                crate::stamp::stamp_header(),
+                crate::stamp::stamp_line(iv, s),
+            ),
+            None => (status_legend(), status_header(), status_line(iv)),
+        };
         if self.lines == 0 {
-            self.say(status_legend().trim_end());
+            self.say(legend.trim_end());
         }
         if self.lines.is_multiple_of(40) {
-            self.say(&status_header());
+            self.say(&header);
         }
         self.lines += 1;
-        self.say(&status_line(iv));
+        self.say(&line);
         Ok(())
     }
 
@@ -185,6 +193,17 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         )),
         EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
         EndReason::Completed => t.push('\n'),
+    }
+    if let Some(d) = &result.stamp {
+        t.push_str(&format!(
+            "  Sessions : {} succeeded, {} failed, {} aborted   Total Time : {:.3} s\n",
+            s.successful,
+            s.failures(),
+            s.aborted,
+            s.duration_s
+        ));
+        t.push_str(&crate::stamp::summary(result, d));
+        return t;
     }
     t.push_str("  Historic Connection Statistics (all connections over the complete lifetime)\n");
     t.push_str(&format!(

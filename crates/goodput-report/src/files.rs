@@ -23,31 +23,44 @@ fn create(path: &Path) -> io::Result<BufWriter<File>> {
 pub struct StatusFile {
     out: BufWriter<File>,
     csv: bool,
+    /// The header waits for the first interval: a STAMP run has other columns.
+    header: bool,
 }
 
 impl StatusFile {
-    /// Creates (truncates) the file and writes its header.
+    /// Creates (truncates) the file; the header is written with the first
+    /// interval.
     pub fn create(path: &Path) -> io::Result<Self> {
         let csv = is_csv(path);
-        let mut out = create(path)?;
-        if csv {
-            writeln!(
-                out,
-                "TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError"
-            )?;
-        } else {
-            write!(out, "{}", status_legend())?;
-            writeln!(out, "{}", status_header())?;
-        }
-        out.flush()?;
-        Ok(Self { out, csv })
+        let out = create(path)?;
+        Ok(Self {
+            out,
+            csv,
+            header: false,
+        })
     }
 }
 
+const STATUS_CSV_COLUMNS: &str = "TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError";
+
 impl View for StatusFile {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
+        if !self.header {
+            self.header = true;
+            match (self.csv, iv.stamp.is_some()) {
+                (true, false) => writeln!(self.out, "{STATUS_CSV_COLUMNS}")?,
+                (true, true) => writeln!(self.out, "{STATUS_CSV_COLUMNS},{}", crate::stamp::STAMP_CSV_COLUMNS)?,
+                (false, false) => write!(self.out, "{}{}\n", status_legend(), status_header())?,
+                (false, true) => write!(
+                    self.out,
+                    "{}{}\n",
+                    crate::stamp::stamp_legend(),
+                    crate::stamp::stamp_header()
+                )?,
+            }
+        }
         if self.csv {
-            writeln!(
+            write!(
                 self.out,
                 "{:.3},{},{},{},{},{},{}",
                 iv.time_slice_s,
@@ -58,8 +71,15 @@ impl View for StatusFile {
                 iv.network_errors,
                 iv.data_errors
             )?;
+            match &iv.stamp {
+                Some(st) => writeln!(self.out, ",{}", crate::stamp::stamp_csv(st))?,
+                None => writeln!(self.out)?,
+            }
         } else {
-            writeln!(self.out, "{}", status_line(iv))?;
+            match &iv.stamp {
+                Some(st) => writeln!(self.out, "{}", crate::stamp::stamp_line(iv, st))?,
+                None => writeln!(self.out, "{}", status_line(iv))?,
+            }
         }
         // Each line reaches the disk as it happens, so a killed run keeps it.
         self.out.flush()
@@ -224,6 +244,7 @@ impl View for JsonStream {
             "schema_version": result.schema_version,
             "end": result.end,
             "summary": result.summary,
+            "stamp": result.stamp.as_ref().map(|d| &d.total),
         }))
     }
 }

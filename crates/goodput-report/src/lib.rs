@@ -7,13 +7,15 @@ mod console;
 mod files;
 mod format;
 mod iperf3;
+mod stamp;
 
 pub use console::{console_line, ConsoleView, Verbosity};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};
+pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
 
-use goodput_core::result::{ConnectionRecord, Interval, TestResult};
+use goodput_core::result::{ConnectionRecord, Interval, StampPacket, TestResult};
 
 /// A consumer of a run's events. The binary fans events out to every view
 /// the user asked for.
@@ -32,6 +34,14 @@ pub trait View {
     }
     /// A connection was established.
     fn established(&mut self, _index: u64, _local: &str, _remote: &str, _t: f64) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// Whether this view wants every STAMP packet.
+    fn wants_packets(&self) -> bool {
+        false
+    }
+    /// A STAMP packet's fate was decided.
+    fn packet(&mut self, _p: &StampPacket) -> std::io::Result<()> {
         Ok(())
     }
     /// A notice for the user.

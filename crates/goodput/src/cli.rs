@@ -30,6 +30,11 @@ pub enum Command {
     /// against an embedded goodput iperf3 server on loopback). Sizes follow
     /// iperf3: K, M, G are ×1024 for -n/-l/-w and ×1000 for -b (bits/s).
     Iperf3(Box<Iperf3Args>),
+    /// STAMP (RFC 8762) Session-Sender: round-trip and one-way delay, loss
+    /// per direction, duplicates, reordering and hops against any STAMP or
+    /// TWAMP-Light reflector (or, with no HOST, an embedded goodput
+    /// reflector on loopback).
+    Stamp(Box<StampArgs>),
     /// Print the JSON Schema of the result document (--json).
     Schema,
 }
@@ -404,8 +409,90 @@ pub struct Iperf3Args {
     pub views: ViewArgs,
 }
 
+/// `goodput stamp`: a STAMP Session-Sender.
+#[derive(Debug, Args)]
+pub struct StampArgs {
+    /// Reflector host name or address (default: an embedded goodput
+    /// reflector on loopback).
+    pub host: Option<String>,
+    /// Reflector UDP port.
+    #[arg(long, short = 'p', default_value_t = 862)]
+    pub port: u16,
+    /// Time between packets of one session.
+    #[arg(long, short = 'i', default_value = "100ms", value_name = "DURATION", conflicts_with = "rate")]
+    pub interval: HumanDuration,
+    /// Packets per second per session (instead of --interval).
+    #[arg(long, value_name = "PPS")]
+    pub rate: Option<f64>,
+    /// Packets per session (default 100 when no --duration is given).
+    #[arg(long, short = 'c', value_name = "N")]
+    pub count: Option<u64>,
+    /// Send for this long (with --count, whichever ends first).
+    #[arg(long, short = 'd', value_name = "DURATION")]
+    pub duration: Option<HumanDuration>,
+    /// UDP payload per packet in bytes: the 44-byte STAMP packet plus zero
+    /// padding (44-9000).
+    #[arg(long, short = 's', default_value_t = 44, value_name = "BYTES")]
+    pub size: usize,
+    /// DSCP of the test packets (0-63).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: u8,
+    /// RFC 8972 session id (1-65535); session i sends SSID + i.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub ssid: Option<u16>,
+    /// How long a reply may take before its packet counts as lost.
+    #[arg(long, short = 'L', default_value = "2s", value_name = "DURATION")]
+    pub timeout: HumanDuration,
+    /// Concurrent sessions, each from its own UDP port.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub sessions: u32,
+    /// Local address to send from.
+    #[arg(long, short = 'B', value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// The embedded reflector (no HOST) keeps per-session sequence numbers,
+    /// so loss splits into forward and backward.
+    #[arg(long)]
+    pub stateful: bool,
+    /// Every packet's fate (CSV for a .csv name, text otherwise): times T1-T4
+    /// in Unix ns, delays in µs, TTLs.
+    #[arg(long, value_name = "FILE")]
+    pub packet_file: Option<PathBuf>,
+    /// Status line period.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub status_interval: HumanDuration,
+    #[command(flatten)]
+    pub views: ViewArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
+    /// Also run a STAMP (RFC 8762) reflector on UDP --stamp-port.
+    #[arg(long)]
+    pub stamp: bool,
+    /// UDP port of the STAMP reflector (862 needs root or
+    /// CAP_NET_BIND_SERVICE).
+    #[arg(long, default_value_t = 862, value_name = "PORT")]
+    pub stamp_port: u16,
+    /// Address of the STAMP reflector (repeatable; default 0.0.0.0 and ::).
+    #[arg(long, value_name = "ADDR")]
+    pub stamp_listen: Vec<IpAddr>,
+    /// Stateful reflection: a sequence counter per session, so senders can
+    /// split loss into forward and backward.
+    #[arg(long)]
+    pub stamp_stateful: bool,
+    /// Answer only these sources (repeatable; ADDR or ADDR/PREFIX).
+    #[arg(long, value_name = "CIDR")]
+    pub stamp_allow: Vec<goodput_core::stamp::Cidr>,
+    /// Most STAMP requests per second answered for one source address
+    /// (0 = no limit).
+    #[arg(long, default_value_t = 0, value_name = "PPS")]
+    pub stamp_rate_limit: u32,
     /// Also answer stock iperf3 clients (TCP and UDP, -R, --bidir, -P), one
     /// test at a time, on --iperf3-port.
     #[arg(long)]

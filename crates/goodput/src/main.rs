@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use clap::Parser;
 use goodput_core::plan::TcpPattern;
-use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
+use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, TestResult};
 use goodput_core::session::VerifyMode;
 use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
@@ -18,12 +18,13 @@ use goodput_engine::tcp::{
     bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
     WireProtocol,
 };
-use goodput_engine::{CancellationToken, NullObserver, Observer};
+use goodput_engine::stamp::{bind_reflector, ReflectorSpec, StampSenderSpec};
+use goodput_engine::{CancellationToken, EngineError, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
 use cli::{
     Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs,
-    TcpArgs, VerifyArg, ViewArgs, WireArg,
+    StampArgs, TcpArgs, VerifyArg, ViewArgs, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Command::Tcp(args) => runtime().and_then(|rt| rt.block_on(tcp(*args))),
         Command::Server(args) => runtime().and_then(|rt| rt.block_on(server(*args))),
         Command::Iperf3(args) => runtime().and_then(|rt| rt.block_on(iperf3(*args))),
+        Command::Stamp(args) => runtime().and_then(|rt| rt.block_on(stamp(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -197,6 +199,18 @@ impl Observer for Views {
     }
     fn wants_established(&self) -> bool {
         self.console.wants_established() || self.files.iter().any(|v| v.wants_established())
+    }
+    fn on_packet(&mut self, p: &StampPacket) {
+        self.each(|v| {
+            if v.wants_packets() {
+                v.packet(p)
+            } else {
+                Ok(())
+            }
+        });
+    }
+    fn wants_packets(&self) -> bool {
+        self.files.iter().any(|v| v.wants_packets())
     }
 }
 
@@ -684,6 +698,57 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
+    let reflector = match args.stamp {
+        true => {
+            let listen = if args.stamp_listen.is_empty() {
+                vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()]
+            } else {
+                args.stamp_listen.clone()
+            };
+            let r = bind_reflector(ReflectorSpec {
+                listen: listen
+                    .into_iter()
+                    .map(|ip| SocketAddr::new(ip, args.stamp_port))
+                    .collect(),
+                stateful: args.stamp_stateful,
+                allow: args.stamp_allow.clone(),
+                per_source_rate: args.stamp_rate_limit,
+                session_timeout: Duration::from_secs(300),
+            })
+            .map_err(|e| stamp_bind_error(e, args.stamp_port))?;
+            banner.push((
+                "STAMP reflector".into(),
+                format!(
+                    "{} (UDP, {}{}{})",
+                    r.local_addrs()
+                        .iter()
+                        .map(|a| a.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if args.stamp_stateful { "stateful" } else { "stateless" },
+                    if args.stamp_allow.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", allow {}",
+                            args.stamp_allow
+                                .iter()
+                                .map(|c| c.to_string())
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        )
+                    },
+                    if args.stamp_rate_limit > 0 {
+                        format!(", at most {} packets/s per source", args.stamp_rate_limit)
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+            Some(r)
+        }
+        false => None,
+    };
     views.console.banner("goodput server", &banner);
     let iperf3_run = async {
         if let Some(srv) = iperf3 {
@@ -693,8 +758,41 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             srv.run(&mut view, cancel.clone()).await;
         }
     };
-    let (result, ()) = tokio::join!(bound.run(&mut views, cancel.clone()), iperf3_run);
-    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    let stamp_run = async {
+        match reflector {
+            Some(r) => Some(r.run(cancel.clone()).await),
+            None => None,
+        }
+    };
+    let tcp_run = async {
+        let r = bound.run(&mut views, cancel.clone()).await;
+        // The TCP server can end on its own (--exit-after, --time-limit):
+        // the other services end with it.
+        cancel.cancel();
+        r
+    };
+    let (result, (), counters) = tokio::join!(tcp_run, iperf3_run, stamp_run);
+    let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    if let Some(c) = counters {
+        if args.output.views.verbosity > 0 {
+            goodput_report::console_line(&format!(
+                "STAMP reflector: {} received, {} reflected ({} short requests answered with the base packet), \
+                 dropped: {} under 14 B, {} over 9000 B, {} by the ACL, {} by the rate limit; \
+                 {} with malformed TLVs, {} send errors, {} stateful sessions",
+                c.received,
+                c.reflected,
+                c.short_answered,
+                c.too_short,
+                c.oversized,
+                c.denied,
+                c.rate_limited,
+                c.malformed_tlvs,
+                c.send_errors,
+                c.sessions
+            ));
+        }
+        result.stamp_reflector = Some(c);
+    }
     views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED
@@ -885,6 +983,183 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     Ok(if result.end == EndReason::Interrupted {
         EXIT_INTERRUPTED
     } else if failed {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+/// A reflector that cannot bind: say how to get past a privileged port.
+fn stamp_bind_error(e: EngineError, port: u16) -> Stop {
+    if let EngineError::Listen { source, .. } = &e {
+        if source.kind() == io::ErrorKind::PermissionDenied && port < 1024 {
+            return Stop::Fatal(anyhow!(
+                "{e}: {source}; port {port} needs root or CAP_NET_BIND_SERVICE (or use --stamp-port 8620)"
+            ));
+        }
+    }
+    Stop::Fatal(e.into())
+}
+
+async fn stamp(args: StampArgs) -> Result<u8, Stop> {
+    let interval = match args.rate {
+        Some(r) if !(r.is_finite() && r > 0.0 && r <= 1e6) => {
+            return Err(usage("--rate must be between 0 and 1000000 packets/s"))
+        }
+        Some(r) => Duration::from_secs_f64(1.0 / r),
+        None => args.interval.0,
+    };
+    if interval < Duration::from_micros(1) {
+        return Err(usage("--interval must be at least 1us"));
+    }
+    if !(goodput_core::stamp::BASE_LEN..=goodput_core::stamp::MAX_PACKET_LEN).contains(&args.size) {
+        return Err(usage(format!(
+            "--size must be {}..={} bytes (the 44-byte STAMP packet plus padding)",
+            goodput_core::stamp::BASE_LEN,
+            goodput_core::stamp::MAX_PACKET_LEN
+        )));
+    }
+    if args.timeout.0.is_zero() {
+        return Err(usage("--timeout must be above zero"));
+    }
+    if args.count == Some(0) {
+        return Err(usage("--count must be at least 1"));
+    }
+    if args.duration.is_some_and(|d| d.0.is_zero()) {
+        return Err(usage("--duration must be above zero"));
+    }
+    if args.status_interval.0 < Duration::from_millis(10) {
+        return Err(usage("--status-interval must be at least 10ms"));
+    }
+    if args.stateful && args.host.is_some() {
+        return Err(usage(
+            "--stateful configures the embedded reflector; a remote reflector is set up on its own side",
+        ));
+    }
+    let count = match (args.count, &args.duration) {
+        (None, None) => Some(100),
+        (c, _) => c,
+    };
+    let mut notices = Vec::new();
+    if let Ok(limit) = raise_open_file_limit() {
+        if u64::from(args.sessions) + 64 > limit {
+            return Err(usage(format!(
+                "--sessions {} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}",
+                args.sessions
+            )));
+        }
+    }
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let reflector_cancel = cancel.child_token();
+    let mut reflector_task = None;
+    let target = match &args.host {
+        None => {
+            let ip: IpAddr = if args.ipv6 {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            let r = bind_reflector(ReflectorSpec {
+                listen: vec![SocketAddr::new(ip, 0)],
+                stateful: args.stateful,
+                allow: Vec::new(),
+                per_source_rate: 0,
+                session_timeout: Duration::from_secs(300),
+            })
+            .map_err(|e| Stop::Fatal(e.into()))?;
+            let addr = r.local_addrs()[0];
+            let c = reflector_cancel.clone();
+            reflector_task = Some(tokio::spawn(async move { r.run(c).await }));
+            addr
+        }
+        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
+    };
+    if interval < Duration::from_millis(1) && args.sessions > 1 {
+        notices.push(format!(
+            "{} sessions at {:.0} packets/s each: the machine may not keep up; watch the loss figures",
+            args.sessions,
+            1.0 / interval.as_secs_f64()
+        ));
+    }
+    let mut views = Views::open(&args.views, None)?;
+    if let Some(p) = &args.packet_file {
+        let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+        views.files.push(Box::new(f));
+    }
+    let ends = match (count, &args.duration) {
+        (Some(c), Some(d)) => format!("after {c} packets per session or {} s", d.0.as_secs_f64()),
+        (Some(c), None) => format!("after {c} packets per session"),
+        (None, Some(d)) => format!("after {} s", d.0.as_secs_f64()),
+        (None, None) => unreachable!("a count is chosen when neither is given"),
+    };
+    let banner = vec![
+        (
+            "Reflector".to_owned(),
+            format!(
+                "{target}{}",
+                if args.host.is_none() {
+                    format!(
+                        " (embedded goodput reflector, {})",
+                        if args.stateful { "stateful" } else { "stateless" }
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        ),
+        (
+            "Sessions".into(),
+            format!(
+                "{}{}",
+                args.sessions,
+                args.ssid.map_or(String::new(), |s| format!(", SSID {s} upwards"))
+            ),
+        ),
+        (
+            "Packets".into(),
+            format!(
+                "{} B every {:.3} ms ({:.1} packets/s per session), DSCP {}, TTL 255",
+                args.size,
+                interval.as_secs_f64() * 1e3,
+                1.0 / interval.as_secs_f64(),
+                args.dscp
+            ),
+        ),
+        ("Ends".into(), ends),
+        (
+            "Loss timeout".into(),
+            format!("{} ms", args.timeout.0.as_millis()),
+        ),
+    ];
+    views.console.banner("goodput stamp", &banner);
+    for n in &notices {
+        views.on_notice(n);
+    }
+    let spec = StampSenderSpec {
+        target,
+        bind: args.bind,
+        sessions: args.sessions,
+        interval,
+        count,
+        duration: args.duration.map(|d| d.0),
+        packet_bytes: args.size,
+        dscp: args.dscp,
+        ssid: args.ssid,
+        timeout: args.timeout.0,
+        status_interval: args.status_interval.0,
+        max_records: args.views.max_records,
+    };
+    let result = goodput_engine::stamp::run_sender(spec, &mut views, cancel.clone()).await;
+    reflector_cancel.cancel();
+    if let Some(t) = reflector_task {
+        let _ = t.await;
+    }
+    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    views.finish(&result, args.views.json.as_deref())?;
+    Ok(if result.end == EndReason::Interrupted {
+        EXIT_INTERRUPTED
+    } else if result.summary.failures() > 0 {
         EXIT_FAILED
     } else {
         EXIT_OK
