@@ -49,11 +49,15 @@ impl View for StatusFile {
             self.header = true;
             match (self.csv, iv.stamp.is_some()) {
                 (true, false) => writeln!(self.out, "{STATUS_CSV_COLUMNS}")?,
-                (true, true) => writeln!(self.out, "{STATUS_CSV_COLUMNS},{}", crate::stamp::STAMP_CSV_COLUMNS)?,
-                (false, false) => write!(self.out, "{}{}\n", status_legend(), status_header())?,
-                (false, true) => write!(
+                (true, true) => writeln!(
                     self.out,
-                    "{}{}\n",
+                    "{STATUS_CSV_COLUMNS},{}",
+                    crate::stamp::STAMP_CSV_COLUMNS
+                )?,
+                (false, false) => writeln!(self.out, "{}{}", status_legend(), status_header())?,
+                (false, true) => writeln!(
+                    self.out,
+                    "{}{}",
                     crate::stamp::stamp_legend(),
                     crate::stamp::stamp_header()
                 )?,

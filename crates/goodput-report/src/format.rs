@@ -126,6 +126,7 @@ mod tests {
             completed: 3,
             network_errors: 0,
             data_errors: 1,
+            stamp: None,
         });
         assert!(line.contains("10.00 Gbit/s"), "{line}");
         assert_eq!(&line[..10], "     5.000");

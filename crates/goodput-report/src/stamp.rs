@@ -69,7 +69,8 @@ pub fn stamp_line(iv: &Interval, s: &StampInterval) -> String {
 }
 
 /// CSV columns added to the status file for STAMP runs.
-pub(crate) const STAMP_CSV_COLUMNS: &str = "Sent,Recv,Lost,Dup,Reord,RTTmin_ms,RTTmed_ms,RTTp99_ms,RTTmax_ms,FwdMed_ms,BwdMed_ms";
+pub(crate) const STAMP_CSV_COLUMNS: &str =
+    "Sent,Recv,Lost,Dup,Reord,RTTmin_ms,RTTmed_ms,RTTp99_ms,RTTmax_ms,FwdMed_ms,BwdMed_ms";
 
 /// The STAMP CSV cells of one interval.
 pub(crate) fn stamp_csv(s: &StampInterval) -> String {
@@ -360,6 +361,9 @@ mod tests {
         assert_eq!(cells[7], "0.020");
         assert_eq!(cells[10], "1.500");
         assert_eq!(cells[11], "-");
-        assert_eq!(stamp_csv(&s).split(',').count(), STAMP_CSV_COLUMNS.split(',').count());
+        assert_eq!(
+            stamp_csv(&s).split(',').count(),
+            STAMP_CSV_COLUMNS.split(',').count()
+        );
     }
 }

@@ -419,7 +419,13 @@ pub struct StampArgs {
     #[arg(long, short = 'p', default_value_t = 862)]
     pub port: u16,
     /// Time between packets of one session.
-    #[arg(long, short = 'i', default_value = "100ms", value_name = "DURATION", conflicts_with = "rate")]
+    #[arg(
+        long,
+        short = 'i',
+        default_value = "100ms",
+        value_name = "DURATION",
+        conflicts_with = "rate"
+    )]
     pub interval: HumanDuration,
     /// Packets per second per session (instead of --interval).
     #[arg(long, value_name = "PPS")]

@@ -14,11 +14,11 @@ use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, T
 use goodput_core::session::VerifyMode;
 use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
+use goodput_engine::stamp::{bind_reflector, ReflectorSpec, StampSenderSpec};
 use goodput_engine::tcp::{
     bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
     WireProtocol,
 };
-use goodput_engine::stamp::{bind_reflector, ReflectorSpec, StampSenderSpec};
 use goodput_engine::{CancellationToken, EngineError, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
@@ -201,13 +201,7 @@ impl Observer for Views {
         self.console.wants_established() || self.files.iter().any(|v| v.wants_established())
     }
     fn on_packet(&mut self, p: &StampPacket) {
-        self.each(|v| {
-            if v.wants_packets() {
-                v.packet(p)
-            } else {
-                Ok(())
-            }
-        });
+        self.each(|v| if v.wants_packets() { v.packet(p) } else { Ok(()) });
     }
     fn wants_packets(&self) -> bool {
         self.files.iter().any(|v| v.wants_packets())
@@ -725,7 +719,11 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                         .map(|a| a.to_string())
                         .collect::<Vec<_>>()
                         .join(", "),
-                    if args.stamp_stateful { "stateful" } else { "stateless" },
+                    if args.stamp_stateful {
+                        "stateful"
+                    } else {
+                        "stateless"
+                    },
                     if args.stamp_allow.is_empty() {
                         String::new()
                     } else {

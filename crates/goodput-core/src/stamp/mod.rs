@@ -443,12 +443,18 @@ mod tests {
     fn ptp_timestamps_are_tai() {
         let unix_s = 1_700_000_000i64;
         let ts = (((unix_s + TAI_UTC_OFFSET_S) as u64) << 32) | 250;
-        assert_eq!(unix_ns_from_ptp(ts, unix_s * 1_000_000_000), unix_s * 1_000_000_000 + 250);
+        assert_eq!(
+            unix_ns_from_ptp(ts, unix_s * 1_000_000_000),
+            unix_s * 1_000_000_000 + 250
+        );
         let err = ErrorEstimate {
             ptp: true,
             ..ErrorEstimate::default()
         };
-        assert_eq!(decode_timestamp(ts, err, unix_s * 1_000_000_000), unix_s * 1_000_000_000 + 250);
+        assert_eq!(
+            decode_timestamp(ts, err, unix_s * 1_000_000_000),
+            unix_s * 1_000_000_000 + 250
+        );
     }
 
     #[test]
@@ -562,7 +568,10 @@ mod tests {
         assert_eq!((r.seq, r.sender_seq, r.ssid, r.sender_ttl), (42, 42, 77, 64));
         assert_eq!(r.sender_timestamp, 0xDEAD_BEEF_0000_0001);
         assert_eq!(r.sender_error.to_u16(), 0x8101);
-        assert_eq!(unix_ns_from_ntp(r.receive_timestamp, input(None).t2_unix_ns), 1_700_000_000_000_000_000);
+        assert_eq!(
+            unix_ns_from_ntp(r.receive_timestamp, input(None).t2_unix_ns),
+            1_700_000_000_000_000_000
+        );
         assert_eq!((tlv.tlvs, tlv.unrecognized, tlv.malformed), (1, 0, false));
         assert_eq!(out[44], 0, "U cleared: the reflector knows Extra Padding");
         // Stateful: the reflector's own counter.
@@ -629,7 +638,7 @@ mod tests {
         for n in 0..200usize {
             let req: Vec<u8> = (0..n).map(|i| (i * 37 % 251) as u8).collect();
             if let Some((len, _)) = reflect(&req, &input(None), &mut out) {
-                assert_eq!(len, n.max(BASE_LEN).min(128));
+                assert_eq!(len, n.clamp(BASE_LEN, 128));
             } else {
                 assert!(n < MIN_REQUEST_LEN);
             }

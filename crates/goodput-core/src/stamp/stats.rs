@@ -77,9 +77,17 @@ pub enum Verdict {
 
 #[derive(Debug, Clone, Copy)]
 enum Slot {
-    Pending { t1: i64 },
-    Answered { t1: i64, reflector_seq: u32, d: [i64; 3] },
-    Lost { t1: i64 },
+    Pending {
+        t1: i64,
+    },
+    Answered {
+        t1: i64,
+        reflector_seq: u32,
+        d: [i64; 3],
+    },
+    Lost {
+        t1: i64,
+    },
 }
 
 impl Slot {
@@ -663,7 +671,12 @@ impl Tally {
     /// The figures for the result document.
     pub fn stats(&self) -> StampStats {
         let split = self.split_sessions > 0 && self.split_known == self.split_sessions;
-        let hops = |r: Option<TtlRange>| r.map(|t| HopRange { min: t.min, max: t.max });
+        let hops = |r: Option<TtlRange>| {
+            r.map(|t| HopRange {
+                min: t.min,
+                max: t.max,
+            })
+        };
         let n_reordering = self
             .n_reordered
             .iter()
@@ -767,8 +780,10 @@ mod tests {
         assert_eq!(s.forward_ns, 3 * MS);
         assert_eq!(s.backward_ns, 5 * MS);
         assert!(s.synchronized);
-        let mut tally = Tally::default();
-        tally.sent = 1;
+        let mut tally = Tally {
+            sent: 1,
+            ..Tally::default()
+        };
         tally.verdict(&v, 0, 0);
         let st = tally.stats();
         assert_eq!(st.hops_forward, Some(HopRange { min: 2, max: 2 }));
@@ -880,7 +895,10 @@ mod tests {
     fn replies_with_a_foreign_t1_or_sequence_are_unmatched() {
         let mut t = Tracker::new(100 * MS, 0);
         t.sent(T0);
-        assert_eq!(t.reply(&reply(0, 0, T0 + 1, MS), T0, None, err()), Verdict::Unmatched);
+        assert_eq!(
+            t.reply(&reply(0, 0, T0 + 1, MS), T0, None, err()),
+            Verdict::Unmatched
+        );
         assert_eq!(t.reply(&reply(9, 9, T0, MS), T0, None, err()), Verdict::Unmatched);
         // Forgotten after two timeouts.
         t.reply(&reply(0, 0, T0, MS), T0 + 2 * MS, None, err());
@@ -898,7 +916,12 @@ mod tests {
         }
         for seq in [0usize, 2, 1] {
             let t1 = T0 + seq as i64 * 10 * MS;
-            let v = t.reply(&reply(seq as u32, seq as u32, t1, fwd[seq]), t1 + fwd[seq] + MS + 10_000, None, err());
+            let v = t.reply(
+                &reply(seq as u32, seq as u32, t1, fwd[seq]),
+                t1 + fwd[seq] + MS + 10_000,
+                None,
+                err(),
+            );
             tally.verdict(&v, 0, 0);
         }
         let st = tally.stats();

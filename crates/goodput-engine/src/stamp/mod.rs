@@ -7,5 +7,5 @@ mod msg;
 mod reflector;
 mod sender;
 
-pub use reflector::{bind_reflector, BoundReflector, ReflectorSpec};
+pub use reflector::{bind_reflector, BoundReflector, ReflectorSpec, RunningReflector};
 pub use sender::{run_sender, StampSenderSpec};

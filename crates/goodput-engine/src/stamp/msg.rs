@@ -373,7 +373,11 @@ fn write_pktinfo(ctrl: &mut [u64; CTRL_LEN / 8], ip: IpAddr, ifindex: u32) -> us
         hdr.msg_control = ctrl.as_mut_ptr().cast();
         let (level, ty, data_len) = match ip {
             IpAddr::V4(_) => (libc::IPPROTO_IP, libc::IP_PKTINFO, size_of::<libc::in_pktinfo>()),
-            IpAddr::V6(_) => (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO, size_of::<libc::in6_pktinfo>()),
+            IpAddr::V6(_) => (
+                libc::IPPROTO_IPV6,
+                libc::IPV6_PKTINFO,
+                size_of::<libc::in6_pktinfo>(),
+            ),
         };
         let space = libc::CMSG_SPACE(data_len as u32) as usize;
         hdr.msg_controllen = space;
@@ -393,7 +397,11 @@ fn write_pktinfo(ctrl: &mut [u64; CTRL_LEN / 8], ip: IpAddr, ifindex: u32) -> us
                 let mut p: libc::in6_pktinfo = zeroed();
                 p.ipi6_addr.s6_addr = v6.octets();
                 // Link-local sources need their interface.
-                p.ipi6_ifindex = if v6.segments()[0] & 0xffc0 == 0xfe80 { ifindex } else { 0 };
+                p.ipi6_ifindex = if v6.segments()[0] & 0xffc0 == 0xfe80 {
+                    ifindex
+                } else {
+                    0
+                };
                 std::ptr::write_unaligned(data.cast(), p);
             }
         }
@@ -441,7 +449,10 @@ pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>
 
 /// The realtime clock, Unix nanoseconds.
 pub(crate) fn now_unix_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes one timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec

@@ -46,7 +46,8 @@ pub fn bind_reflector(spec: ReflectorSpec) -> Result<BoundReflector, EngineError
     let mut sockets = Vec::new();
     for &addr in &spec.listen {
         let listen_err = |source| EngineError::Listen { addr, source };
-        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(listen_err)?;
+        let s =
+            Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(listen_err)?;
         if addr.is_ipv6() {
             s.set_only_v6(true).map_err(listen_err)?;
         }
@@ -56,7 +57,8 @@ pub fn bind_reflector(spec: ReflectorSpec) -> Result<BoundReflector, EngineError
         // A deep receive queue rides out bursts while a batch is answered.
         let _ = s.set_recv_buffer_size(4 << 20);
         // Wake every 100 ms to see whether the run was cancelled.
-        s.set_read_timeout(Some(Duration::from_millis(100))).map_err(listen_err)?;
+        s.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(listen_err)?;
         sockets.push(s);
     }
     Ok(BoundReflector { spec, sockets })
@@ -71,17 +73,42 @@ impl BoundReflector {
             .collect()
     }
 
-    /// Reflects until `cancel`; returns the counters of all sockets.
-    pub async fn run(self, cancel: CancellationToken) -> StampReflectorCounters {
-        let mut handles = Vec::new();
+    /// Starts one thread per socket, reflecting until `cancel`.
+    pub fn start(self, cancel: CancellationToken) -> RunningReflector {
+        let mut threads = Vec::new();
         for s in self.sockets {
             let spec = self.spec.clone();
             let c = cancel.clone();
-            handles.push(tokio::task::spawn_blocking(move || serve(s, &spec, &c)));
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("stamp-reflector".into())
+                .spawn(move || {
+                    let _ = tx.send(serve(s, &spec, &c));
+                });
+            if spawned.is_ok() {
+                threads.push(rx);
+            }
         }
+        RunningReflector { threads }
+    }
+
+    /// Reflects until `cancel`; returns the counters of all sockets.
+    pub async fn run(self, cancel: CancellationToken) -> StampReflectorCounters {
+        self.start(cancel).wait().await
+    }
+}
+
+/// A reflector whose threads are running.
+pub struct RunningReflector {
+    threads: Vec<tokio::sync::oneshot::Receiver<StampReflectorCounters>>,
+}
+
+impl RunningReflector {
+    /// Waits for the threads to stop (after the cancel) and adds up their counters.
+    pub async fn wait(self) -> StampReflectorCounters {
         let mut total = StampReflectorCounters::default();
-        for h in handles {
-            if let Ok(c) = h.await {
+        for rx in self.threads {
+            if let Ok(c) = rx.await {
                 add(&mut total, &c);
             }
         }
@@ -115,7 +142,8 @@ impl RateLimiter {
         }
         if self.buckets.len() >= MAX_TRACKED && !self.buckets.contains_key(&ip) {
             // Forget sources idle for a second (their buckets are full anyway).
-            self.buckets.retain(|_, (_, t)| now.duration_since(*t) < Duration::from_secs(1));
+            self.buckets
+                .retain(|_, (_, t)| now.duration_since(*t) < Duration::from_secs(1));
             if self.buckets.len() >= MAX_TRACKED {
                 return false;
             }
@@ -201,7 +229,13 @@ fn serve(sock: Socket, spec: &ReflectorSpec, cancel: &CancellationToken) -> Stam
                 } else {
                     0
                 };
-                Some(next_session_seq(&mut sessions, (meta.src, meta.dst.map(|d| d.0), ssid), now, spec, &mut c))
+                Some(next_session_seq(
+                    &mut sessions,
+                    (meta.src, meta.dst.map(|d| d.0), ssid),
+                    now,
+                    spec,
+                    &mut c,
+                ))
             } else {
                 None
             };

@@ -85,9 +85,10 @@ pub async fn run_client(
         return Err(EngineError::Config("no target address".into()));
     }
     if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
-        return Err(EngineError::Config(
-            format!("the {:?} wire is not a TCP test protocol", spec.wire).into(),
-        ));
+        return Err(EngineError::Config(format!(
+            "the {:?} wire is not a TCP test protocol",
+            spec.wire
+        )));
     }
     if !spec.binds.is_empty() {
         let usable = spec

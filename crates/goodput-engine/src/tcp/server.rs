@@ -38,9 +38,10 @@ pub struct BoundServer {
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
-        return Err(EngineError::Config(
-            format!("the {:?} wire is not a TCP test protocol", spec.wire).into(),
-        ));
+        return Err(EngineError::Config(format!(
+            "the {:?} wire is not a TCP test protocol",
+            spec.wire
+        )));
     }
     let mut listeners = Vec::new();
     let mut notices = Vec::new();
