@@ -323,42 +323,61 @@ pub struct SplitFacts {
 }
 
 /// A signed distribution: non-negative values and the magnitudes of
-/// negative ones in two HdrHistograms (3 significant digits), with exact
-/// count, minimum, maximum and sum.
+/// negative ones in two HdrHistograms, with exact count, minimum, maximum
+/// and sum. The histograms are allocated on first use, so an unused side
+/// (most delays are never negative) costs nothing.
 #[derive(Debug, Clone)]
 pub struct SignedHistogram {
-    pos: Histogram<u64>,
-    neg: Histogram<u64>,
+    sigfig: u8,
+    pos: Option<Histogram<u64>>,
+    neg: Option<Histogram<u64>>,
     min: i64,
     max: i64,
     sum: i128,
 }
 
-fn histogram() -> Histogram<u64> {
-    Histogram::new(3).expect("3 significant digits is valid")
-}
-
 impl Default for SignedHistogram {
     fn default() -> Self {
+        Self::with_precision(3)
+    }
+}
+
+fn count(h: &Option<Histogram<u64>>) -> u64 {
+    h.as_ref().map_or(0, |h| h.len())
+}
+
+fn add_to(into: &mut Option<Histogram<u64>>, sigfig: u8, from: &Option<Histogram<u64>>) {
+    if let Some(f) = from {
+        let h = into.get_or_insert_with(|| new_histogram(sigfig));
+        // Auto-resizing: adding cannot fail.
+        let _ = h.add(f);
+    }
+}
+
+fn new_histogram(sigfig: u8) -> Histogram<u64> {
+    Histogram::new(sigfig.clamp(1, 5)).expect("1 to 5 significant digits is valid")
+}
+
+impl SignedHistogram {
+    /// An empty distribution whose quantiles keep `sigfig` significant
+    /// digits (3: within 0.1%, 2: within 1%).
+    pub fn with_precision(sigfig: u8) -> Self {
         Self {
-            pos: histogram(),
-            neg: histogram(),
+            sigfig,
+            pos: None,
+            neg: None,
             min: i64::MAX,
             max: i64::MIN,
             sum: 0,
         }
     }
-}
 
-impl SignedHistogram {
     /// Adds one value.
     pub fn record(&mut self, v: i64) {
+        let side = if v >= 0 { &mut self.pos } else { &mut self.neg };
+        let h = side.get_or_insert_with(|| new_histogram(self.sigfig));
         // Auto-resizing histograms: recording a u64 cannot fail.
-        if v >= 0 {
-            let _ = self.pos.record(v as u64);
-        } else {
-            let _ = self.neg.record(v.unsigned_abs());
-        }
+        let _ = h.record(v.unsigned_abs());
         self.min = self.min.min(v);
         self.max = self.max.max(v);
         self.sum += i128::from(v);
@@ -366,9 +385,8 @@ impl SignedHistogram {
 
     /// Adds every value of `other`.
     pub fn merge(&mut self, other: &SignedHistogram) {
-        // Both auto-resize, so adding cannot fail.
-        let _ = self.pos.add(&other.pos);
-        let _ = self.neg.add(&other.neg);
+        add_to(&mut self.pos, self.sigfig, &other.pos);
+        add_to(&mut self.neg, self.sigfig, &other.neg);
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
         self.sum += other.sum;
@@ -376,7 +394,7 @@ impl SignedHistogram {
 
     /// Values recorded.
     pub fn len(&self) -> u64 {
-        self.pos.len() + self.neg.len()
+        count(&self.pos) + count(&self.neg)
     }
 
     /// Whether nothing was recorded.
@@ -384,32 +402,32 @@ impl SignedHistogram {
         self.len() == 0
     }
 
-    /// The value at quantile `q` (0..=1), within 0.1%, clamped to the exact
-    /// range.
+    /// The value at quantile `q` (0..=1), within the precision, clamped to
+    /// the exact range.
     pub fn quantile(&self, q: f64) -> i64 {
         let n = self.len();
         if n == 0 {
             return 0;
         }
         let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
-        let k = self.neg.len();
-        let v = if rank <= k {
+        let k = count(&self.neg);
+        let v = match (&self.neg, &self.pos) {
             // The rank-th smallest signed value is the (k − rank + 1)-th
             // smallest magnitude among the negatives.
-            -(self.neg.value_at_quantile((k - rank + 1) as f64 / k as f64) as i64)
-        } else {
-            let p = self.pos.len();
-            self.pos.value_at_quantile((rank - k) as f64 / p as f64) as i64
+            (Some(neg), _) if rank <= k => -(neg.value_at_quantile((k - rank + 1) as f64 / k as f64) as i64),
+            (_, Some(pos)) => pos.value_at_quantile((rank - k) as f64 / pos.len() as f64) as i64,
+            _ => 0,
         };
         v.clamp(self.min, self.max)
     }
 
     /// The value at quantile `q` of the absolute values.
     pub fn abs_quantile(&self, q: f64) -> u64 {
-        let mut all = self.pos.clone();
-        let _ = all.add(&self.neg);
+        let mut all = None;
+        add_to(&mut all, self.sigfig, &self.pos);
+        add_to(&mut all, self.sigfig, &self.neg);
         let hi = self.min.unsigned_abs().max(self.max.unsigned_abs());
-        all.value_at_quantile(q).min(hi)
+        all.map_or(0, |h| h.value_at_quantile(q).min(hi))
     }
 
     /// Smallest value (exact).
@@ -429,12 +447,12 @@ impl SignedHistogram {
 
     /// The non-negative part, serialised.
     pub fn encode_positive(&self) -> Option<String> {
-        (!self.pos.is_empty()).then(|| encode_histogram(&self.pos))
+        self.pos.as_ref().map(encode_histogram)
     }
 
     /// The negative part (magnitudes), serialised.
     pub fn encode_negative(&self) -> Option<String> {
-        (!self.neg.is_empty()).then(|| encode_histogram(&self.neg))
+        self.neg.as_ref().map(encode_histogram)
     }
 }
 
@@ -523,9 +541,34 @@ pub struct Tally {
     lost_forward: u64,
     lost_backward: u64,
     stateful: bool,
+    /// Per-session form: 2-digit quantiles, no IPDV (memory per session
+    /// stays in the kilobytes when thousands run).
+    light: bool,
 }
 
 impl Tally {
+    /// A tally for one session of many: delay quantiles within 1% instead
+    /// of 0.1%, and no IPDV distributions.
+    pub fn per_session() -> Self {
+        Self {
+            rtt: SignedHistogram::with_precision(2),
+            forward: SignedHistogram::with_precision(2),
+            backward: SignedHistogram::with_precision(2),
+            light: true,
+            ..Self::default()
+        }
+    }
+
+    /// Takes the loss split of a finished session tally (for a run total
+    /// that counted the same events itself).
+    pub fn merge_split(&mut self, o: &Tally) {
+        self.split_sessions += o.split_sessions;
+        self.split_known += o.split_known;
+        self.lost_forward += o.lost_forward;
+        self.lost_backward += o.lost_backward;
+        self.stateful |= o.stateful;
+    }
+
     /// Counts a verdict.
     pub fn verdict(&mut self, v: &Verdict, ssid_sent: u16, reply_ssid: u16) {
         if ssid_sent != 0 && reply_ssid == 0 && !matches!(v, Verdict::SsidMismatch) {
@@ -551,7 +594,7 @@ impl Tally {
         self.rtt.record(s.rtt_ns);
         self.forward.record(s.forward_ns);
         self.backward.record(s.backward_ns);
-        for d in s.ipdv.iter().flatten() {
+        for d in s.ipdv.iter().flatten().filter(|_| !self.light) {
             self.rtt_ipdv.record(d[0]);
             self.forward_ipdv.record(d[1]);
             self.backward_ipdv.record(d[2]);
@@ -624,11 +667,7 @@ impl Tally {
         }
         TtlRange::merge(&mut self.hops_forward, o.hops_forward);
         TtlRange::merge(&mut self.hops_backward, o.hops_backward);
-        self.split_sessions += o.split_sessions;
-        self.split_known += o.split_known;
-        self.lost_forward += o.lost_forward;
-        self.lost_backward += o.lost_backward;
-        self.stateful |= o.stateful;
+        self.merge_split(o);
     }
 
     /// The round-trip delay distribution, when there were replies.

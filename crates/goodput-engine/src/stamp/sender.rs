@@ -111,7 +111,9 @@ pub async fn run_sender(
     }
     drop(tx);
     let n = spec.sessions as usize;
-    let mut tallies = vec![Tally::default(); n];
+    let mut tallies = vec![Tally::per_session(); n];
+    // The run's total counts every event itself, at full precision.
+    let mut total = Tally::default();
     let mut ends: Vec<Option<SessionEnd>> = (0..n).map(|_| None).collect();
     let mut window = Tally::default();
     let mut intervals = Vec::new();
@@ -132,11 +134,13 @@ pub async fn run_sender(
                 match ev {
                     Event::Sent(s) => {
                         tallies[s].sent += 1;
+                        total.sent += 1;
                         window.sent += 1;
                     }
                     Event::Reply(s, v, reply_ssid) => {
                         let ssid = spec.session_ssid(s as u32);
                         tallies[s].verdict(&v, ssid, reply_ssid);
+                        total.verdict(&v, ssid, reply_ssid);
                         window.verdict(&v, ssid, reply_ssid);
                         if wants_packets {
                             if let Some(p) = packet_of(s, &v) {
@@ -146,6 +150,7 @@ pub async fn run_sender(
                     }
                     Event::Lost(s, seq, t1) => {
                         tallies[s].lost(1);
+                        total.lost(1);
                         window.lost(1);
                         if wants_packets {
                             observer.on_packet(&lost_packet(s, seq, t1));
@@ -154,7 +159,9 @@ pub async fn run_sender(
                     Event::Done(end) => {
                         let t = &mut tallies[end.index];
                         t.sent -= end.abandoned;
+                        total.sent -= end.abandoned;
                         t.finish_session(end.split);
+                        total.merge_split(t);
                         if outcome_of(t, &end).is_success() {
                         } else {
                             failed += 1;
@@ -188,13 +195,11 @@ pub async fn run_sender(
     observer.on_interval(&last);
     intervals.push(last);
 
-    let mut total = Tally::default();
     let mut connections = Vec::new();
     let mut per_session = Vec::new();
     let mut connections_omitted = 0;
     let mut summary = goodput_core::result::SummaryBuilder::default();
     for (i, (t, end)) in tallies.iter().zip(ends).enumerate() {
-        total.merge(t);
         let Some(end) = end else { continue };
         let record = ConnectionRecord {
             index: i as u64,
@@ -477,7 +482,9 @@ async fn session(
     let mut next = start + offset;
     let end_at = spec.duration.map(|d| start + d);
     let mut out = vec![0u8; spec.packet_bytes];
-    let mut inb = vec![0u8; MAX_PACKET_LEN];
+    // Replies are as long as requests; room beyond that only for a peer
+    // that answers longer (its extra bytes are not read).
+    let mut inb = vec![0u8; (spec.packet_bytes + 1024).min(MAX_PACKET_LEN)];
     let mut sent = 0u64;
     let mut sending = true;
     let mut drain_until = None;
