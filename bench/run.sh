@@ -4,10 +4,11 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
-#   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000).
+#   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
+#   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,12 +18,16 @@ GP=target/release/goodput
 PORT_GP=14444
 PORT_IP=15201
 PORT_GI=15202
+PORT_ST=18620
+PORT_SS=18621
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
 cargo build --release -q -p goodput
+cargo build --release -q -p goodput-engine --example stamp_flood
+FLOOD=target/release/examples/stamp_flood
 command -v iperf3 >/dev/null || { echo "iperf3 not installed (apt-get install iperf3)"; exit 1; }
 
 echo "machine: $(nproc) cores, $(awk '/MemTotal/{printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), kernel $(uname -r)"
@@ -32,7 +37,11 @@ echo
 
 start_servers() {
   $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 \
-      --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI & pids+=($!)
+      --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI \
+      --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST & pids+=($!)
+  if command -v stamp-suite >/dev/null; then
+    stamp-suite --is-reflector --local-addr 127.0.0.1 --local-port $PORT_SS >/dev/null 2>&1 & pids+=($!)
+  fi
   iperf3 -s -B 127.0.0.1 -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
   if command -v nuttcp >/dev/null; then nuttcp -S -P 15000 >/dev/null 2>&1 & pids+=($!); fi
   sleep 0.5
@@ -164,11 +173,37 @@ bench_memory() {
       a, b, c1, c2, (c2-c1)/(b-a), s1, s2, (s2-s1)/(b-a) }'
 }
 
+# STAMP reflector: replies/s each reflector sustains under the same closed-loop
+# load (stamp_flood: 4 sockets x 64 requests outstanding), A/B alternated.
+bench_stamp() {
+  command -v stamp-suite >/dev/null || { echo "stamp-suite not installed (cargo install stamp-suite)"; return; }
+  local size=${STAMP_SIZE:-44} ra=() rb=()
+  for _ in $(seq "$ROUNDS"); do
+    ra+=("$($FLOOD 127.0.0.1:$PORT_ST "$T" 4 64 "$size" | cut -d' ' -f1)")
+    rb+=("$($FLOOD 127.0.0.1:$PORT_SS "$T" 4 64 "$size" | cut -d' ' -f1)")
+  done
+  local ma mb
+  ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+  printf '%-52s %16s %16s %8s\n' "stamp reflector ${size} B: goodput vs stamp-suite" \
+    "$(awk -v v="$ma" 'BEGIN{printf "%.0f pkt/s", v}')" "$(awk -v v="$mb" 'BEGIN{printf "%.0f pkt/s", v}')" "$(ratio "$ma" "$mb")"
+}
+
+# STAMP sender at scale: N sessions at 10 packets/s each for T seconds
+# against goodput's reflector; loss must be 0.
+bench_stamp_sessions() {
+  local n=${STAMP_SESSIONS:-1000} out=$work/st.json
+  /usr/bin/time -f '%M' -o "$work/st.rss" $GP stamp 127.0.0.1 -p $PORT_ST --sessions "$n" --rate 10 \
+      --duration "${T}s" -v 0 --json "$out" || true
+  json_get "$out" "'stamp sender: %d sessions x 10 pkt/s for ${T} s: %d sent, %d received, %d lost, %d late, RTT p99 %.3f ms, RSS %s KiB' % (d['stamp']['sessions'], d['stamp']['total']['sent'], d['stamp']['total']['received'], d['stamp']['total']['lost'], d['stamp']['total']['late'], d['stamp']['total']['rtt']['p99_us']/1e3, open('$work/st.rss').read().strip())"
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_churn; bench_memory ;;
+    stamp) header; bench_stamp ;;
+    stamp-sessions) bench_stamp_sessions ;;
     iperf3) header; bench_iperf3 ;;
     iperf3-server) header; bench_iperf3_server ;;
     single) header; bench_single ;;
