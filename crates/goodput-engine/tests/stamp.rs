@@ -443,3 +443,27 @@ async fn many_sessions_stateful_counters_are_per_session() {
     assert_eq!(per.len(), 50);
     assert!(per.values().all(|&n| n == 10));
 }
+
+/// A reflector on the wildcard address answers from the address each
+/// request was sent to (IP_PKTINFO): a sender talking to 127.0.0.2 through
+/// a connected socket only accepts replies from 127.0.0.2.
+#[tokio::test]
+async fn replies_leave_from_the_address_the_request_arrived_on() {
+    let r = bind_reflector(reflector_spec(Ipv4Addr::UNSPECIFIED.into(), false)).unwrap();
+    let port = r.local_addrs()[0].port();
+    let cancel = CancellationToken::new();
+    let running = r.start(cancel.clone());
+    for ip in [[127, 0, 0, 1], [127, 0, 0, 2], [127, 1, 2, 3]] {
+        let target = SocketAddr::from((ip, port));
+        let res = run_sender(
+            sender_spec(target, 10),
+            &mut NullObserver,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(total(&res).received, 10, "{target}");
+    }
+    cancel.cancel();
+    assert_eq!(running.wait().await.reflected, 30);
+}

@@ -72,7 +72,13 @@ fn wait_bound_udp(port: u16) {
 struct Reaped(Option<Child>);
 
 impl Reaped {
-    fn stop(mut self, signal: i32) -> (String, String) {
+    fn stop(self, signal: i32) -> (String, String) {
+        let ((_, out), err) = self.stop_with_status(signal);
+        (out, err)
+    }
+
+    /// Signals the child, waits up to 10 s, and returns ((exit code, stdout), stderr).
+    fn stop_with_status(mut self, signal: i32) -> ((Option<i32>, String), String) {
         let mut c = self.0.take().unwrap();
         // SAFETY: signals a child process we started.
         unsafe { libc::kill(c.id() as i32, signal) };
@@ -81,12 +87,12 @@ impl Reaped {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = c.kill();
-        let _ = c.wait();
+        let code = c.wait().ok().and_then(|s| s.code());
         let mut out = String::new();
         let mut err = String::new();
         c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
         c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        (out, err)
+        ((code, out), err)
     }
 }
 
@@ -371,4 +377,34 @@ fn stamp_suite_sender_to_goodput_stateful() {
 #[test]
 fn stamp_suite_sender_to_goodput_stateful_ssid() {
     from_stamp_suite(true, Some(65535));
+}
+
+/// Ctrl-C: sending stops, packets still in flight are left out (neither
+/// received nor lost), the summary and the JSON document are written, and
+/// the exit status is 130.
+#[test]
+fn sigint_stops_a_stamp_run_with_a_complete_result() {
+    let json = tmp("sigint.json");
+    let child = goodput()
+        .args(["stamp", "-c", "100000", "-i", "5ms", "-v", "1", "--json"])
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let (out, err) = Reaped(Some(child)).stop_with_status(libc::SIGINT);
+    assert_eq!(out.0, Some(130), "{}{err}", out.1);
+    assert!(out.1.contains("--- STAMP statistics"), "{}", out.1);
+    let v = read_json(&json);
+    assert_eq!(v["end"], "interrupted");
+    let t = &v["stamp"]["total"];
+    let (sent, received, lost) = (
+        t["sent"].as_u64().unwrap(),
+        t["received"].as_u64().unwrap(),
+        t["lost"].as_u64().unwrap(),
+    );
+    assert!(sent > 50, "{t}");
+    assert_eq!(sent, received + lost, "{t}");
+    assert_eq!(lost, 0, "{t}");
 }

@@ -632,6 +632,41 @@ mod tests {
         assert!("nonsense".parse::<Cidr>().is_err());
     }
 
+    proptest::proptest! {
+        /// Any datagram: the reply is symmetric (or absent below 14 bytes),
+        /// carries the request's sequence, and TLV parsing stays in bounds.
+        #[test]
+        fn reflect_any_bytes(req in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let mut out = [0u8; 1024];
+            match reflect(&req, &input(Some(1)), &mut out) {
+                None => proptest::prop_assert!(req.len() < MIN_REQUEST_LEN),
+                Some((len, tlv)) => {
+                    proptest::prop_assert_eq!(len, req.len().max(BASE_LEN));
+                    let r = ReflectorPacket::read(&out[..len]).unwrap();
+                    proptest::prop_assert_eq!(r.sender_seq, u32::from_be_bytes([req[0], req[1], req[2], req[3]]));
+                    proptest::prop_assert!(tlv.unrecognized <= tlv.tlvs);
+                }
+            }
+        }
+
+        /// Any reply bytes fed to a tracker: never a panic, and a verdict
+        /// that is not a first reply leaves the pending count alone.
+        #[test]
+        fn tracker_takes_any_reply(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 44..120)) {
+            let mut t = stats::Tracker::new(1_000_000_000, 3);
+            for i in 0..4 {
+                t.sent(1_700_000_000_000_000_000 + i);
+            }
+            let r = ReflectorPacket::read(&bytes).unwrap();
+            let v = t.reply(&r, 1_700_000_000_100_000_000, Some(64), ErrorEstimate::default());
+            let pending = t.pending();
+            match v {
+                stats::Verdict::First(_) => proptest::prop_assert_eq!(pending, 3),
+                _ => proptest::prop_assert_eq!(pending, 4),
+            }
+        }
+    }
+
     #[test]
     fn reflect_never_panics_on_any_length() {
         let mut out = [0u8; 128];
