@@ -412,8 +412,11 @@ async fn acl_and_per_source_rate_limit() {
     })
     .await;
     let t = total(&res);
-    // A 10-packet bucket plus refill over ~0.1 s: far fewer than 100 pass.
-    assert!(t.received >= 10 && t.received <= 20, "{}", t.received);
+    // A 10-packet bucket plus 10/s of refill while sending: far fewer than
+    // 100 pass (the bound allows for a slow machine stretching the run).
+    let most = 10 + (10.0 * res.summary.duration_s).ceil() as u64 + 1;
+    assert!(t.received >= 10 && t.received <= most, "{} > {most}", t.received);
+    assert!(t.received < 50, "{}", t.received);
     assert_eq!(c.rate_limited + c.reflected, 100);
     assert_eq!(c.reflected, t.received);
 }

@@ -358,11 +358,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     let mut server_task = None;
     let server_cancel = cancel.child_token();
     let targets = if embedded {
-        let ip: IpAddr = if args.ipv6 {
-            Ipv6Addr::LOCALHOST.into()
-        } else {
-            Ipv4Addr::LOCALHOST.into()
-        };
+        let ip = loopback(args.ipv6);
         let spec = TcpServerSpec {
             wire: wire_of(args.wire),
             cts: Some(cts_plan(&args.data)),
@@ -866,11 +862,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     let mut server_task = None;
     let target = match &args.host {
         None => {
-            let ip: IpAddr = if args.ipv6 {
-                Ipv6Addr::LOCALHOST.into()
-            } else {
-                Ipv4Addr::LOCALHOST.into()
-            };
+            let ip = loopback(args.ipv6);
             let srv = goodput_engine::iperf3::bind_server(goodput_engine::iperf3::Iperf3ServerSpec {
                 listen: SocketAddr::new(ip, 0),
                 max_duration: Duration::from_secs(86_400 + 600),
@@ -987,6 +979,15 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     })
 }
 
+/// The loopback address of the chosen family, for embedded peers.
+fn loopback(v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::LOCALHOST.into()
+    } else {
+        Ipv4Addr::LOCALHOST.into()
+    }
+}
+
 /// A reflector that cannot bind: say how to get past a privileged port.
 fn stamp_bind_error(e: EngineError, port: u16) -> Stop {
     if let EngineError::Listen { source, .. } = &e {
@@ -1053,11 +1054,7 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let mut reflector_task = None;
     let target = match &args.host {
         None => {
-            let ip: IpAddr = if args.ipv6 {
-                Ipv6Addr::LOCALHOST.into()
-            } else {
-                Ipv4Addr::LOCALHOST.into()
-            };
+            let ip = loopback(args.ipv6);
             let r = bind_reflector(ReflectorSpec {
                 listen: vec![SocketAddr::new(ip, 0)],
                 stateful: args.stateful,

@@ -61,6 +61,8 @@ pub enum Verdict {
     Duplicate {
         /// Sender sequence.
         seq: u32,
+        /// When the packet was sent (Unix ns).
+        t1: i64,
         /// Duplicated before the reflector.
         forward: bool,
     },
@@ -68,6 +70,8 @@ pub enum Verdict {
     Late {
         /// Sender sequence.
         seq: u32,
+        /// When the packet was sent (Unix ns).
+        t1: i64,
     },
     /// No packet sent matches (unknown sequence, wrong T1, or too old).
     Unmatched,
@@ -228,14 +232,14 @@ impl Tracker {
             return Verdict::Unmatched;
         }
         match slot {
-            Slot::Lost { .. } => return Verdict::Late { seq },
+            Slot::Lost { .. } => return Verdict::Late { seq, t1 },
             Slot::Answered { reflector_seq, .. } => {
                 let forward = reflector_seq != r.seq;
                 if forward {
                     self.forward_dups += 1;
                     self.note_reflector_seq(r.seq);
                 }
-                return Verdict::Duplicate { seq, forward };
+                return Verdict::Duplicate { seq, t1, forward };
             }
             Slot::Pending { .. } => {}
         }
@@ -911,7 +915,13 @@ mod tests {
         let mut late = reply(2, 2, T0 + 2 * MS, MS);
         late.ssid = 7;
         let v = t.reply(&late, T0 + 151 * MS, None, err());
-        assert_eq!(v, Verdict::Late { seq: 2 });
+        assert_eq!(
+            v,
+            Verdict::Late {
+                seq: 2,
+                t1: T0 + 2 * MS
+            }
+        );
         tally.verdict(&v, 7, 7);
         // Another session's SSID, and a reflector that zeroes it.
         let mut other = reply(0, 0, T0, MS);

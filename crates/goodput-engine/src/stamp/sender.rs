@@ -153,7 +153,7 @@ pub async fn run_sender(
                         total.lost(1);
                         window.lost(1);
                         if wants_packets {
-                            observer.on_packet(&lost_packet(s, seq, t1));
+                            observer.on_packet(&blank_packet(s, seq, StampPacketStatus::Lost, t1));
                         }
                     }
                     Event::Done(end) => {
@@ -352,12 +352,13 @@ fn interval_of(
     }
 }
 
-fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
-    let blank = |seq, status| StampPacket {
+/// A packet record with no reply fields.
+fn blank_packet(session: usize, seq: u32, status: StampPacketStatus, t1_ns: i64) -> StampPacket {
+    StampPacket {
         session: session as u64,
         seq,
         status,
-        t1_ns: 0,
+        t1_ns,
         t2_ns: None,
         t3_ns: None,
         t4_ns: None,
@@ -367,7 +368,10 @@ fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
         reflector_seq: None,
         forward_ttl: None,
         reply_ttl: None,
-    };
+    }
+}
+
+fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
     match *v {
         Verdict::First(Sample {
             seq,
@@ -381,7 +385,6 @@ fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
             reordered,
             ..
         }) => Some(StampPacket {
-            t1_ns: t[0],
             t2_ns: Some(t[1]),
             t3_ns: Some(t[2]),
             t4_ns: Some(t[3]),
@@ -391,36 +394,22 @@ fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
             reflector_seq: Some(reflector_seq),
             forward_ttl: Some(forward_ttl),
             reply_ttl: backward_ttl,
-            ..blank(
+            ..blank_packet(
+                session,
                 seq,
                 if reordered {
                     StampPacketStatus::Reordered
                 } else {
                     StampPacketStatus::Received
                 },
+                t[0],
             )
         }),
-        Verdict::Duplicate { seq, .. } => Some(blank(seq, StampPacketStatus::Duplicate)),
-        Verdict::Late { seq } => Some(blank(seq, StampPacketStatus::Late)),
+        Verdict::Duplicate { seq, t1, .. } => {
+            Some(blank_packet(session, seq, StampPacketStatus::Duplicate, t1))
+        }
+        Verdict::Late { seq, t1 } => Some(blank_packet(session, seq, StampPacketStatus::Late, t1)),
         Verdict::Unmatched | Verdict::SsidMismatch => None,
-    }
-}
-
-fn lost_packet(session: usize, seq: u32, t1: i64) -> StampPacket {
-    StampPacket {
-        session: session as u64,
-        seq,
-        status: StampPacketStatus::Lost,
-        t1_ns: t1,
-        t2_ns: None,
-        t3_ns: None,
-        t4_ns: None,
-        rtt_us: None,
-        forward_us: None,
-        backward_us: None,
-        reflector_seq: None,
-        forward_ttl: None,
-        reply_ttl: None,
     }
 }
 
