@@ -66,6 +66,10 @@ pub fn bind_server(spec: Iperf3ServerSpec) -> Result<Iperf3Server, EngineError> 
 struct Handoff {
     wanted: Arc<AtomicBool>,
     rx: mpsc::Receiver<TcpStream>,
+    /// Set once the results are out: the test is only closing down, so a
+    /// newcomer waits for it (as in iperf3's backlog) instead of being told
+    /// the server is busy.
+    finishing: Arc<AtomicBool>,
 }
 
 async fn refuse(mut s: TcpStream) {
@@ -87,32 +91,39 @@ impl Iperf3Server {
     /// result goes to [`Observer::on_result`]. Returns the number of tests.
     pub async fn run(self, observer: &mut dyn Observer, cancel: CancellationToken) -> u64 {
         let mut tests = 0u64;
+        let mut next: Option<(TcpStream, SocketAddr)> = None;
         loop {
-            let (sock, peer) = tokio::select! {
-                _ = cancel.cancelled() => break,
-                a = self.listener.accept() => match a {
-                    Ok(a) => a,
-                    Err(e) => {
-                        observer.on_notice(&format!("iperf3: accept failed: {e}"));
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
+            let (sock, peer) = match next.take() {
+                Some(a) => a,
+                None => tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    a = self.listener.accept() => match a {
+                        Ok(a) => a,
+                        Err(e) => {
+                            observer.on_notice(&format!("iperf3: accept failed: {e}"));
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
                 },
             };
             let wanted = Arc::new(AtomicBool::new(false));
+            let finishing = Arc::new(AtomicBool::new(false));
             let (tx, rx) = mpsc::channel(256);
             let handoff = Handoff {
                 wanted: wanted.clone(),
                 rx,
+                finishing: finishing.clone(),
             };
             let test = serve_test(&self.spec, self.local_addr(), sock, peer, handoff, cancel.clone());
             tokio::pin!(test);
             let result = loop {
                 tokio::select! {
                     r = &mut test => break r,
-                    a = self.listener.accept() => match a {
+                    a = self.listener.accept(), if next.is_none() => match a {
                         // Out of descriptors, say: do not spin on it.
                         Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Ok((s, from)) if finishing.load(Relaxed) => next = Some((s, from)),
                         Ok((s, from)) => if wanted.load(Relaxed) {
                             if let Err(mpsc::error::TrySendError::Full(s) | mpsc::error::TrySendError::Closed(s)) = tx.try_send(s) {
                                 tokio::spawn(refuse(s));
@@ -459,6 +470,7 @@ async fn run_test(
     served.parts.peer = Some(theirs);
     ctl.send(&encode_json(&mine.to_json()), "sending results").await?;
     ctl.send_state(State::DisplayResults, "DISPLAY_RESULTS").await?;
+    handoff.finishing.store(true, Relaxed);
     // IPERF_DONE or a close ends it; either is fine.
     let _ = ctl.read_within(Expect::State, "IPERF_DONE", spec.timeout).await;
     ctl.close_gracefully(Duration::from_secs(1)).await;
