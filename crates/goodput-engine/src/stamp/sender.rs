@@ -189,6 +189,8 @@ pub async fn run_sender(
             }
         }
     }
+    // The sessions may all have stopped before the select saw the cancel.
+    interrupted |= cancel.is_cancelled();
     let now = Instant::now();
     let elapsed = now - start;
     let last = interval_of(&window, elapsed, now - last_tick, 0, done as u64, failed, bytes);
