@@ -16,4 +16,5 @@ pub mod rate;
 pub mod result;
 pub mod session;
 pub mod stamp;
+pub mod ttcp;
 pub mod units;

@@ -47,6 +47,43 @@ pub struct TestResult {
     /// Servers running the STAMP reflector: what it received and answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp_reflector: Option<StampReflectorCounters>,
+    /// TTCP runs: ttcp's own figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttcp: Option<TtcpDetail>,
+}
+
+/// What a TTCP transmitter or receiver measured, with ttcp's meanings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TtcpDetail {
+    /// This end transmitted (`-t`) rather than received (`-r`).
+    pub transmit: bool,
+    /// UDP (`-u`) rather than TCP.
+    pub udp: bool,
+    /// Bytes per write or read call (`-l`).
+    pub buflen: u64,
+    /// Buffers to send (`-n`; the transmitter's plan).
+    pub nbuf: u64,
+    /// Payload bytes moved (UDP: without the 4-byte start/end markers).
+    pub bytes: u64,
+    /// Read or write system calls made on the data socket.
+    pub calls: u64,
+    /// Times the UDP transmitter slept because the kernel had no buffer
+    /// (ENOBUFS) and retried.
+    pub sleeps: u64,
+    /// UDP datagrams carrying data (receiver: the ones that arrived).
+    pub datagrams: u64,
+    /// Wall-clock time from the first to the last byte (ttcp's "real"), seconds.
+    pub real_s: f64,
+    /// CPU time in user mode over the same span, seconds.
+    pub user_s: f64,
+    /// CPU time in the kernel over the same span, seconds.
+    pub system_s: f64,
+    /// Pattern from memory (`--sinkmode`, the default) rather than stdin/stdout.
+    pub sinkmode: bool,
+    /// The peer: the address connected to, or the one that connected / sent.
+    pub peer: String,
+    /// Why the transfer ended early, when it did.
+    pub error: Option<String>,
 }
 
 /// Program name and version.
@@ -72,6 +109,10 @@ pub enum TestKind {
     Iperf3Server,
     /// `goodput stamp`, a STAMP Session-Sender.
     StampSender,
+    /// `goodput ttcp -t`, a TTCP transmitter.
+    TtcpTransmit,
+    /// `goodput ttcp -r`, a TTCP receiver.
+    TtcpReceive,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -86,6 +127,8 @@ pub enum WireProtocol {
     Iperf3,
     /// STAMP test packets over UDP (RFC 8762).
     Stamp,
+    /// No protocol: raw bytes to any sink or from any source (TTCP).
+    Raw,
 }
 
 /// How the client ends a successful connection.

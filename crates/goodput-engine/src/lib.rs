@@ -10,9 +10,11 @@
 mod counters;
 pub mod iperf3;
 mod observer;
+pub mod services;
 pub mod socket;
 pub mod stamp;
 pub mod tcp;
+pub mod ttcp;
 
 pub use counters::RunClock;
 pub use observer::{NullObserver, Observer};

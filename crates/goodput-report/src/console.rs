@@ -194,6 +194,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
         EndReason::Completed => t.push('\n'),
     }
+    if let Some(d) = &result.ttcp {
+        t.push_str(&crate::ttcp::ttcp_report(result, d));
+        return t;
+    }
     if let Some(d) = &result.stamp {
         t.push_str(&format!(
             "  Sessions : {} succeeded, {} failed, {} aborted   Total Time : {:.3} s\n",

@@ -8,12 +8,14 @@ mod files;
 mod format;
 mod iperf3;
 mod stamp;
+mod ttcp;
 
 pub use console::{console_line, ConsoleView, Verbosity};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
+pub use ttcp::{ttcp_prefix, ttcp_report};
 
 use goodput_core::result::{ConnectionRecord, Interval, StampPacket, TestResult};
 

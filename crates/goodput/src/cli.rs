@@ -35,6 +35,10 @@ pub enum Command {
     /// TWAMP-Light reflector (or, with no HOST, an embedded goodput
     /// reflector on loopback).
     Stamp(Box<StampArgs>),
+    /// TTCP: memory-to-memory transfer with no protocol on the wire, to or
+    /// from anything (`-t HOST` transmits, `-r` receives): a discard
+    /// service, nc, socat, a classic ttcp.
+    Ttcp(Box<TtcpArgs>),
     /// Print the JSON Schema of the result document (--json).
     Schema,
 }
@@ -409,6 +413,59 @@ pub struct Iperf3Args {
     pub views: ViewArgs,
 }
 
+/// `goodput ttcp`: ttcp's own option letters.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("role").required(true).args(["transmit", "receive"])))]
+pub struct TtcpArgs {
+    /// Transmit: connect to HOST and send.
+    #[arg(short = 't', requires = "host")]
+    pub transmit: bool,
+    /// Receive: accept one connection (or UDP datagrams) and read to the end.
+    #[arg(short = 'r', conflicts_with = "host")]
+    pub receive: bool,
+    /// Where to send (with -t).
+    pub host: Option<String>,
+    /// Bytes per write / read call.
+    #[arg(short = 'l', default_value_t = 8192, value_name = "BUFLEN")]
+    pub buflen: usize,
+    /// Buffers to send (with -t).
+    #[arg(short = 'n', default_value_t = 2048, value_name = "NBUF")]
+    pub nbuf: u64,
+    /// Port to send to or receive on.
+    #[arg(short = 'p', default_value_t = 5001)]
+    pub port: u16,
+    /// UDP instead of TCP (4-byte datagrams mark the start and the end).
+    #[arg(short = 'u')]
+    pub udp: bool,
+    /// TCP_NODELAY on the transmitter.
+    #[arg(short = 'D')]
+    pub nodelay: bool,
+    /// Socket buffer size: SO_SNDBUF transmitting, SO_RCVBUF receiving.
+    #[arg(short = 'b', value_name = "SIZE")]
+    pub sockbuf: Option<ByteSize>,
+    /// Source and sink the pattern in memory (on by default); with
+    /// --sinkmode=false the transmitter sends standard input and the
+    /// receiver writes what arrives to standard output.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", value_name = "BOOL")]
+    pub sinkmode: bool,
+    /// Receiver address (default :: with IPv4 too).
+    #[arg(long, short = 'B', value_name = "ADDR", requires = "receive")]
+    pub bind: Option<IpAddr>,
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// UDP receiver: end a transfer when nothing arrives for this long
+    /// (its end markers were lost).
+    #[arg(long, default_value = "5s", value_name = "DURATION")]
+    pub udp_idle: HumanDuration,
+    #[command(flatten)]
+    pub views: ViewArgs,
+}
+
 /// `goodput stamp`: a STAMP Session-Sender.
 #[derive(Debug, Args)]
 pub struct StampArgs {
@@ -478,6 +535,12 @@ pub struct StampArgs {
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
+    /// Also run a discard service (RFC 863, TCP and UDP) on this port.
+    #[arg(long, value_name = "PORT")]
+    pub discard_port: Option<u16>,
+    /// Also run an echo service (RFC 862, TCP) on this port.
+    #[arg(long, value_name = "PORT")]
+    pub echo_port: Option<u16>,
     /// Also run a STAMP (RFC 8762) reflector on UDP --stamp-port.
     #[arg(long)]
     pub stamp: bool,

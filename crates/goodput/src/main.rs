@@ -24,7 +24,7 @@ use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusF
 
 use cli::{
     Cli, Command, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg, SocketArgs,
-    StampArgs, TcpArgs, VerifyArg, ViewArgs, WireArg,
+    StampArgs, TcpArgs, TtcpArgs, VerifyArg, ViewArgs, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -65,6 +65,7 @@ fn main() -> ExitCode {
         Command::Server(args) => runtime().and_then(|rt| rt.block_on(server(*args))),
         Command::Iperf3(args) => runtime().and_then(|rt| rt.block_on(iperf3(*args))),
         Command::Stamp(args) => runtime().and_then(|rt| rt.block_on(stamp(*args))),
+        Command::Ttcp(args) => runtime().and_then(|rt| rt.block_on(ttcp(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -614,6 +615,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     }
     let socket = socket_options(&args.socket)?;
     let (listen, listen_defaulted) = listen_addrs(&args)?;
+    let listen_for_services = listen.clone();
     let limit = raise_open_file_limit().ok();
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -743,7 +745,35 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
+    let services = if args.discard_port.is_some() || args.echo_port.is_some() {
+        let ips: Vec<IpAddr> = listen_for_services.iter().map(|a| a.ip()).collect();
+        let at = |port: Option<u16>| -> Vec<SocketAddr> {
+            port.map(|p| ips.iter().map(|&ip| SocketAddr::new(ip, p)).collect())
+                .unwrap_or_default()
+        };
+        let s = goodput_engine::services::bind_services(&at(args.discard_port), &at(args.echo_port))
+            .map_err(|e| Stop::Fatal(e.into()))?;
+        let list = |v: Vec<SocketAddr>| v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+        if args.discard_port.is_some() {
+            banner.push((
+                "Discard service".into(),
+                format!("{} (TCP and UDP)", list(s.discard_addrs())),
+            ));
+        }
+        if args.echo_port.is_some() {
+            banner.push(("Echo service".into(), format!("{} (TCP)", list(s.echo_addrs()))));
+        }
+        Some(s)
+    } else {
+        None
+    };
     views.console.banner("goodput server", &banner);
+    let services_run = async {
+        match services {
+            Some(s) => Some(s.run(cancel.clone()).await),
+            None => None,
+        }
+    };
     let iperf3_run = async {
         if let Some(srv) = iperf3 {
             let mut view = Iperf3ServerView {
@@ -765,8 +795,14 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         cancel.cancel();
         r
     };
-    let (result, (), counters) = tokio::join!(tcp_run, iperf3_run, stamp_run);
+    let (result, (), counters, served) = tokio::join!(tcp_run, iperf3_run, stamp_run, services_run);
     let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
+        goodput_report::console_line(&format!(
+            "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B",
+            c.discard_connections, c.discard_datagrams, c.discard_bytes, c.echo_connections, c.echo_bytes
+        ));
+    }
     if let Some(c) = counters {
         if args.output.views.verbosity > 0 {
             goodput_report::console_line(&format!(
@@ -1152,6 +1188,103 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     }
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
+    Ok(if result.end == EndReason::Interrupted {
+        EXIT_INTERRUPTED
+    } else if result.summary.failures() > 0 {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
+}
+
+async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
+    use goodput_engine::ttcp::{run_ttcp, TtcpRole, TtcpSpec};
+    let min = if args.udp {
+        goodput_core::ttcp::MIN_UDP_BUFLEN
+    } else {
+        1
+    };
+    if args.buflen < min || args.buflen > (64 << 20) {
+        return Err(usage(format!("-l must be between {min} and {} bytes", 64 << 20)));
+    }
+    if args.udp && args.buflen > 65_507 {
+        return Err(usage("-l with -u must be at most 65507 bytes (one UDP datagram)"));
+    }
+    if args.transmit && args.nbuf == 0 {
+        return Err(usage("-n must be at least 1"));
+    }
+    let sockbuf = args
+        .sockbuf
+        .map(|b| u32::try_from(b.0).map_err(|_| usage("-b must be below 4 GiB")))
+        .transpose()?;
+    let role = match &args.host {
+        Some(h) => TtcpRole::Transmit(resolve(h, args.port, args.ipv4, args.ipv6).await?[0]),
+        None => {
+            let ip = args.bind.unwrap_or(if args.ipv4 {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                Ipv6Addr::UNSPECIFIED.into()
+            });
+            TtcpRole::Receive(SocketAddr::new(ip, args.port))
+        }
+    };
+    let spec = TtcpSpec {
+        role,
+        udp: args.udp,
+        buflen: args.buflen,
+        nbuf: args.nbuf,
+        nodelay: args.nodelay,
+        sockbuf,
+        sinkmode: args.sinkmode,
+        udp_idle: args.udp_idle.0,
+        connect_timeout: Duration::from_secs(10),
+    };
+    // The report goes to standard output, unless standard output carries
+    // the received data (--sinkmode=false -r): then it goes to stderr.
+    let data_on_stdout = !args.sinkmode && !args.transmit;
+    let verbosity = args.views.verbosity;
+    let mut view_args = args.views;
+    if data_on_stdout {
+        view_args.verbosity = 0;
+    }
+    let mut views = Views::open(&view_args, None)?;
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let prefix = if args.transmit { "ttcp-t" } else { "ttcp-r" };
+    if verbosity > 0 {
+        eprintln!(
+            "{prefix}: buflen={}, nbuf={}, port={}{}  {}{}",
+            spec.buflen,
+            spec.nbuf,
+            args.port,
+            sockbuf.map_or(String::new(), |b| format!(", sockbufsize={b}")),
+            if args.udp { "udp" } else { "tcp" },
+            args.host.as_ref().map_or(String::new(), |h| format!("  -> {h}"))
+        );
+    }
+    let c = cancel.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut lines = |l: String| {
+            if verbosity > 0 {
+                eprintln!("{prefix}: {l}");
+            }
+        };
+        run_ttcp(&spec, &mut lines, &c)
+    })
+    .await
+    .map_err(|e| Stop::Fatal(anyhow!("the transfer thread failed: {e}")))?
+    .map_err(|e| Stop::Fatal(e.into()))?;
+    if data_on_stdout && verbosity > 0 {
+        if let Some(d) = &result.ttcp {
+            eprintln!("{}", goodput_report::ttcp_report(&result, d));
+        }
+    }
+    for r in &result.connections {
+        if !r.outcome.is_success() {
+            views.on_connection(r);
+        }
+    }
+    views.finish(&result, view_args.json.as_deref())?;
     Ok(if result.end == EndReason::Interrupted {
         EXIT_INTERRUPTED
     } else if result.summary.failures() > 0 {

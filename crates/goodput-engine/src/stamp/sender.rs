@@ -288,6 +288,7 @@ pub async fn run_sender(
             per_session,
         }),
         stamp_reflector: None,
+        ttcp: None,
     })
 }
 

@@ -84,7 +84,10 @@ pub async fn run_client(
     if spec.targets.is_empty() {
         return Err(EngineError::Config("no target address".into()));
     }
-    if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
+    if matches!(
+        spec.wire,
+        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw
+    ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
             spec.wire
@@ -443,7 +446,7 @@ async fn negotiate(
                 ))),
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = cts::decode_connection_id(&id);
@@ -458,7 +461,7 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
             Message::Completion(c) => Ok(Trailer::Completion(c)),
             other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
         },
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

@@ -37,7 +37,10 @@ pub struct BoundServer {
 /// Binds every listen address of `spec`. Must be called inside a tokio
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
-    if matches!(spec.wire, WireProtocol::Iperf3 | WireProtocol::Stamp) {
+    if matches!(
+        spec.wire,
+        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw
+    ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
             spec.wire
@@ -413,7 +416,7 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -459,7 +462,7 @@ async fn accept_phase(
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => {
+            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -504,7 +507,7 @@ async fn finish_phase(
                 .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp => Ok(()),
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {

@@ -1,0 +1,177 @@
+//! The classic simple services in `goodput server`: discard (RFC 863, TCP
+//! and UDP: everything read is dropped) and echo (RFC 862, TCP: everything
+//! read is sent back). Sinks and mirrors for TTCP, `nc` and any client.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
+use tokio_util::sync::CancellationToken;
+
+use crate::EngineError;
+
+/// What the services did over the server's life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServiceCounters {
+    /// TCP discard connections accepted.
+    pub discard_connections: u64,
+    /// Bytes discarded (TCP and UDP).
+    pub discard_bytes: u64,
+    /// UDP datagrams discarded.
+    pub discard_datagrams: u64,
+    /// Echo connections accepted.
+    pub echo_connections: u64,
+    /// Bytes echoed back.
+    pub echo_bytes: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    discard_connections: AtomicU64,
+    discard_bytes: AtomicU64,
+    discard_datagrams: AtomicU64,
+    echo_connections: AtomicU64,
+    echo_bytes: AtomicU64,
+}
+
+/// Bound discard and echo sockets.
+pub struct BoundServices {
+    discard_tcp: Vec<TcpListener>,
+    discard_udp: Vec<UdpSocket>,
+    echo_tcp: Vec<TcpListener>,
+}
+
+/// Binds discard (TCP and UDP) on `discard` and echo (TCP) on `echo`.
+pub fn bind_services(discard: &[SocketAddr], echo: &[SocketAddr]) -> Result<BoundServices, EngineError> {
+    let tcp = |addr: SocketAddr| -> Result<TcpListener, EngineError> {
+        let l = crate::socket::tcp_listener(addr, false, addr.is_ipv6(), 1024)
+            .map_err(|source| EngineError::Listen { addr, source })?;
+        TcpListener::from_std(l).map_err(|source| EngineError::Listen { addr, source })
+    };
+    let udp = |addr: SocketAddr| -> Result<UdpSocket, EngineError> {
+        let err = |source| EngineError::Listen { addr, source };
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::DGRAM,
+            Some(socket2::Protocol::UDP),
+        )
+        .map_err(err)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true).map_err(err)?;
+        }
+        s.bind(&addr.into()).map_err(err)?;
+        s.set_nonblocking(true).map_err(err)?;
+        UdpSocket::from_std(s.into()).map_err(err)
+    };
+    Ok(BoundServices {
+        discard_tcp: discard.iter().map(|&a| tcp(a)).collect::<Result<_, _>>()?,
+        discard_udp: discard.iter().map(|&a| udp(a)).collect::<Result<_, _>>()?,
+        echo_tcp: echo.iter().map(|&a| tcp(a)).collect::<Result<_, _>>()?,
+    })
+}
+
+impl BoundServices {
+    /// The discard service's TCP addresses (port 0 resolved).
+    pub fn discard_addrs(&self) -> Vec<SocketAddr> {
+        self.discard_tcp
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect()
+    }
+
+    /// The echo service's addresses.
+    pub fn echo_addrs(&self) -> Vec<SocketAddr> {
+        self.echo_tcp.iter().filter_map(|l| l.local_addr().ok()).collect()
+    }
+
+    /// Serves until `cancel`; returns what was served.
+    pub async fn run(self, cancel: CancellationToken) -> ServiceCounters {
+        let c = Arc::new(Counters::default());
+        let mut tasks = tokio::task::JoinSet::new();
+        for l in self.discard_tcp {
+            tasks.spawn(accept_loop(l, c.clone(), cancel.clone(), false));
+        }
+        for l in self.echo_tcp {
+            tasks.spawn(accept_loop(l, c.clone(), cancel.clone(), true));
+        }
+        for s in self.discard_udp {
+            let (c, cancel) = (c.clone(), cancel.clone());
+            tasks.spawn(async move {
+                let mut buf = vec![0u8; 65_536];
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        r = s.recv_from(&mut buf) => if let Ok((n, _)) = r {
+                            c.discard_bytes.fetch_add(n as u64, Relaxed);
+                            c.discard_datagrams.fetch_add(1, Relaxed);
+                        },
+                    }
+                }
+            });
+        }
+        while tasks.join_next().await.is_some() {}
+        ServiceCounters {
+            discard_connections: c.discard_connections.load(Relaxed),
+            discard_bytes: c.discard_bytes.load(Relaxed),
+            discard_datagrams: c.discard_datagrams.load(Relaxed),
+            echo_connections: c.echo_connections.load(Relaxed),
+            echo_bytes: c.echo_bytes.load(Relaxed),
+        }
+    }
+}
+
+async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken, echo: bool) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (mut s, _) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = l.accept() => match a {
+                Ok(a) => a,
+                Err(_) => {
+                    // Out of descriptors, say: do not spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let (c, cancel) = (c.clone(), cancel.clone());
+        if echo {
+            c.echo_connections.fetch_add(1, Relaxed);
+            conns.spawn(async move {
+                let mut buf = vec![0u8; 16 * 1024];
+                loop {
+                    let n = tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        r = s.read(&mut buf) => match r {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        },
+                    };
+                    if s.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    c.echo_bytes.fetch_add(n as u64, Relaxed);
+                }
+                let _ = s.shutdown().await;
+            });
+        } else {
+            c.discard_connections.fetch_add(1, Relaxed);
+            conns.spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        r = s.read(&mut buf) => match r {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => { c.discard_bytes.fetch_add(n as u64, Relaxed); }
+                        },
+                    }
+                }
+            });
+        }
+    }
+    conns.shutdown().await;
+}

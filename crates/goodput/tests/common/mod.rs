@@ -1,0 +1,147 @@
+//! Helpers shared by the command-line test files: the binary, scratch
+//! files, free ports, waiting for a listener, and children that are killed
+//! when a test fails.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn goodput() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_goodput"))
+}
+
+/// A scratch file under a directory of this test process.
+pub fn tmp(group: &str, name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("goodput-{group}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Whether `tool --version` (or `-h`) runs. Missing tools skip a test,
+/// except under CI=true, where they fail it.
+pub fn have(tool: &str, probe: &[&str], install: &str) -> bool {
+    let ok = Command::new(tool)
+        .args(probe)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{tool} is required in CI ({install})"
+        );
+        eprintln!("{tool} not installed: skipping ({install})");
+    }
+    ok
+}
+
+pub fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn proc_has(files: &[&str], port: u16, listening_only: bool) -> bool {
+    let needle = format!(":{port:04X}");
+    files.iter().any(|f| {
+        std::fs::read_to_string(f).unwrap_or_default().lines().any(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols.len() > 3 && cols[1].ends_with(&needle) && (!listening_only || cols[3] == "0A")
+        })
+    })
+}
+
+/// Waits until something listens on TCP `port` (read from /proc: no probe
+/// connection, which a one-connection receiver would take for its peer).
+pub fn wait_tcp_listening(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if proc_has(&["/proc/net/tcp", "/proc/net/tcp6"], port, true) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listens on TCP port {port}");
+}
+
+/// Waits until something has UDP `port` bound.
+pub fn wait_udp_bound(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if proc_has(&["/proc/net/udp", "/proc/net/udp6"], port, false) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing bound UDP port {port}");
+}
+
+/// A child process killed when dropped (a failed assertion must not leave
+/// it running).
+pub struct Reaped(pub Option<Child>);
+
+impl Reaped {
+    /// Spawns with standard output and error piped.
+    pub fn spawn(mut cmd: Command) -> Self {
+        Reaped(Some(
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(),
+        ))
+    }
+
+    /// Spawns as configured (for a child whose output goes to a file).
+    pub fn spawn_as_is(mut cmd: Command) -> Self {
+        Reaped(Some(cmd.spawn().unwrap()))
+    }
+
+    /// Signals the child, waits up to 10 s for it, and returns its exit
+    /// code, standard output and standard error.
+    pub fn stop(mut self, signal: i32) -> (Option<i32>, String, String) {
+        let c = self.0.as_mut().unwrap();
+        // SAFETY: signals a child process this test started.
+        unsafe { libc::kill(c.id() as i32, signal) };
+        self.wait(Duration::from_secs(10))
+    }
+
+    /// Waits up to `limit` for the child to end by itself (then kills it).
+    pub fn wait(mut self, limit: Duration) -> (Option<i32>, String, String) {
+        let mut c = self.0.take().unwrap();
+        let deadline = Instant::now() + limit;
+        while c.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+        let code = c.wait().ok().and_then(|s| s.code());
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut o) = c.stdout.take() {
+            o.read_to_string(&mut out).unwrap();
+        }
+        if let Some(mut e) = c.stderr.take() {
+            e.read_to_string(&mut err).unwrap();
+        }
+        (code, out, err)
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
