@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -197,11 +197,25 @@ bench_stamp_sessions() {
   json_get "$out" "'stamp sender: %d sessions x 10 pkt/s for ${T} s: %d sent, %d received, %d lost, %d late, RTT p99 %.3f ms, RSS %s KiB' % (d['stamp']['sessions'], d['stamp']['total']['sent'], d['stamp']['total']['received'], d['stamp']['total']['lost'], d['stamp']['total']['late'], d['stamp']['total']['rtt']['p99_us']/1e3, open('$work/st.rss').read().strip())"
 }
 
+# TTCP: goodput's transmitter into goodput's receiver, one TCP stream with
+# 128 KiB calls, against iperf3 with -l 128K; bytes/s the receiver counted.
+tt_rate() {
+  local out=$work/tt.json port=15310
+  $GP ttcp -r -B 127.0.0.1 -p $port -l 131072 -v 0 --json "$out" & local r=$!
+  sleep 0.3
+  # About T seconds at ~20 Gbit/s: the receiver's real time is what counts.
+  $GP ttcp -t 127.0.0.1 -p $port -l 131072 -n $((T * 20000)) -v 0 >/dev/null
+  wait $r
+  json_get "$out" "d['ttcp']['bytes']/d['ttcp']['real_s']"
+}
+bench_ttcp() { ab "ttcp 1 stream 128 KiB vs iperf3 -l 128K" "tt_rate" "ip_rate -l 128K"; }
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_churn; bench_memory ;;
+    ttcp) header; bench_ttcp ;;
     stamp) header; bench_stamp ;;
     stamp-sessions) bench_stamp_sessions ;;
     iperf3) header; bench_iperf3 ;;
