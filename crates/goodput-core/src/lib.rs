@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cts;
+pub mod echo;
 pub mod iperf3;
 pub mod metrics;
 pub mod pattern;

@@ -50,6 +50,107 @@ pub struct TestResult {
     /// TTCP runs: ttcp's own figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttcp: Option<TtcpDetail>,
+    /// Echo load tests: connections, messages and round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub echo: Option<EchoDetail>,
+}
+
+/// What an echo load test adds to the common record. Times in microseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EchoDetail {
+    /// Connections attempted.
+    pub connections: u64,
+    /// Connections established.
+    pub established: u64,
+    /// Connects refused (ECONNREFUSED).
+    pub refused: u64,
+    /// Connects or connections reset (ECONNRESET).
+    pub reset: u64,
+    /// Connects or echoes that timed out.
+    pub timed_out: u64,
+    /// Other failures.
+    pub other_failures: u64,
+    /// Connect time (SYN to established).
+    pub connect_time: Option<Percentiles>,
+    /// Messages per connection planned.
+    pub messages_per_connection: u64,
+    /// Message size, bytes.
+    pub message_bytes: u64,
+    /// Time between messages, microseconds.
+    pub message_interval_us: u64,
+    /// Closed loop: the next message's timer starts when the echo is back.
+    pub send_after_recv: bool,
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages whose echo came back whole.
+    pub echoed: u64,
+    /// Echoed messages with a wrong byte.
+    pub mismatched: u64,
+    /// Messages only partly echoed when the connection ended.
+    pub short: u64,
+    /// Messages with no echo at all when the connection ended.
+    pub missing: u64,
+    /// Bytes echoed beyond what was sent.
+    pub extra_bytes: u64,
+    /// Round trip per message, from its scheduled send time (open loop) or
+    /// its send time (closed loop) to the last echoed byte.
+    pub round_trip: Option<Percentiles>,
+    /// Round trips as an HdrHistogram (V2 compressed, base64, nanoseconds).
+    pub round_trip_histogram: Option<String>,
+    /// Connect times as an HdrHistogram (nanoseconds).
+    pub connect_histogram: Option<String>,
+}
+
+/// A latency distribution, microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Percentiles {
+    /// Samples.
+    pub count: u64,
+    /// Smallest.
+    pub min_us: f64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// 99.9th percentile.
+    pub p999_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+impl Percentiles {
+    /// From an HdrHistogram of nanoseconds; `None` when it is empty.
+    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Option<Self> {
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1e3;
+        (!h.is_empty()).then(|| Self {
+            count: h.len(),
+            min_us: h.min() as f64 / 1e3,
+            p50_us: us(0.5),
+            p90_us: us(0.9),
+            p99_us: us(0.99),
+            p999_us: us(0.999),
+            max_us: h.max() as f64 / 1e3,
+        })
+    }
+}
+
+/// One status interval of an echo load test.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct EchoInterval {
+    /// Connections established so far.
+    pub established: u64,
+    /// Connections failed so far.
+    pub failed: u64,
+    /// Messages sent in the interval.
+    pub sent: u64,
+    /// Messages echoed in the interval.
+    pub echoed: u64,
+    /// Mismatched echoes in the interval.
+    pub mismatched: u64,
+    /// Round trips of the interval's echoes.
+    pub round_trip: Option<Percentiles>,
 }
 
 /// What a TTCP transmitter or receiver measured, with ttcp's meanings.
@@ -113,6 +214,8 @@ pub enum TestKind {
     TtcpTransmit,
     /// `goodput ttcp -r`, a TTCP receiver.
     TtcpReceive,
+    /// `goodput echo`, loading an echo server.
+    EchoClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -208,6 +311,9 @@ pub struct Interval {
     /// as connections in the fields above).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stamp: Option<StampInterval>,
+    /// Echo load tests: the interval's messages and round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub echo: Option<EchoInterval>,
 }
 
 /// How one connection ended.

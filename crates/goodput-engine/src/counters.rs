@@ -105,6 +105,7 @@ impl IntervalSampler {
             network_errors: c.network_errors.load(Relaxed),
             data_errors: c.data_errors.load(Relaxed),
             stamp: None,
+            echo: None,
         };
         self.last_ns = now_ns;
         self.last_sent = sent;

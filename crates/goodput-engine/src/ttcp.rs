@@ -244,6 +244,7 @@ pub fn run_ttcp(
         iperf3: None,
         stamp: None,
         stamp_reflector: None,
+        echo: None,
         ttcp: Some(TtcpDetail {
             transmit,
             udp: spec.udp,

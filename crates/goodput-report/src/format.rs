@@ -127,6 +127,7 @@ mod tests {
             network_errors: 0,
             data_errors: 1,
             stamp: None,
+            echo: None,
         });
         assert!(line.contains("10.00 Gbit/s"), "{line}");
         assert_eq!(&line[..10], "     5.000");

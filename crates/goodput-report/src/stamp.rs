@@ -353,6 +353,7 @@ mod tests {
             network_errors: 0,
             data_errors: 0,
             stamp: Some(s),
+            echo: None,
         };
         let line = stamp_line(&iv, &s);
         let cells: Vec<&str> = line.split_whitespace().collect();

@@ -574,6 +574,7 @@ pub(crate) fn build_result(
         end,
         stamp: None,
         stamp_reflector: None,
+        echo: None,
         ttcp: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {

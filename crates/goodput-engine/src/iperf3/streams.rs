@@ -749,6 +749,7 @@ impl Meter {
             network_errors: 0,
             data_errors: 0,
             stamp: None,
+            echo: None,
         }
     }
 

@@ -288,6 +288,7 @@ pub async fn run_sender(
             per_session,
         }),
         stamp_reflector: None,
+        echo: None,
         ttcp: None,
     })
 }
@@ -352,6 +353,7 @@ fn interval_of(
             forward_median_us: fwd,
             backward_median_us: bwd,
         }),
+        echo: None,
     }
 }
 

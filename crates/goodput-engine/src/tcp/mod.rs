@@ -408,6 +408,7 @@ impl Driven {
             end: self.end,
             stamp: None,
             stamp_reflector: None,
+            echo: None,
             ttcp: None,
             iperf3: None,
         }
