@@ -110,7 +110,7 @@ impl EchoTracker {
 
     /// At the end: (messages partly echoed, messages not echoed at all).
     pub fn unfinished(&self) -> (u64, u64) {
-        let partial = u64::from(self.received % self.size != 0 && !self.waiting.is_empty());
+        let partial = u64::from(!self.received.is_multiple_of(self.size) && !self.waiting.is_empty());
         (partial, self.waiting.len() as u64 - partial)
     }
 }
@@ -162,7 +162,6 @@ mod tests {
 
     #[test]
     fn missing_echoes_are_counted_at_the_end() {
-        let p = Pattern::new(64 * 1024);
         let mut t = EchoTracker::new(8, 0);
         for i in 0..5 {
             t.sent_one(i);

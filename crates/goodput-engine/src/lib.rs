@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod counters;
+pub mod echo;
 pub mod iperf3;
 mod observer;
 pub mod services;

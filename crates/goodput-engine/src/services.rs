@@ -122,6 +122,56 @@ impl BoundServices {
     }
 }
 
+thread_local! {
+    // Read space owned by the worker thread: an idle echo connection holds
+    // no buffer, so tens of thousands of them cost little memory.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 64 * 1024]);
+}
+
+/// Echoes until the peer closes, counting into `echoed`. Reads go into
+/// the thread's scratch space and are written straight back; only what the
+/// kernel does not take at once is kept, in a buffer of its own.
+async fn echo_connection(s: &mut tokio::net::TcpStream, echoed: &AtomicU64) {
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        if !pending.is_empty() {
+            if s.write_all(&pending).await.is_err() {
+                return;
+            }
+            echoed.fetch_add(pending.len() as u64, Relaxed);
+            pending = Vec::new();
+        }
+        if s.readable().await.is_err() {
+            return;
+        }
+        let step = SCRATCH.with(|b| {
+            let mut buf = b.borrow_mut();
+            match s.try_read(&mut buf) {
+                Ok(0) => Err(()),
+                Ok(n) => {
+                    let sent = match s.try_write(&buf[..n]) {
+                        Ok(k) => k,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+                        Err(_) => return Err(()),
+                    };
+                    if sent < n {
+                        pending.extend_from_slice(&buf[sent..n]);
+                    }
+                    Ok(sent as u64)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+                Err(_) => Err(()),
+            }
+        });
+        match step {
+            Ok(n) => {
+                echoed.fetch_add(n, Relaxed);
+            }
+            Err(()) => return,
+        }
+    }
+}
+
 async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken, echo: bool) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
@@ -141,19 +191,9 @@ async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken
         if echo {
             c.echo_connections.fetch_add(1, Relaxed);
             conns.spawn(async move {
-                let mut buf = vec![0u8; 16 * 1024];
-                loop {
-                    let n = tokio::select! {
-                        _ = cancel.cancelled() => break,
-                        r = s.read(&mut buf) => match r {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => n,
-                        },
-                    };
-                    if s.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    c.echo_bytes.fetch_add(n as u64, Relaxed);
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = echo_connection(&mut s, &c.echo_bytes) => {}
                 }
                 let _ = s.shutdown().await;
             });

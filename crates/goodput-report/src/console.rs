@@ -100,13 +100,18 @@ impl View for ConsoleView {
         if !self.verbosity.status() {
             return Ok(());
         }
-        let (legend, header, line) = match &iv.stamp {
-            Some(s) => (
+        let (legend, header, line) = match (&iv.stamp, &iv.echo) {
+            (Some(s), _) => (
                 crate::stamp::stamp_legend(),
                 crate::stamp::stamp_header(),
                 crate::stamp::stamp_line(iv, s),
             ),
-            None => (status_legend(), status_header(), status_line(iv)),
+            (None, Some(e)) => (
+                crate::echo::echo_legend(),
+                crate::echo::echo_header(),
+                crate::echo::echo_line(iv, e),
+            ),
+            (None, None) => (status_legend(), status_header(), status_line(iv)),
         };
         if self.lines == 0 {
             self.say(legend.trim_end());
@@ -193,6 +198,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         )),
         EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
         EndReason::Completed => t.push('\n'),
+    }
+    if let Some(d) = &result.echo {
+        t.push_str(&crate::echo::summary(result, d));
+        return t;
     }
     if let Some(d) = &result.ttcp {
         t.push_str(&crate::ttcp::ttcp_report(result, d));

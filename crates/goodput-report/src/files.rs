@@ -47,20 +47,27 @@ impl View for StatusFile {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
         if !self.header {
             self.header = true;
-            match (self.csv, iv.stamp.is_some()) {
-                (true, false) => writeln!(self.out, "{STATUS_CSV_COLUMNS}")?,
-                (true, true) => writeln!(
-                    self.out,
-                    "{STATUS_CSV_COLUMNS},{}",
-                    crate::stamp::STAMP_CSV_COLUMNS
-                )?,
-                (false, false) => writeln!(self.out, "{}{}", status_legend(), status_header())?,
-                (false, true) => writeln!(
-                    self.out,
-                    "{}{}",
+            let (legend, header, extra) = if iv.stamp.is_some() {
+                (
                     crate::stamp::stamp_legend(),
-                    crate::stamp::stamp_header()
-                )?,
+                    crate::stamp::stamp_header(),
+                    crate::stamp::STAMP_CSV_COLUMNS,
+                )
+            } else if iv.echo.is_some() {
+                (
+                    crate::echo::echo_legend(),
+                    crate::echo::echo_header(),
+                    crate::echo::ECHO_CSV_COLUMNS,
+                )
+            } else {
+                (status_legend(), status_header(), "")
+            };
+            if self.csv && extra.is_empty() {
+                writeln!(self.out, "{STATUS_CSV_COLUMNS}")?;
+            } else if self.csv {
+                writeln!(self.out, "{STATUS_CSV_COLUMNS},{extra}")?;
+            } else {
+                writeln!(self.out, "{legend}{header}")?;
             }
         }
         if self.csv {
@@ -75,14 +82,16 @@ impl View for StatusFile {
                 iv.network_errors,
                 iv.data_errors
             )?;
-            match &iv.stamp {
-                Some(st) => writeln!(self.out, ",{}", crate::stamp::stamp_csv(st))?,
-                None => writeln!(self.out)?,
+            match (&iv.stamp, &iv.echo) {
+                (Some(st), _) => writeln!(self.out, ",{}", crate::stamp::stamp_csv(st))?,
+                (None, Some(e)) => writeln!(self.out, ",{}", crate::echo::echo_csv(e))?,
+                (None, None) => writeln!(self.out)?,
             }
         } else {
-            match &iv.stamp {
-                Some(st) => writeln!(self.out, "{}", crate::stamp::stamp_line(iv, st))?,
-                None => writeln!(self.out, "{}", status_line(iv))?,
+            match (&iv.stamp, &iv.echo) {
+                (Some(st), _) => writeln!(self.out, "{}", crate::stamp::stamp_line(iv, st))?,
+                (None, Some(e)) => writeln!(self.out, "{}", crate::echo::echo_line(iv, e))?,
+                (None, None) => writeln!(self.out, "{}", status_line(iv))?,
             }
         }
         // Each line reaches the disk as it happens, so a killed run keeps it.

@@ -4,6 +4,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 mod console;
+mod echo;
 mod files;
 mod format;
 mod iperf3;
@@ -11,6 +12,7 @@ mod stamp;
 mod ttcp;
 
 pub use console::{console_line, ConsoleView, Verbosity};
+pub use echo::{echo_header, echo_legend, echo_line};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};

@@ -1,0 +1,635 @@
+//! The echo load test (EchoServerTest's options): connections started all at
+//! once, in batches or one at a time; paced messages per connection, open
+//! or closed loop; every echoed byte checked; connections held open until
+//! all are done, or until Enter / a set time. Works against any server that
+//! echoes bytes (RFC 862).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use goodput_core::echo::EchoTracker;
+use goodput_core::pattern::Pattern;
+use goodput_core::result::{
+    ConnectionRecord, EchoDetail, EchoInterval, EndReason, Interval, Outcome, Percentiles, ProtocolErrorKind,
+    SummaryBuilder, TcpSettings, TestKind, TestResult, ToolInfo, WireProtocol, SCHEMA_VERSION,
+};
+use goodput_core::stamp::stats::encode_histogram;
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::{EngineError, Observer};
+
+/// When connections close after their messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Each closes when its own messages are done.
+    No,
+    /// All stay open until every connection is done (`--hold`).
+    UntilAllDone,
+    /// Then also until Enter is pressed on standard input (`--pause`).
+    Enter,
+    /// Then also for this long (`--hold-for`, or `--pause` when standard
+    /// input is not a terminal).
+    For(Duration),
+}
+
+/// An echo load test.
+#[derive(Debug, Clone)]
+pub struct EchoSpec {
+    /// The echo server.
+    pub target: SocketAddr,
+    /// Connections to create.
+    pub connections: u64,
+    /// Start connections in groups of this many (`None` = all at once).
+    pub batch_size: Option<u64>,
+    /// Pause between groups.
+    pub batch_delay: Duration,
+    /// Messages per connection (0 = connect only).
+    pub messages: u64,
+    /// Bytes per message.
+    pub message_size: usize,
+    /// Time between messages.
+    pub message_interval: Duration,
+    /// Closed loop: the next message's timer starts when the echo is back.
+    pub send_after_recv: bool,
+    /// Connect one at a time (each waits for the previous to be established).
+    pub sync_connect: bool,
+    /// When to close.
+    pub hold: Hold,
+    /// Longest connect.
+    pub connect_timeout: Duration,
+    /// Longest wait for an echo to progress.
+    pub reply_timeout: Duration,
+    /// Status interval.
+    pub status_interval: Duration,
+    /// Most connection records and intervals kept in the document.
+    pub max_records: usize,
+}
+
+enum Event {
+    Established(u64),
+    Sent,
+    Echoed(u64, bool),
+    /// Messages done (or failed); the connection may still be held open.
+    Finished,
+    Closed(Box<ConnectionRecord>, Counts),
+    Batch(u64, u64),
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    sent: u64,
+    echoed: u64,
+    mismatched: u64,
+    short: u64,
+    missing: u64,
+    extra: u64,
+    fail: Option<FailKind>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailKind {
+    Refused,
+    Reset,
+    TimedOut,
+    Other,
+}
+
+fn kind_of(e: &io::Error) -> FailKind {
+    match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) => FailKind::Refused,
+        Some(libc::ECONNRESET) | Some(libc::EPIPE) => FailKind::Reset,
+        Some(libc::ETIMEDOUT) => FailKind::TimedOut,
+        _ if e.kind() == io::ErrorKind::TimedOut => FailKind::TimedOut,
+        _ => FailKind::Other,
+    }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant digits is valid")
+}
+
+/// Runs the test and returns the result document.
+pub async fn run_echo(
+    spec: EchoSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+) -> Result<TestResult, EngineError> {
+    if spec.connections == 0 || spec.message_size == 0 || spec.batch_size == Some(0) {
+        return Err(EngineError::Config(
+            "connections, message size and batch size must be above zero".into(),
+        ));
+    }
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let start = Instant::now();
+    let spec = Arc::new(spec);
+    let pattern = Arc::new(Pattern::new(spec.message_size));
+    let (tx, mut rx) = mpsc::channel::<(u64, Event)>(65_536);
+    let (release_tx, release_rx) = watch::channel(false);
+    let stop = cancel.child_token();
+
+    // The spawner: all at once, in batches, or one at a time.
+    {
+        let (spec, tx, stop, pattern) = (spec.clone(), tx.clone(), stop.clone(), pattern.clone());
+        tokio::spawn(async move {
+            for i in 0..spec.connections {
+                if stop.is_cancelled() {
+                    break;
+                }
+                let (established_tx, established_rx) = tokio::sync::oneshot::channel();
+                let c = connection(
+                    i,
+                    start,
+                    spec.clone(),
+                    pattern.clone(),
+                    tx.clone(),
+                    release_rx.clone(),
+                    stop.clone(),
+                    established_tx,
+                );
+                tokio::spawn(c);
+                if spec.sync_connect {
+                    let _ = established_rx.await;
+                }
+                if let Some(b) = spec.batch_size {
+                    if (i + 1) % b == 0 && i + 1 < spec.connections {
+                        let _ = tx.send((i, Event::Batch((i + 1) / b, i + 1))).await;
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(spec.batch_delay) => {}
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+
+    let mut connect_h = histogram();
+    let mut rtt_h = histogram();
+    let mut window = histogram();
+    let (mut established, mut failed, mut finished, mut closed) = (0u64, 0u64, 0u64, 0u64);
+    let mut closed_established = 0u64;
+    let (mut w_sent, mut w_echoed, mut w_bad) = (0u64, 0u64, 0u64);
+    let (mut w_sent_b, mut w_recv_b) = (0u64, 0u64);
+    let mut totals = Counts::default();
+    let mut kinds = [0u64; 4];
+    let mut records = Vec::new();
+    let mut omitted = 0u64;
+    let mut summary = SummaryBuilder::default();
+    let mut intervals = Vec::new();
+    let mut intervals_omitted = 0u64;
+    let mut ticker = tokio::time::interval_at(start + spec.status_interval, spec.status_interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_tick = start;
+    let mut released = spec.hold == Hold::No;
+    let mut release_timer: Option<Instant> = None;
+    let mut enter: Option<tokio::task::JoinHandle<()>> = None;
+    let mut interrupted = false;
+    let size = spec.message_size as u64;
+    loop {
+        if !released && finished == spec.connections {
+            match spec.hold {
+                Hold::No | Hold::UntilAllDone => {
+                    released = true;
+                    let _ = release_tx.send(true);
+                }
+                Hold::For(d) => {
+                    if release_timer.is_none() {
+                        observer.on_notice(&format!(
+                            "all {} connections done; holding them open for {} ms",
+                            spec.connections,
+                            d.as_millis()
+                        ));
+                        release_timer = Some(Instant::now() + d);
+                    }
+                }
+                Hold::Enter => {
+                    if enter.is_none() {
+                        observer.on_notice(&format!(
+                            "all {} connections done and held open; press Enter to close them",
+                            spec.connections
+                        ));
+                        enter = Some(tokio::task::spawn_blocking(|| {
+                            let mut line = String::new();
+                            let _ = std::io::stdin().read_line(&mut line);
+                        }));
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            ev = rx.recv() => {
+                let Some((_, ev)) = ev else { break };
+                match ev {
+                    Event::Established(ns) => {
+                        established += 1;
+                        let _ = connect_h.record(ns.max(1));
+                    }
+                    Event::Sent => {
+                        w_sent += 1;
+                        w_sent_b += size;
+                    }
+                    Event::Echoed(ns, ok) => {
+                        w_echoed += 1;
+                        w_recv_b += size;
+                        if !ok {
+                            w_bad += 1;
+                        }
+                        let _ = rtt_h.record(ns.max(1));
+                        let _ = window.record(ns.max(1));
+                    }
+                    Event::Finished => finished += 1,
+                    Event::Batch(n, started) => observer.on_notice(&format!(
+                        "batch {n}: {started} connections started, {established} established, {failed} failed so far"
+                    )),
+                    Event::Closed(r, c) => {
+                        closed += 1;
+                        if !r.local_address.is_empty() {
+                            closed_established += 1;
+                        }
+                        if let Some(k) = c.fail {
+                            failed += 1;
+                            kinds[k as usize] += 1;
+                        }
+                        totals.sent += c.sent;
+                        totals.echoed += c.echoed;
+                        totals.mismatched += c.mismatched;
+                        totals.short += c.short;
+                        totals.missing += c.missing;
+                        totals.extra += c.extra;
+                        observer.on_connection(&r);
+                        summary.add(&r);
+                        if records.len() < spec.max_records {
+                            records.push(*r);
+                        } else {
+                            omitted += 1;
+                        }
+                    }
+                }
+            }
+            _ = ticker.tick() => {
+                let now = Instant::now();
+                let dt = (now - last_tick).as_secs_f64().max(1e-9);
+                last_tick = now;
+                let iv = Interval {
+                    time_slice_s: (now - start).as_secs_f64(),
+                    send_bytes_per_second: (w_sent_b as f64 / dt) as u64,
+                    recv_bytes_per_second: (w_recv_b as f64 / dt) as u64,
+                    in_flight: established.saturating_sub(closed_established),
+                    completed: closed - failed,
+                    network_errors: failed,
+                    data_errors: 0,
+                    stamp: None,
+                    echo: Some(EchoInterval {
+                        established,
+                        failed,
+                        sent: w_sent,
+                        echoed: w_echoed,
+                        mismatched: w_bad,
+                        round_trip: Percentiles::from_histogram(&window),
+                    }),
+                };
+                (w_sent, w_echoed, w_bad, w_sent_b, w_recv_b) = (0, 0, 0, 0, 0);
+                window.reset();
+                observer.on_interval(&iv);
+                if intervals.len() < spec.max_records {
+                    intervals.push(iv);
+                } else {
+                    intervals_omitted += 1;
+                }
+            }
+            _ = async { tokio::time::sleep_until(release_timer.unwrap_or(start)).await }, if !released && release_timer.is_some() => {
+                released = true;
+                let _ = release_tx.send(true);
+            }
+            _ = async { if let Some(h) = enter.as_mut() { let _ = h.await; } }, if !released && enter.is_some() => {
+                released = true;
+                let _ = release_tx.send(true);
+            }
+            _ = cancel.cancelled(), if !interrupted => {
+                interrupted = true;
+                released = true;
+                let _ = release_tx.send(true);
+            }
+        }
+    }
+    interrupted |= cancel.is_cancelled();
+    let elapsed = start.elapsed();
+    let dt = (Instant::now() - last_tick).as_secs_f64().max(1e-9);
+    let last = Interval {
+        time_slice_s: elapsed.as_secs_f64(),
+        send_bytes_per_second: (w_sent_b as f64 / dt) as u64,
+        recv_bytes_per_second: (w_recv_b as f64 / dt) as u64,
+        in_flight: 0,
+        completed: closed - failed,
+        network_errors: failed,
+        data_errors: 0,
+        stamp: None,
+        echo: Some(EchoInterval {
+            established,
+            failed,
+            sent: w_sent,
+            echoed: w_echoed,
+            mismatched: w_bad,
+            round_trip: Percentiles::from_histogram(&window),
+        }),
+    };
+    observer.on_interval(&last);
+    intervals.push(last);
+    let detail = EchoDetail {
+        connections: spec.connections,
+        established,
+        refused: kinds[FailKind::Refused as usize],
+        reset: kinds[FailKind::Reset as usize],
+        timed_out: kinds[FailKind::TimedOut as usize],
+        other_failures: kinds[FailKind::Other as usize],
+        connect_time: Percentiles::from_histogram(&connect_h),
+        messages_per_connection: spec.messages,
+        message_bytes: size,
+        message_interval_us: spec.message_interval.as_micros() as u64,
+        send_after_recv: spec.send_after_recv,
+        sent: totals.sent,
+        echoed: totals.echoed,
+        mismatched: totals.mismatched,
+        short: totals.short,
+        missing: totals.missing,
+        extra_bytes: totals.extra,
+        round_trip: Percentiles::from_histogram(&rtt_h),
+        round_trip_histogram: (!rtt_h.is_empty()).then(|| encode_histogram(&rtt_h)),
+        connect_histogram: (!connect_h.is_empty()).then(|| encode_histogram(&connect_h)),
+    };
+    Ok(TestResult {
+        schema_version: SCHEMA_VERSION,
+        tool: ToolInfo {
+            name: "goodput".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        kind: TestKind::EchoClient,
+        started_unix_ms,
+        settings: TcpSettings {
+            wire: WireProtocol::Raw,
+            pattern: None,
+            verify: None,
+            transfer_bytes: None,
+            buffer_bytes: None,
+            push_bytes: None,
+            pull_bytes: None,
+            connections: Some(spec.connections),
+            iterations: Some(1),
+            rate_limit_bytes_per_second: None,
+            rate_period_ms: None,
+            shutdown: None,
+            addresses: vec![spec.target.to_string()],
+            status_interval_ms: spec.status_interval.as_millis() as u64,
+            time_limit_ms: None,
+        },
+        intervals,
+        intervals_omitted,
+        connections: records,
+        summary: summary.finish(elapsed.as_nanos() as u64),
+        connections_omitted: omitted,
+        end: if interrupted {
+            EndReason::Interrupted
+        } else {
+            EndReason::Completed
+        },
+        iperf3: None,
+        stamp: None,
+        stamp_reflector: None,
+        ttcp: None,
+        echo: Some(detail),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn connection(
+    index: u64,
+    run_start: Instant,
+    spec: Arc<EchoSpec>,
+    pattern: Arc<Pattern>,
+    tx: mpsc::Sender<(u64, Event)>,
+    mut release: watch::Receiver<bool>,
+    stop: CancellationToken,
+    established: tokio::sync::oneshot::Sender<()>,
+) {
+    let t0 = Instant::now();
+    let mut record = ConnectionRecord {
+        index,
+        connection_id: String::new(),
+        local_address: String::new(),
+        remote_address: spec.target.to_string(),
+        start_s: 0.0,
+        time_slice_s: 0.0,
+        elapsed_ns: 0,
+        pattern: None,
+        transfer_bytes: spec.messages * spec.message_size as u64,
+        buffer_bytes: spec.message_size as u64,
+        rate_limit_bytes_per_second: 0,
+        sent_bytes: 0,
+        received_bytes: 0,
+        outcome: Outcome::Succeeded,
+        peer: None,
+        shutdown: None,
+        tcp_info: None,
+    };
+    let mut counts = Counts::default();
+    let connect = async {
+        let s = if spec.target.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        s.set_nodelay(true)?;
+        s.connect(spec.target).await
+    };
+    let stream = tokio::select! {
+        _ = stop.cancelled() => Err(io::Error::new(io::ErrorKind::Interrupted, "stopped")),
+        r = tokio::time::timeout(spec.connect_timeout, connect) => {
+            r.unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")))
+        }
+    };
+    let _ = established.send(());
+    let stream = match stream {
+        Ok(s) => s,
+        Err(e) => {
+            counts.fail = Some(kind_of(&e));
+            record.outcome = if stop.is_cancelled() {
+                Outcome::Aborted {
+                    reason: "stopped before connecting".into(),
+                }
+            } else {
+                crate::socket::network_outcome("connect", &e)
+            };
+            if stop.is_cancelled() {
+                counts.fail = None;
+            }
+            record.start_s = t0.duration_since(run_start).as_secs_f64();
+            record.time_slice_s = run_start.elapsed().as_secs_f64();
+            let _ = tx.send((index, Event::Finished)).await;
+            let _ = tx.send((index, Event::Closed(Box::new(record), counts))).await;
+            return;
+        }
+    };
+    let _ = tx
+        .send((index, Event::Established(t0.elapsed().as_nanos() as u64)))
+        .await;
+    record.local_address = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    let started = Instant::now();
+    let (mut rd, mut wr) = stream.into_split();
+    // Different connections send different stretches of the pattern.
+    let base = index.wrapping_mul(7919) % goodput_core::pattern::UNIT_LEN as u64;
+    let tracker = Mutex::new(EchoTracker::new(spec.message_size, base));
+    let echoed_one = Notify::new();
+    let size = spec.message_size;
+    let writer = async {
+        let mut next = Instant::now();
+        for _ in 0..spec.messages {
+            if spec.send_after_recv {
+                // The timer for this message starts when the last echo is back.
+                loop {
+                    let waiting = tracker.lock().map_or(0, |t| t.outstanding());
+                    if waiting == 0 {
+                        break;
+                    }
+                    echoed_one.notified().await;
+                }
+                tokio::time::sleep(spec.message_interval).await;
+                next = Instant::now();
+            }
+            // Open loop: the clock starts at the scheduled time when the
+            // writer is behind it (held up by an earlier write the server
+            // did not take), so a slow server cannot hide its delay; when
+            // on time, at the timer's wake-up, so the timer's own
+            // millisecond granularity is not charged to the server.
+            let begin = if spec.send_after_recv || Instant::now() >= next {
+                next
+            } else {
+                tokio::time::sleep_until(next).await;
+                Instant::now()
+            };
+            let msg: Vec<u8> = tracker
+                .lock()
+                .map(|t| t.next_message(&pattern).to_vec())
+                .unwrap_or_default();
+            let scheduled = begin.duration_since(started).as_nanos() as u64;
+            // Counted as sent (and its clock started) before the write, so
+            // an echo that comes back fast is never ahead of its message.
+            if let Ok(mut t) = tracker.lock() {
+                t.sent_one(scheduled);
+            }
+            wr.write_all(&msg).await.map_err(|e| ("send", e))?;
+            let _ = tx.send((index, Event::Sent)).await;
+            next += spec.message_interval;
+        }
+        Ok::<(), (&'static str, io::Error)>(())
+    };
+    let reader = async {
+        let mut buf = vec![0u8; size.clamp(512, 16 * 1024)];
+        loop {
+            let (done, waiting) = tracker
+                .lock()
+                .map_or((true, 0), |t| (t.echoed >= spec.messages, t.outstanding()));
+            if done {
+                return Ok(());
+            }
+            let read = rd.read(&mut buf);
+            let n = if waiting > 0 {
+                match tokio::time::timeout(spec.reply_timeout, read).await {
+                    Ok(r) => r,
+                    Err(_) => Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no echo within the reply timeout",
+                    )),
+                }
+            } else {
+                read.await
+            }
+            .map_err(|e| ("recv", e))?;
+            if n == 0 {
+                return Err((
+                    "recv",
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection"),
+                ));
+            }
+            let now = started.elapsed().as_nanos() as u64;
+            let mut out = Vec::new();
+            if let Ok(mut t) = tracker.lock() {
+                t.received_chunk(&pattern, &buf[..n], now, |rtt, ok| out.push((rtt, ok)));
+            }
+            for (rtt, ok) in out {
+                echoed_one.notify_one();
+                let _ = tx.send((index, Event::Echoed(rtt, ok))).await;
+            }
+        }
+    };
+    let io_result = tokio::select! {
+        _ = stop.cancelled() => Err(("run", io::Error::new(io::ErrorKind::Interrupted, "stopped"))),
+        r = async { tokio::try_join!(writer, reader) } => r.map(|_| ()),
+    };
+    let _ = tx.send((index, Event::Finished)).await;
+    // Held open until released (or stopped).
+    if io_result.is_ok() && spec.hold != Hold::No {
+        while !*release.borrow() {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                r = release.changed() => if r.is_err() { break },
+            }
+        }
+    }
+    let mut stream = rd.reunite(wr).ok();
+    if let Some(s) = stream.as_mut() {
+        let _ = s.shutdown().await;
+    }
+    let t = tracker.into_inner().unwrap_or_else(|p| p.into_inner());
+    let (short, missing) = t.unfinished();
+    counts.sent = t.sent();
+    counts.echoed = t.echoed;
+    counts.mismatched = t.mismatched;
+    counts.extra = t.extra_bytes;
+    counts.short = short;
+    counts.missing = missing;
+    record.sent_bytes = t.sent() * size as u64;
+    record.received_bytes = t.received_bytes();
+    record.start_s = t0.duration_since(run_start).as_secs_f64();
+    record.time_slice_s = run_start.elapsed().as_secs_f64();
+    record.elapsed_ns = started.elapsed().as_nanos() as u64;
+    record.outcome = match io_result {
+        Err((_, e)) if e.kind() == io::ErrorKind::Interrupted => Outcome::Aborted {
+            reason: "the run was stopped".into(),
+        },
+        Err((during, e)) => {
+            counts.fail = Some(kind_of(&e));
+            crate::socket::network_outcome(during, &e)
+        }
+        Ok(()) if t.mismatched > 0 => Outcome::ProtocolError {
+            kind: ProtocolErrorKind::DataMismatch,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!(
+                "{} of {} echoed messages differed from what was sent",
+                t.mismatched, t.echoed
+            ),
+        },
+        Ok(()) if t.extra_bytes > 0 => Outcome::ProtocolError {
+            kind: ProtocolErrorKind::TooMuchData,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!("{} bytes came back that were never sent", t.extra_bytes),
+        },
+        Ok(()) => Outcome::Succeeded,
+    };
+    let _ = tx.send((index, Event::Closed(Box::new(record), counts))).await;
+}

@@ -1,0 +1,225 @@
+//! The echo load test against real loopback servers: goodput's echo
+//! service, and test servers that corrupt, cut short or refuse, so every
+//! count can be checked exactly.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use goodput_core::result::{Outcome, TestResult};
+use goodput_engine::echo::{run_echo, EchoSpec, Hold};
+use goodput_engine::services::bind_services;
+use goodput_engine::{CancellationToken, NullObserver, Observer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+fn spec(target: SocketAddr) -> EchoSpec {
+    EchoSpec {
+        target,
+        connections: 20,
+        batch_size: None,
+        batch_delay: Duration::from_millis(10),
+        messages: 5,
+        message_size: 100,
+        message_interval: Duration::from_millis(5),
+        send_after_recv: false,
+        sync_connect: false,
+        hold: Hold::No,
+        connect_timeout: Duration::from_secs(5),
+        reply_timeout: Duration::from_secs(2),
+        status_interval: Duration::from_millis(100),
+        max_records: 10_000,
+    }
+}
+
+async fn goodput_echo() -> (
+    SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<goodput_engine::services::ServiceCounters>,
+) {
+    let s = bind_services(&[], &["127.0.0.1:0".parse().unwrap()]).unwrap();
+    let addr = s.echo_addrs()[0];
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(s.run(cancel.clone()));
+    (addr, cancel, task)
+}
+
+/// A test echo server: `act(connection, byte offset, chunk)` may change
+/// the chunk or return `None` to close the connection.
+async fn odd_server(act: fn(u64, u64, &mut Vec<u8>) -> Option<()>) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let n = Arc::new(AtomicU64::new(0));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let conn = n.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                let mut off = 0u64;
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    let k = match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => k,
+                    };
+                    let mut chunk = buf[..k].to_vec();
+                    let at = off;
+                    off += k as u64;
+                    if act(conn, at, &mut chunk).is_none() {
+                        break;
+                    }
+                    if s.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+async fn run(s: EchoSpec) -> TestResult {
+    run_echo(s, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn every_message_echoed_by_goodput_echo_service() {
+    let (addr, cancel, task) = goodput_echo().await;
+    let r = run(spec(addr)).await;
+    let d = r.echo.as_ref().unwrap();
+    assert_eq!(
+        (d.established, d.sent, d.echoed, d.mismatched, d.short, d.missing),
+        (20, 100, 100, 0, 0, 0)
+    );
+    let rt = d.round_trip.unwrap();
+    assert_eq!(rt.count, 100);
+    assert!(rt.min_us > 0.0 && rt.p50_us <= rt.p99_us && rt.p99_us <= rt.max_us);
+    assert_eq!(d.connect_time.unwrap().count, 20);
+    assert_eq!(r.summary.successful, 20);
+    assert_eq!(r.summary.sent_bytes, 20 * 5 * 100);
+    assert_eq!(r.summary.received_bytes, 20 * 5 * 100);
+    cancel.cancel();
+    let c = task.await.unwrap();
+    assert_eq!((c.echo_connections, c.echo_bytes), (20, 10_000));
+}
+
+/// One corrupted byte in the third message of every connection: exactly
+/// one mismatched message per connection.
+#[tokio::test]
+async fn corrupted_echoes_are_counted_per_message() {
+    let addr = odd_server(|_, at, chunk| {
+        // Byte 250 of the stream is in the third 100-byte message.
+        if (at..at + chunk.len() as u64).contains(&250) {
+            chunk[(250 - at) as usize] ^= 0x55;
+        }
+        Some(())
+    })
+    .await;
+    let r = run(spec(addr)).await;
+    let d = r.echo.as_ref().unwrap();
+    assert_eq!((d.sent, d.echoed, d.mismatched), (100, 100, 20));
+    assert_eq!(r.summary.data_errors, 20);
+    assert!(r
+        .connections
+        .iter()
+        .all(|c| matches!(c.outcome, Outcome::ProtocolError { .. })));
+}
+
+/// A server that stops echoing after 250 bytes: two messages back, one
+/// short, two missing, per connection.
+#[tokio::test]
+async fn short_and_missing_echoes_are_counted() {
+    let addr = odd_server(|_, at, chunk| {
+        if at >= 250 {
+            return None;
+        }
+        chunk.truncate((250 - at).min(chunk.len() as u64) as usize);
+        Some(())
+    })
+    .await;
+    let mut s = spec(addr);
+    s.connections = 4;
+    s.message_interval = Duration::from_millis(20);
+    let r = run(s).await;
+    let d = r.echo.as_ref().unwrap();
+    assert_eq!(d.echoed, 8, "{d:?}");
+    assert_eq!(d.short, 4, "{d:?}");
+    // The server closed after the third message: whatever was sent after
+    // that went unanswered.
+    assert_eq!(d.sent, d.echoed + d.short + d.missing, "{d:?}");
+    assert_eq!(r.summary.network_errors, 4);
+}
+
+#[tokio::test]
+async fn refused_connections_are_counted_by_kind() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut s = spec(SocketAddr::from(([127, 0, 0, 1], port)));
+    s.connections = 7;
+    let r = run(s).await;
+    let d = r.echo.as_ref().unwrap();
+    assert_eq!((d.established, d.refused, d.sent), (0, 7, 0));
+    assert_eq!(r.summary.network_errors, 7);
+}
+
+/// Closed loop: each message waits for the previous echo plus the interval,
+/// so 5 messages at 30 ms take at least 4 × 30 ms.
+#[tokio::test]
+async fn send_after_recv_paces_from_each_echo() {
+    let (addr, cancel, _task) = goodput_echo().await;
+    let mut s = spec(addr);
+    s.connections = 2;
+    s.send_after_recv = true;
+    s.message_interval = Duration::from_millis(30);
+    let t = Instant::now();
+    let r = run(s).await;
+    assert!(t.elapsed() >= Duration::from_millis(120));
+    assert_eq!(r.echo.unwrap().echoed, 10);
+    cancel.cancel();
+}
+
+#[derive(Default)]
+struct Notes(Vec<String>);
+
+impl Observer for Notes {
+    fn on_interval(&mut self, _: &goodput_core::result::Interval) {}
+    fn on_connection(&mut self, _: &goodput_core::result::ConnectionRecord) {}
+    fn on_notice(&mut self, text: &str) {
+        self.0.push(text.to_owned());
+    }
+}
+
+/// Batches report progress; --hold-for keeps every connection open after
+/// all are done; connect-only runs send nothing.
+#[tokio::test]
+async fn batches_hold_and_connect_only() {
+    let (addr, cancel, task) = goodput_echo().await;
+    let mut s = spec(addr);
+    s.connections = 10;
+    s.messages = 0;
+    s.batch_size = Some(3);
+    s.batch_delay = Duration::from_millis(20);
+    s.sync_connect = true;
+    s.hold = Hold::For(Duration::from_millis(300));
+    let mut notes = Notes::default();
+    let t = Instant::now();
+    let r = run_echo(s, &mut notes, CancellationToken::new()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(300 + 3 * 20));
+    let batches: Vec<_> = notes.0.iter().filter(|n| n.starts_with("batch ")).collect();
+    assert_eq!(batches.len(), 3, "{:?}", notes.0);
+    assert!(
+        batches[0].starts_with("batch 1: 3 connections started"),
+        "{batches:?}"
+    );
+    assert!(notes.0.iter().any(|n| n.contains("holding them open")));
+    let d = r.echo.unwrap();
+    assert_eq!((d.established, d.sent), (10, 0));
+    assert_eq!(r.summary.successful, 10);
+    cancel.cancel();
+    assert_eq!(task.await.unwrap().echo_connections, 10);
+}
