@@ -4,11 +4,12 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
-#   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44).
+#   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44),
+#   ECHO_CONNECTIONS (default 18000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,8 @@ PORT_IP=15201
 PORT_GI=15202
 PORT_ST=18620
 PORT_SS=18621
+PORT_ECHO=14470
+PORT_SP=11111
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -38,7 +41,10 @@ echo
 start_servers() {
   $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 \
       --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI \
-      --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST & pids+=($!)
+      --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST --echo-port $PORT_ECHO & pids+=($!)
+  if command -v sockperf >/dev/null; then
+    sockperf server --tcp -i 127.0.0.1 -p $PORT_SP >/dev/null 2>&1 & pids+=($!)
+  fi
   if command -v stamp-suite >/dev/null; then
     stamp-suite --is-reflector --local-addr 127.0.0.1 --local-port $PORT_SS >/dev/null 2>&1 & pids+=($!)
   fi
@@ -210,11 +216,47 @@ tt_rate() {
 }
 bench_ttcp() { ab "ttcp 1 stream 128 KiB vs iperf3 -l 128K" "tt_rate" "ip_rate -l 128K"; }
 
+# Echo round trip, one connection, 64-byte messages back to back: goodput
+# echo --send-after-recv against goodput's echo service, and sockperf
+# ping-pong --tcp --mps max against sockperf's server. p50 in microseconds.
+gp_echo_p50() {
+  local out=$work/echo.json
+  $GP echo 127.0.0.1:$PORT_ECHO --connections 1 --messages $((T * 15000)) --message-rate 0 \
+      --send-after-recv --message-size 64 -v 0 --json "$out"
+  json_get "$out" "d['echo']['round_trip']['p50_us']"
+}
+sp_p50() {
+  sockperf ping-pong --tcp -i 127.0.0.1 -p $PORT_SP -m 64 -t "$T" --full-rtt --mps max 2>&1 \
+    | sed -n 's/.*percentile 50.000 = *\([0-9.]*\).*/\1/p'
+}
+bench_echo_latency() {
+  command -v sockperf >/dev/null || { echo "sockperf not installed (apt-get install sockperf)"; return; }
+  local ra=() rb=()
+  for _ in $(seq "$ROUNDS"); do ra+=("$(gp_echo_p50)"); rb+=("$(sp_p50)"); done
+  local ma mb
+  ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+  printf '%-52s %16s %16s %8s\n' "echo p50 RTT 64 B: goodput vs sockperf (lower wins)" \
+    "$(awk -v v="$ma" 'BEGIN{printf "%.1f us", v}')" "$(awk -v v="$mb" 'BEGIN{printf "%.1f us", v}')" "$(ratio "$ma" "$mb")"
+}
+
+# Many echo connections at 1 message/s, ramped at 10,000 connections/s.
+bench_echo_scale() {
+  local n=${ECHO_CONNECTIONS:-18000} out=$work/echoscale.json sp
+  sp=$(pgrep -f "goodput server --listen 127.0.0.1 --port $PORT_GP" | head -1)
+  local before; before=$(rss_kib "$sp")
+  /usr/bin/time -f '%M' -o "$work/echo.rss" $GP echo 127.0.0.1:$PORT_ECHO --connections "$n" --batch-size 100 \
+      --batch-delay 10 --messages 20 --message-rate 1000 --message-size 64 --hold -v 0 --json "$out" || true
+  local after; after=$(rss_kib "$sp")
+  json_get "$out" "'echo: %d connections x 20 msgs at 1/s: %d established, %d failed, %d echoed, %d mismatched, RTT p50 %.3f / p99 %.3f ms; client RSS %s KiB, server RSS %s -> %s KiB' % (d['echo']['connections'], d['echo']['established'], d['echo']['refused']+d['echo']['reset']+d['echo']['timed_out']+d['echo']['other_failures'], d['echo']['echoed'], d['echo']['mismatched'], d['echo']['round_trip']['p50_us']/1e3, d['echo']['round_trip']['p99_us']/1e3, open('$work/echo.rss').read().strip(), '$before', '$after')"
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_churn; bench_memory ;;
+    echo-latency) header; bench_echo_latency ;;
+    echo-scale) bench_echo_scale ;;
     ttcp) header; bench_ttcp ;;
     stamp) header; bench_stamp ;;
     stamp-sessions) bench_stamp_sessions ;;

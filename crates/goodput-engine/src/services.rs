@@ -46,7 +46,7 @@ pub struct BoundServices {
 /// Binds discard (TCP and UDP) on `discard` and echo (TCP) on `echo`.
 pub fn bind_services(discard: &[SocketAddr], echo: &[SocketAddr]) -> Result<BoundServices, EngineError> {
     let tcp = |addr: SocketAddr| -> Result<TcpListener, EngineError> {
-        let l = crate::socket::tcp_listener(addr, false, addr.is_ipv6(), 1024)
+        let l = crate::socket::tcp_listener(addr, false, addr.is_ipv6(), 4096)
             .map_err(|source| EngineError::Listen { addr, source })?;
         TcpListener::from_std(l).map_err(|source| EngineError::Listen { addr, source })
     };

@@ -1,4 +1,4 @@
-//! TTCP end to end: goodput's transmitter and receiver against each other,
+//! TTCP and the echo load test end to end: goodput's transmitter and receiver against each other,
 //! against Debian's `nc` (netcat-openbsd) and `socat` in both roles, and
 //! against goodput server's discard and echo services.
 //!
@@ -346,4 +346,104 @@ fn transmitter_to_nobody_fails_with_the_errno() {
     );
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("ECONNREFUSED"), "{all}");
+}
+
+/// `goodput echo` against `goodput server --echo-port`: every message back,
+/// the report, the JSON document and the status CSV.
+#[test]
+fn echo_load_test_against_goodput_echo_service() {
+    let echo = free_tcp_port();
+    let mut c = goodput();
+    c.args(["server", "--listen", "127.0.0.1", "--port"])
+        .arg(free_tcp_port().to_string())
+        .args([
+            "--echo-port",
+            &echo.to_string(),
+            "--status-interval",
+            "1h",
+            "-v",
+            "1",
+        ]);
+    let server = Reaped::spawn(c);
+    wait_tcp_listening(echo);
+    let j = json("echo.json");
+    let status = tmp("ttcp", "echo-status.csv");
+    let out = goodput()
+        .args([
+            "echo",
+            &format!("127.0.0.1:{echo}"),
+            "--connections",
+            "30",
+            "--messages",
+            "4",
+        ])
+        .args([
+            "--message-rate",
+            "20",
+            "--message-size",
+            "300",
+            "--batch-size",
+            "10",
+            "--batch-delay",
+            "20",
+        ])
+        .args(["--status-interval", "100ms", "--json"])
+        .arg(&j)
+        .arg("--status-file")
+        .arg(&status)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(text.contains("connections : 30 established, 0 failed"), "{text}");
+    assert!(
+        text.contains("messages : 120 sent, 120 echoed, 0 mismatched, 0 short, 0 missing"),
+        "{text}"
+    );
+    assert!(text.contains("round trip : min"), "{text}");
+    assert!(err.contains("batch 1: 10 connections started"), "{err}");
+    let v = read(&j);
+    assert_eq!(v["kind"], "echo_client");
+    assert_eq!(v["echo"]["echoed"], 120);
+    assert_eq!(v["summary"]["successful"], 30);
+    assert!(v["echo"]["round_trip_histogram"].is_string());
+    let csv = std::fs::read_to_string(&status).unwrap();
+    assert!(
+        csv.starts_with("TimeSlice,SendBps,RecvBps,In-Flight,Completed,NetError,DataError,Estab,"),
+        "{csv}"
+    );
+    let (code, sout, _) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(0));
+    assert!(sout.contains("echo 30 connections, 36000 B"), "{sout}");
+}
+
+#[test]
+fn echo_usage_errors() {
+    for (args, needle) in [
+        (&["echo"][..], "TARGET"),
+        (&["echo", "127.0.0.1:7", "--connections", "0"][..], "connections"),
+        (
+            &["echo", "127.0.0.1:7", "--message-size", "0"][..],
+            "--message-size",
+        ),
+        (&["echo", "127.0.0.1:99999"][..], "port"),
+        (
+            &["echo", "127.0.0.1:7", "--messages", "3", "--message-rate", "0"][..],
+            "--message-rate",
+        ),
+    ] {
+        let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    // --pause needs a terminal or --hold-for.
+    let out = goodput()
+        .args(["echo", "127.0.0.1:7", "--pause"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--hold-for"));
 }
