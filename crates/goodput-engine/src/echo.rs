@@ -70,6 +70,27 @@ pub struct EchoSpec {
     pub status_interval: Duration,
     /// Most connection records and intervals kept in the document.
     pub max_records: usize,
+    /// TLS: the client configuration and the name sent as SNI and checked
+    /// against the certificate.
+    pub tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
+    /// Create every socket before the clock starts.
+    pub preallocate: bool,
+}
+
+/// A connected stream, plain or TLS.
+enum Conn {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>),
+}
+
+impl Conn {
+    fn local_addr(&self) -> String {
+        let s = match self {
+            Conn::Plain(s) => s,
+            Conn::Tls(t) => t.get_ref().0,
+        };
+        s.local_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
 }
 
 enum Event {
@@ -129,9 +150,28 @@ pub async fn run_echo(
     let started_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
+    // Messages are slices of one pattern built here, before the clock.
+    let pattern = Arc::new(Pattern::new(spec.message_size));
+    let mut sockets: Vec<TcpSocket> = Vec::new();
+    if spec.preallocate {
+        for i in 0..spec.connections {
+            let s = if spec.target.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .map_err(|e| {
+                EngineError::Config(format!(
+                    "--preallocate: socket {} of {}: {e}",
+                    i + 1,
+                    spec.connections
+                ))
+            })?;
+            sockets.push(s);
+        }
+    }
     let start = Instant::now();
     let spec = Arc::new(spec);
-    let pattern = Arc::new(Pattern::new(spec.message_size));
     let (tx, mut rx) = mpsc::channel::<(u64, Event)>(65_536);
     let (release_tx, release_rx) = watch::channel(false);
     let stop = cancel.child_token();
@@ -140,6 +180,7 @@ pub async fn run_echo(
     {
         let (spec, tx, stop, pattern) = (spec.clone(), tx.clone(), stop.clone(), pattern.clone());
         tokio::spawn(async move {
+            let mut sockets = sockets.into_iter();
             for i in 0..spec.connections {
                 if stop.is_cancelled() {
                     break;
@@ -154,6 +195,7 @@ pub async fn run_echo(
                     release_rx.clone(),
                     stop.clone(),
                     established_tx,
+                    sockets.next(),
                 );
                 tokio::spawn(c);
                 if spec.sync_connect {
@@ -420,6 +462,7 @@ async fn connection(
     mut release: watch::Receiver<bool>,
     stop: CancellationToken,
     established: tokio::sync::oneshot::Sender<()>,
+    socket: Option<TcpSocket>,
 ) {
     let t0 = Instant::now();
     let mut record = ConnectionRecord {
@@ -443,13 +486,20 @@ async fn connection(
     };
     let mut counts = Counts::default();
     let connect = async {
-        let s = if spec.target.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
+        let s = match socket {
+            Some(s) => s,
+            None if spec.target.is_ipv4() => TcpSocket::new_v4()?,
+            None => TcpSocket::new_v6()?,
         };
         s.set_nodelay(true)?;
-        s.connect(spec.target).await
+        let tcp = s.connect(spec.target).await?;
+        match &spec.tls {
+            None => Ok(Conn::Plain(tcp)),
+            Some((cfg, name)) => tokio_rustls::TlsConnector::from(cfg.clone())
+                .connect(name.clone(), tcp)
+                .await
+                .map(|t| Conn::Tls(Box::new(t))),
+        }
     };
     let stream = tokio::select! {
         _ = stop.cancelled() => Err(io::Error::new(io::ErrorKind::Interrupted, "stopped")),
@@ -482,9 +532,79 @@ async fn connection(
     let _ = tx
         .send((index, Event::Established(t0.elapsed().as_nanos() as u64)))
         .await;
-    record.local_address = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    record.local_address = stream.local_addr();
+    let (io_result, t, started) = match stream {
+        Conn::Plain(s) => {
+            let (rd, wr) = s.into_split();
+            exchange(rd, wr, index, &spec, &pattern, &tx, &mut release, &stop).await
+        }
+        Conn::Tls(s) => {
+            let (rd, wr) = tokio::io::split(*s);
+            exchange(rd, wr, index, &spec, &pattern, &tx, &mut release, &stop).await
+        }
+    };
+    let (short, missing) = t.unfinished();
+    counts.sent = t.sent();
+    counts.echoed = t.echoed;
+    counts.mismatched = t.mismatched;
+    counts.extra = t.extra_bytes;
+    counts.short = short;
+    counts.missing = missing;
+    record.sent_bytes = t.sent() * spec.message_size as u64;
+    record.received_bytes = t.received_bytes();
+    record.start_s = t0.duration_since(run_start).as_secs_f64();
+    record.time_slice_s = run_start.elapsed().as_secs_f64();
+    record.elapsed_ns = started.elapsed().as_nanos() as u64;
+    record.outcome = match io_result {
+        Err((_, e)) if e.kind() == io::ErrorKind::Interrupted => Outcome::Aborted {
+            reason: "the run was stopped".into(),
+        },
+        Err((during, e)) => {
+            counts.fail = Some(kind_of(&e));
+            crate::socket::network_outcome(during, &e)
+        }
+        Ok(()) if t.mismatched > 0 => Outcome::ProtocolError {
+            kind: ProtocolErrorKind::DataMismatch,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!(
+                "{} of {} echoed messages differed from what was sent",
+                t.mismatched, t.echoed
+            ),
+        },
+        Ok(()) if t.extra_bytes > 0 => Outcome::ProtocolError {
+            kind: ProtocolErrorKind::TooMuchData,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!("{} bytes came back that were never sent", t.extra_bytes),
+        },
+        Ok(()) => Outcome::Succeeded,
+    };
+    let _ = tx.send((index, Event::Closed(Box::new(record), counts))).await;
+}
+
+/// The messages of one connection over any byte stream (plain TCP halves,
+/// or a TLS stream split in two), then the hold, then the close.
+#[allow(clippy::too_many_arguments)]
+async fn exchange<R, W>(
+    mut rd: R,
+    mut wr: W,
+    index: u64,
+    spec: &EchoSpec,
+    pattern: &Pattern,
+    tx: &mpsc::Sender<(u64, Event)>,
+    release: &mut watch::Receiver<bool>,
+    stop: &CancellationToken,
+) -> (Result<(), (&'static str, io::Error)>, EchoTracker, Instant)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
     let started = Instant::now();
-    let (mut rd, mut wr) = stream.into_split();
     // Different connections send different stretches of the pattern.
     let base = index.wrapping_mul(7919) % goodput_core::pattern::UNIT_LEN as u64;
     let tracker = Mutex::new(EchoTracker::new(spec.message_size, base));
@@ -518,7 +638,7 @@ async fn connection(
             };
             let msg: Vec<u8> = tracker
                 .lock()
-                .map(|t| t.next_message(&pattern).to_vec())
+                .map(|t| t.next_message(pattern).to_vec())
                 .unwrap_or_default();
             let scheduled = begin.duration_since(started).as_nanos() as u64;
             // Counted as sent (and its clock started) before the write, so
@@ -563,7 +683,7 @@ async fn connection(
             let now = started.elapsed().as_nanos() as u64;
             let mut out = Vec::new();
             if let Ok(mut t) = tracker.lock() {
-                t.received_chunk(&pattern, &buf[..n], now, |rtt, ok| out.push((rtt, ok)));
+                t.received_chunk(pattern, &buf[..n], now, |rtt, ok| out.push((rtt, ok)));
             }
             for (rtt, ok) in out {
                 echoed_one.notify_one();
@@ -585,51 +705,8 @@ async fn connection(
             }
         }
     }
-    let mut stream = rd.reunite(wr).ok();
-    if let Some(s) = stream.as_mut() {
-        let _ = s.shutdown().await;
-    }
+    drop(rd);
+    let _ = wr.shutdown().await;
     let t = tracker.into_inner().unwrap_or_else(|p| p.into_inner());
-    let (short, missing) = t.unfinished();
-    counts.sent = t.sent();
-    counts.echoed = t.echoed;
-    counts.mismatched = t.mismatched;
-    counts.extra = t.extra_bytes;
-    counts.short = short;
-    counts.missing = missing;
-    record.sent_bytes = t.sent() * size as u64;
-    record.received_bytes = t.received_bytes();
-    record.start_s = t0.duration_since(run_start).as_secs_f64();
-    record.time_slice_s = run_start.elapsed().as_secs_f64();
-    record.elapsed_ns = started.elapsed().as_nanos() as u64;
-    record.outcome = match io_result {
-        Err((_, e)) if e.kind() == io::ErrorKind::Interrupted => Outcome::Aborted {
-            reason: "the run was stopped".into(),
-        },
-        Err((during, e)) => {
-            counts.fail = Some(kind_of(&e));
-            crate::socket::network_outcome(during, &e)
-        }
-        Ok(()) if t.mismatched > 0 => Outcome::ProtocolError {
-            kind: ProtocolErrorKind::DataMismatch,
-            direction: None,
-            offset: None,
-            expected: None,
-            actual: None,
-            message: format!(
-                "{} of {} echoed messages differed from what was sent",
-                t.mismatched, t.echoed
-            ),
-        },
-        Ok(()) if t.extra_bytes > 0 => Outcome::ProtocolError {
-            kind: ProtocolErrorKind::TooMuchData,
-            direction: None,
-            offset: None,
-            expected: None,
-            actual: None,
-            message: format!("{} bytes came back that were never sent", t.extra_bytes),
-        },
-        Ok(()) => Outcome::Succeeded,
-    };
-    let _ = tx.send((index, Event::Closed(Box::new(record), counts))).await;
+    (io_result, t, started)
 }

@@ -15,6 +15,7 @@ pub mod services;
 pub mod socket;
 pub mod stamp;
 pub mod tcp;
+pub mod tls;
 pub mod ttcp;
 
 pub use counters::RunClock;

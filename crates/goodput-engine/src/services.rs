@@ -25,6 +25,8 @@ pub struct ServiceCounters {
     pub echo_connections: u64,
     /// Bytes echoed back.
     pub echo_bytes: u64,
+    /// TLS echo connections whose handshake failed.
+    pub tls_handshake_failures: u64,
 }
 
 #[derive(Default)]
@@ -34,6 +36,7 @@ struct Counters {
     discard_datagrams: AtomicU64,
     echo_connections: AtomicU64,
     echo_bytes: AtomicU64,
+    tls_handshake_failures: AtomicU64,
 }
 
 /// Bound discard and echo sockets.
@@ -41,10 +44,23 @@ pub struct BoundServices {
     discard_tcp: Vec<TcpListener>,
     discard_udp: Vec<UdpSocket>,
     echo_tcp: Vec<TcpListener>,
+    echo_tls: Vec<TcpListener>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-/// Binds discard (TCP and UDP) on `discard` and echo (TCP) on `echo`.
-pub fn bind_services(discard: &[SocketAddr], echo: &[SocketAddr]) -> Result<BoundServices, EngineError> {
+/// Binds discard (TCP and UDP) on `discard`, echo (TCP) on `echo`, and TLS
+/// echo on `echo_tls` with `tls` (required when `echo_tls` is not empty).
+pub fn bind_services(
+    discard: &[SocketAddr],
+    echo: &[SocketAddr],
+    echo_tls: &[SocketAddr],
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Result<BoundServices, EngineError> {
+    if !echo_tls.is_empty() && tls.is_none() {
+        return Err(EngineError::Config(
+            "the TLS echo service needs a TLS configuration".into(),
+        ));
+    }
     let tcp = |addr: SocketAddr| -> Result<TcpListener, EngineError> {
         let l = crate::socket::tcp_listener(addr, false, addr.is_ipv6(), 4096)
             .map_err(|source| EngineError::Listen { addr, source })?;
@@ -69,6 +85,8 @@ pub fn bind_services(discard: &[SocketAddr], echo: &[SocketAddr]) -> Result<Boun
         discard_tcp: discard.iter().map(|&a| tcp(a)).collect::<Result<_, _>>()?,
         discard_udp: discard.iter().map(|&a| udp(a)).collect::<Result<_, _>>()?,
         echo_tcp: echo.iter().map(|&a| tcp(a)).collect::<Result<_, _>>()?,
+        echo_tls: echo_tls.iter().map(|&a| tcp(a)).collect::<Result<_, _>>()?,
+        tls,
     })
 }
 
@@ -86,6 +104,11 @@ impl BoundServices {
         self.echo_tcp.iter().filter_map(|l| l.local_addr().ok()).collect()
     }
 
+    /// The TLS echo service's addresses.
+    pub fn echo_tls_addrs(&self) -> Vec<SocketAddr> {
+        self.echo_tls.iter().filter_map(|l| l.local_addr().ok()).collect()
+    }
+
     /// Serves until `cancel`; returns what was served.
     pub async fn run(self, cancel: CancellationToken) -> ServiceCounters {
         let c = Arc::new(Counters::default());
@@ -95,6 +118,12 @@ impl BoundServices {
         }
         for l in self.echo_tcp {
             tasks.spawn(accept_loop(l, c.clone(), cancel.clone(), true));
+        }
+        if let Some(cfg) = self.tls {
+            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+            for l in self.echo_tls {
+                tasks.spawn(tls_accept_loop(l, acceptor.clone(), c.clone(), cancel.clone()));
+            }
         }
         for s in self.discard_udp {
             let (c, cancel) = (c.clone(), cancel.clone());
@@ -118,6 +147,7 @@ impl BoundServices {
             discard_datagrams: c.discard_datagrams.load(Relaxed),
             echo_connections: c.echo_connections.load(Relaxed),
             echo_bytes: c.echo_bytes.load(Relaxed),
+            tls_handshake_failures: c.tls_handshake_failures.load(Relaxed),
         }
     }
 }
@@ -212,6 +242,58 @@ async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken
                 }
             });
         }
+    }
+    conns.shutdown().await;
+}
+
+/// TLS echo: handshake (at most 10 s), then everything read is sent back.
+async fn tls_accept_loop(
+    l: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    c: Arc<Counters>,
+    cancel: CancellationToken,
+) {
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (s, _) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            a = l.accept() => match a {
+                Ok(a) => a,
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+        };
+        let (c, cancel, acceptor) = (c.clone(), cancel.clone(), acceptor.clone());
+        conns.spawn(async move {
+            let _ = s.set_nodelay(true);
+            let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(s));
+            let mut t = match handshake.await {
+                Ok(Ok(t)) => t,
+                _ => {
+                    c.tls_handshake_failures.fetch_add(1, Relaxed);
+                    return;
+                }
+            };
+            c.echo_connections.fetch_add(1, Relaxed);
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    r = t.read(&mut buf) => match r {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    },
+                };
+                if t.write_all(&buf[..n]).await.is_err() || t.flush().await.is_err() {
+                    break;
+                }
+                c.echo_bytes.fetch_add(n as u64, Relaxed);
+            }
+            let _ = t.shutdown().await;
+        });
     }
     conns.shutdown().await;
 }

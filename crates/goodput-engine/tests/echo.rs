@@ -30,6 +30,8 @@ fn spec(target: SocketAddr) -> EchoSpec {
         reply_timeout: Duration::from_secs(2),
         status_interval: Duration::from_millis(100),
         max_records: 10_000,
+        tls: None,
+        preallocate: false,
     }
 }
 
@@ -38,7 +40,7 @@ async fn goodput_echo() -> (
     CancellationToken,
     tokio::task::JoinHandle<goodput_engine::services::ServiceCounters>,
 ) {
-    let s = bind_services(&[], &["127.0.0.1:0".parse().unwrap()]).unwrap();
+    let s = bind_services(&[], &["127.0.0.1:0".parse().unwrap()], &[], None).unwrap();
     let addr = s.echo_addrs()[0];
     let cancel = CancellationToken::new();
     let task = tokio::spawn(s.run(cancel.clone()));
@@ -222,4 +224,83 @@ async fn batches_hold_and_connect_only() {
     assert_eq!(r.summary.successful, 10);
     cancel.cancel();
     assert_eq!(task.await.unwrap().echo_connections, 10);
+}
+
+async fn tls_echo(
+    cert_key: Option<(&std::path::Path, &std::path::Path)>,
+) -> (
+    SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<goodput_engine::services::ServiceCounters>,
+) {
+    let cfg = goodput_engine::tls::server_config(cert_key).unwrap();
+    let s = bind_services(&[], &[], &["127.0.0.1:0".parse().unwrap()], Some(cfg)).unwrap();
+    let addr = s.echo_tls_addrs()[0];
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(s.run(cancel.clone()));
+    (addr, cancel, task)
+}
+
+fn tls_spec(addr: SocketAddr, trust: goodput_engine::tls::Trust, name: &str) -> EchoSpec {
+    let mut s = spec(addr);
+    s.connections = 5;
+    s.tls = Some((
+        goodput_engine::tls::client_config(&trust).unwrap(),
+        goodput_engine::tls::server_name(name).unwrap(),
+    ));
+    s
+}
+
+/// TLS echo with the generated self-signed certificate, client --insecure.
+#[tokio::test]
+async fn tls_echo_with_a_generated_certificate() {
+    let (addr, cancel, task) = tls_echo(None).await;
+    let mut s = tls_spec(addr, goodput_engine::tls::Trust::Anything, "localhost");
+    s.preallocate = true;
+    let r = run(s).await;
+    let d = r.echo.unwrap();
+    assert_eq!((d.established, d.echoed, d.mismatched), (5, 25, 0));
+    cancel.cancel();
+    let c = task.await.unwrap();
+    assert_eq!(
+        (c.echo_connections, c.echo_bytes, c.tls_handshake_failures),
+        (5, 2500, 0)
+    );
+}
+
+/// A certificate from --cert/--key signed by a CA the client trusts (--ca);
+/// a name the certificate does not carry fails every handshake.
+#[tokio::test]
+async fn tls_echo_with_a_ca_and_sni_checks() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let dir = std::env::temp_dir().join(format!("goodput-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["echo.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &ca, &ca_key)
+        .unwrap();
+    let (ca_pem, cert_pem, key_pem) = (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&ca_pem, ca.pem()).unwrap();
+    std::fs::write(&cert_pem, leaf.pem()).unwrap();
+    std::fs::write(&key_pem, leaf_key.serialize_pem()).unwrap();
+
+    let (addr, cancel, task) = tls_echo(Some((&cert_pem, &key_pem))).await;
+    let trust = goodput_engine::tls::Trust::CaFile(ca_pem.clone());
+    let d = run(tls_spec(addr, trust.clone(), "echo.test"))
+        .await
+        .echo
+        .unwrap();
+    assert_eq!((d.established, d.echoed), (5, 25));
+    let bad = run(tls_spec(addr, trust, "other.test")).await;
+    let d = bad.echo.unwrap();
+    assert_eq!((d.established, d.other_failures), (0, 5));
+    assert_eq!(bad.summary.network_errors, 5);
+    cancel.cancel();
+    let c = task.await.unwrap();
+    assert_eq!(c.tls_handshake_failures, 5);
 }

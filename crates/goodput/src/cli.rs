@@ -462,7 +462,25 @@ pub struct EchoArgs {
     /// After all are done, keep them open this long.
     #[arg(long, value_name = "DURATION")]
     pub hold_for: Option<HumanDuration>,
-    /// Longest connect.
+    /// Create every socket before the clock starts (messages are slices of
+    /// one pattern built beforehand in any case).
+    #[arg(long)]
+    pub preallocate: bool,
+    /// TLS to the server (give --ca or --insecure).
+    #[arg(long)]
+    pub tls: bool,
+    /// With --tls: accept any certificate (encrypted, not authenticated).
+    #[arg(long, requires = "tls", conflicts_with = "ca")]
+    pub insecure: bool,
+    /// With --tls: trust certificates that chain to the CA certificates in
+    /// this PEM file.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub ca: Option<PathBuf>,
+    /// With --tls: the server name sent (SNI) and checked (default: the
+    /// host as given).
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    pub sni: Option<String>,
+    /// Longest connect (with --tls, including the handshake).
     #[arg(long, default_value = "10s", value_name = "DURATION")]
     pub connect_timeout: HumanDuration,
     /// Longest wait for an echo to make progress.
@@ -617,6 +635,16 @@ pub struct ServerArgs {
     /// Also run an echo service (RFC 862, TCP) on this port.
     #[arg(long, value_name = "PORT")]
     pub echo_port: Option<u16>,
+    /// Also run a TLS echo service on this port (certificate from --cert and
+    /// --key, or a self-signed one generated at start).
+    #[arg(long, value_name = "PORT")]
+    pub echo_tls_port: Option<u16>,
+    /// PEM certificate chain for the TLS echo service.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key for the TLS echo service.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Also run a STAMP (RFC 8762) reflector on UDP --stamp-port.
     #[arg(long)]
     pub stamp: bool,

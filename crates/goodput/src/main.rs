@@ -746,14 +746,27 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
-    let services = if args.discard_port.is_some() || args.echo_port.is_some() {
+    let services = if args.discard_port.is_some() || args.echo_port.is_some() || args.echo_tls_port.is_some()
+    {
         let ips: Vec<IpAddr> = listen_for_services.iter().map(|a| a.ip()).collect();
         let at = |port: Option<u16>| -> Vec<SocketAddr> {
             port.map(|p| ips.iter().map(|&ip| SocketAddr::new(ip, p)).collect())
                 .unwrap_or_default()
         };
-        let s = goodput_engine::services::bind_services(&at(args.discard_port), &at(args.echo_port))
-            .map_err(|e| Stop::Fatal(e.into()))?;
+        let tls = match args.echo_tls_port {
+            Some(_) => Some(
+                goodput_engine::tls::server_config(args.cert.as_deref().zip(args.key.as_deref()))
+                    .map_err(|e| Stop::Fatal(e.into()))?,
+            ),
+            None => None,
+        };
+        let s = goodput_engine::services::bind_services(
+            &at(args.discard_port),
+            &at(args.echo_port),
+            &at(args.echo_tls_port),
+            tls,
+        )
+        .map_err(|e| Stop::Fatal(e.into()))?;
         let list = |v: Vec<SocketAddr>| v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
         if args.discard_port.is_some() {
             banner.push((
@@ -763,6 +776,20 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         if args.echo_port.is_some() {
             banner.push(("Echo service".into(), format!("{} (TCP)", list(s.echo_addrs()))));
+        }
+        if args.echo_tls_port.is_some() {
+            banner.push((
+                "TLS echo service".into(),
+                format!(
+                    "{} ({})",
+                    list(s.echo_tls_addrs()),
+                    if args.cert.is_some() {
+                        "certificate from --cert"
+                    } else {
+                        "self-signed certificate for localhost, 127.0.0.1, ::1, generated now"
+                    }
+                ),
+            ));
         }
         Some(s)
     } else {
@@ -800,8 +827,13 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
     if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
         goodput_report::console_line(&format!(
-            "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B",
-            c.discard_connections, c.discard_datagrams, c.discard_bytes, c.echo_connections, c.echo_bytes
+            "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B; {} failed TLS handshakes",
+            c.discard_connections,
+            c.discard_datagrams,
+            c.discard_bytes,
+            c.echo_connections,
+            c.echo_bytes,
+            c.tls_handshake_failures
         ));
     }
     if let Some(c) = counters {
@@ -1353,6 +1385,26 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     };
     let (host, port) = split_target(&args.target, args.port)?;
     let target = resolve(&host, port, args.ipv4, args.ipv6).await?[0];
+    let tls = if args.tls {
+        use goodput_engine::tls::{client_config, server_name, Trust};
+        let trust = match (&args.ca, args.insecure) {
+            (Some(p), _) => Trust::CaFile(p.clone()),
+            (None, true) => Trust::Anything,
+            (None, false) => {
+                return Err(usage(
+                    "--tls needs --ca FILE (the CA that signed the server's certificate) or --insecure",
+                ))
+            }
+        };
+        let cfg = client_config(&trust).map_err(|e| usage(e.to_string()))?;
+        let name = args
+            .sni
+            .clone()
+            .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').to_owned());
+        Some((cfg, server_name(&name).map_err(|e| usage(e.to_string()))?))
+    } else {
+        None
+    };
     let mut connections = args.connections;
     let mut notices = Vec::new();
     if let Ok(limit) = raise_open_file_limit() {
@@ -1368,7 +1420,17 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     watch_signals(cancel.clone());
     let mut views = Views::open(&args.views, Some(connections))?;
     let mut banner = vec![
-        ("Echo server".to_owned(), target.to_string()),
+        (
+            "Echo server".to_owned(),
+            format!(
+                "{target}{}",
+                match (&args.tls, &args.ca) {
+                    (false, _) => String::new(),
+                    (true, Some(ca)) => format!(" over TLS (trusting {})", ca.display()),
+                    (true, None) => " over TLS (any certificate accepted: --insecure)".into(),
+                }
+            ),
+        ),
         (
             "Connections".into(),
             format!(
@@ -1431,6 +1493,8 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
         reply_timeout: args.reply_timeout.0,
         status_interval: args.status_interval.0,
         max_records: args.views.max_records,
+        tls,
+        preallocate: args.preallocate,
     };
     let result = run_echo(spec, &mut views, cancel.clone())
         .await

@@ -447,3 +447,63 @@ fn echo_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--hold-for"));
 }
+
+/// `goodput echo --tls --insecure` against `goodput server --echo-tls-port`
+/// with its generated certificate; --tls without a trust choice is refused.
+#[test]
+fn tls_echo_from_the_command_line() {
+    let port = free_tcp_port();
+    let mut c = goodput();
+    c.args(["server", "--listen", "127.0.0.1", "--port"])
+        .arg(free_tcp_port().to_string())
+        .args([
+            "--echo-tls-port",
+            &port.to_string(),
+            "--status-interval",
+            "1h",
+            "-v",
+            "1",
+        ]);
+    let server = Reaped::spawn(c);
+    wait_tcp_listening(port);
+    let out = goodput()
+        .args([
+            "echo",
+            &format!("127.0.0.1:{port}"),
+            "--tls",
+            "--insecure",
+            "--connections",
+            "4",
+        ])
+        .args([
+            "--messages",
+            "3",
+            "--message-rate",
+            "10ms",
+            "--preallocate",
+            "-v",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("messages : 12 sent, 12 echoed, 0 mismatched"),
+        "{text}"
+    );
+    let out = goodput()
+        .args(["echo", &format!("127.0.0.1:{port}"), "--tls"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--insecure"));
+    let (code, sout, _) = server.stop(libc::SIGINT);
+    assert_eq!(code, Some(0));
+    assert!(sout.contains("echo 4 connections"), "{sout}");
+}

@@ -1,0 +1,144 @@
+//! TLS for the echo load test and the TLS echo service (rustls with the
+//! ring provider). A server without a certificate gets a self-signed ECDSA
+//! P-256 one for localhost, 127.0.0.1 and ::1, generated at start (rcgen).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+use crate::EngineError;
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn config_err(what: &str, e: impl std::fmt::Display) -> EngineError {
+    EngineError::Config(format!("{what}: {e}"))
+}
+
+/// A server configuration from PEM files, or with a generated self-signed
+/// certificate when none are given.
+pub fn server_config(cert_key: Option<(&Path, &Path)>) -> Result<Arc<ServerConfig>, EngineError> {
+    let (chain, key) = match cert_key {
+        Some((cert, key)) => {
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+                .map_err(|e| config_err(&format!("cannot read {}", cert.display()), e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| config_err(&format!("bad certificate in {}", cert.display()), e))?;
+            if chain.is_empty() {
+                return Err(EngineError::Config(format!(
+                    "no certificate in {}",
+                    cert.display()
+                )));
+            }
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| config_err(&format!("cannot read a private key from {}", key.display()), e))?;
+            (chain, key)
+        }
+        None => {
+            let names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+            let c = rcgen::generate_simple_self_signed(names)
+                .map_err(|e| config_err("cannot generate a certificate", e))?;
+            let key = PrivateKeyDer::try_from(c.key_pair.serialize_der())
+                .map_err(|e| config_err("generated key", e))?;
+            (vec![c.cert.der().clone()], key)
+        }
+    };
+    let cfg = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_err("TLS versions", e))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| config_err("certificate and key do not fit", e))?;
+    Ok(Arc::new(cfg))
+}
+
+/// How the client checks the server's certificate.
+#[derive(Debug, Clone)]
+pub enum Trust {
+    /// Accept any certificate (`--insecure`): the connection is encrypted
+    /// but the server is not authenticated.
+    Anything,
+    /// Certificates that chain to the CA certificates in this PEM file.
+    CaFile(std::path::PathBuf),
+}
+
+/// A client configuration.
+pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, EngineError> {
+    let builder = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| config_err("TLS versions", e))?;
+    let cfg = match trust {
+        Trust::Anything => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnything(provider())))
+            .with_no_client_auth(),
+        Trust::CaFile(p) => {
+            let mut roots = RootCertStore::empty();
+            let certs = CertificateDer::pem_file_iter(p)
+                .map_err(|e| config_err(&format!("cannot read {}", p.display()), e))?;
+            for c in certs {
+                let c = c.map_err(|e| config_err(&format!("bad certificate in {}", p.display()), e))?;
+                roots
+                    .add(c)
+                    .map_err(|e| config_err(&format!("unusable CA certificate in {}", p.display()), e))?;
+            }
+            if roots.is_empty() {
+                return Err(EngineError::Config(format!("no certificate in {}", p.display())));
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+    };
+    Ok(Arc::new(cfg))
+}
+
+/// The name to send as SNI and to check the certificate against.
+pub fn server_name(name: &str) -> Result<ServerName<'static>, EngineError> {
+    ServerName::try_from(name.to_owned())
+        .map_err(|e| config_err(&format!("'{name}' as a TLS server name"), e))
+}
+
+/// `--insecure`: any certificate is accepted, signatures are still checked
+/// so the handshake itself is sound.
+#[derive(Debug)]
+struct AcceptAnything(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AcceptAnything {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
