@@ -290,6 +290,30 @@ pub struct TcpSettings {
     pub time_limit_ms: Option<u64>,
 }
 
+impl TcpSettings {
+    /// Settings of a test that has none of the TCP test's knobs: the wire,
+    /// the addresses and the status interval, every other field absent.
+    pub fn bare(wire: WireProtocol, addresses: Vec<String>, status_interval_ms: u64) -> Self {
+        Self {
+            wire,
+            pattern: None,
+            verify: None,
+            transfer_bytes: None,
+            buffer_bytes: None,
+            push_bytes: None,
+            pull_bytes: None,
+            connections: None,
+            iterations: None,
+            rate_limit_bytes_per_second: None,
+            rate_period_ms: None,
+            shutdown: None,
+            addresses,
+            status_interval_ms,
+            time_limit_ms: None,
+        }
+    }
+}
+
 /// One status interval, with ctsTraffic's column meanings.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Interval {

@@ -13,7 +13,7 @@ use goodput_core::echo::EchoTracker;
 use goodput_core::pattern::Pattern;
 use goodput_core::result::{
     ConnectionRecord, EchoDetail, EchoInterval, EndReason, Interval, Outcome, Percentiles, ProtocolErrorKind,
-    SummaryBuilder, TcpSettings, TestKind, TestResult, ToolInfo, WireProtocol, SCHEMA_VERSION,
+    SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol, SCHEMA_VERSION,
 };
 use goodput_core::stamp::stats::encode_histogram;
 use hdrhistogram::Histogram;
@@ -411,28 +411,17 @@ pub async fn run_echo(
     };
     Ok(TestResult {
         schema_version: SCHEMA_VERSION,
-        tool: ToolInfo {
-            name: "goodput".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        tool: crate::tool_info(),
         kind: TestKind::EchoClient,
         started_unix_ms,
         settings: TcpSettings {
-            wire: WireProtocol::Raw,
-            pattern: None,
-            verify: None,
-            transfer_bytes: None,
-            buffer_bytes: None,
-            push_bytes: None,
-            pull_bytes: None,
             connections: Some(spec.connections),
             iterations: Some(1),
-            rate_limit_bytes_per_second: None,
-            rate_period_ms: None,
-            shutdown: None,
-            addresses: vec![spec.target.to_string()],
-            status_interval_ms: spec.status_interval.as_millis() as u64,
-            time_limit_ms: None,
+            ..TcpSettings::bare(
+                WireProtocol::Raw,
+                vec![spec.target.to_string()],
+                spec.status_interval.as_millis() as u64,
+            )
         },
         intervals,
         intervals_omitted,

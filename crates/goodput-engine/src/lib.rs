@@ -22,6 +22,14 @@ pub use counters::RunClock;
 pub use observer::{NullObserver, Observer};
 pub use tokio_util::sync::CancellationToken;
 
+/// This program's name and version, for result documents.
+pub(crate) fn tool_info() -> goodput_core::result::ToolInfo {
+    goodput_core::result::ToolInfo {
+        name: "goodput".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    }
+}
+
 /// A failure that stops a whole run before or outside any one connection.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {

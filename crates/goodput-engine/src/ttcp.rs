@@ -9,8 +9,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Outcome, SummaryBuilder, TcpSettings, TestKind, TestResult, ToolInfo,
-    TtcpDetail, WireProtocol, SCHEMA_VERSION,
+    ConnectionRecord, EndReason, Outcome, SummaryBuilder, TcpSettings, TestKind, TestResult, TtcpDetail,
+    WireProtocol, SCHEMA_VERSION,
 };
 use goodput_core::ttcp::{fill_pattern, MIN_UDP_BUFLEN, UDP_END_MARKERS, UDP_MARKER_LEN};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -202,10 +202,7 @@ pub fn run_ttcp(
     summary.add(&record);
     Ok(TestResult {
         schema_version: SCHEMA_VERSION,
-        tool: ToolInfo {
-            name: "goodput".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        tool: crate::tool_info(),
         kind: if transmit {
             TestKind::TtcpTransmit
         } else {
@@ -213,23 +210,14 @@ pub fn run_ttcp(
         },
         started_unix_ms,
         settings: TcpSettings {
-            wire: WireProtocol::Raw,
-            pattern: None,
-            verify: None,
-            transfer_bytes: None,
-            buffer_bytes: None,
-            push_bytes: None,
-            pull_bytes: None,
             connections: Some(1),
-            iterations: None,
-            rate_limit_bytes_per_second: None,
-            rate_period_ms: None,
-            shutdown: None,
-            addresses: vec![match spec.role {
-                TtcpRole::Transmit(a) | TtcpRole::Receive(a) => a.to_string(),
-            }],
-            status_interval_ms: 0,
-            time_limit_ms: None,
+            ..TcpSettings::bare(
+                WireProtocol::Raw,
+                vec![match spec.role {
+                    TtcpRole::Transmit(a) | TtcpRole::Receive(a) => a.to_string(),
+                }],
+                0,
+            )
         },
         intervals: Vec::new(),
         intervals_omitted: 0,

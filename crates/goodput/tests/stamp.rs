@@ -7,102 +7,21 @@
 //! `.ci/run` installs stamp-suite and sets CI=true, which makes a missing
 //! stamp-suite a failure; elsewhere those tests are skipped with a message.
 
-use std::io::Read;
-use std::net::UdpSocket;
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::{free_udp_port, goodput, wait_udp_bound as wait_bound_udp, Reaped};
 use serde_json::Value;
 
-fn goodput() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_goodput"))
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-stamp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+fn tmp(name: &str) -> std::path::PathBuf {
+    common::tmp("stamp", name)
 }
 
 fn have_stamp_suite() -> bool {
-    let ok = Command::new("stamp-suite")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "stamp-suite is required in CI (cargo install stamp-suite)"
-        );
-        eprintln!("stamp-suite not installed: skipping (cargo install stamp-suite)");
-    }
-    ok
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Waits until something has UDP `port` bound (read from /proc, no probe).
-fn wait_bound_udp(port: u16) {
-    let needle = format!(":{port:04X}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        for f in ["/proc/net/udp", "/proc/net/udp6"] {
-            let t = std::fs::read_to_string(f).unwrap_or_default();
-            if t.lines()
-                .any(|l| l.split_whitespace().nth(1).is_some_and(|a| a.ends_with(&needle)))
-            {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("nothing bound UDP port {port}");
-}
-
-/// Kills a child when dropped (a failed assertion must not leave it running).
-struct Reaped(Option<Child>);
-
-impl Reaped {
-    fn stop(self, signal: i32) -> (String, String) {
-        let ((_, out), err) = self.stop_with_status(signal);
-        (out, err)
-    }
-
-    /// Signals the child, waits up to 10 s, and returns ((exit code, stdout), stderr).
-    fn stop_with_status(mut self, signal: i32) -> ((Option<i32>, String), String) {
-        let mut c = self.0.take().unwrap();
-        // SAFETY: signals a child process we started.
-        unsafe { libc::kill(c.id() as i32, signal) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while c.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = c.kill();
-        let code = c.wait().ok().and_then(|s| s.code());
-        let mut out = String::new();
-        let mut err = String::new();
-        c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
-        c.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        ((code, out), err)
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+    common::have("stamp-suite", &["--version"], "cargo install stamp-suite")
 }
 
 fn read_json(p: &PathBuf) -> Value {
@@ -243,7 +162,7 @@ fn against_stamp_suite(stateful: bool, ssid: Option<u16>, v6: bool) {
         g.args(["--ssid", &s.to_string()]);
     }
     let out = g.output().unwrap();
-    let (ss_out, ss_err) = refl.stop(libc::SIGINT);
+    let (_, ss_out, ss_err) = refl.stop(libc::SIGINT);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -327,7 +246,7 @@ fn from_stamp_suite(stateful: bool, ssid: Option<u16>) {
         ss.args(["--ssid", &s.to_string()]);
     }
     let out = ss.output().unwrap();
-    let (g_out, g_err) = server.stop(libc::SIGINT);
+    let (_, g_out, g_err) = server.stop(libc::SIGINT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -393,9 +312,9 @@ fn sigint_stops_a_stamp_run_with_a_complete_result() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(1500));
-    let (out, err) = Reaped(Some(child)).stop_with_status(libc::SIGINT);
-    assert_eq!(out.0, Some(130), "{}{err}", out.1);
-    assert!(out.1.contains("--- STAMP statistics"), "{}", out.1);
+    let (code, out, err) = Reaped(Some(child)).stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{out}{err}");
+    assert!(out.contains("--- STAMP statistics"), "{out}");
     let v = read_json(&json);
     assert_eq!(v["end"], "interrupted");
     let t = &v["stamp"]["total"];

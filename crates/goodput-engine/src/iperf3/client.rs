@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::streams::{Budget, DataPhase, DataSocket, StreamFinal, StreamState};
 use super::{addr_text, io, server_error, Control, Iperf3Error};
-use crate::tcp::{tool_info, unix_ms_now};
+use crate::tcp::unix_ms_now;
+use crate::tool_info;
 use crate::{EngineError, Observer, RunClock};
 
 /// What `goodput iperf3` runs.

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use goodput_core::result::{
     ConnectionRecord, EndReason, Interval, Outcome, StampDetail, StampInterval, StampPacket,
-    StampPacketStatus, StampSessionRecord, Summary, TcpSettings, TestKind, TestResult, ToolInfo,
-    WireProtocol, SCHEMA_VERSION,
+    StampPacketStatus, StampSessionRecord, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
+    SCHEMA_VERSION,
 };
 use goodput_core::stamp::stats::{Sample, SplitFacts, Tally, Tracker, Verdict};
 use goodput_core::stamp::{ntp_from_unix_ns, ReflectorPacket, SenderPacket, MAX_PACKET_LEN, SEND_TTL};
@@ -247,28 +247,17 @@ pub async fn run_sender(
     };
     Ok(TestResult {
         schema_version: SCHEMA_VERSION,
-        tool: ToolInfo {
-            name: "goodput".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+        tool: crate::tool_info(),
         kind: TestKind::StampSender,
         started_unix_ms,
         settings: TcpSettings {
-            wire: WireProtocol::Stamp,
-            pattern: None,
-            verify: None,
-            transfer_bytes: None,
-            buffer_bytes: None,
-            push_bytes: None,
-            pull_bytes: None,
             connections: Some(u64::from(spec.sessions)),
-            iterations: None,
-            rate_limit_bytes_per_second: None,
-            rate_period_ms: None,
-            shutdown: None,
-            addresses: vec![spec.target.to_string()],
-            status_interval_ms: spec.status_interval.as_millis() as u64,
             time_limit_ms: spec.duration.map(|d| d.as_millis() as u64),
+            ..TcpSettings::bare(
+                WireProtocol::Stamp,
+                vec![spec.target.to_string()],
+                spec.status_interval.as_millis() as u64,
+            )
         },
         intervals,
         intervals_omitted,

@@ -396,7 +396,7 @@ impl Driven {
     ) -> TestResult {
         TestResult {
             schema_version: goodput_core::result::SCHEMA_VERSION,
-            tool: tool_info(),
+            tool: crate::tool_info(),
             kind,
             started_unix_ms,
             settings,
@@ -517,13 +517,6 @@ pub(crate) async fn drive(
         intervals_omitted,
         end,
         summary,
-    }
-}
-
-pub(crate) fn tool_info() -> goodput_core::result::ToolInfo {
-    goodput_core::result::ToolInfo {
-        name: "goodput".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
     }
 }
 
