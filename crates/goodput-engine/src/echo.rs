@@ -132,6 +132,64 @@ fn kind_of(e: &io::Error) -> FailKind {
     }
 }
 
+/// One status interval's messages, bytes and round trips.
+struct Window {
+    sent: u64,
+    echoed: u64,
+    bad: u64,
+    sent_bytes: u64,
+    recv_bytes: u64,
+    rtt: Histogram<u64>,
+}
+
+/// Connection counts at the end of an interval.
+#[derive(Clone, Copy)]
+struct Tally {
+    open: u64,
+    established: u64,
+    succeeded: u64,
+    failed: u64,
+}
+
+impl Window {
+    fn new() -> Self {
+        Self {
+            sent: 0,
+            echoed: 0,
+            bad: 0,
+            sent_bytes: 0,
+            recv_bytes: 0,
+            rtt: histogram(),
+        }
+    }
+
+    /// The interval ending now, `dt` long; starts the next one.
+    fn take(&mut self, since_start: Duration, dt: Duration, c: Tally) -> Interval {
+        let dt = dt.as_secs_f64().max(1e-9);
+        let iv = Interval {
+            time_slice_s: since_start.as_secs_f64(),
+            send_bytes_per_second: (self.sent_bytes as f64 / dt) as u64,
+            recv_bytes_per_second: (self.recv_bytes as f64 / dt) as u64,
+            in_flight: c.open,
+            completed: c.succeeded,
+            network_errors: c.failed,
+            data_errors: 0,
+            stamp: None,
+            echo: Some(EchoInterval {
+                established: c.established,
+                failed: c.failed,
+                sent: self.sent,
+                echoed: self.echoed,
+                mismatched: self.bad,
+                round_trip: Percentiles::from_histogram(&self.rtt),
+            }),
+        };
+        self.rtt.reset();
+        (self.sent, self.echoed, self.bad, self.sent_bytes, self.recv_bytes) = (0, 0, 0, 0, 0);
+        iv
+    }
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is valid")
 }
@@ -217,11 +275,9 @@ pub async fn run_echo(
 
     let mut connect_h = histogram();
     let mut rtt_h = histogram();
-    let mut window = histogram();
+    let mut window = Window::new();
     let (mut established, mut failed, mut finished, mut closed) = (0u64, 0u64, 0u64, 0u64);
     let mut closed_established = 0u64;
-    let (mut w_sent, mut w_echoed, mut w_bad) = (0u64, 0u64, 0u64);
-    let (mut w_sent_b, mut w_recv_b) = (0u64, 0u64);
     let mut totals = Counts::default();
     let mut kinds = [0u64; 4];
     let mut records = Vec::new();
@@ -277,17 +333,17 @@ pub async fn run_echo(
                         let _ = connect_h.record(ns.max(1));
                     }
                     Event::Sent => {
-                        w_sent += 1;
-                        w_sent_b += size;
+                        window.sent += 1;
+                        window.sent_bytes += size;
                     }
                     Event::Echoed(ns, ok) => {
-                        w_echoed += 1;
-                        w_recv_b += size;
+                        window.echoed += 1;
+                        window.recv_bytes += size;
                         if !ok {
-                            w_bad += 1;
+                            window.bad += 1;
                         }
                         let _ = rtt_h.record(ns.max(1));
-                        let _ = window.record(ns.max(1));
+                        let _ = window.rtt.record(ns.max(1));
                     }
                     Event::Finished => finished += 1,
                     Event::Batch(n, started) => observer.on_notice(&format!(
@@ -320,28 +376,14 @@ pub async fn run_echo(
             }
             _ = ticker.tick() => {
                 let now = Instant::now();
-                let dt = (now - last_tick).as_secs_f64().max(1e-9);
-                last_tick = now;
-                let iv = Interval {
-                    time_slice_s: (now - start).as_secs_f64(),
-                    send_bytes_per_second: (w_sent_b as f64 / dt) as u64,
-                    recv_bytes_per_second: (w_recv_b as f64 / dt) as u64,
-                    in_flight: established.saturating_sub(closed_established),
-                    completed: closed - failed,
-                    network_errors: failed,
-                    data_errors: 0,
-                    stamp: None,
-                    echo: Some(EchoInterval {
-                        established,
-                        failed,
-                        sent: w_sent,
-                        echoed: w_echoed,
-                        mismatched: w_bad,
-                        round_trip: Percentiles::from_histogram(&window),
-                    }),
+                let counts = Tally {
+                    open: established.saturating_sub(closed_established),
+                    established,
+                    succeeded: closed - failed,
+                    failed,
                 };
-                (w_sent, w_echoed, w_bad, w_sent_b, w_recv_b) = (0, 0, 0, 0, 0);
-                window.reset();
+                let iv = window.take(now - start, now - last_tick, counts);
+                last_tick = now;
                 observer.on_interval(&iv);
                 if intervals.len() < spec.max_records {
                     intervals.push(iv);
@@ -366,25 +408,13 @@ pub async fn run_echo(
     }
     interrupted |= cancel.is_cancelled();
     let elapsed = start.elapsed();
-    let dt = (Instant::now() - last_tick).as_secs_f64().max(1e-9);
-    let last = Interval {
-        time_slice_s: elapsed.as_secs_f64(),
-        send_bytes_per_second: (w_sent_b as f64 / dt) as u64,
-        recv_bytes_per_second: (w_recv_b as f64 / dt) as u64,
-        in_flight: 0,
-        completed: closed - failed,
-        network_errors: failed,
-        data_errors: 0,
-        stamp: None,
-        echo: Some(EchoInterval {
-            established,
-            failed,
-            sent: w_sent,
-            echoed: w_echoed,
-            mismatched: w_bad,
-            round_trip: Percentiles::from_histogram(&window),
-        }),
+    let counts = Tally {
+        open: 0,
+        established,
+        succeeded: closed - failed,
+        failed,
     };
+    let last = window.take(elapsed, Instant::now() - last_tick, counts);
     observer.on_interval(&last);
     intervals.push(last);
     let detail = EchoDetail {
