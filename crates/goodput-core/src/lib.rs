@@ -10,6 +10,7 @@
 pub mod cts;
 pub mod echo;
 pub mod iperf3;
+pub mod media;
 pub mod metrics;
 pub mod pattern;
 pub mod plan;

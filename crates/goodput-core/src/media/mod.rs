@@ -1,0 +1,212 @@
+//! The UDP media stream (issue 3, in progress): ctsTraffic's frame
+//! arithmetic and goodput's own wire format. The engine, the receiver's
+//! play-out accounting and the command line come next; nothing outside
+//! this module uses it yet.
+
+pub mod wire;
+
+use wire::DATA_HEADER_LEN;
+
+/// Why a stream cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Bit rate, frame rate or length is zero.
+    #[error("the bit rate, frame rate and length must all be above zero")]
+    Zero,
+    /// Length × frame rate does not fit in 32 bits.
+    #[error("length × frame rate is {0} frames, more than 4294967295")]
+    TooManyFrames(u64),
+    /// A frame would not hold one datagram header plus a byte.
+    #[error("frames of {frame} bytes are too small: each needs at least {min} (raise the bit rate or lower the frame rate)")]
+    FrameTooSmall {
+        /// Bytes per frame.
+        frame: u64,
+        /// The least.
+        min: u64,
+    },
+    /// The stream would be more than 2⁶⁴ bytes.
+    #[error("bit rate × length is more than 2^64 bytes")]
+    TooLarge,
+    /// A datagram would not hold its header plus a byte, or exceeds UDP.
+    #[error("--datagram-size must be {min}..=65507 bytes (got {got})")]
+    DatagramSize {
+        /// What was asked.
+        got: u32,
+        /// The least.
+        min: u32,
+    },
+}
+
+/// A stream's shape, computed the same way on both ends (ctsTraffic's
+/// arithmetic, README worked example: 25,000,000 b/s, 60 fps, 60 s →
+/// 3,600 frames of 52,083 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MediaPlan {
+    /// Bits per second, rounded down to whole bytes.
+    pub bits_per_second: u64,
+    /// Frames per second.
+    pub frame_rate: u32,
+    /// Stream length, seconds.
+    pub length_s: u32,
+    /// Frames in the stream (length × rate).
+    pub frames: u32,
+    /// Bytes in the stream, a whole number of frames.
+    pub total_bytes: u64,
+    /// Bytes per frame, headers included.
+    pub frame_bytes: u64,
+    /// Largest datagram, bytes (UDP payload).
+    pub datagram_bytes: u32,
+}
+
+impl MediaPlan {
+    /// Plans a stream. `bits_per_second` is rounded down to a multiple of 8.
+    pub fn new(
+        bits_per_second: u64,
+        frame_rate: u32,
+        length_s: u32,
+        datagram_bytes: u32,
+    ) -> Result<Self, PlanError> {
+        let bps = bits_per_second - bits_per_second % 8;
+        if bps == 0 || frame_rate == 0 || length_s == 0 {
+            return Err(PlanError::Zero);
+        }
+        let min_dgram = DATA_HEADER_LEN as u32 + 1;
+        if !(min_dgram..=65_507).contains(&datagram_bytes) {
+            return Err(PlanError::DatagramSize {
+                got: datagram_bytes,
+                min: min_dgram,
+            });
+        }
+        let frames64 = u64::from(length_s) * u64::from(frame_rate);
+        let frames = u32::try_from(frames64).map_err(|_| PlanError::TooManyFrames(frames64))?;
+        let mut total = (bps / 8)
+            .checked_mul(u64::from(length_s))
+            .ok_or(PlanError::TooLarge)?;
+        total -= total % frames64;
+        let frame_bytes = total / frames64;
+        if frame_bytes < DATA_HEADER_LEN as u64 + 1 {
+            return Err(PlanError::FrameTooSmall {
+                frame: frame_bytes,
+                min: DATA_HEADER_LEN as u64 + 1,
+            });
+        }
+        Ok(Self {
+            bits_per_second: bps,
+            frame_rate,
+            length_s,
+            frames,
+            total_bytes: total,
+            frame_bytes,
+            datagram_bytes,
+        })
+    }
+
+    /// The sizes of one frame's datagrams, in order. Each is at most the
+    /// datagram size; when that would leave a last datagram too small for a
+    /// header and a byte, the one before it is shortened so the last one
+    /// carries the header and at least one payload byte (as ctsTraffic).
+    pub fn datagram_sizes(&self) -> Vec<u32> {
+        let min_last = DATA_HEADER_LEN as u64 + 1;
+        let mut left = self.frame_bytes;
+        let mut out = Vec::new();
+        while left > 0 {
+            let mut size = left.min(u64::from(self.datagram_bytes));
+            let rest = left - size;
+            if rest > 0 && rest < min_last {
+                size -= min_last - rest;
+            }
+            out.push(size as u32);
+            left -= size;
+        }
+        out
+    }
+
+    /// When frame `k` (1-based) is due, nanoseconds after the stream starts.
+    pub fn frame_due_ns(&self, k: u32) -> u64 {
+        (u128::from(k) * 1_000_000_000 / u128::from(self.frame_rate)) as u64
+    }
+
+    /// Frames the receiver buffers before play-out starts: buffer depth ×
+    /// frame rate, at least one and at most the whole stream.
+    pub fn buffered_frames(&self, buffer_depth_ms: u64) -> u32 {
+        let n = buffer_depth_ms * u64::from(self.frame_rate) / 1000;
+        n.clamp(1, u64::from(self.frames)) as u32
+    }
+
+    /// The rate actually delivered, bits per second (a little below the
+    /// nominal rate because of the rounding).
+    pub fn effective_bits_per_second(&self) -> f64 {
+        self.total_bytes as f64 * 8.0 / f64::from(self.length_s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ctsTraffic's README example, to the byte.
+    #[test]
+    fn ctstraffic_worked_example() {
+        let p = MediaPlan::new(25_000_000, 60, 60, 1400).unwrap();
+        assert_eq!(p.frames, 3600);
+        assert_eq!(p.total_bytes, 187_498_800);
+        assert_eq!(p.frame_bytes, 52_083);
+        assert_eq!(p.effective_bits_per_second(), 24_999_840.0);
+        let sizes = p.datagram_sizes();
+        assert_eq!(sizes.len(), 38);
+        assert!(sizes[..37].iter().all(|&s| s == 1400));
+        assert_eq!(sizes[37], 283);
+        assert_eq!(sizes.iter().map(|&s| u64::from(s)).sum::<u64>(), 52_083);
+        assert_eq!(p.buffered_frames(1000), 60);
+        assert_eq!(p.frame_due_ns(60), 1_000_000_000);
+    }
+
+    #[test]
+    fn bit_rate_rounds_down_to_whole_bytes() {
+        let p = MediaPlan::new(1_000_007, 10, 1, 1400).unwrap();
+        assert_eq!(p.bits_per_second, 1_000_000);
+        assert_eq!(p.total_bytes, 125_000);
+        assert_eq!(p.frame_bytes, 12_500);
+    }
+
+    #[test]
+    fn a_short_last_datagram_borrows_from_the_one_before() {
+        // 1400 + 10 bytes: 10 is less than a header plus a byte.
+        let p = MediaPlan::new(1410 * 8, 1, 1, 1400).unwrap();
+        let sizes = p.datagram_sizes();
+        let last = DATA_HEADER_LEN as u32 + 1;
+        assert_eq!(sizes, vec![1410 - last, last]);
+        // Every datagram can hold the header and a byte.
+        for fb in (DATA_HEADER_LEN as u64 + 1)..5000u64 {
+            let p = MediaPlan::new(fb * 8, 1, 1, 100).unwrap();
+            let s = p.datagram_sizes();
+            assert_eq!(s.iter().map(|&x| u64::from(x)).sum::<u64>(), fb);
+            assert!(
+                s.iter().all(|&x| x as usize > DATA_HEADER_LEN && x <= 100),
+                "{fb}: {s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_plans_say_why() {
+        assert_eq!(MediaPlan::new(0, 60, 60, 1400), Err(PlanError::Zero));
+        assert!(matches!(
+            MediaPlan::new(8000, 60, 60, 1400),
+            Err(PlanError::FrameTooSmall { .. })
+        ));
+        assert!(matches!(
+            MediaPlan::new(8_000_000, 60, 60, 10),
+            Err(PlanError::DatagramSize { .. })
+        ));
+        assert!(matches!(
+            MediaPlan::new(8_000_000, 60, 60, 70_000),
+            Err(PlanError::DatagramSize { .. })
+        ));
+        assert!(matches!(
+            MediaPlan::new(u64::MAX, u32::MAX, u32::MAX, 1400),
+            Err(PlanError::TooManyFrames(_))
+        ));
+        assert_eq!(MediaPlan::new(u64::MAX, 1, 1000, 1400), Err(PlanError::TooLarge));
+    }
+}
