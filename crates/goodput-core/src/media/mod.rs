@@ -3,6 +3,7 @@
 //! play-out accounting and the command line come next; nothing outside
 //! this module uses it yet.
 
+pub mod receiver;
 pub mod wire;
 
 use wire::DATA_HEADER_LEN;
