@@ -141,19 +141,23 @@ pub fn run_ttcp(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
     let t0 = Instant::now();
-    let mut m = Meter::new();
-    let mut local = String::new();
-    let mut peer = String::new();
-    let outcome = match (spec.role, spec.udp) {
-        (TtcpRole::Transmit(to), false) => {
-            tcp_transmit(spec, to, &mut m, &mut local, &mut peer, lines, cancel)
-        }
-        (TtcpRole::Receive(at), false) => tcp_receive(spec, at, &mut m, &mut local, &mut peer, lines, cancel),
-        (TtcpRole::Transmit(to), true) => {
-            udp_transmit(spec, to, &mut m, &mut local, &mut peer, lines, cancel)
-        }
-        (TtcpRole::Receive(at), true) => udp_receive(spec, at, &mut m, &mut local, &mut peer, lines, cancel),
+    let mut run = Run {
+        spec,
+        m: Meter::new(),
+        local: String::new(),
+        peer: String::new(),
+        lines,
+        cancel,
     };
+    let outcome = match (spec.role, spec.udp) {
+        (TtcpRole::Transmit(to), false) => tcp_transmit(&mut run, to),
+        (TtcpRole::Receive(at), false) => tcp_receive(&mut run, at),
+        (TtcpRole::Transmit(to), true) => udp_transmit(&mut run, to),
+        (TtcpRole::Receive(at), true) => udp_receive(&mut run, at),
+    };
+    let Run {
+        mut m, local, peer, ..
+    } = run;
     if m.end.is_none() && m.start.is_some() {
         m.stop();
     }
@@ -252,6 +256,17 @@ pub fn run_ttcp(
     })
 }
 
+/// One transfer's settings, meter, addresses and outputs, shared by the
+/// four ways of running it.
+struct Run<'a, 'l> {
+    spec: &'a TtcpSpec,
+    m: Meter,
+    local: String,
+    peer: String,
+    lines: Lines<'l>,
+    cancel: &'a CancellationToken,
+}
+
 enum Stop {
     Cancelled,
     Io(&'static str, io::Error),
@@ -283,16 +298,15 @@ fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
     Ok(got)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn tcp_transmit(
-    spec: &TtcpSpec,
-    to: SocketAddr,
-    m: &mut Meter,
-    local: &mut String,
-    peer: &mut String,
-    lines: Lines<'_>,
-    cancel: &CancellationToken,
-) -> Result<(), Stop> {
+fn tcp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
+    let Run {
+        spec,
+        m,
+        local,
+        peer,
+        lines,
+        cancel,
+    } = r;
     let s =
         Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP)).map_err(io_stop("socket"))?;
     lines("socket".into());
@@ -354,16 +368,15 @@ fn tcp_transmit(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn tcp_receive(
-    spec: &TtcpSpec,
-    at: SocketAddr,
-    m: &mut Meter,
-    local: &mut String,
-    peer: &mut String,
-    lines: Lines<'_>,
-    cancel: &CancellationToken,
-) -> Result<(), Stop> {
+fn tcp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
+    let Run {
+        spec,
+        m,
+        local,
+        peer,
+        lines,
+        cancel,
+    } = r;
     let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| Stop::Setup(EngineError::Listen { addr: at, source: e }))?;
     lines("socket".into());
@@ -466,16 +479,15 @@ fn send_datagram(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn udp_transmit(
-    spec: &TtcpSpec,
-    to: SocketAddr,
-    m: &mut Meter,
-    local: &mut String,
-    peer: &mut String,
-    lines: Lines<'_>,
-    cancel: &CancellationToken,
-) -> Result<(), Stop> {
+fn udp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
+    let Run {
+        spec,
+        m,
+        local,
+        peer,
+        lines,
+        cancel,
+    } = r;
     let any: SocketAddr = if to.is_ipv6() {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     } else {
@@ -527,16 +539,15 @@ fn udp_transmit(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn udp_receive(
-    spec: &TtcpSpec,
-    at: SocketAddr,
-    m: &mut Meter,
-    local: &mut String,
-    peer: &mut String,
-    lines: Lines<'_>,
-    cancel: &CancellationToken,
-) -> Result<(), Stop> {
+fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
+    let Run {
+        spec,
+        m,
+        local,
+        peer,
+        lines,
+        cancel,
+    } = r;
     let sock = udp_socket(at).map_err(|e| Stop::Setup(EngineError::Listen { addr: at, source: e }))?;
     lines("socket".into());
     if let Some(b) = spec.sockbuf {
