@@ -1,5 +1,6 @@
 //! Echo load-test views: status lines and the summary.
 
+use crate::format::ms_or;
 use goodput_core::result::{EchoDetail, EchoInterval, Interval, Percentiles, TestResult};
 use goodput_core::units::format_bits_per_second;
 
@@ -20,10 +21,6 @@ pub fn echo_header() -> String {
     )
 }
 
-fn ms(v: Option<f64>) -> String {
-    v.map_or("-".into(), |us| format!("{:.3}", us / 1e3))
-}
-
 /// One echo status line.
 pub fn echo_line(iv: &Interval, e: &EchoInterval) -> String {
     let r = e.round_trip;
@@ -36,9 +33,9 @@ pub fn echo_line(iv: &Interval, e: &EchoInterval) -> String {
         e.sent,
         e.echoed,
         e.mismatched,
-        ms(r.map(|r| r.p50_us)),
-        ms(r.map(|r| r.p99_us)),
-        ms(r.map(|r| r.max_us)),
+        ms_or(r.map(|r| r.p50_us), "-"),
+        ms_or(r.map(|r| r.p99_us), "-"),
+        ms_or(r.map(|r| r.max_us), "-"),
     )
 }
 
@@ -47,7 +44,6 @@ pub(crate) const ECHO_CSV_COLUMNS: &str = "Estab,Failed,Sent,Echoed,Mismatch,RTT
 
 /// The echo CSV cells of one interval.
 pub(crate) fn echo_csv(e: &EchoInterval) -> String {
-    let cell = |v: Option<f64>| v.map_or(String::new(), |us| format!("{:.3}", us / 1e3));
     let r = e.round_trip;
     format!(
         "{},{},{},{},{},{},{},{}",
@@ -56,9 +52,9 @@ pub(crate) fn echo_csv(e: &EchoInterval) -> String {
         e.sent,
         e.echoed,
         e.mismatched,
-        cell(r.map(|r| r.p50_us)),
-        cell(r.map(|r| r.p99_us)),
-        cell(r.map(|r| r.max_us)),
+        ms_or(r.map(|r| r.p50_us), ""),
+        ms_or(r.map(|r| r.p99_us), ""),
+        ms_or(r.map(|r| r.max_us), ""),
     )
 }
 

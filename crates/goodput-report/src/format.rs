@@ -90,6 +90,12 @@ pub(crate) fn error_text(r: &ConnectionRecord) -> Option<String> {
     ))
 }
 
+/// Microseconds as milliseconds with 3 decimals, or `missing` when absent
+/// (`-` in aligned text, empty in CSV).
+pub(crate) fn ms_or(us: Option<f64>, missing: &str) -> String {
+    us.map_or(missing.to_owned(), |v| format!("{:.3}", v / 1e3))
+}
+
 /// A CSV cell: quoted when it holds a comma, quote or newline.
 pub(crate) fn csv_cell(s: &str) -> String {
     if s.contains([',', '"', '\n', '\r']) {

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use crate::format::ms_or;
 use goodput_core::result::{
     DelayStats, HopRange, Interval, OneWayStats, StampDetail, StampInterval, StampPacket, StampStats,
     TestResult,
@@ -43,10 +44,6 @@ pub fn stamp_header() -> String {
     )
 }
 
-fn ms(us: Option<f64>) -> String {
-    us.map_or("-".into(), |v| format!("{:.3}", v / 1e3))
-}
-
 /// One STAMP status line under [`stamp_header`].
 pub fn stamp_line(iv: &Interval, s: &StampInterval) -> String {
     let r = s.rtt;
@@ -59,12 +56,12 @@ pub fn stamp_line(iv: &Interval, s: &StampInterval) -> String {
         s.lost,
         s.duplicates,
         s.reordered,
-        ms(r.map(|r| r.min_us)),
-        ms(r.map(|r| r.median_us)),
-        ms(r.map(|r| r.p99_us)),
-        ms(r.map(|r| r.max_us)),
-        ms(s.forward_median_us),
-        ms(s.backward_median_us),
+        ms_or(r.map(|r| r.min_us), "-"),
+        ms_or(r.map(|r| r.median_us), "-"),
+        ms_or(r.map(|r| r.p99_us), "-"),
+        ms_or(r.map(|r| r.max_us), "-"),
+        ms_or(s.forward_median_us, "-"),
+        ms_or(s.backward_median_us, "-"),
     )
 }
 
@@ -74,7 +71,6 @@ pub(crate) const STAMP_CSV_COLUMNS: &str =
 
 /// The STAMP CSV cells of one interval.
 pub(crate) fn stamp_csv(s: &StampInterval) -> String {
-    let cell = |v: Option<f64>| v.map_or(String::new(), |v| format!("{:.3}", v / 1e3));
     let r = s.rtt;
     format!(
         "{},{},{},{},{},{},{},{},{},{},{}",
@@ -83,12 +79,12 @@ pub(crate) fn stamp_csv(s: &StampInterval) -> String {
         s.lost,
         s.duplicates,
         s.reordered,
-        cell(r.map(|r| r.min_us)),
-        cell(r.map(|r| r.median_us)),
-        cell(r.map(|r| r.p99_us)),
-        cell(r.map(|r| r.max_us)),
-        cell(s.forward_median_us),
-        cell(s.backward_median_us),
+        ms_or(r.map(|r| r.min_us), ""),
+        ms_or(r.map(|r| r.median_us), ""),
+        ms_or(r.map(|r| r.p99_us), ""),
+        ms_or(r.map(|r| r.max_us), ""),
+        ms_or(s.forward_median_us, ""),
+        ms_or(s.backward_median_us, ""),
     )
 }
 

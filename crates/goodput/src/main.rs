@@ -81,6 +81,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// A client's exit status: interrupted, failed, or fine.
+fn exit_status(result: &TestResult, failed: bool) -> u8 {
+    if result.end == EndReason::Interrupted {
+        EXIT_INTERRUPTED
+    } else if failed {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, Stop> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -1039,13 +1050,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         }
     }
     let failed = result.summary.failures() > 0 || result.iperf3.as_ref().is_some_and(|d| d.error.is_some());
-    Ok(if result.end == EndReason::Interrupted {
-        EXIT_INTERRUPTED
-    } else if failed {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(exit_status(&result, failed))
 }
 
 /// The loopback address of the chosen family, for embedded peers.
@@ -1221,13 +1226,7 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     }
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
-    Ok(if result.end == EndReason::Interrupted {
-        EXIT_INTERRUPTED
-    } else if result.summary.failures() > 0 {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(exit_status(&result, result.summary.failures() > 0))
 }
 
 async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
@@ -1318,13 +1317,7 @@ async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
         }
     }
     views.finish(&result, view_args.json.as_deref())?;
-    Ok(if result.end == EndReason::Interrupted {
-        EXIT_INTERRUPTED
-    } else if result.summary.failures() > 0 {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(exit_status(&result, result.summary.failures() > 0))
 }
 
 /// `HOST:PORT`, `[v6]:PORT`, or a bare host with `default_port`.
@@ -1500,11 +1493,5 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
         .await
         .map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
-    Ok(if result.end == EndReason::Interrupted {
-        EXIT_INTERRUPTED
-    } else if result.summary.failures() > 0 {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
-    })
+    Ok(exit_status(&result, result.summary.failures() > 0))
 }

@@ -1,17 +1,15 @@
 //! Tests of the `goodput` binary as a user runs it.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
+use common::goodput;
 use std::time::{Duration, Instant};
 
-fn goodput() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_goodput"))
-}
-
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::tmp("cli", name)
 }
 
 #[test]

@@ -23,6 +23,23 @@ fn read(p: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
+/// `goodput server` on loopback with the given service ports (flag, port),
+/// once every one of them listens.
+fn services_server(ports: &[(&str, u16)]) -> Reaped {
+    let mut c = goodput();
+    c.args(["server", "--listen", "127.0.0.1", "--port"])
+        .arg(free_tcp_port().to_string())
+        .args(["--status-interval", "1h", "-v", "1"]);
+    for (flag, port) in ports {
+        c.arg(flag).arg(port.to_string());
+    }
+    let server = Reaped::spawn(c);
+    for &(_, port) in ports {
+        wait_tcp_listening(port);
+    }
+    server
+}
+
 fn pattern(n: usize) -> Vec<u8> {
     (0..n).map(|i| b' ' + (i % 95) as u8).collect()
 }
@@ -252,19 +269,7 @@ fn stdin_transmit_into_socat_is_the_same_file() {
 #[test]
 fn transmitter_into_goodput_discard_and_echo_services() {
     let (discard, echo) = (free_tcp_port(), free_tcp_port());
-    let mut c = goodput();
-    c.args(["server", "--listen", "127.0.0.1", "--port"])
-        .arg(free_tcp_port().to_string())
-        .args([
-            "--discard-port",
-            &discard.to_string(),
-            "--echo-port",
-            &echo.to_string(),
-        ])
-        .args(["--status-interval", "1h", "-v", "1"]);
-    let server = Reaped::spawn(c);
-    wait_tcp_listening(discard);
-    wait_tcp_listening(echo);
+    let server = services_server(&[("--discard-port", discard), ("--echo-port", echo)]);
     for udp in [false, true] {
         let mut t = goodput();
         t.args([
@@ -353,19 +358,7 @@ fn transmitter_to_nobody_fails_with_the_errno() {
 #[test]
 fn echo_load_test_against_goodput_echo_service() {
     let echo = free_tcp_port();
-    let mut c = goodput();
-    c.args(["server", "--listen", "127.0.0.1", "--port"])
-        .arg(free_tcp_port().to_string())
-        .args([
-            "--echo-port",
-            &echo.to_string(),
-            "--status-interval",
-            "1h",
-            "-v",
-            "1",
-        ]);
-    let server = Reaped::spawn(c);
-    wait_tcp_listening(echo);
+    let server = services_server(&[("--echo-port", echo)]);
     let j = json("echo.json");
     let status = tmp("ttcp", "echo-status.csv");
     let out = goodput()
@@ -453,19 +446,7 @@ fn echo_usage_errors() {
 #[test]
 fn tls_echo_from_the_command_line() {
     let port = free_tcp_port();
-    let mut c = goodput();
-    c.args(["server", "--listen", "127.0.0.1", "--port"])
-        .arg(free_tcp_port().to_string())
-        .args([
-            "--echo-tls-port",
-            &port.to_string(),
-            "--status-interval",
-            "1h",
-            "-v",
-            "1",
-        ]);
-    let server = Reaped::spawn(c);
-    wait_tcp_listening(port);
+    let server = services_server(&[("--echo-tls-port", port)]);
     let out = goodput()
         .args([
             "echo",
