@@ -655,17 +655,15 @@ where
                 tokio::time::sleep_until(next).await;
                 Instant::now()
             };
-            let msg: Vec<u8> = tracker
-                .lock()
-                .map(|t| t.next_message(pattern).to_vec())
-                .unwrap_or_default();
+            // A slice of the shared pattern: nothing is allocated per message.
+            let msg: &[u8] = tracker.lock().map(|t| t.next_message(pattern)).unwrap_or(&[]);
             let scheduled = begin.duration_since(started).as_nanos() as u64;
             // Counted as sent (and its clock started) before the write, so
             // an echo that comes back fast is never ahead of its message.
             if let Ok(mut t) = tracker.lock() {
                 t.sent_one(scheduled);
             }
-            wr.write_all(&msg).await.map_err(|e| ("send", e))?;
+            wr.write_all(msg).await.map_err(|e| ("send", e))?;
             let _ = tx.send((index, Event::Sent)).await;
             next += spec.message_interval;
         }
@@ -673,6 +671,8 @@ where
     };
     let reader = async {
         let mut buf = vec![0u8; size.clamp(512, 16 * 1024)];
+        // Messages a read completed, reused from read to read.
+        let mut completed: Vec<(u64, bool)> = Vec::new();
         loop {
             let (done, waiting) = tracker
                 .lock()
@@ -700,11 +700,11 @@ where
                 ));
             }
             let now = started.elapsed().as_nanos() as u64;
-            let mut out = Vec::new();
+            completed.clear();
             if let Ok(mut t) = tracker.lock() {
-                t.received_chunk(pattern, &buf[..n], now, |rtt, ok| out.push((rtt, ok)));
+                t.received_chunk(pattern, &buf[..n], now, |rtt, ok| completed.push((rtt, ok)));
             }
-            for (rtt, ok) in out {
+            for &(rtt, ok) in &completed {
                 echoed_one.notify_one();
                 let _ = tx.send((index, Event::Echoed(rtt, ok))).await;
             }

@@ -273,6 +273,28 @@ pub fn set_rude_close(fd: &impl std::os::fd::AsFd) -> io::Result<()> {
     SockRef::from(fd).set_linger(Some(Duration::ZERO))
 }
 
+/// An IPv4-mapped IPv6 address (as a dual-stack socket reports an IPv4
+/// peer) as the IPv4 address it is, so both views compare equal and one
+/// ACL entry covers both forms.
+pub(crate) fn unmapped_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Address text as goodput prints it everywhere (`ip:port`, IPv6 in
+/// brackets, IPv4-mapped IPv6 shown as IPv4, as iperf3 does).
+pub(crate) fn addr_text(a: SocketAddr) -> String {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => format!("{v4}:{}", v6.port()),
+            None => a.to_string(),
+        },
+        _ => a.to_string(),
+    }
+}
+
 /// The outcome recorded for a socket call that failed `during` a phase.
 pub(crate) fn network_outcome(during: &str, err: &io::Error) -> goodput_core::result::Outcome {
     let errno = errno_of(err);

@@ -16,6 +16,7 @@ use goodput_core::ttcp::{fill_pattern, MIN_UDP_BUFLEN, UDP_END_MARKERS, UDP_MARK
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
+use crate::socket::{addr_text, unmapped_ip};
 use crate::EngineError;
 
 /// How often a blocked call comes back to look at the cancel.
@@ -107,17 +108,6 @@ fn thread_cpu() -> (f64, f64) {
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     (secs(ru.ru_utime), secs(ru.ru_stime))
-}
-
-/// An IPv4-mapped address (from a dual-stack socket) shown as IPv4.
-fn unmapped(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => v6
-            .ip()
-            .to_ipv4_mapped()
-            .map_or(a, |ip| SocketAddr::new(ip.into(), v6.port())),
-        v4 => v4,
-    }
 }
 
 fn timed_out(e: &io::Error) -> bool {
@@ -411,13 +401,9 @@ fn tcp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
     drop(listener);
     sock.set_nonblocking(false).map_err(io_stop("accept"))?;
     sock.set_read_timeout(Some(POLL)).map_err(io_stop("setsockopt"))?;
-    let from = unmapped(from);
-    *peer = from.to_string();
-    *local = sock
-        .local_addr()
-        .map(|a| unmapped(a).to_string())
-        .unwrap_or_default();
-    lines(format!("accept from {}", from.ip()));
+    *peer = addr_text(from);
+    *local = sock.local_addr().map(addr_text).unwrap_or_default();
+    lines(format!("accept from {}", unmapped_ip(from.ip())));
     let mut buf = vec![0u8; spec.buflen];
     let mut out = (!spec.sinkmode).then(|| io::stdout().lock());
     m.start();
@@ -584,8 +570,8 @@ fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
                     break;
                 }
                 going = true;
-                *peer = unmapped(from).to_string();
-                lines(format!("start marker from {}", unmapped(from).ip()));
+                *peer = addr_text(from);
+                lines(format!("start marker from {}", unmapped_ip(from.ip())));
                 m.start();
                 last = Instant::now();
             }
@@ -593,7 +579,7 @@ fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
                 if !going {
                     // No start marker (a plain sender): start at the first datagram.
                     going = true;
-                    *peer = unmapped(from).to_string();
+                    *peer = addr_text(from);
                     m.start();
                 }
                 m.bytes += n as u64;

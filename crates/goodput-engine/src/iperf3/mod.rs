@@ -207,14 +207,4 @@ pub(crate) fn payload(len: usize, repeating: bool) -> std::sync::Arc<[u8]> {
     v.into()
 }
 
-/// Address text as goodput prints it everywhere (`ip:port`, IPv6 in
-/// brackets, IPv4-mapped IPv6 shown as IPv4, as iperf3 does).
-pub(crate) fn addr_text(a: std::net::SocketAddr) -> String {
-    match a {
-        std::net::SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => format!("{v4}:{}", v6.port()),
-            None => a.to_string(),
-        },
-        _ => a.to_string(),
-    }
-}
+pub(crate) use crate::socket::addr_text;

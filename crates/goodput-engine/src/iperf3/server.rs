@@ -216,7 +216,7 @@ async fn run_test(
 ) -> Result<(), Iperf3Error> {
     let mut sock = sock;
     let _ = sock.set_nodelay(true);
-    let client_ip = sock.peer_addr().map(|a| canonical_ip(a.ip())).ok();
+    let client_ip = sock.peer_addr().map(|a| crate::socket::unmapped_ip(a.ip())).ok();
     let mut cookie = [0u8; COOKIE_LEN];
     tokio::time::timeout(spec.timeout, sock.read_exact(&mut cookie))
         .await
@@ -305,7 +305,7 @@ async fn run_test(
                         // Only the control connection's host may open a UDP
                         // stream: a hello with a forged source must not turn
                         // the server into a flood aimed at someone else.
-                        if len == 4 && client_ip == Some(canonical_ip(from.ip())) {
+                        if len == 4 && client_ip == Some(crate::socket::unmapped_ip(from.ip())) {
                             break from;
                         }
                     };
@@ -475,15 +475,6 @@ async fn run_test(
     let _ = ctl.read_within(Expect::State, "IPERF_DONE", spec.timeout).await;
     ctl.close_gracefully(Duration::from_secs(1)).await;
     Ok(())
-}
-
-/// An address with IPv4-mapped IPv6 shown as IPv4, so a dual-stack socket's
-/// view and a plain IPv4 socket's view compare equal.
-fn canonical_ip(ip: std::net::IpAddr) -> std::net::IpAddr {
-    match ip {
-        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
-        v4 => v4,
-    }
 }
 
 /// Waits until no receiving stream's count moved for `quiet` (at most `limit`).

@@ -211,7 +211,7 @@ fn serve(sock: Socket, spec: &ReflectorSpec, cancel: &CancellationToken) -> Stam
                 c.too_short += 1;
                 continue;
             }
-            let src_ip = canonical(meta.src.ip());
+            let src_ip = crate::socket::unmapped_ip(meta.src.ip());
             if !spec.allow.is_empty() && !spec.allow.iter().any(|a| a.contains(src_ip)) {
                 c.denied += 1;
                 continue;
@@ -301,12 +301,4 @@ fn next_session_seq(
     e.0 = e.0.wrapping_add(1);
     e.1 = now;
     seq
-}
-
-/// IPv4-mapped IPv6 addresses as IPv4, so one ACL entry covers both forms.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
 }
