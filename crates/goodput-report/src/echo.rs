@@ -117,7 +117,7 @@ pub(crate) fn summary(r: &TestResult, d: &EchoDetail) -> String {
         }
     }
     t.push_str(&format!(
-        "  bytes : sent {} ({}), echoed {} ({})   elapsed {:.3} s\n",
+        "  bytes : sent {} B ({}), echoed {} B ({})   elapsed {:.3} s\n",
         s.sent_bytes,
         format_bits_per_second(s.send_bytes_per_second),
         s.received_bytes,

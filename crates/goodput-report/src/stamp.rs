@@ -167,6 +167,7 @@ pub fn stamp_stats_text(s: &StampStats) -> String {
             pct(f, s.sent),
             pct(b, s.sent.saturating_sub(f))
         )),
+        _ if s.received == 0 => t.push_str("  loss by direction : unknown (no reply came back)\n"),
         _ => t.push_str(
             "  loss by direction : unknown (the reflector did not show per-session sequence numbers; run it stateful)\n",
         ),

@@ -60,7 +60,7 @@ pub fn ttcp_report(_r: &TestResult, d: &TtcpDetail) -> String {
         0.0
     };
     t.push_str(&format!(
-        "{p}: {} in {:.6} s = {:.3} Mbit/s ({})",
+        "{p}: {} bytes in {:.6} s = {:.3} Mbit/s ({})",
         d.bytes,
         d.real_s,
         bps * 8.0 / 1e6,

@@ -119,6 +119,12 @@ fn stamp_to_nobody_exits_one_quickly() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(start.elapsed() < Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ECONNREFUSED"), "{text}");
+    assert!(
+        text.contains("loss by direction : unknown (no reply came back)"),
+        "{text}"
+    );
 }
 
 /// goodput's sender against stamp-suite's reflector.
