@@ -53,6 +53,157 @@ pub struct TestResult {
     /// Echo load tests: connections, messages and round trips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub echo: Option<EchoDetail>,
+    /// UDP media-stream runs: the plan, frames, datagrams and jitter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaDetail>,
+    /// Servers running the UDP media-stream service: what it answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_server: Option<MediaServerCounters>,
+}
+
+/// What a UDP media-stream run adds to the common record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MediaDetail {
+    /// The client streamed to the server (else the server to the client).
+    pub upload: bool,
+    /// Payloads were checked against the pattern.
+    pub verify_data: bool,
+    /// Nominal bit rate, bits/s, rounded down to whole bytes.
+    pub bits_per_second: u64,
+    /// Rate the frame arithmetic delivers, bits/s (headers included).
+    pub effective_bits_per_second: f64,
+    /// Frames per second.
+    pub frame_rate: u32,
+    /// Stream length, seconds.
+    pub length_s: u32,
+    /// Frames per stream.
+    pub frames: u32,
+    /// Bytes per frame, datagram headers included.
+    pub frame_bytes: u64,
+    /// Largest datagram (UDP payload), bytes.
+    pub datagram_bytes: u32,
+    /// Datagrams per frame.
+    pub datagrams_per_frame: u32,
+    /// Play-out delay after the stream opens, milliseconds.
+    pub buffer_depth_ms: u64,
+    /// Streams run.
+    pub streams: u64,
+    /// Streams that failed (refused, no data, socket or pattern errors).
+    pub streams_failed: u64,
+    /// All streams together.
+    pub total: MediaStats,
+    /// Mergeable distributions of all streams.
+    pub histograms: MediaHistograms,
+}
+
+/// One stream's (or all streams') datagram and frame accounting, from the
+/// receiving end. Times in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MediaStats {
+    /// Datagrams the sender sent, when known (its End message, or our own
+    /// count when we sent).
+    pub sent: Option<u64>,
+    /// Sends the kernel refused, when we sent.
+    pub send_errors: Option<u64>,
+    /// Distinct datagrams received.
+    pub received: u64,
+    /// Bytes received (UDP payload, headers included), when we received.
+    pub received_bytes: Option<u64>,
+    /// Datagrams sent and never received.
+    pub lost: u64,
+    /// Lost as a percentage of sent.
+    pub loss_percent: f64,
+    /// Datagrams that arrived more than once (each extra copy counted).
+    pub duplicates: u64,
+    /// RFC 4737 reordered datagrams.
+    pub reordered: u64,
+    /// Reordered as a percentage of received.
+    pub reordered_percent: f64,
+    /// Mean RFC 4737 reordering extent, datagrams, when measured here.
+    pub reorder_extent_mean: Option<f64>,
+    /// Largest reordering extent, datagrams, when measured here.
+    pub reorder_extent_max: Option<u64>,
+    /// Datagrams that arrived after their frame was played.
+    pub late: u64,
+    /// Datagrams outside the stream or the receive window, or not matching
+    /// the plan (ctsTraffic's per-datagram Errors).
+    pub errors: u64,
+    /// Datagrams whose payload did not match the pattern.
+    pub corrupt: u64,
+    /// Frames played with exactly their bytes.
+    pub frames_completed: u64,
+    /// Frames played short (a datagram lost or late).
+    pub frames_dropped: u64,
+    /// Frames played with more bytes (a datagram twice).
+    pub frames_repeated: u64,
+    /// RFC 3550 interarrival jitter (for several streams, their mean).
+    pub jitter_us: f64,
+    /// RFC 3393 IPDV of consecutive datagrams, when measured here.
+    pub ipdv: Option<IpdvStats>,
+    /// RFC 5481 delay variation: one-way delay minus the smallest, when
+    /// measured here (the clock offset cancels).
+    pub delay_variation: Option<DelayStats>,
+}
+
+/// HdrHistograms (V2 compressed, base64, nanoseconds) of a media run.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MediaHistograms {
+    /// One-way delay relative to each stream's first datagram, values ≥ 0
+    /// (merging streams mixes their baselines; within one it is exact).
+    pub relative_delay_ns: Option<String>,
+    /// The same, magnitudes of values < 0.
+    pub relative_delay_negative_ns: Option<String>,
+    /// IPDV, values ≥ 0.
+    pub ipdv_ns: Option<String>,
+    /// IPDV, magnitudes of values < 0.
+    pub ipdv_negative_ns: Option<String>,
+}
+
+/// All media streams within one status interval (ctsTraffic's UDP columns:
+/// frame counts are the interval's own, not cumulative).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MediaInterval {
+    /// Bits received per second in the interval (sent, on a sending side).
+    pub bits_per_second: u64,
+    /// Streams open at the end of the interval.
+    pub streams: u64,
+    /// Frames played complete.
+    pub completed: u64,
+    /// Frames played short.
+    pub dropped: u64,
+    /// Frames played with a repeated datagram.
+    pub repeated: u64,
+    /// Datagrams counted as errors.
+    pub errors: u64,
+    /// Datagrams received.
+    pub received: u64,
+    /// Datagrams found lost (by sequence gaps) in the interval.
+    pub lost: u64,
+    /// Mean RFC 3550 jitter of the open streams, microseconds.
+    pub jitter_us: f64,
+}
+
+/// What a server's media-stream service did over its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct MediaServerCounters {
+    /// Requests without a valid cookie, answered with a challenge.
+    pub challenged: u64,
+    /// Streams accepted.
+    pub accepted: u64,
+    /// Requests refused (limits, bad plan, busy).
+    pub rejected: u64,
+    /// Streams that ran to the end.
+    pub completed: u64,
+    /// Streams stopped because the receiver's reports stopped.
+    pub abandoned: u64,
+    /// Datagrams that were not ours, malformed or for no open stream.
+    pub unsolicited: u64,
+    /// Data datagrams sent.
+    pub sent: u64,
+    /// Data datagrams received (uploads).
+    pub received: u64,
+    /// Sends the kernel refused.
+    pub send_errors: u64,
 }
 
 /// What an echo load test adds to the common record. Times in microseconds.
@@ -216,6 +367,8 @@ pub enum TestKind {
     TtcpReceive,
     /// `goodput echo`, loading an echo server.
     EchoClient,
+    /// `goodput udp`, the client side of UDP media streams.
+    MediaClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -232,6 +385,8 @@ pub enum WireProtocol {
     Stamp,
     /// No protocol: raw bytes to any sink or from any source (TTCP).
     Raw,
+    /// goodput's UDP media-stream protocol.
+    Media,
 }
 
 /// How the client ends a successful connection.
@@ -338,6 +493,10 @@ pub struct Interval {
     /// Echo load tests: the interval's messages and round trips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub echo: Option<EchoInterval>,
+    /// UDP media streams: the interval's frames, datagrams and jitter
+    /// (streams count as connections in the fields above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaInterval>,
 }
 
 /// How one connection ended.
@@ -515,6 +674,9 @@ pub struct ConnectionRecord {
     pub shutdown: Option<ShutdownMode>,
     /// TCP_INFO at close.
     pub tcp_info: Option<TcpInfoSnapshot>,
+    /// UDP media streams: this stream's frames and datagrams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaStats>,
 }
 
 impl ConnectionRecord {
@@ -1171,6 +1333,7 @@ mod tests {
             peer: None,
             shutdown: None,
             tcp_info: None,
+            media: None,
         }
     }
 

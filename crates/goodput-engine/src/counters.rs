@@ -106,6 +106,7 @@ impl IntervalSampler {
             data_errors: c.data_errors.load(Relaxed),
             stamp: None,
             echo: None,
+            media: None,
         };
         self.last_ns = now_ns;
         self.last_sent = sent;

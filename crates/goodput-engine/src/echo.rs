@@ -183,6 +183,7 @@ impl Window {
                 mismatched: self.bad,
                 round_trip: Percentiles::from_histogram(&self.rtt),
             }),
+            media: None,
         };
         self.rtt.reset();
         (self.sent, self.echoed, self.bad, self.sent_bytes, self.recv_bytes) = (0, 0, 0, 0, 0);
@@ -468,6 +469,8 @@ pub async fn run_echo(
         stamp_reflector: None,
         ttcp: None,
         echo: Some(detail),
+        media: None,
+        media_server: None,
     })
 }
 
@@ -502,6 +505,7 @@ async fn connection(
         peer: None,
         shutdown: None,
         tcp_info: None,
+        media: None,
     };
     let mut counts = Counts::default();
     let connect = async {

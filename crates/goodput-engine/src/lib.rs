@@ -11,6 +11,7 @@ mod counters;
 pub mod echo;
 pub mod iperf3;
 mod observer;
+mod udp;
 pub mod services;
 pub mod socket;
 pub mod stamp;

@@ -191,6 +191,7 @@ pub fn run_ttcp(
         peer: None,
         shutdown: None,
         tcp_info: None,
+        media: None,
     };
     let mut summary = SummaryBuilder::default();
     summary.add(&record);
@@ -227,6 +228,8 @@ pub fn run_ttcp(
         stamp: None,
         stamp_reflector: None,
         echo: None,
+        media: None,
+        media_server: None,
         ttcp: Some(TtcpDetail {
             transmit,
             udp: spec.udp,

@@ -134,6 +134,7 @@ mod tests {
             data_errors: 1,
             stamp: None,
             echo: None,
+            media: None,
         });
         assert!(line.contains("10.00 Gbit/s"), "{line}");
         assert_eq!(&line[..10], "     5.000");

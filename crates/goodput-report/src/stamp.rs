@@ -351,6 +351,7 @@ mod tests {
             data_errors: 0,
             stamp: Some(s),
             echo: None,
+            media: None,
         };
         let line = stamp_line(&iv, &s);
         let cells: Vec<&str> = line.split_whitespace().collect();

@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::wire::DataHeader;
+use super::wire::{DataHeader, Report};
 use super::MediaPlan;
 use crate::stamp::stats::SignedHistogram;
 
@@ -108,7 +108,10 @@ pub struct MediaReceiver {
     seen_transit: Vec<i64>,
     jitter_ns: f64,
     prev_transit: Option<i64>,
-    /// Transit (receive − send, with the unknown clock offset) per datagram.
+    first_transit: Option<i64>,
+    /// Transit (receive − send) of each datagram relative to the first
+    /// datagram's, so the unknown clock offset cancels; delay variation
+    /// (RFC 5481) is this minus its minimum.
     pub transit: SignedHistogram,
     /// IPDV between consecutive sequences.
     pub ipdv: SignedHistogram,
@@ -132,6 +135,7 @@ impl MediaReceiver {
             seen_transit: vec![0; SEQ_WINDOW as usize],
             jitter_ns: 0.0,
             prev_transit: None,
+            first_transit: None,
             transit: SignedHistogram::default(),
             ipdv: SignedHistogram::default(),
         }
@@ -191,7 +195,8 @@ impl MediaReceiver {
             self.jitter_ns += (d - self.jitter_ns) / 16.0;
         }
         self.prev_transit = Some(transit);
-        self.transit.record(transit);
+        let first = *self.first_transit.get_or_insert(transit);
+        self.transit.record(transit - first);
         if h.frame < self.head {
             self.counts.late += 1;
             return Arrival::Late;
@@ -303,6 +308,30 @@ impl MediaReceiver {
             self.head += 1;
         }
         out
+    }
+
+    /// The report a receiver sends back: its counts so far; loss from
+    /// `sent` when the sender's End has told it, else from the highest
+    /// sequence seen.
+    pub fn report(&self, stream: u32, sent: Option<u64>, last: bool) -> Report {
+        let c = &self.counts;
+        let sent = sent.unwrap_or_else(|| self.highest.map_or(0, |h| h + 1));
+        Report {
+            stream,
+            received: c.received,
+            lost: self.lost(sent),
+            highest_seq: self.highest.unwrap_or(u64::MAX),
+            duplicates: c.duplicates,
+            reordered: c.reordered,
+            late: c.late,
+            errors: c.errors,
+            corrupt: c.corrupt,
+            completed: c.completed.min(u64::from(u32::MAX)) as u32,
+            dropped: c.dropped.min(u64::from(u32::MAX)) as u32,
+            repeated: c.repeated.min(u64::from(u32::MAX)) as u32,
+            jitter_ns: self.jitter_ns as u64,
+            last,
+        }
     }
 
     /// Whether every frame has been played.

@@ -104,6 +104,26 @@ pub struct Report {
     pub lost: u64,
     /// Highest sequence seen (u64::MAX when none yet).
     pub highest_seq: u64,
+    /// Datagrams that arrived again.
+    pub duplicates: u64,
+    /// RFC 4737 reordered datagrams.
+    pub reordered: u64,
+    /// Datagrams for frames already played.
+    pub late: u64,
+    /// Datagrams out of the stream, the window or the plan.
+    pub errors: u64,
+    /// Datagrams whose payload failed the pattern.
+    pub corrupt: u64,
+    /// Frames played complete.
+    pub completed: u32,
+    /// Frames played short.
+    pub dropped: u32,
+    /// Frames played with a datagram twice.
+    pub repeated: u32,
+    /// RFC 3550 interarrival jitter, nanoseconds.
+    pub jitter_ns: u64,
+    /// The receiver has played the whole stream: these are its totals.
+    pub last: bool,
 }
 
 /// Every message kind.
@@ -225,6 +245,14 @@ impl Message {
                 out.extend_from_slice(&r.received.to_be_bytes());
                 out.extend_from_slice(&r.lost.to_be_bytes());
                 out.extend_from_slice(&r.highest_seq.to_be_bytes());
+                for v in [r.duplicates, r.reordered, r.late, r.errors, r.corrupt] {
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+                for v in [r.completed, r.dropped, r.repeated] {
+                    out.extend_from_slice(&v.to_be_bytes());
+                }
+                out.extend_from_slice(&r.jitter_ns.to_be_bytes());
+                out.push(u8::from(r.last));
             }
             Message::End { stream, sent } => {
                 prefix(out, K_END);
@@ -302,6 +330,20 @@ impl Message {
                 received: r.u64()?,
                 lost: r.u64()?,
                 highest_seq: r.u64()?,
+                duplicates: r.u64()?,
+                reordered: r.u64()?,
+                late: r.u64()?,
+                errors: r.u64()?,
+                corrupt: r.u64()?,
+                completed: r.u32()?,
+                dropped: r.u32()?,
+                repeated: r.u32()?,
+                jitter_ns: r.u64()?,
+                last: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(DecodeError::Field),
+                },
             }),
             K_END => Message::End {
                 stream: r.u32()?,
@@ -379,6 +421,16 @@ mod tests {
                 received: 1000,
                 lost: 3,
                 highest_seq: 1002,
+                duplicates: 4,
+                reordered: 5,
+                late: 6,
+                errors: 7,
+                corrupt: 8,
+                completed: 9,
+                dropped: 10,
+                repeated: 11,
+                jitter_ns: 12,
+                last: true,
             }),
             Message::End { stream: 77, sent: 5 },
         ]

@@ -512,6 +512,7 @@ pub(crate) fn build_result(
             }),
             shutdown: None,
             tcp_info: f.tcp_info,
+            media: None,
         });
         details.push(Iperf3StreamRecord {
             id: s.id,
@@ -576,6 +577,8 @@ pub(crate) fn build_result(
         stamp: None,
         stamp_reflector: None,
         echo: None,
+        media: None,
+        media_server: None,
         ttcp: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {

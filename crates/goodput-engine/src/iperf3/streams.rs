@@ -750,6 +750,7 @@ impl Meter {
             data_errors: 0,
             stamp: None,
             echo: None,
+            media: None,
         }
     }
 

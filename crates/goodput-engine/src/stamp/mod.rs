@@ -3,7 +3,6 @@
 //! all accounting are in `goodput_core::stamp`; this module moves the
 //! packets, with kernel timestamps and TTLs.
 
-mod msg;
 mod reflector;
 mod sender;
 

@@ -12,7 +12,7 @@ use goodput_core::stamp::{self, Cidr, ReflectInput, ReflectorPacket, MAX_PACKET_
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use super::msg::{self, RecvBatch, SendBatch};
+use crate::udp::{self as msg, RecvBatch, SendBatch};
 use crate::EngineError;
 
 /// Datagrams per `recvmmsg` / `sendmmsg`.

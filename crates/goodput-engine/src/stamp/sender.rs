@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::msg;
+use crate::udp as msg;
 use crate::{EngineError, Observer};
 
 /// How to run a sender.
@@ -221,6 +221,7 @@ pub async fn run_sender(
             peer: None,
             shutdown: None,
             tcp_info: None,
+            media: None,
         };
         observer.on_connection(&record);
         summary.add(&record);
@@ -278,6 +279,8 @@ pub async fn run_sender(
         }),
         stamp_reflector: None,
         echo: None,
+        media: None,
+        media_server: None,
         ttcp: None,
     })
 }
@@ -343,6 +346,7 @@ fn interval_of(
             backward_median_us: bwd,
         }),
         echo: None,
+        media: None,
     }
 }
 

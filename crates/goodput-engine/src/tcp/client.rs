@@ -86,7 +86,7 @@ pub async fn run_client(
     }
     if matches!(
         spec.wire,
-        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw
+        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -265,6 +265,7 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             peer: heard.peer.map(|p| *p),
             shutdown,
             tcp_info: None,
+            media: None,
         };
     // Boxed: the connect phase is brief and its state large.
     let stream = match Box::pin(connect(ctx, index, target)).await {
@@ -446,7 +447,7 @@ async fn negotiate(
                 ))),
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = cts::decode_connection_id(&id);
@@ -461,7 +462,7 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
             Message::Completion(c) => Ok(Trailer::Completion(c)),
             other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
         },
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

@@ -409,6 +409,8 @@ impl Driven {
             stamp: None,
             stamp_reflector: None,
             echo: None,
+            media: None,
+            media_server: None,
             ttcp: None,
             iperf3: None,
         }

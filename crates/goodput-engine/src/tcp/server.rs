@@ -39,7 +39,7 @@ pub struct BoundServer {
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     if matches!(
         spec.wire,
-        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw
+        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -371,6 +371,7 @@ fn record(
         peer: None,
         shutdown: None,
         tcp_info: None,
+        media: None,
     }
 }
 
@@ -416,7 +417,7 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -462,7 +463,7 @@ async fn accept_phase(
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => {
+            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -507,7 +508,7 @@ async fn finish_phase(
                 .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw => Ok(()),
+        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {

@@ -1,7 +1,8 @@
-//! Batched UDP with ancillary data: `recvmmsg` with kernel receive
-//! timestamps, the received TTL / hop limit and the destination address
-//! (`IP_PKTINFO` / `IPV6_RECVPKTINFO`), and `sendmmsg` that sends each reply
-//! from the address its request arrived on.
+//! Batched UDP shared by STAMP and the media stream: `recvmmsg` with kernel
+//! receive timestamps, the received TTL / hop limit, the destination address
+//! (`IP_PKTINFO` / `IPV6_RECVPKTINFO`) and the UDP GRO segment size;
+//! `sendmmsg` that sends each reply from the address its request arrived on;
+//! UDP GSO sends of many equal datagrams in one call.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -49,6 +50,31 @@ pub(crate) fn enable_ancillary(fd: RawFd, v6: bool, pktinfo: bool) -> io::Result
     Ok(())
 }
 
+/// Asks the kernel to deliver coalesced runs of datagrams (UDP GRO), each
+/// buffer reporting its segment size; false when the kernel cannot.
+pub(crate) fn enable_gro(fd: RawFd) -> bool {
+    setsockopt_int(fd, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+}
+
+/// Receives datagrams only: timestamps, no TTL or pktinfo.
+pub(crate) fn enable_timestamps(fd: RawFd) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+}
+
+/// Sets a socket buffer to `bytes`, past `rmem_max`/`wmem_max` when the
+/// process may (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`), else as far as allowed.
+pub(crate) fn set_buffer(fd: RawFd, recv: bool, bytes: usize) {
+    let v = i32::try_from(bytes).unwrap_or(i32::MAX);
+    let (force, plain) = if recv {
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)
+    } else {
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)
+    };
+    if setsockopt_int(fd, libc::SOL_SOCKET, force, v).is_err() {
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, v);
+    }
+}
+
 /// Sets the TTL / hop limit of outgoing unicast packets.
 pub(crate) fn set_ttl(fd: RawFd, v6: bool, ttl: u8) -> io::Result<()> {
     if v6 {
@@ -73,6 +99,9 @@ pub(crate) struct RecvMeta {
     pub(crate) ttl: Option<u8>,
     /// Local address the datagram was sent to, and the interface.
     pub(crate) dst: Option<(IpAddr, u32)>,
+    /// With UDP GRO: the buffer holds several datagrams of this size (the
+    /// last may be shorter).
+    pub(crate) segment: Option<u16>,
 }
 
 fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
@@ -130,8 +159,8 @@ fn std_to_sockaddr(a: SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::sock
 ///
 /// # Safety
 /// `hdr` must describe a control buffer the kernel has just filled.
-unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> (Option<i64>, Option<u8>, Option<(IpAddr, u32)>) {
-    let (mut t, mut ttl, mut dst) = (None, None, None);
+unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> (Option<i64>, Option<u8>, Option<(IpAddr, u32)>, Option<u16>) {
+    let (mut t, mut ttl, mut dst, mut seg) = (None, None, None, None);
     let mut c = libc::CMSG_FIRSTHDR(hdr);
     while !c.is_null() {
         let h = &*c;
@@ -156,11 +185,15 @@ unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> (Option<i64>, Option<u8>, Option<(I
                 let p: libc::in6_pktinfo = std::ptr::read_unaligned(data.cast());
                 dst = Some((IpAddr::V6(Ipv6Addr::from(p.ipi6_addr.s6_addr)), p.ipi6_ifindex));
             }
+            (libc::SOL_UDP, libc::UDP_GRO) => {
+                let v: i32 = std::ptr::read_unaligned(data.cast());
+                seg = u16::try_from(v).ok().filter(|&s| s > 0);
+            }
             _ => {}
         }
         c = libc::CMSG_NXTHDR(hdr, c);
     }
-    (t, ttl, dst)
+    (t, ttl, dst, seg)
 }
 
 /// Buffers for receiving up to `n` datagrams in one `recvmmsg`.
@@ -234,7 +267,7 @@ impl RecvBatch {
         for i in 0..got as usize {
             let h = &self.hdrs[i];
             // SAFETY: the kernel filled this header's control buffer.
-            let (t_ns, ttl, dst) = unsafe { parse_cmsgs(&h.msg_hdr) };
+            let (t_ns, ttl, dst, segment) = unsafe { parse_cmsgs(&h.msg_hdr) };
             let src = sockaddr_to_std(&self.addrs[i]).unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
             self.meta.push(RecvMeta {
                 len: h.msg_len as usize,
@@ -243,6 +276,7 @@ impl RecvBatch {
                 t_ns,
                 ttl,
                 dst,
+                segment,
             });
         }
         Ok(got as usize)
@@ -435,7 +469,7 @@ pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>
                 _ => Err(e),
             };
         }
-        let (t_ns, ttl, dst) = parse_cmsgs(&h);
+        let (t_ns, ttl, dst, segment) = parse_cmsgs(&h);
         Ok(Some(RecvMeta {
             len: n as usize,
             truncated: h.msg_flags & libc::MSG_TRUNC != 0,
@@ -443,7 +477,93 @@ pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>
             t_ns,
             ttl,
             dst,
+            segment,
         }))
+    }
+}
+
+/// Sends `buf` as datagrams of `segment` bytes each (the last may be
+/// shorter) to `to` (or the connected peer when `None`): one `sendmsg`
+/// with UDP GSO when `gso`, else one `sendmmsg` of them all. Returns the
+/// datagrams the kernel took. A GSO send the device refuses (`EIO`,
+/// `EINVAL`) is reported as `Unsupported` so the caller can stop using it.
+pub(crate) fn send_segments(
+    fd: RawFd,
+    to: Option<SocketAddr>,
+    buf: &[u8],
+    segment: usize,
+    gso: bool,
+) -> io::Result<usize> {
+    if buf.is_empty() {
+        return Ok(0);
+    }
+    let count = buf.len().div_ceil(segment);
+    // SAFETY: zeroed C structs pointed at live local buffers for the call.
+    unsafe {
+        let mut ss: libc::sockaddr_storage = zeroed();
+        let name_len = to.map_or(0, |a| std_to_sockaddr(a, &mut ss));
+        let name: *mut libc::c_void = if to.is_some() {
+            (&mut ss as *mut libc::sockaddr_storage).cast()
+        } else {
+            std::ptr::null_mut()
+        };
+        if gso && count > 1 {
+            let mut iov = libc::iovec {
+                iov_base: buf.as_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            let mut ctrl = [0u64; CTRL_LEN / 8];
+            let mut h: libc::msghdr = zeroed();
+            h.msg_name = name;
+            h.msg_namelen = name_len;
+            h.msg_iov = &mut iov;
+            h.msg_iovlen = 1;
+            h.msg_control = ctrl.as_mut_ptr().cast();
+            let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+            h.msg_controllen = space;
+            let c = libc::CMSG_FIRSTHDR(&h);
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = libc::UDP_SEGMENT;
+            (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast(), segment as u16);
+            let n = libc::sendmsg(fd, &h, 0);
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
+                        Err(io::Error::new(io::ErrorKind::Unsupported, e))
+                    }
+                    _ => Err(e),
+                };
+            }
+            return Ok(count);
+        }
+        let mut iovs: Vec<libc::iovec> = buf
+            .chunks(segment)
+            .map(|c| libc::iovec {
+                iov_base: c.as_ptr() as *mut libc::c_void,
+                iov_len: c.len(),
+            })
+            .collect();
+        let mut hdrs: Vec<libc::mmsghdr> = (0..count).map(|_| zeroed()).collect();
+        for (h, iov) in hdrs.iter_mut().zip(iovs.iter_mut()) {
+            h.msg_hdr.msg_name = name;
+            h.msg_hdr.msg_namelen = name_len;
+            h.msg_hdr.msg_iov = iov;
+            h.msg_hdr.msg_iovlen = 1;
+        }
+        let mut done = 0;
+        while done < count {
+            let n = libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), (count - done) as u32, 0);
+            if n <= 0 {
+                if done == 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                break;
+            }
+            done += n as usize;
+        }
+        Ok(done)
     }
 }
 
