@@ -159,6 +159,27 @@ pub struct MediaHistograms {
     pub ipdv_negative_ns: Option<String>,
 }
 
+/// One received media datagram, for the jitter file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MediaDatagram {
+    /// Stream id.
+    pub stream: u32,
+    /// Datagram sequence.
+    pub seq: u64,
+    /// Frame number.
+    pub frame: u32,
+    /// Sender's monotonic clock at send, nanoseconds.
+    pub sent_ns: u64,
+    /// Receiver's kernel receive time, Unix nanoseconds.
+    pub recv_unix_ns: i64,
+    /// Time in flight relative to the stream's first datagram, nanoseconds.
+    pub relative_delay_ns: i64,
+    /// IPDV against the previous sequence, when that one arrived just before.
+    pub ipdv_ns: Option<i64>,
+    /// ok, corrupt, duplicate, late or error.
+    pub arrival: &'static str,
+}
+
 /// All media streams within one status interval (ctsTraffic's UDP columns:
 /// frame counts are the interval's own, not cumulative).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

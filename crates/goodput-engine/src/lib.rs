@@ -10,6 +10,7 @@
 mod counters;
 pub mod echo;
 pub mod iperf3;
+pub mod media;
 mod observer;
 mod udp;
 pub mod services;

@@ -483,13 +483,15 @@ pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>
 }
 
 /// Sends `buf` as datagrams of `segment` bytes each (the last may be
-/// shorter) to `to` (or the connected peer when `None`): one `sendmsg`
+/// shorter) to `to` (or the connected peer when `None`), from local address
+/// `from` when given (`IP_PKTINFO`/`IPV6_PKTINFO`): one `sendmsg`
 /// with UDP GSO when `gso`, else one `sendmmsg` of them all. Returns the
 /// datagrams the kernel took. A GSO send the device refuses (`EIO`,
 /// `EINVAL`) is reported as `Unsupported` so the caller can stop using it.
 pub(crate) fn send_segments(
     fd: RawFd,
     to: Option<SocketAddr>,
+    from: Option<(IpAddr, u32)>,
     buf: &[u8],
     segment: usize,
     gso: bool,
@@ -498,6 +500,8 @@ pub(crate) fn send_segments(
         return Ok(0);
     }
     let count = buf.len().div_ceil(segment);
+    let mut ctrl = [0u64; CTRL_LEN / 8];
+    let info_len = from.map_or(0, |(ip, ifindex)| write_pktinfo(&mut ctrl, ip, ifindex));
     // SAFETY: zeroed C structs pointed at live local buffers for the call.
     unsafe {
         let mut ss: libc::sockaddr_storage = zeroed();
@@ -512,7 +516,6 @@ pub(crate) fn send_segments(
                 iov_base: buf.as_ptr() as *mut libc::c_void,
                 iov_len: buf.len(),
             };
-            let mut ctrl = [0u64; CTRL_LEN / 8];
             let mut h: libc::msghdr = zeroed();
             h.msg_name = name;
             h.msg_namelen = name_len;
@@ -520,8 +523,10 @@ pub(crate) fn send_segments(
             h.msg_iovlen = 1;
             h.msg_control = ctrl.as_mut_ptr().cast();
             let space = libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
-            h.msg_controllen = space;
-            let c = libc::CMSG_FIRSTHDR(&h);
+            // The segment size goes after the pktinfo message, if any.
+            h.msg_controllen = info_len + space;
+            // `info_len` is a CMSG_SPACE, so the second header is aligned.
+            let c: *mut libc::cmsghdr = ctrl.as_mut_ptr().cast::<u8>().add(info_len).cast();
             (*c).cmsg_level = libc::SOL_UDP;
             (*c).cmsg_type = libc::UDP_SEGMENT;
             (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
@@ -551,6 +556,10 @@ pub(crate) fn send_segments(
             h.msg_hdr.msg_namelen = name_len;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
+            if info_len > 0 {
+                h.msg_hdr.msg_control = ctrl.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = info_len;
+            }
         }
         let mut done = 0;
         while done < count {

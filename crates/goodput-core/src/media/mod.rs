@@ -1,9 +1,9 @@
-//! The UDP media stream (issue 3, in progress): ctsTraffic's frame
-//! arithmetic and goodput's own wire format. The engine, the receiver's
-//! play-out accounting and the command line come next; nothing outside
-//! this module uses it yet.
+//! The UDP media stream: ctsTraffic's frame arithmetic, goodput's own
+//! wire format, the receiver's play-out accounting and the figures that
+//! go into the result model. No I/O: the engine moves the datagrams.
 
 pub mod receiver;
+pub mod stats;
 pub mod wire;
 
 use wire::DATA_HEADER_LEN;

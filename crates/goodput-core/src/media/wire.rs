@@ -40,6 +40,9 @@ pub struct Request {
     pub upload: bool,
     /// Payloads are checked against the pattern.
     pub verify_data: bool,
+    /// The receiver's play-out delay, milliseconds (for uploads, the
+    /// server plays out with it).
+    pub buffer_ms: u32,
     /// The cookie from a Challenge (all zero on the first Request).
     pub cookie: [u8; COOKIE_LEN],
 }
@@ -212,6 +215,7 @@ impl Message {
                 out.extend_from_slice(&r.length_s.to_be_bytes());
                 out.extend_from_slice(&r.datagram_bytes.to_be_bytes());
                 out.push(u8::from(r.upload) | (u8::from(r.verify_data) << 1));
+                out.extend_from_slice(&r.buffer_ms.to_be_bytes());
                 out.extend_from_slice(&r.cookie);
                 out.resize(start + REQUEST_LEN, 0);
             }
@@ -296,6 +300,7 @@ impl Message {
                     datagram_bytes,
                     upload: flags & 1 != 0,
                     verify_data: flags & 2 != 0,
+                    buffer_ms: r.u32()?,
                     cookie: r.cookie()?,
                 })
             }
@@ -397,6 +402,7 @@ mod tests {
                 datagram_bytes: 1400,
                 upload: true,
                 verify_data: true,
+                buffer_ms: 1000,
                 cookie: [7; COOKIE_LEN],
             }),
             Message::Challenge {

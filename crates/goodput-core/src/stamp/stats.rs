@@ -449,6 +449,25 @@ impl SignedHistogram {
         self.sum as f64 / self.len().max(1) as f64
     }
 
+    /// As IPDV figures (RFC 3393), when anything was recorded.
+    pub fn ipdv_stats(&self) -> Option<IpdvStats> {
+        ipdv_stats(self)
+    }
+
+    /// As delay variation (RFC 5481 PDV): every value minus the smallest.
+    pub fn variation_stats(&self) -> Option<DelayStats> {
+        let m = self.min();
+        (!self.is_empty()).then(|| DelayStats {
+            count: self.len(),
+            min_us: 0.0,
+            median_us: us(self.quantile(0.5) - m),
+            p90_us: us(self.quantile(0.9) - m),
+            p99_us: us(self.quantile(0.99) - m),
+            max_us: us(self.max() - m),
+            mean_us: (self.mean() - m as f64) / 1e3,
+        })
+    }
+
     /// The non-negative part, serialised.
     pub fn encode_positive(&self) -> Option<String> {
         self.pos.as_ref().map(encode_histogram)

@@ -1,0 +1,413 @@
+//! The media-stream service of `goodput server`: one thread per listening
+//! socket answers requests (a cookie challenge first, so a spoofed source
+//! never gets more than one datagram no larger than its own), streams
+//! frames to each accepted client, or receives and plays out its upload.
+
+use std::collections::hash_map::RandomState;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use goodput_core::media::wire::{Message, RejectReason, Request, COOKIE_LEN};
+use goodput_core::media::MediaPlan;
+use goodput_core::result::MediaServerCounters;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio_util::sync::CancellationToken;
+
+use super::{datagrams, send_message, Incoming, Outgoing, SILENCE};
+use crate::udp::{self, RecvBatch};
+use crate::EngineError;
+
+/// Datagrams per `recvmmsg`.
+const BATCH: usize = 16;
+/// Receive buffer per message: a whole GRO run.
+const RECV_BUF: usize = 65_536;
+/// A cookie is good for this many seconds (and one period more).
+const COOKIE_PERIOD_S: u64 = 30;
+/// Finished streams' keys are remembered this long, so a late copy of
+/// their request does not start the stream again.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
+
+/// How to run the media service.
+#[derive(Debug, Clone)]
+pub struct MediaServerSpec {
+    /// Addresses to listen on (IPv6 sockets are v6-only).
+    pub listen: Vec<SocketAddr>,
+    /// Most streams open at once, per socket.
+    pub max_streams: usize,
+    /// Longest stream accepted, seconds.
+    pub max_length_s: u32,
+    /// Highest bit rate accepted per stream, bits/s.
+    pub max_bits_per_second: u64,
+}
+
+/// The media service with its sockets bound.
+pub struct BoundMedia {
+    spec: MediaServerSpec,
+    sockets: Vec<Socket>,
+}
+
+/// Binds the service's sockets (so a port in use is reported at start).
+pub fn bind_media(spec: MediaServerSpec) -> Result<BoundMedia, EngineError> {
+    let mut sockets = Vec::new();
+    for &addr in &spec.listen {
+        let err = |source| EngineError::Listen { addr, source };
+        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true).map_err(err)?;
+        }
+        s.bind(&addr.into()).map_err(err)?;
+        let fd = s.as_raw_fd();
+        udp::enable_ancillary(fd, addr.is_ipv6(), true).map_err(err)?;
+        udp::enable_gro(fd);
+        udp::set_buffer(fd, true, 16 << 20);
+        udp::set_buffer(fd, false, 4 << 20);
+        sockets.push(s);
+    }
+    Ok(BoundMedia { spec, sockets })
+}
+
+impl BoundMedia {
+    /// The addresses actually bound (port 0 resolved).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.sockets
+            .iter()
+            .filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket()))
+            .collect()
+    }
+
+    /// Starts one thread per socket, serving until `cancel`.
+    pub fn start(self, cancel: CancellationToken) -> RunningMedia {
+        let mut threads = Vec::new();
+        for s in self.sockets {
+            let spec = self.spec.clone();
+            let c = cancel.clone();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new()
+                .name("media-server".into())
+                .spawn(move || {
+                    let _ = tx.send(serve(s, &spec, &c));
+                });
+            if spawned.is_ok() {
+                threads.push(rx);
+            }
+        }
+        RunningMedia { threads }
+    }
+
+    /// Serves until `cancel`; returns the counters of all sockets.
+    pub async fn run(self, cancel: CancellationToken) -> MediaServerCounters {
+        self.start(cancel).wait().await
+    }
+}
+
+/// A media service whose threads are running.
+pub struct RunningMedia {
+    threads: Vec<tokio::sync::oneshot::Receiver<MediaServerCounters>>,
+}
+
+impl RunningMedia {
+    /// Waits for the threads to stop (after the cancel) and adds up their counters.
+    pub async fn wait(self) -> MediaServerCounters {
+        let mut t = MediaServerCounters::default();
+        for rx in self.threads {
+            if let Ok(c) = rx.await {
+                t.challenged += c.challenged;
+                t.accepted += c.accepted;
+                t.rejected += c.rejected;
+                t.completed += c.completed;
+                t.abandoned += c.abandoned;
+                t.unsolicited += c.unsolicited;
+                t.sent += c.sent;
+                t.received += c.received;
+                t.send_errors += c.send_errors;
+            }
+        }
+        t
+    }
+}
+
+enum Role {
+    Send(Box<Outgoing>),
+    Recv(Box<Incoming>, Instant),
+}
+
+struct Stream {
+    peer: SocketAddr,
+    key: (SocketAddr, u64),
+    from: Option<(IpAddr, u32)>,
+    role: Role,
+}
+
+fn cookie(secret: &RandomState, src: SocketAddr, nonce: u64, period: u64) -> [u8; COOKIE_LEN] {
+    let mut out = [0u8; COOKIE_LEN];
+    for (i, half) in out.chunks_mut(8).enumerate() {
+        let mut h = secret.build_hasher();
+        (src, nonce, period, i as u8).hash(&mut h);
+        half.copy_from_slice(&h.finish().to_be_bytes());
+    }
+    out
+}
+
+fn period_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / COOKIE_PERIOD_S)
+}
+
+struct Server<'a> {
+    spec: &'a MediaServerSpec,
+    fd: RawFd,
+    secret: RandomState,
+    streams: HashMap<u32, Stream>,
+    by_key: HashMap<(SocketAddr, u64), u32>,
+    finished: HashMap<(SocketAddr, u64), Instant>,
+    next_id: u32,
+    c: MediaServerCounters,
+}
+
+fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> MediaServerCounters {
+    let mut s = Server {
+        spec,
+        fd: sock.as_raw_fd(),
+        secret: RandomState::new(),
+        streams: HashMap::new(),
+        by_key: HashMap::new(),
+        finished: HashMap::new(),
+        next_id: rand::random::<u32>() | 1,
+        c: MediaServerCounters::default(),
+    };
+    let mut batch = RecvBatch::new(BATCH, RECV_BUF);
+    let mut last_sweep = Instant::now();
+    while !cancel.is_cancelled() {
+        let now = Instant::now();
+        // Everything queued, a batch at a time.
+        loop {
+            let n = match batch.recv(s.fd) {
+                Ok(n) => n,
+                // ICMP errors from earlier sends surface here; go on.
+                Err(_) => 0,
+            };
+            for i in 0..n {
+                let (buf, meta) = batch.get(i);
+                let t_ns = meta.t_ns.unwrap_or_else(udp::now_unix_ns);
+                for d in datagrams(buf, meta.segment) {
+                    s.datagram(d, meta.src, meta.dst, t_ns, now);
+                }
+            }
+            if n < BATCH {
+                break;
+            }
+        }
+        let mut wake = now + Duration::from_millis(100);
+        s.tick(now, &mut wake);
+        if now.duration_since(last_sweep) > Duration::from_secs(5) {
+            last_sweep = now;
+            s.finished.retain(|_, t| now.duration_since(*t) < FORGET_AFTER);
+        }
+        poll_until(&[s.fd], wake);
+    }
+    // Stopped: count what was still running.
+    let ids: Vec<u32> = s.streams.keys().copied().collect();
+    for id in ids {
+        s.end(id, false, Instant::now());
+    }
+    s.c
+}
+
+/// Sleeps until a datagram arrives on any of `fds` or `until`.
+pub(crate) fn poll_until(fds: &[RawFd], until: Instant) {
+    let left = until.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return;
+    }
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ts = libc::timespec {
+        tv_sec: left.as_secs() as libc::time_t,
+        tv_nsec: i64::from(left.subsec_nanos()),
+    };
+    // SAFETY: the pollfd array and timespec live for the call.
+    unsafe { libc::ppoll(p.as_mut_ptr(), p.len() as libc::nfds_t, &ts, std::ptr::null()) };
+}
+
+impl Server<'_> {
+    fn datagram(&mut self, d: &[u8], src: SocketAddr, dst: Option<(IpAddr, u32)>, t_ns: i64, now: Instant) {
+        let Ok(m) = Message::decode(d) else {
+            self.c.unsolicited += 1;
+            return;
+        };
+        match m {
+            Message::Request(r) => self.request(r, src, dst, now),
+            Message::Report(r) => match self.streams.get_mut(&r.stream) {
+                Some(Stream {
+                    peer,
+                    role: Role::Send(o),
+                    ..
+                }) if *peer == src => o.heard(r, now),
+                _ => self.c.unsolicited += 1,
+            },
+            Message::Data(h) => match self.streams.get_mut(&h.stream) {
+                Some(Stream {
+                    peer,
+                    role: Role::Recv(i, last),
+                    ..
+                }) if *peer == src => {
+                    self.c.received += 1;
+                    *last = now;
+                    i.data(&h, d, t_ns, None);
+                }
+                _ => self.c.unsolicited += 1,
+            },
+            Message::End { stream, sent } => match self.streams.get_mut(&stream) {
+                Some(Stream {
+                    peer,
+                    role: Role::Recv(i, _),
+                    ..
+                }) if *peer == src => i.end_sent = Some(sent),
+                _ => self.c.unsolicited += 1,
+            },
+            _ => self.c.unsolicited += 1,
+        }
+    }
+
+    fn request(&mut self, r: Request, src: SocketAddr, dst: Option<(IpAddr, u32)>, now: Instant) {
+        let key = (src, r.nonce);
+        let reply = |m: Message| {
+            let _ = send_message(self.fd, Some(src), dst, &m);
+        };
+        if let Some(&id) = self.by_key.get(&key) {
+            // Our Accept was lost: say it again.
+            reply(Message::Accept {
+                nonce: r.nonce,
+                stream: id,
+            });
+            return;
+        }
+        if self.finished.contains_key(&key) {
+            self.c.unsolicited += 1;
+            return;
+        }
+        let p = period_now();
+        let good = [p, p.wrapping_sub(1)]
+            .iter()
+            .any(|&q| cookie(&self.secret, src, r.nonce, q) == r.cookie);
+        if !good {
+            self.c.challenged += 1;
+            reply(Message::Challenge {
+                nonce: r.nonce,
+                cookie: cookie(&self.secret, src, r.nonce, p),
+            });
+            return;
+        }
+        let reject = |reason| Message::Reject {
+            nonce: r.nonce,
+            reason,
+        };
+        let Ok(plan) = MediaPlan::new(r.bits_per_second, r.frame_rate, r.length_s, r.datagram_bytes) else {
+            self.c.rejected += 1;
+            reply(reject(RejectReason::BadPlan));
+            return;
+        };
+        if r.length_s > self.spec.max_length_s || plan.bits_per_second > self.spec.max_bits_per_second {
+            self.c.rejected += 1;
+            reply(reject(RejectReason::Limits));
+            return;
+        }
+        if self.streams.len() >= self.spec.max_streams {
+            self.c.rejected += 1;
+            reply(reject(RejectReason::Busy));
+            return;
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        reply(Message::Accept {
+            nonce: r.nonce,
+            stream: id,
+        });
+        self.c.accepted += 1;
+        let role = if r.upload {
+            let depth = Duration::from_millis(u64::from(r.buffer_ms));
+            Role::Recv(Box::new(Incoming::new(plan, id, now, depth, r.verify_data)), now)
+        } else {
+            Role::Send(Box::new(Outgoing::new(plan, id, now, dst)))
+        };
+        self.by_key.insert(key, id);
+        self.streams.insert(
+            id,
+            Stream {
+                peer: src,
+                key,
+                from: dst,
+                role,
+            },
+        );
+    }
+
+    fn tick(&mut self, now: Instant, wake: &mut Instant) {
+        let mut ended = Vec::new();
+        for (&id, st) in self.streams.iter_mut() {
+            match &mut st.role {
+                Role::Send(o) => {
+                    o.pump(self.fd, Some(st.peer), now);
+                    let last = o.report.is_some_and(|r| r.last);
+                    if o.finished_sending() && last {
+                        ended.push((id, true));
+                    } else if o.silent(now) {
+                        // Finished sending but no last report: the stream
+                        // still ran; a stream cut short did not.
+                        ended.push((id, o.finished_sending()));
+                    } else if let Some(w) = o.next_wake() {
+                        *wake = (*wake).min(w);
+                    }
+                }
+                Role::Recv(i, last_data) => {
+                    i.play(now);
+                    while let Some(r) = i.report_due(now) {
+                        let _ = send_message(self.fd, Some(st.peer), st.from, &Message::Report(r));
+                        if !r.last {
+                            break;
+                        }
+                    }
+                    if i.finished() {
+                        ended.push((id, true));
+                    } else if now.saturating_duration_since(*last_data) > SILENCE
+                        && now.saturating_duration_since(*last_data) > i.play_delay()
+                    {
+                        ended.push((id, false));
+                    } else {
+                        *wake = (*wake).min(i.next_wake());
+                    }
+                }
+            }
+        }
+        for (id, ok) in ended {
+            self.end(id, ok, now);
+        }
+    }
+
+    fn end(&mut self, id: u32, ok: bool, now: Instant) {
+        let Some(st) = self.streams.remove(&id) else {
+            return;
+        };
+        self.by_key.remove(&st.key);
+        self.finished.insert(st.key, now);
+        if ok {
+            self.c.completed += 1;
+        } else {
+            self.c.abandoned += 1;
+        }
+        if let Role::Send(o) = st.role {
+            self.c.sent += o.sent;
+            self.c.send_errors += o.send_errors;
+        }
+    }
+}
