@@ -12,13 +12,13 @@ pub mod echo;
 pub mod iperf3;
 pub mod media;
 mod observer;
-mod udp;
 pub mod services;
 pub mod socket;
 pub mod stamp;
 pub mod tcp;
 pub mod tls;
 pub mod ttcp;
+mod udp;
 
 pub use counters::RunClock;
 pub use observer::{NullObserver, Observer};

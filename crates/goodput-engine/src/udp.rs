@@ -155,11 +155,14 @@ fn std_to_sockaddr(a: SocketAddr, ss: &mut libc::sockaddr_storage) -> libc::sock
     }
 }
 
+/// Receive time, TTL, destination and GRO segment size of one datagram.
+type Ancillary = (Option<i64>, Option<u8>, Option<(IpAddr, u32)>, Option<u16>);
+
 /// Reads the control messages of one received datagram.
 ///
 /// # Safety
 /// `hdr` must describe a control buffer the kernel has just filled.
-unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> (Option<i64>, Option<u8>, Option<(IpAddr, u32)>, Option<u16>) {
+unsafe fn parse_cmsgs(hdr: &libc::msghdr) -> Ancillary {
     let (mut t, mut ttl, mut dst, mut seg) = (None, None, None, None);
     let mut c = libc::CMSG_FIRSTHDR(hdr);
     while !c.is_null() {

@@ -48,10 +48,7 @@ fn client_spec(target: SocketAddr, plan: MediaPlan) -> MediaSpec {
 }
 
 /// Runs a media server, then the client against `target(server address)`.
-async fn run(
-    ip: IpAddr,
-    spec: impl FnOnce(SocketAddr) -> MediaSpec,
-) -> (TestResult, MediaServerCounters) {
+async fn run(ip: IpAddr, spec: impl FnOnce(SocketAddr) -> MediaSpec) -> (TestResult, MediaServerCounters) {
     let b = bind_media(server_spec(ip)).expect("bind media server");
     let addr = b.local_addrs()[0];
     let cancel = CancellationToken::new();
@@ -75,12 +72,23 @@ async fn ipv4_download_every_frame_completes() {
     let (r, server) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| client_spec(a, plan)).await;
     let t = total(&r);
     assert_eq!(r.connections.len(), 1);
-    assert_eq!(r.connections[0].outcome, Outcome::Succeeded, "{:?}", r.connections[0]);
+    assert_eq!(
+        r.connections[0].outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        r.connections[0]
+    );
     assert_eq!(t.sent, Some(1000));
     assert_eq!(t.received, 1000);
     assert_eq!(t.received_bytes, Some(plan.total_bytes));
-    assert_eq!((t.lost, t.duplicates, t.reordered, t.late, t.errors, t.corrupt), (0, 0, 0, 0, 0, 0));
-    assert_eq!((t.frames_completed, t.frames_dropped, t.frames_repeated), (100, 0, 0));
+    assert_eq!(
+        (t.lost, t.duplicates, t.reordered, t.late, t.errors, t.corrupt),
+        (0, 0, 0, 0, 0, 0)
+    );
+    assert_eq!(
+        (t.frames_completed, t.frames_dropped, t.frames_repeated),
+        (100, 0, 0)
+    );
     assert_eq!(server.accepted, 1);
     assert_eq!(server.challenged, 1);
     assert_eq!(server.completed, 1);
@@ -112,7 +120,10 @@ async fn ipv6_upload_is_played_out_by_the_server() {
     assert_eq!(t.send_errors, Some(0));
     // The server's last reports: every frame complete at its end.
     assert_eq!(t.received, 2000);
-    assert_eq!((t.frames_completed, t.frames_dropped, t.frames_repeated), (200, 0, 0));
+    assert_eq!(
+        (t.frames_completed, t.frames_dropped, t.frames_repeated),
+        (200, 0, 0)
+    );
     assert_eq!(server.received, 2000);
     assert_eq!(server.completed, 2);
 }
@@ -135,7 +146,11 @@ async fn iterations_run_streams_in_turn() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nobody_listening_fails_the_stream_quickly() {
-    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let started = Instant::now();
     let r = run_media(
         client_spec(SocketAddr::from(([127, 0, 0, 1], port)), small_plan(1)),
@@ -262,9 +277,13 @@ async fn relay_faults_are_counted_exactly() {
     let cancel = CancellationToken::new();
     let running = b.start(cancel.clone());
     let relay = Relay::start(server, faults);
-    let r = run_media(client_spec(relay.addr, plan), &mut NullObserver, CancellationToken::new())
-        .await
-        .unwrap();
+    let r = run_media(
+        client_spec(relay.addr, plan),
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
     drop(relay);
     cancel.cancel();
     running.wait().await;

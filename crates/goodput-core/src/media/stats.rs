@@ -113,9 +113,13 @@ impl MediaTotals {
             duplicates: c.duplicates,
             reordered: c.reordered,
             reordered_percent: percent(c.reordered, c.received),
-            reorder_extent_mean: self
-                .extent_measured
-                .then(|| if c.reordered == 0 { 0.0 } else { c.extent_sum as f64 / c.reordered as f64 }),
+            reorder_extent_mean: self.extent_measured.then(|| {
+                if c.reordered == 0 {
+                    0.0
+                } else {
+                    c.extent_sum as f64 / c.reordered as f64
+                }
+            }),
             reorder_extent_max: self.extent_measured.then_some(c.extent_max),
             late: c.late,
             errors: c.errors,

@@ -71,7 +71,7 @@ pub struct MediaSpec {
 }
 
 enum Event {
-    Interval(Interval),
+    Interval(Box<Interval>),
     Record(Box<ConnectionRecord>),
     Done(Box<Finish>),
 }
@@ -132,7 +132,7 @@ pub async fn run_media(
                 Some(Event::Interval(iv)) => {
                     observer.on_interval(&iv);
                     if intervals.len() < spec.max_records {
-                        intervals.push(iv);
+                        intervals.push(*iv);
                     } else {
                         intervals_omitted += 1;
                     }
@@ -278,7 +278,9 @@ impl Active {
                 let lost = i.rx.report(0, i.end_sent, false).lost;
                 (i.rx.counts, lost)
             }
-            Phase::Send(o) => o.report.map_or((MediaCounts::default(), 0), |r| (counts_of(&r), r.lost)),
+            Phase::Send(o) => o
+                .report
+                .map_or((MediaCounts::default(), 0), |r| (counts_of(&r), r.lost)),
         }
     }
 }
@@ -413,7 +415,9 @@ fn drive(c: Core, sink: Option<DatagramSink>, tx: mpsc::UnboundedSender<Event>, 
             };
             let reason = if interrupted { "interrupted" } else { "time limit" };
             for mut a in active.drain(..) {
-                a.fail(Outcome::Aborted { reason: reason.into() });
+                a.fail(Outcome::Aborted {
+                    reason: reason.into(),
+                });
                 d.finish(a, now);
             }
             break;
@@ -827,6 +831,6 @@ impl Driver {
                 },
             }),
         };
-        let _ = self.tx.send(Event::Interval(iv));
+        let _ = self.tx.send(Event::Interval(Box::new(iv)));
     }
 }

@@ -252,7 +252,10 @@ impl Outgoing {
             // numbers: the receiver counts them lost, as on a real path.
             self.send_errors += (g.count - took) as u64;
             self.sent += took as u64;
-            let bytes: usize = self.sizes[g.first..g.first + took].iter().map(|&s| s as usize).sum();
+            let bytes: usize = self.sizes[g.first..g.first + took]
+                .iter()
+                .map(|&s| s as usize)
+                .sum();
             self.sent_bytes += bytes as u64;
             self.seq += g.count as u64;
         }
@@ -281,7 +284,13 @@ pub(crate) struct Incoming {
 
 impl Incoming {
     /// A stream opened at `opened` whose frames play `buffer_depth` later.
-    pub(crate) fn new(plan: MediaPlan, stream: u32, opened: Instant, buffer_depth: Duration, verify: bool) -> Self {
+    pub(crate) fn new(
+        plan: MediaPlan,
+        stream: u32,
+        opened: Instant,
+        buffer_depth: Duration,
+        verify: bool,
+    ) -> Self {
         let buffered = plan.buffered_frames(buffer_depth.as_millis() as u64);
         Self {
             rx: MediaReceiver::new(plan, buffered),
@@ -432,7 +441,9 @@ mod tests {
         // Large frames split by count and bytes.
         let sizes = vec![1400u32; 200];
         let g = groups(&sizes);
-        assert!(g.iter().all(|g| g.count * 1400 <= GSO_BYTES && g.count <= GSO_SEGMENTS));
+        assert!(g
+            .iter()
+            .all(|g| g.count * 1400 <= GSO_BYTES && g.count <= GSO_SEGMENTS));
         assert_eq!(g.iter().map(|g| g.count).sum::<usize>(), 200);
         // Jumbo datagrams go one per group.
         let g = groups(&[65_000, 65_000, 100]);

@@ -5,7 +5,7 @@
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -144,9 +144,8 @@ struct Stream {
 fn cookie(secret: &RandomState, src: SocketAddr, nonce: u64, period: u64) -> [u8; COOKIE_LEN] {
     let mut out = [0u8; COOKIE_LEN];
     for (i, half) in out.chunks_mut(8).enumerate() {
-        let mut h = secret.build_hasher();
-        (src, nonce, period, i as u8).hash(&mut h);
-        half.copy_from_slice(&h.finish().to_be_bytes());
+        let h = secret.hash_one((src, nonce, period, i as u8));
+        half.copy_from_slice(&h.to_be_bytes());
     }
     out
 }
@@ -185,11 +184,8 @@ fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> Me
         let now = Instant::now();
         // Everything queued, a batch at a time.
         loop {
-            let n = match batch.recv(s.fd) {
-                Ok(n) => n,
-                // ICMP errors from earlier sends surface here; go on.
-                Err(_) => 0,
-            };
+            // ICMP errors from earlier sends surface here as errors; go on.
+            let n = batch.recv(s.fd).unwrap_or_default();
             for i in 0..n {
                 let (buf, meta) = batch.get(i);
                 let t_ns = meta.t_ns.unwrap_or_else(udp::now_unix_ns);

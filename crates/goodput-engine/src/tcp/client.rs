@@ -447,7 +447,11 @@ async fn negotiate(
                 ))),
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
+        WireProtocol::Cts
+        | WireProtocol::Iperf3
+        | WireProtocol::Stamp
+        | WireProtocol::Raw
+        | WireProtocol::Media => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = cts::decode_connection_id(&id);
@@ -462,7 +466,11 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
             Message::Completion(c) => Ok(Trailer::Completion(c)),
             other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
         },
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
+        WireProtocol::Cts
+        | WireProtocol::Iperf3
+        | WireProtocol::Stamp
+        | WireProtocol::Raw
+        | WireProtocol::Media => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

@@ -417,7 +417,11 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
+        WireProtocol::Cts
+        | WireProtocol::Iperf3
+        | WireProtocol::Stamp
+        | WireProtocol::Raw
+        | WireProtocol::Media => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -463,7 +467,11 @@ async fn accept_phase(
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => {
+            WireProtocol::Cts
+            | WireProtocol::Iperf3
+            | WireProtocol::Stamp
+            | WireProtocol::Raw
+            | WireProtocol::Media => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -508,7 +516,11 @@ async fn finish_phase(
                 .await
         }
         WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts | WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media => Ok(()),
+        WireProtocol::Cts
+        | WireProtocol::Iperf3
+        | WireProtocol::Stamp
+        | WireProtocol::Raw
+        | WireProtocol::Media => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
