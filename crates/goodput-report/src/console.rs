@@ -101,6 +101,14 @@ impl View for ConsoleView {
             return Ok(());
         }
         let (legend, header, line) = match (&iv.stamp, &iv.echo) {
+            _ if iv.media.is_some() => {
+                let m = iv.media.as_ref().expect("checked");
+                (
+                    crate::media::media_legend(),
+                    crate::media::media_header(),
+                    crate::media::media_line(iv, m),
+                )
+            }
             (Some(s), _) => (
                 crate::stamp::stamp_legend(),
                 crate::stamp::stamp_header(),
@@ -201,6 +209,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
     }
     if let Some(d) = &result.echo {
         t.push_str(&crate::echo::summary(result, d));
+        return t;
+    }
+    if let Some(d) = &result.media {
+        t.push_str(&crate::media::summary(result, d));
         return t;
     }
     if let Some(d) = &result.ttcp {

@@ -47,7 +47,13 @@ impl View for StatusFile {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
         if !self.header {
             self.header = true;
-            let (legend, header, extra) = if iv.stamp.is_some() {
+            let (legend, header, extra) = if iv.media.is_some() {
+                (
+                    crate::media::media_legend(),
+                    crate::media::media_header(),
+                    crate::media::MEDIA_CSV_COLUMNS,
+                )
+            } else if iv.stamp.is_some() {
                 (
                     crate::stamp::stamp_legend(),
                     crate::stamp::stamp_header(),
@@ -83,12 +89,20 @@ impl View for StatusFile {
                 iv.data_errors
             )?;
             match (&iv.stamp, &iv.echo) {
+                _ if iv.media.is_some() => {
+                    let m = iv.media.as_ref().expect("checked");
+                    writeln!(self.out, ",{}", crate::media::media_csv(m))?
+                }
                 (Some(st), _) => writeln!(self.out, ",{}", crate::stamp::stamp_csv(st))?,
                 (None, Some(e)) => writeln!(self.out, ",{}", crate::echo::echo_csv(e))?,
                 (None, None) => writeln!(self.out)?,
             }
         } else {
             match (&iv.stamp, &iv.echo) {
+                _ if iv.media.is_some() => {
+                    let m = iv.media.as_ref().expect("checked");
+                    writeln!(self.out, "{}", crate::media::media_line(iv, m))?
+                }
                 (Some(st), _) => writeln!(self.out, "{}", crate::stamp::stamp_line(iv, st))?,
                 (None, Some(e)) => writeln!(self.out, "{}", crate::echo::echo_line(iv, e))?,
                 (None, None) => writeln!(self.out, "{}", status_line(iv))?,
@@ -106,6 +120,9 @@ impl View for StatusFile {
 pub struct ConnectionFile {
     out: BufWriter<File>,
     csv: bool,
+    /// The CSV header waits for the first record: media streams have
+    /// ctsTraffic's UDP columns.
+    header: bool,
 }
 
 /// The connection CSV header: ctsTraffic's ten columns, then goodput's.
@@ -114,15 +131,30 @@ Index,Pattern,TransferBytes,BufferBytes,RateLimitBps,Shutdown,PeerSendBytes,Peer
 RttUs,RttVarUs,MinRttUs,CwndSegments,MssBytes,RetransSegments,BytesRetransmitted,DeliveryRateBps,PacingRateBps";
 
 impl ConnectionFile {
-    /// Creates (truncates) the file and writes its header.
+    /// Creates (truncates) the file; a CSV header is written with the
+    /// first record (or at the end, when there was none).
     pub fn create(path: &Path) -> io::Result<Self> {
         let csv = is_csv(path);
         let mut out = create(path)?;
-        if csv {
-            writeln!(out, "{CONNECTION_CSV_HEADER}")?;
-        }
         out.flush()?;
-        Ok(Self { out, csv })
+        Ok(Self {
+            out,
+            csv,
+            header: false,
+        })
+    }
+
+    fn header(&mut self, media: bool) -> io::Result<()> {
+        if self.csv && !self.header {
+            self.header = true;
+            let h = if media {
+                crate::media::MEDIA_CONNECTION_CSV_HEADER
+            } else {
+                CONNECTION_CSV_HEADER
+            };
+            writeln!(self.out, "{h}")?;
+        }
+        Ok(())
     }
 }
 
@@ -132,15 +164,26 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 impl View for ConnectionFile {
     fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
+        let media = r.media.is_some();
         if !self.csv {
-            writeln!(self.out, "{}", connection_line(r))?;
+            match &r.media {
+                Some(m) => writeln!(self.out, "{}", crate::media::media_connection_line(r, m))?,
+                None => writeln!(self.out, "{}", connection_line(r))?,
+            }
             return self.out.flush();
         }
+        self.header(media)?;
         let detail = match &r.outcome {
             Outcome::NetworkError { message, .. } | Outcome::ProtocolError { message, .. } => message.clone(),
             Outcome::Aborted { reason } => reason.clone(),
             Outcome::Succeeded => String::new(),
         };
+        if media {
+            let cells = crate::media::media_connection_cells(r, r.media.as_ref(), detail);
+            let line: Vec<String> = cells.iter().map(|c| csv_cell(c)).collect();
+            writeln!(self.out, "{}", line.join(","))?;
+            return self.out.flush();
+        }
         let ti = r.tcp_info;
         let cells = [
             format!("{:.3}", r.time_slice_s),
@@ -177,7 +220,8 @@ impl View for ConnectionFile {
         writeln!(self.out, "{}", line.join(","))?;
         self.out.flush()
     }
-    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+    fn finish(&mut self, result: &TestResult) -> io::Result<()> {
+        self.header(result.media.is_some())?;
         self.out.flush()
     }
 }
@@ -258,6 +302,7 @@ impl View for JsonStream {
             "end": result.end,
             "summary": result.summary,
             "stamp": result.stamp.as_ref().map(|d| &d.total),
+            "media": result.media.as_ref().map(|d| &d.total),
         }))
     }
 }

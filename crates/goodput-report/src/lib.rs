@@ -8,6 +8,7 @@ mod echo;
 mod files;
 mod format;
 mod iperf3;
+mod media;
 mod stamp;
 mod ttcp;
 
@@ -16,6 +17,9 @@ pub use echo::{echo_header, echo_legend, echo_line};
 pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};
+pub use media::{
+    media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
+};
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
 pub use ttcp::{ttcp_prefix, ttcp_report};
 

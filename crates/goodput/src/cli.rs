@@ -43,6 +43,12 @@ pub enum Command {
     /// paced messages, every echoed byte checked, round-trip percentiles.
     /// Works against any server that echoes bytes back (RFC 862).
     Echo(Box<EchoArgs>),
+    /// UDP media stream (ctsTraffic's UDP test): the server streams frames
+    /// at --bitrate and --frame-rate, the client plays them out after
+    /// --buffer-depth and counts completed, dropped, repeated and error
+    /// frames, datagram loss, duplicates, reordering and jitter. With no
+    /// HOST, an embedded server on loopback.
+    Udp(Box<UdpArgs>),
     /// Print the JSON Schema of the result document (--json).
     Schema,
 }
@@ -627,6 +633,71 @@ pub struct StampArgs {
     pub views: ViewArgs,
 }
 
+/// `goodput udp`: media streams.
+#[derive(Debug, Args)]
+pub struct UdpArgs {
+    /// Server host name or address (default: an embedded goodput server on
+    /// loopback).
+    pub host: Option<String>,
+    /// Server UDP port.
+    #[arg(long, short = 'p', default_value_t = 4444)]
+    pub port: u16,
+    /// Stream bit rate, bits/s (k, m, g ×1000), rounded down to whole
+    /// bytes; datagram headers count towards it, as in ctsTraffic.
+    #[arg(long, short = 'b', default_value = "25M", value_name = "RATE")]
+    pub bitrate: Iperf3Rate,
+    /// Frames per second.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub frame_rate: u32,
+    /// Stream length, whole seconds (frames = length × frame rate).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub length: HumanDuration,
+    /// Play-out delay: frames are played this long after the stream opens,
+    /// one per frame interval; a frame not complete by then is dropped.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub buffer_depth: HumanDuration,
+    /// Largest UDP datagram (payload incl. the 34-byte header), bytes.
+    #[arg(long, default_value_t = 1400, value_name = "BYTES")]
+    pub datagram_size: u32,
+    /// Concurrent streams, each from its own UDP socket.
+    #[arg(long, short = 'c', default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub connections: u32,
+    /// Streams each connection runs in turn (0 = until --time-limit or Ctrl-C).
+    #[arg(long, default_value_t = 1)]
+    pub iterations: u64,
+    /// The client streams to the server, which plays out and reports back.
+    #[arg(long)]
+    pub upload: bool,
+    /// data: check every payload against the pattern; connection: count only.
+    #[arg(long, value_enum, default_value = "data")]
+    pub verify: VerifyArg,
+    /// DSCP of the datagrams (0-63).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=63))]
+    pub dscp: u8,
+    /// Local address to send from (repeatable, round robin).
+    #[arg(long, short = 'B', value_name = "ADDR")]
+    pub bind: Vec<IpAddr>,
+    /// Use IPv4 only.
+    #[arg(short = '4', conflicts_with = "ipv6")]
+    pub ipv4: bool,
+    /// Use IPv6 only.
+    #[arg(short = '6')]
+    pub ipv6: bool,
+    /// Every received datagram (CSV): stream, sequence, frame, send time
+    /// (sender's monotonic ns), receive time (Unix ns), time in flight
+    /// relative to the first datagram (µs), IPDV (µs), fate.
+    #[arg(long, value_name = "FILE")]
+    pub jitter_file: Option<PathBuf>,
+    /// Stop after this long (open streams are recorded as aborted).
+    #[arg(long, alias = "duration", value_name = "DURATION")]
+    pub time_limit: Option<HumanDuration>,
+    /// Status line period.
+    #[arg(long, default_value = "1s", value_name = "DURATION")]
+    pub status_interval: HumanDuration,
+    #[command(flatten)]
+    pub views: ViewArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct ServerArgs {
     /// Also run a discard service (RFC 863, TCP and UDP) on this port.
@@ -666,6 +737,15 @@ pub struct ServerArgs {
     /// (0 = no limit).
     #[arg(long, default_value_t = 0, value_name = "PPS")]
     pub stamp_rate_limit: u32,
+    /// Do not serve UDP media streams (`goodput udp`) on UDP --port.
+    #[arg(long)]
+    pub no_udp: bool,
+    /// Most media streams open at once (per listening socket).
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub udp_max_streams: usize,
+    /// Highest bit rate one media stream may ask for, bits/s (k, m, g ×1000).
+    #[arg(long, default_value = "100G", value_name = "RATE")]
+    pub udp_max_bitrate: Iperf3Rate,
     /// Also answer stock iperf3 clients (TCP and UDP, -R, --bidir, -P), one
     /// test at a time, on --iperf3-port.
     #[arg(long)]

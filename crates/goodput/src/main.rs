@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::Parser;
+use goodput_core::media::MediaPlan;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, TestResult};
 use goodput_core::session::VerifyMode;
 use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
+use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
 use goodput_engine::stamp::{bind_reflector, ReflectorSpec, StampSenderSpec};
 use goodput_engine::tcp::{
@@ -24,7 +26,7 @@ use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusF
 
 use cli::{
     Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg,
-    SocketArgs, StampArgs, TcpArgs, TtcpArgs, VerifyArg, ViewArgs, WireArg,
+    SocketArgs, StampArgs, TcpArgs, TtcpArgs, UdpArgs, VerifyArg, ViewArgs, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Stamp(args) => runtime().and_then(|rt| rt.block_on(stamp(*args))),
         Command::Ttcp(args) => runtime().and_then(|rt| rt.block_on(ttcp(*args))),
         Command::Echo(args) => runtime().and_then(|rt| rt.block_on(echo(*args))),
+        Command::Udp(args) => runtime().and_then(|rt| rt.block_on(udp(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -702,6 +705,39 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
+    let media = if args.no_udp {
+        None
+    } else {
+        let spec = media_server_spec(
+            listen_for_services.clone(),
+            args.udp_max_streams,
+            args.udp_max_bitrate.0,
+        );
+        let bound = match bind_media(spec.clone()) {
+            Ok(b) => b,
+            // The default :: may not exist (IPv6 disabled): serve IPv4.
+            Err(_) if listen_defaulted => {
+                let v4: Vec<SocketAddr> = spec.listen.iter().copied().filter(|a| a.is_ipv4()).collect();
+                bind_media(MediaServerSpec { listen: v4, ..spec }).map_err(|e| Stop::Fatal(e.into()))?
+            }
+            Err(e) => return Err(Stop::Fatal(e.into())),
+        };
+        banner.push((
+            "UDP media service".into(),
+            format!(
+                "{} (at most {} streams, {} per stream)",
+                bound
+                    .local_addrs()
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                args.udp_max_streams,
+                format_bits_per_second(args.udp_max_bitrate.0 as f64 / 8.0)
+            ),
+        ));
+        Some(bound)
+    };
     let reflector = match args.stamp {
         true => {
             let listen = if args.stamp_listen.is_empty() {
@@ -827,6 +863,12 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             None => None,
         }
     };
+    let media_run = async {
+        match media {
+            Some(m) => Some(m.run(cancel.clone()).await),
+            None => None,
+        }
+    };
     let tcp_run = async {
         let r = bound.run(&mut views, cancel.clone()).await;
         // The TCP server can end on its own (--exit-after, --time-limit):
@@ -834,7 +876,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         cancel.cancel();
         r
     };
-    let (result, (), counters, served) = tokio::join!(tcp_run, iperf3_run, stamp_run, services_run);
+    let (result, (), counters, served, streamed) =
+        tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run);
     let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
     if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
         goodput_report::console_line(&format!(
@@ -866,6 +909,25 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             ));
         }
         result.stamp_reflector = Some(c);
+    }
+    if let Some(c) = streamed {
+        if args.output.views.verbosity > 0 && (c.accepted > 0 || c.challenged > 0 || c.unsolicited > 0) {
+            goodput_report::console_line(&format!(
+                "UDP media service: {} streams accepted ({} completed, {} stopped when their reports stopped), \
+                 {} refused, {} challenges sent; {} data datagrams sent ({} send errors), {} received; \
+                 {} unsolicited or malformed datagrams dropped",
+                c.accepted,
+                c.completed,
+                c.abandoned,
+                c.rejected,
+                c.challenged,
+                c.sent,
+                c.send_errors,
+                c.received,
+                c.unsolicited
+            ));
+        }
+        result.media_server = Some(c);
     }
     views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
@@ -1222,6 +1284,184 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let result = goodput_engine::stamp::run_sender(spec, &mut views, cancel.clone()).await;
     reflector_cancel.cancel();
     if let Some(t) = reflector_task {
+        let _ = t.await;
+    }
+    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    views.finish(&result, args.views.json.as_deref())?;
+    Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+/// The media service's limits and addresses for `goodput server` (and the
+/// embedded server of `goodput udp`).
+fn media_server_spec(listen: Vec<SocketAddr>, max_streams: usize, max_bps: u64) -> MediaServerSpec {
+    MediaServerSpec {
+        listen,
+        max_streams,
+        max_length_s: 7 * 24 * 3600,
+        max_bits_per_second: max_bps,
+    }
+}
+
+async fn udp(args: UdpArgs) -> Result<u8, Stop> {
+    let length = args.length.0;
+    if length.subsec_nanos() != 0 || length.is_zero() || length.as_secs() > u64::from(u32::MAX) {
+        return Err(usage("--length must be a whole number of seconds, at least 1s"));
+    }
+    if args.status_interval.0 < Duration::from_millis(10) {
+        return Err(usage("--status-interval must be at least 10ms"));
+    }
+    if args.time_limit.is_some_and(|t| t.0.is_zero()) {
+        return Err(usage("--time-limit must be above zero"));
+    }
+    if args.buffer_depth.0 > Duration::from_secs(3600) {
+        return Err(usage("--buffer-depth must be at most 1h"));
+    }
+    let plan = MediaPlan::new(
+        args.bitrate.0,
+        args.frame_rate,
+        length.as_secs() as u32,
+        args.datagram_size,
+    )
+    .map_err(|e| usage(format!("--bitrate/--frame-rate/--length/--datagram-size: {e}")))?;
+    if plan.datagram_sizes().len() > usize::from(u16::MAX) {
+        return Err(usage(format!(
+            "a frame of {} B would need more than 65535 datagrams of {} B: raise --frame-rate or --datagram-size",
+            plan.frame_bytes, plan.datagram_bytes
+        )));
+    }
+    if args.iterations == 0 && args.time_limit.is_none() {
+        // Runs until Ctrl-C, as ctsTraffic does.
+    }
+    if let Ok(limit) = raise_open_file_limit() {
+        if u64::from(args.connections) + 64 > limit {
+            return Err(usage(format!(
+                "--connections {} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}",
+                args.connections
+            )));
+        }
+    }
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let server_cancel = cancel.child_token();
+    let mut server_task = None;
+    let targets = match &args.host {
+        None => {
+            let ip = loopback(args.ipv6);
+            let b = bind_media(media_server_spec(vec![SocketAddr::new(ip, 0)], 100_000, u64::MAX))
+                .map_err(|e| Stop::Fatal(e.into()))?;
+            let addr = b.local_addrs()[0];
+            let c = server_cancel.clone();
+            server_task = Some(tokio::spawn(async move { b.run(c).await }));
+            vec![addr]
+        }
+        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?,
+    };
+    let mut views = Views::open(
+        &args.views,
+        (args.iterations > 0).then(|| args.iterations.saturating_mul(u64::from(args.connections))),
+    )?;
+    let sink: Option<goodput_engine::media::DatagramSink> = match &args.jitter_file {
+        Some(p) => {
+            let mut f = goodput_report::JitterFile::create(p)
+                .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
+            Some(Box::new(move |d: &goodput_core::result::MediaDatagram| {
+                let _ = f.write(d);
+            }))
+        }
+        None => None,
+    };
+    let dpf = plan.datagram_sizes().len();
+    let banner = vec![
+        (
+            "Server".to_owned(),
+            format!(
+                "{}{}",
+                targets
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if args.host.is_none() {
+                    " (embedded goodput server)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        (
+            "Direction".into(),
+            if args.upload {
+                "upload: this client streams, the server plays out".into()
+            } else {
+                "download: the server streams, this client plays out".into()
+            },
+        ),
+        (
+            "Stream".into(),
+            format!(
+                "{} b/s ({}; {} b/s delivered after rounding), {} fps, {} s = {} frames",
+                plan.bits_per_second,
+                format_bits_per_second(plan.bits_per_second as f64 / 8.0),
+                plan.effective_bits_per_second(),
+                plan.frame_rate,
+                plan.length_s,
+                plan.frames
+            ),
+        ),
+        (
+            "Frames".into(),
+            format!(
+                "{} B each, {} datagram(s) of at most {} B (34-byte header included), {} ms play-out buffer",
+                plan.frame_bytes,
+                dpf,
+                plan.datagram_bytes,
+                args.buffer_depth.0.as_millis()
+            ),
+        ),
+        (
+            "Streams".into(),
+            format!(
+                "{} at once, {}",
+                args.connections,
+                if args.iterations == 0 {
+                    "repeated until --time-limit or Ctrl-C".to_string()
+                } else {
+                    format!(
+                        "{} in turn each ({} in all)",
+                        args.iterations,
+                        args.iterations * u64::from(args.connections)
+                    )
+                }
+            ),
+        ),
+        (
+            "Verification".into(),
+            match args.verify {
+                VerifyArg::Data => "every payload against the pattern".into(),
+                VerifyArg::Connection => "counts only".into(),
+            },
+        ),
+        ("Total per stream".into(), format!("{} bytes", plan.total_bytes)),
+    ];
+    views.console.banner("goodput udp", &banner);
+    let spec = MediaSpec {
+        targets,
+        bind: args.bind.clone(),
+        plan,
+        buffer_depth: args.buffer_depth.0,
+        connections: args.connections,
+        iterations: args.iterations,
+        upload: args.upload,
+        verify_data: args.verify == VerifyArg::Data,
+        dscp: args.dscp,
+        status_interval: args.status_interval.0,
+        time_limit: args.time_limit.map(|d| d.0),
+        max_records: args.views.max_records,
+        datagram_sink: sink,
+    };
+    let result = run_media(spec, &mut views, cancel.clone()).await;
+    server_cancel.cancel();
+    if let Some(t) = server_task {
         let _ = t.await;
     }
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;

@@ -675,7 +675,7 @@ impl Driver {
         let (counts, lost) = a.counts();
         self.add_window(&mut a, counts, lost);
         let (stats, sent_bytes, recv_bytes) = match &a.phase {
-            Phase::Handshake => (None, 0, 0),
+            Phase::Handshake => (Some(MediaStats::default()), 0, 0),
             Phase::Recv(i) => {
                 let mut one = MediaTotals::default();
                 one.add_receiver(&i.rx, i.end_sent, i.recv_bytes);
@@ -761,7 +761,7 @@ impl Driver {
             peer: None,
             shutdown: None,
             tcp_info: None,
-            media: None,
+            media: Some(MediaStats::default()),
         }
     }
 
