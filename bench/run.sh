@@ -4,12 +4,12 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
 #   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44),
-#   ECHO_CONNECTIONS (default 18000).
+#   ECHO_CONNECTIONS (default 18000), UDP_LADDER (rates tried, bits/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -250,11 +250,57 @@ bench_echo_scale() {
   json_get "$out" "'echo: %d connections x 20 msgs at 1/s: %d established, %d failed, %d echoed, %d mismatched, RTT p50 %.3f / p99 %.3f ms; client RSS %s KiB, server RSS %s -> %s KiB' % (d['echo']['connections'], d['echo']['established'], d['echo']['refused']+d['echo']['reset']+d['echo']['timed_out']+d['echo']['other_failures'], d['echo']['echoed'], d['echo']['mismatched'], d['echo']['round_trip']['p50_us']/1e3, d['echo']['round_trip']['p99_us']/1e3, open('$work/echo.rss').read().strip(), '$before', '$after')"
 }
 
+# UDP media: the highest rate of a ladder that one stream carries with less
+# than 0.1% datagram loss, 1400-byte datagrams. goodput udp (the server
+# streams at 60 fps, the client plays out, payloads verified) against
+# goodput's server; iperf3 -u -l 1400 -w 4M (the most rmem_max lets it set;
+# goodput, as root, forces up to 64 MiB) against iperf3's server.
+UDP_LADDER=${UDP_LADDER:-"250M 500M 1G 1500M 2G 3G 4G 6G 8G 10G 15G 20G 25G 30G 40G"}
+gp_udp_loss() {
+  local out=$work/udp.json
+  $GP udp 127.0.0.1 -p $PORT_GP -b "$1" --length "${T}s" --datagram-size 1400 -v 0 --json "$out" >/dev/null || true
+  json_get "$out" "'%.4f %.0f' % (d['media']['total']['loss_percent'], d['media']['total']['received_bytes']*8/d['media']['length_s'])"
+}
+ip_udp_loss() {
+  local out=$work/ipu.json
+  iperf3 -c 127.0.0.1 -p $PORT_IP -u -l 1400 -w 4M -b "$1" -t "$T" -J > "$out" || true
+  json_get "$out" "'%.4f %.0f' % (d['end']['sum']['lost_percent'], d['end']['sum']['bits_per_second'])"
+}
+# highest FN: walks the ladder up to the first rate with 0.1% loss or more;
+# prints the highest rate measured (bits/s) on a step below it and logs
+# each step to stderr.
+highest() {
+  local fn=$1 best=0
+  for r in $UDP_LADDER; do
+    read -r loss bits < <($fn "$r")
+    echo "  $fn $r: loss $loss%, $(awk -v b="$bits" 'BEGIN{printf "%.2f Gbit/s", b/1e9}')" >&2
+    awk -v l="$loss" 'BEGIN{exit !(l < 0.1)}' || break
+    best=$(awk -v a="$best" -v b="$bits" 'BEGIN{print (b>a)? b : a}')
+  done
+  echo "$best"
+}
+bench_udp() {
+  local a b
+  a=$(highest gp_udp_loss); b=$(highest ip_udp_loss)
+  printf '%-52s %16s %16s %8s\n' "udp 1 stream <0.1% loss: goodput udp / iperf3 -u" \
+    "$(gbit "$(awk -v x="$a" 'BEGIN{print x/8}')")" "$(gbit "$(awk -v x="$b" 'BEGIN{print x/8}')")" "$(ratio "$a" "$b")"
+}
+# 100 concurrent 25 Mbit/s streams at 60 fps for T seconds: frames dropped
+# must be 0.
+bench_udp_streams() {
+  local out=$work/udps.json
+  /usr/bin/time -f '%M' -o "$work/udps.rss" $GP udp 127.0.0.1 -p $PORT_GP -c 100 -b 25M --frame-rate 60 \
+      --length "${T}s" -v 0 --json "$out" >/dev/null || true
+  json_get "$out" "'udp media: %d streams x 25 Mbit/s at 60 fps for ${T} s: %d frames completed, %d dropped, %d repeated; %d datagrams lost of %d; jitter %.3f ms; client RSS %s KiB' % (d['media']['streams'], d['media']['total']['frames_completed'], d['media']['total']['frames_dropped'], d['media']['total']['frames_repeated'], d['media']['total']['lost'], d['media']['total']['sent'], d['media']['total']['jitter_us']/1e3, open('$work/udps.rss').read().strip())"
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_churn; bench_memory ;;
+    udp) header; bench_udp ;;
+    udp-streams) bench_udp_streams ;;
     echo-latency) header; bench_echo_latency ;;
     echo-scale) bench_echo_scale ;;
     ttcp) header; bench_ttcp ;;
