@@ -259,7 +259,9 @@ UDP_LADDER=${UDP_LADDER:-"250M 500M 1G 1500M 2G 3G 4G 6G 8G 10G 15G 20G 25G 30G 
 gp_udp_loss() {
   local out=$work/udp.json
   $GP udp 127.0.0.1 -p $PORT_GP -b "$1" --length "${T}s" --datagram-size 1400 -v 0 --json "$out" >/dev/null || true
-  json_get "$out" "'%.4f %.0f' % (d['media']['total']['loss_percent'], d['media']['total']['received_bytes']*8/d['media']['length_s'])"
+  # Loss against the plan, not the sender's count: a datagram sent too late
+  # for its frame, or never sent, counts as lost; so does a dropped frame.
+  json_get "$out" "(lambda m: '%.4f %.0f' % (max(100*(1-m['total']['received']/(m['frames']*m['datagrams_per_frame'])), 100*m['total']['frames_dropped']/m['frames']), m['total']['received_bytes']*8/m['length_s']))(d['media'])"
 }
 ip_udp_loss() {
   local out=$work/ipu.json
