@@ -168,9 +168,11 @@ async fn nobody_listening_fails_the_stream_quickly() {
     );
 }
 
-/// What the relay does to server → client data datagrams, by sequence.
+/// What the relay does to data datagrams, by sequence: server → client
+/// ones, or client → server ones when `upload`.
 #[derive(Default, Clone)]
 struct Faults {
+    upload: bool,
     drop: HashSet<u64>,
     dup: HashSet<u64>,
     /// Hold this datagram until the next one has gone.
@@ -207,33 +209,22 @@ impl Relay {
                 if let Ok((n, from)) = front.recv_from(&mut buf) {
                     idle = false;
                     client = Some(from);
-                    let _ = back.send(&buf[..n]);
+                    let out = if f.upload {
+                        apply(&f, &mut held, buf[..n].to_vec())
+                    } else {
+                        vec![buf[..n].to_vec()]
+                    };
+                    for p in out {
+                        let _ = back.send(&p);
+                    }
                 }
                 if let Ok(n) = back.recv(&mut buf) {
                     idle = false;
-                    let mut p = buf[..n].to_vec();
-                    let seq = match Message::decode(&p) {
-                        Ok(Message::Data(h)) => Some(h.seq),
-                        _ => None,
+                    let out = if f.upload {
+                        vec![buf[..n].to_vec()]
+                    } else {
+                        apply(&f, &mut held, buf[..n].to_vec())
                     };
-                    let mut out = Vec::new();
-                    match seq {
-                        Some(s) if f.drop.contains(&s) => {}
-                        Some(s) if f.hold.contains(&s) => held = Some(p),
-                        Some(s) => {
-                            if f.corrupt.contains(&s) {
-                                p[DATA_HEADER_LEN + 1] ^= 0x40;
-                            }
-                            if f.dup.contains(&s) {
-                                out.push(p.clone());
-                            }
-                            out.push(p);
-                            if let Some(h) = held.take() {
-                                out.push(h);
-                            }
-                        }
-                        None => out.push(p),
-                    }
                     if let Some(to) = client {
                         for p in out {
                             let _ = front.send_to(&p, to);
@@ -253,6 +244,33 @@ impl Relay {
     }
 }
 
+/// The datagrams to pass on in place of `p`.
+fn apply(f: &Faults, held: &mut Option<Vec<u8>>, mut p: Vec<u8>) -> Vec<Vec<u8>> {
+    let seq = match Message::decode(&p) {
+        Ok(Message::Data(h)) => Some(h.seq),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    match seq {
+        Some(s) if f.drop.contains(&s) => {}
+        Some(s) if f.hold.contains(&s) => *held = Some(p),
+        Some(s) => {
+            if f.corrupt.contains(&s) {
+                p[DATA_HEADER_LEN + 1] ^= 0x40;
+            }
+            if f.dup.contains(&s) {
+                out.push(p.clone());
+            }
+            out.push(p);
+            if let Some(h) = held.take() {
+                out.push(h);
+            }
+        }
+        None => out.push(p),
+    }
+    out
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -262,11 +280,13 @@ impl Drop for Relay {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn relay_faults_are_counted_exactly() {
-    // 100 frames of 10 datagrams; every fault in a frame of its own.
+/// Runs one stream of 100 frames × 10 datagrams through a relay with a
+/// fault of each kind, every fault in a frame of its own, and checks every
+/// count.
+async fn faults_counted_exactly(upload: bool) {
     let plan = small_plan(2);
     let faults = Faults {
+        upload,
         drop: (1..=10).map(|k| k * 100 - 1).collect(), // frames 10, 20, … 100
         dup: [5, 305].into(),                          // frames 1 and 31
         hold: [50, 450].into(),                        // frames 6 and 46
@@ -277,29 +297,35 @@ async fn relay_faults_are_counted_exactly() {
     let cancel = CancellationToken::new();
     let running = b.start(cancel.clone());
     let relay = Relay::start(server, faults);
-    let r = run_media(
-        client_spec(relay.addr, plan),
-        &mut NullObserver,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let spec = MediaSpec {
+        upload,
+        ..client_spec(relay.addr, plan)
+    };
+    let r = run_media(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
     drop(relay);
     cancel.cancel();
     running.wait().await;
     let t = total(&r);
     assert_eq!(t.sent, Some(1000));
+    assert_eq!(t.send_errors, Some(0));
     assert_eq!(t.received, 990);
     assert_eq!(t.lost, 10);
     assert!((t.loss_percent - 1.0).abs() < 1e-9, "{}", t.loss_percent);
     assert_eq!(t.duplicates, 2);
     assert_eq!(t.reordered, 2);
-    assert_eq!(t.reorder_extent_max, Some(1));
     assert_eq!(t.corrupt, 2);
     assert_eq!((t.late, t.errors), (0, 0));
     assert_eq!(t.frames_dropped, 10);
     assert_eq!(t.frames_repeated, 2);
     assert_eq!(t.frames_completed, 88);
+    if upload {
+        // The server's figures, from its last report: no extent on the wire.
+        assert_eq!(t.reorder_extent_max, None);
+    } else {
+        assert_eq!(t.reorder_extent_max, Some(1));
+    }
     // Corrupt payloads fail the stream as a data error.
     assert!(
         matches!(
@@ -312,6 +338,16 @@ async fn relay_faults_are_counted_exactly() {
         "{:?}",
         r.connections[0].outcome
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_faults_are_counted_exactly() {
+    faults_counted_exactly(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_faults_on_an_upload_are_counted_exactly_by_the_server() {
+    faults_counted_exactly(true).await;
 }
 
 fn request(nonce: u64, cookie: [u8; 16], length_s: u32) -> Vec<u8> {
@@ -366,6 +402,61 @@ async fn a_request_without_the_cookie_gets_only_a_challenge() {
     cancel.cancel();
     let c = running.wait().await;
     assert_eq!((c.challenged, c.accepted, c.sent), (2, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn junk_is_counted_and_dropped_and_the_server_goes_on() {
+    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
+    let server = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let running = b.start(cancel.clone());
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.connect(server).unwrap();
+    let mut junk: Vec<Vec<u8>> = (0..80).map(|n| vec![0xA5; n]).collect();
+    // Our magic with a bad version, a bad kind, a truncated request, and
+    // data, reports and ends for streams that do not exist.
+    junk.push(b"GPMS\x09\x01".to_vec());
+    junk.push(b"GPMS\x01\x7f".to_vec());
+    junk.push(request(1, [0; 16], 10)[..40].to_vec());
+    let mut d = Vec::new();
+    Message::Data(goodput_core::media::wire::DataHeader {
+        stream: 12345,
+        seq: 0,
+        frame: 1,
+        index: 0,
+        count: 1,
+        sent_ns: 0,
+    })
+    .encode(&mut d);
+    d.extend_from_slice(&[0; 100]);
+    junk.push(d);
+    let mut e = Vec::new();
+    Message::End {
+        stream: 12345,
+        sent: 1,
+        send_errors: 0,
+    }
+    .encode(&mut e);
+    junk.push(e);
+    for j in &junk {
+        s.send(j).unwrap();
+    }
+    // Nothing comes back for any of it.
+    assert!(collect(&s, Duration::from_millis(500)).is_empty());
+    // A real stream still runs.
+    let r = run_media(
+        client_spec(server, small_plan(1)),
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.connections[0].outcome, Outcome::Succeeded);
+    cancel.cancel();
+    let c = running.wait().await;
+    // 80 junk datagrams (the empty one included) and five crafted ones.
+    assert_eq!(c.unsolicited, 85);
+    assert_eq!((c.accepted, c.completed), (1, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -36,14 +36,24 @@ fn percent(n: u64, of: u64) -> f64 {
 }
 
 impl MediaTotals {
-    /// Adds a stream we received: `sent` from its End message when heard.
-    pub fn add_receiver(&mut self, rx: &MediaReceiver, sent: Option<u64>, received_bytes: u64) {
+    /// Adds a stream we received: `sent` and `send_errors` from its End
+    /// message when heard.
+    pub fn add_receiver(
+        &mut self,
+        rx: &MediaReceiver,
+        sent: Option<u64>,
+        send_errors: Option<u64>,
+        received_bytes: u64,
+    ) {
         let c = rx.counts;
         self.add_counts(&c);
         let sent_or_seen = sent.unwrap_or_else(|| rx.highest_seq().map_or(0, |h| h + 1));
         self.lost += rx.lost(sent_or_seen);
         if let Some(s) = sent {
             add_opt(&mut self.sent, s);
+        }
+        if let Some(e) = send_errors {
+            add_opt(&mut self.send_errors, e);
         }
         add_opt(&mut self.received_bytes, received_bytes);
         self.extent_measured = true;

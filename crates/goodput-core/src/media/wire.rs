@@ -165,6 +165,9 @@ pub enum Message {
         stream: u32,
         /// Datagrams sent.
         sent: u64,
+        /// Datagrams the sender's kernel refused (their sequence numbers
+        /// were used, so the receiver counts them lost).
+        send_errors: u64,
     },
 }
 
@@ -258,10 +261,15 @@ impl Message {
                 out.extend_from_slice(&r.jitter_ns.to_be_bytes());
                 out.push(u8::from(r.last));
             }
-            Message::End { stream, sent } => {
+            Message::End {
+                stream,
+                sent,
+                send_errors,
+            } => {
                 prefix(out, K_END);
                 out.extend_from_slice(&stream.to_be_bytes());
                 out.extend_from_slice(&sent.to_be_bytes());
+                out.extend_from_slice(&send_errors.to_be_bytes());
             }
         }
     }
@@ -353,6 +361,7 @@ impl Message {
             K_END => Message::End {
                 stream: r.u32()?,
                 sent: r.u64()?,
+                send_errors: r.u64()?,
             },
             k => return Err(DecodeError::Kind(k)),
         };
@@ -438,7 +447,11 @@ mod tests {
                 jitter_ns: 12,
                 last: true,
             }),
-            Message::End { stream: 77, sent: 5 },
+            Message::End {
+                stream: 77,
+                sent: 5,
+                send_errors: 1,
+            },
         ]
     }
 

@@ -573,8 +573,16 @@ impl Driver {
                     i.data(&h, d, t_ns, self.sink.as_mut());
                 }
             }
-            (Phase::Recv(i), Message::End { stream, sent }) if stream == a.stream => {
+            (
+                Phase::Recv(i),
+                Message::End {
+                    stream,
+                    sent,
+                    send_errors,
+                },
+            ) if stream == a.stream => {
                 i.end_sent = Some(sent);
+                i.end_send_errors = Some(send_errors);
             }
             (Phase::Send(o), Message::Report(r)) if r.stream == a.stream => o.heard(r, now),
             _ => {}
@@ -678,8 +686,9 @@ impl Driver {
             Phase::Handshake => (Some(MediaStats::default()), 0, 0),
             Phase::Recv(i) => {
                 let mut one = MediaTotals::default();
-                one.add_receiver(&i.rx, i.end_sent, i.recv_bytes);
-                self.totals.add_receiver(&i.rx, i.end_sent, i.recv_bytes);
+                one.add_receiver(&i.rx, i.end_sent, i.end_send_errors, i.recv_bytes);
+                self.totals
+                    .add_receiver(&i.rx, i.end_sent, i.end_send_errors, i.recv_bytes);
                 (Some(one.stats()), 0, i.recv_bytes)
             }
             Phase::Send(o) => {

@@ -178,6 +178,7 @@ impl Outgoing {
             Message::End {
                 stream: self.stream,
                 sent: self.sent,
+                send_errors: self.send_errors,
             }
             .encode(&mut self.buf);
             let _ = udp::send_segments(fd, to, self.from, &self.buf, self.buf.len(), false);
@@ -276,6 +277,8 @@ pub(crate) struct Incoming {
     pub(crate) recv_bytes: u64,
     /// The sender's End count, once heard.
     pub(crate) end_sent: Option<u64>,
+    /// The sender's refused sends, from its End.
+    pub(crate) end_send_errors: Option<u64>,
     next_report: Instant,
     lasts: u8,
     first_transit: Option<i64>,
@@ -301,6 +304,7 @@ impl Incoming {
             verify,
             recv_bytes: 0,
             end_sent: None,
+            end_send_errors: None,
             next_report: opened + REPORT_EVERY,
             lasts: 0,
             first_transit: None,
@@ -418,10 +422,12 @@ pub(crate) fn send_message(
 }
 
 /// Splits a received buffer (GRO may have joined several datagrams of
-/// `segment` bytes) into its datagrams.
-pub(crate) fn datagrams(buf: &[u8], segment: Option<u16>) -> std::slice::Chunks<'_, u8> {
+/// `segment` bytes) into its datagrams; an empty datagram is one too.
+pub(crate) fn datagrams(buf: &[u8], segment: Option<u16>) -> impl Iterator<Item = &[u8]> {
     let seg = segment.map_or(buf.len().max(1), |s| usize::from(s).max(1));
-    buf.chunks(seg)
+    std::iter::once(buf)
+        .filter(|b| b.is_empty())
+        .chain(buf.chunks(seg))
 }
 
 #[cfg(test)]

@@ -263,12 +263,19 @@ impl Server<'_> {
                 }
                 _ => self.c.unsolicited += 1,
             },
-            Message::End { stream, sent } => match self.streams.get_mut(&stream) {
+            Message::End {
+                stream,
+                sent,
+                send_errors,
+            } => match self.streams.get_mut(&stream) {
                 Some(Stream {
                     peer,
                     role: Role::Recv(i, _),
                     ..
-                }) if *peer == src => i.end_sent = Some(sent),
+                }) if *peer == src => {
+                    i.end_sent = Some(sent);
+                    i.end_send_errors = Some(send_errors);
+                }
                 _ => self.c.unsolicited += 1,
             },
             _ => self.c.unsolicited += 1,
