@@ -647,7 +647,7 @@ pub struct UdpArgs {
     #[arg(long, short = 'b', default_value = "25M", value_name = "RATE")]
     pub bitrate: Iperf3Rate,
     /// Frames per second.
-    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 60, value_name = "FPS", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub frame_rate: u32,
     /// Stream length, whole seconds (frames = length × frame rate).
     #[arg(long, default_value = "10s", value_name = "DURATION")]
