@@ -14,6 +14,7 @@ pub mod media;
 pub mod metrics;
 pub mod pattern;
 pub mod plan;
+pub mod quic;
 pub mod rate;
 pub mod result;
 pub mod session;
