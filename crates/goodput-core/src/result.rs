@@ -59,6 +59,157 @@ pub struct TestResult {
     /// Servers running the UDP media-stream service: what it answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_server: Option<MediaServerCounters>,
+    /// QUIC perf runs: picoquic's statistics and quinn's connection figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicDetail>,
+    /// Servers running the QUIC perf service: what it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic_server: Option<QuicServerCounters>,
+}
+
+/// What a QUIC perf run adds to the common record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicDetail {
+    /// What ran: scenario, upload, download, rps, latency or handshakes.
+    pub mode: String,
+    /// The scenario in picoquic's current grammar (scenario modes).
+    pub scenario: Option<String>,
+    /// The scenario as given, when it was in the legacy grammar.
+    pub legacy_scenario: Option<String>,
+    /// Responses requested on unidirectional streams.
+    pub unidirectional: bool,
+    /// Connections.
+    pub connections: u64,
+    /// Streams (requests) completed with the right byte count.
+    pub transactions: u64,
+    /// Streams that failed (wrong byte count, reset, connection lost).
+    pub failed_streams: u64,
+    /// Stream bytes sent, request headers included (as picoquic counts).
+    pub upload_bytes: u64,
+    /// Response bytes received.
+    pub download_bytes: u64,
+    /// From the first connection attempt to the end, seconds.
+    pub duration_s: f64,
+    /// Transactions per second.
+    pub tps: f64,
+    /// Upload rate, Mbit/s.
+    pub upload_mbps: f64,
+    /// Download rate, Mbit/s.
+    pub download_mbps: f64,
+    /// Media and datagram descriptions: frames and delays.
+    pub media: Vec<QuicMediaStats>,
+    /// Request/response runs (`--rps`, `--latency`).
+    pub requests: Option<QuicRequestStats>,
+    /// Handshake runs (`--handshakes`).
+    pub handshakes: Option<QuicHandshakeStats>,
+    /// quinn's figures per connection, at its end.
+    pub paths: Vec<QuicPathStats>,
+    /// The first errors seen (at most 20).
+    pub errors: Vec<String>,
+}
+
+/// One media or datagram description's frames.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicMediaStats {
+    /// The description's name, or `#<index>`.
+    pub id: String,
+    /// Frames received.
+    pub received_frames: u64,
+    /// Frames asked for.
+    pub expected_frames: u64,
+    /// Arrival minus the frame's expected time (stream start + k / rate),
+    /// microseconds: smallest, mean, largest.
+    pub delay_min_us: f64,
+    /// Mean delay.
+    pub delay_avg_us: f64,
+    /// Largest delay.
+    pub delay_max_us: f64,
+}
+
+/// Request/response figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicRequestStats {
+    /// Requests outstanding per connection.
+    pub streams: u32,
+    /// Request payload bytes (after the 8-byte header).
+    pub request_bytes: u64,
+    /// Response bytes.
+    pub response_bytes: u64,
+    /// Requests completed.
+    pub completed: u64,
+    /// Requests per second.
+    pub per_second: f64,
+    /// Request latency (stream opened → response FIN).
+    pub latency: Option<Percentiles>,
+}
+
+/// Handshake figures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicHandshakeStats {
+    /// Handshakes completed.
+    pub completed: u64,
+    /// Handshakes that failed.
+    pub failed: u64,
+    /// Completed per second.
+    pub per_second: f64,
+    /// Handshake time.
+    pub time: Option<Percentiles>,
+}
+
+/// quinn's connection statistics (what it can provide of picoquic's).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicPathStats {
+    /// The connection's index (as in its record).
+    pub connection: u64,
+    /// Smoothed RTT, microseconds.
+    pub rtt_us: u64,
+    /// Minimum RTT, microseconds.
+    pub min_rtt_us: u64,
+    /// Congestion window, bytes.
+    pub cwnd_bytes: u64,
+    /// Congestion events.
+    pub congestion_events: u64,
+    /// Packets declared lost.
+    pub lost_packets: u64,
+    /// Bytes declared lost.
+    pub lost_bytes: u64,
+    /// Packets sent.
+    pub sent_packets: u64,
+    /// UDP datagrams received.
+    pub received_datagrams: u64,
+    /// UDP bytes sent.
+    pub sent_udp_bytes: u64,
+    /// UDP bytes received.
+    pub received_udp_bytes: u64,
+    /// Path MTU, bytes.
+    pub mtu_bytes: u16,
+}
+
+/// What a server's QUIC perf service did over its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicServerCounters {
+    /// Connections established.
+    pub connections: u64,
+    /// Connections refused (over the limit).
+    pub refused_connections: u64,
+    /// Handshakes that failed.
+    pub handshake_failures: u64,
+    /// Client streams.
+    pub streams: u64,
+    /// Streams that ended before their 8-byte header.
+    pub short_requests: u64,
+    /// Streams refused (response over the limit).
+    pub refused_streams: u64,
+    /// Responses stopped by the client (STOP_SENDING).
+    pub stopped: u64,
+    /// Media requests.
+    pub media_streams: u64,
+    /// DATAGRAM frames sent.
+    pub datagrams_sent: u64,
+    /// Stream bytes received.
+    pub bytes_received: u64,
+    /// Stream bytes sent.
+    pub bytes_sent: u64,
 }
 
 /// What a UDP media-stream run adds to the common record.
@@ -390,6 +541,8 @@ pub enum TestKind {
     EchoClient,
     /// `goodput udp`, the client side of UDP media streams.
     MediaClient,
+    /// `goodput quic`, a QUIC perf client.
+    QuicClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -408,6 +561,8 @@ pub enum WireProtocol {
     Raw,
     /// goodput's UDP media-stream protocol.
     Media,
+    /// The QUIC performance protocol (ALPN `perf`).
+    Quic,
 }
 
 /// How the client ends a successful connection.

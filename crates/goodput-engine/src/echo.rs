@@ -471,6 +471,8 @@ pub async fn run_echo(
         echo: Some(detail),
         media: None,
         media_server: None,
+        quic: None,
+        quic_server: None,
     })
 }
 

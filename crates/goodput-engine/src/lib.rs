@@ -12,6 +12,7 @@ pub mod echo;
 pub mod iperf3;
 pub mod media;
 mod observer;
+pub mod quic;
 pub mod services;
 pub mod socket;
 pub mod stamp;

@@ -66,6 +66,8 @@ pub enum Trust {
     Anything,
     /// Certificates that chain to the CA certificates in this PEM file.
     CaFile(std::path::PathBuf),
+    /// Certificates that chain to the system's trusted roots.
+    System,
 }
 
 /// A client configuration.
@@ -90,6 +92,17 @@ pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, EngineError> {
             }
             if roots.is_empty() {
                 return Err(EngineError::Config(format!("no certificate in {}", p.display())));
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Trust::System => {
+            let mut roots = RootCertStore::empty();
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(EngineError::Config(
+                    "no trusted root certificates found on this system (use --ca FILE or --insecure)".into(),
+                ));
             }
             builder.with_root_certificates(roots).with_no_client_auth()
         }

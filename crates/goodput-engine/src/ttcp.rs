@@ -230,6 +230,8 @@ pub fn run_ttcp(
         echo: None,
         media: None,
         media_server: None,
+        quic: None,
+        quic_server: None,
         ttcp: Some(TtcpDetail {
             transmit,
             udp: spec.udp,

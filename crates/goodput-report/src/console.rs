@@ -215,6 +215,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         t.push_str(&crate::media::summary(result, d));
         return t;
     }
+    if let Some(d) = &result.quic {
+        t.push_str(&crate::quic::quic_summary(result, d));
+        return t;
+    }
     if let Some(d) = &result.ttcp {
         t.push_str(&crate::ttcp::ttcp_report(result, d));
         return t;

@@ -9,6 +9,7 @@ mod files;
 mod format;
 mod iperf3;
 mod media;
+mod quic;
 mod stamp;
 mod ttcp;
 
@@ -20,6 +21,7 @@ pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
 };
+pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
 pub use ttcp::{ttcp_prefix, ttcp_report};
 

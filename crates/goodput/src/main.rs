@@ -25,8 +25,8 @@ use goodput_engine::{CancellationToken, EngineError, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
 use cli::{
-    Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, ServerArgs, ShutdownArg,
-    SocketArgs, StampArgs, TcpArgs, TtcpArgs, UdpArgs, VerifyArg, ViewArgs, WireArg,
+    Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, QuicArgs, ServerArgs,
+    ShutdownArg, SocketArgs, StampArgs, TcpArgs, TtcpArgs, UdpArgs, VerifyArg, ViewArgs, WireArg,
 };
 
 /// Exit status: every connection succeeded.
@@ -70,6 +70,7 @@ fn main() -> ExitCode {
         Command::Ttcp(args) => runtime().and_then(|rt| rt.block_on(ttcp(*args))),
         Command::Echo(args) => runtime().and_then(|rt| rt.block_on(echo(*args))),
         Command::Udp(args) => runtime().and_then(|rt| rt.block_on(udp(*args))),
+        Command::Quic(args) => runtime().and_then(|rt| rt.block_on(quic(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -705,6 +706,45 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
+    let quic = if args.quic {
+        let ips: Vec<IpAddr> = if args.quic_listen.is_empty() {
+            vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()]
+        } else {
+            args.quic_listen.clone()
+        };
+        let spec = goodput_engine::quic::QuicServerSpec {
+            listen: ips
+                .iter()
+                .map(|&ip| SocketAddr::new(ip, args.quic_port))
+                .collect(),
+            cert_key: args.cert.clone().zip(args.key.clone()),
+            max_connections: args.quic_max_connections,
+            max_streams: 10_000,
+            max_response: args.quic_max_response.0,
+        };
+        let q = goodput_engine::quic::bind_quic(spec).map_err(|e| Stop::Fatal(e.into()))?;
+        banner.push((
+            "QUIC perf service".into(),
+            format!(
+                "{} (ALPN perf; {}; at most {} connections, responses up to {})",
+                q.local_addrs()
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if args.cert.is_some() {
+                    "certificate from --cert"
+                } else {
+                    "self-signed ECDSA P-256 certificate for localhost, generated now"
+                },
+                args.quic_max_connections,
+                format_bytes(args.quic_max_response.0)
+            ),
+        ));
+        Some(q)
+    } else {
+        None
+    };
     let media = if args.no_udp {
         None
     } else {
@@ -869,6 +909,12 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             None => None,
         }
     };
+    let quic_run = async {
+        match quic {
+            Some(q) => Some(q.run(cancel.clone()).await),
+            None => None,
+        }
+    };
     let tcp_run = async {
         let r = bound.run(&mut views, cancel.clone()).await;
         // The TCP server can end on its own (--exit-after, --time-limit):
@@ -876,8 +922,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         cancel.cancel();
         r
     };
-    let (result, (), counters, served, streamed) =
-        tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run);
+    let (result, (), counters, served, streamed, quicked) =
+        tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
     let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
     if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
         goodput_report::console_line(&format!(
@@ -928,6 +974,27 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             ));
         }
         result.media_server = Some(c);
+    }
+    if let Some(c) = quicked {
+        if args.output.views.verbosity > 0 {
+            goodput_report::console_line(&format!(
+                "QUIC perf service: {} connections ({} refused, {} failed handshakes), {} streams \
+                 ({} media, {} ended inside their header, {} refused, {} stopped by the client); \
+                 {} B received, {} B sent, {} datagrams",
+                c.connections,
+                c.refused_connections,
+                c.handshake_failures,
+                c.streams,
+                c.media_streams,
+                c.short_requests,
+                c.refused_streams,
+                c.stopped,
+                c.bytes_received,
+                c.bytes_sent,
+                c.datagrams_sent
+            ));
+        }
+        result.quic_server = Some(c);
     }
     views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
@@ -1467,6 +1534,199 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+/// A size (`1GB`, `100MiB`) or, with a time unit, a duration (`10s`).
+enum SizeOrTime {
+    Size(u64),
+    Time(Duration),
+}
+
+fn size_or_time(flag: &str, v: &str) -> Result<SizeOrTime, Stop> {
+    let t = v.trim();
+    let timed = ["ns", "us", "ms", "s", "m", "h"].iter().any(|u| {
+        t.strip_suffix(u)
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'))
+    });
+    if timed {
+        let d: goodput_core::units::HumanDuration =
+            t.parse().map_err(|e| usage(format!("{flag} '{v}': {e}")))?;
+        if d.0.is_zero() {
+            return Err(usage(format!("{flag} must be above zero")));
+        }
+        return Ok(SizeOrTime::Time(d.0));
+    }
+    let b: goodput_core::units::ByteSize = t.parse().map_err(|e| {
+        usage(format!(
+            "{flag} '{v}': expected a size (1GB, 100MiB) or a duration (10s): {e}"
+        ))
+    })?;
+    Ok(SizeOrTime::Size(b.0))
+}
+
+async fn quic(args: QuicArgs) -> Result<u8, Stop> {
+    use goodput_core::quic::scenario::Scenario;
+    use goodput_engine::quic::{bind_quic, run_quic, QuicMode, QuicServerSpec, QuicSpec};
+    use goodput_engine::tls::Trust;
+    if args.status_interval.0 < Duration::from_millis(10) {
+        return Err(usage("--status-interval must be at least 10ms"));
+    }
+    if args.duration.0.is_zero() {
+        return Err(usage("--duration must be above zero"));
+    }
+    let scenario_of =
+        |text: &str| Scenario::parse(text).map_err(|e| usage(format!("scenario '{text}': {e}")));
+    let given = args.scenario.clone().or_else(|| args.scenario_flag.clone());
+    let mut scenario_text = given.clone();
+    let mut notices = Vec::new();
+    let mode = if args.handshakes {
+        QuicMode::Handshakes
+    } else if args.rps || args.latency {
+        QuicMode::Requests {
+            streams: if args.latency { 1 } else { args.streams },
+            request: args.request.0,
+            response: args.response.0,
+        }
+    } else if let Some(u) = &args.upload {
+        match size_or_time("--upload", u)? {
+            SizeOrTime::Size(n) => {
+                let text = format!("*1:{}:0;", n.saturating_add(8));
+                scenario_text = Some(text.clone());
+                QuicMode::Scenario(scenario_of(&text)?)
+            }
+            SizeOrTime::Time(d) => QuicMode::UploadFor(d),
+        }
+    } else if let Some(dl) = &args.download {
+        match size_or_time("--download", dl)? {
+            SizeOrTime::Size(n) => {
+                let text = format!("*1:8:{n};");
+                scenario_text = Some(text.clone());
+                QuicMode::Scenario(scenario_of(&text)?)
+            }
+            SizeOrTime::Time(d) => QuicMode::DownloadFor(d),
+        }
+    } else {
+        let text = given.clone().unwrap_or_else(|| "*1:8:100000000;".into());
+        let s = scenario_of(&text)?;
+        if s.legacy {
+            notices.push(format!(
+                "'{text}' is picoquic's legacy scenario form (current picoquic rejects it); running it as '{s}'"
+            ));
+        }
+        scenario_text = Some(text);
+        QuicMode::Scenario(s)
+    };
+    if let QuicMode::Scenario(s) = &mode {
+        if args.uni
+            && s.descs
+                .iter()
+                .any(|d| !matches!(d.body, goodput_core::quic::scenario::Body::Batch { .. }))
+        {
+            return Err(usage(
+                "--uni applies to batch requests; media descriptions always use bidirectional streams",
+            ));
+        }
+    }
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let server_cancel = cancel.child_token();
+    let mut server_task = None;
+    let (target, trust, name) = match &args.host {
+        None => {
+            let ip = loopback(args.ipv6);
+            let b = bind_quic(QuicServerSpec {
+                listen: vec![SocketAddr::new(ip, 0)],
+                cert_key: None,
+                max_connections: 100_000,
+                max_streams: 10_000,
+                max_response: u64::MAX - 1,
+            })
+            .map_err(|e| Stop::Fatal(e.into()))?;
+            let addr = b.local_addrs()[0];
+            let c = server_cancel.clone();
+            server_task = Some(tokio::spawn(async move { b.run(c).await }));
+            // Our own server's freshly generated certificate.
+            (addr, Trust::Anything, "localhost".to_string())
+        }
+        Some(h) => {
+            let addr = resolve(h, args.port, args.ipv4, args.ipv6).await?[0];
+            let trust = match (&args.ca, args.insecure) {
+                (Some(p), _) => Trust::CaFile(p.clone()),
+                (None, true) => Trust::Anything,
+                (None, false) => Trust::System,
+            };
+            let bare = h.trim_start_matches('[').trim_end_matches(']');
+            let name = args.sni.clone().unwrap_or_else(|| {
+                if bare.parse::<IpAddr>().is_ok() {
+                    "localhost".into()
+                } else {
+                    bare.to_string()
+                }
+            });
+            (addr, trust, name)
+        }
+    };
+    let mut views = Views::open(&args.views, None)?;
+    let what = match &mode {
+        QuicMode::Scenario(s) => format!("scenario {s}"),
+        QuicMode::UploadFor(d) => format!("upload for {:.3} s", d.as_secs_f64()),
+        QuicMode::DownloadFor(d) => format!("download for {:.3} s (unlimited request, then STOP_SENDING)", d.as_secs_f64()),
+        QuicMode::Requests { streams, request, response } => format!(
+            "{} for {:.3} s: {streams} request(s) outstanding per connection, {request} B up (plus the 8-byte header), {response} B down",
+            if args.latency { "latency" } else { "requests per second" },
+            args.duration.0.as_secs_f64()
+        ),
+        QuicMode::Handshakes => format!("handshakes for {:.3} s", args.duration.0.as_secs_f64()),
+    };
+    let banner = vec![
+        (
+            "Server".to_owned(),
+            format!(
+                "{target} (TLS name {name}{}){}",
+                match &trust {
+                    Trust::Anything => ", any certificate accepted",
+                    Trust::CaFile(_) => ", checked against --ca",
+                    Trust::System => ", checked against the system's roots",
+                },
+                if args.host.is_none() {
+                    ", embedded goodput server"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("Runs".into(), what),
+        ("Connections".into(), args.connections.to_string()),
+    ];
+    views.console.banner("goodput quic", &banner);
+    for n in &notices {
+        views.on_notice(n);
+    }
+    let spec = QuicSpec {
+        target,
+        server_name: name,
+        trust,
+        mode,
+        connections: args.connections,
+        duration: args.duration.0,
+        uni: args.uni,
+        scenario_text,
+        status_interval: args.status_interval.0,
+        max_records: args.views.max_records,
+    };
+    let result = run_quic(spec, &mut views, cancel.clone()).await;
+    server_cancel.cancel();
+    if let Some(t) = server_task {
+        let _ = t.await;
+    }
+    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    if let Some(p) = &args.perf_log {
+        goodput_report::append_perf_log(p, &result)
+            .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
+    }
+    views.finish(&result, args.views.json.as_deref())?;
+    let failed = result.quic.as_ref().is_some_and(|q| q.failed_streams > 0) || result.summary.failures() > 0;
+    Ok(exit_status(&result, failed))
 }
 
 async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {

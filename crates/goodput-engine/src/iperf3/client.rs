@@ -579,6 +579,8 @@ pub(crate) fn build_result(
         echo: None,
         media: None,
         media_server: None,
+        quic: None,
+        quic_server: None,
         ttcp: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {

@@ -202,6 +202,8 @@ pub async fn run_media(
             histograms: f.histograms,
         }),
         media_server: None,
+        quic: None,
+        quic_server: None,
     })
 }
 

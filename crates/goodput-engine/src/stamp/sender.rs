@@ -281,6 +281,8 @@ pub async fn run_sender(
         echo: None,
         media: None,
         media_server: None,
+        quic: None,
+        quic_server: None,
         ttcp: None,
     })
 }

@@ -86,7 +86,11 @@ pub async fn run_client(
     }
     if matches!(
         spec.wire,
-        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media
+        WireProtocol::Iperf3
+            | WireProtocol::Stamp
+            | WireProtocol::Raw
+            | WireProtocol::Media
+            | WireProtocol::Quic
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -451,7 +455,8 @@ async fn negotiate(
         | WireProtocol::Iperf3
         | WireProtocol::Stamp
         | WireProtocol::Raw
-        | WireProtocol::Media => {
+        | WireProtocol::Media
+        | WireProtocol::Quic => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = cts::decode_connection_id(&id);
@@ -470,7 +475,8 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
         | WireProtocol::Iperf3
         | WireProtocol::Stamp
         | WireProtocol::Raw
-        | WireProtocol::Media => {
+        | WireProtocol::Media
+        | WireProtocol::Quic => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

@@ -411,6 +411,8 @@ impl Driven {
             echo: None,
             media: None,
             media_server: None,
+            quic: None,
+            quic_server: None,
             ttcp: None,
             iperf3: None,
         }

@@ -39,7 +39,11 @@ pub struct BoundServer {
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     if matches!(
         spec.wire,
-        WireProtocol::Iperf3 | WireProtocol::Stamp | WireProtocol::Raw | WireProtocol::Media
+        WireProtocol::Iperf3
+            | WireProtocol::Stamp
+            | WireProtocol::Raw
+            | WireProtocol::Media
+            | WireProtocol::Quic
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -421,7 +425,8 @@ async fn accept_phase(
         | WireProtocol::Iperf3
         | WireProtocol::Stamp
         | WireProtocol::Raw
-        | WireProtocol::Media => {
+        | WireProtocol::Media
+        | WireProtocol::Quic => {
             if !admitted {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
@@ -471,7 +476,8 @@ async fn accept_phase(
             | WireProtocol::Iperf3
             | WireProtocol::Stamp
             | WireProtocol::Raw
-            | WireProtocol::Media => {
+            | WireProtocol::Media
+            | WireProtocol::Quic => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -520,7 +526,8 @@ async fn finish_phase(
         | WireProtocol::Iperf3
         | WireProtocol::Stamp
         | WireProtocol::Raw
-        | WireProtocol::Media => Ok(()),
+        | WireProtocol::Media
+        | WireProtocol::Quic => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {

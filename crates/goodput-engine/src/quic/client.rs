@@ -1,0 +1,963 @@
+//! `goodput quic`: the QUIC perf client. Runs a picoquic scenario (or one of
+//! the secnetperf-style shortcuts) on each connection, checks the byte
+//! count of every response, and reports picoquic's statistics with quinn's
+//! connection figures.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use goodput_core::quic::scenario::{Body, MediaDesc, Response, Scenario};
+use goodput_core::quic::{error_code, MediaRequest, Request, HEADER_LEN, MEDIA_HEADER_LEN, UNLIMITED};
+use goodput_core::result::{
+    ConnectionRecord, EndReason, Interval, Outcome, Percentiles, QuicDetail, QuicHandshakeStats,
+    QuicMediaStats, QuicPathStats, QuicRequestStats, SummaryBuilder, TcpSettings, TestKind, TestResult,
+    WireProtocol, SCHEMA_VERSION,
+};
+use hdrhistogram::Histogram;
+use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
+use tokio_util::sync::CancellationToken;
+
+use super::{filler, get_varint};
+use crate::tls::Trust;
+use crate::{EngineError, Observer};
+
+/// What each connection does.
+#[derive(Debug, Clone)]
+pub enum QuicMode {
+    /// A picoquic scenario.
+    Scenario(Scenario),
+    /// Upload for a time: a request for 0 bytes, then data until the time
+    /// is up, then FIN.
+    UploadFor(Duration),
+    /// Download for a time: an unlimited request, STOP_SENDING when the
+    /// time is up.
+    DownloadFor(Duration),
+    /// Keep `streams` requests outstanding per connection for the duration.
+    Requests {
+        /// Requests outstanding per connection.
+        streams: u32,
+        /// Request payload bytes (after the header).
+        request: u64,
+        /// Response bytes.
+        response: u64,
+    },
+    /// Open and close connections as fast as possible for the duration.
+    Handshakes,
+}
+
+/// How to run the client.
+#[derive(Debug, Clone)]
+pub struct QuicSpec {
+    /// The server.
+    pub target: SocketAddr,
+    /// SNI and the name the certificate must carry.
+    pub server_name: String,
+    /// How the certificate is checked.
+    pub trust: Trust,
+    /// What each connection does.
+    pub mode: QuicMode,
+    /// Connections at once.
+    pub connections: u32,
+    /// Length of timed modes (requests, handshakes).
+    pub duration: Duration,
+    /// Ask for responses on unidirectional streams.
+    pub uni: bool,
+    /// The scenario as the user wrote it (for the report).
+    pub scenario_text: Option<String>,
+    /// Status interval.
+    pub status_interval: Duration,
+    /// Most records kept in the result document.
+    pub max_records: usize,
+}
+
+/// Counters shared by every stream of the run.
+#[derive(Default)]
+struct Tally {
+    up: AtomicU64,
+    down: AtomicU64,
+    ok: AtomicU64,
+    failed: AtomicU64,
+    open: AtomicU64,
+    errors: Mutex<Vec<String>>,
+    latency: Mutex<Option<Histogram<u64>>>,
+    media: Mutex<HashMap<usize, MediaTally>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct MediaTally {
+    received: u64,
+    expected: u64,
+    min_us: f64,
+    max_us: f64,
+    sum_us: f64,
+}
+
+impl Tally {
+    fn error(&self, e: String) {
+        self.failed.fetch_add(1, Relaxed);
+        let mut v = self.errors.lock().expect("not poisoned");
+        if v.len() < 20 {
+            v.push(e);
+        }
+    }
+    fn latency(&self, d: Duration) {
+        let mut h = self.latency.lock().expect("not poisoned");
+        let h = h.get_or_insert_with(|| Histogram::new(3).expect("3 digits"));
+        let _ = h.record(d.as_nanos() as u64);
+    }
+    fn frame(&self, desc: usize, delay_us: f64) {
+        let mut m = self.media.lock().expect("not poisoned");
+        let t = m.entry(desc).or_default();
+        if t.received == 0 {
+            t.min_us = delay_us;
+            t.max_us = delay_us;
+        }
+        t.received += 1;
+        t.min_us = t.min_us.min(delay_us);
+        t.max_us = t.max_us.max(delay_us);
+        t.sum_us += delay_us;
+    }
+    fn expect_frames(&self, desc: usize, n: u64) {
+        self.media
+            .lock()
+            .expect("not poisoned")
+            .entry(desc)
+            .or_default()
+            .expected += n;
+    }
+}
+
+/// Runs the client and returns the result document.
+pub async fn run_quic(
+    spec: QuicSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+) -> Result<TestResult, EngineError> {
+    if spec.connections == 0 {
+        return Err(EngineError::Config("at least one connection is needed".into()));
+    }
+    let started_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let max_streams = match &spec.mode {
+        QuicMode::Requests { streams, .. } => (*streams).max(100),
+        QuicMode::Scenario(s) => s.descs.iter().map(|d| d.repeat).sum::<u32>().max(100),
+        _ => 100,
+    };
+    let cfg = super::client_config(&spec.trust, max_streams)?;
+    let bind: SocketAddr = if spec.target.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let sock = super::udp_socket(bind).map_err(|source| EngineError::Listen { addr: bind, source })?;
+    let mut endpoint = Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        sock,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(|source| EngineError::Listen { addr: bind, source })?;
+    endpoint.set_default_client_config(cfg);
+    let spec = Arc::new(spec);
+    let tally = Arc::new(Tally::default());
+    let start = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for index in 0..spec.connections {
+        let (spec, tally, endpoint, stop) = (spec.clone(), tally.clone(), endpoint.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            one_connection(index as u64, &spec, &endpoint, &tally, &stop, start).await
+        }));
+    }
+    // Status lines while the connections run.
+    let mut ticker = tokio::time::interval_at(
+        tokio::time::Instant::now() + spec.status_interval,
+        spec.status_interval,
+    );
+    let mut intervals = Vec::new();
+    let mut last = (0u64, 0u64, Instant::now());
+    let mut interrupted = false;
+    let all = futures_join(tasks);
+    tokio::pin!(all);
+    let results = loop {
+        tokio::select! {
+            r = &mut all => break r,
+            _ = ticker.tick() => {
+                let now = Instant::now();
+                let (up, down) = (tally.up.load(Relaxed), tally.down.load(Relaxed));
+                let dt = now.duration_since(last.2).as_secs_f64().max(1e-9);
+                let iv = Interval {
+                    time_slice_s: now.duration_since(start).as_secs_f64(),
+                    send_bytes_per_second: ((up - last.0) as f64 / dt) as u64,
+                    recv_bytes_per_second: ((down - last.1) as f64 / dt) as u64,
+                    in_flight: tally.open.load(Relaxed),
+                    completed: tally.ok.load(Relaxed),
+                    network_errors: 0,
+                    data_errors: tally.failed.load(Relaxed),
+                    stamp: None,
+                    echo: None,
+                    media: None,
+                };
+                last = (up, down, now);
+                observer.on_interval(&iv);
+                if intervals.len() < spec.max_records {
+                    intervals.push(iv);
+                }
+            }
+            _ = cancel.cancelled(), if !interrupted => {
+                interrupted = true;
+                stop.store(true, Relaxed);
+                // Streams waiting on the network end with their connection.
+                endpoint.close(VarInt::from_u32(error_code::NONE), b"interrupted");
+            }
+        }
+    };
+    let elapsed = start.elapsed();
+    endpoint.close(VarInt::from_u32(error_code::NONE), b"done");
+    let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    let mut connections = Vec::new();
+    let mut paths = Vec::new();
+    let mut summary = SummaryBuilder::default();
+    let mut handshakes = (0u64, 0u64);
+    for r in results.into_iter().flatten() {
+        observer.on_connection(&r.record);
+        summary.add(&r.record);
+        if let Some(p) = r.path {
+            paths.push(p);
+        }
+        handshakes.0 += r.handshakes.0;
+        handshakes.1 += r.handshakes.1;
+        if connections.len() < spec.max_records {
+            connections.push(r.record);
+        }
+    }
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let (up, down, ok) = (
+        tally.up.load(Relaxed),
+        tally.down.load(Relaxed),
+        tally.ok.load(Relaxed),
+    );
+    let latency = tally.latency.lock().expect("not poisoned").take();
+    let percentiles = latency.as_ref().and_then(Percentiles::from_histogram);
+    let media = match &spec.mode {
+        QuicMode::Scenario(s) => {
+            let m = tally.media.lock().expect("not poisoned");
+            s.descs
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| matches!(d.body, Body::Media(_)))
+                .map(|(i, d)| {
+                    let t = m.get(&i).copied().unwrap_or_default();
+                    QuicMediaStats {
+                        id: d.id.clone().unwrap_or_else(|| format!("#{i}")),
+                        received_frames: t.received,
+                        expected_frames: t.expected,
+                        delay_min_us: t.min_us,
+                        delay_avg_us: if t.received == 0 {
+                            0.0
+                        } else {
+                            t.sum_us / t.received as f64
+                        },
+                        delay_max_us: t.max_us,
+                    }
+                })
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    let (mode, scenario) = match &spec.mode {
+        QuicMode::Scenario(s) => ("scenario", Some(s.to_string())),
+        QuicMode::UploadFor(_) => ("upload", None),
+        QuicMode::DownloadFor(_) => ("download", None),
+        QuicMode::Requests { streams: 1, .. } => ("latency", None),
+        QuicMode::Requests { .. } => ("rps", None),
+        QuicMode::Handshakes => ("handshakes", None),
+    };
+    let detail = QuicDetail {
+        mode: mode.into(),
+        scenario,
+        legacy_scenario: match &spec.mode {
+            QuicMode::Scenario(s) if s.legacy => spec.scenario_text.clone(),
+            _ => None,
+        },
+        unidirectional: spec.uni,
+        connections: u64::from(spec.connections),
+        transactions: ok,
+        failed_streams: tally.failed.load(Relaxed),
+        upload_bytes: up,
+        download_bytes: down,
+        duration_s: secs,
+        tps: ok as f64 / secs,
+        upload_mbps: up as f64 * 8.0 / secs / 1e6,
+        download_mbps: down as f64 * 8.0 / secs / 1e6,
+        media,
+        requests: match spec.mode {
+            QuicMode::Requests {
+                streams,
+                request,
+                response,
+            } => Some(QuicRequestStats {
+                streams,
+                request_bytes: request,
+                response_bytes: response,
+                completed: ok,
+                per_second: ok as f64 / spec.duration.as_secs_f64().max(1e-9),
+                latency: percentiles,
+            }),
+            _ => None,
+        },
+        handshakes: matches!(spec.mode, QuicMode::Handshakes).then(|| QuicHandshakeStats {
+            completed: handshakes.0,
+            failed: handshakes.1,
+            per_second: handshakes.0 as f64 / spec.duration.as_secs_f64().max(1e-9),
+            time: percentiles,
+        }),
+        paths,
+        errors: tally.errors.lock().expect("not poisoned").clone(),
+    };
+    let final_iv = Interval {
+        time_slice_s: secs,
+        send_bytes_per_second: 0,
+        recv_bytes_per_second: 0,
+        in_flight: 0,
+        completed: ok,
+        network_errors: 0,
+        data_errors: tally.failed.load(Relaxed),
+        stamp: None,
+        echo: None,
+        media: None,
+    };
+    observer.on_interval(&final_iv);
+    intervals.push(final_iv);
+    Ok(TestResult {
+        schema_version: SCHEMA_VERSION,
+        tool: crate::tool_info(),
+        kind: TestKind::QuicClient,
+        started_unix_ms,
+        settings: TcpSettings {
+            connections: Some(u64::from(spec.connections)),
+            ..TcpSettings::bare(
+                WireProtocol::Quic,
+                vec![spec.target.to_string()],
+                spec.status_interval.as_millis() as u64,
+            )
+        },
+        intervals,
+        intervals_omitted: 0,
+        connections,
+        summary: summary.finish(elapsed.as_nanos() as u64),
+        connections_omitted: 0,
+        end: if interrupted {
+            EndReason::Interrupted
+        } else {
+            EndReason::Completed
+        },
+        iperf3: None,
+        stamp: None,
+        stamp_reflector: None,
+        ttcp: None,
+        echo: None,
+        media: None,
+        media_server: None,
+        quic: Some(detail),
+        quic_server: None,
+    })
+}
+
+async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<Option<T>> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.ok());
+    }
+    out
+}
+
+struct ConnEnd {
+    record: ConnectionRecord,
+    path: Option<QuicPathStats>,
+    handshakes: (u64, u64),
+}
+
+fn path_stats(index: u64, c: &Connection) -> QuicPathStats {
+    let s = c.stats();
+    QuicPathStats {
+        connection: index,
+        rtt_us: s.path.rtt.as_micros() as u64,
+        min_rtt_us: s.path.min_rtt.as_micros() as u64,
+        cwnd_bytes: s.path.cwnd,
+        congestion_events: s.path.congestion_events,
+        lost_packets: s.path.lost_packets,
+        lost_bytes: s.path.lost_bytes,
+        sent_packets: s.path.sent_packets,
+        received_datagrams: s.udp_rx.datagrams,
+        sent_udp_bytes: s.udp_tx.bytes,
+        received_udp_bytes: s.udp_rx.bytes,
+        mtu_bytes: s.path.current_mtu,
+    }
+}
+
+fn record(
+    index: u64,
+    local: String,
+    remote: SocketAddr,
+    (start, opened): (Instant, Instant),
+    up: u64,
+    down: u64,
+    outcome: Outcome,
+) -> ConnectionRecord {
+    let now = Instant::now();
+    ConnectionRecord {
+        index,
+        connection_id: String::new(),
+        local_address: local,
+        remote_address: remote.to_string(),
+        start_s: opened.duration_since(start).as_secs_f64(),
+        time_slice_s: now.duration_since(start).as_secs_f64(),
+        elapsed_ns: now.duration_since(opened).as_nanos() as u64,
+        pattern: None,
+        transfer_bytes: 0,
+        buffer_bytes: 0,
+        rate_limit_bytes_per_second: 0,
+        sent_bytes: up,
+        received_bytes: down,
+        outcome,
+        peer: None,
+        shutdown: None,
+        tcp_info: None,
+        media: None,
+    }
+}
+
+fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
+    Outcome::NetworkError {
+        during: during.into(),
+        errno: None,
+        name: "QuicError".into(),
+        message: e.to_string(),
+    }
+}
+
+async fn connect(spec: &QuicSpec, endpoint: &Endpoint) -> Result<Connection, String> {
+    let connecting = endpoint
+        .connect(spec.target, &spec.server_name)
+        .map_err(|e| format!("cannot start a connection to {}: {e}", spec.target))?;
+    match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(format!("handshake with {} failed: {e}", spec.target)),
+        Err(_) => Err(format!("no handshake with {} within 10 s", spec.target)),
+    }
+}
+
+async fn one_connection(
+    index: u64,
+    spec: &QuicSpec,
+    endpoint: &Endpoint,
+    tally: &Arc<Tally>,
+    stop: &Arc<AtomicBool>,
+    start: Instant,
+) -> ConnEnd {
+    let opened = Instant::now();
+    let local = endpoint
+        .local_addr()
+        .map_or_else(|_| String::new(), |a| a.to_string());
+    if let QuicMode::Handshakes = spec.mode {
+        let (mut ok, mut failed) = (0, 0);
+        let mut last_err = None;
+        while opened.elapsed() < spec.duration && !stop.load(Relaxed) {
+            let t0 = Instant::now();
+            match connect(spec, endpoint).await {
+                Ok(c) => {
+                    tally.latency(t0.elapsed());
+                    c.close(VarInt::from_u32(error_code::NONE), b"");
+                    ok += 1;
+                }
+                Err(e) => {
+                    failed += 1;
+                    last_err = Some(e);
+                }
+            }
+        }
+        let outcome = match (ok, last_err) {
+            (0, Some(e)) => conn_error("handshake", e),
+            _ => Outcome::Succeeded,
+        };
+        return ConnEnd {
+            record: record(index, local, spec.target, (start, opened), 0, 0, outcome),
+            path: None,
+            handshakes: (ok, failed),
+        };
+    }
+    let conn = match connect(spec, endpoint).await {
+        Ok(c) => c,
+        Err(e) => {
+            tally.error(e.clone());
+            return ConnEnd {
+                record: record(
+                    index,
+                    local,
+                    spec.target,
+                    (start, opened),
+                    0,
+                    0,
+                    conn_error("handshake", e),
+                ),
+                path: None,
+                handshakes: (0, 1),
+            };
+        }
+    };
+    let (up0, down0) = (tally.up.load(Relaxed), tally.down.load(Relaxed));
+    let failed0 = tally.failed.load(Relaxed);
+    let uni_rx = Arc::new(tokio::sync::Mutex::new(()));
+    let datagrams = Arc::new(Datagrams::default());
+    let dg_task = {
+        let (conn, d) = (conn.clone(), datagrams.clone());
+        tokio::spawn(async move { d.read_all(&conn).await })
+    };
+    match &spec.mode {
+        QuicMode::Scenario(s) => run_scenario(&conn, s, spec.uni, tally, &uni_rx, &datagrams).await,
+        QuicMode::UploadFor(d) => {
+            let r = timed_upload(&conn, *d, tally, stop).await;
+            finish_stream(tally, r, None);
+        }
+        QuicMode::DownloadFor(d) => {
+            let r = timed_download(&conn, *d, tally, stop).await;
+            finish_stream(tally, r, None);
+        }
+        QuicMode::Requests {
+            streams,
+            request,
+            response,
+        } => {
+            let mut workers = Vec::new();
+            for _ in 0..*streams {
+                let (conn, tally, stop) = (conn.clone(), tally.clone(), stop.clone());
+                let (req, resp, dur, uni) = (*request, *response, spec.duration, spec.uni);
+                let uni_rx = uni_rx.clone();
+                workers.push(tokio::spawn(async move {
+                    let t0 = Instant::now();
+                    while t0.elapsed() < dur && !stop.load(Relaxed) {
+                        let s = Instant::now();
+                        let r = batch(
+                            &conn,
+                            req + HEADER_LEN as u64,
+                            Response::Bytes(resp),
+                            uni,
+                            &tally,
+                            &uni_rx,
+                        )
+                        .await;
+                        let failed = r.is_err();
+                        finish_stream(&tally, r, Some(s.elapsed()));
+                        if failed && conn.close_reason().is_some() {
+                            break;
+                        }
+                    }
+                }));
+            }
+            for w in workers {
+                let _ = w.await;
+            }
+        }
+        QuicMode::Handshakes => unreachable!("handled above"),
+    }
+    let path = path_stats(index, &conn);
+    let lost = conn.close_reason();
+    conn.close(VarInt::from_u32(error_code::NONE), b"done");
+    dg_task.abort();
+    let failed = tally.failed.load(Relaxed) - failed0;
+    let outcome = match lost {
+        Some(e) if !matches!(e, quinn::ConnectionError::LocallyClosed) && !stop.load(Relaxed) => {
+            conn_error("data", e)
+        }
+        _ if stop.load(Relaxed) => Outcome::Aborted {
+            reason: "interrupted".into(),
+        },
+        _ if failed > 0 => Outcome::ProtocolError {
+            kind: goodput_core::result::ProtocolErrorKind::NotAllData,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!("{failed} stream(s) failed; see the errors"),
+        },
+        _ => Outcome::Succeeded,
+    };
+    let (up, down) = (tally.up.load(Relaxed) - up0, tally.down.load(Relaxed) - down0);
+    ConnEnd {
+        record: record(index, local, spec.target, (start, opened), up, down, outcome),
+        path: Some(path),
+        handshakes: (1, 0),
+    }
+}
+
+fn finish_stream(tally: &Tally, r: Result<(), String>, latency: Option<Duration>) {
+    match r {
+        Ok(()) => {
+            tally.ok.fetch_add(1, Relaxed);
+            if let Some(l) = latency {
+                tally.latency(l);
+            }
+        }
+        Err(e) => tally.error(e),
+    }
+}
+
+/// Runs every description, each when its dependency has ended, its repeats
+/// in parallel.
+async fn run_scenario(
+    conn: &Connection,
+    s: &Scenario,
+    uni: bool,
+    tally: &Arc<Tally>,
+    uni_rx: &Arc<tokio::sync::Mutex<()>>,
+    datagrams: &Arc<Datagrams>,
+) {
+    let mut done: HashMap<String, tokio::sync::watch::Receiver<bool>> = HashMap::new();
+    let mut tasks = Vec::new();
+    for (i, d) in s.descs.iter().enumerate() {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        if let Some(id) = &d.id {
+            done.insert(id.clone(), rx);
+        }
+        let wait = d.after.as_ref().and_then(|a| done.get(a).cloned());
+        let (conn, tally, d, uni_rx, datagrams) = (
+            conn.clone(),
+            tally.clone(),
+            d.clone(),
+            uni_rx.clone(),
+            datagrams.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            if let Some(mut w) = wait {
+                let _ = w.wait_for(|v| *v).await;
+            }
+            let mut copies = Vec::new();
+            for _ in 0..d.repeat {
+                let (conn, tally, uni_rx, datagrams) =
+                    (conn.clone(), tally.clone(), uni_rx.clone(), datagrams.clone());
+                let body = d.body;
+                copies.push(tokio::spawn(async move {
+                    match body {
+                        Body::Batch { post, response } => {
+                            let r = batch(&conn, post, response, uni, &tally, &uni_rx).await;
+                            finish_stream(&tally, r, None);
+                        }
+                        Body::Media(m) => media(&conn, i, m, &tally, &datagrams).await,
+                    }
+                }));
+            }
+            for c in copies {
+                let _ = c.await;
+            }
+            let _ = tx.send(true);
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// Writes `n` filler bytes.
+async fn write_filler(send: &mut SendStream, mut n: u64, tally: &Tally) -> Result<(), String> {
+    let fill = filler();
+    while n > 0 {
+        let k = n.min(fill.len() as u64) as usize;
+        send.write_chunk(fill.slice(..k))
+            .await
+            .map_err(|e| format!("upload: {e}"))?;
+        tally.up.fetch_add(k as u64, Relaxed);
+        n -= k as u64;
+    }
+    Ok(())
+}
+
+/// Reads a response to its FIN (or, for `StopAfter`, until enough bytes)
+/// and checks its length.
+async fn read_response(recv: &mut RecvStream, response: Response, tally: &Tally) -> Result<(), String> {
+    let mut got = 0u64;
+    loop {
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(c)) => {
+                got += c.bytes.len() as u64;
+                tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+                if let Response::StopAfter(n) = response {
+                    if got >= n {
+                        let _ = recv.stop(VarInt::from_u32(error_code::NONE));
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("response after {got} bytes: {e}")),
+        }
+    }
+    match response {
+        Response::Bytes(n) if got == n => Ok(()),
+        Response::Bytes(n) if got < n => Err(format!("response ended after {got} of {n} bytes (too few)")),
+        Response::Bytes(n) => Err(format!("response of {got} bytes, {n} asked (too many)")),
+        Response::StopAfter(n) => Err(format!("unlimited response ended after {got} bytes, before {n}")),
+    }
+}
+
+/// One batch request: header + post − header bytes, FIN, then the response.
+async fn batch(
+    conn: &Connection,
+    post: u64,
+    response: Response,
+    uni: bool,
+    tally: &Tally,
+    uni_rx: &tokio::sync::Mutex<()>,
+) -> Result<(), String> {
+    tally.open.fetch_add(1, Relaxed);
+    let r = async {
+        let size = match response {
+            Response::Bytes(n) => n,
+            Response::StopAfter(_) => UNLIMITED,
+        };
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        Request::Bytes(size).encode(&mut header);
+        if uni {
+            let mut send = conn.open_uni().await.map_err(|e| format!("open: {e}"))?;
+            send.write_chunk(header.into())
+                .await
+                .map_err(|e| format!("request: {e}"))?;
+            tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
+            write_filler(&mut send, post.saturating_sub(HEADER_LEN as u64), tally).await?;
+            send.finish().map_err(|e| format!("finish: {e}"))?;
+            if size == 0 {
+                return Ok(());
+            }
+            // Responses come back on server streams nothing ties to their
+            // requests: take the next one.
+            let mut recv = {
+                let _g = uni_rx.lock().await;
+                conn.accept_uni()
+                    .await
+                    .map_err(|e| format!("response stream: {e}"))?
+            };
+            return read_response(&mut recv, response, tally).await;
+        }
+        let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
+        send.write_chunk(header.into())
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
+        let up = async {
+            write_filler(&mut send, post.saturating_sub(HEADER_LEN as u64), tally).await?;
+            send.finish().map_err(|e| format!("finish: {e}"))
+        };
+        let (u, d) = tokio::join!(up, read_response(&mut recv, response, tally));
+        u.and(d)
+    }
+    .await;
+    tally.open.fetch_sub(1, Relaxed);
+    r
+}
+
+async fn timed_upload(
+    conn: &Connection,
+    d: Duration,
+    tally: &Tally,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
+    let mut header = Vec::new();
+    Request::Bytes(0).encode(&mut header);
+    send.write_chunk(header.into())
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
+    let fill = filler();
+    let t0 = Instant::now();
+    while t0.elapsed() < d && !stop.load(Relaxed) {
+        send.write_chunk(fill.clone())
+            .await
+            .map_err(|e| format!("upload: {e}"))?;
+        tally.up.fetch_add(fill.len() as u64, Relaxed);
+    }
+    send.finish().map_err(|e| format!("finish: {e}"))?;
+    read_response(&mut recv, Response::Bytes(0), tally).await
+}
+
+async fn timed_download(
+    conn: &Connection,
+    d: Duration,
+    tally: &Tally,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
+    let mut header = Vec::new();
+    Request::Bytes(UNLIMITED).encode(&mut header);
+    send.write_chunk(header.into())
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
+    send.finish().map_err(|e| format!("finish: {e}"))?;
+    let t0 = Instant::now();
+    while t0.elapsed() < d && !stop.load(Relaxed) {
+        let left = d.saturating_sub(t0.elapsed());
+        match tokio::time::timeout(left, recv.read_chunk(usize::MAX, true)).await {
+            Ok(Ok(Some(c))) => {
+                tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+            }
+            Ok(Ok(None)) => return Err("the server ended an unlimited response".into()),
+            Ok(Err(e)) => return Err(format!("download: {e}")),
+            Err(_) => break,
+        }
+    }
+    let _ = recv.stop(VarInt::from_u32(error_code::NONE));
+    Ok(())
+}
+
+/// DATAGRAM frames by the request stream they answer: frame numbers and
+/// arrival times.
+#[derive(Default)]
+struct Datagrams {
+    by_stream: Mutex<HashMap<u64, Vec<(u64, Instant)>>>,
+}
+
+impl Datagrams {
+    async fn read_all(&self, conn: &Connection) {
+        while let Ok(d) = conn.read_datagram().await {
+            let now = Instant::now();
+            let Some((stream, a)) = get_varint(&d) else {
+                continue;
+            };
+            let Some((frame, _)) = get_varint(&d[a..]) else {
+                continue;
+            };
+            self.by_stream
+                .lock()
+                .expect("not poisoned")
+                .entry(stream)
+                .or_default()
+                .push((frame, now));
+        }
+    }
+    fn take(&self, stream: u64) -> Vec<(u64, Instant)> {
+        self.by_stream
+            .lock()
+            .expect("not poisoned")
+            .remove(&stream)
+            .unwrap_or_default()
+    }
+}
+
+/// A media description: one request per group, groups spaced by their
+/// length; frames counted with their delay against the frame clock.
+async fn media(conn: &Connection, desc: usize, m: MediaDesc, tally: &Tally, datagrams: &Datagrams) {
+    let group = m.group.unwrap_or(m.frames).clamp(1, m.frames.max(1));
+    let groups = m.frames.max(1).div_ceil(group);
+    tally.expect_frames(desc, u64::from(m.frames.max(1)));
+    let t0 = Instant::now();
+    for g in 0..groups {
+        let due = t0 + Duration::from_micros(u64::from(g * group) * 1_000_000 / u64::from(m.frequency));
+        tokio::time::sleep_until(due.into()).await;
+        let frames = group.min(m.frames.max(1) - g * group);
+        let r = media_group(conn, desc, &m, frames, tally, datagrams).await;
+        finish_stream(tally, r, None);
+    }
+}
+
+async fn media_group(
+    conn: &Connection,
+    desc: usize,
+    m: &MediaDesc,
+    frames: u32,
+    tally: &Tally,
+    datagrams: &Datagrams,
+) -> Result<(), String> {
+    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
+    let req = MediaRequest {
+        datagram: m.datagram,
+        frame_size: m.frame_size,
+        priority: m.priority.unwrap_or(0),
+        frequency: m.frequency,
+        frames,
+        first_frame_size: m.first_frame.unwrap_or(m.frame_size),
+    };
+    let mut header = Vec::with_capacity(MEDIA_HEADER_LEN);
+    Request::Media(req).encode(&mut header);
+    let start = Instant::now();
+    send.write_chunk(header.into())
+        .await
+        .map_err(|e| format!("request: {e}"))?;
+    tally.up.fetch_add(MEDIA_HEADER_LEN as u64, Relaxed);
+    send.finish().map_err(|e| format!("finish: {e}"))?;
+    let expected = |k: u64| start + Duration::from_micros(k * 1_000_000 / u64::from(m.frequency));
+    let delay_us = |k: u64, at: Instant| {
+        let e = expected(k);
+        if at >= e {
+            at.duration_since(e).as_secs_f64() * 1e6
+        } else {
+            -(e.duration_since(at).as_secs_f64() * 1e6)
+        }
+    };
+    if m.datagram {
+        // The server ends the request stream after its last datagram.
+        let mut rest = 0u64;
+        while let Some(c) = recv
+            .read_chunk(usize::MAX, true)
+            .await
+            .map_err(|e| format!("media: {e}"))?
+        {
+            rest += c.bytes.len() as u64;
+        }
+        // Datagrams may still be in the reader's hands for a moment.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        for (k, at) in datagrams.take(send.id().index()) {
+            tally.frame(desc, delay_us(k, at));
+        }
+        tally.down.fetch_add(rest, Relaxed);
+        return Ok(());
+    }
+    // Stream frames: the first is first_frame_size bytes, the rest frame_size.
+    let sizes = |k: u64| {
+        u64::from(if k == 0 {
+            req.first_frame_size.max(8)
+        } else {
+            req.frame_size.max(8)
+        })
+    };
+    let (mut k, mut in_frame) = (0u64, 0u64);
+    loop {
+        let c = match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(c)) => c,
+            Ok(None) => break,
+            Err(e) => return Err(format!("media frame {k}: {e}")),
+        };
+        let now = Instant::now();
+        tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+        let mut left = c.bytes.len() as u64;
+        while left > 0 {
+            let need = sizes(k) - in_frame;
+            let take = need.min(left);
+            in_frame += take;
+            left -= take;
+            if in_frame == sizes(k) {
+                let d = delay_us(k, now);
+                tally.frame(desc, d);
+                if let Some(limit) = m.reset_delay_us {
+                    if d > limit as f64 {
+                        let _ = recv.stop(VarInt::from_u32(error_code::DELAY_TOO_HIGH));
+                        return Err(format!(
+                            "frame {k} was {d:.0} us late, over the {limit} us reset delay"
+                        ));
+                    }
+                }
+                k += 1;
+                in_frame = 0;
+            }
+        }
+    }
+    if k == u64::from(frames) && in_frame == 0 {
+        Ok(())
+    } else {
+        Err(format!("media stream ended after {k} of {frames} frames"))
+    }
+}

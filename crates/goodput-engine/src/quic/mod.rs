@@ -1,0 +1,129 @@
+//! QUIC perf (draft-banks-quic-performance, picoquic-compatible) over
+//! quinn: the server of `goodput server --quic` and the client of
+//! `goodput quic`. Headers and scenarios are in `goodput_core::quic`.
+
+mod client;
+mod server;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use goodput_core::quic::ALPN;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::{TransportConfig, VarInt};
+
+use crate::tls::Trust;
+use crate::EngineError;
+
+pub use client::{run_quic, QuicMode, QuicSpec};
+pub use server::{bind_quic, BoundQuic, QuicServerSpec};
+
+/// Bytes every response is sliced from (picoquic sends '0' characters).
+pub(crate) fn filler() -> Bytes {
+    static F: std::sync::OnceLock<Bytes> = std::sync::OnceLock::new();
+    F.get_or_init(|| Bytes::from(vec![b'0'; 1 << 20])).clone()
+}
+
+/// Windows wide enough for loopback rates, many streams for request/response
+/// runs, and DATAGRAM support for picoquic's datagram media.
+fn transport(max_streams: u32) -> Arc<TransportConfig> {
+    let mut t = TransportConfig::default();
+    t.stream_receive_window(VarInt::from_u32(32 << 20))
+        .receive_window(VarInt::from_u32(64 << 20))
+        .send_window(64 << 20)
+        .max_concurrent_bidi_streams(VarInt::from_u32(max_streams))
+        .max_concurrent_uni_streams(VarInt::from_u32(max_streams))
+        .datagram_receive_buffer_size(Some(4 << 20))
+        .max_idle_timeout(Some(VarInt::from_u32(30_000).into()))
+        .keep_alive_interval(Some(Duration::from_secs(5)));
+    Arc::new(t)
+}
+
+/// The server's QUIC configuration: `cert`/`key` PEM files, or a generated
+/// ECDSA P-256 self-signed certificate (every perf peer accepts it).
+pub(crate) fn server_config(
+    cert_key: Option<(PathBuf, PathBuf)>,
+    max_streams: u32,
+) -> Result<quinn::ServerConfig, EngineError> {
+    let tls = crate::tls::server_config(cert_key.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
+    let mut tls = (*tls).clone();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    tls.max_early_data_size = 0;
+    let crypto = QuicServerConfig::try_from(tls)
+        .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
+    let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+    cfg.transport_config(transport(max_streams));
+    Ok(cfg)
+}
+
+/// The client's QUIC configuration.
+pub(crate) fn client_config(trust: &Trust, max_streams: u32) -> Result<quinn::ClientConfig, EngineError> {
+    let tls = crate::tls::client_config(trust)?;
+    let mut tls = (*tls).clone();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicClientConfig::try_from(tls)
+        .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
+    let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
+    cfg.transport_config(transport(max_streams));
+    Ok(cfg)
+}
+
+/// A UDP socket for an endpoint (IPv6 ones v6-only, big buffers).
+pub(crate) fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into())?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
+    crate::udp::set_buffer(fd, true, 8 << 20);
+    crate::udp::set_buffer(fd, false, 8 << 20);
+    Ok(s.into())
+}
+
+/// QUIC's variable-length integer (RFC 9000 §16).
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: u64) {
+    match v {
+        0..=0x3f => out.push(v as u8),
+        0x40..=0x3fff => out.extend_from_slice(&((v as u16) | 0x4000).to_be_bytes()),
+        0x4000..=0x3fff_ffff => out.extend_from_slice(&((v as u32) | 0x8000_0000).to_be_bytes()),
+        _ => out.extend_from_slice(&((v & 0x3fff_ffff_ffff_ffff) | 0xc000_0000_0000_0000).to_be_bytes()),
+    }
+}
+
+/// Reads a QUIC varint; returns it and its length.
+pub(crate) fn get_varint(b: &[u8]) -> Option<(u64, usize)> {
+    let first = *b.first()?;
+    let len = 1usize << (first >> 6);
+    let bytes = b.get(..len)?;
+    let mut v = u64::from(first & 0x3f);
+    for &x in &bytes[1..] {
+        v = (v << 8) | u64::from(x);
+    }
+    Some((v, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip() {
+        for v in [0, 1, 63, 64, 16383, 16384, (1 << 30) - 1, 1 << 30, (1 << 62) - 1] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(get_varint(&b), Some((v, b.len())), "{v}");
+        }
+        // RFC 9000's examples.
+        assert_eq!(get_varint(&[0x9d, 0x7f, 0x3e, 0x7d]), Some((494_878_333, 4)));
+        assert_eq!(get_varint(&[0x7b, 0xbd]), Some((15_293, 2)));
+        assert_eq!(get_varint(&[0x9d, 0x7f]), None);
+    }
+}

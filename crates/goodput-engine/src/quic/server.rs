@@ -1,0 +1,321 @@
+//! The QUIC perf server: for each client stream, read the request header,
+//! drain the client's data to its FIN, then send exactly the requested
+//! bytes and FIN — on the same stream for a bidirectional request, on a
+//! new server stream for a unidirectional one; an unlimited request until
+//! the client's STOP_SENDING; picoquic media requests as frames on the
+//! frame clock (stream or DATAGRAM frames), each starting with the server's
+//! timestamp.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use goodput_core::quic::{error_code, MediaRequest, Request, HEADER_LEN, MEDIA_HEADER_LEN, UNLIMITED};
+use goodput_core::result::QuicServerCounters;
+use quinn::{Connection, RecvStream, SendStream, VarInt};
+use tokio_util::sync::CancellationToken;
+
+use super::{filler, put_varint};
+use crate::EngineError;
+
+/// How to run the QUIC perf service.
+#[derive(Debug, Clone)]
+pub struct QuicServerSpec {
+    /// Addresses to listen on (UDP; IPv6 sockets are v6-only).
+    pub listen: Vec<SocketAddr>,
+    /// PEM certificate chain and key (default: a generated ECDSA P-256
+    /// self-signed certificate).
+    pub cert_key: Option<(PathBuf, PathBuf)>,
+    /// Most connections at once.
+    pub max_connections: usize,
+    /// Most concurrent streams per connection (each direction).
+    pub max_streams: u32,
+    /// Largest finite response one stream may ask for, bytes.
+    pub max_response: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    connections: AtomicU64,
+    refused_connections: AtomicU64,
+    handshake_failures: AtomicU64,
+    streams: AtomicU64,
+    short_requests: AtomicU64,
+    refused_streams: AtomicU64,
+    stopped: AtomicU64,
+    media_streams: AtomicU64,
+    datagrams_sent: AtomicU64,
+    bytes_received: AtomicU64,
+    bytes_sent: AtomicU64,
+    open: AtomicUsize,
+}
+
+/// The QUIC service with its endpoints bound.
+pub struct BoundQuic {
+    spec: QuicServerSpec,
+    endpoints: Vec<quinn::Endpoint>,
+}
+
+/// Binds the service's endpoints (a port in use is reported at start).
+/// Needs a tokio runtime.
+pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
+    let cfg = super::server_config(spec.cert_key.clone(), spec.max_streams)?;
+    let mut endpoints = Vec::new();
+    for &addr in &spec.listen {
+        let err = |source| EngineError::Listen { addr, source };
+        let sock = super::udp_socket(addr).map_err(err)?;
+        let ep = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(cfg.clone()),
+            sock,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(err)?;
+        endpoints.push(ep);
+    }
+    Ok(BoundQuic { spec, endpoints })
+}
+
+impl BoundQuic {
+    /// The addresses actually bound.
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.endpoints
+            .iter()
+            .filter_map(|e| e.local_addr().ok())
+            .collect()
+    }
+
+    /// Serves until `cancel`; returns what it did.
+    pub async fn run(self, cancel: CancellationToken) -> QuicServerCounters {
+        let c = Arc::new(Counters::default());
+        let spec = Arc::new(self.spec);
+        let mut loops = Vec::new();
+        for ep in &self.endpoints {
+            let (ep, c, spec, cancel) = (ep.clone(), c.clone(), spec.clone(), cancel.clone());
+            loops.push(tokio::spawn(async move {
+                loop {
+                    let incoming = tokio::select! {
+                        i = ep.accept() => match i { Some(i) => i, None => break },
+                        _ = cancel.cancelled() => break,
+                    };
+                    if c.open.load(Relaxed) >= spec.max_connections {
+                        c.refused_connections.fetch_add(1, Relaxed);
+                        incoming.refuse();
+                        continue;
+                    }
+                    let (c, spec, cancel) = (c.clone(), spec.clone(), cancel.clone());
+                    tokio::spawn(async move {
+                        match incoming.await {
+                            Ok(conn) => {
+                                c.connections.fetch_add(1, Relaxed);
+                                c.open.fetch_add(1, Relaxed);
+                                serve_connection(conn, &spec, &c, &cancel).await;
+                                c.open.fetch_sub(1, Relaxed);
+                            }
+                            Err(_) => {
+                                c.handshake_failures.fetch_add(1, Relaxed);
+                            }
+                        }
+                    });
+                }
+            }));
+        }
+        for l in loops {
+            let _ = l.await;
+        }
+        for ep in &self.endpoints {
+            ep.close(VarInt::from_u32(error_code::NONE), b"server stopping");
+        }
+        for ep in &self.endpoints {
+            let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
+        }
+        QuicServerCounters {
+            connections: c.connections.load(Relaxed),
+            refused_connections: c.refused_connections.load(Relaxed),
+            handshake_failures: c.handshake_failures.load(Relaxed),
+            streams: c.streams.load(Relaxed),
+            short_requests: c.short_requests.load(Relaxed),
+            refused_streams: c.refused_streams.load(Relaxed),
+            stopped: c.stopped.load(Relaxed),
+            media_streams: c.media_streams.load(Relaxed),
+            datagrams_sent: c.datagrams_sent.load(Relaxed),
+            bytes_received: c.bytes_received.load(Relaxed),
+            bytes_sent: c.bytes_sent.load(Relaxed),
+        }
+    }
+}
+
+async fn serve_connection(
+    conn: Connection,
+    spec: &Arc<QuicServerSpec>,
+    c: &Arc<Counters>,
+    cancel: &CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            s = conn.accept_bi() => match s {
+                Ok((send, recv)) => {
+                    let (conn, spec, c) = (conn.clone(), spec.clone(), c.clone());
+                    tokio::spawn(async move { serve_stream(&conn, Some(send), recv, &spec, &c).await });
+                }
+                Err(_) => break,
+            },
+            s = conn.accept_uni() => match s {
+                Ok(recv) => {
+                    let (conn, spec, c) = (conn.clone(), spec.clone(), c.clone());
+                    tokio::spawn(async move { serve_stream(&conn, None, recv, &spec, &c).await });
+                }
+                Err(_) => break,
+            },
+            _ = cancel.cancelled() => {
+                conn.close(VarInt::from_u32(error_code::NONE), b"server stopping");
+                break;
+            }
+        }
+    }
+}
+
+/// Reads the header; `None` when the stream ended inside it.
+async fn read_request(recv: &mut RecvStream) -> Option<Request> {
+    let mut h = [0u8; MEDIA_HEADER_LEN];
+    recv.read_exact(&mut h[..HEADER_LEN]).await.ok()?;
+    let first: [u8; HEADER_LEN] = h[..HEADER_LEN].try_into().ok()?;
+    if Request::header_len(&first) == MEDIA_HEADER_LEN {
+        recv.read_exact(&mut h[HEADER_LEN..]).await.ok()?;
+    }
+    Request::decode(&h).ok()
+}
+
+async fn serve_stream(
+    conn: &Connection,
+    send: Option<SendStream>,
+    mut recv: RecvStream,
+    spec: &QuicServerSpec,
+    c: &Counters,
+) {
+    c.streams.fetch_add(1, Relaxed);
+    let Some(req) = read_request(&mut recv).await else {
+        // Ended before the header was complete: close our side cleanly.
+        c.short_requests.fetch_add(1, Relaxed);
+        if let Some(mut s) = send {
+            let _ = s.finish();
+        }
+        return;
+    };
+    // Drain the upload up to the FIN.
+    let mut drained = 0u64;
+    loop {
+        match recv.read_chunk(usize::MAX, true).await {
+            Ok(Some(chunk)) => drained += chunk.bytes.len() as u64,
+            Ok(None) => break,
+            Err(_) => {
+                c.bytes_received.fetch_add(drained, Relaxed);
+                return;
+            }
+        }
+    }
+    c.bytes_received.fetch_add(drained, Relaxed);
+    let send = match send {
+        Some(s) => s,
+        None => {
+            // A unidirectional request: a size of 0 needs no stream.
+            if req == Request::Bytes(0) {
+                return;
+            }
+            match conn.open_uni().await {
+                Ok(s) => s,
+                Err(_) => return,
+            }
+        }
+    };
+    match req {
+        Request::Bytes(n) => respond(send, n, spec, c).await,
+        Request::Media(m) => {
+            c.media_streams.fetch_add(1, Relaxed);
+            media(conn, send, m, c).await
+        }
+    }
+}
+
+async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counters) {
+    if n != UNLIMITED && n > spec.max_response {
+        c.refused_streams.fetch_add(1, Relaxed);
+        let _ = send.reset(VarInt::from_u32(error_code::INTERNAL));
+        return;
+    }
+    let fill = filler();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(fill.len() as u64) as usize;
+        match send.write_chunk(fill.slice(..k)).await {
+            Ok(()) => {
+                c.bytes_sent.fetch_add(k as u64, Relaxed);
+                if n != UNLIMITED {
+                    left -= k as u64;
+                }
+            }
+            Err(quinn::WriteError::Stopped(_)) => {
+                c.stopped.fetch_add(1, Relaxed);
+                let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = send.finish();
+    let _ = send.stopped().await;
+}
+
+fn now_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// picoquic media: frame k at start + k/frequency, each starting with the
+/// server's time in microseconds.
+async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Counters) {
+    let start = Instant::now();
+    let frames = m.frames.max(1);
+    let stream_id = send.id().index();
+    for k in 0..frames {
+        let due = start + Duration::from_micros(u64::from(k) * 1_000_000 / u64::from(m.frequency.max(1)));
+        tokio::time::sleep_until(due.into()).await;
+        let size = if k == 0 {
+            m.first_frame_size.max(8)
+        } else {
+            m.frame_size.max(8)
+        } as usize;
+        if m.datagram {
+            let max = conn.max_datagram_size().unwrap_or(0).min(1024);
+            let mut d = Vec::with_capacity(size.min(max));
+            put_varint(&mut d, stream_id);
+            put_varint(&mut d, u64::from(k));
+            d.extend_from_slice(&now_us().to_be_bytes());
+            let target = size.min(max).max(d.len());
+            d.resize(target, 0xAA);
+            if conn.send_datagram(d.into()).is_ok() {
+                c.datagrams_sent.fetch_add(1, Relaxed);
+            }
+            continue;
+        }
+        let mut frame = Vec::with_capacity(size);
+        frame.extend_from_slice(&now_us().to_be_bytes());
+        frame.resize(size, b'0');
+        match send.write_chunk(frame.into()).await {
+            Ok(()) => {
+                c.bytes_sent.fetch_add(size as u64, Relaxed);
+            }
+            Err(quinn::WriteError::Stopped(_)) => {
+                c.stopped.fetch_add(1, Relaxed);
+                let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+    let _ = send.finish();
+    let _ = send.stopped().await;
+}
