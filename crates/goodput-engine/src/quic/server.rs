@@ -204,8 +204,11 @@ async fn serve_stream(
         }
         return;
     };
-    // Drain the upload up to the FIN.
-    let mut drained = 0u64;
+    // Drain the upload up to the FIN (the header counts, as picoquic counts).
+    let mut drained = match req {
+        Request::Bytes(_) => HEADER_LEN as u64,
+        Request::Media(_) => MEDIA_HEADER_LEN as u64,
+    };
     loop {
         match recv.read_chunk(usize::MAX, true).await {
             Ok(Some(chunk)) => drained += chunk.bytes.len() as u64,

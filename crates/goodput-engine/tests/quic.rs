@@ -1,0 +1,344 @@
+//! QUIC perf end to end over loopback: goodput's client against goodput's
+//! server (IPv4 and IPv6), every scenario form, unlimited responses,
+//! unidirectional requests, media and datagram frames, malformed and short
+//! requests, and a lying server whose byte counts the client must catch.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use goodput_core::quic::scenario::Scenario;
+use goodput_core::result::{QuicDetail, QuicServerCounters, TestResult};
+use goodput_engine::quic::{bind_quic, run_quic, QuicMode, QuicServerSpec, QuicSpec};
+use goodput_engine::tls::Trust;
+use goodput_engine::{CancellationToken, NullObserver};
+
+fn server_spec(ip: IpAddr) -> QuicServerSpec {
+    QuicServerSpec {
+        listen: vec![SocketAddr::new(ip, 0)],
+        cert_key: None,
+        max_connections: 100,
+        max_streams: 1000,
+        max_response: 1 << 40,
+    }
+}
+
+fn spec(target: SocketAddr, mode: QuicMode) -> QuicSpec {
+    QuicSpec {
+        target,
+        server_name: "localhost".into(),
+        trust: Trust::Anything,
+        mode,
+        connections: 1,
+        duration: Duration::from_secs(1),
+        uni: false,
+        scenario_text: None,
+        status_interval: Duration::from_millis(500),
+        max_records: 100,
+    }
+}
+
+fn scenario(s: &str) -> QuicMode {
+    QuicMode::Scenario(Scenario::parse(s).unwrap())
+}
+
+async fn run(ip: IpAddr, f: impl FnOnce(SocketAddr) -> QuicSpec) -> (TestResult, QuicServerCounters) {
+    let b = bind_quic(server_spec(ip)).unwrap();
+    let addr = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn({
+        let c = cancel.clone();
+        async move { b.run(c).await }
+    });
+    let r = run_quic(f(addr), &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cancel.cancel();
+    (r, server.await.unwrap())
+}
+
+fn q(r: &TestResult) -> &QuicDetail {
+    r.quic.as_ref().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_scenario_moves_exact_bytes_v4_and_v6() {
+    for ip in [IpAddr::V4(Ipv4Addr::LOCALHOST), IpAddr::V6(Ipv6Addr::LOCALHOST)] {
+        let (r, s) = run(ip, |a| spec(a, scenario("*1:397:5000000;"))).await;
+        let d = q(&r);
+        assert_eq!((d.transactions, d.failed_streams), (1, 0), "{:?}", d.errors);
+        assert_eq!(d.upload_bytes, 397);
+        assert_eq!(d.download_bytes, 5_000_000);
+        assert_eq!(s.bytes_received, 397);
+        assert_eq!(s.bytes_sent, 5_000_000);
+        assert_eq!((s.connections, s.streams), (1, 1));
+        assert_eq!(r.connections[0].outcome, goodput_core::result::Outcome::Succeeded);
+        assert_eq!(d.paths.len(), 1);
+        assert!(d.paths[0].rtt_us > 0 && d.paths[0].mtu_bytes >= 1200);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_and_current_forms_move_the_same_bytes() {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let (legacy, _) = run(ip, |a| spec(a, scenario("*1:0:-:397:5000;*1:4:0:432:4999;"))).await;
+    let (current, _) = run(ip, |a| spec(a, scenario("=a:*1:397:5000;=b:=a:*1:432:4999;"))).await;
+    for r in [&legacy, &current] {
+        let d = q(r);
+        assert_eq!(
+            (d.transactions, d.upload_bytes, d.download_bytes),
+            (2, 829, 9999),
+            "{d:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeats_dependencies_and_parallel_streams() {
+    let (r, s) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
+        spec(a, scenario("=b1:*20:256:12345;=b2:=b1:*5:100:1000;"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!((d.transactions, d.failed_streams), (25, 0));
+    assert_eq!(d.download_bytes, 20 * 12345 + 5 * 1000);
+    assert_eq!(d.upload_bytes, 20 * 256 + 5 * 100);
+    assert_eq!(s.streams, 25);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlimited_response_ends_with_stop_sending() {
+    // A second request after the first keeps the connection open while the
+    // server takes in the STOP_SENDING.
+    let (r, s) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
+        spec(a, scenario("=a:b8:-2000000;=b:=a:8:1000"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!((d.transactions, d.failed_streams), (2, 0), "{:?}", d.errors);
+    assert!(d.download_bytes >= 2_001_000);
+    assert_eq!(s.stopped, 1);
+    // Timed download: the same mechanism.
+    let (r, _) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
+        spec(a, QuicMode::DownloadFor(Duration::from_millis(500)))
+    })
+    .await;
+    assert_eq!(q(&r).transactions, 1);
+    assert!(q(&r).download_bytes > 1_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unidirectional_requests_get_server_streams() {
+    let (r, s) = run(IpAddr::V6(Ipv6Addr::LOCALHOST), |a| QuicSpec {
+        uni: true,
+        ..spec(a, scenario("*10:100:5000"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!((d.transactions, d.failed_streams), (10, 0), "{:?}", d.errors);
+    assert_eq!(d.download_bytes, 50_000);
+    assert_eq!(s.bytes_sent, 50_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn media_frames_arrive_on_their_clock() {
+    let t0 = Instant::now();
+    let (r, _) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
+        spec(a, scenario("=v1:s30:n30:1000:I5000;=a1:d50:n25:200;"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!(d.failed_streams, 0, "{:?}", d.errors);
+    let v = &d.media[0];
+    assert_eq!(
+        (v.id.as_str(), v.received_frames, v.expected_frames),
+        ("v1", 30, 30)
+    );
+    // 30 frames at 30/s: the last is due 967 ms after the first.
+    assert!(t0.elapsed() >= Duration::from_millis(950));
+    assert!(v.delay_max_us < 200_000.0, "{v:?}");
+    assert_eq!(d.download_bytes, 5000 + 29 * 1000);
+    let g = &d.media[1];
+    assert_eq!(
+        (g.id.as_str(), g.received_frames, g.expected_frames),
+        ("a1", 25, 25)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_per_second_and_handshakes() {
+    let (r, _) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
+        spec(
+            a,
+            QuicMode::Requests {
+                streams: 10,
+                request: 512,
+                response: 4000,
+            },
+        )
+    })
+    .await;
+    let rq = q(&r).requests.clone().unwrap();
+    assert!(rq.completed > 100, "{rq:?}");
+    assert_eq!(q(&r).download_bytes, rq.completed * 4000);
+    assert!(rq.latency.unwrap().p50_us > 0.0);
+    let (r, s) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| QuicSpec {
+        duration: Duration::from_millis(500),
+        ..spec(a, QuicMode::Handshakes)
+    })
+    .await;
+    let h = q(&r).handshakes.clone().unwrap();
+    assert!(h.completed > 10 && h.failed == 0, "{h:?}");
+    assert_eq!(s.connections, h.completed);
+}
+
+/// A quinn client that sends raw bytes on one stream, then FIN.
+async fn raw_stream(server: SocketAddr, bytes: &[u8]) -> (Vec<u8>, Option<String>) {
+    let mut tls =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoCheck))
+            .with_no_client_auth();
+    tls.alpn_protocols = vec![b"perf".to_vec()];
+    let cfg = quinn::ClientConfig::new(Arc::new(
+        quinn::crypto::rustls::QuicClientConfig::try_from(tls).unwrap(),
+    ));
+    let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
+    ep.set_default_client_config(cfg);
+    let conn = ep.connect(server, "localhost").unwrap().await.unwrap();
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    send.finish().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(1 << 20))
+        .await
+        .unwrap();
+    conn.close(0u32.into(), b"");
+    match r {
+        Ok(b) => (b, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    }
+}
+
+#[derive(Debug)]
+struct NoCheck;
+
+impl rustls::client::danger::ServerCertVerifier for NoCheck {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        Ok(rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_and_malformed_requests_get_a_clean_close() {
+    let b = bind_quic(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
+    let addr = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn({
+        let c = cancel.clone();
+        async move { b.run(c).await }
+    });
+    // 3 bytes then FIN; an empty stream; a media header with frequency 0.
+    for bytes in [
+        &[0u8, 0, 1][..],
+        &[][..],
+        &[0xFF, 0xFF, 0xFF, 0xFE, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 1][..],
+    ] {
+        let (got, err) = raw_stream(addr, bytes).await;
+        assert_eq!((got.len(), err), (0, None), "{bytes:?}");
+    }
+    // The server still works.
+    let r = run_quic(
+        spec(addr, scenario("*1:8:1000")),
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(q(&r).transactions, 1);
+    cancel.cancel();
+    let c = server.await.unwrap();
+    assert_eq!(c.short_requests, 3);
+}
+
+/// A server that answers every request with `extra` more (or fewer) bytes
+/// than asked.
+async fn liar(extra: i64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
+    let mut tls =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+    tls.alpn_protocols = vec![b"perf".to_vec()];
+    let cfg = quinn::ServerConfig::with_crypto(Arc::new(
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap(),
+    ));
+    let ep = quinn::Endpoint::server(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = ep.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        if let Some(i) = ep.accept().await {
+            let conn = i.await.unwrap();
+            while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                let req = recv.read_to_end(1 << 20).await.unwrap();
+                let n = u64::from_be_bytes(req[..8].try_into().unwrap());
+                let give = (n as i64 + extra).max(0) as usize;
+                send.write_all(&vec![b'0'; give]).await.unwrap();
+                send.finish().unwrap();
+            }
+        }
+    });
+    (addr, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_byte_counts_are_errors() {
+    for (extra, word) in [(10, "too many"), (-10, "too few")] {
+        let (addr, h) = liar(extra).await;
+        let r = run_quic(
+            spec(addr, scenario("*1:8:1000")),
+            &mut NullObserver,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        let d = q(&r);
+        assert_eq!((d.transactions, d.failed_streams), (0, 1), "{extra}");
+        assert!(d.errors[0].contains(word), "{:?}", d.errors);
+        assert!(!r.connections[0].outcome.is_success());
+        h.abort();
+    }
+}
