@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -23,6 +23,7 @@ PORT_ST=18620
 PORT_SS=18621
 PORT_ECHO=14470
 PORT_SP=11111
+PORT_Q=14433
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -41,7 +42,8 @@ echo
 start_servers() {
   $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 \
       --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI \
-      --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST --echo-port $PORT_ECHO & pids+=($!)
+      --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST --echo-port $PORT_ECHO \
+      --quic --quic-listen 127.0.0.1 --quic-port $PORT_Q & pids+=($!)
   if command -v sockperf >/dev/null; then
     sockperf server --tcp -i 127.0.0.1 -p $PORT_SP >/dev/null 2>&1 & pids+=($!)
   fi
@@ -296,11 +298,38 @@ bench_udp_streams() {
   json_get "$out" "'udp media: %d streams x 25 Mbit/s at 60 fps for ${T} s: %d frames completed, %d dropped, %d repeated; %d datagrams lost of %d; jitter %.3f ms; client RSS %s KiB' % (d['media']['streams'], d['media']['total']['frames_completed'], d['media']['total']['frames_dropped'], d['media']['total']['frames_repeated'], d['media']['total']['lost'], d['media']['total']['sent'], d['media']['total']['jitter_us']/1e3, open('$work/udps.rss').read().strip())"
 }
 
+# QUIC perf against goodput's QUIC service, one connection: a 1 GB download
+# and upload on one stream (Mbit/s by picoquic's definition: bytes x 8 over
+# the connection's whole duration, handshake included), and 100 requests
+# outstanding of 512 B up / 4000 B down for T seconds; goodput's own TCP
+# (one connection, 1 GB pull / push) beside it.
+qc() {
+  local out=$work/q.json
+  $GP quic 127.0.0.1 $PORT_Q --insecure -v 0 --json "$out" "$@" >/dev/null || true
+  echo "$out"
+}
+tcp1g() {
+  local out=$work/t1g.json
+  $GP tcp 127.0.0.1 --port $PORT_GP -v 0 --connections 1 --transfer 1GB --pattern "$1" --json "$out" >/dev/null || true
+  json_get "$out" "(d['summary']['sent_bytes']+d['summary']['received_bytes'])/d['summary']['duration_s']"
+}
+bench_quic() {
+  local dl ul rps tdl tul
+  dl=$(json_get "$(qc -s '*1:8:1000000000;')" "d['quic']['download_mbps']*1e6/8")
+  ul=$(json_get "$(qc --upload 1GB)" "d['quic']['upload_mbps']*1e6/8")
+  tdl=$(tcp1g pull); tul=$(tcp1g push)
+  printf '%-52s %16s %16s %8s\n' "quic 1 GB download vs goodput tcp pull" "$(gbit "$dl")" "$(gbit "$tdl")" "$(ratio "$dl" "$tdl")"
+  printf '%-52s %16s %16s %8s\n' "quic 1 GB upload vs goodput tcp push" "$(gbit "$ul")" "$(gbit "$tul")" "$(ratio "$ul" "$tul")"
+  rps=$(json_get "$(qc --rps --streams 100 --request 512 --response 4000 --duration "${T}s")" "'%.0f requests/s, p50 %.0f us, p99 %.0f us' % (d['quic']['requests']['per_second'], d['quic']['requests']['latency']['p50_us'], d['quic']['requests']['latency']['p99_us'])")
+  echo "quic --rps --streams 100 --request 512 --response 4000, ${T} s: $rps"
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory ;;
+    quic) header; bench_quic ;;
     udp) header; bench_udp ;;
     udp-streams) bench_udp_streams ;;
     echo-latency) header; bench_echo_latency ;;
