@@ -18,6 +18,7 @@ fn server_spec(ip: IpAddr) -> QuicServerSpec {
         listen: vec![SocketAddr::new(ip, 0)],
         cert_key: None,
         max_connections: 100,
+        max_per_client: 100,
         max_streams: 1000,
         max_response: 1 << 40,
     }
@@ -341,4 +342,147 @@ async fn wrong_byte_counts_are_errors() {
         assert!(!r.connections[0].outcome.is_success());
         h.abort();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reference_examples_run_to_the_right_byte_counts() {
+    // (scenario, transactions, upload bytes, download bytes)
+    let cases: &[(&str, u64, u64, u64)] = &[
+        ("*1:397:5000000;", 1, 397, 5_000_000),
+        ("* 100:256 : 12345;", 100, 25_600, 1_234_500),
+        ("=b1:*1:397:1000000;", 1, 397, 1_000_000),
+        ("= b1:256 : 12345; = b2:=b1: 256 : 12345;", 2, 512, 24_690),
+        // 150 frames in groups of 30: five streams, 20 kB first frames.
+        (
+            "=v1:s30:n150:2000:G30:I20000;",
+            5,
+            5 * 16,
+            5 * 20_000 + 145 * 2000,
+        ),
+        ("=a1:d50:n250:100;", 1, 16, 0),
+    ];
+    let b = bind_quic(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
+    let addr = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn({
+        let c = cancel.clone();
+        async move { b.run(c).await }
+    });
+    let runs = cases.iter().map(|&(s, ..)| {
+        let sp = spec(addr, scenario(s));
+        tokio::spawn(async move {
+            run_quic(sp, &mut NullObserver, CancellationToken::new())
+                .await
+                .unwrap()
+        })
+    });
+    let runs: Vec<_> = runs.collect();
+    for (&(s, tx, up, down), r) in cases.iter().zip(runs) {
+        let r = r.await.unwrap();
+        let d = q(&r);
+        assert_eq!(
+            (d.transactions, d.failed_streams, d.upload_bytes, d.download_bytes),
+            (tx, 0, up, down),
+            "{s}: {:?}",
+            d.errors
+        );
+        for m in &d.media {
+            assert_eq!(m.received_frames, m.expected_frames, "{s}: {m:?}");
+        }
+    }
+    cancel.cancel();
+    server.await.unwrap();
+}
+
+fn write_cert(
+    name: &str,
+    alg: &'static rcgen::SignatureAlgorithm,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let key = rcgen::KeyPair::generate_for(alg).unwrap();
+    let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let cert = params.self_signed(&key).unwrap();
+    let dir = std::env::temp_dir().join(format!("goodput-quic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (c, k)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_from_files_are_verified_with_the_ca() {
+    for (name, alg) in [
+        ("ed25519", &rcgen::PKCS_ED25519),
+        ("p384", &rcgen::PKCS_ECDSA_P384_SHA384),
+    ] {
+        let (cert, key) = write_cert(name, alg);
+        let b = bind_quic(QuicServerSpec {
+            cert_key: Some((cert.clone(), key)),
+            ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        })
+        .unwrap();
+        let addr = b.local_addrs()[0];
+        let cancel = CancellationToken::new();
+        let server = tokio::spawn({
+            let c = cancel.clone();
+            async move { b.run(c).await }
+        });
+        let ok = run_quic(
+            QuicSpec {
+                trust: Trust::CaFile(cert.clone()),
+                ..spec(addr, scenario("*1:8:1000"))
+            },
+            &mut NullObserver,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(q(&ok).transactions, 1, "{name}: {:?}", q(&ok).errors);
+        // The wrong name fails the handshake.
+        let bad = run_quic(
+            QuicSpec {
+                trust: Trust::CaFile(cert),
+                server_name: "example.org".into(),
+                ..spec(addr, scenario("*1:8:1000"))
+            },
+            &mut NullObserver,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(q(&bad).transactions, 0);
+        assert!(q(&bad).errors[0].contains("handshake"), "{:?}", q(&bad).errors);
+        cancel.cancel();
+        server.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_per_client_limit_are_refused() {
+    let b = bind_quic(QuicServerSpec {
+        max_per_client: 1,
+        ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    })
+    .unwrap();
+    let addr = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let server = tokio::spawn({
+        let c = cancel.clone();
+        async move { b.run(c).await }
+    });
+    let r = run_quic(
+        QuicSpec {
+            connections: 3,
+            ..spec(addr, QuicMode::DownloadFor(Duration::from_millis(500)))
+        },
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(q(&r).transactions, 1, "{:?}", q(&r).errors);
+    assert_eq!(r.connections.iter().filter(|c| c.outcome.is_success()).count(), 1);
+    cancel.cancel();
+    let c = server.await.unwrap();
+    assert_eq!((c.connections, c.refused_connections), (1, 2));
 }

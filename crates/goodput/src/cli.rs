@@ -842,6 +842,9 @@ pub struct ServerArgs {
     /// Most QUIC connections at once.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub quic_max_connections: usize,
+    /// Most QUIC connections at once from one client address.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub quic_max_per_client: usize,
     /// Largest finite response one QUIC stream may ask for.
     #[arg(long, default_value = "100GB", value_name = "SIZE")]
     pub quic_max_response: ByteSize,

@@ -719,6 +719,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 .collect(),
             cert_key: args.cert.clone().zip(args.key.clone()),
             max_connections: args.quic_max_connections,
+            max_per_client: args.quic_max_per_client,
             max_streams: 10_000,
             max_response: args.quic_max_response.0,
         };
@@ -726,7 +727,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         banner.push((
             "QUIC perf service".into(),
             format!(
-                "{} (ALPN perf; {}; at most {} connections, responses up to {})",
+                "{} (ALPN perf; {}; at most {} connections, {} per client, responses up to {})",
                 q.local_addrs()
                     .iter()
                     .map(|a| a.to_string())
@@ -738,6 +739,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                     "self-signed ECDSA P-256 certificate for localhost, generated now"
                 },
                 args.quic_max_connections,
+                args.quic_max_per_client,
                 format_bytes(args.quic_max_response.0)
             ),
         ));
@@ -1638,6 +1640,7 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
                 listen: vec![SocketAddr::new(ip, 0)],
                 cert_key: None,
                 max_connections: 100_000,
+                max_per_client: 100_000,
                 max_streams: 10_000,
                 max_response: u64::MAX - 1,
             })

@@ -96,6 +96,48 @@ struct MediaTally {
 }
 
 impl Tally {
+    /// The sum of several connections' tallies.
+    fn merge(all: &[Arc<Tally>]) -> Tally {
+        let t = Tally::default();
+        for x in all {
+            for (to, from) in [
+                (&t.up, &x.up),
+                (&t.down, &x.down),
+                (&t.ok, &x.ok),
+                (&t.failed, &x.failed),
+            ] {
+                to.fetch_add(from.load(Relaxed), Relaxed);
+            }
+            let mut errors = t.errors.lock().expect("not poisoned");
+            for e in x.errors.lock().expect("not poisoned").iter() {
+                if errors.len() < 20 {
+                    errors.push(e.clone());
+                }
+            }
+            if let Some(h) = x.latency.lock().expect("not poisoned").as_ref() {
+                let mut l = t.latency.lock().expect("not poisoned");
+                let l = l.get_or_insert_with(|| Histogram::new(3).expect("3 digits"));
+                let _ = l.add(h);
+            }
+            let mut media = t.media.lock().expect("not poisoned");
+            for (k, v) in x.media.lock().expect("not poisoned").iter() {
+                let m = media.entry(*k).or_default();
+                if v.received > 0 {
+                    if m.received == 0 {
+                        m.min_us = v.min_us;
+                        m.max_us = v.max_us;
+                    }
+                    m.min_us = m.min_us.min(v.min_us);
+                    m.max_us = m.max_us.max(v.max_us);
+                }
+                m.received += v.received;
+                m.expected += v.expected;
+                m.sum_us += v.sum_us;
+            }
+        }
+        t
+    }
+
     fn error(&self, e: String) {
         self.failed.fetch_add(1, Relaxed);
         let mut v = self.errors.lock().expect("not poisoned");
@@ -163,12 +205,17 @@ pub async fn run_quic(
     .map_err(|source| EngineError::Listen { addr: bind, source })?;
     endpoint.set_default_client_config(cfg);
     let spec = Arc::new(spec);
-    let tally = Arc::new(Tally::default());
+    // One tally per connection, so each connection's record has only its
+    // own streams; the run's figures are their sum.
+    let tallies: Vec<Arc<Tally>> = (0..spec.connections)
+        .map(|_| Arc::new(Tally::default()))
+        .collect();
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for index in 0..spec.connections {
-        let (spec, tally, endpoint, stop) = (spec.clone(), tally.clone(), endpoint.clone(), stop.clone());
+        let tally = tallies[index as usize].clone();
+        let (spec, endpoint, stop) = (spec.clone(), endpoint.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             one_connection(index as u64, &spec, &endpoint, &tally, &stop, start).await
         }));
@@ -188,16 +235,17 @@ pub async fn run_quic(
             r = &mut all => break r,
             _ = ticker.tick() => {
                 let now = Instant::now();
-                let (up, down) = (tally.up.load(Relaxed), tally.down.load(Relaxed));
+                let sum = |f: fn(&Tally) -> &AtomicU64| tallies.iter().map(|t| f(t).load(Relaxed)).sum::<u64>();
+                let (up, down) = (sum(|t| &t.up), sum(|t| &t.down));
                 let dt = now.duration_since(last.2).as_secs_f64().max(1e-9);
                 let iv = Interval {
                     time_slice_s: now.duration_since(start).as_secs_f64(),
                     send_bytes_per_second: ((up - last.0) as f64 / dt) as u64,
                     recv_bytes_per_second: ((down - last.1) as f64 / dt) as u64,
-                    in_flight: tally.open.load(Relaxed),
-                    completed: tally.ok.load(Relaxed),
+                    in_flight: sum(|t| &t.open),
+                    completed: sum(|t| &t.ok),
                     network_errors: 0,
-                    data_errors: tally.failed.load(Relaxed),
+                    data_errors: sum(|t| &t.failed),
                     stamp: None,
                     echo: None,
                     media: None,
@@ -235,6 +283,7 @@ pub async fn run_quic(
             connections.push(r.record);
         }
     }
+    let tally = Tally::merge(&tallies);
     let secs = elapsed.as_secs_f64().max(1e-9);
     let (up, down, ok) = (
         tally.up.load(Relaxed),

@@ -30,6 +30,8 @@ pub struct QuicServerSpec {
     pub cert_key: Option<(PathBuf, PathBuf)>,
     /// Most connections at once.
     pub max_connections: usize,
+    /// Most connections at once from one client address.
+    pub max_per_client: usize,
     /// Most concurrent streams per connection (each direction).
     pub max_streams: u32,
     /// Largest finite response one stream may ask for, bytes.
@@ -50,6 +52,32 @@ struct Counters {
     bytes_received: AtomicU64,
     bytes_sent: AtomicU64,
     open: AtomicUsize,
+    per_client: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+impl Counters {
+    /// Takes a connection slot for `ip`, if the limits allow.
+    fn admit(&self, ip: std::net::IpAddr, spec: &QuicServerSpec) -> bool {
+        let mut m = self.per_client.lock().expect("not poisoned");
+        let n = m.entry(ip).or_insert(0);
+        if *n >= spec.max_per_client || self.open.load(Relaxed) >= spec.max_connections {
+            return false;
+        }
+        *n += 1;
+        self.open.fetch_add(1, Relaxed);
+        true
+    }
+
+    fn release(&self, ip: std::net::IpAddr) {
+        let mut m = self.per_client.lock().expect("not poisoned");
+        if let Some(n) = m.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
+            }
+        }
+        self.open.fetch_sub(1, Relaxed);
+    }
 }
 
 /// The QUIC service with its endpoints bound.
@@ -100,7 +128,8 @@ impl BoundQuic {
                         i = ep.accept() => match i { Some(i) => i, None => break },
                         _ = cancel.cancelled() => break,
                     };
-                    if c.open.load(Relaxed) >= spec.max_connections {
+                    let ip = crate::socket::unmapped_ip(incoming.remote_address().ip());
+                    if !c.admit(ip, &spec) {
                         c.refused_connections.fetch_add(1, Relaxed);
                         incoming.refuse();
                         continue;
@@ -110,14 +139,13 @@ impl BoundQuic {
                         match incoming.await {
                             Ok(conn) => {
                                 c.connections.fetch_add(1, Relaxed);
-                                c.open.fetch_add(1, Relaxed);
                                 serve_connection(conn, &spec, &c, &cancel).await;
-                                c.open.fetch_sub(1, Relaxed);
                             }
                             Err(_) => {
                                 c.handshake_failures.fetch_add(1, Relaxed);
                             }
                         }
+                        c.release(ip);
                     });
                 }
             }));
