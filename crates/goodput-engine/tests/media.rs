@@ -494,3 +494,54 @@ async fn a_stream_whose_reports_stop_ends_within_the_timeout() {
     let c = running.wait().await;
     assert_eq!((c.accepted, c.abandoned, c.completed), (1, 1, 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_limits_a_stream_is_refused_with_the_reason() {
+    let b = bind_media(MediaServerSpec {
+        max_streams: 1,
+        max_bits_per_second: 5_000_000,
+        ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    })
+    .unwrap();
+    let server = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let running = b.start(cancel.clone());
+    // Two streams where one is allowed: one runs, one is refused as busy.
+    let r = run_media(
+        MediaSpec {
+            connections: 2,
+            ..client_spec(server, small_plan(1))
+        },
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let outcomes: Vec<String> = r.connections.iter().map(|c| format!("{:?}", c.outcome)).collect();
+    assert_eq!(
+        r.connections.iter().filter(|c| c.outcome.is_success()).count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes.iter().any(|o| o.contains("too many streams open")),
+        "{outcomes:?}"
+    );
+    // A bit rate over the server's limit.
+    let fast = MediaPlan::new(8_000_000, 50, 1, 1000).unwrap();
+    let r = run_media(
+        client_spec(server, fast),
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        format!("{:?}", r.connections[0].outcome).contains("over its limits"),
+        "{:?}",
+        r.connections[0].outcome
+    );
+    cancel.cancel();
+    let c = running.wait().await;
+    assert_eq!((c.accepted, c.rejected), (1, 2));
+}
