@@ -740,7 +740,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 },
                 args.quic_max_connections,
                 args.quic_max_per_client,
-                format_bytes(args.quic_max_response.0)
+                format!("{} B", args.quic_max_response.0)
             ),
         ));
         Some(q)
