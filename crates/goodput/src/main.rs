@@ -727,7 +727,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         banner.push((
             "QUIC perf service".into(),
             format!(
-                "{} (ALPN perf; {}; at most {} connections, {} per client, responses up to {})",
+                "{} (ALPN perf; {}; at most {} connections, {} per client, responses up to {} B)",
                 q.local_addrs()
                     .iter()
                     .map(|a| a.to_string())
@@ -740,7 +740,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 },
                 args.quic_max_connections,
                 args.quic_max_per_client,
-                format!("{} B", args.quic_max_response.0)
+                args.quic_max_response.0
             ),
         ));
         Some(q)

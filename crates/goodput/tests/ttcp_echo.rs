@@ -109,7 +109,9 @@ fn tcp_transmitter_to_receiver_moves_every_byte() {
 fn udp_transmitter_to_receiver_with_markers() {
     let port = free_udp_port();
     let rj = json("udp-r.json");
-    let r = receiver(port, &["-u", "-l", "1000"], &rj);
+    // A deep receive buffer: under a loaded test run the burst could
+    // otherwise overflow it and take the end markers with it.
+    let r = receiver(port, &["-u", "-l", "1000", "-b", "4194304"], &rj);
     wait_udp_bound(port);
     let start = Instant::now();
     let out = goodput()
