@@ -10,6 +10,62 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV
 use std::os::fd::RawFd;
 
 use goodput_core::stamp::MAX_PACKET_LEN;
+use socket2::Socket;
+use tokio_util::sync::CancellationToken;
+
+/// A service that runs one blocking thread per bound UDP socket (the STAMP
+/// reflector, the media service); each thread ends with its counters.
+pub(crate) struct SocketThreads<C> {
+    threads: Vec<tokio::sync::oneshot::Receiver<C>>,
+}
+
+impl<C: Send + 'static> SocketThreads<C> {
+    /// Starts `serve(socket, spec, cancel)` on a thread named `name` per socket.
+    pub(crate) fn spawn<S: Send + Sync + 'static>(
+        name: &str,
+        sockets: Vec<Socket>,
+        spec: S,
+        cancel: &CancellationToken,
+        serve: fn(Socket, &S, &CancellationToken) -> C,
+    ) -> Self {
+        let spec = std::sync::Arc::new(spec);
+        let mut threads = Vec::new();
+        for s in sockets {
+            let (spec, c) = (spec.clone(), cancel.clone());
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let spawned = std::thread::Builder::new().name(name.into()).spawn(move || {
+                let _ = tx.send(serve(s, &spec, &c));
+            });
+            if spawned.is_ok() {
+                threads.push(rx);
+            }
+        }
+        Self { threads }
+    }
+
+    /// Waits for the threads to stop (after the cancel) and adds up their
+    /// counters with `add`.
+    pub(crate) async fn wait(self, add: impl Fn(&mut C, &C)) -> C
+    where
+        C: Default,
+    {
+        let mut total = C::default();
+        for rx in self.threads {
+            if let Ok(c) = rx.await {
+                add(&mut total, &c);
+            }
+        }
+        total
+    }
+}
+
+/// The addresses `sockets` are bound to (port 0 resolved).
+pub(crate) fn bound_addrs(sockets: &[Socket]) -> Vec<SocketAddr> {
+    sockets
+        .iter()
+        .filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket()))
+        .collect()
+}
 
 /// Control-message space per datagram (timestamp, TTL, pktinfo with room).
 const CTRL_LEN: usize = 256;

@@ -126,6 +126,58 @@ fn watch_signals(cancel: CancellationToken) {
     });
 }
 
+/// A server started on loopback for a run with no HOST, stopped after it.
+struct Embedded {
+    cancel: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Embedded {
+    /// Nothing running yet; stops with the run (`cancel`) or after it.
+    fn new(run: &CancellationToken) -> Self {
+        Self {
+            cancel: run.child_token(),
+            task: None,
+        }
+    }
+
+    /// Runs `serve` (given the server's cancellation token) on the runtime.
+    fn start<F>(&mut self, serve: impl FnOnce(CancellationToken) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.task = Some(tokio::spawn(serve(self.cancel.clone())));
+    }
+
+    /// Stops the server and waits for it.
+    async fn stop(self) {
+        self.cancel.cancel();
+        if let Some(t) = self.task {
+            let _ = t.await;
+        }
+    }
+}
+
+/// The most sockets the open-file limit leaves room for (after 64 for
+/// everything else), each connection taking `per_connection`; `None` when
+/// the limit cannot be read.
+fn socket_room(per_connection: u64) -> Option<(u64, u64)> {
+    raise_open_file_limit()
+        .ok()
+        .map(|limit| (limit.saturating_sub(64) / per_connection.max(1), limit))
+}
+
+/// Fails a run whose `flag` asks for more sockets than the open-file
+/// limit allows.
+fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
+    match socket_room(1) {
+        Some((room, limit)) if wanted > room => Err(usage(format!(
+            "{flag} {wanted} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Fans the engine's events out to every view the user asked for. The first
 /// write error is kept and reported at the end; the run is not disturbed.
 struct Views {
@@ -362,8 +414,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     // Every connection needs a descriptor here, two with the embedded server.
     let mut connections = args.connections;
     let per_conn = if embedded { 2 } else { 1 };
-    if let Ok(limit) = raise_open_file_limit() {
-        let room = limit.saturating_sub(64) / per_conn;
+    if let Some((room, limit)) = socket_room(per_conn) {
         if connections > room {
             notices.push(format!(
                 "--connections {connections} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}"
@@ -372,8 +423,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         }
     }
 
-    let mut server_task = None;
-    let server_cancel = cancel.child_token();
+    let mut server = Embedded::new(&cancel);
     let targets = if embedded {
         let ip = loopback(args.ipv6);
         let spec = TcpServerSpec {
@@ -397,8 +447,9 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         };
         let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
         let addrs = bound.local_addrs();
-        let c = server_cancel.clone();
-        server_task = Some(tokio::spawn(async move { bound.run(&mut NullObserver, c).await }));
+        server.start(|c| async move {
+            let _ = bound.run(&mut NullObserver, c).await;
+        });
         addrs
     } else {
         let mut all = Vec::new();
@@ -450,10 +501,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         views.on_notice(n);
     }
     let result = run_client(spec, &mut views, cancel.clone()).await;
-    server_cancel.cancel();
-    if let Some(t) = server_task {
-        let _ = t.await;
-    }
+    server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.output.views.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
@@ -1069,8 +1117,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
 
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let server_cancel = cancel.child_token();
-    let mut server_task = None;
+    let mut server = Embedded::new(&cancel);
     let target = match &args.host {
         None => {
             let ip = loopback(args.ipv6);
@@ -1084,8 +1131,9 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = srv.local_addr();
-            let c = server_cancel.clone();
-            server_task = Some(tokio::spawn(async move { srv.run(&mut NullObserver, c).await }));
+            server.start(|c| async move {
+                let _ = srv.run(&mut NullObserver, c).await;
+            });
             addr
         }
         Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
@@ -1151,10 +1199,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         max_records: args.views.max_records,
     };
     let result = goodput_engine::iperf3::run_client(spec, &mut views, cancel.clone()).await;
-    server_cancel.cancel();
-    if let Some(t) = server_task {
-        let _ = t.await;
-    }
+    server.stop().await;
     let result = match result {
         Ok(r) => r,
         Err(e) => {
@@ -1245,18 +1290,10 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         (c, _) => c,
     };
     let mut notices = Vec::new();
-    if let Ok(limit) = raise_open_file_limit() {
-        if u64::from(args.sessions) + 64 > limit {
-            return Err(usage(format!(
-                "--sessions {} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}",
-                args.sessions
-            )));
-        }
-    }
+    check_socket_room("--sessions", u64::from(args.sessions))?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let reflector_cancel = cancel.child_token();
-    let mut reflector_task = None;
+    let mut server = Embedded::new(&cancel);
     let target = match &args.host {
         None => {
             let ip = loopback(args.ipv6);
@@ -1269,8 +1306,9 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = r.local_addrs()[0];
-            let c = reflector_cancel.clone();
-            reflector_task = Some(tokio::spawn(async move { r.run(c).await }));
+            server.start(|c| async move {
+                r.run(c).await;
+            });
             addr
         }
         Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
@@ -1351,10 +1389,7 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         max_records: args.views.max_records,
     };
     let result = goodput_engine::stamp::run_sender(spec, &mut views, cancel.clone()).await;
-    reflector_cancel.cancel();
-    if let Some(t) = reflector_task {
-        let _ = t.await;
-    }
+    server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
@@ -1398,29 +1433,19 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
             plan.frame_bytes, plan.datagram_bytes
         )));
     }
-    if args.iterations == 0 && args.time_limit.is_none() {
-        // Runs until Ctrl-C, as ctsTraffic does.
-    }
-    if let Ok(limit) = raise_open_file_limit() {
-        if u64::from(args.connections) + 64 > limit {
-            return Err(usage(format!(
-                "--connections {} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}",
-                args.connections
-            )));
-        }
-    }
+    check_socket_room("--connections", u64::from(args.connections))?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let server_cancel = cancel.child_token();
-    let mut server_task = None;
+    let mut server = Embedded::new(&cancel);
     let targets = match &args.host {
         None => {
             let ip = loopback(args.ipv6);
             let b = bind_media(media_server_spec(vec![SocketAddr::new(ip, 0)], 100_000, u64::MAX))
                 .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = b.local_addrs()[0];
-            let c = server_cancel.clone();
-            server_task = Some(tokio::spawn(async move { b.run(c).await }));
+            server.start(|c| async move {
+                b.run(c).await;
+            });
             vec![addr]
         }
         Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?,
@@ -1529,10 +1554,7 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         datagram_sink: sink,
     };
     let result = run_media(spec, &mut views, cancel.clone()).await;
-    server_cancel.cancel();
-    if let Some(t) = server_task {
-        let _ = t.await;
-    }
+    server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
@@ -1631,8 +1653,7 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
     }
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let server_cancel = cancel.child_token();
-    let mut server_task = None;
+    let mut server = Embedded::new(&cancel);
     let (target, trust, name) = match &args.host {
         None => {
             let ip = loopback(args.ipv6);
@@ -1646,8 +1667,9 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = b.local_addrs()[0];
-            let c = server_cancel.clone();
-            server_task = Some(tokio::spawn(async move { b.run(c).await }));
+            server.start(|c| async move {
+                b.run(c).await;
+            });
             // Our own server's freshly generated certificate.
             (addr, Trust::Anything, "localhost".to_string())
         }
@@ -1718,10 +1740,7 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
         max_records: args.views.max_records,
     };
     let result = run_quic(spec, &mut views, cancel.clone()).await;
-    server_cancel.cancel();
-    if let Some(t) = server_task {
-        let _ = t.await;
-    }
+    server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     if let Some(p) = &args.perf_log {
         goodput_report::append_perf_log(p, &result)
@@ -1903,8 +1922,7 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     };
     let mut connections = args.connections;
     let mut notices = Vec::new();
-    if let Ok(limit) = raise_open_file_limit() {
-        let room = limit.saturating_sub(64);
+    if let Some((room, limit)) = socket_room(1) {
         if connections > room {
             notices.push(format!(
                 "--connections {connections} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}"

@@ -17,7 +17,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
 use super::{datagrams, send_message, Incoming, Outgoing, SILENCE};
-use crate::udp::{self, RecvBatch};
+use crate::udp::{self, RecvBatch, SocketThreads};
 use crate::EngineError;
 
 /// Datagrams per `recvmmsg`.
@@ -72,29 +72,18 @@ pub fn bind_media(spec: MediaServerSpec) -> Result<BoundMedia, EngineError> {
 impl BoundMedia {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.sockets
-            .iter()
-            .filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket()))
-            .collect()
+        udp::bound_addrs(&self.sockets)
     }
 
     /// Starts one thread per socket, serving until `cancel`.
     pub fn start(self, cancel: CancellationToken) -> RunningMedia {
-        let mut threads = Vec::new();
-        for s in self.sockets {
-            let spec = self.spec.clone();
-            let c = cancel.clone();
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let spawned = std::thread::Builder::new()
-                .name("media-server".into())
-                .spawn(move || {
-                    let _ = tx.send(serve(s, &spec, &c));
-                });
-            if spawned.is_ok() {
-                threads.push(rx);
-            }
-        }
-        RunningMedia { threads }
+        RunningMedia(SocketThreads::spawn(
+            "media-server",
+            self.sockets,
+            self.spec,
+            &cancel,
+            serve,
+        ))
     }
 
     /// Serves until `cancel`; returns the counters of all sockets.
@@ -104,16 +93,13 @@ impl BoundMedia {
 }
 
 /// A media service whose threads are running.
-pub struct RunningMedia {
-    threads: Vec<tokio::sync::oneshot::Receiver<MediaServerCounters>>,
-}
+pub struct RunningMedia(SocketThreads<MediaServerCounters>);
 
 impl RunningMedia {
     /// Waits for the threads to stop (after the cancel) and adds up their counters.
     pub async fn wait(self) -> MediaServerCounters {
-        let mut t = MediaServerCounters::default();
-        for rx in self.threads {
-            if let Ok(c) = rx.await {
+        self.0
+            .wait(|t, c| {
                 t.challenged += c.challenged;
                 t.accepted += c.accepted;
                 t.rejected += c.rejected;
@@ -123,9 +109,8 @@ impl RunningMedia {
                 t.sent += c.sent;
                 t.received += c.received;
                 t.send_errors += c.send_errors;
-            }
-        }
-        t
+            })
+            .await
     }
 }
 

@@ -12,7 +12,7 @@ use goodput_core::stamp::{self, Cidr, ReflectInput, ReflectorPacket, MAX_PACKET_
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::udp::{self as msg, RecvBatch, SendBatch};
+use crate::udp::{self as msg, RecvBatch, SendBatch, SocketThreads};
 use crate::EngineError;
 
 /// Datagrams per `recvmmsg` / `sendmmsg`.
@@ -67,29 +67,18 @@ pub fn bind_reflector(spec: ReflectorSpec) -> Result<BoundReflector, EngineError
 impl BoundReflector {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.sockets
-            .iter()
-            .filter_map(|s| s.local_addr().ok().and_then(|a| a.as_socket()))
-            .collect()
+        crate::udp::bound_addrs(&self.sockets)
     }
 
     /// Starts one thread per socket, reflecting until `cancel`.
     pub fn start(self, cancel: CancellationToken) -> RunningReflector {
-        let mut threads = Vec::new();
-        for s in self.sockets {
-            let spec = self.spec.clone();
-            let c = cancel.clone();
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let spawned = std::thread::Builder::new()
-                .name("stamp-reflector".into())
-                .spawn(move || {
-                    let _ = tx.send(serve(s, &spec, &c));
-                });
-            if spawned.is_ok() {
-                threads.push(rx);
-            }
-        }
-        RunningReflector { threads }
+        RunningReflector(SocketThreads::spawn(
+            "stamp-reflector",
+            self.sockets,
+            self.spec,
+            &cancel,
+            serve,
+        ))
     }
 
     /// Reflects until `cancel`; returns the counters of all sockets.
@@ -99,20 +88,12 @@ impl BoundReflector {
 }
 
 /// A reflector whose threads are running.
-pub struct RunningReflector {
-    threads: Vec<tokio::sync::oneshot::Receiver<StampReflectorCounters>>,
-}
+pub struct RunningReflector(SocketThreads<StampReflectorCounters>);
 
 impl RunningReflector {
     /// Waits for the threads to stop (after the cancel) and adds up their counters.
     pub async fn wait(self) -> StampReflectorCounters {
-        let mut total = StampReflectorCounters::default();
-        for rx in self.threads {
-            if let Ok(c) = rx.await {
-                add(&mut total, &c);
-            }
-        }
-        total
+        self.0.wait(add).await
     }
 }
 
