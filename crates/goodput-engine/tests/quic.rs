@@ -43,20 +43,40 @@ fn scenario(s: &str) -> QuicMode {
     QuicMode::Scenario(Scenario::parse(s).unwrap())
 }
 
-async fn run(ip: IpAddr, f: impl FnOnce(SocketAddr) -> QuicSpec) -> (TestResult, QuicServerCounters) {
-    let b = bind_quic(server_spec(ip)).unwrap();
-    let addr = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let server = tokio::spawn({
+/// A running server: its address, and how to stop it and get its counters.
+struct Server {
+    addr: SocketAddr,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<QuicServerCounters>,
+}
+
+impl Server {
+    fn start(spec: QuicServerSpec) -> Self {
+        let b = bind_quic(spec).unwrap();
+        let addr = b.local_addrs()[0];
+        let cancel = CancellationToken::new();
         let c = cancel.clone();
-        async move { b.run(c).await }
-    });
-    let r = run_quic(f(addr), &mut NullObserver, CancellationToken::new())
+        let task = tokio::spawn(async move { b.run(c).await });
+        Self { addr, cancel, task }
+    }
+
+    async fn stop(self) -> QuicServerCounters {
+        self.cancel.cancel();
+        self.task.await.unwrap()
+    }
+}
+
+async fn client(spec: QuicSpec) -> TestResult {
+    run_quic(spec, &mut NullObserver, CancellationToken::new())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn run(ip: IpAddr, f: impl FnOnce(SocketAddr) -> QuicSpec) -> (TestResult, QuicServerCounters) {
+    let server = Server::start(server_spec(ip));
+    let r = client(f(server.addr)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
-    cancel.cancel();
-    (r, server.await.unwrap())
+    (r, server.stop().await)
 }
 
 fn q(r: &TestResult) -> &QuicDetail {
@@ -262,13 +282,8 @@ impl rustls::client::danger::ServerCertVerifier for NoCheck {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_and_malformed_requests_get_a_clean_close() {
-    let b = bind_quic(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let addr = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let server = tokio::spawn({
-        let c = cancel.clone();
-        async move { b.run(c).await }
-    });
+    let server = Server::start(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    let addr = server.addr;
     // 3 bytes then FIN; an empty stream; a media header with frequency 0.
     for bytes in [
         &[0u8, 0, 1][..],
@@ -279,16 +294,9 @@ async fn short_and_malformed_requests_get_a_clean_close() {
         assert_eq!((got.len(), err), (0, None), "{bytes:?}");
     }
     // The server still works.
-    let r = run_quic(
-        spec(addr, scenario("*1:8:1000")),
-        &mut NullObserver,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let r = client(spec(addr, scenario("*1:8:1000"))).await;
     assert_eq!(q(&r).transactions, 1);
-    cancel.cancel();
-    let c = server.await.unwrap();
+    let c = server.stop().await;
     assert_eq!(c.short_requests, 3);
 }
 
@@ -329,13 +337,7 @@ async fn liar(extra: i64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
 async fn wrong_byte_counts_are_errors() {
     for (extra, word) in [(10, "too many"), (-10, "too few")] {
         let (addr, h) = liar(extra).await;
-        let r = run_quic(
-            spec(addr, scenario("*1:8:1000")),
-            &mut NullObserver,
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+        let r = client(spec(addr, scenario("*1:8:1000"))).await;
         let d = q(&r);
         assert_eq!((d.transactions, d.failed_streams), (0, 1), "{extra}");
         assert!(d.errors[0].contains(word), "{:?}", d.errors);
@@ -361,20 +363,11 @@ async fn the_reference_examples_run_to_the_right_byte_counts() {
         ),
         ("=a1:d50:n250:100;", 1, 16, 0),
     ];
-    let b = bind_quic(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let addr = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let server = tokio::spawn({
-        let c = cancel.clone();
-        async move { b.run(c).await }
-    });
+    let server = Server::start(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    let addr = server.addr;
     let runs = cases.iter().map(|&(s, ..)| {
         let sp = spec(addr, scenario(s));
-        tokio::spawn(async move {
-            run_quic(sp, &mut NullObserver, CancellationToken::new())
-                .await
-                .unwrap()
-        })
+        tokio::spawn(async move { client(sp).await })
     });
     let runs: Vec<_> = runs.collect();
     for (&(s, tx, up, down), r) in cases.iter().zip(runs) {
@@ -390,8 +383,7 @@ async fn the_reference_examples_run_to_the_right_byte_counts() {
             assert_eq!(m.received_frames, m.expected_frames, "{s}: {m:?}");
         }
     }
-    cancel.cancel();
-    server.await.unwrap();
+    server.stop().await;
 }
 
 fn write_cert(
@@ -416,73 +408,44 @@ async fn certificates_from_files_are_verified_with_the_ca() {
         ("p384", &rcgen::PKCS_ECDSA_P384_SHA384),
     ] {
         let (cert, key) = write_cert(name, alg);
-        let b = bind_quic(QuicServerSpec {
+        let server = Server::start(QuicServerSpec {
             cert_key: Some((cert.clone(), key)),
             ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
-        })
-        .unwrap();
-        let addr = b.local_addrs()[0];
-        let cancel = CancellationToken::new();
-        let server = tokio::spawn({
-            let c = cancel.clone();
-            async move { b.run(c).await }
         });
-        let ok = run_quic(
-            QuicSpec {
-                trust: Trust::CaFile(cert.clone()),
-                ..spec(addr, scenario("*1:8:1000"))
-            },
-            &mut NullObserver,
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+        let addr = server.addr;
+        let ok = client(QuicSpec {
+            trust: Trust::CaFile(cert.clone()),
+            ..spec(addr, scenario("*1:8:1000"))
+        })
+        .await;
         assert_eq!(q(&ok).transactions, 1, "{name}: {:?}", q(&ok).errors);
         // The wrong name fails the handshake.
-        let bad = run_quic(
-            QuicSpec {
-                trust: Trust::CaFile(cert),
-                server_name: "example.org".into(),
-                ..spec(addr, scenario("*1:8:1000"))
-            },
-            &mut NullObserver,
-            CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+        let bad = client(QuicSpec {
+            trust: Trust::CaFile(cert),
+            server_name: "example.org".into(),
+            ..spec(addr, scenario("*1:8:1000"))
+        })
+        .await;
         assert_eq!(q(&bad).transactions, 0);
         assert!(q(&bad).errors[0].contains("handshake"), "{:?}", q(&bad).errors);
-        cancel.cancel();
-        server.await.unwrap();
+        server.stop().await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_per_client_limit_are_refused() {
-    let b = bind_quic(QuicServerSpec {
+    let server = Server::start(QuicServerSpec {
         max_per_client: 1,
         ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
-    })
-    .unwrap();
-    let addr = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let server = tokio::spawn({
-        let c = cancel.clone();
-        async move { b.run(c).await }
     });
-    let r = run_quic(
-        QuicSpec {
-            connections: 3,
-            ..spec(addr, QuicMode::DownloadFor(Duration::from_millis(500)))
-        },
-        &mut NullObserver,
-        CancellationToken::new(),
-    )
-    .await
-    .unwrap();
+    let addr = server.addr;
+    let r = client(QuicSpec {
+        connections: 3,
+        ..spec(addr, QuicMode::DownloadFor(Duration::from_millis(500)))
+    })
+    .await;
     assert_eq!(q(&r).transactions, 1, "{:?}", q(&r).errors);
     assert_eq!(r.connections.iter().filter(|c| c.outcome.is_success()).count(), 1);
-    cancel.cancel();
-    let c = server.await.unwrap();
+    let c = server.stop().await;
     assert_eq!((c.connections, c.refused_connections), (1, 2));
 }
