@@ -166,10 +166,7 @@ impl View for ConnectionFile {
     fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
         let media = r.media.is_some();
         if !self.csv {
-            match &r.media {
-                Some(m) => writeln!(self.out, "{}", crate::media::media_connection_line(r, m))?,
-                None => writeln!(self.out, "{}", connection_line(r))?,
-            }
+            writeln!(self.out, "{}", connection_line(r))?;
             return self.out.flush();
         }
         self.header(media)?;

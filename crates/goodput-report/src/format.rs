@@ -36,8 +36,12 @@ pub fn status_line(iv: &Interval) -> String {
     )
 }
 
-/// ctsTraffic's text line for a finished connection.
+/// ctsTraffic's text line for a finished connection (its UDP form for a
+/// media stream).
 pub fn connection_line(r: &ConnectionRecord) -> String {
+    if let Some(m) = &r.media {
+        return crate::media::media_connection_line(r, m);
+    }
     let head = format!(
         "[{:.3}] TCP connection {} [{} - {}] [{}]",
         r.time_slice_s,
