@@ -148,6 +148,9 @@ struct Server<'a> {
     streams: HashMap<u32, Stream>,
     by_key: HashMap<(SocketAddr, u64), u32>,
     finished: HashMap<(SocketAddr, u64), Instant>,
+    /// Streams that ended lately, by id and peer: their late reports, data
+    /// and End copies are expected, not unsolicited.
+    ended: HashMap<u32, (SocketAddr, Instant)>,
     next_id: u32,
     c: MediaServerCounters,
 }
@@ -160,6 +163,7 @@ fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> Me
         streams: HashMap::new(),
         by_key: HashMap::new(),
         finished: HashMap::new(),
+        ended: HashMap::new(),
         next_id: rand::random::<u32>() | 1,
         c: MediaServerCounters::default(),
     };
@@ -187,6 +191,7 @@ fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> Me
         if now.duration_since(last_sweep) > Duration::from_secs(5) {
             last_sweep = now;
             s.finished.retain(|_, t| now.duration_since(*t) < FORGET_AFTER);
+            s.ended.retain(|_, (_, t)| now.duration_since(*t) < FORGET_AFTER);
         }
         poll_until(&[s.fd], wake);
     }
@@ -226,6 +231,17 @@ impl Server<'_> {
             self.c.unsolicited += 1;
             return;
         };
+        let stream = match m {
+            Message::Report(r) => Some(r.stream),
+            Message::Data(h) => Some(h.stream),
+            Message::End { stream, .. } => Some(stream),
+            _ => None,
+        };
+        if let Some((peer, _)) = stream.and_then(|id| self.ended.get(&id)) {
+            if *peer == src {
+                return;
+            }
+        }
         match m {
             Message::Request(r) => self.request(r, src, dst, now),
             Message::Report(r) => match self.streams.get_mut(&r.stream) {
@@ -388,6 +404,7 @@ impl Server<'_> {
         };
         self.by_key.remove(&st.key);
         self.finished.insert(st.key, now);
+        self.ended.insert(id, (st.peer, now));
         if ok {
             self.c.completed += 1;
         } else {
