@@ -136,7 +136,7 @@ async fn iterations_run_streams_in_turn() {
     let (r, server) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| MediaSpec {
         connections: 2,
         iterations: 2,
-        buffer_depth: Duration::from_millis(200),
+        buffer_depth: Duration::from_millis(1000),
         ..client_spec(a, plan)
     })
     .await;

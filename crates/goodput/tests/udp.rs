@@ -36,7 +36,7 @@ fn embedded_download_reports_and_writes_every_file() {
             "--length",
             "2s",
             "--buffer-depth",
-            "300ms",
+            "1s",
         ])
         .args(["--status-interval", "500ms", "--datagram-size", "1000"])
         .arg("--json")
@@ -150,7 +150,7 @@ fn against_goodput_server_both_directions_v4_and_v6() {
             "-c",
             "3",
         ])
-        .args(["--buffer-depth", "200ms", "-v", "1", "--json"])
+        .args(["--buffer-depth", "1s", "-v", "1", "--json"])
         .arg(&json);
         if upload {
             c.arg("--upload");
