@@ -547,3 +547,21 @@ async fn over_the_limits_a_stream_is_refused_with_the_reason() {
     let c = running.wait().await;
     assert_eq!((c.accepted, c.rejected), (1, 2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_server_answers_from_the_address_it_was_asked_on() {
+    // The client's socket is connected to 127.0.0.2: anything from
+    // 127.0.0.1 (the kernel's first choice) would never reach it.
+    let (r, server) = run(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |a| {
+        client_spec(SocketAddr::from(([127, 0, 0, 2], a.port())), small_plan(1))
+    })
+    .await;
+    assert_eq!(
+        r.connections[0].outcome,
+        Outcome::Succeeded,
+        "{:?}",
+        r.connections[0]
+    );
+    assert_eq!(total(&r).frames_completed, 50);
+    assert_eq!(server.completed, 1);
+}
