@@ -102,8 +102,6 @@ pub struct QuicDetail {
     pub requests: Option<QuicRequestStats>,
     /// Handshake runs (`--handshakes`).
     pub handshakes: Option<QuicHandshakeStats>,
-    /// quinn's figures per connection, at its end.
-    pub paths: Vec<QuicPathStats>,
     /// The first errors seen (at most 20).
     pub errors: Vec<String>,
 }
@@ -156,11 +154,10 @@ pub struct QuicHandshakeStats {
     pub time: Option<Percentiles>,
 }
 
-/// quinn's connection statistics (what it can provide of picoquic's).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// quinn's connection statistics (what it can provide of picoquic's), in
+/// each QUIC connection's record (all zero when it never connected).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QuicPathStats {
-    /// The connection's index (as in its record).
-    pub connection: u64,
     /// Smoothed RTT, microseconds.
     pub rtt_us: u64,
     /// Minimum RTT, microseconds.
@@ -853,6 +850,9 @@ pub struct ConnectionRecord {
     /// UDP media streams: this stream's frames and datagrams.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media: Option<MediaStats>,
+    /// QUIC connections: quinn's path figures at the end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicPathStats>,
 }
 
 impl ConnectionRecord {

@@ -506,6 +506,7 @@ async fn connection(
         outcome: Outcome::Succeeded,
         peer: None,
         shutdown: None,
+        quic: None,
         tcp_info: None,
         media: None,
     };

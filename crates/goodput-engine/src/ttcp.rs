@@ -190,6 +190,7 @@ pub fn run_ttcp(
         outcome,
         peer: None,
         shutdown: None,
+        quic: None,
         tcp_info: None,
         media: None,
     };

@@ -43,8 +43,9 @@ pub fn connection_line(r: &ConnectionRecord) -> String {
         return crate::media::media_connection_line(r, m);
     }
     let head = format!(
-        "[{:.3}] TCP connection {} [{} - {}] [{}]",
+        "[{:.3}] {} connection {} [{} - {}] [{}]",
         r.time_slice_s,
+        if r.quic.is_some() { "QUIC" } else { "TCP" },
         match r.outcome {
             Outcome::Succeeded => "succeeded :".to_owned(),
             Outcome::Aborted { .. } => "aborted :".to_owned(),

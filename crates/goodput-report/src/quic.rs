@@ -75,10 +75,11 @@ pub fn quic_summary(r: &TestResult, d: &QuicDetail) -> String {
             ));
         }
     }
-    for p in &d.paths {
+    let connected = r.connections.iter().filter_map(|c| c.quic.map(|p| (c, p)));
+    for (c, p) in connected.filter(|(_, p)| p.sent_packets > 0) {
         o.push_str(&format!(
             "  Connection {}: RTT {} µs (min {} µs), cwnd {} B, {} packets sent, {} lost ({} B), {} congestion events, MTU {} B\n",
-            p.connection,
+            c.index,
             p.rtt_us,
             p.min_rtt_us,
             p.cwnd_bytes,
@@ -106,13 +107,15 @@ bwe_max, p_quantum, p_rate, cc_state, cc_param";
 /// the header first when the file is new or empty. Columns quinn cannot
 /// provide are left empty (README lists them).
 pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
-    let Some(d) = &r.quic else { return Ok(()) };
+    if r.quic.is_none() {
+        return Ok(());
+    }
     let mut f = OpenOptions::new().create(true).append(true).open(path)?;
     if f.metadata()?.len() == 0 {
         writeln!(f, "{PERF_LOG_HEADER}")?;
     }
     for c in &r.connections {
-        let p: Option<&QuicPathStats> = d.paths.iter().find(|p| p.connection == c.index);
+        let p: Option<&QuicPathStats> = c.quic.as_ref();
         let us = (c.elapsed_ns as f64 / 1e3).max(1.0);
         let o = |v: Option<u64>| v.map_or(String::new(), |v| v.to_string());
         let cells = [

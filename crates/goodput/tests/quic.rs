@@ -92,7 +92,7 @@ fn against_goodput_server_with_perf_log_and_json() {
     assert_eq!(v["kind"], "quic_client");
     assert_eq!(v["quic"]["transactions"], 3);
     assert_eq!(v["quic"]["scenario"], "*3:397:50000;");
-    assert!(v["quic"]["paths"][0]["rtt_us"].as_u64().unwrap() > 0);
+    assert!(v["connections"][0]["quic"]["rtt_us"].as_u64().unwrap() > 0);
     let (_, out, err) = srv.stop(libc::SIGINT);
     assert!(out.contains("QUIC perf service: 2 connections"), "{out}{err}");
     assert!(out.contains("6 streams"), "{out}");

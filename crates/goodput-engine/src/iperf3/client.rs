@@ -511,6 +511,7 @@ pub(crate) fn build_result(
                 outcome: Outcome::Succeeded,
             }),
             shutdown: None,
+            quic: None,
             tcp_info: f.tcp_info,
             media: None,
         });

@@ -740,6 +740,7 @@ impl Driver {
             outcome,
             peer: None,
             shutdown: None,
+            quic: None,
             tcp_info: None,
             media: stats,
         };
@@ -771,6 +772,7 @@ impl Driver {
             outcome: crate::socket::network_outcome("socket", e),
             peer: None,
             shutdown: None,
+            quic: None,
             tcp_info: None,
             media: Some(MediaStats::default()),
         }

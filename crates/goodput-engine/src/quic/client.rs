@@ -268,15 +268,11 @@ pub async fn run_quic(
     endpoint.close(VarInt::from_u32(error_code::NONE), b"done");
     let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
     let mut connections = Vec::new();
-    let mut paths = Vec::new();
     let mut summary = SummaryBuilder::default();
     let mut handshakes = (0u64, 0u64);
     for r in results.into_iter().flatten() {
         observer.on_connection(&r.record);
         summary.add(&r.record);
-        if let Some(p) = r.path {
-            paths.push(p);
-        }
         handshakes.0 += r.handshakes.0;
         handshakes.1 += r.handshakes.1;
         if connections.len() < spec.max_records {
@@ -365,7 +361,6 @@ pub async fn run_quic(
             per_second: handshakes.0 as f64 / spec.duration.as_secs_f64().max(1e-9),
             time: percentiles,
         }),
-        paths,
         errors: tally.errors.lock().expect("not poisoned").clone(),
     };
     let final_iv = Interval {
@@ -427,14 +422,12 @@ async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<Option<T
 
 struct ConnEnd {
     record: ConnectionRecord,
-    path: Option<QuicPathStats>,
     handshakes: (u64, u64),
 }
 
-fn path_stats(index: u64, c: &Connection) -> QuicPathStats {
+fn path_stats(c: &Connection) -> QuicPathStats {
     let s = c.stats();
     QuicPathStats {
-        connection: index,
         rtt_us: s.path.rtt.as_micros() as u64,
         min_rtt_us: s.path.min_rtt.as_micros() as u64,
         cwnd_bytes: s.path.cwnd,
@@ -476,6 +469,7 @@ fn record(
         outcome,
         peer: None,
         shutdown: None,
+        quic: Some(QuicPathStats::default()),
         tcp_info: None,
         media: None,
     }
@@ -536,7 +530,6 @@ async fn one_connection(
         };
         return ConnEnd {
             record: record(index, local, spec.target, (start, opened), 0, 0, outcome),
-            path: None,
             handshakes: (ok, failed),
         };
     }
@@ -554,7 +547,6 @@ async fn one_connection(
                     0,
                     conn_error("handshake", e),
                 ),
-                path: None,
                 handshakes: (0, 1),
             };
         }
@@ -614,7 +606,7 @@ async fn one_connection(
         }
         QuicMode::Handshakes => unreachable!("handled above"),
     }
-    let path = path_stats(index, &conn);
+    let path = path_stats(&conn);
     let lost = conn.close_reason();
     conn.close(VarInt::from_u32(error_code::NONE), b"done");
     dg_task.abort();
@@ -637,9 +629,10 @@ async fn one_connection(
         _ => Outcome::Succeeded,
     };
     let (up, down) = (tally.up.load(Relaxed) - up0, tally.down.load(Relaxed) - down0);
+    let mut record = record(index, local, spec.target, (start, opened), up, down, outcome);
+    record.quic = Some(path);
     ConnEnd {
-        record: record(index, local, spec.target, (start, opened), up, down, outcome),
-        path: Some(path),
+        record,
         handshakes: (1, 0),
     }
 }

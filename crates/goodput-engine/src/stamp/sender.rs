@@ -220,6 +220,7 @@ pub async fn run_sender(
             outcome: outcome_of(t, &end),
             peer: None,
             shutdown: None,
+            quic: None,
             tcp_info: None,
             media: None,
         };

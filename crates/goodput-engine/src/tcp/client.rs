@@ -268,6 +268,7 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             outcome,
             peer: heard.peer.map(|p| *p),
             shutdown,
+            quic: None,
             tcp_info: None,
             media: None,
         };

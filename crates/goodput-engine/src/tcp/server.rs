@@ -374,6 +374,7 @@ fn record(
         outcome: Outcome::Succeeded,
         peer: None,
         shutdown: None,
+        quic: None,
         tcp_info: None,
         media: None,
     }
