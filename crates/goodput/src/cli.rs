@@ -24,7 +24,8 @@ pub enum Command {
     /// TCP good-put and reliability test (ctsTraffic-style). With no HOST and
     /// no --target, starts a server on loopback and runs against it.
     Tcp(Box<TcpArgs>),
-    /// Serve goodput clients (TCP on --port, 4444 by default).
+    /// Serve goodput clients: TCP tests and UDP media streams on --port (4444
+    /// by default), and with flags iperf3, STAMP, QUIC perf, discard and echo.
     Server(Box<ServerArgs>),
     /// Run an iperf3 test against a stock iperf3 server (or, with no HOST,
     /// against an embedded goodput iperf3 server on loopback). Sizes follow
@@ -803,10 +804,11 @@ pub struct ServerArgs {
     /// --key, or a self-signed one generated at start).
     #[arg(long, value_name = "PORT")]
     pub echo_tls_port: Option<u16>,
-    /// PEM certificate chain for the TLS echo service.
+    /// PEM certificate chain for the TLS echo service and the QUIC perf
+    /// server.
     #[arg(long, value_name = "FILE", requires = "key")]
     pub cert: Option<PathBuf>,
-    /// PEM private key for the TLS echo service.
+    /// PEM private key for the TLS echo service and the QUIC perf server.
     #[arg(long, value_name = "FILE", requires = "cert")]
     pub key: Option<PathBuf>,
     /// Also run a STAMP (RFC 8762) reflector on UDP --stamp-port.
