@@ -1509,6 +1509,7 @@ mod tests {
             peer: None,
             shutdown: None,
             tcp_info: None,
+            quic: None,
             media: None,
         }
     }
