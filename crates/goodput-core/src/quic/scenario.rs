@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::{HEADER_LEN, MAX_U24, MEDIA_HEADER_LEN};
+use super::{HEADER_LEN, MAX_U24};
 
 /// What a batch stream asks back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -361,7 +361,6 @@ fn parse_media(
             "client-sourced media (C) is not implemented (picoquic does not implement it either)",
         ));
     }
-    let _ = MEDIA_HEADER_LEN;
     Ok(m)
 }
 
