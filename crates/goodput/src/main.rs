@@ -63,14 +63,14 @@ fn main() -> ExitCode {
             goodput_report::console_line(goodput_report::result_schema().trim_end());
             Ok(EXIT_OK)
         }
-        Command::Tcp(args) => runtime().and_then(|rt| rt.block_on(tcp(*args))),
-        Command::Server(args) => runtime().and_then(|rt| rt.block_on(server(*args))),
-        Command::Iperf3(args) => runtime().and_then(|rt| rt.block_on(iperf3(*args))),
-        Command::Stamp(args) => runtime().and_then(|rt| rt.block_on(stamp(*args))),
-        Command::Ttcp(args) => runtime().and_then(|rt| rt.block_on(ttcp(*args))),
-        Command::Echo(args) => runtime().and_then(|rt| rt.block_on(echo(*args))),
-        Command::Udp(args) => runtime().and_then(|rt| rt.block_on(udp(*args))),
-        Command::Quic(args) => runtime().and_then(|rt| rt.block_on(quic(*args))),
+        Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp(*args))),
+        Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server(*args))),
+        Command::Iperf3(args) => runtime().and_then(|rt| on_worker(&rt, iperf3(*args))),
+        Command::Stamp(args) => runtime().and_then(|rt| on_worker(&rt, stamp(*args))),
+        Command::Ttcp(args) => runtime().and_then(|rt| on_worker(&rt, ttcp(*args))),
+        Command::Echo(args) => runtime().and_then(|rt| on_worker(&rt, echo(*args))),
+        Command::Udp(args) => runtime().and_then(|rt| on_worker(&rt, udp(*args))),
+        Command::Quic(args) => runtime().and_then(|rt| on_worker(&rt, quic(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -102,6 +102,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, Stop> {
         .build()
         .context("cannot start the async runtime")
         .map_err(Stop::Fatal)
+}
+
+/// Runs a command's future as a task on the runtime's workers rather than on
+/// the main thread: the run loop then wakes (on every record, every freed
+/// connection slot) as a task on a busy worker, not by a futex call that
+/// unparks the main thread.
+fn on_worker<F>(rt: &tokio::runtime::Runtime, fut: F) -> Result<u8, Stop>
+where
+    F: std::future::Future<Output = Result<u8, Stop>> + Send + 'static,
+{
+    rt.block_on(rt.spawn(fut))
+        .unwrap_or_else(|e| Err(Stop::Fatal(anyhow::anyhow!("the run stopped abnormally: {e}"))))
 }
 
 /// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
