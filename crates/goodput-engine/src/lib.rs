@@ -10,6 +10,7 @@
 mod counters;
 pub mod echo;
 pub mod iperf3;
+mod lowat;
 pub mod media;
 mod observer;
 pub mod quic;

@@ -168,6 +168,39 @@ async fn every_pattern_and_verify_mode_is_exact_on_v4_and_v6() {
     }
 }
 
+/// Flows fast enough to raise the receive low-water mark (SO_RCVLOWAT, about
+/// a millisecond of data) must still end exactly: the mark comes down to the
+/// bytes left for each tail and push-pull segment, and back to one byte for
+/// the completion record read afterwards, or these runs would hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_flows_with_a_raised_low_water_mark_end_exactly() {
+    let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    for pattern in [
+        TcpPattern::Push,
+        TcpPattern::Pull,
+        TcpPattern::PushPull,
+        TcpPattern::Duplex,
+    ] {
+        let transfer = 96_000_007u64;
+        let (c, s) = run_pair(
+            server_spec(ip),
+            |t| TcpClientSpec {
+                pattern,
+                verify: VerifyMode::Data,
+                transfer: ValueRange::single(ByteSize(transfer)),
+                push_bytes: 7_000_001,
+                pull_bytes: 5_000_003,
+                connections: 1,
+                ..client_spec(t)
+            },
+            None,
+        )
+        .await;
+        let plan = TransferPlan::new(pattern, transfer, 7_000_001, 5_000_003);
+        assert_all_exact(&c, &s, plan, 2);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_client_to_server_byte_is_one_data_error_at_its_offset() {
     // Connection 1's client→server stream: a 72-byte hello, then pattern bytes.

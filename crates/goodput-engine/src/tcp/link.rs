@@ -288,6 +288,12 @@ impl Pacer {
         }
     }
 
+    /// Whether sends are paced (a rate limit or bursts). The peer paces its
+    /// sends alike: both ends take the pacing from the hello.
+    pub(crate) fn is_paced(&self) -> bool {
+        self.limiter.is_some() || self.burst.is_some()
+    }
+
     /// Ready when the next send may go; otherwise arms the timer for the
     /// release time.
     pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>, link: &Link<'_>) -> Poll<()> {

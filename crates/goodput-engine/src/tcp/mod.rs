@@ -7,6 +7,7 @@ mod server;
 mod transfer;
 
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use goodput_core::pattern::{Pattern, PatternVerifier};
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::counters::{Counters, IntervalSampler, RunClock};
+use crate::lowat::LowWater;
 use crate::socket::SocketOptions;
 use crate::Observer;
 use link::{Failure, Link, Pacer};
@@ -272,6 +274,7 @@ fn transfer<'l, 'a>(
         received: &mut progress.received,
         recv_direction: part.recv_direction(),
         verifier,
+        low_water: (recv > 0 && !pacer.is_paced()).then(|| LowWater::new(link.stream.as_raw_fd())),
         pacer,
         watch_trailer,
     }

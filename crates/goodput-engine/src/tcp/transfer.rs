@@ -20,6 +20,7 @@ use goodput_core::plan::Direction;
 use tokio::io::ReadBuf;
 
 use super::link::{Failure, Link, Pacer};
+use crate::lowat::LowWater;
 
 thread_local! {
     // Receive scratch space owned by the worker thread, not the connection:
@@ -56,6 +57,8 @@ pub(crate) struct Transfer<'l, 'a> {
     /// Once all expected bytes are in, stop sending as soon as the peer
     /// sends anything more (its completion record, ahead of time).
     pub(crate) watch_trailer: bool,
+    /// The receive low-water mark, for flows the peer does not pace.
+    pub(crate) low_water: Option<LowWater>,
 }
 
 enum Step {
@@ -97,6 +100,9 @@ impl Transfer<'_, '_> {
                 *self.received += n as u64;
                 self.link.counters.add_received(n);
                 self.link.moved();
+                if let Some(lw) = &mut self.low_water {
+                    lw.after_read(n, self.link.clock.now_ns(), self.recv_end - *self.received);
+                }
                 checked.map_err(|mismatch| Failure::Mismatch {
                     direction: self.recv_direction,
                     mismatch,
