@@ -73,21 +73,31 @@ impl LowWater {
     }
 
     fn apply(&mut self, mark: u64) {
-        let v = mark.min(i32::MAX as u64) as libc::c_int;
-        // SAFETY: passes a pointer to a live c_int and its exact size.
-        let r = unsafe {
-            libc::setsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r == 0 {
+        if set_mark(self.fd, mark) {
             self.set = mark;
         }
     }
+}
+
+fn set_mark(fd: RawFd, mark: u64) -> bool {
+    let v = mark.min(i32::MAX as u64) as libc::c_int;
+    // SAFETY: passes a pointer to a live c_int and its exact size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    r == 0
+}
+
+/// Puts `fd`'s mark back to 1 from outside its reader (which Linux then
+/// wakes if bytes are queued). The reader must stop raising it.
+pub(crate) fn reset(fd: RawFd) {
+    set_mark(fd, 1);
 }
 
 impl Drop for LowWater {

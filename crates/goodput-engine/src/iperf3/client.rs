@@ -244,7 +244,7 @@ async fn converse(
 
     // Data.
     let budget = Arc::new(Budget::new(p.num, p.blockcount, u64::from(p.len)));
-    let mut phase = DataPhase::start(p, &g.streams, sockets, budget.clone(), spec.max_records);
+    let mut phase = DataPhase::start(p, &g.streams, sockets, budget.clone(), spec.max_records, false);
     let omit = Duration::from_secs(u64::from(p.omit));
     let mut ticker = phase.ticker(spec.status_interval);
     let omit_end = phase.at(omit);

@@ -368,7 +368,7 @@ async fn run_test(
 
     // The client owns the end conditions; the server just moves data.
     let budget = Arc::new(Budget::new(0, 0, u64::from(p.len)));
-    let mut phase = DataPhase::start(&p, &served.parts.streams, sockets, budget, spec.max_records);
+    let mut phase = DataPhase::start(&p, &served.parts.streams, sockets, budget, spec.max_records, true);
     let omit = Duration::from_secs(u64::from(p.omit));
     let mut ticker = phase.ticker(spec.status_interval);
     let omit_end = phase.at(omit);
@@ -412,6 +412,7 @@ async fn run_test(
     if outcome.is_ok() {
         // The client stopped sending before TEST_END: take in what is
         // still on its way so both ends count the same bytes.
+        phase.settle();
         wait_quiet(
             phase.meter.streams(),
             Duration::from_millis(50),

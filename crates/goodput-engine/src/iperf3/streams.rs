@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::monotonic_now;
+use crate::lowat::LowWater;
 
 /// One data stream's shared counters.
 pub(crate) struct StreamState {
@@ -36,6 +37,8 @@ pub(crate) struct StreamState {
     pub(crate) error: Mutex<Option<String>>,
     /// When data last arrived, ns after the data phase's start (0 = never).
     last_arrival_ns: AtomicU64,
+    /// The test is ending: a TCP receiver keeps its low-water mark at 1.
+    settling: AtomicBool,
 }
 
 impl StreamState {
@@ -64,12 +67,22 @@ impl StreamState {
             rx: Mutex::new(ReceiverStats::default()),
             error: Mutex::new(None),
             last_arrival_ns: AtomicU64::new(0),
+            settling: AtomicBool::new(false),
         })
     }
 
     fn arrived(&self, start: Instant) {
         self.last_arrival_ns
             .store(start.elapsed().as_nanos() as u64, Relaxed);
+    }
+
+    /// Puts a TCP receiver's low-water mark back to 1, so the bytes still
+    /// queued below it are read (the kernel wakes the reader) and counted.
+    fn settle(&self) {
+        self.settling.store(true, SeqCst);
+        if !self.udp && !self.sender {
+            crate::lowat::reset(self.fd);
+        }
     }
 
     fn fail(&self, text: String) {
@@ -279,6 +292,8 @@ pub(crate) struct DataPlan {
     pub(crate) payload: Arc<[u8]>,
     /// The data phase's start, for arrival times.
     pub(crate) start: Instant,
+    /// TCP receivers raise their low-water mark (`crate::lowat`).
+    pub(crate) low_water: bool,
 }
 
 /// Payload length for blocks of `len`: whole blocks adding up to at least
@@ -377,23 +392,50 @@ async fn run_receiver(
         // iperf3, docs/benchmarks.md).
         DataSocket::Tcp(s) => {
             let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
+            // The stream ends with the peer's FIN, which wakes the reader
+            // whatever the mark, or with [`DataPhase::settle`].
+            let mut low_water = plan.low_water.then(|| LowWater::new(s.as_raw_fd()));
+            let counted = |n: usize| {
+                st.bytes.fetch_add(n as u64, Relaxed);
+                budget.note_received(n as u64);
+                st.arrived(plan.start);
+            };
+            // At the end, bytes below the mark may be waiting: they arrived
+            // during the test, so they count.
+            let drain = |buf: &mut [u8]| {
+                while let Ok(n @ 1..) = s.try_read(buf) {
+                    counted(n);
+                }
+            };
             loop {
                 // Read while data is there; wait for readability only when
                 // the socket is empty.
                 match s.try_read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
-                        st.bytes.fetch_add(n as u64, Relaxed);
-                        budget.note_received(n as u64);
-                        st.arrived(plan.start);
+                        counted(n);
+                        if st.settling.load(SeqCst) {
+                            low_water = None;
+                        } else if let Some(lw) = &mut low_water {
+                            lw.after_read(n, plan.start.elapsed().as_nanos() as u64, u64::MAX);
+                        }
                         if close.is_cancelled() {
+                            drain(&mut buf);
                             break;
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        // A mark raised just after settle() lowered it
+                        // goes back to 1 before this reader sleeps.
+                        if st.settling.load(SeqCst) {
+                            low_water = None;
+                        }
                         tokio::select! {
                             biased;
-                            _ = close.cancelled() => break,
+                            _ = close.cancelled() => {
+                                drain(&mut buf);
+                                break;
+                            }
                             r = s.readable() => if let Err(e) = r {
                                 st.fail(format!("recv: {e}"));
                                 break;
@@ -406,6 +448,7 @@ async fn run_receiver(
                     }
                 }
             }
+            drop(low_water);
             DataSocket::Tcp(s)
         }
         DataSocket::Gone => DataSocket::Gone,
@@ -473,12 +516,15 @@ pub(crate) struct Figures {
 
 impl DataPhase {
     /// Starts a loop per stream (`sockets` in the order of `streams`).
+    /// With `low_water`, unpaced TCP receivers raise their low-water mark
+    /// and [`DataPhase::settle`] must be called before the final figures.
     pub(crate) fn start(
         p: &goodput_core::iperf3::params::Params,
         streams: &[Arc<StreamState>],
         sockets: Vec<DataSocket>,
         budget: Arc<Budget>,
         max_intervals: usize,
+        low_water: bool,
     ) -> Self {
         let start = Instant::now();
         let cpu0 = super::cpu_times();
@@ -488,6 +534,7 @@ impl DataPhase {
             wide_counters: p.udp_counters_64bit,
             payload: super::payload(payload_len(p.len as usize), p.repeating_payload),
             start,
+            low_water: low_water && p.bandwidth == 0,
         });
         // The meter's zero point is taken before any stream moves a byte.
         let omit = Duration::from_secs(u64::from(p.omit));
@@ -551,6 +598,14 @@ impl DataPhase {
             cpu: super::cpu_util(self.cpu0, super::cpu_times(), self.start.elapsed().as_secs_f64()),
             intervals: std::mem::take(&mut self.meter.intervals),
             intervals_omitted: self.meter.intervals_omitted,
+        }
+    }
+
+    /// Lowers every TCP receiver's low-water mark back to 1 for the end of
+    /// the test.
+    pub(crate) fn settle(&self) {
+        for st in self.meter.streams() {
+            st.settle();
         }
     }
 
