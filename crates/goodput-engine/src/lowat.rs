@@ -25,14 +25,17 @@ const WINDOW_NS: u64 = 10_000_000;
 /// The mark is about this much time's worth of the flow.
 const MARK_NS: u64 = 1_000_000;
 
-/// One socket's low-water mark and the rate measurement behind it.
+/// One socket's low-water mark and the rate measurement behind it: 16
+/// bytes, as it lives in every TCP connection's data phase.
 #[derive(Debug)]
 pub(crate) struct LowWater {
+    /// -1: this flow does not use a mark.
     fd: RawFd,
     /// The mark in the kernel now; 1 is the kernel's default.
-    set: u64,
-    window_start_ns: u64,
-    window_bytes: u64,
+    set: u32,
+    /// Microseconds, wrapping: only differences are used.
+    window_start_us: u32,
+    window_bytes: u32,
 }
 
 impl LowWater {
@@ -40,41 +43,50 @@ impl LowWater {
         Self {
             fd,
             set: 1,
-            window_start_ns: 0,
+            window_start_us: 0,
             window_bytes: 0,
         }
+    }
+
+    /// A flow that keeps the kernel's default mark.
+    pub(crate) fn off() -> Self {
+        Self::new(-1)
     }
 
     /// After a read of `n` bytes at `now_ns`, with `remaining` bytes still
     /// expected (`u64::MAX` when the flow ends with the peer's FIN).
     pub(crate) fn after_read(&mut self, n: usize, now_ns: u64, remaining: u64) {
-        if self.window_bytes == 0 && self.window_start_ns == 0 {
-            self.window_start_ns = now_ns;
+        if self.fd < 0 {
+            return;
         }
-        self.window_bytes += n as u64;
-        let mut want = self.set;
-        let elapsed = now_ns.saturating_sub(self.window_start_ns);
-        if elapsed >= WINDOW_NS {
-            let mark = (u128::from(self.window_bytes) * u128::from(MARK_NS) / u128::from(elapsed)) as u64;
+        let now_us = (now_ns / 1000) as u32;
+        if self.window_bytes == 0 {
+            self.window_start_us = now_us;
+        }
+        self.window_bytes = self.window_bytes.saturating_add(n.try_into().unwrap_or(u32::MAX));
+        let set = u64::from(self.set);
+        let mut want = set;
+        let elapsed_ns = u64::from(now_us.wrapping_sub(self.window_start_us)) * 1000;
+        if elapsed_ns >= WINDOW_NS {
+            let mark = u64::from(self.window_bytes) * MARK_NS / elapsed_ns;
             let mark = if mark < MIN_MARK { 1 } else { mark.min(MAX_MARK) };
             // Only a change by half or double is worth a system call.
-            if mark > self.set.saturating_mul(2) || mark < self.set / 2 || (mark == 1 && self.set > 1) {
+            if mark > set * 2 || mark < set / 2 || (mark == 1 && set > 1) {
                 want = mark;
             }
-            self.window_start_ns = now_ns;
             self.window_bytes = 0;
         }
         if want > remaining {
             want = remaining.max(1);
         }
-        if want != self.set {
+        if want != set {
             self.apply(want);
         }
     }
 
     fn apply(&mut self, mark: u64) {
         if set_mark(self.fd, mark) {
-            self.set = mark;
+            self.set = mark as u32;
         }
     }
 }
@@ -102,7 +114,7 @@ pub(crate) fn reset(fd: RawFd) {
 
 impl Drop for LowWater {
     fn drop(&mut self) {
-        if self.set > 1 {
+        if self.fd >= 0 && self.set > 1 {
             self.apply(1);
         }
     }
@@ -178,6 +190,7 @@ mod tests {
             lw.after_read(10_000, 1 + 2 * WINDOW_NS, u64::MAX);
             assert_eq!(rcvlowat(fd), 1);
             lw.after_read(100_000_000, 1 + 3 * WINDOW_NS, u64::MAX);
+            lw.after_read(0, 1 + 4 * WINDOW_NS, u64::MAX);
             assert_eq!(rcvlowat(fd), top());
         }
         assert_eq!(rcvlowat(fd), 1, "dropping the owner puts the mark back");

@@ -394,7 +394,11 @@ async fn run_receiver(
             let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
             // The stream ends with the peer's FIN, which wakes the reader
             // whatever the mark, or with [`DataPhase::settle`].
-            let mut low_water = plan.low_water.then(|| LowWater::new(s.as_raw_fd()));
+            let mut low_water = if plan.low_water {
+                LowWater::new(s.as_raw_fd())
+            } else {
+                LowWater::off()
+            };
             let counted = |n: usize| {
                 st.bytes.fetch_add(n as u64, Relaxed);
                 budget.note_received(n as u64);
@@ -415,9 +419,9 @@ async fn run_receiver(
                     Ok(n) => {
                         counted(n);
                         if st.settling.load(SeqCst) {
-                            low_water = None;
-                        } else if let Some(lw) = &mut low_water {
-                            lw.after_read(n, plan.start.elapsed().as_nanos() as u64, u64::MAX);
+                            low_water = LowWater::off();
+                        } else {
+                            low_water.after_read(n, plan.start.elapsed().as_nanos() as u64, u64::MAX);
                         }
                         if close.is_cancelled() {
                             drain(&mut buf);
@@ -428,7 +432,7 @@ async fn run_receiver(
                         // A mark raised just after settle() lowered it
                         // goes back to 1 before this reader sleeps.
                         if st.settling.load(SeqCst) {
-                            low_water = None;
+                            low_water = LowWater::off();
                         }
                         tokio::select! {
                             biased;

@@ -274,7 +274,11 @@ fn transfer<'l, 'a>(
         received: &mut progress.received,
         recv_direction: part.recv_direction(),
         verifier,
-        low_water: (recv > 0 && !pacer.is_paced()).then(|| LowWater::new(link.stream.as_raw_fd())),
+        low_water: if recv > 0 && !pacer.is_paced() {
+            LowWater::new(link.stream.as_raw_fd())
+        } else {
+            LowWater::off()
+        },
         pacer,
         watch_trailer,
     }

@@ -57,8 +57,8 @@ pub(crate) struct Transfer<'l, 'a> {
     /// Once all expected bytes are in, stop sending as soon as the peer
     /// sends anything more (its completion record, ahead of time).
     pub(crate) watch_trailer: bool,
-    /// The receive low-water mark, for flows the peer does not pace.
-    pub(crate) low_water: Option<LowWater>,
+    /// The receive low-water mark (off for flows the peer paces).
+    pub(crate) low_water: LowWater,
 }
 
 enum Step {
@@ -100,9 +100,8 @@ impl Transfer<'_, '_> {
                 *self.received += n as u64;
                 self.link.counters.add_received(n);
                 self.link.moved();
-                if let Some(lw) = &mut self.low_water {
-                    lw.after_read(n, self.link.clock.now_ns(), self.recv_end - *self.received);
-                }
+                self.low_water
+                    .after_read(n, self.link.clock.now_ns(), self.recv_end - *self.received);
                 checked.map_err(|mismatch| Failure::Mismatch {
                     direction: self.recv_direction,
                     mismatch,
