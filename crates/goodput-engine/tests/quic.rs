@@ -96,7 +96,10 @@ async fn batch_scenario_moves_exact_bytes_v4_and_v6() {
         assert_eq!((s.connections, s.streams), (1, 1));
         assert_eq!(r.connections[0].outcome, goodput_core::result::Outcome::Succeeded);
         let p = r.connections[0].quic.expect("quinn's figures in the record");
-        assert!(p.rtt_us > 0 && p.mtu_bytes >= 1200);
+        assert!(p.rtt_us > 0, "{p:?}");
+        // Loopback carries 64 KiB datagrams: path MTU discovery climbs past
+        // quinn's default ceiling of 1,452 bytes to ours.
+        assert!(p.mtu_bytes > 1452, "MTU discovery stopped at {} B", p.mtu_bytes);
     }
 }
 

@@ -197,7 +197,7 @@ pub async fn run_quic(
     };
     let sock = super::udp_socket(bind).map_err(|source| EngineError::Listen { addr: bind, source })?;
     let mut endpoint = Endpoint::new(
-        quinn::EndpointConfig::default(),
+        super::endpoint_config(),
         None,
         sock,
         Arc::new(quinn::TokioRuntime),

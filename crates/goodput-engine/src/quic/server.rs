@@ -95,7 +95,7 @@ pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
         let err = |source| EngineError::Listen { addr, source };
         let sock = super::udp_socket(addr).map_err(err)?;
         let ep = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            super::endpoint_config(),
             Some(cfg.clone()),
             sock,
             Arc::new(quinn::TokioRuntime),
