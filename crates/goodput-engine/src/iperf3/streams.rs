@@ -292,15 +292,73 @@ pub(crate) struct DataPlan {
     pub(crate) payload: Arc<[u8]>,
     /// The data phase's start, for arrival times.
     pub(crate) start: Instant,
-    /// TCP receivers raise their low-water mark (`crate::lowat`).
-    pub(crate) low_water: bool,
+    /// How TCP receivers wait for data.
+    pub(crate) wait: RecvWait,
+}
+
+/// How an unpaced TCP receiver waits when its socket is empty. On loopback
+/// the receiving side's kernel work runs on whichever CPU is in the socket
+/// at the time: while a reader sleeps in epoll, the sender's CPU does it; a
+/// reader inside `recvmsg` takes it over. Which pays depends on the number
+/// of streams (docs/benchmarks.md, "iperf3 server: polling").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RecvWait {
+    /// Sleep until readable (goodput's client receiving with `-R`).
+    Sleep,
+    /// Sleep, with the rate-following low-water mark (`crate::lowat`): one
+    /// fast stream, woken once per large chunk.
+    LowWater,
+    /// Several fast streams: a fast stream's reader polls the socket a few
+    /// hundred times, yielding to the other tasks between tries, before it
+    /// sleeps.
+    Poll,
+}
+
+/// Tries a fast stream's reader makes, yielding between them, before it
+/// sleeps; at ~1 µs each, a few hundred microseconds of a quiet socket.
+const POLLS: u16 = 200;
+/// A stream is fast when it moved at least this much in its last
+/// millisecond-long window (64 KiB/ms ≈ 0.5 Gbit/s): slower ones sleep.
+const FAST_BYTES_PER_MS: u64 = 64 * 1024;
+
+/// Whether a receiver's stream is fast enough to poll for.
+#[derive(Default)]
+struct Pace {
+    window_start_ns: u64,
+    window_bytes: u64,
+    fast: bool,
+    polls: u16,
+}
+
+impl Pace {
+    fn after_read(&mut self, n: usize, now_ns: u64) {
+        self.polls = 0;
+        self.window_bytes += n as u64;
+        let elapsed = now_ns.saturating_sub(self.window_start_ns);
+        if elapsed >= 1_000_000 {
+            self.fast = self.window_bytes * 1_000_000 / elapsed >= FAST_BYTES_PER_MS;
+            self.window_start_ns = now_ns;
+            self.window_bytes = 0;
+        }
+    }
+
+    /// True to try again instead of sleeping.
+    fn poll_again(&mut self) -> bool {
+        if self.fast && self.polls < POLLS {
+            self.polls += 1;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// Payload length for blocks of `len`: whole blocks adding up to at least
-/// 512 KiB, so unpaced TCP senders can write several per call.
+/// 1 MiB, so unpaced TCP senders can write several per call (one stream on
+/// loopback: 36 Gbit/s with 512 KiB calls, 47 with 1 MiB, 44 with 2 MiB).
 fn payload_len(len: usize) -> usize {
     let len = len.max(1);
-    len * (512 * 1024 / len).max(1)
+    len * ((1 << 20) / len).max(1)
 }
 
 /// Sleeps when the stream is ahead of its rate by a millisecond or more.
@@ -394,11 +452,12 @@ async fn run_receiver(
             let mut buf = vec![0u8; plan.len.clamp(256 * 1024, 1024 * 1024)];
             // The stream ends with the peer's FIN, which wakes the reader
             // whatever the mark, or with [`DataPhase::settle`].
-            let mut low_water = if plan.low_water {
+            let mut low_water = if plan.wait == RecvWait::LowWater {
                 LowWater::new(s.as_raw_fd())
             } else {
                 LowWater::off()
             };
+            let mut pace = Pace::default();
             let counted = |n: usize| {
                 st.bytes.fetch_add(n as u64, Relaxed);
                 budget.note_received(n as u64);
@@ -418,10 +477,14 @@ async fn run_receiver(
                     Ok(0) => break,
                     Ok(n) => {
                         counted(n);
+                        let now_ns = plan.start.elapsed().as_nanos() as u64;
+                        if plan.wait == RecvWait::Poll {
+                            pace.after_read(n, now_ns);
+                        }
                         if st.settling.load(SeqCst) {
                             low_water = LowWater::off();
                         } else {
-                            low_water.after_read(n, plan.start.elapsed().as_nanos() as u64, u64::MAX);
+                            low_water.after_read(n, now_ns, u64::MAX);
                         }
                         if close.is_cancelled() {
                             drain(&mut buf);
@@ -433,6 +496,10 @@ async fn run_receiver(
                         // goes back to 1 before this reader sleeps.
                         if st.settling.load(SeqCst) {
                             low_water = LowWater::off();
+                        }
+                        if !close.is_cancelled() && pace.poll_again() {
+                            tokio::task::yield_now().await;
+                            continue;
                         }
                         tokio::select! {
                             biased;
@@ -520,15 +587,17 @@ pub(crate) struct Figures {
 
 impl DataPhase {
     /// Starts a loop per stream (`sockets` in the order of `streams`).
-    /// With `low_water`, unpaced TCP receivers raise their low-water mark
-    /// and [`DataPhase::settle`] must be called before the final figures.
+    /// With `fast_receive`, unpaced TCP receivers wait as [`RecvWait`]
+    /// says suits their number (a low-water mark for one, polling for
+    /// several), and [`DataPhase::settle`] must be called before the final
+    /// figures.
     pub(crate) fn start(
         p: &goodput_core::iperf3::params::Params,
         streams: &[Arc<StreamState>],
         sockets: Vec<DataSocket>,
         budget: Arc<Budget>,
         max_intervals: usize,
-        low_water: bool,
+        fast_receive: bool,
     ) -> Self {
         let start = Instant::now();
         let cpu0 = super::cpu_times();
@@ -538,7 +607,11 @@ impl DataPhase {
             wide_counters: p.udp_counters_64bit,
             payload: super::payload(payload_len(p.len as usize), p.repeating_payload),
             start,
-            low_water: low_water && p.bandwidth == 0,
+            wait: match streams.iter().filter(|s| !s.sender).count() {
+                _ if !fast_receive || p.bandwidth != 0 => RecvWait::Sleep,
+                0 | 1 => RecvWait::LowWater,
+                _ => RecvWait::Poll,
+            },
         });
         // The meter's zero point is taken before any stream moves a byte.
         let omit = Duration::from_secs(u64::from(p.omit));
@@ -860,5 +933,34 @@ impl Meter {
                 }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_fast_streams_poll_and_only_so_many_times() {
+        let mut p = Pace::default();
+        // 32 KiB over 1 ms: slow, so the reader sleeps at once.
+        p.after_read(32 * 1024, 1_000_000);
+        assert!(!p.poll_again());
+        // 1 MiB over the next millisecond: fast.
+        p.after_read(1 << 20, 2_000_000);
+        let polls = (0..1000).take_while(|_| p.poll_again()).count();
+        assert_eq!(polls, usize::from(POLLS));
+        // Data resets the count; a long quiet spell makes it slow again.
+        p.after_read(1, 2_100_000);
+        assert!(p.poll_again());
+        p.after_read(1, 500_000_000);
+        assert!(!p.poll_again());
+    }
+
+    #[test]
+    fn payload_is_whole_blocks_of_at_least_a_mebibyte() {
+        assert_eq!(payload_len(128 * 1024), 1 << 20);
+        assert_eq!(payload_len(1400), 1400 * 748);
+        assert_eq!(payload_len(3 << 20), 3 << 20);
     }
 }
