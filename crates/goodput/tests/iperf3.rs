@@ -242,6 +242,20 @@ fn client_bidir_and_byte_count() {
     assert_eq!(s[0]["bytes"].as_u64(), Some(10 << 20));
     assert_eq!(server_stream_bytes(&server, false), vec![10 << 20]);
     assert_eq!(server["start"]["test_start"]["bytes"].as_u64(), Some(10 << 20));
+
+    // -n 10M over four streams, which share sender threads: the blocks the
+    // streams claim add up to exactly 10 MiB, and the server got each one.
+    let (ours, _, server) = client_run("bytes-p4", &["-n", "10M", "-P", "4"]);
+    let mine: Vec<u64> = streams(&ours)
+        .iter()
+        .map(|x| x["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(mine.iter().sum::<u64>(), 10 << 20, "{mine:?}");
+    assert!(
+        mine.iter().all(|&b| b % (128 << 10) == 0),
+        "whole blocks: {mine:?}"
+    );
+    assert_eq!(server_stream_bytes(&server, false), mine);
 }
 
 #[test]
@@ -398,6 +412,14 @@ fn iperf3_client_tcp_against_goodput_server() {
     assert_eq!(sum(&v, "sum_received"), sum(&v, "sum_sent"));
     assert!(sum(&v, "sum_sent") >= 20 << 20);
 
+    // The same sent by the server (its four senders share a thread): the
+    // server's blocks add up to exactly 20 MiB and the client got them all.
+    let (out, v) = srv.iperf3(&["-n", "20M", "-P", "4", "-R"]);
+    check(&out);
+    assert_eq!(v["end"]["streams"].as_array().unwrap().len(), 4);
+    assert_eq!(sum(&v, "sum_sent"), 20 << 20);
+    assert_eq!(sum(&v, "sum_received"), 20 << 20);
+
     // --bidir: both directions have the server's figures.
     let (out, v) = srv.iperf3(&["-t", "2", "--bidir"]);
     check(&out);
@@ -412,7 +434,7 @@ fn iperf3_client_tcp_against_goodput_server() {
     assert!(text.contains("goodput") && text.contains("received"), "{v}");
 
     let console = srv.stop();
-    assert_eq!(console.matches("iperf3 TCP test").count(), 5, "{console}");
+    assert_eq!(console.matches("iperf3 TCP test").count(), 6, "{console}");
 }
 
 #[test]

@@ -366,8 +366,10 @@ async fn run_test(
     )
     .await?;
 
-    // The client owns the end conditions; the server just moves data.
-    let budget = Arc::new(Budget::new(0, 0, u64::from(p.len)));
+    // The client ends the test; the byte and block limits bind the
+    // server's senders too (`-R`, `--bidir`), as iperf3's server stops
+    // sending at `-n`/`-k` (it used to send on until TEST_END).
+    let budget = Arc::new(Budget::new(p.num, p.blockcount, u64::from(p.len)));
     let mut phase = DataPhase::start(&p, &served.parts.streams, sockets, budget, spec.max_records, true);
     let omit = Duration::from_secs(u64::from(p.omit));
     let mut ticker = phase.ticker(spec.status_interval);

@@ -182,9 +182,11 @@ fn send_blocking(
         1
     };
     let chunk = &plan.payload[..plan.len * per_call];
-    let mut off = 0usize;
+    // Where the stream is in its chunk; `None` until it has claimed the
+    // chunk's blocks, so a write that times out empty does not claim again.
+    let mut at: Option<usize> = None;
     while !stop.is_cancelled() {
-        if off == 0 {
+        if at.is_none() {
             if plan.rate > 0 {
                 let due = Duration::from_secs_f64(st.bytes.load(Relaxed) as f64 * 8.0 / plan.rate as f64);
                 let now = start.elapsed();
@@ -198,6 +200,8 @@ fn send_blocking(
                 break;
             }
         }
+        let off = at.unwrap_or(0);
+        at = Some(off);
         match s.write(&chunk[off..]) {
             Ok(0) => {
                 st.fail("send: wrote 0 bytes".into());
@@ -205,10 +209,7 @@ fn send_blocking(
             }
             Ok(n) => {
                 st.bytes.fetch_add(n as u64, Relaxed);
-                off += n;
-                if off == chunk.len() {
-                    off = 0;
-                }
+                at = (off + n < chunk.len()).then_some(off + n);
             }
             Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {
@@ -218,6 +219,125 @@ fn send_blocking(
         }
     }
     s
+}
+
+/// Threads for a test's unpaced TCP senders: half the CPUs, at least one,
+/// at most one per stream. On loopback the receiving side needs CPUs too:
+/// with one thread per stream on this 2-core machine, `-P 4` against a stock
+/// server ran at 23–33 Gbit/s; with the senders kept on one CPU, 44–48
+/// (docs/benchmarks.md, "iperf3 client: senders").
+fn sender_threads(streams: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cpus / 2).clamp(1, streams.max(1))
+}
+
+/// Several unpaced TCP streams sent from one blocking thread: each socket
+/// non-blocking, written in turn, and `poll` when none of them has room.
+/// Blocks are claimed as [`send_blocking`] claims them.
+fn send_group(
+    mut socks: Vec<(std::net::TcpStream, Arc<StreamState>)>,
+    plan: &DataPlan,
+    budget: &Budget,
+    stop: &CancellationToken,
+) -> Vec<std::net::TcpStream> {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let per_call = if budget.limited() {
+        1
+    } else {
+        (plan.payload.len() / plan.len).max(1)
+    };
+    let chunk = &plan.payload[..plan.len * per_call];
+    let mut at: Vec<Option<usize>> = vec![None; socks.len()];
+    let mut live = vec![true; socks.len()];
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(socks.len());
+    while !stop.is_cancelled() && live.contains(&true) {
+        let mut moved = false;
+        for (i, (s, st)) in socks.iter_mut().enumerate() {
+            if !live[i] {
+                continue;
+            }
+            if at[i].is_none() {
+                if !budget.claim() {
+                    live[i] = false;
+                    continue;
+                }
+                at[i] = Some(0);
+            }
+            let off = at[i].unwrap_or(0);
+            match s.write(&chunk[off..]) {
+                Ok(0) => {
+                    st.fail("send: wrote 0 bytes".into());
+                    live[i] = false;
+                }
+                Ok(n) => {
+                    st.bytes.fetch_add(n as u64, Relaxed);
+                    at[i] = (off + n < chunk.len()).then_some(off + n);
+                    moved = true;
+                }
+                Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    st.fail(format!("send: {e}"));
+                    live[i] = false;
+                }
+            }
+        }
+        if !moved {
+            fds.clear();
+            for (i, (s, _)) in socks.iter().enumerate() {
+                if live[i] {
+                    fds.push(libc::pollfd {
+                        fd: s.as_raw_fd(),
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    });
+                }
+            }
+            // SAFETY: `fds` is a live array of `fds.len()` pollfd records.
+            // The tick bounds the wait so a stop is seen; errors show on
+            // the next write.
+            unsafe {
+                libc::poll(
+                    fds.as_mut_ptr(),
+                    fds.len() as libc::nfds_t,
+                    BLOCKING_TICK.as_millis() as libc::c_int,
+                )
+            };
+        }
+    }
+    socks.into_iter().map(|(s, _)| s).collect()
+}
+
+/// Runs [`send_group`] on a blocking thread and hands the sockets back.
+async fn run_sender_group(
+    socks: Vec<(TcpStream, Arc<StreamState>)>,
+    plan: Arc<DataPlan>,
+    budget: Arc<Budget>,
+    stop: CancellationToken,
+) -> Vec<DataSocket> {
+    let states: Vec<Arc<StreamState>> = socks.iter().map(|(_, st)| st.clone()).collect();
+    let mut std_socks = Vec::new();
+    for (s, st) in socks {
+        // tokio hands its sockets over in non-blocking mode, as wanted here.
+        match s.into_std() {
+            Ok(t) => std_socks.push((t, st)),
+            Err(e) => st.fail(format!("socket setup: {e}")),
+        }
+    }
+    let done = tokio::task::spawn_blocking(move || send_group(std_socks, &plan, &budget, &stop)).await;
+    match done {
+        Ok(socks) => socks
+            .into_iter()
+            .zip(&states)
+            .map(|(t, st)| from_blocking(Ok(t), st))
+            .collect(),
+        Err(e) => {
+            for st in &states {
+                st.fail(format!("sender thread: {e}"));
+            }
+            Vec::new()
+        }
+    }
 }
 
 /// The byte and block end conditions, shared by every stream of a test.
@@ -571,7 +691,7 @@ pub(crate) struct DataPhase {
     /// Stops the senders.
     pub(crate) stop: CancellationToken,
     close: CancellationToken,
-    senders: Vec<tokio::task::JoinHandle<DataSocket>>,
+    senders: Vec<tokio::task::JoinHandle<Vec<DataSocket>>>,
     receivers: Vec<tokio::task::JoinHandle<DataSocket>>,
 }
 
@@ -619,13 +739,40 @@ impl DataPhase {
         let (stop, close) = (CancellationToken::new(), CancellationToken::new());
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
+        // Unpaced TCP senders share threads (`sender_threads`); a thread
+        // with one stream keeps the blocking-write loop.
+        let mut unpaced = Vec::new();
         for (sock, st) in sockets.into_iter().zip(streams) {
             let (st, plan, budget) = (st.clone(), plan.clone(), budget.clone());
             if st.sender {
-                senders.push(tokio::spawn(run_sender(sock, st, plan, budget, stop.clone())));
+                match sock {
+                    DataSocket::Tcp(t) if plan.rate == 0 => unpaced.push((t, st)),
+                    sock => {
+                        let stop = stop.clone();
+                        senders.push(tokio::spawn(async move {
+                            vec![run_sender(sock, st, plan, budget, stop).await]
+                        }));
+                    }
+                }
             } else {
                 receivers.push(tokio::spawn(run_receiver(sock, st, plan, budget, close.clone())));
             }
+        }
+        let threads = sender_threads(unpaced.len());
+        let mut groups: Vec<Vec<(TcpStream, Arc<StreamState>)>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, s) in unpaced.into_iter().enumerate() {
+            groups[i % threads].push(s);
+        }
+        for mut g in groups.into_iter().filter(|g| !g.is_empty()) {
+            let (plan, budget, stop) = (plan.clone(), budget.clone(), stop.clone());
+            senders.push(if g.len() == 1 {
+                let (t, st) = g.pop().expect("one stream");
+                tokio::spawn(
+                    async move { vec![run_sender(DataSocket::Tcp(t), st, plan, budget, stop).await] },
+                )
+            } else {
+                tokio::spawn(run_sender_group(g, plan, budget, stop))
+            });
         }
         Self {
             start,
@@ -657,7 +804,7 @@ impl DataPhase {
         let mut held = Vec::new();
         for h in self.senders.drain(..) {
             if let Ok(s) = h.await {
-                held.push(s);
+                held.extend(s);
             }
         }
         held
