@@ -170,6 +170,38 @@ async fn nobody_listening_fails_the_stream_quickly() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_stops_mid_stream_fails_the_stream() {
+    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
+    let addr = b.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let running = b.start(cancel.clone());
+    // A two-second download; the server stops after half a second.
+    let stopper = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            cancel.cancel();
+        })
+    };
+    let r = run_media(
+        client_spec(addr, small_plan(2)),
+        &mut NullObserver,
+        CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    stopper.await.unwrap();
+    let _ = running.wait().await;
+    match &r.connections[0].outcome {
+        Outcome::NetworkError { name, .. } => assert_eq!(name, "NoEnd"),
+        other => panic!("expected a NoEnd failure, got {other:?}"),
+    }
+    let t = total(&r);
+    assert!(t.frames_completed > 0 && t.frames_dropped > 0, "{t:?}");
+    assert_eq!(t.frames_completed + t.frames_dropped + t.frames_repeated, 100);
+}
+
 /// What the relay does to data datagrams, by sequence: server → client
 /// ones, or client → server ones when `upload`.
 #[derive(Default, Clone)]

@@ -711,6 +711,19 @@ impl Driver {
                     Some(e) => crate::socket::network_outcome("send", e),
                     None => network("send", "NothingSent", "no datagram was sent".into()),
                 },
+                // The server sends its end-of-stream message three times
+                // after its last frame; none of them arriving means it
+                // stopped (or the path died) before the end, and the frames
+                // it never sent were counted dropped.
+                (Phase::Recv(i), Some(s)) if i.end_sent.is_none() => network(
+                    "receive",
+                    "NoEnd",
+                    format!(
+                        "the server's end-of-stream message never came: it stopped or the path failed \
+                         mid-stream ({} of {} frames completed, {} dropped)",
+                        s.frames_completed, self.c.plan.frames, s.frames_dropped
+                    ),
+                ),
                 _ => Outcome::Succeeded,
             },
         };
