@@ -164,6 +164,37 @@ fn timed_out(e: &std::io::Error) -> bool {
     )
 }
 
+/// One write of the rest of a claimed chunk, `at` bytes into it; moves
+/// `at` on (`None` once the chunk is all out). `Ok(true)`: bytes moved;
+/// `Ok(false)`: no room (timed out or would block); `Err`: the stream
+/// failed and is marked so.
+fn write_chunk(
+    s: &mut std::net::TcpStream,
+    st: &StreamState,
+    chunk: &[u8],
+    at: &mut Option<usize>,
+) -> Result<bool, ()> {
+    use std::io::Write;
+    let off = at.unwrap_or(0);
+    *at = Some(off);
+    match s.write(&chunk[off..]) {
+        Ok(0) => {
+            st.fail("send: wrote 0 bytes".into());
+            Err(())
+        }
+        Ok(n) => {
+            st.bytes.fetch_add(n as u64, Relaxed);
+            *at = (off + n < chunk.len()).then_some(off + n);
+            Ok(true)
+        }
+        Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => Ok(false),
+        Err(e) => {
+            st.fail(format!("send: {e}"));
+            Err(())
+        }
+    }
+}
+
 fn send_blocking(
     mut s: std::net::TcpStream,
     st: &StreamState,
@@ -172,7 +203,6 @@ fn send_blocking(
     stop: &CancellationToken,
     start: Instant,
 ) -> std::net::TcpStream {
-    use std::io::Write;
     // Unpaced and unbudgeted streams write several blocks per call (blocks
     // are only a unit of account on a byte stream); budgeted ones claim and
     // write one block at a time, so -n and -k stay exact.
@@ -200,22 +230,8 @@ fn send_blocking(
                 break;
             }
         }
-        let off = at.unwrap_or(0);
-        at = Some(off);
-        match s.write(&chunk[off..]) {
-            Ok(0) => {
-                st.fail("send: wrote 0 bytes".into());
-                break;
-            }
-            Ok(n) => {
-                st.bytes.fetch_add(n as u64, Relaxed);
-                at = (off + n < chunk.len()).then_some(off + n);
-            }
-            Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => {
-                st.fail(format!("send: {e}"));
-                break;
-            }
+        if write_chunk(&mut s, st, chunk, &mut at).is_err() {
+            break;
         }
     }
     s
@@ -240,7 +256,6 @@ fn send_group(
     budget: &Budget,
     stop: &CancellationToken,
 ) -> Vec<std::net::TcpStream> {
-    use std::io::Write;
     use std::os::fd::AsRawFd;
     let per_call = if budget.limited() {
         1
@@ -264,22 +279,9 @@ fn send_group(
                 }
                 at[i] = Some(0);
             }
-            let off = at[i].unwrap_or(0);
-            match s.write(&chunk[off..]) {
-                Ok(0) => {
-                    st.fail("send: wrote 0 bytes".into());
-                    live[i] = false;
-                }
-                Ok(n) => {
-                    st.bytes.fetch_add(n as u64, Relaxed);
-                    at[i] = (off + n < chunk.len()).then_some(off + n);
-                    moved = true;
-                }
-                Err(e) if timed_out(&e) || e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    st.fail(format!("send: {e}"));
-                    live[i] = false;
-                }
+            match write_chunk(s, st, chunk, &mut at[i]) {
+                Ok(m) => moved |= m,
+                Err(()) => live[i] = false,
             }
         }
         if !moved {
@@ -727,10 +729,12 @@ impl DataPhase {
             wide_counters: p.udp_counters_64bit,
             payload: super::payload(payload_len(p.len as usize), p.repeating_payload),
             start,
-            wait: match streams.iter().filter(|s| !s.sender).count() {
-                _ if !fast_receive || p.bandwidth != 0 => RecvWait::Sleep,
-                0 | 1 => RecvWait::LowWater,
-                _ => RecvWait::Poll,
+            wait: if !fast_receive || p.bandwidth != 0 {
+                RecvWait::Sleep
+            } else if streams.iter().filter(|s| !s.sender).count() > 1 {
+                RecvWait::Poll
+            } else {
+                RecvWait::LowWater
             },
         });
         // The meter's zero point is taken before any stream moves a byte.
