@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use goodput_core::media::wire::{Message, Request, DATA_HEADER_LEN};
 use goodput_core::media::MediaPlan;
 use goodput_core::result::{MediaServerCounters, MediaStats, Outcome, ProtocolErrorKind, TestResult};
-use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
+use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec, RunningMedia};
 use goodput_engine::{CancellationToken, NullObserver};
 
 fn server_spec(ip: IpAddr) -> MediaServerSpec {
@@ -49,12 +49,18 @@ fn client_spec(target: SocketAddr, plan: MediaPlan) -> MediaSpec {
     }
 }
 
-/// Runs a media server, then the client against `target(server address)`.
-async fn run(ip: IpAddr, spec: impl FnOnce(SocketAddr) -> MediaSpec) -> (TestResult, MediaServerCounters) {
-    let b = bind_media(server_spec(ip)).expect("bind media server");
+/// Starts a media server: its address, its cancel and the running service.
+fn serve(spec: MediaServerSpec) -> (SocketAddr, CancellationToken, RunningMedia) {
+    let b = bind_media(spec).expect("bind media server");
     let addr = b.local_addrs()[0];
     let cancel = CancellationToken::new();
     let running = b.start(cancel.clone());
+    (addr, cancel, running)
+}
+
+/// Runs a media server, then the client against `target(server address)`.
+async fn run(ip: IpAddr, spec: impl FnOnce(SocketAddr) -> MediaSpec) -> (TestResult, MediaServerCounters) {
+    let (addr, cancel, running) = serve(server_spec(ip));
     let result = run_media(spec(addr), &mut NullObserver, CancellationToken::new())
         .await
         .expect("client runs");
@@ -172,10 +178,7 @@ async fn nobody_listening_fails_the_stream_quickly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_stops_mid_stream_fails_the_stream() {
-    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let addr = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    let (addr, cancel, running) = serve(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     // A two-second download; the server stops after half a second.
     let stopper = {
         let cancel = cancel.clone();
@@ -326,10 +329,7 @@ async fn faults_counted_exactly(upload: bool) {
         hold: [50, 450].into(),                        // frames 6 and 46
         corrupt: [600, 700].into(),                    // frames 61 and 71
     };
-    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let server = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    let (server, cancel, running) = serve(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     let relay = Relay::start(server, faults);
     let spec = MediaSpec {
         upload,
@@ -417,10 +417,7 @@ fn collect(s: &UdpSocket, for_: Duration) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_the_cookie_gets_only_a_challenge() {
-    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let server = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    let (server, cancel, running) = serve(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.connect(server).unwrap();
     let req = request(42, [0; 16], 10);
@@ -440,10 +437,7 @@ async fn a_request_without_the_cookie_gets_only_a_challenge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn junk_is_counted_and_dropped_and_the_server_goes_on() {
-    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let server = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    let (server, cancel, running) = serve(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.connect(server).unwrap();
     let mut junk: Vec<Vec<u8>> = (0..80).map(|n| vec![0xA5; n]).collect();
@@ -498,10 +492,7 @@ async fn junk_is_counted_and_dropped_and_the_server_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_reports_stop_ends_within_the_timeout() {
-    let b = bind_media(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))).unwrap();
-    let server = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    let (server, cancel, running) = serve(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.connect(server).unwrap();
     s.send(&request(7, [0; 16], 60)).unwrap();
@@ -534,15 +525,11 @@ async fn a_stream_whose_reports_stop_ends_within_the_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_limits_a_stream_is_refused_with_the_reason() {
-    let b = bind_media(MediaServerSpec {
+    let (server, cancel, running) = serve(MediaServerSpec {
         max_streams: 1,
         max_bits_per_second: 5_000_000,
         ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
-    })
-    .unwrap();
-    let server = b.local_addrs()[0];
-    let cancel = CancellationToken::new();
-    let running = b.start(cancel.clone());
+    });
     // Two streams where one is allowed: one runs, one is refused as busy.
     let r = run_media(
         MediaSpec {
