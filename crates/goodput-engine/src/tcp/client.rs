@@ -1,12 +1,13 @@
 //! The TCP client: schedules connections (concurrency, iterations, connect
 //! throttle), runs each one, and records both ends' views.
 
+use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_core::cts;
-use goodput_core::pattern::{Pattern, PatternVerifier};
+use goodput_core::pattern::Pattern;
 use goodput_core::result::{
     ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, Span, TcpSettings, TestKind, TestResult,
     WireProtocol,
@@ -22,8 +23,8 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, exchange, outcome_of_failure, outcome_of_verdict, unix_ms_now, Event, Part, Progress, RunControl,
-    ShutdownMode, TcpClientSpec,
+    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, DataPhase, Ended, Event, Part, Progress,
+    RunControl, Shared, ShutdownMode, TcpClientSpec,
 };
 use crate::counters::{Counters, RunClock};
 use crate::socket::{bind_client, set_rude_close, tcp_info, tcp_socket};
@@ -31,11 +32,10 @@ use crate::{EngineError, Observer};
 
 struct ClientCtx {
     spec: TcpClientSpec,
-    pattern: Pattern,
-    counters: Counters,
-    cancel: CancellationToken,
-    clock: RunClock,
+    run: Shared,
     throttle: Semaphore,
+    /// One permit per concurrent connection.
+    slots: Semaphore,
     tx: mpsc::UnboundedSender<Event>,
     report_established: bool,
 }
@@ -119,13 +119,18 @@ pub async fn run_client(
     } else {
         spec.throttle.min(Semaphore::MAX_PERMITS as u64) as usize
     };
+    let slots = spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize;
     let ctx = Arc::new(ClientCtx {
-        pattern: Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
+        run: Shared {
+            counters: Counters::default(),
+            cancel: cancel.clone(),
+            clock,
+            idle: spec.idle_timeout,
+            pattern: Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
+        },
         spec,
-        counters: Counters::default(),
-        cancel: cancel.clone(),
-        clock,
         throttle: Semaphore::new(throttle),
+        slots: Semaphore::new(slots),
         tx,
         report_established: observer.wants_established(),
     });
@@ -133,9 +138,6 @@ pub async fn run_client(
         0 => u64::MAX,
         n => n.saturating_mul(ctx.spec.connections),
     };
-    let slots = Arc::new(Semaphore::new(
-        ctx.spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize,
-    ));
     let tracker = TaskTracker::new();
     let schedule = {
         let ctx = ctx.clone();
@@ -144,18 +146,16 @@ pub async fn run_client(
             for index in 0..total {
                 let permit = tokio::select! {
                     biased;
-                    _ = ctx.cancel.cancelled() => break,
-                    p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+                    _ = ctx.run.cancel.cancelled() => break,
+                    p = ctx.slots.acquire() => p.expect("semaphore never closed"),
                 };
-                if ctx.cancel.is_cancelled() {
+                if ctx.run.cancel.is_cancelled() {
                     break;
                 }
-                let ctx = ctx.clone();
-                tracker.spawn(async move {
-                    let record = connection(&ctx, index).await;
-                    let _ = ctx.tx.send(Event::Record(Box::new(record)));
-                    drop(permit);
-                });
+                // The task gives its slot back itself: a permit held in it
+                // would cost every connection 16 bytes.
+                permit.forget();
+                tracker.spawn(connection(ctx.clone(), index));
             }
             tracker.close();
             tracker.wait().await;
@@ -168,7 +168,7 @@ pub async fn run_client(
         exit_after: None,
         max_records: spec.max_records,
     };
-    let driven = drive(rx, &ctx.counters, clock, observer, control, &cancel, schedule).await;
+    let driven = drive(rx, &ctx.run.counters, clock, observer, control, &cancel, schedule).await;
     Ok(driven.into_result(TestKind::TcpClient, started_unix_ms, client_settings(spec)))
 }
 
@@ -204,7 +204,7 @@ async fn connect(ctx: &ClientCtx, index: u64, target: SocketAddr) -> Result<TcpS
     let _permit = ctx.throttle.acquire().await.expect("semaphore never closed");
     tokio::select! {
         biased;
-        _ = ctx.cancel.cancelled() => Err(Failure::Cancelled),
+        _ = ctx.run.cancel.cancelled() => Err(Failure::Cancelled),
         r = tokio::time::timeout(spec.idle_timeout, sock.connect(target)) => match r {
             Err(_) => Err(Failure::Net {
                 during: "connect",
@@ -215,9 +215,17 @@ async fn connect(ctx: &ClientCtx, index: u64, target: SocketAddr) -> Result<TcpS
     }
 }
 
-async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
-    let spec = &ctx.spec;
-    let (transfer, buffer, rate, rude) = {
+/// What one connection picked from the ranges it was given.
+#[derive(Debug, Clone, Copy)]
+struct Terms {
+    transfer: u64,
+    rate: u64,
+    buffer: u32,
+    rude: bool,
+}
+
+impl Terms {
+    fn pick(spec: &TcpClientSpec) -> Self {
         let mut rng = rand::thread_rng();
         let rate = spec.rate_limit.map(|r| r.pick(rng.gen()).0).unwrap_or(0);
         let rude = match spec.shutdown {
@@ -225,117 +233,248 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
             ShutdownMode::Rude => true,
             ShutdownMode::Random => rng.gen(),
         };
-        (
-            spec.transfer.pick(rng.gen()).0,
-            spec.buffer.pick(rng.gen()).0,
+        Self {
+            transfer: spec.transfer.pick(rng.gen()).0,
+            // The hello carries the buffer in 32 bits.
+            buffer: spec.buffer.pick(rng.gen()).0.min(u64::from(u32::MAX)) as u32,
             rate,
             rude,
-        )
-    };
-    let target = spec.targets[(index % spec.targets.len() as u64) as usize];
-    let hello = Hello {
-        pattern: spec.pattern,
-        verify: spec.verify,
-        transfer,
-        push_segment: spec.push_bytes,
-        pull_segment: spec.pull_bytes,
-        server_buffer: buffer.min(u64::from(u32::MAX)) as u32,
-        server_send_buffer: spec.socket.send_buffer.unwrap_or(0),
-        server_recv_buffer: spec.socket.recv_buffer.unwrap_or(0),
-        server_rate: rate,
-        rate_period_ms: spec.rate_period.as_millis() as u32,
-        burst_count: spec.burst.map(|b| b.0).unwrap_or(0),
-        burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
-    };
-    let start_s = ctx.clock.now_s();
-    // The record is assembled at the end: holding it through the connection
-    // would keep its 400-odd bytes in every idle connection's task.
-    let finish =
-        |local: String, heard: Heard, outcome: Outcome, shutdown: Option<ShutdownMode>| ConnectionRecord {
-            index,
-            connection_id: heard.connection_id,
-            local_address: local,
-            remote_address: target.to_string(),
-            start_s,
-            time_slice_s: ctx.clock.now_s(),
-            elapsed_ns: 0,
-            pattern: Some(spec.pattern),
-            transfer_bytes: transfer,
-            buffer_bytes: buffer,
-            rate_limit_bytes_per_second: rate,
-            sent_bytes: 0,
-            received_bytes: 0,
-            outcome,
-            peer: heard.peer.map(|p| *p),
-            shutdown,
-            quic: None,
-            tcp_info: None,
-            media: None,
+        }
+    }
+
+    fn hello(&self, spec: &TcpClientSpec) -> Hello {
+        Hello {
+            pattern: spec.pattern,
+            verify: spec.verify,
+            transfer: self.transfer,
+            push_segment: spec.push_bytes,
+            pull_segment: spec.pull_bytes,
+            server_buffer: self.buffer,
+            server_send_buffer: spec.socket.send_buffer.unwrap_or(0),
+            server_recv_buffer: spec.socket.recv_buffer.unwrap_or(0),
+            server_rate: self.rate,
+            rate_period_ms: spec.rate_period.as_millis() as u32,
+            burst_count: spec.burst.map(|b| b.0).unwrap_or(0),
+            burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
+        }
+    }
+}
+
+impl Terms {
+    /// Pattern bytes the client sends and receives.
+    fn planned(&self, spec: &TcpClientSpec) -> (u64, u64) {
+        let plan = self.hello(spec).plan();
+        (plan.client_to_server, plan.server_to_client)
+    }
+
+    /// The client's part in the data phase.
+    fn part(&self, spec: &TcpClientSpec) -> Part {
+        Part {
+            plan: self.hello(spec).plan(),
+            is_client: true,
+            buffer: self.buffer as usize,
+            verify: spec.verify == VerifyMode::Data,
+            pacer: Pacer::new(self.rate, spec.rate_period, spec.burst),
+            watch_trailer: spec.wire == WireProtocol::Goodput,
+            deadline_ns: None,
+        }
+    }
+}
+
+fn target(spec: &TcpClientSpec, index: u64) -> SocketAddr {
+    spec.targets[(index % spec.targets.len() as u64) as usize]
+}
+
+/// A connection's record, assembled at its end: holding it through the
+/// connection would keep its 400-odd bytes in every idle connection's task.
+fn record(
+    ctx: &ClientCtx,
+    index: u64,
+    start_s: f64,
+    terms: &Terms,
+    local: Option<SocketAddr>,
+    heard: Heard,
+    outcome: Outcome,
+) -> ConnectionRecord {
+    ConnectionRecord {
+        index,
+        connection_id: heard.connection_id.into_string(),
+        local_address: local.map(|a| a.to_string()).unwrap_or_default(),
+        remote_address: target(&ctx.spec, index).to_string(),
+        start_s,
+        time_slice_s: ctx.run.clock.now_s(),
+        elapsed_ns: 0,
+        pattern: Some(ctx.spec.pattern),
+        transfer_bytes: terms.transfer,
+        buffer_bytes: u64::from(terms.buffer),
+        rate_limit_bytes_per_second: terms.rate,
+        sent_bytes: 0,
+        received_bytes: 0,
+        outcome,
+        peer: heard.peer.map(|p| *p),
+        shutdown: None,
+        quic: None,
+        tcp_info: None,
+        media: None,
+    }
+}
+
+/// One connection's task. An `async move` block rather than an `async fn`:
+/// an `async fn` stores its arguments twice, and this future's size is what
+/// every established connection costs. Only the data phase is inline; the
+/// connect, negotiation and finish are boxed, as they are brief, and no large
+/// value is named across the data phase.
+// Deliberately not an `async fn` (see above).
+#[allow(clippy::manual_async_fn)]
+fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Send {
+    async move {
+        let spec = &ctx.spec;
+        let terms = Terms::pick(spec);
+        let start_s = ctx.run.clock.now_s();
+        // No match arm below awaits: a matched value is kept through its arms.
+        let stream = match Box::pin(connect(&ctx, index, target(spec, index))).await {
+            Ok(stream) => stream,
+            Err(f) => {
+                let outcome = outcome_of_failure(&f, "client");
+                let record = record(&ctx, index, start_s, &terms, None, Heard::default(), outcome);
+                return ended(&ctx, record);
+            }
         };
-    // Boxed: the connect phase is brief and its state large.
-    let stream = match Box::pin(connect(ctx, index, target)).await {
-        Ok(s) => s,
-        Err(f) => {
-            return finish(
-                String::new(),
-                Heard::default(),
-                outcome_of_failure(&f, "client"),
-                None,
-            )
+        let local = stream.local_addr().ok();
+        if ctx.report_established {
+            let _ = ctx.tx.send(Event::Established {
+                index,
+                local: local.map(|a| a.to_string()).unwrap_or_default(),
+                remote: target(spec, index).to_string(),
+            });
+        }
+        let in_flight = ctx.run.counters.enter_in_flight();
+        let link = Link::new(&stream, &ctx.run);
+        let t0 = ctx.run.clock.now_ns();
+        let mut id = ConnId::None;
+        let early = Box::pin(negotiation(&link, terms.hello(spec), spec.wire, &mut id)).await;
+        let (end, progress) = if let Some(e) = early {
+            (SessionEnd::Early(*e), Progress::default())
+        } else {
+            let (moved, progress) = DataPhase::new(&link, terms.part(spec)).await;
+            (SessionEnd::Data(moved), progress)
+        };
+        let session = Session {
+            ctx: &ctx,
+            index,
+            start_s,
+            terms,
+            local,
+            t0,
+        };
+        let record = Box::pin(finish(session, &stream, &link, id, end, progress, in_flight)).await;
+        drop(stream);
+        ended(&ctx, record);
+    }
+}
+
+/// Hands a connection's record to the run loop and frees its slot.
+fn ended(ctx: &ClientCtx, record: ConnectionRecord) {
+    let _ = ctx.tx.send(Event::Record(Box::new(record)));
+    ctx.slots.add_permits(1);
+}
+
+/// How a session ended before the connection's close.
+enum SessionEnd {
+    /// In negotiation: a rejection's outcome, or a failure.
+    Early(Result<Outcome, Failure>),
+    /// In the data phase; the server's trailer comes next.
+    Data(Result<Ended, Failure>),
+}
+
+/// What the finish needs to know about the connection.
+struct Session<'c> {
+    ctx: &'c ClientCtx,
+    index: u64,
+    start_s: f64,
+    terms: Terms,
+    local: Option<SocketAddr>,
+    t0: u64,
+}
+
+/// Sends the hello and reads the answer (or reads the cts id), under the
+/// guard. `None`: go on to the data phase.
+async fn negotiation(
+    link: &Link<'_>,
+    hello: Hello,
+    wire: WireProtocol,
+    id: &mut ConnId,
+) -> Option<Box<Result<Outcome, Failure>>> {
+    match link.guard(negotiate(link, hello, wire, id)).await {
+        Ok(None) => None,
+        Ok(Some(rejected)) => Some(Box::new(Ok(rejected))),
+        Err(f) => Some(Box::new(Err(f))),
+    }
+}
+
+/// After the data phase: the server's trailer, this end's outcome, the
+/// close, and the connection's record.
+async fn finish(
+    session: Session<'_>,
+    stream: &TcpStream,
+    link: &Link<'_>,
+    id: ConnId,
+    end: SessionEnd,
+    progress: Progress,
+    in_flight: crate::counters::InFlight<'_>,
+) -> ConnectionRecord {
+    let Session {
+        ctx,
+        index,
+        start_s,
+        terms,
+        local,
+        t0,
+    } = session;
+    let spec = &ctx.spec;
+    let mut heard = Heard {
+        connection_id: id,
+        peer: None,
+    };
+    let result = match end {
+        SessionEnd::Early(r) => r,
+        SessionEnd::Data(moved) => {
+            let planned = terms.planned(spec);
+            let all_received = progress.received == planned.1;
+            trailer_after(link, spec.wire, moved, all_received)
+                .await
+                .map(|t| judge(t, progress, planned, &mut heard))
         }
     };
-    let local = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
-    if ctx.report_established {
-        let _ = ctx.tx.send(Event::Established {
-            index,
-            local: local.clone(),
-            remote: target.to_string(),
-        });
-    }
-    let in_flight = ctx.counters.enter_in_flight();
-    let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
-    let t0 = ctx.clock.now_ns();
-    let mut progress = Progress::default();
-    let mut heard = Heard::default();
-    let result = link
-        .guard(session(
-            ctx,
-            &link,
-            &hello,
-            buffer as usize,
-            &mut progress,
-            &mut heard,
-        ))
-        .await;
-    let elapsed_ns = ctx.clock.now_ns() - t0;
+    let elapsed_ns = ctx.run.clock.now_ns() - t0;
     drop(in_flight);
-    let tcp = tcp_info(&stream).ok();
+    let tcp = tcp_info(stream).ok();
     let mut outcome = match result {
         Ok(outcome) => outcome,
         Err(f) => outcome_of_failure(&f, "client"),
     };
-    let mut shutdown = if rude {
+    let mut shutdown = if terms.rude {
         ShutdownMode::Rude
     } else {
         ShutdownMode::Graceful
     };
     if outcome.is_success() {
-        if rude {
-            let _ = set_rude_close(&stream);
-        } else if let Err(f) = link.guard(Box::pin(close_gracefully(&link))).await {
+        if terms.rude {
+            let _ = set_rude_close(stream);
+        } else if let Err(f) = link.guard(close_gracefully(link)).await {
             outcome = match f {
                 Failure::TooMuch => outcome_of_verdict(&Verdict::TooMuchData, "client"),
                 f => outcome_of_failure(&f, "client"),
             };
-            let _ = set_rude_close(&stream);
+            let _ = set_rude_close(stream);
         }
     } else {
         // Any connection that failed is reset, so the peer learns at once.
         shutdown = ShutdownMode::Rude;
-        let _ = set_rude_close(&stream);
+        let _ = set_rude_close(stream);
     }
-    drop(stream);
-    let mut record = finish(local, heard, outcome, Some(shutdown));
+    let mut record = record(ctx, index, start_s, &terms, local, heard, outcome);
+    record.shutdown = Some(shutdown);
     record.elapsed_ns = elapsed_ns;
     record.sent_bytes = progress.sent;
     record.received_bytes = progress.received;
@@ -347,8 +486,36 @@ async fn connection(ctx: &ClientCtx, index: u64) -> ConnectionRecord {
 /// from the completion record, the server's own counts and verdict.
 #[derive(Default)]
 struct Heard {
-    connection_id: String,
+    connection_id: ConnId,
     peer: Option<Box<PeerView>>,
+}
+
+/// The connection id the server gave: kept as a UUID's 16 bytes when it is
+/// one (always on the goodput wire, usually on the cts wire), so a
+/// connection holds no string for it until its record is written.
+#[derive(Default)]
+enum ConnId {
+    #[default]
+    None,
+    Uuid(uuid::Uuid),
+    Text(Box<str>),
+}
+
+impl ConnId {
+    fn from_text(text: String) -> Self {
+        match uuid::Uuid::try_parse(&text) {
+            Ok(u) if u.hyphenated().to_string() == text => ConnId::Uuid(u),
+            _ => ConnId::Text(text.into_boxed_str()),
+        }
+    }
+
+    fn into_string(self) -> String {
+        match self {
+            ConnId::None => String::new(),
+            ConnId::Uuid(u) => u.hyphenated().to_string(),
+            ConnId::Text(t) => t.into(),
+        }
+    }
 }
 
 /// shutdown(SHUT_WR), then wait for the server's FIN.
@@ -362,40 +529,19 @@ async fn close_gracefully(link: &Link<'_>) -> Result<(), Failure> {
     link.await_peer_close(false).await
 }
 
-/// Negotiation, data and trailer. Returns this end's outcome, which folds in
-/// the server's verdict and a comparison of both ends' byte counts.
-async fn session(
-    ctx: &ClientCtx,
-    link: &Link<'_>,
-    hello: &Hello,
-    buffer: usize,
-    progress: &mut Progress,
-    heard: &mut Heard,
-) -> Result<Outcome, Failure> {
-    let spec = &ctx.spec;
-    // Negotiation is boxed: it runs once, briefly, and its futures would
-    // otherwise be reserved for the connection's whole life.
-    if let Some(rejected) = Box::pin(negotiate(link, hello, spec.wire, &mut heard.connection_id)).await? {
-        return Ok(rejected);
-    }
-    let part = Part {
-        plan: hello.plan(),
-        is_client: true,
-        buffer,
-        verify: spec.verify == VerifyMode::Data,
-        pattern: &ctx.pattern,
-    };
-    let mut pacer = Pacer::new(hello.server_rate, spec.rate_period, spec.burst);
-    let mut verifier = PatternVerifier::new();
-    let trailer = data_and_trailer(link, &part, &mut pacer, &mut verifier, progress, spec.wire).await?;
-    let complete =
-        progress.sent == part.plan.client_to_server && progress.received == part.plan.server_to_client;
-    match trailer {
-        Trailer::Done => Ok(if complete {
-            Outcome::Succeeded
-        } else {
-            outcome_of_verdict(&Verdict::NotAllData, "client")
-        }),
+/// This end's outcome from the server's trailer: it folds in the server's
+/// verdict and a comparison of both ends' byte counts.
+fn judge(trailer: Trailer, progress: Progress, planned: (u64, u64), heard: &mut Heard) -> Outcome {
+    let (planned_sent, planned_received) = planned;
+    let complete = progress.sent == planned_sent && progress.received == planned_received;
+    let outcome = match trailer {
+        Trailer::Done => {
+            if complete {
+                Outcome::Succeeded
+            } else {
+                outcome_of_verdict(&Verdict::NotAllData, "client")
+            }
+        }
         Trailer::Completion(c) => {
             let server_outcome = outcome_of_verdict(&c.verdict, "server");
             heard.peer = Some(Box::new(PeerView {
@@ -405,10 +551,9 @@ async fn session(
                 outcome: server_outcome.clone(),
             }));
             if c.verdict != Verdict::Success {
-                return Ok(server_outcome);
-            }
-            if !complete || c.received != progress.sent || c.sent != progress.received {
-                return Ok(Outcome::ProtocolError {
+                server_outcome
+            } else if !complete || c.received != progress.sent || c.sent != progress.received {
+                Outcome::ProtocolError {
                     kind: ProtocolErrorKind::NotAllData,
                     direction: None,
                     offset: None,
@@ -420,30 +565,32 @@ async fn session(
                         progress.received,
                         c.received,
                         c.sent,
-                        part.plan.client_to_server,
-                        part.plan.server_to_client
+                        planned_sent,
+                        planned_received
                     ),
-                });
+                }
+            } else {
+                Outcome::Succeeded
             }
-            Ok(Outcome::Succeeded)
         }
-    }
+    };
+    outcome
 }
 
 /// Sends the hello and reads the answer (goodput wire), or reads the
 /// connection id (cts wire). `Some` is the outcome of a rejection.
 async fn negotiate(
     link: &Link<'_>,
-    hello: &Hello,
+    hello: Hello,
     wire: WireProtocol,
-    connection_id: &mut String,
+    connection_id: &mut ConnId,
 ) -> Result<Option<Outcome>, Failure> {
     match wire {
         WireProtocol::Goodput => {
-            link.write_message(&Message::Hello(*hello), "hello").await?;
+            link.write_message(&Message::Hello(hello), "hello").await?;
             match link.read_message("hello reply").await? {
                 Message::Accept { connection_id: id } => {
-                    *connection_id = uuid::Uuid::from_bytes(id).hyphenated().to_string();
+                    *connection_id = ConnId::Uuid(uuid::Uuid::from_bytes(id));
                     Ok(None)
                 }
                 Message::Reject { code, reason } => Ok(Some(Outcome::rejected(code, &reason))),
@@ -460,9 +607,30 @@ async fn negotiate(
         | WireProtocol::Quic => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
-            *connection_id = cts::decode_connection_id(&id);
+            *connection_id = ConnId::from_text(cts::decode_connection_id(&id));
             Ok(None)
         }
+    }
+}
+
+/// Reads the server's trailer after the data phase ended with `moved`. A
+/// data phase that failed on the network after every expected byte came in
+/// may still have the server's reason waiting, sent just before its reset.
+async fn trailer_after(
+    link: &Link<'_>,
+    wire: WireProtocol,
+    moved: Result<Ended, Failure>,
+    all_received: bool,
+) -> Result<Trailer, Failure> {
+    match moved {
+        Ok(_) => link.guard(read_trailer(link, wire)).await,
+        Err(f @ Failure::Net { .. }) if all_received => {
+            match tokio::time::timeout(Duration::from_millis(200), read_trailer(link, wire)).await {
+                Ok(Ok(t @ Trailer::Completion(_))) => Ok(t),
+                _ => Err(f),
+            }
+        }
+        Err(f) => Err(f),
     }
 }
 
@@ -487,33 +655,4 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
             }
         }
     }
-}
-
-/// The data phase and the server's trailer. The trailer is watched for while
-/// sending is still under way, so a server that stops early (a data
-/// mismatch it found, a limit) explains itself and the client stops sending
-/// instead of pushing the rest of a long transfer into a drain.
-async fn data_and_trailer(
-    link: &Link<'_>,
-    part: &Part<'_>,
-    pacer: &mut Pacer,
-    verifier: &mut PatternVerifier,
-    progress: &mut Progress,
-    wire: WireProtocol,
-) -> Result<Trailer, Failure> {
-    let watch = wire == WireProtocol::Goodput;
-    match exchange(link, part, pacer, verifier, progress, watch).await {
-        Ok(_) => {}
-        Err(f @ Failure::Net { .. }) if progress.received == part.plan.server_to_client => {
-            // The server may have sent its reason just before the reset.
-            let read = tokio::time::timeout(Duration::from_millis(200), Box::pin(read_trailer(link, wire)));
-            return match read.await {
-                Ok(Ok(t @ Trailer::Completion(_))) => Ok(t),
-                _ => Err(f),
-            };
-        }
-        Err(f) => return Err(f),
-    }
-    // Boxed: it runs once, briefly, after the long data phase.
-    Box::pin(read_trailer(link, wire)).await
 }

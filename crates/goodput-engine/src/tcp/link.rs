@@ -5,9 +5,7 @@
 
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use goodput_core::pattern::Mismatch;
@@ -16,9 +14,9 @@ use goodput_core::rate::{BurstPacer, RateLimiter, Release};
 use goodput_core::session::{Message, WireError, HEADER_LEN, MAX_BODY};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
-use crate::counters::{Counters, RunClock};
+use super::Shared;
+use crate::counters::RunClock;
 
 /// Why a connection's I/O stopped early.
 #[derive(Debug)]
@@ -53,28 +51,16 @@ impl From<WireError> for Failure {
 /// A connected stream with the run's shared state.
 pub(crate) struct Link<'a> {
     pub(crate) stream: &'a TcpStream,
-    pub(crate) counters: &'a Counters,
-    cancel: &'a CancellationToken,
-    idle: Duration,
-    pub(crate) clock: RunClock,
+    pub(crate) run: &'a Shared,
     /// Bumped on every I/O that moved bytes; the idle watchdog watches it.
-    activity: AtomicU64,
+    pub(crate) activity: AtomicU64,
 }
 
 impl<'a> Link<'a> {
-    pub(crate) fn new(
-        stream: &'a TcpStream,
-        counters: &'a Counters,
-        cancel: &'a CancellationToken,
-        idle: Duration,
-        clock: RunClock,
-    ) -> Self {
+    pub(crate) fn new(stream: &'a TcpStream, run: &'a Shared) -> Self {
         Self {
             stream,
-            counters,
-            cancel,
-            idle,
-            clock,
+            run,
             activity: AtomicU64::new(0),
         }
     }
@@ -89,8 +75,8 @@ impl<'a> Link<'a> {
     {
         Guarded {
             phase,
-            cancelled: self.cancel.cancelled(),
-            watchdog: tokio::time::sleep(self.idle),
+            cancelled: self.run.cancel.cancelled(),
+            watchdog: tokio::time::sleep(self.run.idle),
             link: self,
             seen: self.activity.load(Relaxed),
         }
@@ -115,7 +101,7 @@ impl<'a> Link<'a> {
                 Ok(0) => return Err(Failure::Eof { during }),
                 Ok(n) => {
                     filled += n;
-                    self.counters.add_received(n);
+                    self.run.counters.add_received(n);
                     self.moved();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -134,7 +120,7 @@ impl<'a> Link<'a> {
             match self.stream.try_write(&bytes[done..]) {
                 Ok(n) => {
                     done += n;
-                    self.counters.add_sent(n);
+                    self.run.counters.add_sent(n);
                     self.moved();
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -256,22 +242,21 @@ impl<T, F: Future<Output = Result<T, Failure>>> Future for Guarded<'_, '_, F> {
                 return Poll::Ready(Err(Failure::Idle));
             }
             *me.seen = now;
-            let next = tokio::time::Instant::now() + me.link.idle;
+            let next = tokio::time::Instant::now() + me.link.run.idle;
             me.watchdog.as_mut().reset(next);
         }
         Poll::Pending
     }
 }
 
-/// Send pacing for one connection: a rate limit, bursts, or neither. The
-/// timer is allocated the first time the connection has to wait, so an
-/// unpaced connection carries none.
+/// Send pacing for one connection: a rate limit, bursts, or neither. It
+/// only says when the next send may go; the data phase owns the timer.
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
     limiter: Option<RateLimiter>,
     burst: Option<BurstPacer>,
-    hold_until_ns: Option<u64>,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The end of a pause between bursts (0: none).
+    hold_until_ns: u64,
 }
 
 impl Pacer {
@@ -283,8 +268,7 @@ impl Pacer {
                 None
             },
             burst: burst.map(|(n, d)| BurstPacer::new(n, d.as_nanos() as u64)),
-            hold_until_ns: None,
-            timer: None,
+            hold_until_ns: 0,
         }
     }
 
@@ -294,34 +278,16 @@ impl Pacer {
         self.limiter.is_some() || self.burst.is_some()
     }
 
-    /// Ready when the next send may go; otherwise arms the timer for the
-    /// release time.
-    pub(crate) fn poll_ready(&mut self, cx: &mut Context<'_>, link: &Link<'_>) -> Poll<()> {
-        loop {
-            let now = link.clock.now_ns();
-            let due = match self.hold_until_ns {
-                Some(t) if t > now => t,
-                Some(_) => {
-                    self.hold_until_ns = None;
-                    continue;
-                }
-                None => match self.limiter.as_mut().map(|l| l.poll(now)) {
-                    Some(Release::At(t)) => t,
-                    _ => return Poll::Ready(()),
-                },
-            };
-            let deadline = tokio::time::Instant::from_std(link.clock.instant_at(due));
-            let timer = self
-                .timer
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-            if timer.deadline() != deadline {
-                timer.as_mut().reset(deadline);
-            }
-            match timer.as_mut().poll(cx) {
-                // A paced sender that waited is not idle.
-                Poll::Ready(()) => link.moved(),
-                Poll::Pending => return Poll::Pending,
-            }
+    /// `None` when the next send may go at `now_ns`; otherwise the time it
+    /// may (nanoseconds on the run clock).
+    pub(crate) fn due(&mut self, now_ns: u64) -> Option<u64> {
+        if self.hold_until_ns > now_ns {
+            return Some(self.hold_until_ns);
+        }
+        self.hold_until_ns = 0;
+        match self.limiter.as_mut().map(|l| l.poll(now_ns)) {
+            Some(Release::At(t)) => Some(t),
+            _ => None,
         }
     }
 
@@ -342,7 +308,7 @@ impl Pacer {
         }
         if let Some(b) = &mut self.burst {
             if let Some(d) = b.after_send() {
-                self.hold_until_ns = Some(clock.now_ns() + d);
+                self.hold_until_ns = clock.now_ns() + d;
             }
         }
     }

@@ -7,11 +7,9 @@ mod server;
 mod transfer;
 
 use std::future::Future;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use goodput_core::pattern::{Pattern, PatternVerifier};
-use goodput_core::plan::{Direction, TcpPattern, TransferPlan};
+use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
     ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings,
     TestKind, TestResult,
@@ -22,11 +20,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::counters::{Counters, IntervalSampler, RunClock};
-use crate::lowat::LowWater;
 use crate::socket::SocketOptions;
 use crate::Observer;
-use link::{Failure, Link, Pacer};
-use transfer::{Ended, Transfer};
+use link::Failure;
+use transfer::{DataPhase, Ended, Part};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
@@ -166,44 +163,15 @@ pub(crate) enum Event {
     Record(Box<ConnectionRecord>),
 }
 
-/// One end's part in a connection's data phase.
-pub(crate) struct Part<'p> {
-    pub(crate) plan: TransferPlan,
-    pub(crate) is_client: bool,
-    pub(crate) buffer: usize,
-    pub(crate) verify: bool,
-    pub(crate) pattern: &'p Pattern,
-}
-
-impl Part<'_> {
-    fn send_direction(&self) -> Direction {
-        if self.is_client {
-            Direction::ClientToServer
-        } else {
-            Direction::ServerToClient
-        }
-    }
-    fn recv_direction(&self) -> Direction {
-        if self.is_client {
-            Direction::ServerToClient
-        } else {
-            Direction::ClientToServer
-        }
-    }
-    fn send_total(&self) -> u64 {
-        if self.is_client {
-            self.plan.client_to_server
-        } else {
-            self.plan.server_to_client
-        }
-    }
-    fn recv_total(&self) -> u64 {
-        if self.is_client {
-            self.plan.server_to_client
-        } else {
-            self.plan.client_to_server
-        }
-    }
+/// What every connection of a run shares: the counters, the clock, the
+/// cancellation, the idle timeout and the pattern. A connection holds one
+/// reference to it rather than one to each.
+pub(crate) struct Shared {
+    pub(crate) counters: Counters,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) clock: RunClock,
+    pub(crate) idle: Duration,
+    pub(crate) pattern: goodput_core::pattern::Pattern,
 }
 
 /// Pattern bytes moved so far by one end.
@@ -211,77 +179,6 @@ impl Part<'_> {
 pub(crate) struct Progress {
     pub(crate) sent: u64,
     pub(crate) received: u64,
-}
-
-/// Runs the sequential push-pull segments, or sends and receives at once
-/// for the other patterns (either side failing stops both). With
-/// `watch_trailer` (the client), a peer that speaks after its data while this
-/// end is still sending stops the transfer early: [`Ended::PeerSpoke`].
-pub(crate) async fn exchange(
-    link: &Link<'_>,
-    part: &Part<'_>,
-    pacer: &mut Pacer,
-    verifier: &mut PatternVerifier,
-    progress: &mut Progress,
-    watch_trailer: bool,
-) -> Result<Ended, Failure> {
-    let mut verifier = part.verify.then_some(verifier);
-    if part.plan.pattern != TcpPattern::PushPull {
-        let (send, recv) = (part.send_total(), part.recv_total());
-        return transfer(link, part, progress, send, recv, verifier, pacer, watch_trailer).await;
-    }
-    for (dir, len) in part.plan.segments() {
-        let (send, recv) = if dir == part.send_direction() {
-            (len, 0)
-        } else {
-            (0, len)
-        };
-        transfer(
-            link,
-            part,
-            progress,
-            send,
-            recv,
-            verifier.as_deref_mut(),
-            pacer,
-            watch_trailer,
-        )
-        .await?;
-    }
-    Ok(Ended::Complete)
-}
-
-/// A transfer of `send` more bytes out and `recv` more in, continuing the
-/// direction streams where `progress` left them.
-#[allow(clippy::too_many_arguments)]
-fn transfer<'l, 'a>(
-    link: &'l Link<'a>,
-    part: &'l Part<'l>,
-    progress: &'l mut Progress,
-    send: u64,
-    recv: u64,
-    verifier: Option<&'l mut PatternVerifier>,
-    pacer: &'l mut Pacer,
-    watch_trailer: bool,
-) -> Transfer<'l, 'a> {
-    Transfer {
-        link,
-        pattern: part.pattern,
-        buffer: part.buffer,
-        send_end: progress.sent + send,
-        sent: &mut progress.sent,
-        recv_end: progress.received + recv,
-        received: &mut progress.received,
-        recv_direction: part.recv_direction(),
-        verifier,
-        low_water: if recv > 0 && !pacer.is_paced() {
-            LowWater::new(link.stream.as_raw_fd())
-        } else {
-            LowWater::off()
-        },
-        pacer,
-        watch_trailer,
-    }
 }
 
 /// The verdict one end sends or records for a failure.

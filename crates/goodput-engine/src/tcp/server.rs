@@ -2,13 +2,15 @@
 //! and never closes a successful connection first.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goodput_core::cts;
-use goodput_core::pattern::{Pattern, PatternVerifier};
+use goodput_core::pattern::Pattern;
+use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, Outcome, TcpSettings, TestKind, TestResult, WireProtocol};
 use goodput_core::session::{Completion, Hello, Message, RejectCode, Verdict, VerifyMode, WireError};
 use socket2::SockRef;
@@ -19,8 +21,8 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, exchange, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, Event, Part, Progress,
-    RunControl, ServerLimits, TcpServerSpec,
+    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, DataPhase, Event, Part, Progress,
+    RunControl, ServerLimits, Shared, TcpServerSpec,
 };
 use crate::counters::{Counters, RunClock};
 use crate::socket::{set_rude_close, tcp_info};
@@ -78,47 +80,42 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
 
 struct ServerCtx {
     spec: TcpServerSpec,
-    pattern: Pattern,
-    counters: Counters,
-    cancel: CancellationToken,
-    clock: RunClock,
+    run: Shared,
     tx: mpsc::UnboundedSender<Event>,
     active: AtomicU64,
     per_client: Mutex<HashMap<IpAddr, u64>>,
     next_index: AtomicU64,
 }
 
-/// Holds a connection's place in the server's concurrency limits.
+/// Holds a connection's place in the server's concurrency limits, if it
+/// got one, and the client's address.
 struct Admission<'a> {
     ctx: &'a ServerCtx,
     ip: IpAddr,
+    admitted: bool,
 }
 
 impl<'a> Admission<'a> {
-    fn try_admit(ctx: &'a ServerCtx, ip: IpAddr) -> Result<Self, String> {
+    fn try_admit(ctx: &'a ServerCtx, ip: IpAddr) -> Self {
         let limits = &ctx.spec.limits;
         let mut map = ctx.per_client.lock().expect("lock never poisoned");
         let mine = map.entry(ip).or_insert(0);
-        if *mine >= limits.max_per_client {
-            return Err(format!(
-                "{ip} already has {} connections, the server's limit per client",
-                limits.max_per_client
-            ));
+        let admitted = *mine < limits.max_per_client && ctx.active.load(Relaxed) < limits.max_connections;
+        if admitted {
+            *mine += 1;
+            ctx.active.fetch_add(1, Relaxed);
+        } else if *mine == 0 {
+            map.remove(&ip);
         }
-        if ctx.active.load(Relaxed) >= limits.max_connections {
-            return Err(format!(
-                "the server is at its limit of {} concurrent connections",
-                limits.max_connections
-            ));
-        }
-        *mine += 1;
-        ctx.active.fetch_add(1, Relaxed);
-        Ok(Self { ctx, ip })
+        Self { ctx, ip, admitted }
     }
 }
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
+        if !self.admitted {
+            return;
+        }
         self.ctx.active.fetch_sub(1, Relaxed);
         let mut map = self.ctx.per_client.lock().expect("lock never poisoned");
         if let Some(n) = map.get_mut(&self.ip) {
@@ -172,11 +169,14 @@ impl BoundServer {
         let (tx, rx) = mpsc::unbounded_channel();
         let addrs = self.local_addrs();
         let ctx = Arc::new(ServerCtx {
-            pattern: Pattern::new(self.spec.limits.max_buffer.min(4 << 20) as usize),
+            run: Shared {
+                counters: Counters::default(),
+                cancel: cancel.clone(),
+                clock,
+                idle: self.spec.idle_timeout,
+                pattern: Pattern::new(self.spec.limits.max_buffer.min(4 << 20) as usize),
+            },
             spec: self.spec,
-            counters: Counters::default(),
-            cancel: cancel.clone(),
-            clock,
             tx,
             active: AtomicU64::new(0),
             per_client: Mutex::new(HashMap::new()),
@@ -190,16 +190,12 @@ impl BoundServer {
                 loop {
                     let accepted = tokio::select! {
                         biased;
-                        _ = ctx.cancel.cancelled() => break,
+                        _ = ctx.run.cancel.cancelled() => break,
                         r = listener.accept() => r,
                     };
                     match accepted {
                         Ok((stream, peer)) => {
-                            let ctx = ctx.clone();
-                            conns.spawn(async move {
-                                let record = serve(&ctx, stream, peer).await;
-                                let _ = ctx.tx.send(Event::Record(Box::new(record)));
-                            });
+                            conns.spawn(connection(ctx.clone(), stream, peer));
                         }
                         // Out of file descriptors or a connection that died in
                         // the backlog: keep serving everyone else.
@@ -224,7 +220,7 @@ impl BoundServer {
             exit_after: spec.exit_after,
             max_records: spec.max_records,
         };
-        let driven = drive(rx, &ctx.counters, clock, observer, control, &cancel, done).await;
+        let driven = drive(rx, &ctx.run.counters, clock, observer, control, &cancel, done).await;
         let settings = TcpSettings {
             wire: spec.wire,
             pattern: spec.cts.map(|c| c.pattern),
@@ -261,91 +257,109 @@ enum Admitted {
     Ended(Outcome),
 }
 
-/// One connection, in three phases. Only the data phase is long, so only
-/// its state is kept inline; the accept and finish phases are boxed, and the
-/// record is assembled at the end from a few small fields. This keeps each
-/// idle connection's task small.
-async fn serve(ctx: &ServerCtx, stream: TcpStream, peer: SocketAddr) -> ConnectionRecord {
-    let spec = &ctx.spec;
-    let index = ctx.next_index.fetch_add(1, Relaxed);
-    let start_s = ctx.clock.now_s();
-    let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-    let link = Link::new(&stream, &ctx.counters, &ctx.cancel, spec.idle_timeout, ctx.clock);
-    let admission = Admission::try_admit(ctx, peer.ip());
+/// What the client asked for, as the server's record shows it.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    pattern: TcpPattern,
+    transfer: u64,
+    buffer: u32,
+    rate: u64,
+}
 
-    let hello = match Box::pin(accept_phase(ctx, &link, admission.is_ok(), &uuid, peer)).await {
-        Admitted::Serve(h) => h,
-        Admitted::Ended(outcome) => {
+/// One connection's task, in three phases. Only the data phase is long,
+/// so only its state is kept inline; the accept and finish phases are
+/// boxed, and the record is assembled at the end from a few small fields.
+/// An `async move` block rather than an `async fn`, which would store its
+/// arguments twice: this future's size is what every connection costs.
+// Deliberately not an `async fn` (see above).
+#[allow(clippy::manual_async_fn)]
+fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> + Send {
+    async move {
+        let index = ctx.next_index.fetch_add(1, Relaxed);
+        let start_s = ctx.run.clock.now_s();
+        let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        let link = Link::new(&stream, &ctx.run);
+        let admission = Admission::try_admit(&ctx, peer.ip());
+        // No match arm awaits (a matched value is kept through its arms),
+        // and the hello is not kept past this match.
+        let (asked, planned_sent, part) =
+            match Box::pin(accept_phase(&ctx, &link, admission.admitted, &uuid, peer)).await {
+                Admitted::Serve(hello) => (
+                    Asked {
+                        pattern: hello.pattern,
+                        transfer: hello.transfer,
+                        buffer: hello.server_buffer,
+                        rate: hello.server_rate,
+                    },
+                    hello.plan().server_to_client,
+                    server_part(&ctx, &hello),
+                ),
+                Admitted::Ended(outcome) => {
+                    let _ = set_rude_close(&stream);
+                    let mut r = record(&ctx, index, start_s, &uuid, &stream, peer, None);
+                    r.outcome = outcome;
+                    drop(admission);
+                    let _ = ctx.tx.send(Event::Record(Box::new(r)));
+                    return;
+                }
+            };
+        let in_flight = ctx.run.counters.enter_in_flight();
+        let t0 = ctx.run.clock.now_ns();
+        let (result, progress) = DataPhase::new(&link, part).await;
+        let elapsed_ns = ctx.run.clock.now_ns() - t0;
+        drop(in_flight);
+        let client_expects_trailer = progress.sent == planned_sent;
+        let outcome = Box::pin(finish_phase(
+            &ctx,
+            &link,
+            result.map(|_| ()),
+            progress,
+            elapsed_ns,
+            client_expects_trailer,
+        ))
+        .await;
+        let tcp = tcp_info(&stream).ok();
+        if !outcome.is_success() {
             let _ = set_rude_close(&stream);
-            let mut r = record(ctx, index, start_s, &uuid, &stream, peer, None);
-            r.outcome = outcome;
-            return r;
         }
-    };
+        let mut record = record(&ctx, index, start_s, &uuid, &stream, peer, Some(&asked));
+        record.outcome = outcome;
+        record.elapsed_ns = elapsed_ns;
+        record.sent_bytes = progress.sent;
+        record.received_bytes = progress.received;
+        record.tcp_info = tcp;
+        drop(admission);
+        let _ = ctx.tx.send(Event::Record(Box::new(record)));
+    }
+}
 
-    let part = Part {
-        plan: hello.plan(),
-        is_client: false,
-        buffer: hello.server_buffer as usize,
-        verify: hello.verify == VerifyMode::Data,
-        pattern: &ctx.pattern,
-    };
+/// The server's part in a connection's data phase, from the client's hello.
+fn server_part(ctx: &ServerCtx, hello: &Hello) -> Part {
     let burst = (hello.burst_count > 0).then(|| {
         (
             hello.burst_count,
             Duration::from_millis(hello.burst_delay_ms.into()),
         )
     });
-    let mut pacer = Pacer::new(
-        hello.server_rate,
-        Duration::from_millis(hello.rate_period_ms.max(1).into()),
-        burst,
-    );
-    let mut verifier = PatternVerifier::new();
-    let mut progress = Progress::default();
-    let in_flight = ctx.counters.enter_in_flight();
-    let t0 = ctx.clock.now_ns();
-    let result = match tokio::time::timeout(
-        spec.limits.max_duration,
-        link.guard(exchange(
-            &link,
-            &part,
-            &mut pacer,
-            &mut verifier,
-            &mut progress,
-            false,
-        )),
-    )
-    .await
-    {
+    Part {
+        plan: hello.plan(),
+        is_client: false,
+        buffer: hello.server_buffer as usize,
+        verify: hello.verify == VerifyMode::Data,
+        pacer: Pacer::new(
+            hello.server_rate,
+            Duration::from_millis(hello.rate_period_ms.max(1).into()),
+            burst,
+        ),
         // The server never watches for a trailer: the transfer only completes.
-        Ok(r) => r.map(|_| ()),
-        Err(_) => Err(Failure::Cancelled),
-    };
-    let elapsed_ns = ctx.clock.now_ns() - t0;
-    drop(in_flight);
-    let client_expects_trailer = progress.sent == part.plan.server_to_client;
-    let outcome = Box::pin(finish_phase(
-        ctx,
-        &link,
-        result,
-        progress,
-        elapsed_ns,
-        client_expects_trailer,
-    ))
-    .await;
-    let tcp = tcp_info(&stream).ok();
-    if !outcome.is_success() {
-        let _ = set_rude_close(&stream);
+        watch_trailer: false,
+        deadline_ns: Some(
+            ctx.run
+                .clock
+                .now_ns()
+                .saturating_add(ctx.spec.limits.max_duration.as_nanos() as u64),
+        ),
     }
-    drop(admission);
-    let mut r = record(ctx, index, start_s, &uuid, &stream, peer, Some(&hello));
-    r.outcome = outcome;
-    r.elapsed_ns = elapsed_ns;
-    r.sent_bytes = progress.sent;
-    r.received_bytes = progress.received;
-    r.tcp_info = tcp;
-    r
 }
 
 fn record(
@@ -355,7 +369,7 @@ fn record(
     uuid: &uuid::Uuid,
     stream: &TcpStream,
     peer: SocketAddr,
-    hello: Option<&Hello>,
+    asked: Option<&Asked>,
 ) -> ConnectionRecord {
     ConnectionRecord {
         index,
@@ -363,12 +377,12 @@ fn record(
         local_address: stream.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         remote_address: peer.to_string(),
         start_s,
-        time_slice_s: ctx.clock.now_s(),
+        time_slice_s: ctx.run.clock.now_s(),
         elapsed_ns: 0,
-        pattern: hello.map(|h| h.pattern),
-        transfer_bytes: hello.map(|h| h.transfer).unwrap_or(0),
-        buffer_bytes: hello.map(|h| u64::from(h.server_buffer)).unwrap_or(0),
-        rate_limit_bytes_per_second: hello.map(|h| h.server_rate).unwrap_or(0),
+        pattern: asked.map(|a| a.pattern),
+        transfer_bytes: asked.map(|a| a.transfer).unwrap_or(0),
+        buffer_bytes: asked.map(|a| u64::from(a.buffer)).unwrap_or(0),
+        rate_limit_bytes_per_second: asked.map(|a| a.rate).unwrap_or(0),
         sent_bytes: 0,
         received_bytes: 0,
         outcome: Outcome::Succeeded,

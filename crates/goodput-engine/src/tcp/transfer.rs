@@ -1,25 +1,31 @@
 //! The data phase as one hand-written future: both directions of a
-//! connection's pattern bytes, pacing, verification and the idle activity
-//! count, polled directly against the socket's readiness.
+//! connection's pattern bytes (push-pull segments in turn), pacing,
+//! verification, the idle watchdog, the run's cancellation and an optional
+//! deadline, polled directly against the socket's readiness.
 //!
-//! Why not two `async fn`s joined: each would hold tokio's readiness-future
-//! waiter and timer entry for the connection's whole life (336 bytes each),
-//! and a data phase lasts as long as the connection. Here the waker lives in
-//! the socket's registration (`poll_read_ready` / `poll_write_ready`), the
-//! pacing timer is allocated only for paced connections, and the state is a
-//! handful of integers and references.
+//! Why one future: this phase lasts as long as the connection, so its state
+//! is what every idle connection costs. Nested `async fn`s would each keep
+//! their arguments and tokio's readiness waiters, and a timer each for
+//! pacing, the watchdog and the deadline (112 bytes apiece). Here the
+//! waker lives in the socket's registration (`poll_read_ready` /
+//! `poll_write_ready`), one timer serves every wake-up the phase needs, and
+//! the rest is a handful of integers and references.
 
 use std::cell::RefCell;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
 use goodput_core::pattern::{Pattern, PatternVerifier};
-use goodput_core::plan::Direction;
+use goodput_core::plan::{Direction, PushPullSegments, TcpPattern, TransferPlan};
 use tokio::io::ReadBuf;
+use tokio::time::{Instant, Sleep};
+use tokio_util::sync::WaitForCancellationFuture;
 
 use super::link::{Failure, Link, Pacer};
+use super::Progress;
 use crate::lowat::LowWater;
 
 thread_local! {
@@ -32,33 +38,59 @@ thread_local! {
 /// I/O calls one poll may make before yielding to other tasks.
 const CALLS_PER_POLL: u32 = 32;
 
-/// How a transfer ended.
+/// How a data phase ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ended {
     /// Every byte in both directions moved.
     Complete,
     /// The peer sent something after its data while this end was still
-    /// sending (only with [`Transfer::watch_trailer`]): its verdict.
+    /// sending (only when watching for the trailer): its verdict.
     PeerSpoke,
 }
 
-/// Moves `send_len` pattern bytes out and `recv_len` in, at once.
-pub(crate) struct Transfer<'l, 'a> {
-    pub(crate) link: &'l Link<'a>,
-    pub(crate) pattern: &'l Pattern,
+/// What one end does in a connection's data phase.
+pub(crate) struct Part {
+    pub(crate) plan: TransferPlan,
+    pub(crate) is_client: bool,
     pub(crate) buffer: usize,
-    pub(crate) sent: &'l mut u64,
-    pub(crate) send_end: u64,
-    pub(crate) received: &'l mut u64,
-    pub(crate) recv_end: u64,
-    pub(crate) recv_direction: Direction,
-    pub(crate) verifier: Option<&'l mut PatternVerifier>,
-    pub(crate) pacer: &'l mut Pacer,
+    pub(crate) verify: bool,
+    pub(crate) pacer: Pacer,
     /// Once all expected bytes are in, stop sending as soon as the peer
     /// sends anything more (its completion record, ahead of time).
     pub(crate) watch_trailer: bool,
-    /// The receive low-water mark (off for flows the peer paces).
-    pub(crate) low_water: LowWater,
+    /// The phase fails with [`Failure::Cancelled`] at this time on the run
+    /// clock (the server's longest connection), if any.
+    pub(crate) deadline_ns: Option<u64>,
+}
+
+pin_project_lite::pin_project! {
+    /// Moves the pattern bytes of a [`Part`] in both directions until both
+    /// are complete, under the run's cancellation, the idle watchdog and the
+    /// deadline. Yields the outcome and the bytes moved.
+    pub(crate) struct DataPhase<'l, 'a> {
+        #[pin]
+        cancelled: WaitForCancellationFuture<'a>,
+        #[pin]
+        timer: Sleep,
+        link: &'l Link<'a>,
+        progress: Progress,
+        // Where the current segment ends in each direction.
+        send_end: u64,
+        recv_end: u64,
+        // Push-pull's segments after the current one (none for other patterns).
+        segments: PushPullSegments,
+        verifier: PatternVerifier,
+        pacer: Pacer,
+        low_water: LowWater,
+        // The watchdog: the next check, and the activity count at the last.
+        idle_check_ns: u64,
+        seen: u64,
+        deadline_ns: u64,
+        buffer: u32,
+        is_client: bool,
+        verify: bool,
+        watch_trailer: bool,
+    }
 }
 
 enum Step {
@@ -67,16 +99,89 @@ enum Step {
     Done,
 }
 
-impl Transfer<'_, '_> {
+impl<'l, 'a> DataPhase<'l, 'a> {
+    pub(crate) fn new(link: &'l Link<'a>, part: Part) -> Self {
+        let plan = part.plan;
+        let (send_total, recv_total) = if part.is_client {
+            (plan.client_to_server, plan.server_to_client)
+        } else {
+            (plan.server_to_client, plan.client_to_server)
+        };
+        let low_water = if recv_total > 0 && !part.pacer.is_paced() {
+            LowWater::new(std::os::fd::AsRawFd::as_raw_fd(link.stream))
+        } else {
+            LowWater::off()
+        };
+        let (send_end, recv_end, segments) = if plan.pattern == TcpPattern::PushPull {
+            (0, 0, plan.segments())
+        } else {
+            // An empty iterator: a plan of another pattern has no segments.
+            (send_total, recv_total, plan.segments())
+        };
+        let idle_check_ns = link
+            .run
+            .clock
+            .now_ns()
+            .saturating_add(link.run.idle.as_nanos() as u64);
+        Self {
+            cancelled: link.run.cancel.cancelled(),
+            timer: tokio::time::sleep_until(Instant::from_std(link.run.clock.instant_at(idle_check_ns))),
+            link,
+            progress: Progress::default(),
+            send_end,
+            recv_end,
+            segments,
+            verifier: PatternVerifier::new(),
+            pacer: part.pacer,
+            low_water,
+            idle_check_ns,
+            seen: link.activity.load(Relaxed),
+            deadline_ns: part.deadline_ns.unwrap_or(u64::MAX),
+            buffer: part.buffer.min(u32::MAX as usize) as u32,
+            is_client: part.is_client,
+            verify: part.verify,
+            watch_trailer: part.watch_trailer,
+        }
+    }
+}
+
+/// The transfer itself, apart from the pinned timer and cancellation.
+struct Moving<'m, 'l, 'a> {
+    link: &'l Link<'a>,
+    pattern: &'l Pattern,
+    progress: &'m mut Progress,
+    send_end: &'m mut u64,
+    recv_end: &'m mut u64,
+    segments: &'m mut PushPullSegments,
+    verifier: &'m mut PatternVerifier,
+    pacer: &'m mut Pacer,
+    low_water: &'m mut LowWater,
+    buffer: usize,
+    is_client: bool,
+    verify: bool,
+    watch_trailer: bool,
+    /// Set when the pacer holds the next send until this time.
+    pace_due_ns: Option<u64>,
+}
+
+impl Moving<'_, '_, '_> {
+    fn recv_direction(&self) -> Direction {
+        if self.is_client {
+            Direction::ServerToClient
+        } else {
+            Direction::ClientToServer
+        }
+    }
+
     fn recv_once(&mut self, cx: &mut Context<'_>) -> Result<Step, Failure> {
-        let left = self.recv_end - *self.received;
+        let left = *self.recv_end - self.progress.received;
         if left == 0 {
             return Ok(Step::Done);
         }
         let want = left.min(self.buffer as u64) as usize;
         let stream = self.link.stream;
         let pattern = self.pattern;
-        let verifier = self.verifier.as_deref_mut();
+        let verifier = self.verify.then_some(&mut *self.verifier);
         let got = SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < want {
@@ -97,13 +202,16 @@ impl Transfer<'_, '_> {
             Some((0, _)) => Err(Failure::Eof { during: "recv" }),
             Some((n, checked)) => {
                 // The chunk was delivered, bad byte or not: count it first.
-                *self.received += n as u64;
-                self.link.counters.add_received(n);
+                self.progress.received += n as u64;
+                self.link.run.counters.add_received(n);
                 self.link.moved();
-                self.low_water
-                    .after_read(n, self.link.clock.now_ns(), self.recv_end - *self.received);
+                self.low_water.after_read(
+                    n,
+                    self.link.run.clock.now_ns(),
+                    *self.recv_end - self.progress.received,
+                );
                 checked.map_err(|mismatch| Failure::Mismatch {
-                    direction: self.recv_direction,
+                    direction: self.recv_direction(),
                     mismatch,
                 })?;
                 Ok(Step::Moved)
@@ -117,21 +225,22 @@ impl Transfer<'_, '_> {
     }
 
     fn send_once(&mut self, cx: &mut Context<'_>) -> Result<Step, Failure> {
-        let left = self.send_end - *self.sent;
+        let left = *self.send_end - self.progress.sent;
         if left == 0 {
             return Ok(Step::Done);
         }
-        if self.pacer.poll_ready(cx, self.link).is_pending() {
+        if let Some(due) = self.pacer.due(self.link.run.clock.now_ns()) {
+            self.pace_due_ns = Some(due);
             return Ok(Step::Blocked);
         }
         let want = left.min(self.pacer.max_send(self.buffer) as u64) as usize;
-        let chunk = self.pattern.slice(*self.sent, want);
+        let chunk = self.pattern.slice(self.progress.sent, want);
         match self.link.stream.try_write(chunk) {
             Ok(n) => {
-                *self.sent += n as u64;
-                self.link.counters.add_sent(n);
+                self.progress.sent += n as u64;
+                self.link.run.counters.add_sent(n);
                 self.link.moved();
-                self.pacer.after_send(n, &self.link.clock);
+                self.pacer.after_send(n, &self.link.run.clock);
                 Ok(Step::Moved)
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => match self.link.stream.poll_write_ready(cx) {
@@ -153,33 +262,40 @@ impl Transfer<'_, '_> {
             Poll::Pending => Ok(false),
         }
     }
-}
 
-impl Future for Transfer<'_, '_> {
-    type Output = Result<Ended, Failure>;
+    /// Starts the next push-pull segment; false when there is none.
+    fn next_segment(&mut self) -> bool {
+        let Some((dir, len)) = self.segments.next() else {
+            return false;
+        };
+        let sends = (dir == Direction::ClientToServer) == self.is_client;
+        if sends {
+            *self.send_end += len;
+        } else {
+            *self.recv_end += len;
+        }
+        true
+    }
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let me = self.get_mut();
+    /// Moves bytes until both directions are done or blocked.
+    fn poll_move(&mut self, cx: &mut Context<'_>) -> Poll<Result<Ended, Failure>> {
         let mut calls = 0u32;
         loop {
-            let recv = me.recv_once(cx);
-            let recv = match recv {
-                Ok(s) => s,
-                Err(f) => return Poll::Ready(Err(f)),
-            };
-            if matches!(recv, Step::Done) && me.watch_trailer && *me.sent < me.send_end {
-                match me.peer_spoke(cx) {
-                    Ok(true) => return Poll::Ready(Ok(Ended::PeerSpoke)),
-                    Ok(false) => {}
-                    Err(f) => return Poll::Ready(Err(f)),
-                }
+            let recv = self.recv_once(cx)?;
+            if matches!(recv, Step::Done)
+                && self.watch_trailer
+                && self.progress.sent < *self.send_end
+                && self.peer_spoke(cx)?
+            {
+                return Poll::Ready(Ok(Ended::PeerSpoke));
             }
-            let send = match me.send_once(cx) {
-                Ok(s) => s,
-                Err(f) => return Poll::Ready(Err(f)),
-            };
+            let send = self.send_once(cx)?;
             match (recv, send) {
-                (Step::Done, Step::Done) => return Poll::Ready(Ok(Ended::Complete)),
+                (Step::Done, Step::Done) => {
+                    if !self.next_segment() {
+                        return Poll::Ready(Ok(Ended::Complete));
+                    }
+                }
                 (Step::Moved, _) | (_, Step::Moved) => {}
                 _ => return Poll::Pending,
             }
@@ -188,6 +304,67 @@ impl Future for Transfer<'_, '_> {
                 // Let the runtime's other tasks run; come straight back.
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
+            }
+        }
+    }
+}
+
+impl Future for DataPhase<'_, '_> {
+    type Output = (Result<Ended, Failure>, Progress);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut me = self.project();
+        if me.cancelled.poll(cx).is_ready() {
+            return Poll::Ready((Err(Failure::Cancelled), *me.progress));
+        }
+        let link = *me.link;
+        loop {
+            let mut moving = Moving {
+                link,
+                pattern: &link.run.pattern,
+                progress: me.progress,
+                send_end: me.send_end,
+                recv_end: me.recv_end,
+                segments: me.segments,
+                verifier: me.verifier,
+                pacer: me.pacer,
+                low_water: me.low_water,
+                buffer: *me.buffer as usize,
+                is_client: *me.is_client,
+                verify: *me.verify,
+                watch_trailer: *me.watch_trailer,
+                pace_due_ns: None,
+            };
+            if let Poll::Ready(r) = moving.poll_move(cx) {
+                return Poll::Ready((r, *me.progress));
+            }
+            let pace_due_ns = moving.pace_due_ns;
+            // One timer for every wake-up: the watchdog, the deadline, pacing.
+            let wake_ns = (*me.idle_check_ns)
+                .min(*me.deadline_ns)
+                .min(pace_due_ns.unwrap_or(u64::MAX));
+            let at = Instant::from_std(link.run.clock.instant_at(wake_ns));
+            if me.timer.deadline() != at {
+                me.timer.as_mut().reset(at);
+            }
+            if me.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let now = link.run.clock.now_ns();
+            if now >= *me.deadline_ns {
+                return Poll::Ready((Err(Failure::Cancelled), *me.progress));
+            }
+            if now >= *me.idle_check_ns {
+                let activity = link.activity.load(Relaxed);
+                if activity == *me.seen {
+                    return Poll::Ready((Err(Failure::Idle), *me.progress));
+                }
+                *me.seen = activity;
+                *me.idle_check_ns = now.saturating_add(link.run.idle.as_nanos() as u64);
+            }
+            if pace_due_ns.is_some_and(|d| now >= d) {
+                // A paced sender that waited is not idle.
+                link.moved();
             }
         }
     }
