@@ -86,6 +86,17 @@ impl<'a> Link<'a> {
         self.activity.fetch_add(1, Relaxed);
     }
 
+    /// The idle watchdog's check, when its timer fires: [`Failure::Idle`]
+    /// if nothing moved since the last check (`seen`), which it updates.
+    pub(crate) fn check_idle(&self, seen: &mut u64) -> Result<(), Failure> {
+        let now = self.activity.load(Relaxed);
+        if now == *seen {
+            return Err(Failure::Idle);
+        }
+        *seen = now;
+        Ok(())
+    }
+
     async fn ready(&self, interest: Interest, during: &'static str) -> Result<(), Failure> {
         match self.stream.ready(interest).await {
             Ok(_) => Ok(()),
@@ -237,11 +248,9 @@ impl<T, F: Future<Output = Result<T, Failure>>> Future for Guarded<'_, '_, F> {
             return Poll::Ready(r);
         }
         while me.watchdog.as_mut().poll(cx).is_ready() {
-            let now = me.link.activity.load(Relaxed);
-            if now == *me.seen {
-                return Poll::Ready(Err(Failure::Idle));
+            if let Err(f) = me.link.check_idle(me.seen) {
+                return Poll::Ready(Err(f));
             }
-            *me.seen = now;
             let next = tokio::time::Instant::now() + me.link.run.idle;
             me.watchdog.as_mut().reset(next);
         }

@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
-use goodput_core::pattern::{Pattern, PatternVerifier};
+use goodput_core::pattern::PatternVerifier;
 use goodput_core::plan::{Direction, PushPullSegments, TcpPattern, TransferPlan};
 use tokio::io::ReadBuf;
 use tokio::time::{Instant, Sleep};
@@ -72,25 +72,32 @@ pin_project_lite::pin_project! {
         cancelled: WaitForCancellationFuture<'a>,
         #[pin]
         timer: Sleep,
-        link: &'l Link<'a>,
-        progress: Progress,
-        // Where the current segment ends in each direction.
-        send_end: u64,
-        recv_end: u64,
-        // Push-pull's segments after the current one (none for other patterns).
-        segments: PushPullSegments,
-        verifier: PatternVerifier,
-        pacer: Pacer,
-        low_water: LowWater,
+        flow: Flow<'l, 'a>,
         // The watchdog: the next check, and the activity count at the last.
         idle_check_ns: u64,
         seen: u64,
         deadline_ns: u64,
-        buffer: u32,
-        is_client: bool,
-        verify: bool,
-        watch_trailer: bool,
     }
+}
+
+/// The transfer itself: everything of the phase but its timer and waiter.
+struct Flow<'l, 'a> {
+    link: &'l Link<'a>,
+    progress: Progress,
+    // Where the current segment ends in each direction.
+    send_end: u64,
+    recv_end: u64,
+    // Push-pull's segments after the current one (none for other patterns).
+    segments: PushPullSegments,
+    verifier: PatternVerifier,
+    pacer: Pacer,
+    low_water: LowWater,
+    /// Set by a poll in which the pacer held the next send until this time.
+    pace_due_ns: Option<u64>,
+    buffer: u32,
+    is_client: bool,
+    verify: bool,
+    watch_trailer: bool,
 }
 
 enum Step {
@@ -126,45 +133,29 @@ impl<'l, 'a> DataPhase<'l, 'a> {
         Self {
             cancelled: link.run.cancel.cancelled(),
             timer: tokio::time::sleep_until(Instant::from_std(link.run.clock.instant_at(idle_check_ns))),
-            link,
-            progress: Progress::default(),
-            send_end,
-            recv_end,
-            segments,
-            verifier: PatternVerifier::new(),
-            pacer: part.pacer,
-            low_water,
+            flow: Flow {
+                link,
+                progress: Progress::default(),
+                send_end,
+                recv_end,
+                segments,
+                verifier: PatternVerifier::new(),
+                pacer: part.pacer,
+                low_water,
+                pace_due_ns: None,
+                buffer: part.buffer.min(u32::MAX as usize) as u32,
+                is_client: part.is_client,
+                verify: part.verify,
+                watch_trailer: part.watch_trailer,
+            },
             idle_check_ns,
             seen: link.activity.load(Relaxed),
             deadline_ns: part.deadline_ns.unwrap_or(u64::MAX),
-            buffer: part.buffer.min(u32::MAX as usize) as u32,
-            is_client: part.is_client,
-            verify: part.verify,
-            watch_trailer: part.watch_trailer,
         }
     }
 }
 
-/// The transfer itself, apart from the pinned timer and cancellation.
-struct Moving<'m, 'l, 'a> {
-    link: &'l Link<'a>,
-    pattern: &'l Pattern,
-    progress: &'m mut Progress,
-    send_end: &'m mut u64,
-    recv_end: &'m mut u64,
-    segments: &'m mut PushPullSegments,
-    verifier: &'m mut PatternVerifier,
-    pacer: &'m mut Pacer,
-    low_water: &'m mut LowWater,
-    buffer: usize,
-    is_client: bool,
-    verify: bool,
-    watch_trailer: bool,
-    /// Set when the pacer holds the next send until this time.
-    pace_due_ns: Option<u64>,
-}
-
-impl Moving<'_, '_, '_> {
+impl Flow<'_, '_> {
     fn recv_direction(&self) -> Direction {
         if self.is_client {
             Direction::ServerToClient
@@ -174,14 +165,14 @@ impl Moving<'_, '_, '_> {
     }
 
     fn recv_once(&mut self, cx: &mut Context<'_>) -> Result<Step, Failure> {
-        let left = *self.recv_end - self.progress.received;
+        let left = self.recv_end - self.progress.received;
         if left == 0 {
             return Ok(Step::Done);
         }
-        let want = left.min(self.buffer as u64) as usize;
+        let want = left.min(u64::from(self.buffer)) as usize;
         let stream = self.link.stream;
-        let pattern = self.pattern;
-        let verifier = self.verify.then_some(&mut *self.verifier);
+        let pattern = &self.link.run.pattern;
+        let verifier = self.verify.then_some(&mut self.verifier);
         let got = SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < want {
@@ -208,7 +199,7 @@ impl Moving<'_, '_, '_> {
                 self.low_water.after_read(
                     n,
                     self.link.run.clock.now_ns(),
-                    *self.recv_end - self.progress.received,
+                    self.recv_end - self.progress.received,
                 );
                 checked.map_err(|mismatch| Failure::Mismatch {
                     direction: self.recv_direction(),
@@ -225,7 +216,7 @@ impl Moving<'_, '_, '_> {
     }
 
     fn send_once(&mut self, cx: &mut Context<'_>) -> Result<Step, Failure> {
-        let left = *self.send_end - self.progress.sent;
+        let left = self.send_end - self.progress.sent;
         if left == 0 {
             return Ok(Step::Done);
         }
@@ -233,8 +224,8 @@ impl Moving<'_, '_, '_> {
             self.pace_due_ns = Some(due);
             return Ok(Step::Blocked);
         }
-        let want = left.min(self.pacer.max_send(self.buffer) as u64) as usize;
-        let chunk = self.pattern.slice(self.progress.sent, want);
+        let want = left.min(self.pacer.max_send(self.buffer as usize) as u64) as usize;
+        let chunk = self.link.run.pattern.slice(self.progress.sent, want);
         match self.link.stream.try_write(chunk) {
             Ok(n) => {
                 self.progress.sent += n as u64;
@@ -270,9 +261,9 @@ impl Moving<'_, '_, '_> {
         };
         let sends = (dir == Direction::ClientToServer) == self.is_client;
         if sends {
-            *self.send_end += len;
+            self.send_end += len;
         } else {
-            *self.recv_end += len;
+            self.recv_end += len;
         }
         true
     }
@@ -284,7 +275,7 @@ impl Moving<'_, '_, '_> {
             let recv = self.recv_once(cx)?;
             if matches!(recv, Step::Done)
                 && self.watch_trailer
-                && self.progress.sent < *self.send_end
+                && self.progress.sent < self.send_end
                 && self.peer_spoke(cx)?
             {
                 return Poll::Ready(Ok(Ended::PeerSpoke));
@@ -315,30 +306,15 @@ impl Future for DataPhase<'_, '_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut me = self.project();
         if me.cancelled.poll(cx).is_ready() {
-            return Poll::Ready((Err(Failure::Cancelled), *me.progress));
+            return Poll::Ready((Err(Failure::Cancelled), me.flow.progress));
         }
-        let link = *me.link;
+        let link = me.flow.link;
         loop {
-            let mut moving = Moving {
-                link,
-                pattern: &link.run.pattern,
-                progress: me.progress,
-                send_end: me.send_end,
-                recv_end: me.recv_end,
-                segments: me.segments,
-                verifier: me.verifier,
-                pacer: me.pacer,
-                low_water: me.low_water,
-                buffer: *me.buffer as usize,
-                is_client: *me.is_client,
-                verify: *me.verify,
-                watch_trailer: *me.watch_trailer,
-                pace_due_ns: None,
-            };
-            if let Poll::Ready(r) = moving.poll_move(cx) {
-                return Poll::Ready((r, *me.progress));
+            me.flow.pace_due_ns = None;
+            if let Poll::Ready(r) = me.flow.poll_move(cx) {
+                return Poll::Ready((r, me.flow.progress));
             }
-            let pace_due_ns = moving.pace_due_ns;
+            let pace_due_ns = me.flow.pace_due_ns;
             // One timer for every wake-up: the watchdog, the deadline, pacing.
             let wake_ns = (*me.idle_check_ns)
                 .min(*me.deadline_ns)
@@ -352,14 +328,12 @@ impl Future for DataPhase<'_, '_> {
             }
             let now = link.run.clock.now_ns();
             if now >= *me.deadline_ns {
-                return Poll::Ready((Err(Failure::Cancelled), *me.progress));
+                return Poll::Ready((Err(Failure::Cancelled), me.flow.progress));
             }
             if now >= *me.idle_check_ns {
-                let activity = link.activity.load(Relaxed);
-                if activity == *me.seen {
-                    return Poll::Ready((Err(Failure::Idle), *me.progress));
+                if let Err(f) = link.check_idle(me.seen) {
+                    return Poll::Ready((Err(f), me.flow.progress));
                 }
-                *me.seen = activity;
                 *me.idle_check_ns = now.saturating_add(link.run.idle.as_nanos() as u64);
             }
             if pace_due_ns.is_some_and(|d| now >= d) {
