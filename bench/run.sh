@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 T=${SECONDS_PER_RUN:-5}
 ROUNDS=${ROUNDS:-3}
-GP=target/release/goodput
+GP=${GP:-target/release/goodput}
 PORT_GP=14444
 PORT_IP=15201
 PORT_GI=15202

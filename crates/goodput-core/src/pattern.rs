@@ -74,6 +74,13 @@ impl PatternVerifier {
         Self::default()
     }
 
+    /// A verifier that expects the stream's byte at `offset` next (for a
+    /// caller that counts the bytes itself and keeps no verifier between
+    /// chunks).
+    pub fn at(offset: u64) -> Self {
+        Self { received: offset }
+    }
+
     /// Bytes checked so far.
     pub fn received(&self) -> u64 {
         self.received

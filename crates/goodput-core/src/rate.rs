@@ -1,6 +1,8 @@
 //! Send pacing: the per-connection rate limit and bursts, as pure arithmetic
 //! over nanosecond timestamps supplied by the caller.
 
+use std::num::{NonZeroU32, NonZeroU64};
+
 /// What the sender should do with its next send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
@@ -18,7 +20,9 @@ pub enum Release {
 #[derive(Debug, Clone)]
 pub struct RateLimiter {
     budget: u64,
-    period_ns: u64,
+    // Never zero; the niche makes `Option<RateLimiter>` no larger than the
+    // limiter, which every paced connection holds.
+    period_ns: NonZeroU64,
     quantum: u64,
     used: u64,
 }
@@ -28,7 +32,8 @@ impl RateLimiter {
     /// `None` when the budget per quantum would be below one byte.
     pub fn new(bytes_per_second: u64, period_ns: u64) -> Option<Self> {
         let budget = (u128::from(bytes_per_second) * u128::from(period_ns) / 1_000_000_000) as u64;
-        if budget == 0 || period_ns == 0 {
+        let period_ns = NonZeroU64::new(period_ns)?;
+        if budget == 0 {
             return None;
         }
         Some(Self {
@@ -47,7 +52,8 @@ impl RateLimiter {
     /// Asks to send at time `now_ns`. When the answer is [`Release::At`], call
     /// again at (or after) that time.
     pub fn poll(&mut self, now_ns: u64) -> Release {
-        let current = now_ns / self.period_ns;
+        let period_ns = self.period_ns.get();
+        let current = now_ns / period_ns;
         if current > self.quantum {
             let elapsed = current - self.quantum;
             // Each elapsed quantum pays off one budget of overdraft; the
@@ -60,7 +66,7 @@ impl RateLimiter {
             Release::Now
         } else {
             let wait_quanta = self.used / self.budget;
-            Release::At((self.quantum + wait_quanta) * self.period_ns)
+            Release::At((self.quantum + wait_quanta) * period_ns)
         }
     }
 
@@ -73,7 +79,8 @@ impl RateLimiter {
 /// Bursts: every `count`-th send is held back by `delay_ns`.
 #[derive(Debug, Clone)]
 pub struct BurstPacer {
-    count: u32,
+    // Never zero (the niche keeps `Option<BurstPacer>` at 16 bytes).
+    count: NonZeroU32,
     delay_ns: u64,
     left: u32,
 }
@@ -81,10 +88,11 @@ pub struct BurstPacer {
 impl BurstPacer {
     /// Pacer for bursts of `count` sends separated by `delay_ns`.
     pub fn new(count: u32, delay_ns: u64) -> Self {
+        let count = NonZeroU32::new(count).unwrap_or(NonZeroU32::MIN);
         Self {
-            count: count.max(1),
+            count,
             delay_ns,
-            left: count.max(1),
+            left: count.get(),
         }
     }
 
@@ -92,7 +100,7 @@ impl BurstPacer {
     pub fn after_send(&mut self) -> Option<u64> {
         self.left -= 1;
         if self.left == 0 {
-            self.left = self.count;
+            self.left = self.count.get();
             Some(self.delay_ns)
         } else {
             None

@@ -23,10 +23,10 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, DataPhase, Ended, Event, Part, Progress,
-    RunControl, Shared, ShutdownMode, TcpClientSpec,
+    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, DataPhase, Ended, Event, Part, PhaseEnd,
+    Progress, RunControl, Shared, ShutdownMode, TcpClientSpec,
 };
-use crate::counters::{Counters, RunClock};
+use crate::counters::RunClock;
 use crate::socket::{bind_client, set_rude_close, tcp_info, tcp_socket};
 use crate::{EngineError, Observer};
 
@@ -121,13 +121,12 @@ pub async fn run_client(
     };
     let slots = spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize;
     let ctx = Arc::new(ClientCtx {
-        run: Shared {
-            counters: Counters::default(),
-            cancel: cancel.clone(),
+        run: Shared::new(
+            cancel.clone(),
             clock,
-            idle: spec.idle_timeout,
-            pattern: Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
-        },
+            spec.idle_timeout,
+            Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
+        ),
         spec,
         throttle: Semaphore::new(throttle),
         slots: Semaphore::new(slots),
@@ -168,7 +167,7 @@ pub async fn run_client(
         exit_after: None,
         max_records: spec.max_records,
     };
-    let driven = drive(rx, &ctx.run.counters, clock, observer, control, &cancel, schedule).await;
+    let driven = drive(rx, &ctx.run, clock, observer, control, schedule).await;
     Ok(driven.into_result(TestKind::TcpClient, started_unix_ms, client_settings(spec)))
 }
 
@@ -348,7 +347,8 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
                 remote: target(spec, index).to_string(),
             });
         }
-        let in_flight = ctx.run.counters.enter_in_flight();
+        // Left in `finish`, which every path from here reaches.
+        ctx.run.counters.enter_in_flight();
         let link = Link::new(&stream, &ctx.run);
         let t0 = ctx.run.clock.now_ns();
         let mut id = ConnId::None;
@@ -356,8 +356,8 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
         let (end, progress) = if let Some(e) = early {
             (SessionEnd::Early(*e), Progress::default())
         } else {
-            let (moved, progress) = DataPhase::new(&link, terms.part(spec)).await;
-            (SessionEnd::Data(moved), progress)
+            let PhaseEnd { result, progress, .. } = DataPhase::new(&link, terms.part(spec)).await;
+            (SessionEnd::Data(result), progress)
         };
         let session = Session {
             ctx: &ctx,
@@ -367,7 +367,7 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
             local,
             t0,
         };
-        let record = Box::pin(finish(session, &stream, &link, id, end, progress, in_flight)).await;
+        let record = Box::pin(finish(session, &stream, &link, id, end, progress)).await;
         drop(stream);
         ended(&ctx, record);
     }
@@ -421,7 +421,6 @@ async fn finish(
     id: ConnId,
     end: SessionEnd,
     progress: Progress,
-    in_flight: crate::counters::InFlight<'_>,
 ) -> ConnectionRecord {
     let Session {
         ctx,
@@ -447,7 +446,7 @@ async fn finish(
         }
     };
     let elapsed_ns = ctx.run.clock.now_ns() - t0;
-    drop(in_flight);
+    ctx.run.counters.leave_in_flight();
     let tcp = tcp_info(stream).ok();
     let mut outcome = match result {
         Ok(outcome) => outcome,

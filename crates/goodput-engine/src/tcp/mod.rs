@@ -7,6 +7,7 @@ mod server;
 mod transfer;
 
 use std::future::Future;
+use std::task::Waker;
 use std::time::Duration;
 
 use goodput_core::plan::TcpPattern;
@@ -23,7 +24,7 @@ use crate::counters::{Counters, IntervalSampler, RunClock};
 use crate::socket::SocketOptions;
 use crate::Observer;
 use link::Failure;
-use transfer::{DataPhase, Ended, Part};
+use transfer::{DataPhase, Ended, Part, PhaseEnd};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
@@ -169,9 +170,94 @@ pub(crate) enum Event {
 pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) cancel: CancellationToken,
+    /// The data phases waiting on the run, woken once `cancel` fires.
+    pub(crate) stop: StopWakers,
     pub(crate) clock: RunClock,
     pub(crate) idle: Duration,
     pub(crate) pattern: goodput_core::pattern::Pattern,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        cancel: CancellationToken,
+        clock: RunClock,
+        idle: Duration,
+        pattern: goodput_core::pattern::Pattern,
+    ) -> Self {
+        Self {
+            counters: Counters::default(),
+            cancel,
+            stop: StopWakers::default(),
+            clock,
+            idle,
+            pattern,
+        }
+    }
+}
+
+/// How a long data phase learns that the run is stopping without a waiter
+/// of its own (tokio's cancellation waiter is 72 bytes, in every established
+/// connection): each phase leaves its task's waker in a slot here, and the
+/// run loop wakes them all once the run is cancelled. A woken phase checks
+/// the token itself.
+#[derive(Default)]
+pub(crate) struct StopWakers {
+    /// Set before the wakers are woken: a phase that checks it after
+    /// leaving its waker cannot miss the stop.
+    stopped: std::sync::atomic::AtomicBool,
+    slots: std::sync::Mutex<StopSlots>,
+}
+
+#[derive(Default)]
+struct StopSlots {
+    wakers: Vec<Option<Waker>>,
+    free: Vec<u32>,
+}
+
+impl StopWakers {
+    /// Keeps `waker` until [`StopWakers::remove`]; returns its slot.
+    pub(crate) fn insert(&self, waker: &Waker) -> u32 {
+        let mut s = self.slots.lock().expect("lock never poisoned");
+        match s.free.pop() {
+            Some(slot) => {
+                s.wakers[slot as usize] = Some(waker.clone());
+                slot
+            }
+            None => {
+                s.wakers.push(Some(waker.clone()));
+                (s.wakers.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Replaces the waker in `slot` (the phase moved to another task).
+    pub(crate) fn replace(&self, slot: u32, waker: &Waker) {
+        let mut s = self.slots.lock().expect("lock never poisoned");
+        s.wakers[slot as usize] = Some(waker.clone());
+    }
+
+    /// Frees `slot`.
+    pub(crate) fn remove(&self, slot: u32) {
+        let mut s = self.slots.lock().expect("lock never poisoned");
+        s.wakers[slot as usize] = None;
+        s.free.push(slot);
+    }
+
+    /// Whether the run has stopped (a cheaper check than the token's).
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Marks the run stopped and wakes every waiting phase (each wakes
+    /// once; the slots stay theirs until they remove them).
+    fn wake_all(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::Release);
+        let woken: Vec<Waker> = {
+            let mut s = self.slots.lock().expect("lock never poisoned");
+            s.wakers.iter_mut().filter_map(Option::take).collect()
+        };
+        woken.into_iter().for_each(Waker::wake);
+    }
 }
 
 /// Pattern bytes moved so far by one end.
@@ -335,13 +421,14 @@ pub(crate) struct RunControl {
 /// they arrive, the time limit and the exit count, until `done` completes.
 pub(crate) async fn drive(
     mut rx: mpsc::UnboundedReceiver<Event>,
-    counters: &Counters,
+    run: &Shared,
     clock: RunClock,
     observer: &mut dyn Observer,
     control: RunControl,
-    cancel: &CancellationToken,
     done: impl Future<Output = ()>,
 ) -> Driven {
+    let counters = &run.counters;
+    let cancel = &run.cancel;
     let RunControl {
         status_interval,
         time_limit,
@@ -362,6 +449,7 @@ pub(crate) async fn drive(
         tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
     tokio::pin!(deadline, done);
     let mut own_reason = None;
+    let mut stop_woken = false;
     let mut ended = 0u64;
     let mut handle = |ev: Event, observer: &mut dyn Observer, records: &mut RunRecords| -> bool {
         match ev {
@@ -403,6 +491,11 @@ pub(crate) async fn drive(
                 own_reason = Some(EndReason::TimeLimit);
                 cancel.cancel();
             }
+            _ = cancel.cancelled(), if !stop_woken => {
+                // The data phases wait on their sockets and timers only.
+                stop_woken = true;
+                run.stop.wake_all();
+            }
             _ = &mut done => break,
         }
     }
@@ -433,4 +526,53 @@ pub(crate) fn unix_ms_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    use super::StopWakers;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn waker() -> (Arc<Count>, Waker) {
+        let c = Arc::new(Count(AtomicUsize::new(0)));
+        (c.clone(), Waker::from(c))
+    }
+
+    #[test]
+    fn stop_wakes_each_waiting_phase_once_and_only_those() {
+        let stop = StopWakers::default();
+        let (a, wa) = waker();
+        let (b, wb) = waker();
+        let (c, wc) = waker();
+        let sa = stop.insert(&wa);
+        let sb = stop.insert(&wb);
+        stop.remove(sa);
+        // The freed slot is reused.
+        let sc = stop.insert(&wc);
+        assert_eq!(sc, sa);
+        // A phase polled from another task leaves the new waker.
+        let (b2, wb2) = waker();
+        stop.replace(sb, &wb2);
+        assert!(!stop.is_stopped());
+        stop.wake_all();
+        assert!(stop.is_stopped());
+        let counts = [&a, &b, &b2, &c].map(|x| x.0.load(Ordering::SeqCst));
+        assert_eq!(counts, [0, 0, 1, 1]);
+        // Each is woken once; the slots stay until removed.
+        stop.wake_all();
+        assert_eq!(c.0.load(Ordering::SeqCst), 1);
+        stop.remove(sb);
+        stop.remove(sc);
+    }
 }

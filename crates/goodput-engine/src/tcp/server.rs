@@ -21,10 +21,10 @@ use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
 use super::{
-    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, DataPhase, Event, Part, Progress,
-    RunControl, ServerLimits, Shared, TcpServerSpec,
+    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, DataPhase, Event, Part, PhaseEnd,
+    Progress, RunControl, ServerLimits, Shared, TcpServerSpec,
 };
-use crate::counters::{Counters, RunClock};
+use crate::counters::RunClock;
 use crate::socket::{set_rude_close, tcp_info};
 use crate::{EngineError, Observer};
 
@@ -87,41 +87,33 @@ struct ServerCtx {
     next_index: AtomicU64,
 }
 
-/// Holds a connection's place in the server's concurrency limits, if it
-/// got one, and the client's address.
-struct Admission<'a> {
-    ctx: &'a ServerCtx,
-    ip: IpAddr,
-    admitted: bool,
-}
-
-impl<'a> Admission<'a> {
-    fn try_admit(ctx: &'a ServerCtx, ip: IpAddr) -> Self {
-        let limits = &ctx.spec.limits;
-        let mut map = ctx.per_client.lock().expect("lock never poisoned");
+impl ServerCtx {
+    /// Takes a place in the server's concurrency limits for a connection
+    /// from `ip`, if one is free; true if it got one. The place is given
+    /// back with [`ServerCtx::release`] (calls, not a guard holding the
+    /// address: that would be 32 more bytes in every connection's task).
+    fn try_admit(&self, ip: IpAddr) -> bool {
+        let limits = &self.spec.limits;
+        let mut map = self.per_client.lock().expect("lock never poisoned");
         let mine = map.entry(ip).or_insert(0);
-        let admitted = *mine < limits.max_per_client && ctx.active.load(Relaxed) < limits.max_connections;
+        let admitted = *mine < limits.max_per_client && self.active.load(Relaxed) < limits.max_connections;
         if admitted {
             *mine += 1;
-            ctx.active.fetch_add(1, Relaxed);
+            self.active.fetch_add(1, Relaxed);
         } else if *mine == 0 {
             map.remove(&ip);
         }
-        Self { ctx, ip, admitted }
+        admitted
     }
-}
 
-impl Drop for Admission<'_> {
-    fn drop(&mut self) {
-        if !self.admitted {
-            return;
-        }
-        self.ctx.active.fetch_sub(1, Relaxed);
-        let mut map = self.ctx.per_client.lock().expect("lock never poisoned");
-        if let Some(n) = map.get_mut(&self.ip) {
+    /// Gives back the place [`ServerCtx::try_admit`] took.
+    fn release(&self, ip: IpAddr) {
+        self.active.fetch_sub(1, Relaxed);
+        let mut map = self.per_client.lock().expect("lock never poisoned");
+        if let Some(n) = map.get_mut(&ip) {
             *n -= 1;
             if *n == 0 {
-                map.remove(&self.ip);
+                map.remove(&ip);
             }
         }
     }
@@ -169,13 +161,12 @@ impl BoundServer {
         let (tx, rx) = mpsc::unbounded_channel();
         let addrs = self.local_addrs();
         let ctx = Arc::new(ServerCtx {
-            run: Shared {
-                counters: Counters::default(),
-                cancel: cancel.clone(),
+            run: Shared::new(
+                cancel.clone(),
                 clock,
-                idle: self.spec.idle_timeout,
-                pattern: Pattern::new(self.spec.limits.max_buffer.min(4 << 20) as usize),
-            },
+                self.spec.idle_timeout,
+                Pattern::new(self.spec.limits.max_buffer.min(4 << 20) as usize),
+            ),
             spec: self.spec,
             tx,
             active: AtomicU64::new(0),
@@ -220,7 +211,7 @@ impl BoundServer {
             exit_after: spec.exit_after,
             max_records: spec.max_records,
         };
-        let driven = drive(rx, &ctx.run.counters, clock, observer, control, &cancel, done).await;
+        let driven = drive(rx, &ctx.run, clock, observer, control, done).await;
         let settings = TcpSettings {
             wire: spec.wire,
             pattern: spec.cts.map(|c| c.pattern),
@@ -279,43 +270,47 @@ fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl 
         let start_s = ctx.run.clock.now_s();
         let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
         let link = Link::new(&stream, &ctx.run);
-        let admission = Admission::try_admit(&ctx, peer.ip());
+        let admitted = ctx.try_admit(peer.ip());
         // No match arm awaits (a matched value is kept through its arms),
-        // and the hello is not kept past this match.
-        let (asked, planned_sent, part) =
-            match Box::pin(accept_phase(&ctx, &link, admission.admitted, &uuid, peer)).await {
-                Admitted::Serve(hello) => (
-                    Asked {
-                        pattern: hello.pattern,
-                        transfer: hello.transfer,
-                        buffer: hello.server_buffer,
-                        rate: hello.server_rate,
-                    },
-                    hello.plan().server_to_client,
-                    server_part(&ctx, &hello),
-                ),
-                Admitted::Ended(outcome) => {
-                    let _ = set_rude_close(&stream);
-                    let mut r = record(&ctx, index, start_s, &uuid, &stream, peer, None);
-                    r.outcome = outcome;
-                    drop(admission);
-                    let _ = ctx.tx.send(Event::Record(Box::new(r)));
-                    return;
+        // and the hello is not kept past this match. From here every path
+        // ends at a `release` of an admitted connection's place.
+        let (asked, part) = match Box::pin(accept_phase(&ctx, &link, admitted, &uuid, peer)).await {
+            Admitted::Serve(hello) => (
+                Asked {
+                    pattern: hello.pattern,
+                    transfer: hello.transfer,
+                    buffer: hello.server_buffer,
+                    rate: hello.server_rate,
+                },
+                server_part(&ctx, &hello),
+            ),
+            Admitted::Ended(outcome) => {
+                let _ = set_rude_close(&stream);
+                let mut r = record(&ctx, index, start_s, &uuid, &stream, peer, None);
+                r.outcome = outcome;
+                if admitted {
+                    ctx.release(peer.ip());
                 }
-            };
-        let in_flight = ctx.run.counters.enter_in_flight();
+                let _ = ctx.tx.send(Event::Record(Box::new(r)));
+                return;
+            }
+        };
+        ctx.run.counters.enter_in_flight();
         let t0 = ctx.run.clock.now_ns();
-        let (result, progress) = DataPhase::new(&link, part).await;
+        let PhaseEnd {
+            result,
+            progress,
+            sent_all,
+        } = DataPhase::new(&link, part).await;
         let elapsed_ns = ctx.run.clock.now_ns() - t0;
-        drop(in_flight);
-        let client_expects_trailer = progress.sent == planned_sent;
+        ctx.run.counters.leave_in_flight();
         let outcome = Box::pin(finish_phase(
             &ctx,
             &link,
             result.map(|_| ()),
             progress,
             elapsed_ns,
-            client_expects_trailer,
+            sent_all,
         ))
         .await;
         let tcp = tcp_info(&stream).ok();
@@ -328,7 +323,7 @@ fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl 
         record.sent_bytes = progress.sent;
         record.received_bytes = progress.received;
         record.tcp_info = tcp;
-        drop(admission);
+        ctx.release(peer.ip());
         let _ = ctx.tx.send(Event::Record(Box::new(record)));
     }
 }

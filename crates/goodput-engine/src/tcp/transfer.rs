@@ -8,8 +8,12 @@
 //! their arguments and tokio's readiness waiters, and a timer each for
 //! pacing, the watchdog and the deadline (112 bytes apiece). Here the
 //! waker lives in the socket's registration (`poll_read_ready` /
-//! `poll_write_ready`), one timer serves every wake-up the phase needs, and
-//! the rest is a handful of integers and references.
+//! `poll_write_ready`), one timer serves every wake-up the phase needs, the
+//! run's cancellation reaches the phase through a slot in [`StopWakers`]
+//! rather than a waiter of its own, and the rest is a handful of integers
+//! and references.
+//!
+//! [`StopWakers`]: super::StopWakers
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -22,7 +26,6 @@ use goodput_core::pattern::PatternVerifier;
 use goodput_core::plan::{Direction, PushPullSegments, TcpPattern, TransferPlan};
 use tokio::io::ReadBuf;
 use tokio::time::{Instant, Sleep};
-use tokio_util::sync::WaitForCancellationFuture;
 
 use super::link::{Failure, Link, Pacer};
 use super::Progress;
@@ -38,6 +41,12 @@ thread_local! {
 /// I/O calls one poll may make before yielding to other tasks.
 const CALLS_PER_POLL: u32 = 32;
 
+/// `Flow::stop_slot` before the first poll.
+const NO_SLOT: u32 = u32::MAX;
+
+/// `Flow::pace_due_ns` when the pacer holds nothing back.
+const NOT_PACED: u64 = u64::MAX;
+
 /// How a data phase ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ended {
@@ -46,6 +55,15 @@ pub(crate) enum Ended {
     /// The peer sent something after its data while this end was still
     /// sending (only when watching for the trailer): its verdict.
     PeerSpoke,
+}
+
+/// How the data phase ended, and what it moved.
+pub(crate) struct PhaseEnd {
+    pub(crate) result: Result<Ended, Failure>,
+    pub(crate) progress: Progress,
+    /// Every byte this end was to send has gone (the peer then reads on
+    /// towards this end's trailer).
+    pub(crate) sent_all: bool,
 }
 
 /// What one end does in a connection's data phase.
@@ -69,8 +87,6 @@ pin_project_lite::pin_project! {
     /// deadline. Yields the outcome and the bytes moved.
     pub(crate) struct DataPhase<'l, 'a> {
         #[pin]
-        cancelled: WaitForCancellationFuture<'a>,
-        #[pin]
         timer: Sleep,
         flow: Flow<'l, 'a>,
         // The watchdog: the next check, and the activity count at the last.
@@ -80,7 +96,7 @@ pin_project_lite::pin_project! {
     }
 }
 
-/// The transfer itself: everything of the phase but its timer and waiter.
+/// The transfer itself: everything of the phase but its timer.
 struct Flow<'l, 'a> {
     link: &'l Link<'a>,
     progress: Progress,
@@ -89,11 +105,15 @@ struct Flow<'l, 'a> {
     recv_end: u64,
     // Push-pull's segments after the current one (none for other patterns).
     segments: PushPullSegments,
-    verifier: PatternVerifier,
     pacer: Pacer,
     low_water: LowWater,
-    /// Set by a poll in which the pacer held the next send until this time.
-    pace_due_ns: Option<u64>,
+    /// Set by a poll in which the pacer held the next send until this time
+    /// ([`NOT_PACED`]: it did not).
+    pace_due_ns: u64,
+    /// The waker this phase left with the run's [`super::StopWakers`]: its
+    /// slot, and its data pointer (to notice a poll from another task).
+    stop_waker: usize,
+    stop_slot: u32,
     buffer: u32,
     is_client: bool,
     verify: bool,
@@ -131,7 +151,6 @@ impl<'l, 'a> DataPhase<'l, 'a> {
             .now_ns()
             .saturating_add(link.run.idle.as_nanos() as u64);
         Self {
-            cancelled: link.run.cancel.cancelled(),
             timer: tokio::time::sleep_until(Instant::from_std(link.run.clock.instant_at(idle_check_ns))),
             flow: Flow {
                 link,
@@ -139,10 +158,11 @@ impl<'l, 'a> DataPhase<'l, 'a> {
                 send_end,
                 recv_end,
                 segments,
-                verifier: PatternVerifier::new(),
                 pacer: part.pacer,
                 low_water,
-                pace_due_ns: None,
+                pace_due_ns: NOT_PACED,
+                stop_waker: 0,
+                stop_slot: NO_SLOT,
                 buffer: part.buffer.min(u32::MAX as usize) as u32,
                 is_client: part.is_client,
                 verify: part.verify,
@@ -155,7 +175,55 @@ impl<'l, 'a> DataPhase<'l, 'a> {
     }
 }
 
+impl Drop for Flow<'_, '_> {
+    fn drop(&mut self) {
+        if self.stop_slot != NO_SLOT {
+            self.link.run.stop.remove(self.stop_slot);
+        }
+    }
+}
+
 impl Flow<'_, '_> {
+    /// Leaves this task's waker with the run (once, or again if the phase
+    /// is polled from another task), so that stopping the run wakes it.
+    fn watch_stop(&mut self, cx: &Context<'_>) {
+        let waker = cx.waker();
+        let id = waker.data() as usize;
+        if self.stop_slot == NO_SLOT {
+            self.stop_slot = self.link.run.stop.insert(waker);
+            self.stop_waker = id;
+        } else if id != self.stop_waker {
+            self.link.run.stop.replace(self.stop_slot, waker);
+            self.stop_waker = id;
+        }
+    }
+
+    /// Whether every byte this end is to send has gone.
+    fn sent_all(&self) -> bool {
+        self.progress.sent == self.send_end && self.segments.clone().all(|(dir, _)| !self.sends(dir))
+    }
+
+    fn sends(&self, dir: Direction) -> bool {
+        (dir == Direction::ClientToServer) == self.is_client
+    }
+
+    fn end(&self, mut result: Result<Ended, Failure>) -> Poll<PhaseEnd> {
+        // A socket that fails once the run is stopping most likely failed
+        // because of the stop (a peer in the same run, stopped a moment
+        // earlier, reset it): the connection is one the stop aborted. The
+        // token is checked because the stop's wake-up may not have come yet.
+        if matches!(result, Err(Failure::Net { .. } | Failure::Eof { .. }))
+            && self.link.run.cancel.is_cancelled()
+        {
+            result = Err(Failure::Cancelled);
+        }
+        Poll::Ready(PhaseEnd {
+            result,
+            progress: self.progress,
+            sent_all: self.sent_all(),
+        })
+    }
+
     fn recv_direction(&self) -> Direction {
         if self.is_client {
             Direction::ServerToClient
@@ -172,7 +240,8 @@ impl Flow<'_, '_> {
         let want = left.min(u64::from(self.buffer)) as usize;
         let stream = self.link.stream;
         let pattern = &self.link.run.pattern;
-        let verifier = self.verify.then_some(&mut self.verifier);
+        // The verifier's place in the stream is the count of bytes received.
+        let verifier = self.verify.then(|| PatternVerifier::at(self.progress.received));
         let got = SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < want {
@@ -182,7 +251,7 @@ impl Flow<'_, '_> {
                 Ok(n) => Ok(Some((
                     n,
                     verifier
-                        .map(|v| v.check(pattern, &scratch[..n]))
+                        .map(|mut v| v.check(pattern, &scratch[..n]))
                         .unwrap_or(Ok(())),
                 ))),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
@@ -221,7 +290,7 @@ impl Flow<'_, '_> {
             return Ok(Step::Done);
         }
         if let Some(due) = self.pacer.due(self.link.run.clock.now_ns()) {
-            self.pace_due_ns = Some(due);
+            self.pace_due_ns = due;
             return Ok(Step::Blocked);
         }
         let want = left.min(self.pacer.max_send(self.buffer as usize) as u64) as usize;
@@ -259,8 +328,7 @@ impl Flow<'_, '_> {
         let Some((dir, len)) = self.segments.next() else {
             return false;
         };
-        let sends = (dir == Direction::ClientToServer) == self.is_client;
-        if sends {
+        if self.sends(dir) {
             self.send_end += len;
         } else {
             self.recv_end += len;
@@ -301,24 +369,23 @@ impl Flow<'_, '_> {
 }
 
 impl Future for DataPhase<'_, '_> {
-    type Output = (Result<Ended, Failure>, Progress);
+    type Output = PhaseEnd;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut me = self.project();
-        if me.cancelled.poll(cx).is_ready() {
-            return Poll::Ready((Err(Failure::Cancelled), me.flow.progress));
-        }
         let link = me.flow.link;
+        me.flow.watch_stop(cx);
+        if link.run.stop.is_stopped() {
+            return me.flow.end(Err(Failure::Cancelled));
+        }
         loop {
-            me.flow.pace_due_ns = None;
+            me.flow.pace_due_ns = NOT_PACED;
             if let Poll::Ready(r) = me.flow.poll_move(cx) {
-                return Poll::Ready((r, me.flow.progress));
+                return me.flow.end(r);
             }
             let pace_due_ns = me.flow.pace_due_ns;
             // One timer for every wake-up: the watchdog, the deadline, pacing.
-            let wake_ns = (*me.idle_check_ns)
-                .min(*me.deadline_ns)
-                .min(pace_due_ns.unwrap_or(u64::MAX));
+            let wake_ns = (*me.idle_check_ns).min(*me.deadline_ns).min(pace_due_ns);
             let at = Instant::from_std(link.run.clock.instant_at(wake_ns));
             if me.timer.deadline() != at {
                 me.timer.as_mut().reset(at);
@@ -328,15 +395,15 @@ impl Future for DataPhase<'_, '_> {
             }
             let now = link.run.clock.now_ns();
             if now >= *me.deadline_ns {
-                return Poll::Ready((Err(Failure::Cancelled), me.flow.progress));
+                return me.flow.end(Err(Failure::Cancelled));
             }
             if now >= *me.idle_check_ns {
                 if let Err(f) = link.check_idle(me.seen) {
-                    return Poll::Ready((Err(f), me.flow.progress));
+                    return me.flow.end(Err(f));
                 }
                 *me.idle_check_ns = now.saturating_add(link.run.idle.as_nanos() as u64);
             }
-            if pace_due_ns.is_some_and(|d| now >= d) {
+            if pace_due_ns != NOT_PACED && now >= pace_due_ns {
                 // A paced sender that waited is not idle.
                 link.moved();
             }
