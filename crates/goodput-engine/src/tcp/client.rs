@@ -339,11 +339,10 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
                 return ended(&ctx, record);
             }
         };
-        let local = stream.local_addr().ok();
         if ctx.report_established {
             let _ = ctx.tx.send(Event::Established {
                 index,
-                local: local.map(|a| a.to_string()).unwrap_or_default(),
+                local: stream.local_addr().map(|a| a.to_string()).unwrap_or_default(),
                 remote: target(spec, index).to_string(),
             });
         }
@@ -364,7 +363,6 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
             index,
             start_s,
             terms,
-            local,
             t0,
         };
         let record = Box::pin(finish(session, &stream, &link, id, end, progress)).await;
@@ -393,7 +391,6 @@ struct Session<'c> {
     index: u64,
     start_s: f64,
     terms: Terms,
-    local: Option<SocketAddr>,
     t0: u64,
 }
 
@@ -427,10 +424,12 @@ async fn finish(
         index,
         start_s,
         terms,
-        local,
         t0,
     } = session;
     let spec = &ctx.spec;
+    // Read here rather than kept from the connect: 32 bytes less in every
+    // connection's task (the kernel keeps the address after a reset too).
+    let local = stream.local_addr().ok();
     let mut heard = Heard {
         connection_id: id,
         peer: None,
@@ -653,5 +652,22 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
                 Err(Failure::Eof { during: "DONE" })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, R>(_: fn(A, B) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// tokio stores a task in a cell of its future plus 112 bytes, rounded
+    /// up to 128: a connection's future over 400 bytes costs every
+    /// established connection 128 bytes more (docs/benchmarks.md, Memory).
+    #[test]
+    fn connection_task_fits_a_512_byte_task_cell() {
+        let n = returned_size(super::connection);
+        assert!(n <= 400, "the connection future is {n} bytes, over 400");
     }
 }

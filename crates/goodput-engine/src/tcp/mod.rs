@@ -5,9 +5,9 @@ mod client;
 mod link;
 mod server;
 mod transfer;
+mod wakeups;
 
 use std::future::Future;
-use std::task::Waker;
 use std::time::Duration;
 
 use goodput_core::plan::TcpPattern;
@@ -25,6 +25,7 @@ use crate::socket::SocketOptions;
 use crate::Observer;
 use link::Failure;
 use transfer::{DataPhase, Ended, Part, PhaseEnd};
+use wakeups::{Timer, Wakeups};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
@@ -170,8 +171,8 @@ pub(crate) enum Event {
 pub(crate) struct Shared {
     pub(crate) counters: Counters,
     pub(crate) cancel: CancellationToken,
-    /// The data phases waiting on the run, woken once `cancel` fires.
-    pub(crate) stop: StopWakers,
+    /// The data phases' wake-ups: the run's stop and their timers.
+    pub(crate) wakeups: Wakeups,
     pub(crate) clock: RunClock,
     pub(crate) idle: Duration,
     pub(crate) pattern: goodput_core::pattern::Pattern,
@@ -187,76 +188,11 @@ impl Shared {
         Self {
             counters: Counters::default(),
             cancel,
-            stop: StopWakers::default(),
+            wakeups: Wakeups::default(),
             clock,
             idle,
             pattern,
         }
-    }
-}
-
-/// How a long data phase learns that the run is stopping without a waiter
-/// of its own (tokio's cancellation waiter is 72 bytes, in every established
-/// connection): each phase leaves its task's waker in a slot here, and the
-/// run loop wakes them all once the run is cancelled. A woken phase checks
-/// the token itself.
-#[derive(Default)]
-pub(crate) struct StopWakers {
-    /// Set before the wakers are woken: a phase that checks it after
-    /// leaving its waker cannot miss the stop.
-    stopped: std::sync::atomic::AtomicBool,
-    slots: std::sync::Mutex<StopSlots>,
-}
-
-#[derive(Default)]
-struct StopSlots {
-    wakers: Vec<Option<Waker>>,
-    free: Vec<u32>,
-}
-
-impl StopWakers {
-    /// Keeps `waker` until [`StopWakers::remove`]; returns its slot.
-    pub(crate) fn insert(&self, waker: &Waker) -> u32 {
-        let mut s = self.slots.lock().expect("lock never poisoned");
-        match s.free.pop() {
-            Some(slot) => {
-                s.wakers[slot as usize] = Some(waker.clone());
-                slot
-            }
-            None => {
-                s.wakers.push(Some(waker.clone()));
-                (s.wakers.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Replaces the waker in `slot` (the phase moved to another task).
-    pub(crate) fn replace(&self, slot: u32, waker: &Waker) {
-        let mut s = self.slots.lock().expect("lock never poisoned");
-        s.wakers[slot as usize] = Some(waker.clone());
-    }
-
-    /// Frees `slot`.
-    pub(crate) fn remove(&self, slot: u32) {
-        let mut s = self.slots.lock().expect("lock never poisoned");
-        s.wakers[slot as usize] = None;
-        s.free.push(slot);
-    }
-
-    /// Whether the run has stopped (a cheaper check than the token's).
-    pub(crate) fn is_stopped(&self) -> bool {
-        self.stopped.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Marks the run stopped and wakes every waiting phase (each wakes
-    /// once; the slots stay theirs until they remove them).
-    fn wake_all(&self) {
-        self.stopped.store(true, std::sync::atomic::Ordering::Release);
-        let woken: Vec<Waker> = {
-            let mut s = self.slots.lock().expect("lock never poisoned");
-            s.wakers.iter_mut().filter_map(Option::take).collect()
-        };
-        woken.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -447,7 +383,8 @@ pub(crate) async fn drive(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline =
         tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
-    tokio::pin!(deadline, done);
+    let timer = Timer::new(&run.wakeups, clock);
+    tokio::pin!(deadline, done, timer);
     let mut own_reason = None;
     let mut stop_woken = false;
     let mut ended = 0u64;
@@ -492,10 +429,11 @@ pub(crate) async fn drive(
                 cancel.cancel();
             }
             _ = cancel.cancelled(), if !stop_woken => {
-                // The data phases wait on their sockets and timers only.
+                // The data phases wait on their sockets and the run's timer.
                 stop_woken = true;
-                run.stop.wake_all();
+                run.wakeups.stop();
             }
+            never = &mut timer => match never {},
             _ = &mut done => break,
         }
     }
@@ -526,53 +464,4 @@ pub(crate) fn unix_ms_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-    use std::task::{Wake, Waker};
-
-    use super::StopWakers;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn waker() -> (Arc<Count>, Waker) {
-        let c = Arc::new(Count(AtomicUsize::new(0)));
-        (c.clone(), Waker::from(c))
-    }
-
-    #[test]
-    fn stop_wakes_each_waiting_phase_once_and_only_those() {
-        let stop = StopWakers::default();
-        let (a, wa) = waker();
-        let (b, wb) = waker();
-        let (c, wc) = waker();
-        let sa = stop.insert(&wa);
-        let sb = stop.insert(&wb);
-        stop.remove(sa);
-        // The freed slot is reused.
-        let sc = stop.insert(&wc);
-        assert_eq!(sc, sa);
-        // A phase polled from another task leaves the new waker.
-        let (b2, wb2) = waker();
-        stop.replace(sb, &wb2);
-        assert!(!stop.is_stopped());
-        stop.wake_all();
-        assert!(stop.is_stopped());
-        let counts = [&a, &b, &b2, &c].map(|x| x.0.load(Ordering::SeqCst));
-        assert_eq!(counts, [0, 0, 1, 1]);
-        // Each is woken once; the slots stay until removed.
-        stop.wake_all();
-        assert_eq!(c.0.load(Ordering::SeqCst), 1);
-        stop.remove(sb);
-        stop.remove(sc);
-    }
 }

@@ -559,3 +559,20 @@ async fn finish_phase(
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The size of what `f` returns, without calling it.
+    fn returned_size<A, B, C, R>(_: fn(A, B, C) -> R) -> usize {
+        std::mem::size_of::<R>()
+    }
+
+    /// tokio stores a task in a cell of its future plus 112 bytes, rounded
+    /// up to 128: a connection's future over 400 bytes costs every
+    /// established connection 128 bytes more (docs/benchmarks.md, Memory).
+    #[test]
+    fn connection_task_fits_a_512_byte_task_cell() {
+        let n = returned_size(super::connection);
+        assert!(n <= 400, "the connection future is {n} bytes, over 400");
+    }
+}

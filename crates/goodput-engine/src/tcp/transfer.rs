@@ -8,12 +8,12 @@
 //! their arguments and tokio's readiness waiters, and a timer each for
 //! pacing, the watchdog and the deadline (112 bytes apiece). Here the
 //! waker lives in the socket's registration (`poll_read_ready` /
-//! `poll_write_ready`), one timer serves every wake-up the phase needs, the
-//! run's cancellation reaches the phase through a slot in [`StopWakers`]
-//! rather than a waiter of its own, and the rest is a handful of integers
-//! and references.
+//! `poll_write_ready`), the run's stop and one due time for every wake-up
+//! the phase needs go through a slot in the run's [`Wakeups`] (no timer or
+//! waiter of its own), and the rest is a handful of integers and
+//! references.
 //!
-//! [`StopWakers`]: super::StopWakers
+//! [`Wakeups`]: super::Wakeups
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -25,9 +25,9 @@ use std::task::{Context, Poll};
 use goodput_core::pattern::PatternVerifier;
 use goodput_core::plan::{Direction, PushPullSegments, TcpPattern, TransferPlan};
 use tokio::io::ReadBuf;
-use tokio::time::{Instant, Sleep};
 
 use super::link::{Failure, Link, Pacer};
+use super::wakeups::NEVER;
 use super::Progress;
 use crate::lowat::LowWater;
 
@@ -45,7 +45,7 @@ const CALLS_PER_POLL: u32 = 32;
 const NO_SLOT: u32 = u32::MAX;
 
 /// `Flow::pace_due_ns` when the pacer holds nothing back.
-const NOT_PACED: u64 = u64::MAX;
+const NOT_PACED: u64 = NEVER;
 
 /// How a data phase ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,22 +81,20 @@ pub(crate) struct Part {
     pub(crate) deadline_ns: Option<u64>,
 }
 
-pin_project_lite::pin_project! {
-    /// Moves the pattern bytes of a [`Part`] in both directions until both
-    /// are complete, under the run's cancellation, the idle watchdog and the
-    /// deadline. Yields the outcome and the bytes moved.
-    pub(crate) struct DataPhase<'l, 'a> {
-        #[pin]
-        timer: Sleep,
-        flow: Flow<'l, 'a>,
-        // The watchdog: the next check, and the activity count at the last.
-        idle_check_ns: u64,
-        seen: u64,
-        deadline_ns: u64,
-    }
+/// Moves the pattern bytes of a [`Part`] in both directions until both
+/// are complete, under the run's cancellation, the idle watchdog and the
+/// deadline. Yields the outcome and the bytes moved.
+pub(crate) struct DataPhase<'l, 'a> {
+    flow: Flow<'l, 'a>,
+    // The watchdog: the next check, and the activity count at the last.
+    idle_check_ns: u64,
+    seen: u64,
+    deadline_ns: u64,
+    /// The due time last left with the run's wake-ups ([`NEVER`]: none).
+    due_ns: u64,
 }
 
-/// The transfer itself: everything of the phase but its timer.
+/// The transfer itself.
 struct Flow<'l, 'a> {
     link: &'l Link<'a>,
     progress: Progress,
@@ -110,10 +108,10 @@ struct Flow<'l, 'a> {
     /// Set by a poll in which the pacer held the next send until this time
     /// ([`NOT_PACED`]: it did not).
     pace_due_ns: u64,
-    /// The waker this phase left with the run's [`super::StopWakers`]: its
-    /// slot, and its data pointer (to notice a poll from another task).
-    stop_waker: usize,
-    stop_slot: u32,
+    /// The waker this phase left with the run's [`super::Wakeups`]: its
+    /// slot, and its data pointer (to notice a poll by another task).
+    waker_id: usize,
+    slot: u32,
     buffer: u32,
     is_client: bool,
     verify: bool,
@@ -151,7 +149,6 @@ impl<'l, 'a> DataPhase<'l, 'a> {
             .now_ns()
             .saturating_add(link.run.idle.as_nanos() as u64);
         Self {
-            timer: tokio::time::sleep_until(Instant::from_std(link.run.clock.instant_at(idle_check_ns))),
             flow: Flow {
                 link,
                 progress: Progress::default(),
@@ -161,8 +158,8 @@ impl<'l, 'a> DataPhase<'l, 'a> {
                 pacer: part.pacer,
                 low_water,
                 pace_due_ns: NOT_PACED,
-                stop_waker: 0,
-                stop_slot: NO_SLOT,
+                waker_id: 0,
+                slot: NO_SLOT,
                 buffer: part.buffer.min(u32::MAX as usize) as u32,
                 is_client: part.is_client,
                 verify: part.verify,
@@ -170,31 +167,32 @@ impl<'l, 'a> DataPhase<'l, 'a> {
             },
             idle_check_ns,
             seen: link.activity.load(Relaxed),
-            deadline_ns: part.deadline_ns.unwrap_or(u64::MAX),
+            deadline_ns: part.deadline_ns.unwrap_or(NEVER),
+            due_ns: NEVER,
         }
     }
 }
 
 impl Drop for Flow<'_, '_> {
     fn drop(&mut self) {
-        if self.stop_slot != NO_SLOT {
-            self.link.run.stop.remove(self.stop_slot);
+        if self.slot != NO_SLOT {
+            self.link.run.wakeups.remove(self.slot);
         }
     }
 }
 
 impl Flow<'_, '_> {
     /// Leaves this task's waker with the run (once, or again if the phase
-    /// is polled from another task), so that stopping the run wakes it.
-    fn watch_stop(&mut self, cx: &Context<'_>) {
+    /// is polled by another task), for the run's stop and the due times.
+    fn leave_waker(&mut self, cx: &Context<'_>) {
         let waker = cx.waker();
         let id = waker.data() as usize;
-        if self.stop_slot == NO_SLOT {
-            self.stop_slot = self.link.run.stop.insert(waker);
-            self.stop_waker = id;
-        } else if id != self.stop_waker {
-            self.link.run.stop.replace(self.stop_slot, waker);
-            self.stop_waker = id;
+        if self.slot == NO_SLOT {
+            self.slot = self.link.run.wakeups.insert(waker);
+            self.waker_id = id;
+        } else if id != self.waker_id {
+            self.link.run.wakeups.replace(self.slot, waker);
+            self.waker_id = id;
         }
     }
 
@@ -372,10 +370,10 @@ impl Future for DataPhase<'_, '_> {
     type Output = PhaseEnd;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut me = self.project();
+        let me = self.get_mut();
         let link = me.flow.link;
-        me.flow.watch_stop(cx);
-        if link.run.stop.is_stopped() {
+        me.flow.leave_waker(cx);
+        if link.run.wakeups.is_stopped() {
             return me.flow.end(Err(Failure::Cancelled));
         }
         loop {
@@ -384,24 +382,24 @@ impl Future for DataPhase<'_, '_> {
                 return me.flow.end(r);
             }
             let pace_due_ns = me.flow.pace_due_ns;
-            // One timer for every wake-up: the watchdog, the deadline, pacing.
-            let wake_ns = (*me.idle_check_ns).min(*me.deadline_ns).min(pace_due_ns);
-            let at = Instant::from_std(link.run.clock.instant_at(wake_ns));
-            if me.timer.deadline() != at {
-                me.timer.as_mut().reset(at);
-            }
-            if me.timer.as_mut().poll(cx).is_pending() {
+            // One due time for every wake-up: the watchdog, the deadline, pacing.
+            let wake_ns = me.idle_check_ns.min(me.deadline_ns).min(pace_due_ns);
+            let now = link.run.clock.now_ns();
+            if now < wake_ns {
+                if wake_ns != me.due_ns {
+                    link.run.wakeups.wake_at(me.flow.slot, wake_ns);
+                    me.due_ns = wake_ns;
+                }
                 return Poll::Pending;
             }
-            let now = link.run.clock.now_ns();
-            if now >= *me.deadline_ns {
+            if now >= me.deadline_ns {
                 return me.flow.end(Err(Failure::Cancelled));
             }
-            if now >= *me.idle_check_ns {
-                if let Err(f) = link.check_idle(me.seen) {
+            if now >= me.idle_check_ns {
+                if let Err(f) = link.check_idle(&mut me.seen) {
                     return me.flow.end(Err(f));
                 }
-                *me.idle_check_ns = now.saturating_add(link.run.idle.as_nanos() as u64);
+                me.idle_check_ns = now.saturating_add(link.run.idle.as_nanos() as u64);
             }
             if pace_due_ns != NOT_PACED && now >= pace_due_ns {
                 // A paced sender that waited is not idle.
