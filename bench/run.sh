@@ -150,8 +150,12 @@ hold() {
   while [ "$(tail -1 "$status" 2>/dev/null | cut -d, -f4)" != "$n" ]; do
     sleep 0.5; t=$((t+1)); [ $t -lt 240 ] || { echo "only $(tail -1 "$status" | cut -d, -f4) of $n established" >&2; break; }
   done
+  # RSS 2 s after the last connection is up, and again once settled: the
+  # allocator gives the memory of the setup burst back over a few seconds.
   sleep 2
-  echo "$(rss_kib $cli) $(rss_kib $srv)"
+  local early="$(rss_kib $cli) $(rss_kib $srv)"
+  sleep "${MEMORY_SETTLE:-10}"
+  echo "$(rss_kib $cli) $(rss_kib $srv) $early"
   kill -INT $cli; wait $cli 2>/dev/null || true; kill -INT $srv; wait $srv 2>/dev/null || true
 }
 
@@ -174,11 +178,13 @@ bench_iperf3() {
 
 bench_memory() {
   local big=${MEMORY_CONNECTIONS:-18000} small=1000
-  read -r c1 s1 < <(hold $small 14600)
-  read -r c2 s2 < <(hold "$big" 14601)
-  awk -v c1="$c1" -v s1="$s1" -v c2="$c2" -v s2="$s2" -v a="$small" -v b="$big" 'BEGIN{
-    printf "memory: %d -> %d established connections: client RSS %d -> %d KiB (%.2f KiB/conn), server RSS %d -> %d KiB (%.2f KiB/conn)\n",
-      a, b, c1, c2, (c2-c1)/(b-a), s1, s2, (s2-s1)/(b-a) }'
+  read -r c1 s1 e1 f1 < <(hold $small 14600)
+  read -r c2 s2 e2 f2 < <(hold "$big" 14601)
+  awk -v c1="$c1" -v s1="$s1" -v c2="$c2" -v s2="$s2" -v e1="$e1" -v f1="$f1" -v e2="$e2" -v f2="$f2" \
+      -v a="$small" -v b="$big" -v w="${MEMORY_SETTLE:-10}" 'BEGIN{
+    printf "memory: %d -> %d established connections: client RSS %d -> %d KiB (%.2f KiB/conn), server RSS %d -> %d KiB (%.2f KiB/conn), settled %d s\n",
+      a, b, c1, c2, (c2-c1)/(b-a), s1, s2, (s2-s1)/(b-a), w + 2
+    printf "memory, 2 s after the last connect: client %.2f KiB/conn, server %.2f KiB/conn\n", (e2-e1)/(b-a), (f2-f1)/(b-a) }'
 }
 
 # STAMP reflector: replies/s each reflector sustains under the same closed-loop
