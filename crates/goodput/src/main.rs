@@ -32,8 +32,9 @@ use cli::{
 /// jemalloc rather than glibc's malloc, for the memory each connection
 /// costs: tokio aligns every task and every socket registration to 128
 /// bytes, and glibc pays for each such allocation with a fragment it seldom
-/// reuses (docs/benchmarks.md, "Memory": 1.34 against 0.98 KiB per
-/// established connection on the client).
+/// reuses (docs/benchmarks.md, "Memory": 1.25 against 0.81 KiB per
+/// established connection on the client, same build).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -41,6 +42,7 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// pages freed for a second back to the system, so the memory a burst of
 /// connection setup used does not stay resident (by default jemalloc waits
 /// ten seconds, and only purges while allocating).
+#[cfg(feature = "jemalloc")]
 #[export_name = "_rjem_malloc_conf"]
 pub static MALLOC_CONF: &[u8; 85] =
     b"background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
