@@ -32,7 +32,7 @@ use crate::{EngineError, Observer};
 
 struct ClientCtx {
     spec: TcpClientSpec,
-    run: Shared,
+    run: Arc<Shared>,
     throttle: Semaphore,
     /// One permit per concurrent connection.
     slots: Semaphore,
@@ -121,12 +121,12 @@ pub async fn run_client(
     };
     let slots = spec.connections.min(Semaphore::MAX_PERMITS as u64) as usize;
     let ctx = Arc::new(ClientCtx {
-        run: Shared::new(
+        run: Arc::new(Shared::new(
             cancel.clone(),
             clock,
             spec.idle_timeout,
             Pattern::new(spec.buffer.hi.0.min(64 << 20) as usize),
-        ),
+        )),
         spec,
         throttle: Semaphore::new(throttle),
         slots: Semaphore::new(slots),

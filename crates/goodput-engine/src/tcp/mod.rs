@@ -8,6 +8,7 @@ mod transfer;
 mod wakeups;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_core::plan::TcpPattern;
@@ -357,7 +358,7 @@ pub(crate) struct RunControl {
 /// they arrive, the time limit and the exit count, until `done` completes.
 pub(crate) async fn drive(
     mut rx: mpsc::UnboundedReceiver<Event>,
-    run: &Shared,
+    run: &Arc<Shared>,
     clock: RunClock,
     observer: &mut dyn Observer,
     control: RunControl,
@@ -383,10 +384,11 @@ pub(crate) async fn drive(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let deadline =
         tokio::time::sleep_until(start + time_limit.unwrap_or(Duration::from_secs(86400 * 365 * 100)));
-    let timer = Timer::new(&run.wakeups, clock);
-    tokio::pin!(deadline, done, timer);
+    // The data phases' timer and their wake-up on a stop run beside this
+    // loop, so that the observer's output never delays them.
+    let wakeups = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(keep_wakeups(run.clone())));
+    tokio::pin!(deadline, done);
     let mut own_reason = None;
-    let mut stop_woken = false;
     let mut ended = 0u64;
     let mut handle = |ev: Event, observer: &mut dyn Observer, records: &mut RunRecords| -> bool {
         match ev {
@@ -428,15 +430,10 @@ pub(crate) async fn drive(
                 own_reason = Some(EndReason::TimeLimit);
                 cancel.cancel();
             }
-            _ = cancel.cancelled(), if !stop_woken => {
-                // The data phases wait on their sockets and the run's timer.
-                stop_woken = true;
-                run.wakeups.stop();
-            }
-            never = &mut timer => match never {},
             _ = &mut done => break,
         }
     }
+    drop(wakeups);
     while let Ok(ev) = rx.try_recv() {
         handle(ev, observer, &mut records);
     }
@@ -457,6 +454,22 @@ pub(crate) async fn drive(
         end,
         summary,
     }
+}
+
+/// Runs the data phases' timer, and wakes every phase once the run is
+/// cancelled; until aborted.
+async fn keep_wakeups(run: Arc<Shared>) {
+    let timer = Timer::new(&run.wakeups, run.clock);
+    tokio::pin!(timer);
+    let never = tokio::select! {
+        _ = run.cancel.cancelled() => {
+            // The data phases wait on their sockets and this timer only.
+            run.wakeups.stop();
+            timer.await
+        }
+        never = &mut timer => never,
+    };
+    match never {}
 }
 
 pub(crate) fn unix_ms_now() -> u64 {

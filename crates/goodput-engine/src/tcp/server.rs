@@ -80,7 +80,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
 
 struct ServerCtx {
     spec: TcpServerSpec,
-    run: Shared,
+    run: Arc<Shared>,
     tx: mpsc::UnboundedSender<Event>,
     active: AtomicU64,
     per_client: Mutex<HashMap<IpAddr, u64>>,
@@ -161,12 +161,12 @@ impl BoundServer {
         let (tx, rx) = mpsc::unbounded_channel();
         let addrs = self.local_addrs();
         let ctx = Arc::new(ServerCtx {
-            run: Shared::new(
+            run: Arc::new(Shared::new(
                 cancel.clone(),
                 clock,
                 self.spec.idle_timeout,
                 Pattern::new(self.spec.limits.max_buffer.min(4 << 20) as usize),
-            ),
+            )),
             spec: self.spec,
             tx,
             active: AtomicU64::new(0),

@@ -4,9 +4,10 @@
 //! Why: a data phase lasts as long as its connection, so its state is what
 //! every established connection costs, and tokio's cancellation waiter (72
 //! bytes) and `Sleep` (112 bytes) were most of it. Here a phase holds a slot
-//! number: the slot keeps its task's waker and its next due time; the run
-//! loop keeps the one `Sleep`, set for the earliest due time, wakes the
-//! phases whose time has come, and wakes every phase when the run stops. A
+//! number: the slot keeps its task's waker and its next due time; one task
+//! per run, beside the run loop, keeps the one `Sleep`, set for the earliest
+//! due time, wakes the phases whose time has come, and wakes every phase
+//! when the run stops. A
 //! woken phase reads the clock and the stop flag itself, so a spurious
 //! wake-up is harmless.
 
@@ -40,7 +41,7 @@ struct Inner {
     free: Vec<u32>,
     /// (due time, slot) of every slot with a due time.
     due: BTreeSet<(u64, u32)>,
-    /// The run loop's timer: its waker, and the time it is set for.
+    /// The run's [`Timer`]: its waker, and the time it is set for.
     timer: Option<Waker>,
     timer_at_ns: u64,
 }
@@ -108,7 +109,7 @@ impl Wakeups {
             }
             g.slots[slot as usize].due_ns = due_ns;
             g.due.insert((due_ns, slot));
-            // The run loop's timer is set for later: it must look again.
+            // The run's timer is set for later: it must look again.
             if due_ns < g.timer_at_ns {
                 g.timer_at_ns = due_ns;
                 g.timer.take()
@@ -163,7 +164,7 @@ impl Wakeups {
 }
 
 pin_project_lite::pin_project! {
-    /// The run loop's side: sleeps until the earliest due time and wakes
+    /// The run's side: sleeps until the earliest due time and wakes
     /// the phases due. Never completes.
     pub(crate) struct Timer<'a> {
         wakeups: &'a Wakeups,
