@@ -51,7 +51,7 @@ start_servers() {
     stamp-suite --is-reflector --local-addr 127.0.0.1 --local-port $PORT_SS >/dev/null 2>&1 & pids+=($!)
   fi
   iperf3 -s -B 127.0.0.1 -p $PORT_IP >/dev/null 2>&1 & pids+=($!)
-  if command -v nuttcp >/dev/null; then nuttcp -S -P 15000 >/dev/null 2>&1 & pids+=($!); fi
+  if command -v nuttcp >/dev/null; then nuttcp -S --nofork -P 15000 >/dev/null 2>&1 & pids+=($!); fi
   sleep 0.5
 }
 
