@@ -257,9 +257,7 @@ impl Terms {
             burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
         }
     }
-}
 
-impl Terms {
     /// Pattern bytes the client sends and receives.
     fn planned(&self, spec: &TcpClientSpec) -> (u64, u64) {
         let plan = self.hello(spec).plan();
