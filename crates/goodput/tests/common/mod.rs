@@ -145,3 +145,55 @@ impl Drop for Reaped {
         }
     }
 }
+
+/// Address space a server under hostile input may map: enough for the
+/// runtime's threads, jemalloc's arenas and every service's buffers at
+/// their default limits, far below what a client-sized allocation would
+/// ask. A regression then fails the test (an allocation error) instead of
+/// exhausting the machine.
+pub const SERVER_ADDRESS_SPACE: u64 = 4 << 30;
+
+/// Spawns `cmd` (output piped) with its address space limited to `bytes`
+/// (`setrlimit(RLIMIT_AS)` in the child before exec).
+pub fn spawn_limited(mut cmd: Command, bytes: u64) -> Reaped {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only
+    // calls setrlimit, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    Reaped::spawn(cmd)
+}
+
+impl Reaped {
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().unwrap().id()
+    }
+
+    /// Whether the child is still running.
+    pub fn alive(&mut self) -> bool {
+        self.0.as_mut().unwrap().try_wait().unwrap().is_none()
+    }
+}
+
+/// A field of `/proc/PID/status` in KiB (`VmRSS`, `VmHWM`, `VmSize`).
+pub fn proc_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .unwrap_or(0)
+}
