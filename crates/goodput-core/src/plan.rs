@@ -106,9 +106,10 @@ impl TransferPlan {
         }
     }
 
-    /// Total pattern bytes in both directions.
+    /// Total pattern bytes in both directions (saturating: a duplex plan of
+    /// `u64::MAX` bytes rounds its halves up past it).
     pub fn total(&self) -> u64 {
-        self.client_to_server + self.server_to_client
+        self.client_to_server.saturating_add(self.server_to_client)
     }
 
     /// The push-pull segments in order: (direction, length). Empty for other
@@ -131,9 +132,12 @@ fn pushpull_totals(transfer: u64, push: u64, pull: u64) -> (u64, u64) {
     if push == 0 || pull == 0 {
         return (0, 0);
     }
-    let round = push + pull;
-    let full = transfer / round;
-    let rest = transfer % round;
+    // Segments that add up past u64::MAX are longer than any transfer:
+    // the plan is the first push and whatever of the first pull is left.
+    let (full, rest) = match push.checked_add(pull) {
+        Some(round) => (transfer / round, transfer % round),
+        None => (0, transfer),
+    };
     let c2s = full * push + rest.min(push);
     let s2c = full * pull + rest.saturating_sub(push);
     (c2s, s2c)
@@ -172,6 +176,37 @@ impl Iterator for PushPullSegments {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any segment sizes and transfer (the peer chooses them all) plan
+        /// without a panic, and the plan moves exactly the transfer.
+        #[test]
+        fn pushpull_plans_any_numbers_exactly(t in any::<u64>(), a in 1..=u64::MAX, b in 1..=u64::MAX) {
+            let p = TransferPlan::new(TcpPattern::PushPull, t, a, b);
+            prop_assert_eq!(u128::from(p.client_to_server) + u128::from(p.server_to_client), u128::from(t));
+            let mut segs = p.segments();
+            let first = segs.next();
+            if t > 0 {
+                prop_assert_eq!(first, Some((Direction::ClientToServer, t.min(a))));
+            }
+        }
+
+        #[test]
+        fn duplex_total_never_wraps(t in any::<u64>()) {
+            let p = TransferPlan::new(TcpPattern::Duplex, t, 0, 0);
+            prop_assert!(p.total() >= t);
+        }
+    }
+
+    #[test]
+    fn pushpull_segments_summing_past_u64_max_plan_one_round() {
+        // The hello that used to divide by zero: push + pull wrapped to 0.
+        let p = TransferPlan::new(TcpPattern::PushPull, 1 << 30, 1 << 63, 1 << 63);
+        assert_eq!((p.client_to_server, p.server_to_client), (1 << 30, 0));
+        let p = TransferPlan::new(TcpPattern::PushPull, u64::MAX, u64::MAX - 1, 3);
+        assert_eq!((p.client_to_server, p.server_to_client), (u64::MAX - 1, 1));
+    }
 
     #[test]
     fn duplex_rounds_odd_transfer_up() {

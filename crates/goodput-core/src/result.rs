@@ -727,6 +727,9 @@ pub enum ProtocolErrorKind {
     BadMessage,
     /// No data for longer than the idle timeout.
     IdleTimeout,
+    /// The server's own fault: a connection task that panicked. Counted so
+    /// that a bug shows in the results instead of hiding in a log.
+    Internal,
 }
 
 impl ProtocolErrorKind {
@@ -739,6 +742,7 @@ impl ProtocolErrorKind {
             ProtocolErrorKind::Rejected => "ErrorRejectedByServer",
             ProtocolErrorKind::BadMessage => "ErrorBadSessionMessage",
             ProtocolErrorKind::IdleTimeout => "ErrorIdleTimeout",
+            ProtocolErrorKind::Internal => "ErrorInternal",
         }
     }
 }
@@ -766,7 +770,7 @@ impl Outcome {
             offset: None,
             expected: None,
             actual: None,
-            message: format!("server rejected the connection ({code:?}): {reason}"),
+            message: format!("server rejected the connection ({code}): {reason}"),
         }
     }
 }

@@ -84,6 +84,100 @@ impl Hello {
     pub fn plan(&self) -> TransferPlan {
         TransferPlan::new(self.pattern, self.transfer, self.push_segment, self.pull_segment)
     }
+
+    /// Checks every field against what a server allows, and returns the
+    /// plan it would serve. Every number here came from the peer: nothing
+    /// is used before it is bounded, and the plan's arithmetic cannot wrap
+    /// or divide by zero for any value that passes.
+    pub fn check(&self, limits: &HelloLimits) -> Result<TransferPlan, HelloRefusal> {
+        if self.transfer > limits.max_transfer {
+            return Err(HelloRefusal::Transfer {
+                asked: self.transfer,
+                limit: limits.max_transfer,
+            });
+        }
+        if self.server_buffer == 0 || u64::from(self.server_buffer) > limits.max_buffer {
+            return Err(HelloRefusal::Buffer {
+                asked: self.server_buffer,
+                limit: limits.max_buffer,
+            });
+        }
+        if self.pattern == TcpPattern::PushPull && (self.push_segment == 0 || self.pull_segment == 0) {
+            return Err(HelloRefusal::EmptySegment);
+        }
+        if self.server_rate > 0 {
+            if !(1..=MAX_PERIOD_MS).contains(&self.rate_period_ms) {
+                return Err(HelloRefusal::RatePeriod(self.rate_period_ms));
+            }
+            // The same rule the client's flags follow: a quantum must
+            // release at least one byte, or the limit would mean nothing
+            // (and the pacer would have to fall back to unlimited).
+            let per_period = u128::from(self.server_rate) * u128::from(self.rate_period_ms) / 1000;
+            if per_period == 0 {
+                return Err(HelloRefusal::RateBelowOneByte {
+                    rate: self.server_rate,
+                    period_ms: self.rate_period_ms,
+                });
+            }
+        }
+        if self.burst_count > 0 && self.burst_delay_ms > MAX_PERIOD_MS {
+            return Err(HelloRefusal::BurstDelay(self.burst_delay_ms));
+        }
+        Ok(self.plan())
+    }
+}
+
+/// Longest rate-limit quantum or pause between bursts a hello may ask for,
+/// milliseconds. Longer ones would let a connection sit silent past any
+/// idle watchdog while holding its place.
+pub const MAX_PERIOD_MS: u32 = 60_000;
+
+/// What a server lets one connection ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HelloLimits {
+    /// Largest transfer, bytes.
+    pub max_transfer: u64,
+    /// Largest send/receive size, bytes.
+    pub max_buffer: u64,
+}
+
+/// Why a hello is outside what the server allows; the text is the reason
+/// sent back in the Reject.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HelloRefusal {
+    /// The transfer is above the server's limit.
+    #[error("transfer of {asked} bytes is above the server's limit of {limit} bytes")]
+    Transfer {
+        /// Bytes asked.
+        asked: u64,
+        /// The server's limit.
+        limit: u64,
+    },
+    /// The send/receive size is zero or above the server's limit.
+    #[error("buffer of {asked} bytes is outside the server's limits of 1 to {limit} bytes")]
+    Buffer {
+        /// Bytes asked.
+        asked: u32,
+        /// The server's limit.
+        limit: u64,
+    },
+    /// A push-pull segment of zero bytes.
+    #[error("push-pull segments must be at least one byte")]
+    EmptySegment,
+    /// A rate-limit quantum of zero or above [`MAX_PERIOD_MS`].
+    #[error("rate-limit period of {0} ms is outside 1 to 60000 ms")]
+    RatePeriod(u32),
+    /// A rate that releases less than one byte per quantum.
+    #[error("rate limit of {rate} B/s is below one byte per {period_ms} ms period")]
+    RateBelowOneByte {
+        /// Bytes per second asked.
+        rate: u64,
+        /// Quantum, milliseconds.
+        period_ms: u32,
+    },
+    /// A pause between bursts above [`MAX_PERIOD_MS`].
+    #[error("pause between bursts of {0} ms is above 60000 ms")]
+    BurstDelay(u32),
 }
 
 /// Why the server refused a connection.
@@ -100,6 +194,8 @@ pub enum RejectCode {
     TooManyConnections,
     /// The server is shutting down.
     ShuttingDown,
+    /// The hello did not arrive whole within the server's deadline.
+    HelloTimeout,
     /// A code this version does not know.
     Other,
 }
@@ -112,6 +208,7 @@ impl RejectCode {
             RejectCode::OverLimit => 3,
             RejectCode::TooManyConnections => 4,
             RejectCode::ShuttingDown => 5,
+            RejectCode::HelloTimeout => 6,
             RejectCode::Other => 0xffff,
         }
     }
@@ -122,8 +219,23 @@ impl RejectCode {
             3 => RejectCode::OverLimit,
             4 => RejectCode::TooManyConnections,
             5 => RejectCode::ShuttingDown,
+            6 => RejectCode::HelloTimeout,
             _ => RejectCode::Other,
         }
+    }
+}
+
+impl std::fmt::Display for RejectCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RejectCode::UnsupportedVersion => "unsupported version",
+            RejectCode::Malformed => "malformed hello",
+            RejectCode::OverLimit => "over a limit",
+            RejectCode::TooManyConnections => "too many connections",
+            RejectCode::ShuttingDown => "shutting down",
+            RejectCode::HelloTimeout => "hello too slow",
+            RejectCode::Other => "other reason",
+        })
     }
 }
 
@@ -242,6 +354,16 @@ fn direction_code(d: Direction) -> u8 {
 }
 
 impl Message {
+    /// The message's name, for errors about an unexpected one.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Message::Hello(_) => "Hello",
+            Message::Accept { .. } => "Accept",
+            Message::Reject { .. } => "Reject",
+            Message::Completion(_) => "Completion",
+        }
+    }
+
     fn kind(&self) -> u8 {
         match self {
             Message::Hello(_) => KIND_HELLO,
@@ -458,6 +580,83 @@ mod tests {
             rate_period_ms: 100,
             burst_count: 0,
             burst_delay_ms: 0,
+        }
+    }
+
+    const LIMITS: HelloLimits = HelloLimits {
+        max_transfer: 1 << 40,
+        max_buffer: 16 << 20,
+    };
+
+    #[test]
+    fn check_refuses_each_out_of_bounds_field_with_a_readable_reason() {
+        assert!(hello().check(&LIMITS).is_ok());
+        let cases: [(fn(&mut Hello), &str); 6] = [
+            (
+                |h| h.transfer = (1 << 40) + 1,
+                "transfer of 1099511627777 bytes is above",
+            ),
+            (|h| h.server_buffer = (16 << 20) + 1, "buffer of 16777217 bytes"),
+            (|h| h.server_buffer = 0, "outside the server's limits of 1 to"),
+            (|h| h.rate_period_ms = 60_001, "rate-limit period of 60001 ms"),
+            (
+                |h| {
+                    h.server_rate = 1;
+                    h.rate_period_ms = 1
+                },
+                "rate limit of 1 B/s is below one byte per 1 ms period",
+            ),
+            (
+                |h| {
+                    h.burst_count = 2;
+                    h.burst_delay_ms = u32::MAX
+                },
+                "pause between bursts",
+            ),
+        ];
+        for (change, want) in cases {
+            let mut h = hello();
+            change(&mut h);
+            let reason = h.check(&LIMITS).unwrap_err().to_string();
+            assert!(reason.contains(want), "{reason:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn check_plans_the_overflowing_pushpull_hello() {
+        let mut h = hello();
+        h.push_segment = 1 << 63;
+        h.pull_segment = 1 << 63;
+        let plan = h.check(&LIMITS).unwrap();
+        assert_eq!(plan.total(), 1 << 30);
+    }
+
+    #[test]
+    fn reject_codes_read_as_words() {
+        assert_eq!(RejectCode::TooManyConnections.to_string(), "too many connections");
+        assert_eq!(RejectCode::from_code(6), RejectCode::HelloTimeout);
+        assert_eq!(
+            Message::Accept {
+                connection_id: [0; 16]
+            }
+            .name(),
+            "Accept"
+        );
+    }
+
+    proptest! {
+        /// Whatever a peer puts in a hello, checking and planning it never
+        /// panics, and an accepted plan moves at most what was asked.
+        #[test]
+        fn check_never_panics(body in proptest::collection::vec(any::<u8>(), HELLO_LEN)) {
+            let mut frame = b"GDPT\x01\x01\x00\x40".to_vec();
+            frame.extend_from_slice(&body);
+            if let Ok(Some((Message::Hello(h), _))) = Message::decode(&frame) {
+                if let Ok(plan) = h.check(&LIMITS) {
+                    prop_assert!(plan.total() <= h.transfer.saturating_add(1));
+                    prop_assert!(plan.segments().take(4).count() <= 4);
+                }
+            }
         }
     }
 
