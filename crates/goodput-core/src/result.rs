@@ -65,6 +65,36 @@ pub struct TestResult {
     /// Servers running the QUIC perf service: what it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic_server: Option<QuicServerCounters>,
+    /// Servers: how the TCP services (test port, discard, echo, TLS echo)
+    /// admitted connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionCounters>,
+}
+
+/// How a server's TCP services admitted connections over its life, and the
+/// places held when the counters were read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AdmissionCounters {
+    /// Connections given an open place.
+    pub admitted: u64,
+    /// Connections refused because the server held its most connections.
+    pub refused_total: u64,
+    /// Connections refused because their address held its most connections.
+    pub refused_per_client: u64,
+    /// Connections reset at once: no place even to say why (too many in
+    /// their hello, in total or from the address).
+    pub reset_pending: u64,
+    /// Connections whose hello or TLS handshake missed its deadline.
+    pub hello_timeouts: u64,
+    /// Connection tasks that ended in a panic (a bug of the server; the
+    /// connection's places were given back).
+    pub internal_errors: u64,
+    /// Open places held when read.
+    pub open_now: u64,
+    /// Pending places (hello or handshake) held when read.
+    pub pending_now: u64,
+    /// Client addresses holding a place when read.
+    pub clients_now: u64,
 }
 
 /// What a QUIC perf run adds to the common record.

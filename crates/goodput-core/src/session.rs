@@ -591,7 +591,8 @@ mod tests {
     #[test]
     fn check_refuses_each_out_of_bounds_field_with_a_readable_reason() {
         assert!(hello().check(&LIMITS).is_ok());
-        let cases: [(fn(&mut Hello), &str); 6] = [
+        type Case = (fn(&mut Hello), &'static str);
+        let cases: [Case; 6] = [
             (
                 |h| h.transfer = (1 << 40) + 1,
                 "transfer of 1099511627777 bytes is above",

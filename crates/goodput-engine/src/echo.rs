@@ -473,6 +473,7 @@ pub async fn run_echo(
         media_server: None,
         quic: None,
         quic_server: None,
+        admission: None,
     })
 }
 

@@ -7,6 +7,7 @@
 //! command line is one caller; the agent will be another.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 mod counters;
 pub mod echo;
 pub mod iperf3;

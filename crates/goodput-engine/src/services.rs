@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::{Admission, Admits, Slot};
 use crate::EngineError;
 
 /// What the services did over the server's life.
@@ -29,14 +30,31 @@ pub struct ServiceCounters {
     pub tls_handshake_failures: u64,
 }
 
-#[derive(Default)]
+/// The services' counters, and the context their connections are
+/// admitted under.
 struct Counters {
+    admission: Arc<Admission>,
+    cancel: CancellationToken,
     discard_connections: AtomicU64,
     discard_bytes: AtomicU64,
     discard_datagrams: AtomicU64,
     echo_connections: AtomicU64,
     echo_bytes: AtomicU64,
     tls_handshake_failures: AtomicU64,
+}
+
+impl Admits for Counters {
+    fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Connections still open at shutdown are dropped unfinished; only one
+    /// dropped before that is a panic.
+    fn on_abandoned(&self, _peer: SocketAddr) {
+        if !self.cancel.is_cancelled() {
+            self.admission.count_internal_error();
+        }
+    }
 }
 
 /// Bound discard and echo sockets.
@@ -109,9 +127,20 @@ impl BoundServices {
         self.echo_tls.iter().filter_map(|l| l.local_addr().ok()).collect()
     }
 
-    /// Serves until `cancel`; returns what was served.
-    pub async fn run(self, cancel: CancellationToken) -> ServiceCounters {
-        let c = Arc::new(Counters::default());
+    /// Serves until `cancel`, admitting TCP connections under `admission`
+    /// (shared with the TCP test service, so one client's cap covers every
+    /// port); returns what was served.
+    pub async fn run(self, cancel: CancellationToken, admission: Arc<Admission>) -> ServiceCounters {
+        let c = Arc::new(Counters {
+            admission,
+            cancel: cancel.clone(),
+            discard_connections: AtomicU64::new(0),
+            discard_bytes: AtomicU64::new(0),
+            discard_datagrams: AtomicU64::new(0),
+            echo_connections: AtomicU64::new(0),
+            echo_bytes: AtomicU64::new(0),
+            tls_handshake_failures: AtomicU64::new(0),
+        });
         let mut tasks = tokio::task::JoinSet::new();
         for l in self.discard_tcp {
             tasks.spawn(accept_loop(l, c.clone(), cancel.clone(), false));
@@ -202,10 +231,30 @@ async fn echo_connection(s: &mut tokio::net::TcpStream, echoed: &AtomicU64) {
     }
 }
 
+/// Reads and drops until the peer closes, counting into `discarded`. Reads
+/// go into the thread's scratch space, so an idle connection holds no
+/// buffer.
+async fn discard_connection(s: &mut tokio::net::TcpStream, discarded: &AtomicU64) {
+    loop {
+        if s.readable().await.is_err() {
+            return;
+        }
+        let read = SCRATCH.with(|b| s.try_read(&mut b.borrow_mut()));
+        match read {
+            Ok(0) => return,
+            Ok(n) => {
+                discarded.fetch_add(n as u64, Relaxed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
 async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken, echo: bool) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
-        let (mut s, _) = tokio::select! {
+        let (mut s, peer) = tokio::select! {
             _ = cancel.cancelled() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             a = l.accept() => match a {
@@ -217,29 +266,35 @@ async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken
                 }
             },
         };
-        let (c, cancel) = (c.clone(), cancel.clone());
+        // No greeting to wait for: a connection without an open place is
+        // reset at once, one with a place is past its "hello".
+        let slot = match Slot::admit(&c, peer) {
+            Some(slot) if slot.refusal().is_none() => slot,
+            _ => {
+                let _ = crate::socket::set_rude_close(&s);
+                continue;
+            }
+        };
+        slot.hello_done();
+        let cancel = cancel.clone();
         if echo {
             c.echo_connections.fetch_add(1, Relaxed);
             conns.spawn(async move {
                 tokio::select! {
                     _ = cancel.cancelled() => {}
-                    _ = echo_connection(&mut s, &c.echo_bytes) => {}
+                    _ = echo_connection(&mut s, &slot.ctx().echo_bytes) => {}
                 }
                 let _ = s.shutdown().await;
+                slot.finish();
             });
         } else {
             c.discard_connections.fetch_add(1, Relaxed);
             conns.spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    tokio::select! {
-                        _ = cancel.cancelled() => break,
-                        r = s.read(&mut buf) => match r {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => { c.discard_bytes.fetch_add(n as u64, Relaxed); }
-                        },
-                    }
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = discard_connection(&mut s, &slot.ctx().discard_bytes) => {}
                 }
+                slot.finish();
             });
         }
     }
@@ -255,7 +310,7 @@ async fn tls_accept_loop(
 ) {
     let mut conns = tokio::task::JoinSet::new();
     loop {
-        let (s, _) = tokio::select! {
+        let (s, peer) = tokio::select! {
             _ = cancel.cancelled() => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => continue,
             a = l.accept() => match a {
@@ -266,17 +321,35 @@ async fn tls_accept_loop(
                 }
             },
         };
-        let (c, cancel, acceptor) = (c.clone(), cancel.clone(), acceptor.clone());
+        // The handshake holds a pending place: handshakes never finished
+        // are bounded in number as well as in time.
+        let slot = match Slot::admit(&c, peer) {
+            Some(slot) if slot.refusal().is_none() => slot,
+            _ => {
+                let _ = crate::socket::set_rude_close(&s);
+                continue;
+            }
+        };
+        let (cancel, acceptor) = (cancel.clone(), acceptor.clone());
         conns.spawn(async move {
+            let c = slot.ctx();
             let _ = s.set_nodelay(true);
             let handshake = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(s));
             let mut t = match handshake.await {
                 Ok(Ok(t)) => t,
-                _ => {
+                Ok(Err(_)) => {
                     c.tls_handshake_failures.fetch_add(1, Relaxed);
+                    slot.finish();
+                    return;
+                }
+                Err(_) => {
+                    c.tls_handshake_failures.fetch_add(1, Relaxed);
+                    c.admission.count_hello_timeout();
+                    slot.finish();
                     return;
                 }
             };
+            slot.hello_done();
             c.echo_connections.fetch_add(1, Relaxed);
             let mut buf = vec![0u8; 16 * 1024];
             loop {
@@ -293,6 +366,7 @@ async fn tls_accept_loop(
                 c.echo_bytes.fetch_add(n as u64, Relaxed);
             }
             let _ = t.shutdown().await;
+            slot.finish();
         });
     }
     conns.shutdown().await;

@@ -233,6 +233,7 @@ pub fn run_ttcp(
         media_server: None,
         quic: None,
         quic_server: None,
+        admission: None,
         ttcp: Some(TtcpDetail {
             transmit,
             udp: spec.udp,

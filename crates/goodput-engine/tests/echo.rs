@@ -43,7 +43,10 @@ async fn goodput_echo() -> (
     let s = bind_services(&[], &["127.0.0.1:0".parse().unwrap()], &[], None).unwrap();
     let addr = s.echo_addrs()[0];
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(s.run(cancel.clone()));
+    let task = tokio::spawn(s.run(
+        cancel.clone(),
+        goodput_engine::admission::Admission::new(goodput_engine::admission::AdmissionLimits::unlimited()),
+    ));
     (addr, cancel, task)
 }
 
@@ -239,7 +242,10 @@ async fn tls_echo(
     let s = bind_services(&[], &[], &["127.0.0.1:0".parse().unwrap()], Some(cfg)).unwrap();
     let addr = s.echo_tls_addrs()[0];
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(s.run(cancel.clone()));
+    let task = tokio::spawn(s.run(
+        cancel.clone(),
+        goodput_engine::admission::Admission::new(goodput_engine::admission::AdmissionLimits::unlimited()),
+    ));
     (addr, cancel, task)
 }
 

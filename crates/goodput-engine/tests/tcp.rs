@@ -867,7 +867,7 @@ async fn per_client_limit_rejects_the_excess_with_a_reason() {
         match &r.outcome {
             Outcome::ProtocolError { kind, message, .. } => {
                 assert_eq!(*kind, ProtocolErrorKind::Rejected);
-                assert!(message.contains("TooManyConnections"), "{message}");
+                assert!(message.contains("too many connections"), "{message}");
             }
             o => panic!("{o:?}"),
         }

@@ -885,12 +885,28 @@ pub struct ServerArgs {
     /// Exit after this many connections have ended.
     #[arg(long, value_name = "N")]
     pub exit_after: Option<u64>,
-    /// Most concurrent connections in total.
-    #[arg(long, default_value_t = 100_000, value_name = "N")]
-    pub max_connections: u64,
-    /// Most concurrent connections from one client address.
-    #[arg(long, default_value_t = 20_000, value_name = "N")]
-    pub max_per_client: u64,
+    /// Most concurrent connections in total, over the TCP test port and the
+    /// discard, echo and TLS echo services [default: the open-file limit
+    /// less an eighth, kept for listeners, the other services and files].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u64>,
+    /// Most concurrent connections from one client address, over the same
+    /// ports [default: a quarter of the open-file limit, so one client can
+    /// never take every descriptor].
+    #[arg(long, value_name = "N")]
+    pub max_per_client: Option<u64>,
+    /// Most connections still in their hello or TLS handshake (or being told
+    /// why they were refused); past it new connections are reset at once.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub max_pending: u64,
+    /// The same from one client address (a client opening many connections
+    /// at once stays under it: goodput tcp connects 1,000 at a time).
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_pending_per_client: u64,
+    /// Time for a connection's whole hello to arrive (however steadily it
+    /// trickles); then it is refused with a reason.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub hello_timeout: HumanDuration,
     /// Largest transfer one connection may ask for.
     #[arg(long, default_value = "1TiB", value_name = "SIZE")]
     pub max_transfer: ByteSize,

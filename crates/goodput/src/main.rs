@@ -14,6 +14,7 @@ use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, TestResult};
 use goodput_core::session::VerifyMode;
 use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
+use goodput_engine::admission::AdmissionLimits;
 use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
 use goodput_engine::stamp::{bind_reflector, ReflectorSpec, StampSenderSpec};
@@ -467,6 +468,11 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
                 max_transfer: u64::MAX,
                 max_buffer: MAX_BUFFER,
                 max_duration: Duration::from_secs(u64::MAX / 4),
+                // The embedded server's one client is this process.
+                max_connections: u64::MAX,
+                max_per_client: u64::MAX,
+                max_pending: u64::MAX,
+                max_pending_per_client: u64::MAX,
                 ..ServerLimits::default()
             },
             exit_after: None,
@@ -711,6 +717,9 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let (listen, listen_defaulted) = listen_addrs(&args)?;
     let listen_for_services = listen.clone();
     let limit = raise_open_file_limit().ok();
+    let defaults = AdmissionLimits::for_open_files(limit.unwrap_or(1024));
+    let max_connections = args.max_connections.unwrap_or(defaults.max_connections);
+    let max_per_client = args.max_per_client.unwrap_or(defaults.max_per_client);
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let spec = TcpServerSpec {
@@ -721,11 +730,14 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         reuse_port: args.reuse_port,
         socket,
         limits: ServerLimits {
-            max_connections: args.max_connections,
-            max_per_client: args.max_per_client,
+            max_connections,
+            max_per_client,
             max_transfer: args.max_transfer.0,
             max_buffer: args.max_buffer.0,
             max_duration: args.max_duration.0,
+            max_pending: args.max_pending,
+            max_pending_per_client: args.max_pending_per_client,
+            hello_timeout: args.hello_timeout.0,
         },
         exit_after: args.exit_after,
         idle_timeout: args.output.idle_timeout.0,
@@ -734,6 +746,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         max_records: args.output.views.max_records,
     };
     let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
+    let admission = bound.admission();
     let mut views = Views::open(&args.output.views, args.exit_after)?;
     let mut banner = vec![
         (
@@ -749,9 +762,13 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         (
             "Limits".into(),
             format!(
-                "{} connections, {} per client, {} per connection, {} buffer, {} s per connection",
-                args.max_connections,
-                args.max_per_client,
+                "{} connections, {} per client ({} in their hello, {} per client, {} ms each), \
+                 {} per connection, {} buffer, {} s per connection",
+                max_connections,
+                max_per_client,
+                args.max_pending,
+                args.max_pending_per_client,
+                args.hello_timeout.0.as_millis(),
                 format_bytes(args.max_transfer.0),
                 format_bytes(args.max_buffer.0),
                 args.max_duration.0.as_secs()
@@ -965,7 +982,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     views.console.banner("goodput server", &banner);
     let services_run = async {
         match services {
-            Some(s) => Some(s.run(cancel.clone()).await),
+            Some(s) => Some(s.run(cancel.clone(), admission.clone()).await),
             None => None,
         }
     };
@@ -1005,6 +1022,23 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let (result, (), counters, served, streamed, quicked) =
         tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
     let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    // Read again now that the discard and echo services have ended too.
+    let adm = admission.counters();
+    result.admission = Some(adm);
+    let refused = adm.refused_total + adm.refused_per_client + adm.reset_pending + adm.hello_timeouts;
+    if args.output.views.verbosity > 0 && (refused > 0 || adm.internal_errors > 0) {
+        goodput_report::console_line(&format!(
+            "Admission (TCP services): {} connections admitted; refused: {} over the total limit, \
+             {} over the per-client limit, {} reset with too many in their hello, {} hellos or TLS \
+             handshakes too slow; {} internal errors",
+            adm.admitted,
+            adm.refused_total,
+            adm.refused_per_client,
+            adm.reset_pending,
+            adm.hello_timeouts,
+            adm.internal_errors
+        ));
+    }
     if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
         goodput_report::console_line(&format!(
             "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B; {} failed TLS handshakes",

@@ -582,6 +582,7 @@ pub(crate) fn build_result(
         media_server: None,
         quic: None,
         quic_server: None,
+        admission: None,
         ttcp: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {

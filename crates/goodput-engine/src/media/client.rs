@@ -204,6 +204,7 @@ pub async fn run_media(
         media_server: None,
         quic: None,
         quic_server: None,
+        admission: None,
     })
 }
 

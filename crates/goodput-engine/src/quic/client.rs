@@ -409,6 +409,7 @@ pub async fn run_quic(
         media_server: None,
         quic: Some(detail),
         quic_server: None,
+        admission: None,
     })
 }
 

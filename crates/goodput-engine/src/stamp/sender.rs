@@ -284,6 +284,7 @@ pub async fn run_sender(
         media_server: None,
         quic: None,
         quic_server: None,
+        admission: None,
         ttcp: None,
     })
 }

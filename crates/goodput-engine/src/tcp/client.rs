@@ -591,7 +591,8 @@ async fn negotiate(
                 }
                 Message::Reject { code, reason } => Ok(Some(Outcome::rejected(code, &reason))),
                 other => Err(Failure::BadMessage(format!(
-                    "expected Accept or Reject, got {other:?}"
+                    "expected Accept or Reject, got {}",
+                    other.name()
                 ))),
             }
         }
@@ -634,7 +635,10 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
     match wire {
         WireProtocol::Goodput => match link.read_message("completion").await? {
             Message::Completion(c) => Ok(Trailer::Completion(c)),
-            other => Err(Failure::BadMessage(format!("expected Completion, got {other:?}"))),
+            other => Err(Failure::BadMessage(format!(
+                "expected Completion, got {}",
+                other.name()
+            ))),
         },
         WireProtocol::Cts
         | WireProtocol::Iperf3

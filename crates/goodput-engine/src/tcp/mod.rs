@@ -16,11 +16,12 @@ use goodput_core::result::{
     ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings,
     TestKind, TestResult,
 };
-use goodput_core::session::{Verdict, VerifyMode};
+use goodput_core::session::{HelloLimits, Verdict, VerifyMode};
 use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::AdmissionLimits;
 use crate::counters::{Counters, IntervalSampler, RunClock};
 use crate::socket::SocketOptions;
 use crate::Observer;
@@ -94,16 +95,47 @@ pub struct ServerLimits {
     pub max_buffer: u64,
     /// Longest one connection may run.
     pub max_duration: Duration,
+    /// Connections in their hello (or being told why they were refused), in
+    /// total; past it new connections are reset at once.
+    pub max_pending: u64,
+    /// The same from one client address.
+    pub max_pending_per_client: u64,
+    /// Time for the whole hello to arrive, from the accept.
+    pub hello_timeout: Duration,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
+        let a = AdmissionLimits::for_open_files(20_000);
         Self {
-            max_connections: 100_000,
-            max_per_client: 20_000,
+            max_connections: a.max_connections,
+            max_per_client: a.max_per_client,
             max_transfer: 1 << 40,
             max_buffer: 16 << 20,
             max_duration: Duration::from_secs(3600),
+            max_pending: a.max_pending,
+            max_pending_per_client: a.max_pending_per_client,
+            hello_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerLimits {
+    /// The admission part of the limits.
+    pub fn admission(&self) -> AdmissionLimits {
+        AdmissionLimits {
+            max_connections: self.max_connections,
+            max_per_client: self.max_per_client,
+            max_pending: self.max_pending,
+            max_pending_per_client: self.max_pending_per_client,
+        }
+    }
+
+    /// The hello part of the limits.
+    pub fn hello(&self) -> HelloLimits {
+        HelloLimits {
+            max_transfer: self.max_transfer,
+            max_buffer: self.max_buffer,
         }
     }
 }
@@ -340,6 +372,7 @@ impl Driven {
             media_server: None,
             quic: None,
             quic_server: None,
+            admission: None,
             ttcp: None,
             iperf3: None,
         }

@@ -1,17 +1,18 @@
 //! The TCP server: serves every client and pattern at once, within limits,
 //! and never closes a successful connection first.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_core::cts;
 use goodput_core::pattern::Pattern;
 use goodput_core::plan::TcpPattern;
-use goodput_core::result::{ConnectionRecord, Outcome, TcpSettings, TestKind, TestResult, WireProtocol};
+use goodput_core::result::{
+    ConnectionRecord, Outcome, ProtocolErrorKind, TcpSettings, TestKind, TestResult, WireProtocol,
+};
 use goodput_core::session::{Completion, Hello, Message, RejectCode, Verdict, VerifyMode, WireError};
 use socket2::SockRef;
 use tokio::net::{TcpListener, TcpStream};
@@ -22,8 +23,9 @@ use tokio_util::task::TaskTracker;
 use super::link::{Failure, Link, Pacer};
 use super::{
     drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, DataPhase, Event, Part, PhaseEnd,
-    Progress, RunControl, ServerLimits, Shared, TcpServerSpec,
+    Progress, RunControl, Shared, TcpServerSpec,
 };
+use crate::admission::{Admission, Admits, Refusal, Slot};
 use crate::counters::RunClock;
 use crate::socket::{set_rude_close, tcp_info};
 use crate::{EngineError, Observer};
@@ -34,6 +36,7 @@ pub struct BoundServer {
     spec: TcpServerSpec,
     listeners: Vec<TcpListener>,
     notices: Vec<String>,
+    admission: Arc<Admission>,
 }
 
 /// Binds every listen address of `spec`. Must be called inside a tokio
@@ -72,6 +75,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
         ));
     }
     Ok(BoundServer {
+        admission: Admission::new(spec.limits.admission()),
         spec,
         listeners,
         notices,
@@ -82,63 +86,42 @@ struct ServerCtx {
     spec: TcpServerSpec,
     run: Arc<Shared>,
     tx: mpsc::UnboundedSender<Event>,
-    active: AtomicU64,
-    per_client: Mutex<HashMap<IpAddr, u64>>,
+    admission: Arc<Admission>,
     next_index: AtomicU64,
 }
 
-impl ServerCtx {
-    /// Takes a place in the server's concurrency limits for a connection
-    /// from `ip`, if one is free; true if it got one. The place is given
-    /// back with [`ServerCtx::release`] (calls, not a guard holding the
-    /// address: that would be 32 more bytes in every connection's task).
-    fn try_admit(&self, ip: IpAddr) -> bool {
-        let limits = &self.spec.limits;
-        let mut map = self.per_client.lock().expect("lock never poisoned");
-        let mine = map.entry(ip).or_insert(0);
-        let admitted = *mine < limits.max_per_client && self.active.load(Relaxed) < limits.max_connections;
-        if admitted {
-            *mine += 1;
-            self.active.fetch_add(1, Relaxed);
-        } else if *mine == 0 {
-            map.remove(&ip);
-        }
-        admitted
+impl Admits for ServerCtx {
+    fn admission(&self) -> &Admission {
+        &self.admission
     }
 
-    /// Gives back the place [`ServerCtx::try_admit`] took.
-    fn release(&self, ip: IpAddr) {
-        self.active.fetch_sub(1, Relaxed);
-        let mut map = self.per_client.lock().expect("lock never poisoned");
-        if let Some(n) = map.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                map.remove(&ip);
-            }
-        }
-    }
-}
-
-impl ServerLimits {
-    /// Checks a hello against the limits; the error is the reason sent back.
-    fn check(&self, h: &Hello) -> Result<(), String> {
-        if h.transfer > self.max_transfer {
-            return Err(format!(
-                "transfer of {} bytes is above the server's limit of {} bytes",
-                h.transfer, self.max_transfer
-            ));
-        }
-        if u64::from(h.server_buffer) > self.max_buffer {
-            return Err(format!(
-                "buffer of {} bytes is above the server's limit of {} bytes",
-                h.server_buffer, self.max_buffer
-            ));
-        }
-        Ok(())
+    /// A connection task that ended without finishing panicked (the
+    /// server waits for every task, so none is cancelled): its places are
+    /// back, and a record says so.
+    fn on_abandoned(&self, peer: SocketAddr) {
+        self.admission.count_internal_error();
+        let mut r = blank_record(self.next_index.fetch_add(1, Relaxed), peer);
+        r.time_slice_s = self.run.clock.now_s();
+        r.outcome = Outcome::ProtocolError {
+            kind: ProtocolErrorKind::Internal,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: "the server's task for this connection panicked (a bug; its places were given back)"
+                .into(),
+        };
+        let _ = self.tx.send(Event::Record(Box::new(r)));
     }
 }
 
 impl BoundServer {
+    /// The places of the server's TCP services: share them with the
+    /// discard and echo services so one client's cap covers them all.
+    pub fn admission(&self) -> Arc<Admission> {
+        self.admission.clone()
+    }
+
     /// The addresses the server listens on (with the real ports).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
@@ -169,8 +152,7 @@ impl BoundServer {
             )),
             spec: self.spec,
             tx,
-            active: AtomicU64::new(0),
-            per_client: Mutex::new(HashMap::new()),
+            admission: self.admission,
             next_index: AtomicU64::new(0),
         });
         let tracker = TaskTracker::new();
@@ -185,9 +167,15 @@ impl BoundServer {
                         r = listener.accept() => r,
                     };
                     match accepted {
-                        Ok((stream, peer)) => {
-                            conns.spawn(connection(ctx.clone(), stream, peer));
-                        }
+                        Ok((stream, peer)) => match Slot::admit(&ctx, peer) {
+                            Some(slot) => {
+                                conns.spawn(connection(slot, stream));
+                            }
+                            // Too many in their hello to even say why: reset.
+                            None => {
+                                let _ = set_rude_close(&stream);
+                            }
+                        },
                         // Out of file descriptors or a connection that died in
                         // the backlog: keep serving everyone else.
                         Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
@@ -212,6 +200,7 @@ impl BoundServer {
             max_records: spec.max_records,
         };
         let driven = drive(rx, &ctx.run, clock, observer, control, done).await;
+        let admission = ctx.admission.counters();
         let settings = TcpSettings {
             wire: spec.wire,
             pattern: spec.cts.map(|c| c.pattern),
@@ -229,7 +218,9 @@ impl BoundServer {
             status_interval_ms: spec.status_interval.as_millis() as u64,
             time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
         };
-        Ok(driven.into_result(TestKind::TcpServer, started_unix_ms, settings))
+        let mut result = driven.into_result(TestKind::TcpServer, started_unix_ms, settings);
+        result.admission = Some(admission);
+        Ok(result)
     }
 }
 
@@ -264,17 +255,18 @@ struct Asked {
 /// arguments twice: this future's size is what every connection costs.
 // Deliberately not an `async fn` (see above).
 #[allow(clippy::manual_async_fn)]
-fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> + Send {
+fn connection(slot: Slot<ServerCtx>, stream: TcpStream) -> impl Future<Output = ()> + Send {
     async move {
-        let index = ctx.next_index.fetch_add(1, Relaxed);
-        let start_s = ctx.run.clock.now_s();
+        let index = slot.ctx().next_index.fetch_add(1, Relaxed);
+        let start_s = slot.ctx().run.clock.now_s();
         let uuid = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
-        let link = Link::new(&stream, &ctx.run);
-        let admitted = ctx.try_admit(peer.ip());
+        let link = Link::new(&stream, &slot.ctx().run);
         // No match arm awaits (a matched value is kept through its arms),
-        // and the hello is not kept past this match. From here every path
-        // ends at a `release` of an admitted connection's place.
-        let (asked, part) = match Box::pin(accept_phase(&ctx, &link, admitted, &uuid, peer)).await {
+        // and the hello is not kept past this match. The slot gives the
+        // connection's places back when it drops, on every path.
+        let refusal = slot.refusal();
+        let (asked, part) = match Box::pin(accept_phase(slot.ctx(), &link, refusal, &uuid, slot.peer())).await
+        {
             Admitted::Serve(hello) => (
                 Asked {
                     pattern: hello.pattern,
@@ -282,19 +274,19 @@ fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl 
                     buffer: hello.server_buffer,
                     rate: hello.server_rate,
                 },
-                server_part(&ctx, &hello),
+                server_part(slot.ctx(), &hello),
             ),
             Admitted::Ended(outcome) => {
                 let _ = set_rude_close(&stream);
-                let mut r = record(&ctx, index, start_s, &uuid, &stream, peer, None);
+                let mut r = record(slot.ctx(), index, start_s, &uuid, &stream, slot.peer(), None);
                 r.outcome = outcome;
-                if admitted {
-                    ctx.release(peer.ip());
-                }
-                let _ = ctx.tx.send(Event::Record(Box::new(r)));
+                slot.finish();
+                let _ = slot.ctx().tx.send(Event::Record(Box::new(r)));
                 return;
             }
         };
+        slot.hello_done();
+        let ctx = slot.ctx();
         ctx.run.counters.enter_in_flight();
         let t0 = ctx.run.clock.now_ns();
         let PhaseEnd {
@@ -302,10 +294,11 @@ fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl 
             progress,
             sent_all,
         } = DataPhase::new(&link, part).await;
+        let ctx = slot.ctx();
         let elapsed_ns = ctx.run.clock.now_ns() - t0;
         ctx.run.counters.leave_in_flight();
         let outcome = Box::pin(finish_phase(
-            &ctx,
+            ctx,
             &link,
             result.map(|_| ()),
             progress,
@@ -317,19 +310,32 @@ fn connection(ctx: Arc<ServerCtx>, stream: TcpStream, peer: SocketAddr) -> impl 
         if !outcome.is_success() {
             let _ = set_rude_close(&stream);
         }
-        let mut record = record(&ctx, index, start_s, &uuid, &stream, peer, Some(&asked));
+        let mut record = record(
+            slot.ctx(),
+            index,
+            start_s,
+            &uuid,
+            &stream,
+            slot.peer(),
+            Some(&asked),
+        );
         record.outcome = outcome;
         record.elapsed_ns = elapsed_ns;
         record.sent_bytes = progress.sent;
         record.received_bytes = progress.received;
         record.tcp_info = tcp;
-        ctx.release(peer.ip());
-        let _ = ctx.tx.send(Event::Record(Box::new(record)));
+        slot.finish();
+        let _ = slot.ctx().tx.send(Event::Record(Box::new(record)));
     }
 }
 
 /// The server's part in a connection's data phase, from the client's hello.
 fn server_part(ctx: &ServerCtx, hello: &Hello) -> Part {
+    // Unit tests force a panic here, where a bug in the data plan would.
+    #[cfg(test)]
+    if hello.transfer == tests::FORCED_PANIC_TRANSFER {
+        panic!("forced panic in a connection task (test)");
+    }
     let burst = (hello.burst_count > 0).then(|| {
         (
             hello.burst_count,
@@ -366,18 +372,31 @@ fn record(
     peer: SocketAddr,
     asked: Option<&Asked>,
 ) -> ConnectionRecord {
+    let mut r = blank_record(index, peer);
+    r.connection_id = uuid.hyphenated().to_string();
+    r.local_address = stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    r.start_s = start_s;
+    r.time_slice_s = ctx.run.clock.now_s();
+    r.pattern = asked.map(|a| a.pattern);
+    r.transfer_bytes = asked.map(|a| a.transfer).unwrap_or(0);
+    r.buffer_bytes = asked.map(|a| u64::from(a.buffer)).unwrap_or(0);
+    r.rate_limit_bytes_per_second = asked.map(|a| a.rate).unwrap_or(0);
+    r
+}
+
+fn blank_record(index: u64, peer: SocketAddr) -> ConnectionRecord {
     ConnectionRecord {
         index,
-        connection_id: uuid.hyphenated().to_string(),
-        local_address: stream.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+        connection_id: String::new(),
+        local_address: String::new(),
         remote_address: peer.to_string(),
-        start_s,
-        time_slice_s: ctx.run.clock.now_s(),
+        start_s: 0.0,
+        time_slice_s: 0.0,
         elapsed_ns: 0,
-        pattern: asked.map(|a| a.pattern),
-        transfer_bytes: asked.map(|a| a.transfer).unwrap_or(0),
-        buffer_bytes: asked.map(|a| u64::from(a.buffer)).unwrap_or(0),
-        rate_limit_bytes_per_second: asked.map(|a| a.rate).unwrap_or(0),
+        pattern: None,
+        transfer_bytes: 0,
+        buffer_bytes: 0,
+        rate_limit_bytes_per_second: 0,
         sent_bytes: 0,
         received_bytes: 0,
         outcome: Outcome::Succeeded,
@@ -394,27 +413,23 @@ fn record(
 async fn accept_phase(
     ctx: &ServerCtx,
     link: &Link<'_>,
-    admitted: bool,
+    refusal: Option<Refusal>,
     uuid: &uuid::Uuid,
     peer: SocketAddr,
 ) -> Admitted {
     let spec = &ctx.spec;
-    let over_limit = || format!("over the server's connection limits for {}", peer.ip());
+    let over_limit = |r: Refusal| r.reason(ctx.admission.limits(), peer.ip());
     let hello = match spec.wire {
         WireProtocol::Goodput => {
-            let hello = match link.guard(link.read_message("hello")).await {
-                Ok(Message::Hello(h)) => Ok(h),
-                Ok(other) => Err((RejectCode::Malformed, format!("expected Hello, got {other:?}"))),
-                Err(Failure::Wire(e)) => Err((reject_code(&e), e.to_string())),
-                Err(f) => return Admitted::Ended(outcome_of_failure(&f, "server")),
+            // A refused client is told at once, without waiting for its
+            // hello: it holds only a pending place while it is told.
+            let hello = match refusal {
+                Some(r) => Err((RejectCode::TooManyConnections, over_limit(r))),
+                None => match read_hello(ctx, link).await {
+                    Ok(checked) => checked,
+                    Err(ended) => return Admitted::Ended(ended),
+                },
             };
-            let hello = hello.and_then(|h| {
-                spec.limits.check(&h).map_err(|r| (RejectCode::OverLimit, r))?;
-                if !admitted {
-                    return Err((RejectCode::TooManyConnections, over_limit()));
-                }
-                Ok(h)
-            });
             match hello {
                 Ok(h) => h,
                 Err((code, reason)) => {
@@ -437,9 +452,9 @@ async fn accept_phase(
         | WireProtocol::Raw
         | WireProtocol::Media
         | WireProtocol::Quic => {
-            if !admitted {
+            if let Some(r) = refusal {
                 // ctsTraffic has no way to say why: reset the connection.
-                return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit()));
+                return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit(r)));
             }
             let p = spec.cts.expect("checked at bind");
             Hello {
@@ -498,6 +513,40 @@ async fn accept_phase(
         Ok(()) => Admitted::Serve(hello),
         Err(f) => Admitted::Ended(outcome_of_failure(&f, "server")),
     }
+}
+
+/// Reads the hello within the server's deadline for it (the whole hello,
+/// not each byte: a client that trickles it is cut off) and checks it
+/// against the limits. `Ok(Err(..))`: refuse with this code and reason;
+/// `Err`: the connection ended.
+async fn read_hello(
+    ctx: &ServerCtx,
+    link: &Link<'_>,
+) -> Result<Result<Hello, (RejectCode, String)>, Outcome> {
+    let limits = &ctx.spec.limits;
+    let read = tokio::time::timeout(limits.hello_timeout, link.guard(link.read_message("hello")));
+    Ok(match read.await {
+        Err(_) => {
+            ctx.admission.count_hello_timeout();
+            Err((
+                RejectCode::HelloTimeout,
+                format!(
+                    "the hello did not arrive whole within {} ms",
+                    limits.hello_timeout.as_millis()
+                ),
+            ))
+        }
+        Ok(Ok(Message::Hello(h))) => match h.check(&limits.hello()) {
+            Ok(_) => Ok(h),
+            Err(refusal) => Err((RejectCode::OverLimit, refusal.to_string())),
+        },
+        Ok(Ok(other)) => Err((
+            RejectCode::Malformed,
+            format!("expected Hello, got {}", other.name()),
+        )),
+        Ok(Err(Failure::Wire(e))) => Err((reject_code(&e), e.to_string())),
+        Ok(Err(f)) => return Err(outcome_of_failure(&f, "server")),
+    })
 }
 
 /// Sends the completion record (or `DONE`), then waits for the client to
@@ -561,9 +610,24 @@ async fn finish_phase(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use std::io::{Read, Write};
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    use goodput_core::session::{Hello, Message, RejectCode, VerifyMode};
+
+    use super::*;
+    use crate::socket::SocketOptions;
+    use crate::tcp::ServerLimits;
+    use crate::NullObserver;
+
+    /// A hello asking for this transfer makes the server's connection task
+    /// panic (test builds only).
+    pub(crate) const FORCED_PANIC_TRANSFER: u64 = 0x0bad_c0de;
+
     /// The size of what `f` returns, without calling it.
-    fn returned_size<A, B, C, R>(_: fn(A, B, C) -> R) -> usize {
+    fn returned_size<A, B, R>(_: fn(A, B) -> R) -> usize {
         std::mem::size_of::<R>()
     }
 
@@ -574,5 +638,206 @@ mod tests {
     fn connection_task_fits_a_512_byte_task_cell() {
         let n = returned_size(super::connection);
         assert!(n <= 400, "the connection future is {n} bytes, over 400");
+    }
+
+    fn hello(transfer: u64) -> Hello {
+        Hello {
+            pattern: TcpPattern::Push,
+            verify: VerifyMode::Data,
+            transfer,
+            push_segment: 0,
+            pull_segment: 0,
+            server_buffer: 65536,
+            server_send_buffer: 0,
+            server_recv_buffer: 0,
+            server_rate: 0,
+            rate_period_ms: 100,
+            burst_count: 0,
+            burst_delay_ms: 0,
+        }
+    }
+
+    /// A server on 127.0.0.1 with `limits`, its address, and the handle of
+    /// its run.
+    async fn serve(
+        limits: ServerLimits,
+    ) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<TestResult>) {
+        let spec = TcpServerSpec {
+            wire: WireProtocol::Goodput,
+            cts: None,
+            listen: vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0)],
+            listen_defaulted: false,
+            reuse_port: false,
+            socket: SocketOptions::default(),
+            limits,
+            exit_after: None,
+            idle_timeout: Duration::from_secs(10),
+            status_interval: Duration::from_secs(3600),
+            time_limit: Some(Duration::from_secs(30)),
+            max_records: 1000,
+        };
+        let bound = bind_server(spec).unwrap();
+        let addr = bound.local_addrs()[0];
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let run = tokio::spawn(async move { bound.run(&mut NullObserver, c).await.unwrap() });
+        (addr, cancel, run)
+    }
+
+    /// Sends `frame` (then `rest` after `pause`) on a fresh connection and
+    /// returns the first session message the server answers with, if any.
+    fn exchange(addr: SocketAddr, frame: &[u8], pause: Duration, rest: &[u8]) -> Option<Message> {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(frame).unwrap();
+        if !rest.is_empty() {
+            std::thread::sleep(pause);
+            let _ = s.write_all(rest);
+        }
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            if let Ok(Some((m, _))) = Message::decode(&buf) {
+                return Some(m);
+            }
+            match s.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    fn encoded(m: &Message) -> Vec<u8> {
+        let mut out = Vec::new();
+        m.encode(&mut out);
+        out
+    }
+
+    /// A connection task that panics gives its place back (the only place
+    /// its address may hold) and is counted as an internal error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_connection_task_releases_its_place_and_is_counted() {
+        let (addr, cancel, run) = serve(ServerLimits {
+            max_per_client: 1,
+            ..ServerLimits::default()
+        })
+        .await;
+        let answers = tokio::task::spawn_blocking(move || {
+            let doomed = encoded(&Message::Hello(hello(FORCED_PANIC_TRANSFER)));
+            let first = exchange(addr, &doomed, Duration::ZERO, &[]);
+            // The same address again, three times: each must get a place
+            // once the previous connection's task has ended (a leaked place
+            // would refuse them all).
+            let normal = encoded(&Message::Hello(hello(0)));
+            let later: Vec<_> = (0..3)
+                .map(|_| {
+                    let mut a = None;
+                    for _ in 0..40 {
+                        a = exchange(addr, &normal, Duration::ZERO, &[]);
+                        if matches!(a, Some(Message::Accept { .. })) {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    a
+                })
+                .collect();
+            (first, later)
+        })
+        .await
+        .unwrap();
+        // The hello was accepted; the task panicked when it planned the data.
+        assert!(
+            matches!(answers.0, Some(Message::Accept { .. })),
+            "{:?}",
+            answers.0
+        );
+        for a in &answers.1 {
+            assert!(matches!(a, Some(Message::Accept { .. })), "{a:?}");
+        }
+        cancel.cancel();
+        let r = run.await.unwrap();
+        let adm = r.admission.unwrap();
+        assert_eq!(adm.internal_errors, 1);
+        assert_eq!((adm.open_now, adm.pending_now), (0, 0));
+        let internal = r
+            .connections
+            .iter()
+            .filter(|c| {
+                matches!(
+                    &c.outcome,
+                    Outcome::ProtocolError {
+                        kind: ProtocolErrorKind::Internal,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(internal, 1, "{:#?}", r.connections);
+    }
+
+    /// A hello trickled slower than the hello deadline is cut off with a
+    /// reason, however steadily its bytes arrive.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trickled_hello_is_cut_off_at_the_hello_deadline() {
+        let (addr, cancel, run) = serve(ServerLimits {
+            hello_timeout: Duration::from_millis(300),
+            ..ServerLimits::default()
+        })
+        .await;
+        let (answer, took) = tokio::task::spawn_blocking(move || {
+            let frame = encoded(&Message::Hello(hello(0)));
+            let t = Instant::now();
+            let a = exchange(addr, &frame[..10], Duration::from_millis(900), &frame[10..]);
+            (a, t.elapsed())
+        })
+        .await
+        .unwrap();
+        match answer {
+            Some(Message::Reject { code, reason }) => {
+                assert_eq!(code, RejectCode::HelloTimeout);
+                assert!(reason.contains("within 300 ms"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(took < Duration::from_secs(3), "{took:?}");
+        cancel.cancel();
+        let r = run.await.unwrap();
+        assert_eq!(r.admission.unwrap().hello_timeouts, 1);
+    }
+
+    /// The hello that divided by zero (push + pull past u64::MAX) is
+    /// served, and a rate below one byte per quantum is refused with a
+    /// reason; the server stays up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn crafted_hellos_get_a_plan_or_a_reason_never_a_panic() {
+        let (addr, cancel, run) = serve(ServerLimits::default()).await;
+        let answers = tokio::task::spawn_blocking(move || {
+            let mut overflow = hello(1000);
+            overflow.pattern = TcpPattern::PushPull;
+            overflow.push_segment = 1 << 63;
+            overflow.pull_segment = 1 << 63;
+            let mut slow = hello(1000);
+            slow.server_rate = 1;
+            slow.rate_period_ms = 1;
+            [overflow, slow].map(|h| exchange(addr, &encoded(&Message::Hello(h)), Duration::ZERO, &[]))
+        })
+        .await
+        .unwrap();
+        assert!(
+            matches!(answers[0], Some(Message::Accept { .. })),
+            "{:?}",
+            answers[0]
+        );
+        match &answers[1] {
+            Some(Message::Reject { code, reason }) => {
+                assert_eq!(*code, RejectCode::OverLimit);
+                assert!(reason.contains("below one byte per 1 ms period"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        cancel.cancel();
+        let r = run.await.unwrap();
+        assert_eq!(r.admission.unwrap().internal_errors, 0);
     }
 }
