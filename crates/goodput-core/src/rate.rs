@@ -31,7 +31,10 @@ impl RateLimiter {
     /// A limiter for `bytes_per_second` in quanta of `period_ns`. Returns
     /// `None` when the budget per quantum would be below one byte.
     pub fn new(bytes_per_second: u64, period_ns: u64) -> Option<Self> {
-        let budget = (u128::from(bytes_per_second) * u128::from(period_ns) / 1_000_000_000) as u64;
+        // Saturating, not truncating: a rate from a peer's hello times a long
+        // quantum can exceed u64, and a wrapped budget could even be zero.
+        let budget = u64::try_from(u128::from(bytes_per_second) * u128::from(period_ns) / 1_000_000_000)
+            .unwrap_or(u64::MAX);
         let period_ns = NonZeroU64::new(period_ns)?;
         if budget == 0 {
             return None;
@@ -66,13 +69,13 @@ impl RateLimiter {
             Release::Now
         } else {
             let wait_quanta = self.used / self.budget;
-            Release::At((self.quantum + wait_quanta) * period_ns)
+            Release::At(self.quantum.saturating_add(wait_quanta).saturating_mul(period_ns))
         }
     }
 
     /// Records that `bytes` were sent in the current quantum.
     pub fn sent(&mut self, bytes: u64) {
-        self.used += bytes;
+        self.used = self.used.saturating_add(bytes);
     }
 }
 
@@ -111,6 +114,13 @@ impl BurstPacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_past_u64_saturates_instead_of_wrapping() {
+        // Found by the hello_plan fuzz target: 4.3e18 B/s over 25.6 s.
+        let l = RateLimiter::new(4_323_455_642_275_676_160, 25_600_000_000).unwrap();
+        assert_eq!(l.budget(), u64::MAX);
+    }
 
     const MS: u64 = 1_000_000;
 
