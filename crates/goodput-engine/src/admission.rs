@@ -260,6 +260,18 @@ impl<C: Admits> Slot<C> {
         })
     }
 
+    /// Like [`Slot::admit`], for services with no way to say why: only a
+    /// connection with an open place gets a slot.
+    pub fn admit_open(ctx: &Arc<C>, peer: SocketAddr) -> Option<Self> {
+        let slot = Self::admit(ctx, peer)?;
+        if slot.open {
+            Some(slot)
+        } else {
+            slot.finish();
+            None
+        }
+    }
+
     /// The context the slot was admitted under.
     pub fn ctx(&self) -> &C {
         &self.ctx

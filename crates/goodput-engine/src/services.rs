@@ -268,9 +268,9 @@ async fn accept_loop(l: TcpListener, c: Arc<Counters>, cancel: CancellationToken
         };
         // No greeting to wait for: a connection without an open place is
         // reset at once, one with a place is past its "hello".
-        let slot = match Slot::admit(&c, peer) {
-            Some(slot) if slot.refusal().is_none() => slot,
-            _ => {
+        let slot = match Slot::admit_open(&c, peer) {
+            Some(slot) => slot,
+            None => {
                 let _ = crate::socket::set_rude_close(&s);
                 continue;
             }
@@ -323,9 +323,9 @@ async fn tls_accept_loop(
         };
         // The handshake holds a pending place: handshakes never finished
         // are bounded in number as well as in time.
-        let slot = match Slot::admit(&c, peer) {
-            Some(slot) if slot.refusal().is_none() => slot,
-            _ => {
+        let slot = match Slot::admit_open(&c, peer) {
+            Some(slot) => slot,
+            None => {
                 let _ = crate::socket::set_rude_close(&s);
                 continue;
             }
