@@ -1337,7 +1337,8 @@ pub struct StampReflectorCounters {
     pub received: u64,
     /// Replies sent.
     pub reflected: u64,
-    /// Requests of 14..43 octets answered with the full base packet.
+    /// Requests of 14..43 octets answered: with their own length by default,
+    /// with the full 44-octet base packet under `--stamp-pad-short`.
     pub short_answered: u64,
     /// Datagrams under 14 octets, dropped.
     pub too_short: u64,

@@ -21,6 +21,7 @@ fn reflector_spec(ip: IpAddr, stateful: bool) -> ReflectorSpec {
         allow: Vec::new(),
         per_source_rate: 0,
         session_timeout: Duration::from_secs(60),
+        pad_short: false,
     }
 }
 
@@ -346,15 +347,18 @@ async fn reflector_counts_and_survives_junk() {
     for n in [0usize, 1, 13] {
         s.send_to(&vec![0xAB; n], addr).unwrap();
     }
-    // A 14-byte TWAMP-Light request: answered with the 44-byte base packet.
+    // A 14-byte TWAMP-Light request: answered with its own length (no
+    // padding unless the reflector is told to pad).
     s.send_to(&[0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1], addr)
         .unwrap();
     let mut buf = [0u8; 10_000];
     let n = s.recv(&mut buf).unwrap();
-    assert_eq!(n, 44);
-    let reply = ReflectorPacket::read(&buf[..n]).unwrap();
-    assert_eq!(reply.sender_seq, 9);
-    assert_eq!(reply.seq, 0, "stateful: the reflector's own first number");
+    assert_eq!(n, 14);
+    assert_eq!(
+        &buf[..4],
+        &[0, 0, 0, 0],
+        "stateful: the reflector's own first number"
+    );
     // A request whose TLV overruns: answered, same size, with M set.
     let mut req = vec![0u8; 60];
     req[44..48].copy_from_slice(&[0x80, 7, 0, 200]);
@@ -390,6 +394,35 @@ async fn reflector_counts_and_survives_junk() {
     assert!(c.malformed_tlvs >= 1);
     assert_eq!(c.received, 3 + 1 + 1 + 286 + 1 + 1);
     assert_eq!(c.reflected, 1 + 1 + 286 + 1);
+}
+
+/// With padding allowed, a short TWAMP-Light request gets the full base
+/// packet that RFC 8762 §4.6 asks for; without it, its own length.
+#[tokio::test]
+async fn padding_short_requests_is_opt_in() {
+    for (pad_short, want) in [(false, 14usize), (true, 44)] {
+        let mut spec = reflector_spec(Ipv4Addr::LOCALHOST.into(), false);
+        spec.pad_short = pad_short;
+        let r = bind_reflector(spec).unwrap();
+        let addr = r.local_addrs()[0];
+        let cancel = CancellationToken::new();
+        let running = r.start(cancel.clone());
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        s.send_to(&[0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1], addr)
+            .unwrap();
+        let mut buf = [0u8; 100];
+        let n = s.recv(&mut buf).unwrap();
+        assert_eq!(n, want, "pad_short {pad_short}");
+        if pad_short {
+            let reply = ReflectorPacket::read(&buf[..n]).unwrap();
+            assert_eq!(reply.sender_seq, 9);
+            assert_eq!(reply.sender_timestamp, 0x0102_0304_0506_0708);
+        }
+        cancel.cancel();
+        let c = running.wait().await;
+        assert_eq!((c.short_answered, c.reflected), (1, 1));
+    }
 }
 
 /// The ACL drops sources outside it; the rate limit caps one source.

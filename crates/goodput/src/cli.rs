@@ -828,10 +828,15 @@ pub struct ServerArgs {
     /// Answer only these sources (repeatable; ADDR or ADDR/PREFIX).
     #[arg(long, value_name = "CIDR")]
     pub stamp_allow: Vec<goodput_core::stamp::Cidr>,
-    /// Most STAMP requests per second answered for one source address
-    /// (0 = no limit).
-    #[arg(long, default_value_t = 0, value_name = "PPS")]
+    /// Most STAMP requests per second answered for one source address; a
+    /// source may burst one second's worth (0 = no limit).
+    #[arg(long, default_value_t = 10_000, value_name = "PPS")]
     pub stamp_rate_limit: u32,
+    /// Answer 14..43-byte TWAMP-Light requests with the full 44-byte STAMP
+    /// packet (RFC 8762 §4.6). Off by default: such a request is answered
+    /// with its own length, so no source gets more bytes than it sent.
+    #[arg(long)]
+    pub stamp_pad_short: bool,
     /// Also run a QUIC perf server (ALPN perf) on UDP --quic-port.
     #[arg(long)]
     pub quic: bool,

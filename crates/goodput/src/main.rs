@@ -891,12 +891,13 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 allow: args.stamp_allow.clone(),
                 per_source_rate: args.stamp_rate_limit,
                 session_timeout: Duration::from_secs(300),
+                pad_short: args.stamp_pad_short,
             })
             .map_err(|e| stamp_bind_error(e, args.stamp_port))?;
             banner.push((
                 "STAMP reflector".into(),
                 format!(
-                    "{} (UDP, {}{}{})",
+                    "{} (UDP, {}{}{}{})",
                     r.local_addrs()
                         .iter()
                         .map(|a| a.to_string())
@@ -923,6 +924,11 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                         format!(", at most {} packets/s per source", args.stamp_rate_limit)
                     } else {
                         String::new()
+                    },
+                    if args.stamp_pad_short {
+                        ", short requests padded to 44 B"
+                    } else {
+                        ""
                     }
                 ),
             ));
@@ -1053,7 +1059,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     if let Some(c) = counters {
         if args.output.views.verbosity > 0 {
             goodput_report::console_line(&format!(
-                "STAMP reflector: {} received, {} reflected ({} short requests answered with the base packet), \
+                "STAMP reflector: {} received, {} reflected ({} short requests answered), \
                  dropped: {} under 14 B, {} over 9000 B, {} by the ACL, {} by the rate limit; \
                  {} with malformed TLVs, {} send errors, {} stateful sessions",
                 c.received,
@@ -1367,6 +1373,7 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
                 allow: Vec::new(),
                 per_source_rate: 0,
                 session_timeout: Duration::from_secs(300),
+                pad_short: false,
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = r.local_addrs()[0];

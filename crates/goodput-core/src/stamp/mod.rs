@@ -314,15 +314,28 @@ pub struct ReflectInput {
     pub seq: Option<u32>,
     /// The reflector's clock error estimate.
     pub error: ErrorEstimate,
+    /// Answer a request shorter than the base packet (a 14..43-octet
+    /// TWAMP-Light request) with the full 44-octet reply, as RFC 8762 §4.6
+    /// asks. Off by default: the reply is then cut to the request's own
+    /// length, so an unknown source never gets more bytes than it sent.
+    pub pad_short: bool,
 }
 
-/// Builds the reply to `req` in `out` and returns its length
-/// (`max(44, req.len())`, never more than `out.len()`), or `None` when the
-/// request is too short to answer. T3 is left zero; stamp it with
+/// Builds the reply to `req` in `out` and returns its length, or `None` when
+/// the request is too short to answer. The length is the request's own
+/// (never more bytes out than in), except that a request shorter than the
+/// 44-octet base packet gets the full base packet when
+/// [`ReflectInput::pad_short`] allows it; never more than `out.len()`. `out`
+/// must hold at least [`BASE_LEN`] octets. T3 is left zero; stamp it with
 /// [`ReflectorPacket::set_timestamp`] just before sending.
 pub fn reflect(req: &[u8], input: &ReflectInput, out: &mut [u8]) -> Option<(usize, TlvOutcome)> {
     let s = SenderPacket::read(req)?;
-    let len = req.len().max(BASE_LEN).min(out.len());
+    let len = if input.pad_short {
+        req.len().max(BASE_LEN)
+    } else {
+        req.len()
+    }
+    .min(out.len());
     if len > BASE_LEN {
         out[BASE_LEN..len].copy_from_slice(&req[BASE_LEN..len]);
     }
@@ -544,6 +557,7 @@ mod tests {
             ttl: 64,
             seq,
             error: ErrorEstimate::from_clock(10, false),
+            pad_short: true,
         }
     }
 
@@ -580,16 +594,33 @@ mod tests {
     }
 
     #[test]
-    fn short_requests_get_the_full_base_packet_and_tiny_ones_nothing() {
-        let mut out = [0xFFu8; 64];
+    fn short_requests_get_their_own_length_unless_padding_is_allowed() {
         let req = [0, 0, 0, 5, 1, 2, 3, 4, 5, 6, 7, 8, 0x80, 1];
+        // Default: never more bytes out than in. The cut reply still carries
+        // the reflector's sequence number and T3's place.
+        let mut out = [0xFFu8; 64];
+        let own = ReflectInput {
+            pad_short: false,
+            ..input(Some(7))
+        };
+        let (len, _) = reflect(&req, &own, &mut out).unwrap();
+        assert_eq!(len, req.len());
+        assert_eq!(&out[..4], &[0, 0, 0, 7]);
+        // Allowed to pad: the full base packet, as RFC 8762 §4.6 asks.
+        let mut out = [0xFFu8; 64];
         let (len, _) = reflect(&req, &input(None), &mut out).unwrap();
         assert_eq!(len, BASE_LEN);
         let r = ReflectorPacket::read(&out[..len]).unwrap();
         assert_eq!((r.sender_seq, r.ssid), (5, 0));
         assert_eq!(r.sender_timestamp, 0x0102_0304_0506_0708);
-        assert!(reflect(&req[..13], &input(None), &mut out).is_none());
-        assert!(reflect(&[], &input(None), &mut out).is_none());
+        for pad_short in [false, true] {
+            let i = ReflectInput {
+                pad_short,
+                ..input(None)
+            };
+            assert!(reflect(&req[..13], &i, &mut out).is_none());
+            assert!(reflect(&[], &i, &mut out).is_none());
+        }
     }
 
     #[test]
@@ -636,14 +667,25 @@ mod tests {
         /// Any datagram: the reply is symmetric (or absent below 14 bytes),
         /// carries the request's sequence, and TLV parsing stays in bounds.
         #[test]
-        fn reflect_any_bytes(req in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+        fn reflect_any_bytes(
+            req in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            pad_short in proptest::prelude::any::<bool>(),
+        ) {
             let mut out = [0u8; 1024];
-            match reflect(&req, &input(Some(1)), &mut out) {
+            let i = ReflectInput { pad_short, ..input(Some(1)) };
+            match reflect(&req, &i, &mut out) {
                 None => proptest::prop_assert!(req.len() < MIN_REQUEST_LEN),
                 Some((len, tlv)) => {
-                    proptest::prop_assert_eq!(len, req.len().max(BASE_LEN));
-                    let r = ReflectorPacket::read(&out[..len]).unwrap();
-                    proptest::prop_assert_eq!(r.sender_seq, u32::from_be_bytes([req[0], req[1], req[2], req[3]]));
+                    if pad_short {
+                        proptest::prop_assert_eq!(len, req.len().max(BASE_LEN));
+                    } else {
+                        // No amplification: exactly the request's size.
+                        proptest::prop_assert_eq!(len, req.len());
+                    }
+                    if len >= BASE_LEN {
+                        let r = ReflectorPacket::read(&out[..len]).unwrap();
+                        proptest::prop_assert_eq!(r.sender_seq, u32::from_be_bytes([req[0], req[1], req[2], req[3]]));
+                    }
                     proptest::prop_assert!(tlv.unrecognized <= tlv.tlvs);
                 }
             }

@@ -29,8 +29,13 @@ pub struct ReflectorSpec {
     pub stateful: bool,
     /// Sources allowed (empty = any).
     pub allow: Vec<Cidr>,
-    /// Requests per second accepted from one source address (0 = no limit).
+    /// Requests per second accepted from one source address (0 = no limit;
+    /// a source may burst one second's worth).
     pub per_source_rate: u32,
+    /// Answer 14..43-octet TWAMP-Light requests with the full 44-octet base
+    /// packet (RFC 8762 §4.6) instead of a reply of their own length. Off
+    /// by default, so no source gets more bytes than it sent.
+    pub pad_short: bool,
     /// A stateful session idle this long is forgotten.
     pub session_timeout: Duration,
 }
@@ -225,6 +230,7 @@ fn serve(sock: Socket, spec: &ReflectorSpec, cancel: &CancellationToken) -> Stam
                 ttl: meta.ttl.unwrap_or(0),
                 seq,
                 error,
+                pad_short: spec.pad_short,
             };
             let Some((len, tlv)) = stamp::reflect(req, &input, tx.next_buf()) else {
                 c.too_short += 1;
