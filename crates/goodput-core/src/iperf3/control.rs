@@ -72,6 +72,24 @@ impl State {
             _ => return None,
         })
     }
+
+    /// iperf3's name for the state, as its sources and debug output spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::TestStart => "TEST_START",
+            State::TestRunning => "TEST_RUNNING",
+            State::TestEnd => "TEST_END",
+            State::ParamExchange => "PARAM_EXCHANGE",
+            State::CreateStreams => "CREATE_STREAMS",
+            State::ServerTerminate => "SERVER_TERMINATE",
+            State::ClientTerminate => "CLIENT_TERMINATE",
+            State::ExchangeResults => "EXCHANGE_RESULTS",
+            State::DisplayResults => "DISPLAY_RESULTS",
+            State::IperfDone => "IPERF_DONE",
+            State::AccessDenied => "ACCESS_DENIED",
+            State::ServerError => "SERVER_ERROR",
+        }
+    }
 }
 
 /// What the reader expects next on the control connection.
@@ -101,6 +119,19 @@ pub enum Message {
     },
     /// A JSON message body (not yet parsed).
     Json(Vec<u8>),
+}
+
+/// For error texts: the state's name, the error code, or the JSON body's
+/// size (never its raw bytes).
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::State(s) => write!(f, "state {}", s.name()),
+            Message::ServerError { code, errno: Some(e) } => write!(f, "SERVER_ERROR {code} (errno {e})"),
+            Message::ServerError { code, errno: None } => write!(f, "SERVER_ERROR {code}"),
+            Message::Json(b) => write!(f, "a JSON message of {} bytes", b.len()),
+        }
+    }
 }
 
 /// Why the control stream cannot be decoded.
@@ -294,6 +325,26 @@ pub mod errors {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn messages_read_as_text_not_debug() {
+        use super::{Message, State};
+        assert_eq!(Message::State(State::TestStart).to_string(), "state TEST_START");
+        assert_eq!(
+            Message::Json(vec![b'{'; 17]).to_string(),
+            "a JSON message of 17 bytes"
+        );
+        let e = Message::ServerError {
+            code: 37,
+            errno: Some(0),
+        };
+        assert_eq!(e.to_string(), "SERVER_ERROR 37 (errno 0)");
+        for b in 0..=255u8 {
+            if let Some(s) = State::from_byte(b) {
+                assert!(s.name().chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+            }
+        }
+    }
+
     use super::*;
     use proptest::prelude::*;
 

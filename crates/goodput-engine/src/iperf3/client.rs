@@ -196,7 +196,10 @@ async fn converse(
             Message::State(State::AccessDenied) => Err(Iperf3Error::Busy),
             Message::State(State::ServerTerminate) => Err(Iperf3Error::Terminated("server")),
             Message::ServerError { code, errno } => Err(server_error(code, errno)),
-            other => Err(Iperf3Error::Protocol(format!("expected {want:?}, got {other:?}"))),
+            other => Err(Iperf3Error::Protocol(format!(
+                "expected state {}, got {other}",
+                want.name()
+            ))),
         }
     };
     let m = ctl
@@ -265,7 +268,7 @@ async fn converse(
                 failure = Some(match m {
                     Ok(Message::State(State::ServerTerminate)) => Iperf3Error::Terminated("server"),
                     Ok(Message::ServerError { code, errno }) => server_error(code, errno),
-                    Ok(other) => Iperf3Error::Protocol(format!("unexpected {other:?} while the test runs")),
+                    Ok(other) => Iperf3Error::Protocol(format!("unexpected {other} while the test runs")),
                     Err(e) => e,
                 });
                 break;
@@ -329,7 +332,7 @@ async fn converse(
             .await?
         {
             Message::Json(b) => b,
-            other => return Err(Iperf3Error::Protocol(format!("expected results, got {other:?}"))),
+            other => return Err(Iperf3Error::Protocol(format!("expected results, got {other}"))),
         };
         g.peer = Some(Results::from_json(&body).map_err(|e| Iperf3Error::Protocol(e.to_string()))?);
         let m = ctl

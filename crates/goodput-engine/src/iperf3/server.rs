@@ -234,11 +234,7 @@ async fn run_test(
         .await
     {
         Ok(Message::Json(b)) => b,
-        Ok(other) => {
-            return Err(Iperf3Error::Protocol(format!(
-                "expected parameters, got {other:?}"
-            )))
-        }
+        Ok(other) => return Err(Iperf3Error::Protocol(format!("expected parameters, got {other}"))),
         Err(Iperf3Error::Frame(e)) => {
             let _ = ctl
                 .send(&encode_server_error(errors::RECV_PARAMS, 0), "SERVER_ERROR")
@@ -335,7 +331,7 @@ async fn run_test(
         r = creation => r,
         m = ctl.read(Expect::State, "stream creation") => Err(match m {
             Ok(Message::State(State::ClientTerminate)) => Iperf3Error::Terminated("client"),
-            Ok(other) => Iperf3Error::Protocol(format!("unexpected {other:?} during stream creation")),
+            Ok(other) => Iperf3Error::Protocol(format!("unexpected {other} during stream creation")),
             Err(e) => e,
         }),
         _ = cancel.cancelled() => Err(Iperf3Error::Cancelled),
@@ -393,7 +389,7 @@ async fn run_test(
             m = ctl.read(Expect::State, "the running test") => break match m {
                 Ok(Message::State(State::TestEnd)) => Ok(()),
                 Ok(Message::State(State::ClientTerminate)) => Err(Iperf3Error::Terminated("client")),
-                Ok(other) => Err(Iperf3Error::Protocol(format!("unexpected {other:?} while the test runs"))),
+                Ok(other) => Err(Iperf3Error::Protocol(format!("unexpected {other} while the test runs"))),
                 Err(e) => Err(e),
             },
             _ = &mut omit_end, if !omit_done => {
@@ -441,7 +437,7 @@ async fn run_test(
         .await?
     {
         Message::Json(b) => b,
-        other => return Err(Iperf3Error::Protocol(format!("expected results, got {other:?}"))),
+        other => return Err(Iperf3Error::Protocol(format!("expected results, got {other}"))),
     };
     let theirs = Results::from_json(&body).map_err(|e| Iperf3Error::Protocol(e.to_string()))?;
     let mut mine = local_results(
