@@ -20,27 +20,37 @@ struct Server {
     child: Reaped,
     port: u16,
     echo: u16,
+    iperf3: u16,
     json: std::path::PathBuf,
 }
 
 fn start(group: &str, extra: &[&str]) -> Server {
-    let (port, echo, discard) = (free_tcp_port(), free_tcp_port(), free_tcp_port());
+    let (port, echo, discard, iperf3) = (free_tcp_port(), free_tcp_port(), free_tcp_port(), free_tcp_port());
     let json = tmp(group, "server.json");
     let mut cmd = goodput();
     cmd.args(["server", "--listen", "127.0.0.1", "--no-udp", "--verbosity", "1"])
         .args(["--port", &port.to_string()])
         .args(["--echo-port", &echo.to_string()])
         .args(["--discard-port", &discard.to_string()])
+        .args([
+            "--iperf3",
+            "--iperf3-listen",
+            "127.0.0.1",
+            "--iperf3-port",
+            &iperf3.to_string(),
+        ])
         .arg("--json")
         .arg(&json)
         .args(extra);
     let child = spawn_limited(cmd, SERVER_ADDRESS_SPACE);
     wait_tcp_listening(port);
     wait_tcp_listening(echo);
+    wait_tcp_listening(iperf3);
     Server {
         child,
         port,
         echo,
+        iperf3,
         json,
     }
 }
@@ -227,8 +237,17 @@ fn one_address_can_neither_take_every_place_nor_hold_them_with_slow_hellos() {
         b"",
         "echo served past the cap"
     );
-    // Another address still gets served while they are held.
+    // Another address still gets served while they are held, and so does a
+    // stock iperf3 client (from the held address itself: the iperf3
+    // service's one test at a time is apart from the per-client places).
     normal_client(srv.port, "127.0.0.2");
+    if have("iperf3", &["--version"], "apt-get install iperf3") {
+        let out = std::process::Command::new("iperf3")
+            .args(["-c", "127.0.0.1", "-p", &srv.iperf3.to_string(), "-n", "1M"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "iperf3: {}", text(&out.stdout));
+    }
     // The held hellos are cut off at the deadline, with the reason.
     let t0 = Instant::now();
     for s in &mut slow[..40] {
