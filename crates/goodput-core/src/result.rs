@@ -389,8 +389,19 @@ pub struct MediaServerCounters {
     pub challenged: u64,
     /// Streams accepted.
     pub accepted: u64,
-    /// Requests refused (limits, bad plan, busy).
+    /// Requests refused (limits, bad plan, busy, memory).
     pub rejected: u64,
+    /// Of those, refused for a field above the server's limits (bit rate,
+    /// length, frame rate, buffer depth) or a plan that cannot be built.
+    #[serde(default)]
+    pub rejected_limits: u64,
+    /// Of those, refused because the memory budget was taken.
+    #[serde(default)]
+    pub rejected_memory: u64,
+    /// Most memory the open streams held at once, bytes (the server's own
+    /// accounting of each stream's ceiling).
+    #[serde(default)]
+    pub memory_peak_bytes: u64,
     /// Streams that ran to the end.
     pub completed: u64,
     /// Streams stopped because the receiver's reports stopped.

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use goodput_core::media::limits::MediaLimits;
 use goodput_core::media::wire::{Message, Request, DATA_HEADER_LEN};
 use goodput_core::media::MediaPlan;
 use goodput_core::result::{MediaServerCounters, MediaStats, Outcome, ProtocolErrorKind, TestResult};
@@ -19,8 +20,11 @@ fn server_spec(ip: IpAddr) -> MediaServerSpec {
     MediaServerSpec {
         listen: vec![SocketAddr::new(ip, 0)],
         max_streams: 1000,
-        max_length_s: 3600,
-        max_bits_per_second: 100_000_000_000,
+        limits: MediaLimits {
+            max_length_s: 3600,
+            ..MediaLimits::default()
+        },
+        max_memory: 1 << 30,
     }
 }
 
@@ -527,7 +531,10 @@ async fn a_stream_whose_reports_stop_ends_within_the_timeout() {
 async fn over_the_limits_a_stream_is_refused_with_the_reason() {
     let (server, cancel, running) = serve(MediaServerSpec {
         max_streams: 1,
-        max_bits_per_second: 5_000_000,
+        limits: MediaLimits {
+            max_bits_per_second: 5_000_000,
+            ..MediaLimits::default()
+        },
         ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
     });
     // Two streams where one is allowed: one runs, one is refused as busy.
@@ -561,13 +568,60 @@ async fn over_the_limits_a_stream_is_refused_with_the_reason() {
     .await
     .unwrap();
     assert!(
-        format!("{:?}", r.connections[0].outcome).contains("over its limits"),
+        format!("{:?}", r.connections[0].outcome).contains("the bit rate is above its limit"),
         "{:?}",
         r.connections[0].outcome
     );
     cancel.cancel();
     let c = running.wait().await;
-    assert_eq!((c.accepted, c.rejected), (1, 2));
+    assert_eq!((c.accepted, c.rejected, c.rejected_limits), (1, 2, 1));
+}
+
+/// The memory budget counts each open stream at its ceiling: with room
+/// for one upload, a second one at once is refused with the reason, and
+/// the room comes back when the first ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_budget_refuses_what_it_cannot_hold() {
+    let plan = small_plan(1);
+    let one = goodput_core::media::limits::stream_memory(&plan, true, 1000);
+    let (server, cancel, running) = serve(MediaServerSpec {
+        max_memory: one + one / 2,
+        ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))
+    });
+    let upload = |connections| MediaSpec {
+        connections,
+        upload: true,
+        buffer_depth: Duration::from_millis(1000),
+        ..client_spec(server, plan)
+    };
+    let r = run_media(upload(2), &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    let outcomes: Vec<String> = r.connections.iter().map(|c| format!("{:?}", c.outcome)).collect();
+    assert_eq!(
+        r.connections.iter().filter(|c| c.outcome.is_success()).count(),
+        1,
+        "{outcomes:?}"
+    );
+    assert!(
+        outcomes
+            .iter()
+            .any(|o| o.contains("memory budget for media streams is taken")),
+        "{outcomes:?}"
+    );
+    // The first stream's memory came back.
+    let r = run_media(upload(1), &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    assert!(
+        r.connections[0].outcome.is_success(),
+        "{:?}",
+        r.connections[0].outcome
+    );
+    cancel.cancel();
+    let c = running.wait().await;
+    assert_eq!((c.accepted, c.rejected_memory), (2, 1));
+    assert_eq!(c.memory_peak_bytes, one);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -864,6 +864,21 @@ pub struct ServerArgs {
     /// Highest bit rate one media stream may ask for, bits/s (k, m, g ×1000).
     #[arg(long, default_value = "100G", value_name = "RATE")]
     pub udp_max_bitrate: Iperf3Rate,
+    /// Longest media stream a client may ask for (1 s to 136 years).
+    #[arg(long, default_value = "168h", value_name = "DURATION")]
+    pub udp_max_length: HumanDuration,
+    /// Highest frame rate a media stream may ask for, frames/s.
+    #[arg(long, default_value_t = 10_000, value_name = "FPS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub udp_max_frame_rate: u32,
+    /// Deepest play-out buffer an upload may ask the server to keep
+    /// (the server's memory per upload grows with it × the frame rate).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub udp_max_buffer: HumanDuration,
+    /// Most memory all media streams may hold at once, each counted at its
+    /// ceiling (default: an eighth of physical memory); more are refused.
+    #[arg(long, value_name = "SIZE")]
+    pub udp_max_memory: Option<ByteSize>,
     /// Also answer stock iperf3 clients (TCP and UDP, -R, --bidir, -P), one
     /// test at a time, on --iperf3-port.
     #[arg(long)]

@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use clap::Parser;
+use goodput_core::media::limits::MediaLimits;
 use goodput_core::media::MediaPlan;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, TestResult};
 use goodput_core::session::VerifyMode;
-use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate};
+use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate, ByteSize};
 use goodput_engine::admission::AdmissionLimits;
 use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
@@ -845,11 +846,13 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let media = if args.no_udp {
         None
     } else {
-        let spec = media_server_spec(
-            listen_for_services.clone(),
-            args.udp_max_streams,
-            args.udp_max_bitrate.0,
-        );
+        let (limits, max_memory) = media_limits(&args)?;
+        let spec = MediaServerSpec {
+            listen: listen_for_services.clone(),
+            max_streams: args.udp_max_streams,
+            limits,
+            max_memory,
+        };
         let bound = match bind_media(spec.clone()) {
             Ok(b) => b,
             // The default :: may not exist (IPv6 disabled): serve IPv4.
@@ -862,7 +865,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
         banner.push((
             "UDP media service".into(),
             format!(
-                "{} (at most {} streams, {} per stream)",
+                "{} (at most {} streams, {} per stream, {} fps, {} s long, {} ms buffer; \
+                 {} of memory for streams, at most {} each)",
                 bound
                     .local_addrs()
                     .iter()
@@ -870,7 +874,12 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                     .collect::<Vec<_>>()
                     .join(", "),
                 args.udp_max_streams,
-                format_bits_per_second(args.udp_max_bitrate.0 as f64 / 8.0)
+                format_bits_per_second(limits.max_bits_per_second as f64 / 8.0),
+                limits.max_frame_rate,
+                limits.max_length_s,
+                limits.max_buffer_ms,
+                format_bytes(max_memory),
+                format_bytes(limits.stream_ceiling())
             ),
         ));
         Some(bound)
@@ -1466,14 +1475,43 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     Ok(exit_status(&result, result.summary.failures() > 0))
 }
 
-/// The media service's limits and addresses for `goodput server` (and the
-/// embedded server of `goodput udp`).
-fn media_server_spec(listen: Vec<SocketAddr>, max_streams: usize, max_bps: u64) -> MediaServerSpec {
-    MediaServerSpec {
-        listen,
-        max_streams,
-        max_length_s: 7 * 24 * 3600,
-        max_bits_per_second: max_bps,
+/// The media service's limits for `goodput server`, from its flags.
+fn media_limits(args: &ServerArgs) -> Result<(MediaLimits, u64), Stop> {
+    let length = args.udp_max_length.0;
+    let max_length_s = u32::try_from(length.as_secs())
+        .ok()
+        .filter(|&s| s >= 1 && length.subsec_nanos() == 0)
+        .ok_or_else(|| usage("--udp-max-length must be a whole number of seconds, 1s to 4294967295s"))?;
+    let max_buffer_ms = u32::try_from(args.udp_max_buffer.0.as_millis())
+        .ok()
+        .filter(|&ms| ms >= 1)
+        .ok_or_else(|| usage("--udp-max-buffer must be 1ms to 4294967295ms"))?;
+    let max_memory = match args.udp_max_memory {
+        Some(ByteSize(0)) => return Err(usage("--udp-max-memory must be above zero")),
+        Some(ByteSize(b)) => b,
+        None => physical_memory() / 8,
+    };
+    let limits = MediaLimits {
+        max_bits_per_second: args.udp_max_bitrate.0,
+        max_length_s,
+        max_frame_rate: args.udp_max_frame_rate,
+        max_buffer_ms,
+    };
+    Ok((limits, max_memory))
+}
+
+/// Physical memory, bytes (4 GiB when the system will not say).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(size)) {
+        (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s),
+        _ => 4 << 30,
     }
 }
 
@@ -1498,10 +1536,13 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         args.datagram_size,
     )
     .map_err(|e| usage(format!("--bitrate/--frame-rate/--length/--datagram-size: {e}")))?;
-    if plan.datagram_sizes().len() > usize::from(u16::MAX) {
+    // The receiver's ring (this client's for a download, the server's
+    // for an upload) holds at most this many frames ahead of play-out.
+    let buffered = (args.buffer_depth.0.as_millis() as u64).saturating_mul(u64::from(args.frame_rate)) / 1000;
+    let most = goodput_core::media::receiver::MAX_BUFFERED_FRAMES;
+    if buffered > u64::from(most) {
         return Err(usage(format!(
-            "a frame of {} B would need more than 65535 datagrams of {} B: raise --frame-rate or --datagram-size",
-            plan.frame_bytes, plan.datagram_bytes
+            "--buffer-depth × --frame-rate is {buffered} frames, more than a receiver buffers ({most})"
         )));
     }
     check_socket_room("--connections", u64::from(args.connections))?;
@@ -1511,8 +1552,20 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
     let targets = match &args.host {
         None => {
             let ip = loopback(args.ipv6);
-            let b = bind_media(media_server_spec(vec![SocketAddr::new(ip, 0)], 100_000, u64::MAX))
-                .map_err(|e| Stop::Fatal(e.into()))?;
+            // The embedded server takes what this client asks: the
+            // client's own flags are checked below.
+            let b = bind_media(MediaServerSpec {
+                listen: vec![SocketAddr::new(ip, 0)],
+                max_streams: 100_000,
+                limits: MediaLimits {
+                    max_bits_per_second: u64::MAX,
+                    max_length_s: u32::MAX,
+                    max_frame_rate: u32::MAX,
+                    max_buffer_ms: u32::MAX,
+                },
+                max_memory: u64::MAX,
+            })
+            .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = b.local_addrs()[0];
             server.start(|c| async move {
                 b.run(c).await;

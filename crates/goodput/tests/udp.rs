@@ -186,7 +186,15 @@ fn bad_values_are_usage_errors() {
         ),
         (
             &["udp", "--datagram-size", "20"],
-            "--datagram-size must be 35..=65507",
+            "--datagram-size must be 69..=65507",
+        ),
+        (
+            &["udp", "-b", "1G", "--frame-rate", "1", "--datagram-size", "1000"],
+            "more than 65535",
+        ),
+        (
+            &["udp", "--buffer-depth", "1h", "--frame-rate", "1000"],
+            "more than a receiver buffers (131072)",
         ),
         (&["udp", "-b", "100", "--frame-rate", "60"], "too small"),
         (&["udp", "-b", "0"], "must all be above zero"),

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use super::wire::{DataHeader, Report};
-use super::MediaPlan;
+use super::{FrameShape, MediaPlan};
 use crate::stamp::stats::SignedHistogram;
 
 /// How many recent arrivals reordering extent looks back over.
@@ -16,6 +16,13 @@ const EXTENT_WINDOW: usize = 4096;
 /// How many recent sequences duplicate detection and IPDV remember (a
 /// datagram older than this behind the highest counts as a duplicate).
 const SEQ_WINDOW: u64 = 1 << 13;
+/// Most frames a receiver buffers ahead of play-out; its ring holds twice
+/// as many slots.
+pub const MAX_BUFFERED_FRAMES: u32 = 1 << 17;
+/// Most memory the transit and IPDV histograms can take (four auto-resizing
+/// HdrHistograms at 3 significant digits over the whole i64 range, about
+/// 442 KB each).
+const HISTOGRAM_BYTES: u64 = 4 * 448 * 1024;
 
 /// What happened to one datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +99,7 @@ pub struct MediaCounts {
 #[derive(Debug)]
 pub struct MediaReceiver {
     plan: MediaPlan,
-    sizes: Vec<u32>,
+    shape: FrameShape,
     ring: Vec<Slot>,
     /// Next frame to play (1-based); frames below it are played.
     head: u32,
@@ -118,12 +125,13 @@ pub struct MediaReceiver {
 }
 
 impl MediaReceiver {
-    /// A receiver for `plan` buffering `buffered` frames ahead of play-out.
+    /// A receiver for `plan` buffering `buffered` frames ahead of play-out
+    /// (at most [`MAX_BUFFERED_FRAMES`]; more are taken as that many).
     pub fn new(plan: MediaPlan, buffered: u32) -> Self {
-        let ring = (2 * buffered.max(1)) as usize;
+        let ring = Self::ring_slots(buffered);
         Self {
             plan,
-            sizes: plan.datagram_sizes(),
+            shape: plan.shape(),
             ring: vec![Slot::default(); ring],
             head: 1,
             counts: MediaCounts::default(),
@@ -139,6 +147,19 @@ impl MediaReceiver {
             transit: SignedHistogram::default(),
             ipdv: SignedHistogram::default(),
         }
+    }
+
+    fn ring_slots(buffered: u32) -> usize {
+        2 * buffered.clamp(1, MAX_BUFFERED_FRAMES) as usize
+    }
+
+    /// The most memory a receiver buffering `buffered` frames can take,
+    /// bytes: its ring, sequence and reordering windows, and histograms at
+    /// their largest.
+    pub fn memory_bytes(buffered: u32) -> u64 {
+        let ring = Self::ring_slots(buffered) as u64 * std::mem::size_of::<Slot>() as u64;
+        let windows = SEQ_WINDOW * 16 + EXTENT_WINDOW as u64 * 16;
+        ring + windows + HISTOGRAM_BYTES + std::mem::size_of::<Self>() as u64
     }
 
     /// The next frame to be played.
@@ -166,11 +187,11 @@ impl MediaReceiver {
     /// `recv_ns`; `payload_ok` is false when its payload failed the pattern.
     pub fn datagram(&mut self, h: &DataHeader, len: usize, recv_ns: u64, payload_ok: bool) -> Arrival {
         let frames = self.plan.frames;
-        let expected = self.sizes.get(usize::from(h.index)).copied();
+        let expected = self.shape.size(u32::from(h.index));
         if h.frame == 0
             || h.frame > frames
-            || usize::from(h.count) != self.sizes.len()
-            || expected != Some(len as u32)
+            || u32::from(h.count) != self.shape.count()
+            || expected.map(|e| e as usize) != Some(len)
         {
             self.counts.errors += 1;
             return Arrival::Error;
@@ -201,7 +222,7 @@ impl MediaReceiver {
             self.counts.late += 1;
             return Arrival::Late;
         }
-        if h.frame >= self.head + self.ring.len() as u32 {
+        if !self.in_window(h.frame) {
             self.counts.errors += 1;
             return Arrival::Error;
         }
@@ -209,8 +230,14 @@ impl MediaReceiver {
         Arrival::Ok
     }
 
+    /// Whether `frame` is in the ring's window (wide arithmetic: the head
+    /// plus the ring can pass `u32::MAX`).
+    fn in_window(&self, frame: u32) -> bool {
+        frame >= self.head && u64::from(frame) < u64::from(self.head) + self.ring.len() as u64
+    }
+
     fn add_to_frame(&mut self, frame: u32, len: usize, sent_ns: u64, recv_ns: u64) {
-        if frame < self.head || frame >= self.head + self.ring.len() as u32 {
+        if !self.in_window(frame) {
             return;
         }
         let n = self.ring.len();
@@ -377,6 +404,42 @@ mod tests {
             let len = self.sizes[usize::from(i)] as usize;
             self.r.datagram(&h, len, (seq + delay_ms) * 1_000_000, true)
         }
+    }
+
+    /// The exploit's plan (7101 fps for 7 days) with a buffer of 2^32 - 1
+    /// frames once sized the ring in 32-bit arithmetic: 171,776,092,160
+    /// bytes. The ring is now capped, and so is what it can cost.
+    #[test]
+    fn the_ring_is_bounded_whatever_the_depth() {
+        let p = MediaPlan::new(100_000_000_000, 7101, 604_800, 65_507).unwrap();
+        let buffered = p.buffered_frames(u64::from(u32::MAX));
+        assert_eq!(buffered, p.frames);
+        let mut r = MediaReceiver::new(p, buffered);
+        assert_eq!(r.ring.len(), 2 * MAX_BUFFERED_FRAMES as usize);
+        assert!(MediaReceiver::memory_bytes(u32::MAX) < 16 << 20);
+        // A frame past the window is an error, not an index out of range.
+        let shape = p.shape();
+        let h = DataHeader {
+            stream: 1,
+            seq: 0,
+            frame: 2 * MAX_BUFFERED_FRAMES + 1,
+            index: 0,
+            count: shape.count() as u16,
+            sent_ns: 0,
+        };
+        assert_eq!(
+            r.datagram(&h, shape.size(0).unwrap() as usize, 1, true),
+            Arrival::Error
+        );
+        let h = DataHeader {
+            frame: u32::MAX,
+            seq: 1,
+            ..h
+        };
+        assert_eq!(
+            r.datagram(&h, shape.size(0).unwrap() as usize, 1, true),
+            Arrival::Error
+        );
     }
 
     #[test]

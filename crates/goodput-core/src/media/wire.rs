@@ -50,12 +50,23 @@ pub struct Request {
 /// Why a server refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectReason {
-    /// Over the server's stream, rate or length limits.
+    /// Over one of the server's limits (sent by older servers; newer ones
+    /// name the limit).
     Limits,
     /// The plan is invalid (see `MediaPlan::new`).
     BadPlan,
     /// The server is busy (too many streams).
     Busy,
+    /// The bit rate is above the server's limit.
+    BitRate,
+    /// The stream is longer than the server's limit.
+    Length,
+    /// The frame rate is above the server's limit.
+    FrameRate,
+    /// The upload's play-out buffer is deeper than the server's limit.
+    Buffer,
+    /// The server's memory budget for media streams is taken.
+    Memory,
     /// A code this version does not know.
     Other(u8),
 }
@@ -66,6 +77,11 @@ impl RejectReason {
             RejectReason::Limits => 1,
             RejectReason::BadPlan => 2,
             RejectReason::Busy => 3,
+            RejectReason::BitRate => 4,
+            RejectReason::Length => 5,
+            RejectReason::FrameRate => 6,
+            RejectReason::Buffer => 7,
+            RejectReason::Memory => 8,
             RejectReason::Other(c) => c,
         }
     }
@@ -74,7 +90,33 @@ impl RejectReason {
             1 => RejectReason::Limits,
             2 => RejectReason::BadPlan,
             3 => RejectReason::Busy,
+            4 => RejectReason::BitRate,
+            5 => RejectReason::Length,
+            6 => RejectReason::FrameRate,
+            7 => RejectReason::Buffer,
+            8 => RejectReason::Memory,
             c => RejectReason::Other(c),
+        }
+    }
+}
+
+/// What a client tells its user.
+impl std::fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RejectReason::Limits => f.write_str("over its limits (stream length or bit rate)"),
+            RejectReason::BadPlan => f.write_str("the stream's plan is invalid"),
+            RejectReason::Busy => f.write_str("too many streams open"),
+            RejectReason::BitRate => f.write_str("the bit rate is above its limit (--udp-max-bitrate)"),
+            RejectReason::Length => f.write_str("the stream is longer than its limit (--udp-max-length)"),
+            RejectReason::FrameRate => {
+                f.write_str("the frame rate is above its limit (--udp-max-frame-rate)")
+            }
+            RejectReason::Buffer => f.write_str("the buffer depth is above its limit (--udp-max-buffer)"),
+            RejectReason::Memory => {
+                f.write_str("its memory budget for media streams is taken (--udp-max-memory)")
+            }
+            RejectReason::Other(c) => write!(f, "reason code {c}"),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use goodput_core::media::receiver::{FrameFate, MediaCounts};
 use goodput_core::media::stats::MediaTotals;
-use goodput_core::media::wire::{Message, RejectReason, Report, Request, COOKIE_LEN, DATA_HEADER_LEN};
+use goodput_core::media::wire::{Message, Report, Request, COOKIE_LEN, DATA_HEADER_LEN};
 use goodput_core::media::MediaPlan;
 use goodput_core::result::{
     ConnectionRecord, EndReason, Interval, MediaDatagram, MediaDetail, MediaInterval, MediaStats, Outcome,
@@ -194,7 +194,7 @@ pub async fn run_media(
             frames: plan.frames,
             frame_bytes: plan.frame_bytes,
             datagram_bytes: plan.datagram_bytes,
-            datagrams_per_frame: plan.datagram_sizes().len() as u32,
+            datagrams_per_frame: plan.shape().count(),
             buffer_depth_ms: spec.buffer_depth.as_millis() as u64,
             streams: f.streams,
             streams_failed: f.failed,
@@ -559,15 +559,9 @@ impl Driver {
                 };
             }
             (Phase::Handshake, Message::Reject { nonce, reason }) if nonce == a.nonce => {
-                let why = match reason {
-                    RejectReason::Limits => "over its limits (stream length or bit rate)".to_string(),
-                    RejectReason::BadPlan => "the stream's plan is invalid".to_string(),
-                    RejectReason::Busy => "too many streams open".to_string(),
-                    RejectReason::Other(c) => format!("reason code {c}"),
-                };
                 a.fail(protocol(
                     ProtocolErrorKind::Rejected,
-                    format!("the server refused the stream: {why}"),
+                    format!("the server refused the stream: {reason}"),
                 ));
             }
             (Phase::Recv(i), Message::Data(h)) if h.stream == a.stream => {

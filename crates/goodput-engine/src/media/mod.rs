@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use goodput_core::media::receiver::{Arrival, MediaReceiver, PlayedFrame};
 use goodput_core::media::wire::{DataHeader, Message, Report, DATA_HEADER_LEN};
-use goodput_core::media::MediaPlan;
+use goodput_core::media::{FrameShape, MediaPlan};
 use goodput_core::pattern::{Pattern, UNIT_LEN};
 use goodput_core::result::MediaDatagram;
 
@@ -78,11 +78,11 @@ struct Group {
 }
 
 /// Splits a frame's datagram sizes into GSO groups.
-fn groups(sizes: &[u32]) -> Vec<Group> {
+fn groups(sizes: impl IntoIterator<Item = u32>) -> Vec<Group> {
     let mut out: Vec<Group> = Vec::new();
     let mut bytes = 0usize;
     let mut closed = true;
-    for (i, &s) in sizes.iter().enumerate() {
+    for (i, s) in sizes.into_iter().enumerate() {
         let s = s as usize;
         let joins = match out.last() {
             Some(g) if !closed => {
@@ -112,7 +112,7 @@ fn groups(sizes: &[u32]) -> Vec<Group> {
 /// The sending end of one stream.
 pub(crate) struct Outgoing {
     plan: MediaPlan,
-    sizes: Vec<u32>,
+    shape: FrameShape,
     groups: Vec<Group>,
     stream: u32,
     base: Instant,
@@ -140,10 +140,10 @@ pub(crate) struct Outgoing {
 impl Outgoing {
     /// A stream whose frame clock starts at `base`.
     pub(crate) fn new(plan: MediaPlan, stream: u32, base: Instant, from: Option<(IpAddr, u32)>) -> Self {
-        let sizes = plan.datagram_sizes();
+        let shape = plan.shape();
         Self {
-            groups: groups(&sizes),
-            sizes,
+            groups: groups(shape.sizes()),
+            shape,
             plan,
             stream,
             base,
@@ -216,14 +216,15 @@ impl Outgoing {
     }
 
     fn send_frame(&mut self, fd: RawFd, to: Option<SocketAddr>) {
-        let count = self.sizes.len() as u16;
+        // At most 65,535: the plan refuses more.
+        let count = self.shape.count() as u16;
         let pat = pattern();
         for gi in 0..self.groups.len() {
             let g = self.groups[gi];
             self.buf.clear();
             let sent_ns = mono_ns();
             for i in g.first..g.first + g.count {
-                let size = self.sizes[i] as usize;
+                let size = self.shape.size(i as u32).unwrap_or(0) as usize;
                 let seq = self.seq + (i - g.first) as u64;
                 Message::Data(DataHeader {
                     stream: self.stream,
@@ -235,7 +236,7 @@ impl Outgoing {
                 })
                 .encode(&mut self.buf);
                 self.buf
-                    .extend_from_slice(pat.slice(payload_offset(seq), size - DATA_HEADER_LEN));
+                    .extend_from_slice(pat.slice(payload_offset(seq), size.saturating_sub(DATA_HEADER_LEN)));
             }
             let mut r = udp::send_segments(fd, to, self.from, &self.buf, g.segment, self.gso);
             if matches!(&r, Err(e) if e.kind() == io::ErrorKind::Unsupported) {
@@ -253,9 +254,8 @@ impl Outgoing {
             // numbers: the receiver counts them lost, as on a real path.
             self.send_errors += (g.count - took) as u64;
             self.sent += took as u64;
-            let bytes: usize = self.sizes[g.first..g.first + took]
-                .iter()
-                .map(|&s| s as usize)
+            let bytes: usize = (g.first..g.first + took)
+                .map(|i| self.shape.size(i as u32).unwrap_or(0) as usize)
                 .sum();
             self.sent_bytes += bytes as u64;
             self.seq += g.count as u64;
@@ -437,22 +437,22 @@ mod tests {
     #[test]
     fn groups_keep_short_datagrams_last() {
         let p = MediaPlan::new(25_000_000, 60, 60, 1400).unwrap();
-        let g = groups(&p.datagram_sizes());
+        let g = groups(p.datagram_sizes());
         assert_eq!(g.len(), 1);
         assert_eq!((g[0].count, g[0].segment), (38, 1400));
         // Shortened second-to-last: 1400 ×2, 1375, 35 → the 1375 closes a group.
         let sizes = [1400, 1400, 1375, 35];
-        let g = groups(&sizes);
+        let g = groups(sizes.iter().copied());
         assert_eq!(g.iter().map(|g| g.count).collect::<Vec<_>>(), vec![3, 1]);
         // Large frames split by count and bytes.
         let sizes = vec![1400u32; 200];
-        let g = groups(&sizes);
+        let g = groups(sizes.iter().copied());
         assert!(g
             .iter()
             .all(|g| g.count * 1400 <= GSO_BYTES && g.count <= GSO_SEGMENTS));
         assert_eq!(g.iter().map(|g| g.count).sum::<usize>(), 200);
         // Jumbo datagrams go one per group.
-        let g = groups(&[65_000, 65_000, 100]);
+        let g = groups([65_000, 65_000, 100]);
         assert_eq!(g.iter().map(|g| g.count).collect::<Vec<_>>(), vec![1, 1, 1]);
     }
 

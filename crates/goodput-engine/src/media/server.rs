@@ -10,8 +10,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use goodput_core::media::limits::{stream_memory, MediaLimits};
 use goodput_core::media::wire::{Message, RejectReason, Request, COOKIE_LEN};
-use goodput_core::media::MediaPlan;
 use goodput_core::result::MediaServerCounters;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
@@ -37,10 +39,40 @@ pub struct MediaServerSpec {
     pub listen: Vec<SocketAddr>,
     /// Most streams open at once, per socket.
     pub max_streams: usize,
-    /// Longest stream accepted, seconds.
-    pub max_length_s: u32,
-    /// Highest bit rate accepted per stream, bits/s.
-    pub max_bits_per_second: u64,
+    /// Bounds on each request's fields.
+    pub limits: MediaLimits,
+    /// Most memory all open streams of every socket may hold, bytes (each
+    /// counted at its ceiling, [`stream_memory`]).
+    pub max_memory: u64,
+}
+
+/// What the socket threads share: the spec and the memory the open streams
+/// hold.
+struct Shared {
+    spec: MediaServerSpec,
+    committed: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Shared {
+    /// Takes `bytes` of the budget, if it has room.
+    fn commit(&self, bytes: u64) -> bool {
+        let max = self.spec.max_memory;
+        let took = self
+            .committed
+            .fetch_update(Relaxed, Relaxed, |c| c.checked_add(bytes).filter(|&n| n <= max))
+            .is_ok();
+        if took {
+            self.peak.fetch_max(self.committed.load(Relaxed), Relaxed);
+        }
+        took
+    }
+
+    fn release(&self, bytes: u64) {
+        let _ = self
+            .committed
+            .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(bytes)));
+    }
 }
 
 /// The media service with its sockets bound.
@@ -77,10 +109,15 @@ impl BoundMedia {
 
     /// Starts one thread per socket, serving until `cancel`.
     pub fn start(self, cancel: CancellationToken) -> RunningMedia {
+        let shared = Shared {
+            spec: self.spec,
+            committed: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        };
         RunningMedia(SocketThreads::spawn(
             "media-server",
             self.sockets,
-            self.spec,
+            shared,
             &cancel,
             serve,
         ))
@@ -103,6 +140,10 @@ impl RunningMedia {
                 t.challenged += c.challenged;
                 t.accepted += c.accepted;
                 t.rejected += c.rejected;
+                t.rejected_limits += c.rejected_limits;
+                t.rejected_memory += c.rejected_memory;
+                // Every thread read the same shared peak.
+                t.memory_peak_bytes = t.memory_peak_bytes.max(c.memory_peak_bytes);
                 t.completed += c.completed;
                 t.abandoned += c.abandoned;
                 t.unsolicited += c.unsolicited;
@@ -124,6 +165,8 @@ struct Stream {
     key: (SocketAddr, u64),
     from: Option<(IpAddr, u32)>,
     role: Role,
+    /// Bytes of the memory budget it holds.
+    memory: u64,
 }
 
 fn cookie(secret: &RandomState, src: SocketAddr, nonce: u64, period: u64) -> [u8; COOKIE_LEN] {
@@ -143,6 +186,7 @@ fn period_now() -> u64 {
 
 struct Server<'a> {
     spec: &'a MediaServerSpec,
+    shared: &'a Shared,
     fd: RawFd,
     secret: RandomState,
     streams: HashMap<u32, Stream>,
@@ -155,9 +199,10 @@ struct Server<'a> {
     c: MediaServerCounters,
 }
 
-fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> MediaServerCounters {
+fn serve(sock: Socket, shared: &Shared, cancel: &CancellationToken) -> MediaServerCounters {
     let mut s = Server {
-        spec,
+        spec: &shared.spec,
+        shared,
         fd: sock.as_raw_fd(),
         secret: RandomState::new(),
         streams: HashMap::new(),
@@ -200,6 +245,7 @@ fn serve(sock: Socket, spec: &MediaServerSpec, cancel: &CancellationToken) -> Me
     for id in ids {
         s.end(id, false, Instant::now());
     }
+    s.c.memory_peak_bytes = shared.peak.load(Relaxed);
     s.c
 }
 
@@ -316,19 +362,26 @@ impl Server<'_> {
             nonce: r.nonce,
             reason,
         };
-        let Ok(plan) = MediaPlan::new(r.bits_per_second, r.frame_rate, r.length_s, r.datagram_bytes) else {
-            self.c.rejected += 1;
-            reply(reject(RejectReason::BadPlan));
-            return;
+        // Every field is checked before anything is sized from it.
+        let plan = match self.spec.limits.check(&r) {
+            Ok(p) => p,
+            Err(why) => {
+                self.c.rejected += 1;
+                self.c.rejected_limits += 1;
+                reply(reject(why));
+                return;
+            }
         };
-        if r.length_s > self.spec.max_length_s || plan.bits_per_second > self.spec.max_bits_per_second {
-            self.c.rejected += 1;
-            reply(reject(RejectReason::Limits));
-            return;
-        }
         if self.streams.len() >= self.spec.max_streams {
             self.c.rejected += 1;
             reply(reject(RejectReason::Busy));
+            return;
+        }
+        let memory = stream_memory(&plan, r.upload, r.buffer_ms);
+        if !self.shared.commit(memory) {
+            self.c.rejected += 1;
+            self.c.rejected_memory += 1;
+            reply(reject(RejectReason::Memory));
             return;
         }
         let id = self.next_id;
@@ -352,6 +405,7 @@ impl Server<'_> {
                 key,
                 from: dst,
                 role,
+                memory,
             },
         );
     }
@@ -402,6 +456,7 @@ impl Server<'_> {
         let Some(st) = self.streams.remove(&id) else {
             return;
         };
+        self.shared.release(st.memory);
         self.by_key.remove(&st.key);
         self.finished.insert(st.key, now);
         self.ended.insert(id, (st.peer, now));
