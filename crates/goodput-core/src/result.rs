@@ -221,6 +221,20 @@ pub struct QuicServerCounters {
     pub refused_connections: u64,
     /// Handshakes that failed.
     pub handshake_failures: u64,
+    /// Retry packets sent to Initials from addresses not yet validated.
+    #[serde(default)]
+    pub retries_sent: u64,
+    /// Initials dropped unanswered (too many handshakes at once, or a
+    /// Retry that could not be made).
+    #[serde(default)]
+    pub dropped_initials: u64,
+    /// Handshakes that did not finish within the deadline.
+    #[serde(default)]
+    pub handshake_timeouts: u64,
+    /// Connection tasks that ended in a panic (a bug of the server; the
+    /// connection's places were given back).
+    #[serde(default)]
+    pub internal_errors: u64,
     /// Client streams.
     pub streams: u64,
     /// Streams that ended before their 8-byte header.

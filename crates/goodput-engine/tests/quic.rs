@@ -21,6 +21,9 @@ fn server_spec(ip: IpAddr) -> QuicServerSpec {
         max_per_client: 100,
         max_streams: 1000,
         max_response: 1 << 40,
+        retry: true,
+        max_handshakes: 100,
+        handshake_timeout: std::time::Duration::from_secs(10),
     }
 }
 

@@ -855,6 +855,17 @@ pub struct ServerArgs {
     /// Largest finite response one QUIC stream may ask for.
     #[arg(long, default_value = "100GB", value_name = "SIZE")]
     pub quic_max_response: ByteSize,
+    /// Most QUIC connections in their handshake at once; past it Initials
+    /// are dropped unanswered. Each handshake must finish within
+    /// --hello-timeout.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub quic_max_handshakes: usize,
+    /// Accept a QUIC Initial from an address not yet validated without a
+    /// Retry round trip first. Saves a round trip per connection, but a
+    /// forged source then costs the server a handshake's state and gets up
+    /// to 3× the bytes it sent (RFC 9000's limit).
+    #[arg(long)]
+    pub quic_no_retry: bool,
     /// Do not serve UDP media streams (`goodput udp`) on UDP --port.
     #[arg(long)]
     pub no_udp: bool,

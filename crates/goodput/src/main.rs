@@ -818,12 +818,16 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             max_per_client: args.quic_max_per_client,
             max_streams: 10_000,
             max_response: args.quic_max_response.0,
+            retry: !args.quic_no_retry,
+            max_handshakes: args.quic_max_handshakes,
+            handshake_timeout: args.hello_timeout.0,
         };
         let q = goodput_engine::quic::bind_quic(spec).map_err(|e| Stop::Fatal(e.into()))?;
         banner.push((
             "QUIC perf service".into(),
             format!(
-                "{} (ALPN perf; {}; at most {} connections, {} per client, responses up to {} B)",
+                "{} (ALPN perf; {}; {}; at most {} connections, {} per client, {} in their handshake \
+                 for up to {} ms; responses up to {} B)",
                 q.local_addrs()
                     .iter()
                     .map(|a| a.to_string())
@@ -834,8 +838,15 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 } else {
                     "self-signed ECDSA P-256 certificate for localhost, generated now"
                 },
+                if args.quic_no_retry {
+                    "no Retry: unvalidated addresses get up to 3x their bytes"
+                } else {
+                    "Retry before any state for an unvalidated address"
+                },
                 args.quic_max_connections,
                 args.quic_max_per_client,
+                args.quic_max_handshakes,
+                args.hello_timeout.0.as_millis(),
                 args.quic_max_response.0
             ),
         ));
@@ -1107,12 +1118,17 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     if let Some(c) = quicked {
         if args.output.views.verbosity > 0 {
             goodput_report::console_line(&format!(
-                "QUIC perf service: {} connections ({} refused, {} failed handshakes), {} streams \
+                "QUIC perf service: {} connections ({} refused, {} failed handshakes, {} handshakes \
+                 timed out, {} internal errors; {} Retry packets sent, {} Initials dropped), {} streams \
                  ({} media, {} ended inside their header, {} refused, {} stopped by the client); \
                  {} B received, {} B sent, {} datagrams",
                 c.connections,
                 c.refused_connections,
                 c.handshake_failures,
+                c.handshake_timeouts,
+                c.internal_errors,
+                c.retries_sent,
+                c.dropped_initials,
                 c.streams,
                 c.media_streams,
                 c.short_requests,
@@ -1788,6 +1804,10 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
                 max_per_client: 100_000,
                 max_streams: 10_000,
                 max_response: u64::MAX - 1,
+                // Our own client on loopback: no round trip to validate it.
+                retry: false,
+                max_handshakes: 100_000,
+                handshake_timeout: Duration::from_secs(10),
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
             let addr = b.local_addrs()[0];

@@ -37,6 +37,9 @@ const MTU_CEILING: u16 = 6_500;
 
 /// What every endpoint of ours accepts: datagrams up to QUIC's largest UDP
 /// payload, so a peer's own path MTU discovery is never capped by us.
+/// How long a silent connection lasts.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 fn endpoint_config() -> quinn::EndpointConfig {
     let mut e = quinn::EndpointConfig::default();
     // 65,527 is the largest value QUIC allows (RFC 9000 §18.2); it cannot fail.
@@ -45,8 +48,10 @@ fn endpoint_config() -> quinn::EndpointConfig {
 }
 
 /// Windows wide enough for loopback rates, many streams for request/response
-/// runs, and DATAGRAM support for picoquic's datagram media.
-fn transport(max_streams: u32) -> Arc<TransportConfig> {
+/// runs, and DATAGRAM support for picoquic's datagram media. A connection
+/// silent for `idle` ends without a word; keep-alives go out every 5 s or
+/// twice per `idle` if that is shorter.
+fn transport(max_streams: u32, idle: Duration) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let mut mtu = quinn::MtuDiscoveryConfig::default();
     mtu.upper_bound(MTU_CEILING);
@@ -57,8 +62,8 @@ fn transport(max_streams: u32) -> Arc<TransportConfig> {
         .max_concurrent_bidi_streams(VarInt::from_u32(max_streams))
         .max_concurrent_uni_streams(VarInt::from_u32(max_streams))
         .datagram_receive_buffer_size(Some(4 << 20))
-        .max_idle_timeout(Some(VarInt::from_u32(30_000).into()))
-        .keep_alive_interval(Some(Duration::from_secs(5)));
+        .max_idle_timeout(quinn::IdleTimeout::try_from(idle).ok())
+        .keep_alive_interval(Some((idle / 2).min(Duration::from_secs(5))));
     Arc::new(t)
 }
 
@@ -67,6 +72,7 @@ fn transport(max_streams: u32) -> Arc<TransportConfig> {
 pub(crate) fn server_config(
     cert_key: Option<(PathBuf, PathBuf)>,
     max_streams: u32,
+    idle: Duration,
 ) -> Result<quinn::ServerConfig, EngineError> {
     let tls = crate::tls::server_config(cert_key.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
     let mut tls = (*tls).clone();
@@ -75,7 +81,7 @@ pub(crate) fn server_config(
     let crypto = QuicServerConfig::try_from(tls)
         .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(transport(max_streams));
+    cfg.transport_config(transport(max_streams, idle));
     Ok(cfg)
 }
 
@@ -87,7 +93,7 @@ pub(crate) fn client_config(trust: &Trust, max_streams: u32) -> Result<quinn::Cl
     let crypto = QuicClientConfig::try_from(tls)
         .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(transport(max_streams));
+    cfg.transport_config(transport(max_streams, IDLE_TIMEOUT));
     Ok(cfg)
 }
 

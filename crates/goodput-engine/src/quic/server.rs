@@ -36,13 +36,34 @@ pub struct QuicServerSpec {
     pub max_streams: u32,
     /// Largest finite response one stream may ask for, bytes.
     pub max_response: u64,
+    /// Answer every Initial from an address not yet validated with a Retry
+    /// (RFC 9000 §8.1.2): a forged source gets one packet smaller than its
+    /// own and the server keeps no state for it.
+    pub retry: bool,
+    /// Most connections in their handshake at once; further Initials are
+    /// dropped unanswered until one finishes.
+    pub max_handshakes: usize,
+    /// The whole handshake must finish within this.
+    pub handshake_timeout: Duration,
 }
+
+/// Streams a connection may open while in its handshake; raised to
+/// `max_streams` once it is established. quinn keeps an entry for every
+/// stream a peer may open (about 60 B per stream and direction), so a
+/// handshake that never finishes costs kilobytes, not the megabyte a
+/// 10,000-stream allowance costs.
+const HANDSHAKE_STREAMS: u32 = 100;
 
 #[derive(Default)]
 struct Counters {
     connections: AtomicU64,
     refused_connections: AtomicU64,
     handshake_failures: AtomicU64,
+    retries_sent: AtomicU64,
+    dropped_initials: AtomicU64,
+    handshake_timeouts: AtomicU64,
+    internal_errors: AtomicU64,
+    handshaking: AtomicUsize,
     streams: AtomicU64,
     short_requests: AtomicU64,
     refused_streams: AtomicU64,
@@ -80,16 +101,65 @@ impl Counters {
     }
 }
 
+/// A connection's place, given back however its task ends (a panic too).
+struct Place {
+    c: Arc<Counters>,
+    ip: std::net::IpAddr,
+    handshaking: bool,
+    done: bool,
+}
+
+impl Place {
+    /// The task ended without a panic: give the place back.
+    fn finished(mut self) {
+        self.done = true;
+    }
+
+    fn established(&mut self) {
+        if std::mem::take(&mut self.handshaking) {
+            self.c.handshaking.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.established();
+        if !self.done {
+            self.c.internal_errors.fetch_add(1, Relaxed);
+        }
+        self.c.release(self.ip);
+    }
+}
+
 /// The QUIC service with its endpoints bound.
 pub struct BoundQuic {
     spec: QuicServerSpec,
     endpoints: Vec<quinn::Endpoint>,
+    /// The configuration for an address not yet validated.
+    unvalidated: Arc<quinn::ServerConfig>,
 }
 
 /// Binds the service's endpoints (a port in use is reported at start).
 /// Needs a tokio runtime.
 pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
-    let cfg = super::server_config(spec.cert_key.clone(), spec.max_streams)?;
+    let streams = spec.max_streams.min(HANDSHAKE_STREAMS);
+    let mut cfg = super::server_config(spec.cert_key.clone(), streams, super::IDLE_TIMEOUT)?;
+    // Initials waiting for the accept loop (which decides on each at once),
+    // and the bytes they may buffer: quinn's defaults allow 65,536 and
+    // 100 MiB; past the count quinn refuses them itself.
+    cfg.max_incoming(spec.max_handshakes.clamp(4096, 1 << 16))
+        .incoming_buffer_size(64 << 10)
+        .incoming_buffer_size_total(16 << 20);
+    // A connection from an address not yet validated (only without Retry)
+    // may not outlive its handshake deadline by going silent: quinn ends it
+    // quietly at the idle timeout, where closing it ourselves would send a
+    // CONNECTION_CLOSE past the 3x anti-amplification budget, which quinn
+    // does not count close packets against.
+    let idle = spec
+        .handshake_timeout
+        .clamp(Duration::from_millis(100), super::IDLE_TIMEOUT);
+    let unvalidated = Arc::new(super::server_config(spec.cert_key.clone(), streams, idle)?);
     let mut endpoints = Vec::new();
     for &addr in &spec.listen {
         let err = |source| EngineError::Listen { addr, source };
@@ -103,7 +173,11 @@ pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
         .map_err(err)?;
         endpoints.push(ep);
     }
-    Ok(BoundQuic { spec, endpoints })
+    Ok(BoundQuic {
+        spec,
+        endpoints,
+        unvalidated,
+    })
 }
 
 impl BoundQuic {
@@ -122,30 +196,77 @@ impl BoundQuic {
         let mut loops = Vec::new();
         for ep in &self.endpoints {
             let (ep, c, spec, cancel) = (ep.clone(), c.clone(), spec.clone(), cancel.clone());
+            let unvalidated = self.unvalidated.clone();
             loops.push(tokio::spawn(async move {
                 loop {
                     let incoming = tokio::select! {
                         i = ep.accept() => match i { Some(i) => i, None => break },
                         _ = cancel.cancelled() => break,
                     };
+                    if spec.retry && !incoming.remote_address_validated() {
+                        if incoming.may_retry() {
+                            match incoming.retry() {
+                                Ok(()) => c.retries_sent.fetch_add(1, Relaxed),
+                                Err(e) => {
+                                    e.into_incoming().ignore();
+                                    c.dropped_initials.fetch_add(1, Relaxed)
+                                }
+                            };
+                        } else {
+                            incoming.ignore();
+                            c.dropped_initials.fetch_add(1, Relaxed);
+                        }
+                        continue;
+                    }
+                    if c.handshaking.load(Relaxed) >= spec.max_handshakes {
+                        // No place even to refuse: say nothing.
+                        incoming.ignore();
+                        c.dropped_initials.fetch_add(1, Relaxed);
+                        continue;
+                    }
                     let ip = crate::socket::unmapped_ip(incoming.remote_address().ip());
                     if !c.admit(ip, &spec) {
                         c.refused_connections.fetch_add(1, Relaxed);
                         incoming.refuse();
                         continue;
                     }
+                    c.handshaking.fetch_add(1, Relaxed);
+                    let mut place = Place {
+                        c: c.clone(),
+                        ip,
+                        handshaking: true,
+                        done: false,
+                    };
                     let (c, spec, cancel) = (c.clone(), spec.clone(), cancel.clone());
+                    let (connecting, deadline) = if incoming.remote_address_validated() {
+                        (incoming.accept(), spec.handshake_timeout)
+                    } else {
+                        // quinn's idle timeout ends it first, silently.
+                        let late = spec.handshake_timeout + Duration::from_secs(1);
+                        (incoming.accept_with(unvalidated.clone()), late)
+                    };
                     tokio::spawn(async move {
-                        match incoming.await {
-                            Ok(conn) => {
+                        let conn = match connecting {
+                            Ok(connecting) => tokio::time::timeout(deadline, connecting).await,
+                            Err(e) => Ok(Err(e)),
+                        };
+                        place.established();
+                        match conn {
+                            Ok(Ok(conn)) => {
                                 c.connections.fetch_add(1, Relaxed);
+                                let streams = VarInt::from_u32(spec.max_streams);
+                                conn.set_max_concurrent_bi_streams(streams);
+                                conn.set_max_concurrent_uni_streams(streams);
                                 serve_connection(conn, &spec, &c, &cancel).await;
                             }
-                            Err(_) => {
+                            Ok(Err(quinn::ConnectionError::TimedOut)) | Err(_) => {
+                                c.handshake_timeouts.fetch_add(1, Relaxed);
+                            }
+                            Ok(Err(_)) => {
                                 c.handshake_failures.fetch_add(1, Relaxed);
                             }
                         }
-                        c.release(ip);
+                        place.finished();
                     });
                 }
             }));
@@ -163,6 +284,10 @@ impl BoundQuic {
             connections: c.connections.load(Relaxed),
             refused_connections: c.refused_connections.load(Relaxed),
             handshake_failures: c.handshake_failures.load(Relaxed),
+            retries_sent: c.retries_sent.load(Relaxed),
+            dropped_initials: c.dropped_initials.load(Relaxed),
+            handshake_timeouts: c.handshake_timeouts.load(Relaxed),
+            internal_errors: c.internal_errors.load(Relaxed),
             streams: c.streams.load(Relaxed),
             short_requests: c.short_requests.load(Relaxed),
             refused_streams: c.refused_streams.load(Relaxed),
