@@ -113,6 +113,43 @@ impl SocketOptions {
     }
 }
 
+/// Tries `opts` and each local address in `binds` on a throwaway TCP socket
+/// of every address family among `targets`, so that a bad congestion
+/// control, interface or local address stops a run before it starts
+/// instead of failing each connection.
+pub fn preflight_tcp(targets: &[SocketAddr], binds: &[IpAddr], opts: &SocketOptions) -> io::Result<()> {
+    let mut families: Vec<SocketAddr> = Vec::new();
+    for t in targets {
+        if !families.iter().any(|f| f.is_ipv4() == t.is_ipv4()) {
+            families.push(*t);
+        }
+    }
+    for t in &families {
+        let s = Socket::new(Domain::for_address(*t), Type::STREAM.cloexec(), None)?;
+        opts.apply(&SockRef::from(&s), t)?;
+        for b in binds.iter().filter(|b| b.is_ipv4() == t.is_ipv4()) {
+            let s = Socket::new(Domain::for_address(*t), Type::STREAM.cloexec(), None)?;
+            s.bind(&SocketAddr::new(*b, 0).into())
+                .map_err(|e| ctx(&format!("--bind {b}"), e))?;
+        }
+    }
+    if !binds.is_empty() {
+        if let Some(t) = targets
+            .iter()
+            .find(|t| !binds.iter().any(|b| b.is_ipv4() == t.is_ipv4()))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "--bind has no {} address to reach {t} from",
+                    if t.is_ipv4() { "IPv4" } else { "IPv6" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A non-blocking listening TCP socket with SO_REUSEADDR (and SO_REUSEPORT
 /// when asked). For an IPv6 address `only_v6` says whether IPv4 clients are
 /// kept out (IPV6_V6ONLY).

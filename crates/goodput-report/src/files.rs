@@ -1,4 +1,3 @@
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -12,16 +11,40 @@ fn is_csv(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
 }
 
-fn create(path: &Path) -> io::Result<BufWriter<File>> {
-    File::create(path)
-        .map(BufWriter::new)
-        .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))
+/// Where an output flag writes: a file, or standard output for `-`.
+pub type Output = BufWriter<Box<dyn Write + Send>>;
+
+/// Whether an output path names standard output (`-`).
+pub fn is_stdout(path: &Path) -> bool {
+    path.as_os_str() == "-"
+}
+
+/// Opens an output: `-` is standard output, any other path is created
+/// (truncated), or appended to with `append`.
+pub fn open_output(path: &Path, append: bool) -> io::Result<Output> {
+    let w: Box<dyn Write + Send> = if is_stdout(path) {
+        Box::new(io::stdout())
+    } else {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
+        Box::new(f)
+    };
+    Ok(BufWriter::with_capacity(1 << 16, w))
+}
+
+fn create(path: &Path) -> io::Result<Output> {
+    open_output(path, false)
 }
 
 /// `--status-file`: one row per interval, CSV for `.csv` names, otherwise the
 /// console's aligned text with its legend.
 pub struct StatusFile {
-    out: BufWriter<File>,
+    out: Output,
     csv: bool,
     /// The header waits for the first interval: a STAMP run has other columns.
     header: bool,
@@ -118,7 +141,7 @@ impl View for StatusFile {
 
 /// `--connection-file`: one record per connection.
 pub struct ConnectionFile {
-    out: BufWriter<File>,
+    out: Output,
     csv: bool,
     /// The CSV header waits for the first record: media streams have
     /// ctsTraffic's UDP columns.
@@ -225,7 +248,7 @@ impl View for ConnectionFile {
 
 /// `--error-file`: one text line per failed connection.
 pub struct ErrorFile {
-    out: BufWriter<File>,
+    out: Output,
 }
 
 impl ErrorFile {
@@ -264,18 +287,13 @@ impl View for ErrorFile {
 /// `--json-stream`: JSON lines of intervals and connections as they happen,
 /// then the summary.
 pub struct JsonStream {
-    out: Box<dyn Write + Send>,
+    out: Output,
 }
 
 impl JsonStream {
     /// Streams to `path`, or to standard output for `-`.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let out: Box<dyn Write + Send> = if path.as_os_str() == "-" {
-            Box::new(io::stdout())
-        } else {
-            Box::new(create(path)?)
-        };
-        Ok(Self { out })
+        Ok(Self { out: create(path)? })
     }
 
     fn line(&mut self, v: serde_json::Value) -> io::Result<()> {

@@ -15,7 +15,9 @@ mod ttcp;
 
 pub use console::{console_line, ConsoleView, Verbosity};
 pub use echo::{echo_header, echo_legend, echo_line};
-pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
+pub use files::{
+    is_stdout, open_output, ConnectionFile, ErrorFile, JsonStream, Output, StatusFile, CONNECTION_CSV_HEADER,
+};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
@@ -74,5 +76,7 @@ pub fn result_schema() -> String {
 pub fn write_result_json(path: &std::path::Path, result: &TestResult) -> std::io::Result<()> {
     let mut text = serde_json::to_string_pretty(result).map_err(std::io::Error::other)?;
     text.push('\n');
-    std::fs::write(path, text)
+    let mut out = files::open_output(path, false)?;
+    std::io::Write::write_all(&mut out, text.as_bytes())?;
+    std::io::Write::flush(&mut out)
 }

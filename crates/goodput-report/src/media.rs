@@ -2,8 +2,7 @@
 //! loss and jitter after them, the connection records, the summary and the
 //! per-datagram jitter file.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use goodput_core::result::{
@@ -263,7 +262,9 @@ pub(crate) fn summary(r: &TestResult, d: &MediaDetail) -> String {
 
 /// `--jitter-file`: one CSV row per received datagram.
 pub struct JitterFile {
-    out: BufWriter<File>,
+    out: crate::files::Output,
+    /// The first write error, kept for `finish`.
+    error: Option<io::Error>,
 }
 
 /// The jitter file's header.
@@ -273,9 +274,27 @@ pub const JITTER_CSV_HEADER: &str =
 impl JitterFile {
     /// Creates (truncates) the file and writes its header.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let mut out = BufWriter::with_capacity(1 << 16, File::create(path)?);
+        let mut out = crate::files::open_output(path, false)?;
         writeln!(out, "{JITTER_CSV_HEADER}")?;
-        Ok(Self { out })
+        Ok(Self { out, error: None })
+    }
+
+    /// Writes one datagram's row; the first error is kept for `finish`
+    /// (the sink that calls this cannot stop the stream).
+    pub fn record(&mut self, d: &MediaDatagram) {
+        if self.error.is_none() {
+            if let Err(e) = self.write(d) {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    /// Flushes; the first error of any write, if one failed.
+    pub fn finish(&mut self) -> io::Result<()> {
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => self.out.flush(),
+        }
     }
 
     /// Writes one datagram's row.

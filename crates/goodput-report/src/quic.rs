@@ -1,7 +1,6 @@
 //! QUIC perf views: picoquic's client statistics lines, goodput's summary
 //! with units, and picoquic's performance-log CSV (`Log_v` 2).
 
-use std::fs::OpenOptions;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -110,8 +109,9 @@ pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
     if r.quic.is_none() {
         return Ok(());
     }
-    let mut f = OpenOptions::new().create(true).append(true).open(path)?;
-    if f.metadata()?.len() == 0 {
+    let empty = crate::files::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+    let mut f = crate::files::open_output(path, true)?;
+    if empty {
         writeln!(f, "{PERF_LOG_HEADER}")?;
     }
     for c in &r.connections {

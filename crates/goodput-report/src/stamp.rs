@@ -1,8 +1,7 @@
 //! STAMP views: status lines, the owping-style summary and the per-packet
 //! file.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use crate::format::ms_or;
@@ -239,7 +238,7 @@ pub(crate) fn summary(result: &TestResult, d: &StampDetail) -> String {
 /// `--packet-file`: every packet's fate, CSV for `.csv` names, otherwise
 /// aligned text.
 pub struct PacketFile {
-    out: BufWriter<File>,
+    out: crate::files::Output,
     csv: bool,
 }
 
@@ -250,9 +249,7 @@ impl PacketFile {
     /// Creates (truncates) the file and writes its header.
     pub fn create(path: &Path) -> io::Result<Self> {
         let csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-        let mut out = File::create(path)
-            .map(BufWriter::new)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
+        let mut out = crate::files::open_output(path, false)?;
         if csv {
             writeln!(out, "{PACKET_CSV_HEADER}")?;
         } else {

@@ -105,14 +105,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// A client's exit status: interrupted, failed, or fine.
+/// A client's exit status: failed (even if interrupted too), interrupted,
+/// or fine.
 fn exit_status(result: &TestResult, failed: bool) -> u8 {
-    if result.end == EndReason::Interrupted {
-        EXIT_INTERRUPTED
-    } else if failed {
-        EXIT_FAILED
-    } else {
-        EXIT_OK
+    exit_code(result.end == EndReason::Interrupted, failed)
+}
+
+/// A failure wins over an interruption: the README's 130 means "stopped,
+/// nothing failed".
+fn exit_code(interrupted: bool, failed: bool) -> u8 {
+    match (interrupted, failed) {
+        (_, true) => EXIT_FAILED,
+        (true, false) => EXIT_INTERRUPTED,
+        (false, false) => EXIT_OK,
     }
 }
 
@@ -216,6 +221,8 @@ struct Views {
     console: ConsoleView,
     files: Vec<Box<dyn View + Send>>,
     error: Option<io::Error>,
+    /// The console's count of connections to expect, for `quiet`.
+    finite: Option<u64>,
 }
 
 impl Views {
@@ -224,7 +231,7 @@ impl Views {
         let open_err = |e: io::Error| Stop::Fatal(anyhow!(e));
         // The result document is written at the end; find out now, not
         // after a long run, that it cannot be.
-        if let Some(p) = &out.json {
+        if let Some(p) = out.json.as_deref().filter(|p| !goodput_report::is_stdout(p)) {
             std::fs::File::create(p)
                 .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
         }
@@ -247,8 +254,18 @@ impl Views {
         if let Some(p) = &out.json_stream {
             files.push(Box::new(JsonStream::create(p).map_err(open_err)?));
         }
-        // JSON lines on standard output replace the console text there.
-        let verbosity = if out.json_stream.as_deref().is_some_and(|p| p.as_os_str() == "-") {
+        // An output on standard output (`-`) replaces the console text there.
+        let outputs = [
+            &out.json,
+            &out.json_stream,
+            &out.status_file,
+            &out.connection_file,
+            &out.error_file,
+        ];
+        let verbosity = if outputs
+            .iter()
+            .any(|p| p.as_deref().is_some_and(goodput_report::is_stdout))
+        {
             0
         } else {
             out.verbosity
@@ -257,7 +274,16 @@ impl Views {
             console: ConsoleView::new(Verbosity(verbosity), finite),
             files,
             error: None,
+            finite,
         })
+    }
+
+    /// Silences the console when a command's own output flag takes standard
+    /// output (`-`).
+    fn quiet_if_stdout(&mut self, path: Option<&std::path::Path>) {
+        if path.is_some_and(goodput_report::is_stdout) {
+            self.console = ConsoleView::new(Verbosity(0), self.finite);
+        }
     }
 
     /// Calls `f` on every view, keeping the first write error.
@@ -500,6 +526,8 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         all
     };
 
+    goodput_engine::socket::preflight_tcp(&targets, &args.bind, &socket)
+        .map_err(|e| Stop::Fatal(anyhow!("{e}")))?;
     let spec = TcpClientSpec {
         wire: wire_of(args.wire),
         targets,
@@ -1186,7 +1214,8 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     }
     p.omit = args.omit;
     p.parallel = args.parallel;
-    if let Some(l) = args.length {
+    // -l 0 means the default length, as stock iperf3 takes it.
+    if let Some(l) = args.length.filter(|l| l.0 > 0) {
         p.len = u32::try_from(l.0).map_err(|_| usage("-l is too large"))?;
     }
     if let Some(b) = args.bitrate {
@@ -1235,6 +1264,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     };
     let out = &args.views;
     let mut views = Views::open(out, None)?;
+    views.quiet_if_stdout(args.iperf3_json.as_deref());
     if let Some(path) = args.iperf3_json.as_ref().filter(|p| p.as_os_str() != "-") {
         std::fs::File::create(path)
             .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
@@ -1421,6 +1451,7 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?;
         views.files.push(Box::new(f));
     }
+    views.quiet_if_stdout(args.packet_file.as_deref());
     let ends = match (count, &args.duration) {
         (Some(c), Some(d)) => format!("after {c} packets per session or {} s", d.0.as_secs_f64()),
         (Some(c), None) => format!("after {c} packets per session"),
@@ -1594,16 +1625,20 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         &args.views,
         (args.iterations > 0).then(|| args.iterations.saturating_mul(u64::from(args.connections))),
     )?;
-    let sink: Option<goodput_engine::media::DatagramSink> = match &args.jitter_file {
-        Some(p) => {
-            let mut f = goodput_report::JitterFile::create(p)
-                .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
-            Some(Box::new(move |d: &goodput_core::result::MediaDatagram| {
-                let _ = f.write(d);
-            }))
-        }
+    views.quiet_if_stdout(args.jitter_file.as_deref());
+    let jitter = match &args.jitter_file {
+        Some(p) => Some(std::sync::Arc::new(std::sync::Mutex::new(
+            goodput_report::JitterFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?,
+        ))),
         None => None,
     };
+    let sink: Option<goodput_engine::media::DatagramSink> = jitter.clone().map(|f| {
+        Box::new(move |d: &goodput_core::result::MediaDatagram| {
+            if let Ok(mut f) = f.lock() {
+                f.record(d);
+            }
+        }) as goodput_engine::media::DatagramSink
+    });
     let dpf = plan.datagram_sizes().len();
     let banner = vec![
         (
@@ -1697,6 +1732,13 @@ async fn udp(args: UdpArgs) -> Result<u8, Stop> {
     server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
+    if let (Some(f), Some(p)) = (jitter, &args.jitter_file) {
+        let done = f
+            .lock()
+            .map_err(|_| anyhow!("the jitter file's writer failed"))?
+            .finish();
+        done.map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
+    }
     Ok(exit_status(&result, result.summary.failures() > 0))
 }
 
@@ -1835,7 +1877,12 @@ async fn quic(args: QuicArgs) -> Result<u8, Stop> {
             (addr, trust, name)
         }
     };
+    // The log is appended to at the end; find out now that it cannot be.
+    if let Some(p) = &args.perf_log {
+        goodput_report::open_output(p, true).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    }
     let mut views = Views::open(&args.views, None)?;
+    views.quiet_if_stdout(args.perf_log.as_deref());
     let what = match &mode {
         QuicMode::Scenario(s) => format!("scenario {s}"),
         QuicMode::UploadFor(d) => format!("upload for {:.3} s", d.as_secs_f64()),
@@ -2159,4 +2206,17 @@ async fn echo(args: EchoArgs) -> Result<u8, Stop> {
         .map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_wins_over_an_interruption() {
+        assert_eq!(exit_code(true, true), 1);
+        assert_eq!(exit_code(true, false), 130);
+        assert_eq!(exit_code(false, true), 1);
+        assert_eq!(exit_code(false, false), 0);
+    }
 }

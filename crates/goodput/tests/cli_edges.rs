@@ -1,0 +1,146 @@
+//! Edges of the command line found by trying it as a user would: values
+//! that used to panic, outputs that could not be written yet reported
+//! success, options that failed each connection instead of the run, and
+//! `-` for standard output on every output flag.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn run(args: &[&str]) -> (Option<i32>, String, String, Duration) {
+    let t = Instant::now();
+    let mut cmd = goodput();
+    cmd.args(args);
+    let (code, out, err) = Reaped::spawn(cmd).wait(Duration::from_secs(60));
+    (code, out, err, t.elapsed())
+}
+
+#[test]
+fn iperf3_length_zero_is_the_default_length() {
+    let json = tmp("edges", "l0.json");
+    let (code, out, err, _) = run(&[
+        "iperf3",
+        "-l",
+        "0",
+        "-k",
+        "10",
+        "-v",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    // Ten blocks of iperf3's default TCP length, 128 KiB.
+    assert_eq!(
+        v["iperf3"]["streams"][0]["bytes"].as_u64(),
+        Some(10 * 131_072),
+        "{v}"
+    );
+}
+
+#[test]
+fn an_unwritable_perf_log_stops_the_run_before_it_starts() {
+    let json = tmp("edges", "perf.json");
+    let _ = std::fs::remove_file(&json);
+    let (code, _, err, took) = run(&[
+        "quic",
+        "--perf-log",
+        "/nonexistent-goodput-dir/p.csv",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("/nonexistent-goodput-dir/p.csv"), "{err}");
+    // The default run downloads 100 MB; it must not have happened.
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert!(!json.exists(), "no result document for a run that did not start");
+}
+
+#[test]
+fn a_write_error_on_the_jitter_file_is_exit_3() {
+    let (code, _, err, _) = run(&["udp", "--length", "1s", "--jitter-file", "/dev/full", "-v", "0"]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("/dev/full") && err.contains("No space left"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_socket_options_stop_the_run_before_it_starts() {
+    for (flag, value, says) in [
+        ("--congestion", "no-such-cc", "TCP_CONGESTION 'no-such-cc'"),
+        ("--interface", "nosuch0", "SO_BINDTODEVICE 'nosuch0'"),
+        ("--bind", "192.0.2.1", "--bind 192.0.2.1"),
+        ("--bind", "::1", "--bind has no IPv4 address"),
+    ] {
+        let (code, out, err, took) = run(&[
+            "tcp",
+            "--transfer",
+            "1MB",
+            "--iterations",
+            "1",
+            "--connections",
+            "4",
+            flag,
+            value,
+        ]);
+        assert_eq!(code, Some(3), "{flag} {value}: {out}\n{err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(
+            !out.contains("Connection"),
+            "{flag} {value}: no connection was tried: {out}"
+        );
+        assert!(took < Duration::from_secs(5), "{took:?}");
+    }
+}
+
+#[test]
+fn dash_is_standard_output_for_every_output() {
+    // The result document.
+    let (code, out, err, _) = run(&[
+        "tcp",
+        "--transfer",
+        "1MB",
+        "--iterations",
+        "1",
+        "--connections",
+        "2",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("stdout is the result document alone");
+    assert_eq!(v["schema_version"], 1);
+    assert!(!std::path::Path::new("-").exists(), "no file named -");
+    // The status file, as CSV would need a name: the text table.
+    let (code, out, err, _) = run(&[
+        "tcp",
+        "--transfer",
+        "1MB",
+        "--iterations",
+        "1",
+        "--status-file",
+        "-",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("TimeSlice"), "{out}");
+    assert!(
+        !out.contains("configured settings"),
+        "the console keeps off stdout: {out}"
+    );
+    // The jitter file.
+    let (code, out, err, _) = run(&["udp", "--length", "1s", "--bitrate", "1M", "--jitter-file", "-"]);
+    assert_eq!(code, Some(0), "{err}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some(goodput_header()), "{out}");
+    assert!(lines.count() > 10, "rows follow");
+}
+
+fn goodput_header() -> &'static str {
+    "Stream,Sequence,Frame,SendTime_ns,RecvTime_unix_ns,RelativeInFlight_us,Ipdv_us,Arrival"
+}
