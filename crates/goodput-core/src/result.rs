@@ -1432,6 +1432,21 @@ pub struct Summary {
     pub connection_bytes_per_second: Option<MinMedianMax>,
     /// Jain's fairness index of per-connection good-put (1 = perfectly fair).
     pub fairness: Option<f64>,
+    /// The other end's counts summed over every connection that reported
+    /// them (goodput's own server does), whether or not its record was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerTotals>,
+}
+
+/// The other end's view of a run, summed over the connections that sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PeerTotals {
+    /// Connections whose peer reported its counts.
+    pub connections: u64,
+    /// Pattern bytes the peer sent over them.
+    pub sent_bytes: u64,
+    /// Pattern bytes the peer received over them.
+    pub received_bytes: u64,
 }
 
 impl Summary {
@@ -1461,6 +1476,7 @@ pub struct SummaryBuilder {
     sent_bytes: u64,
     received_bytes: u64,
     rates: RateStats,
+    peer: PeerTotals,
 }
 
 #[derive(Debug, Clone)]
@@ -1483,6 +1499,7 @@ impl Default for SummaryBuilder {
             aborted: 0,
             sent_bytes: 0,
             received_bytes: 0,
+            peer: PeerTotals::default(),
             rates: RateStats {
                 n: 0,
                 sum: 0.0,
@@ -1517,6 +1534,11 @@ impl SummaryBuilder {
         }
         self.sent_bytes += r.sent_bytes;
         self.received_bytes += r.received_bytes;
+        if let Some(p) = &r.peer {
+            self.peer.connections += 1;
+            self.peer.sent_bytes = self.peer.sent_bytes.saturating_add(p.sent_bytes);
+            self.peer.received_bytes = self.peer.received_bytes.saturating_add(p.received_bytes);
+        }
     }
 
     /// The summary of a run that lasted `duration_ns`.
@@ -1542,6 +1564,7 @@ impl SummaryBuilder {
             recv_bytes_per_second: metrics::bytes_per_second(self.received_bytes, duration_ns),
             connection_bytes_per_second: spread,
             fairness,
+            peer: (self.peer.connections > 0).then_some(self.peer),
         }
     }
 }

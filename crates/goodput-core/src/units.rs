@@ -122,6 +122,23 @@ pub fn format_bytes(n: u64) -> String {
     format!("{n} B")
 }
 
+/// A size for people to read, in the largest binary unit it reaches:
+/// `64 KiB` when that is exact, otherwise two decimals with the exact count
+/// after them (`1.12 GiB (1201273260 B)`).
+pub fn format_size(n: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    match UNITS.iter().find(|(_, size)| n >= *size) {
+        Some((name, size)) if n.is_multiple_of(*size) => format!("{} {name}", n / size),
+        Some((name, size)) => format!("{:.2} {name} ({n} B)", n as f64 / *size as f64),
+        None => format!("{n} B"),
+    }
+}
+
 /// A send rate in bytes per second, e.g. `10MB/s` or `80Mbit` (= 10 MB/s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ByteRate(pub u64);
@@ -415,6 +432,12 @@ mod tests {
         assert_eq!(format_bytes(65536), "64 KiB");
         assert_eq!(format_bytes(1 << 30), "1 GiB");
         assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_size(1000), "1000 B");
+        assert_eq!(format_size(1 << 30), "1 GiB");
+        assert_eq!(format_size(1_201_273_260), "1.12 GiB (1201273260 B)");
+        assert_eq!(format_size(1536), "1.50 KiB (1536 B)");
+        assert_eq!(format_size(3_085_512 << 10), "2.94 GiB (3159564288 B)");
+        assert_eq!(format_size(u64::MAX), "16777216.00 TiB (18446744073709551615 B)");
         assert_eq!(format_bits_per_second(1.25e9), "10.00 Gbit/s");
     }
 }

@@ -1,7 +1,7 @@
 use std::io::{self, IsTerminal, Write};
 
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
-use goodput_core::units::{format_bits_per_second, format_bytes};
+use goodput_core::units::{format_bits_per_second, format_size};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::format::{connection_line, error_text, status_header, status_legend, status_line};
@@ -242,9 +242,9 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
     t.push_str(&format!(
         "  Total Bytes Sent : {} ({})   Total Bytes Recv : {} ({})\n",
         s.sent_bytes,
-        format_bytes(s.sent_bytes),
+        format_size(s.sent_bytes),
         s.received_bytes,
-        format_bytes(s.received_bytes)
+        format_size(s.received_bytes)
     ));
     t.push_str(&format!("  Total Time : {:.3} s\n", s.duration_s));
     t.push_str(&format!(
@@ -265,16 +265,11 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             "  Jain's fairness index : {f:.4} (1 = every connection got the same)\n"
         ));
     }
-    let (peer_sent, peer_recv, peers) = result
-        .connections
-        .iter()
-        .filter_map(|r| r.peer.as_ref())
-        .fold((0u64, 0u64, 0u64), |(a, b, n), p| {
-            (a + p.sent_bytes, b + p.received_bytes, n + 1)
-        });
-    if peers > 0 {
+    // Summed over every connection as it ended, not over the records kept.
+    if let Some(p) = &s.peer {
         t.push_str(&format!(
-            "  Server's view ({peers} connections) : sent {peer_sent} B   received {peer_recv} B\n"
+            "  Server's view ({} connections) : sent {} B   received {} B\n",
+            p.connections, p.sent_bytes, p.received_bytes
         ));
     }
     if result.connections_omitted > 0 {

@@ -3,7 +3,7 @@
 //! that parse iperf3 output can read goodput's.
 
 use goodput_core::result::{Iperf3Detail, Iperf3Protocol, Iperf3StreamRecord, TestKind, TestResult};
-use goodput_core::units::{format_bits_per_second, format_bytes};
+use goodput_core::units::{format_bits_per_second, format_size};
 use serde_json::{json, Map, Value};
 
 fn bps(bytes: u64, seconds: f64) -> f64 {
@@ -65,7 +65,7 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
         if let Some(r) = s.retransmits {
             t.push_str(&format!("        retransmits {r}"));
             if let Some(c) = s.max_snd_cwnd_bytes {
-                t.push_str(&format!(", max cwnd {}", format_bytes(c)));
+                t.push_str(&format!(", max cwnd {}", format_size(c)));
             }
             if let Some([lo, mean, hi]) = s.rtt_us {
                 t.push_str(&format!(", RTT min/mean/max {lo}/{mean}/{hi} µs"));

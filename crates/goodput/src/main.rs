@@ -14,7 +14,7 @@ use goodput_core::media::MediaPlan;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, StampPacket, TestResult};
 use goodput_core::session::VerifyMode;
-use goodput_core::units::{format_bits_per_second, format_bytes, ByteRate, ByteSize};
+use goodput_core::units::{format_bits_per_second, format_size, ByteRate, ByteSize};
 use goodput_engine::admission::AdmissionLimits;
 use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
@@ -368,7 +368,7 @@ fn check_data(d: &PatternArgs) -> Result<(), Stop> {
     if d.buffer.lo.0 == 0 || d.buffer.hi.0 > MAX_BUFFER {
         return Err(usage(format!(
             "--buffer must be between 1 byte and {} (got {})",
-            format_bytes(MAX_BUFFER),
+            format_size(MAX_BUFFER),
             d.buffer
         )));
     }
@@ -407,7 +407,11 @@ fn check_output(o: &OutputArgs) -> Result<(), Stop> {
     Ok(())
 }
 
+/// The addresses of `host` (a name or an address, either with `:PORT`,
+/// `[v6]:PORT`, which overrides `port`), of the family asked for.
 async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, Stop> {
+    let (host, port) = split_target(host, port)?;
+    let host = host.as_str();
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -687,7 +691,7 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
 
 fn range_text(lo: u64, hi: u64) -> String {
     if lo == hi {
-        format!("{lo} B ({})", format_bytes(lo))
+        format!("{lo} B ({})", format_size(lo))
     } else {
         format!("{lo}..{hi} B, picked per connection")
     }
@@ -739,9 +743,10 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
     if args.max_buffer.0 == 0 || args.max_buffer.0 > MAX_BUFFER {
         return Err(usage(format!(
             "--max-buffer must be between 1 byte and {}",
-            format_bytes(MAX_BUFFER)
+            format_size(MAX_BUFFER)
         )));
     }
+    check_server_limits(&args)?;
     let socket = socket_options(&args.socket)?;
     let (listen, listen_defaulted) = listen_addrs(&args)?;
     let listen_for_services = listen.clone();
@@ -798,8 +803,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 args.max_pending,
                 args.max_pending_per_client,
                 args.hello_timeout.0.as_millis(),
-                format_bytes(args.max_transfer.0),
-                format_bytes(args.max_buffer.0),
+                format_size(args.max_transfer.0),
+                format_size(args.max_buffer.0),
                 args.max_duration.0.as_secs()
             ),
         ),
@@ -917,8 +922,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 limits.max_frame_rate,
                 limits.max_length_s,
                 limits.max_buffer_ms,
-                format_bytes(max_memory),
-                format_bytes(limits.stream_ceiling())
+                format_size(max_memory),
+                format_size(limits.stream_ceiling())
             ),
         ));
         Some(bound)
@@ -1277,7 +1282,7 @@ async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         "forward (client sends)"
     };
     let end = if p.num > 0 {
-        format!("after {} ({} B)", format_bytes(p.num), p.num)
+        format!("after {}", format_size(p.num))
     } else if p.blockcount > 0 {
         format!("after {} blocks", p.blockcount)
     } else {
@@ -1378,7 +1383,9 @@ fn stamp_bind_error(e: EngineError, port: u16) -> Stop {
 async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let interval = match args.rate {
         Some(r) if !(r.is_finite() && r > 0.0 && r <= 1e6) => {
-            return Err(usage("--rate must be between 0 and 1000000 packets/s"))
+            return Err(usage(
+                "--rate must be above 0 and at most 1000000 packets/s (0.5 sends one every 2 s)",
+            ))
         }
         Some(r) => Duration::from_secs_f64(1.0 / r),
         None => args.interval.0,
@@ -1520,6 +1527,43 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
     views.finish(&result, args.views.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+/// A limit of zero would refuse every client, or (for a duration) end
+/// every connection at once: refused, naming the flag, rather than obeyed.
+fn check_server_limits(args: &ServerArgs) -> Result<(), Stop> {
+    let counts: [(&str, Option<u64>); 9] = [
+        ("--max-connections", args.max_connections),
+        ("--max-per-client", args.max_per_client),
+        ("--max-pending", Some(args.max_pending)),
+        ("--max-pending-per-client", Some(args.max_pending_per_client)),
+        ("--udp-max-streams", Some(args.udp_max_streams as u64)),
+        ("--udp-max-bitrate", Some(args.udp_max_bitrate.0)),
+        ("--quic-max-connections", Some(args.quic_max_connections as u64)),
+        ("--quic-max-per-client", Some(args.quic_max_per_client as u64)),
+        ("--quic-max-handshakes", Some(args.quic_max_handshakes as u64)),
+    ];
+    if let Some((flag, _)) = counts.iter().find(|(_, v)| *v == Some(0)) {
+        return Err(usage(format!("{flag} must be at least 1")));
+    }
+    if args.max_transfer.0 == 0 || args.quic_max_response.0 == 0 {
+        let flag = if args.max_transfer.0 == 0 {
+            "--max-transfer"
+        } else {
+            "--quic-max-response"
+        };
+        return Err(usage(format!("{flag} must be at least 1 byte")));
+    }
+    let durations = [
+        ("--max-duration", args.max_duration.0),
+        ("--hello-timeout", args.hello_timeout.0),
+        ("--udp-max-length", args.udp_max_length.0),
+        ("--udp-max-buffer", args.udp_max_buffer.0),
+    ];
+    if let Some((flag, _)) = durations.iter().find(|(_, d)| d.is_zero()) {
+        return Err(usage(format!("{flag} must be above zero")));
+    }
+    Ok(())
 }
 
 /// The media service's limits for `goodput server`, from its flags.

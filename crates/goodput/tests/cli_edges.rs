@@ -144,3 +144,107 @@ fn dash_is_standard_output_for_every_output() {
 fn goodput_header() -> &'static str {
     "Stream,Sequence,Frame,SendTime_ns,RecvTime_unix_ns,RelativeInFlight_us,Ipdv_us,Arrival"
 }
+
+#[test]
+fn tcp_takes_host_colon_port() {
+    let port = free_tcp_port();
+    let mut cmd = goodput();
+    cmd.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "--no-udp",
+        "-v",
+        "0",
+        "--port",
+        &port.to_string(),
+    ]);
+    let server = Reaped::spawn(cmd);
+    wait_tcp_listening(port);
+    for target in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let (code, out, err, _) = run(&[
+            "tcp",
+            &target,
+            "-4",
+            "--transfer",
+            "1MB",
+            "--iterations",
+            "1",
+            "-v",
+            "1",
+        ]);
+        assert_eq!(code, Some(0), "{target}: {out}\n{err}");
+        assert!(out.contains(&format!("127.0.0.1:{port}")), "{target}: {out}");
+    }
+    drop(server);
+}
+
+#[test]
+fn the_server_refuses_limits_of_zero() {
+    for (flag, value) in [
+        ("--max-connections", "0"),
+        ("--max-per-client", "0"),
+        ("--max-duration", "0s"),
+        ("--hello-timeout", "0s"),
+        ("--udp-max-streams", "0"),
+        ("--udp-max-bitrate", "0"),
+        ("--udp-max-length", "0s"),
+        ("--udp-max-buffer", "0s"),
+        ("--udp-max-memory", "0"),
+        ("--quic-max-connections", "0"),
+        ("--quic-max-handshakes", "0"),
+    ] {
+        let (code, out, err, _) = run(&["server", "--port", "0", "--listen", "127.0.0.1", flag, value]);
+        assert_eq!(code, Some(2), "{flag} {value}: {out}\n{err}");
+        assert!(err.contains(flag), "{flag}: {err}");
+        assert!(
+            !out.contains("listening") && !out.contains("Limits"),
+            "it never started: {out}"
+        );
+    }
+}
+
+#[test]
+fn stamp_rate_zero_names_the_accepted_range() {
+    let (code, _, err, _) = run(&["stamp", "--rate", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--rate must be above 0 and at most 1000000 packets/s"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_servers_view_counts_every_connection_not_the_records_kept() {
+    let json = tmp("edges", "records.json");
+    let (code, out, err, _) = run(&[
+        "tcp",
+        "--transfer",
+        "64",
+        "--connections",
+        "10",
+        "--iterations",
+        "5",
+        "--max-records",
+        "10",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("Server's view (50 connections) : sent 0 B   received 3200 B"),
+        "{out}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["connections"].as_array().unwrap().len(), 10);
+    assert_eq!(v["connections_omitted"], 40);
+    assert_eq!(v["summary"]["peer"]["connections"], 50, "{}", v["summary"]);
+    assert_eq!(v["summary"]["peer"]["received_bytes"], 3200);
+}
+
+#[test]
+fn sizes_that_are_not_whole_units_are_scaled() {
+    let (code, out, err, _) = run(&["iperf3", "-n", "1234567", "-v", "1"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("after 1.18 MiB (1234567 B)"), "{out}");
+}
