@@ -401,6 +401,10 @@ pub struct MediaInterval {
 pub struct MediaServerCounters {
     /// Requests without a valid cookie, answered with a challenge.
     pub challenged: u64,
+    /// Datagrams or timer rounds whose handling panicked (a bug of the
+    /// server; the service went on).
+    #[serde(default)]
+    pub internal_errors: u64,
     /// Streams accepted.
     pub accepted: u64,
     /// Requests refused (limits, bad plan, busy, memory).

@@ -1134,7 +1134,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             goodput_report::console_line(&format!(
                 "UDP media service: {} streams accepted ({} completed, {} stopped when their reports stopped), \
                  {} refused, {} challenges sent; {} data datagrams sent ({} send errors), {} received; \
-                 {} unsolicited or malformed datagrams dropped",
+                 {} unsolicited or malformed datagrams dropped; {} internal errors",
                 c.accepted,
                 c.completed,
                 c.abandoned,
@@ -1143,7 +1143,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 c.sent,
                 c.send_errors,
                 c.received,
-                c.unsolicited
+                c.unsolicited,
+                c.internal_errors
             ));
         }
         result.media_server = Some(c);

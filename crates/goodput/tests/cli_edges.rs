@@ -248,3 +248,57 @@ fn sizes_that_are_not_whole_units_are_scaled() {
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("after 1.18 MiB (1234567 B)"), "{out}");
 }
+
+#[test]
+fn quic_to_a_closed_port_fails_at_once() {
+    let port = free_udp_port();
+    let (code, out, err, took) = run(&["quic", "127.0.0.1", &port.to_string()]);
+    assert_eq!(code, Some(1), "{out}\n{err}");
+    assert!(
+        format!("{out}{err}").contains(&format!("nothing listens on UDP 127.0.0.1:{port}")),
+        "{out}\n{err}"
+    );
+    // It was 10 s, the handshake timeout; the endpoint's close waits 1 s.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[test]
+fn quic_status_intervals_add_up_to_the_download_and_count_the_stream_in_flight() {
+    let json = tmp("edges", "quic-intervals.json");
+    let (code, out, err, _) = run(&[
+        "quic",
+        "--download",
+        "100MB",
+        "--status-interval",
+        "50ms",
+        "-v",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let ivs = v["intervals"].as_array().unwrap();
+    assert!(ivs.len() >= 2, "{ivs:?}");
+    let (mut prev, mut bytes) = (0.0, 0.0);
+    for iv in ivs {
+        let t = iv["time_slice_s"].as_f64().unwrap();
+        bytes += iv["recv_bytes_per_second"].as_f64().unwrap() * (t - prev);
+        prev = t;
+    }
+    let received = v["summary"]["received_bytes"].as_f64().unwrap();
+    assert_eq!(received, 100e6);
+    // Rates are whole bytes per second: at most a byte per interval lost.
+    assert!(
+        (bytes - received).abs() <= ivs.len() as f64 + 1.0,
+        "{bytes} of {received}"
+    );
+    assert!(
+        ivs.iter().any(|iv| iv["in_flight"] == 1),
+        "the download's stream counts while it runs: {ivs:?}"
+    );
+    assert!(
+        ivs.iter().all(|iv| iv["in_flight"].as_u64() <= Some(1)),
+        "{ivs:?}"
+    );
+}

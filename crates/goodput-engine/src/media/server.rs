@@ -138,6 +138,7 @@ impl RunningMedia {
         self.0
             .wait(|t, c| {
                 t.challenged += c.challenged;
+                t.internal_errors += c.internal_errors;
                 t.accepted += c.accepted;
                 t.rejected += c.rejected;
                 t.rejected_limits += c.rejected_limits;
@@ -224,7 +225,14 @@ fn serve(sock: Socket, shared: &Shared, cancel: &CancellationToken) -> MediaServ
                 let (buf, meta) = batch.get(i);
                 let t_ns = meta.t_ns.unwrap_or_else(udp::now_unix_ns);
                 for d in datagrams(buf, meta.segment) {
-                    s.datagram(d, meta.src, meta.dst, t_ns, now);
+                    // A bug in handling one datagram must not end the
+                    // service for everyone: counted, and the loop goes on.
+                    let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        s.datagram(d, meta.src, meta.dst, t_ns, now)
+                    }));
+                    if handled.is_err() {
+                        s.c.internal_errors += 1;
+                    }
                 }
             }
             if n < BATCH {
@@ -232,7 +240,9 @@ fn serve(sock: Socket, shared: &Shared, cancel: &CancellationToken) -> MediaServ
             }
         }
         let mut wake = now + Duration::from_millis(100);
-        s.tick(now, &mut wake);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.tick(now, &mut wake))).is_err() {
+            s.c.internal_errors += 1;
+        }
         if now.duration_since(last_sweep) > Duration::from_secs(5) {
             last_sweep = now;
             s.finished.retain(|_, t| now.duration_since(*t) < FORGET_AFTER);

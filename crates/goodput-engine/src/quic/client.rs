@@ -95,6 +95,23 @@ struct MediaTally {
     sum_us: f64,
 }
 
+/// A stream in progress, counted in the status lines' In-Flight while it
+/// lives.
+struct InFlight<'a>(&'a AtomicU64);
+
+impl<'a> InFlight<'a> {
+    fn new(t: &'a Tally) -> Self {
+        t.open.fetch_add(1, Relaxed);
+        Self(&t.open)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 impl Tally {
     /// The sum of several connections' tallies.
     fn merge(all: &[Arc<Tally>]) -> Tally {
@@ -226,31 +243,46 @@ pub async fn run_quic(
         spec.status_interval,
     );
     let mut intervals = Vec::new();
-    let mut last = (0u64, 0u64, Instant::now());
+    let mut last = (0u64, 0u64, start);
     let mut interrupted = false;
     let all = futures_join(tasks);
     tokio::pin!(all);
+    // The interval from the last one to `now`; `last` moves to `now`.
+    let interval_to = |now: Instant, last: &mut (u64, u64, Instant)| {
+        let sum = |f: fn(&Tally) -> &AtomicU64| tallies.iter().map(|t| f(t).load(Relaxed)).sum::<u64>();
+        let (up, down) = (sum(|t| &t.up), sum(|t| &t.down));
+        let dt = now.duration_since(last.2).as_secs_f64().max(1e-9);
+        let iv = Interval {
+            time_slice_s: now.duration_since(start).as_secs_f64(),
+            send_bytes_per_second: (up.saturating_sub(last.0) as f64 / dt) as u64,
+            recv_bytes_per_second: (down.saturating_sub(last.1) as f64 / dt) as u64,
+            in_flight: sum(|t| &t.open),
+            completed: sum(|t| &t.ok),
+            network_errors: 0,
+            data_errors: sum(|t| &t.failed),
+            stamp: None,
+            echo: None,
+            media: None,
+        };
+        *last = (up, down, now);
+        iv
+    };
     let results = loop {
         tokio::select! {
-            r = &mut all => break r,
-            _ = ticker.tick() => {
+            r = &mut all => {
+                // The last, partial interval: its bytes belong to the run.
                 let now = Instant::now();
-                let sum = |f: fn(&Tally) -> &AtomicU64| tallies.iter().map(|t| f(t).load(Relaxed)).sum::<u64>();
-                let (up, down) = (sum(|t| &t.up), sum(|t| &t.down));
-                let dt = now.duration_since(last.2).as_secs_f64().max(1e-9);
-                let iv = Interval {
-                    time_slice_s: now.duration_since(start).as_secs_f64(),
-                    send_bytes_per_second: ((up - last.0) as f64 / dt) as u64,
-                    recv_bytes_per_second: ((down - last.1) as f64 / dt) as u64,
-                    in_flight: sum(|t| &t.open),
-                    completed: sum(|t| &t.ok),
-                    network_errors: 0,
-                    data_errors: sum(|t| &t.failed),
-                    stamp: None,
-                    echo: None,
-                    media: None,
-                };
-                last = (up, down, now);
+                if now.duration_since(last.2) >= Duration::from_millis(1) {
+                    let iv = interval_to(now, &mut last);
+                    observer.on_interval(&iv);
+                    if intervals.len() < spec.max_records {
+                        intervals.push(iv);
+                    }
+                }
+                break r;
+            }
+            _ = ticker.tick() => {
+                let iv = interval_to(Instant::now(), &mut last);
                 observer.on_interval(&iv);
                 if intervals.len() < spec.max_records {
                     intervals.push(iv);
@@ -485,15 +517,57 @@ fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
     }
 }
 
-async fn connect(spec: &QuicSpec, endpoint: &Endpoint) -> Result<Connection, String> {
+/// A handshake within 10 s. With `probe`, a closed port fails it at once,
+/// as `udp` and `stamp` report one, instead of after the 10 s.
+async fn connect(spec: &QuicSpec, endpoint: &Endpoint, probe: bool) -> Result<Connection, String> {
     let connecting = endpoint
         .connect(spec.target, &spec.server_name)
         .map_err(|e| format!("cannot start a connection to {}: {e}", spec.target))?;
-    match tokio::time::timeout(Duration::from_secs(10), connecting).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(format!("handshake with {} failed: {e}", spec.target)),
-        Err(_) => Err(format!("no handshake with {} within 10 s", spec.target)),
+    let handshake = async {
+        match tokio::time::timeout(Duration::from_secs(10), connecting).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(format!("handshake with {} failed: {e}", spec.target)),
+            Err(_) => Err(format!("no handshake with {} within 10 s", spec.target)),
+        }
+    };
+    if !probe {
+        return handshake.await;
     }
+    tokio::select! {
+        r = handshake => r,
+        e = refused(spec.target) => Err(e),
+    }
+}
+
+/// Resolves only when nothing listens on `target`'s UDP port: a connected
+/// socket sends a 1-byte datagram (too short to be a QUIC packet, so a
+/// server drops it) up to three times, and the kernel reports the ICMP
+/// port-unreachable that comes back as ECONNREFUSED.
+async fn refused(target: SocketAddr) -> String {
+    let said = || format!("nothing listens on UDP {target} (the port is unreachable)");
+    let any: SocketAddr = if target.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    if let Ok(s) = tokio::net::UdpSocket::bind(any).await {
+        if s.connect(target).await.is_ok() {
+            let mut buf = [0u8; 64];
+            for _ in 0..3 {
+                if let Err(e) = s.send(&[0]).await {
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        return said();
+                    }
+                }
+                if let Ok(Err(e)) = tokio::time::timeout(Duration::from_millis(300), s.recv(&mut buf)).await {
+                    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        return said();
+                    }
+                }
+            }
+        }
+    }
+    std::future::pending().await
 }
 
 async fn one_connection(
@@ -513,7 +587,8 @@ async fn one_connection(
         let mut last_err = None;
         while opened.elapsed() < spec.duration && !stop.load(Relaxed) {
             let t0 = Instant::now();
-            match connect(spec, endpoint).await {
+            // Only the first handshake is probed: the rest are the measurement.
+            match connect(spec, endpoint, ok + failed == 0).await {
                 Ok(c) => {
                     tally.latency(t0.elapsed());
                     c.close(VarInt::from_u32(error_code::NONE), b"");
@@ -534,7 +609,7 @@ async fn one_connection(
             handshakes: (ok, failed),
         };
     }
-    let conn = match connect(spec, endpoint).await {
+    let conn = match connect(spec, endpoint, true).await {
         Ok(c) => c,
         Err(e) => {
             tally.error(e.clone());
@@ -756,8 +831,8 @@ async fn batch(
     tally: &Tally,
     uni_rx: &tokio::sync::Mutex<()>,
 ) -> Result<(), String> {
-    tally.open.fetch_add(1, Relaxed);
-    let r = async {
+    let _open = InFlight::new(tally);
+    async {
         let size = match response {
             Response::Bytes(n) => n,
             Response::StopAfter(_) => UNLIMITED,
@@ -797,9 +872,7 @@ async fn batch(
         let (u, d) = tokio::join!(up, read_response(&mut recv, response, tally));
         u.and(d)
     }
-    .await;
-    tally.open.fetch_sub(1, Relaxed);
-    r
+    .await
 }
 
 async fn timed_upload(
@@ -808,6 +881,7 @@ async fn timed_upload(
     tally: &Tally,
     stop: &AtomicBool,
 ) -> Result<(), String> {
+    let _open = InFlight::new(tally);
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
     let mut header = Vec::new();
     Request::Bytes(0).encode(&mut header);
@@ -833,6 +907,7 @@ async fn timed_download(
     tally: &Tally,
     stop: &AtomicBool,
 ) -> Result<(), String> {
+    let _open = InFlight::new(tally);
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
     let mut header = Vec::new();
     Request::Bytes(UNLIMITED).encode(&mut header);
@@ -915,6 +990,7 @@ async fn media_group(
     tally: &Tally,
     datagrams: &Datagrams,
 ) -> Result<(), String> {
+    let _open = InFlight::new(tally);
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
     let req = MediaRequest {
         datagram: m.datagram,
