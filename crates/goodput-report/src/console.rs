@@ -58,6 +58,8 @@ impl ConsoleView {
                     ProgressStyle::with_template("{bar:40} {pos}/{len} connections  {elapsed} {msg}")
                         .expect("valid template"),
                 );
+                // Redrawn 4 times a second, not only at each status line.
+                b.enable_steady_tick(std::time::Duration::from_millis(250));
                 b
             });
         Self {
@@ -88,14 +90,20 @@ impl ConsoleView {
     }
 }
 
+/// The progress bar's rates: both directions, whichever way the data goes.
+fn bar_message(iv: &Interval) -> String {
+    format!(
+        "send {}  recv {}",
+        format_bits_per_second(iv.send_bytes_per_second as f64),
+        format_bits_per_second(iv.recv_bytes_per_second as f64)
+    )
+}
+
 impl View for ConsoleView {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
         if let Some(b) = &self.bar {
             b.set_position(iv.completed + iv.network_errors + iv.data_errors);
-            b.set_message(format!(
-                "recv {}",
-                format_bits_per_second(iv.recv_bytes_per_second as f64)
-            ));
+            b.set_message(bar_message(iv));
         }
         if !self.verbosity.status() {
             return Ok(());

@@ -302,3 +302,33 @@ fn quic_status_intervals_add_up_to_the_download_and_count_the_stream_in_flight()
         "{ivs:?}"
     );
 }
+
+#[test]
+fn the_progress_bar_shows_both_directions_and_redraws_four_times_a_second() {
+    // A terminal for standard error: util-linux's script(1) runs the client
+    // on a pseudo-terminal and copies what it drew.
+    if !have("script", &["--version"], "apt-get install bsdutils") {
+        return;
+    }
+    let bin = env!("CARGO_BIN_EXE_goodput");
+    let command = format!("{bin} tcp --transfer 2MB --rate-limit 1MB/s --connections 2 --iterations 1 -v 1");
+    let t = Instant::now();
+    let out = std::process::Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    let took = t.elapsed();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let drawn = String::from_utf8_lossy(&out.stdout);
+    // Each redraw writes the bar's line again.
+    let frames = drawn.matches("/2 connections  ").count();
+    let wanted = (took.as_secs_f64() * 4.0 * 0.75) as usize;
+    assert!(frames >= wanted.max(4), "{frames} redraws in {took:?}:\n{drawn}");
+    // A push: the send rate is the one that moves; both are shown.
+    assert!(
+        drawn.contains("send 16.") || drawn.contains("send 15.") || drawn.contains("send 17."),
+        "{drawn}"
+    );
+    assert!(drawn.contains("  recv "), "{drawn}");
+}
