@@ -229,12 +229,21 @@ pub async fn run_quic(
         .collect();
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
+    // One probe for the whole run, beside the handshakes.
+    let (found, closed) = tokio::sync::watch::channel(None);
+    let probe = {
+        let target = spec.target;
+        tokio::spawn(async move {
+            let reason = refused(target).await;
+            let _ = found.send(Some(reason));
+        })
+    };
     let mut tasks = Vec::new();
     for index in 0..spec.connections {
         let tally = tallies[index as usize].clone();
-        let (spec, endpoint, stop) = (spec.clone(), endpoint.clone(), stop.clone());
+        let (spec, endpoint, stop, closed) = (spec.clone(), endpoint.clone(), stop.clone(), closed.clone());
         tasks.push(tokio::spawn(async move {
-            one_connection(index as u64, &spec, &endpoint, &tally, &stop, start).await
+            one_connection(index as u64, &spec, &endpoint, &tally, &stop, start, &closed).await
         }));
     }
     // Status lines while the connections run.
@@ -270,9 +279,11 @@ pub async fn run_quic(
     let results = loop {
         tokio::select! {
             r = &mut all => {
-                // The last, partial interval: its bytes belong to the run.
+                // The last, partial interval: its bytes belong to the run
+                // (at loopback rates a millisecond holds megabytes).
                 let now = Instant::now();
-                if now.duration_since(last.2) >= Duration::from_millis(1) {
+                let moved = tallies.iter().map(|t| t.up.load(Relaxed) + t.down.load(Relaxed)).sum::<u64>();
+                if moved != last.0 + last.1 || now.duration_since(last.2) >= Duration::from_millis(1) {
                     let iv = interval_to(now, &mut last);
                     observer.on_interval(&iv);
                     if intervals.len() < spec.max_records {
@@ -296,6 +307,7 @@ pub async fn run_quic(
             }
         }
     };
+    probe.abort();
     let elapsed = start.elapsed();
     endpoint.close(VarInt::from_u32(error_code::NONE), b"done");
     let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
@@ -517,9 +529,9 @@ fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
     }
 }
 
-/// A handshake within 10 s. With `probe`, a closed port fails it at once,
-/// as `udp` and `stamp` report one, instead of after the 10 s.
-async fn connect(spec: &QuicSpec, endpoint: &Endpoint, probe: bool) -> Result<Connection, String> {
+/// A handshake within 10 s, or at once when the run's probe found the
+/// port closed (as `udp` and `stamp` report one) rather than after the 10 s.
+async fn connect(spec: &QuicSpec, endpoint: &Endpoint, closed: &Closed) -> Result<Connection, String> {
     let connecting = endpoint
         .connect(spec.target, &spec.server_name)
         .map_err(|e| format!("cannot start a connection to {}: {e}", spec.target))?;
@@ -530,14 +542,15 @@ async fn connect(spec: &QuicSpec, endpoint: &Endpoint, probe: bool) -> Result<Co
             Err(_) => Err(format!("no handshake with {} within 10 s", spec.target)),
         }
     };
-    if !probe {
-        return handshake.await;
-    }
+    let mut closed = closed.clone();
     tokio::select! {
         r = handshake => r,
-        e = refused(spec.target) => Err(e),
+        Ok(e) = closed.wait_for(Option::is_some) => Err(e.clone().unwrap_or_default()),
     }
 }
+
+/// What the run's probe found: `Some(reason)` once the port is known closed.
+type Closed = tokio::sync::watch::Receiver<Option<String>>;
 
 /// Resolves only when nothing listens on `target`'s UDP port: a connected
 /// socket sends a 1-byte datagram (too short to be a QUIC packet, so a
@@ -577,6 +590,7 @@ async fn one_connection(
     tally: &Arc<Tally>,
     stop: &Arc<AtomicBool>,
     start: Instant,
+    closed: &Closed,
 ) -> ConnEnd {
     let opened = Instant::now();
     let local = endpoint
@@ -587,8 +601,7 @@ async fn one_connection(
         let mut last_err = None;
         while opened.elapsed() < spec.duration && !stop.load(Relaxed) {
             let t0 = Instant::now();
-            // Only the first handshake is probed: the rest are the measurement.
-            match connect(spec, endpoint, ok + failed == 0).await {
+            match connect(spec, endpoint, closed).await {
                 Ok(c) => {
                     tally.latency(t0.elapsed());
                     c.close(VarInt::from_u32(error_code::NONE), b"");
@@ -597,6 +610,10 @@ async fn one_connection(
                 Err(e) => {
                     failed += 1;
                     last_err = Some(e);
+                    if closed.borrow().is_some() {
+                        // Nothing listens: more tries would only spin.
+                        break;
+                    }
                 }
             }
         }
@@ -609,7 +626,7 @@ async fn one_connection(
             handshakes: (ok, failed),
         };
     }
-    let conn = match connect(spec, endpoint, true).await {
+    let conn = match connect(spec, endpoint, closed).await {
         Ok(c) => c,
         Err(e) => {
             tally.error(e.clone());
