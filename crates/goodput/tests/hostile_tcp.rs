@@ -179,7 +179,11 @@ fn crafted_hellos_are_refused_with_reasons_and_never_panic_or_leak() {
             s.write_all(bytes).unwrap();
             let got = text(&answer_with(&mut s, Duration::from_secs(2), want));
             assert!(got.contains(want), "round {round}: {want:?} not in {got:?}");
-            assert!(!got.contains("{ "), "Debug text in the reason: {got:?}");
+            // A reason in words, never Rust debug text (an Accept carries
+            // 16 random id bytes, which may spell anything).
+            if !want.starts_with("GDPT") {
+                assert!(!got.contains("{ "), "Debug text in the reason: {got:?}");
+            }
         }
     }
     // Four connections at once from the same address: a leaked place would
