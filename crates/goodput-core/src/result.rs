@@ -1364,6 +1364,10 @@ pub enum StampPacketStatus {
 pub struct StampReflectorCounters {
     /// Datagrams received.
     pub received: u64,
+    /// Packets whose reflection panicked (a bug of the server; the
+    /// reflector went on).
+    #[serde(default)]
+    pub internal_errors: u64,
     /// Replies sent.
     pub reflected: u64,
     /// Requests of 14..43 octets answered: with their own length by default,

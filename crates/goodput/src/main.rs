@@ -1114,7 +1114,7 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
             goodput_report::console_line(&format!(
                 "STAMP reflector: {} received, {} reflected ({} short requests answered), \
                  dropped: {} under 14 B, {} over 9000 B, {} by the ACL, {} by the rate limit; \
-                 {} with malformed TLVs, {} send errors, {} stateful sessions",
+                 {} with malformed TLVs, {} send errors, {} stateful sessions, {} internal errors",
                 c.received,
                 c.reflected,
                 c.short_answered,
@@ -1124,7 +1124,8 @@ async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 c.rate_limited,
                 c.malformed_tlvs,
                 c.send_errors,
-                c.sessions
+                c.sessions,
+                c.internal_errors
             ));
         }
         result.stamp_reflector = Some(c);

@@ -104,6 +104,7 @@ impl RunningReflector {
 
 fn add(t: &mut StampReflectorCounters, c: &StampReflectorCounters) {
     t.received += c.received;
+    t.internal_errors += c.internal_errors;
     t.reflected += c.reflected;
     t.short_answered += c.short_answered;
     t.too_short += c.too_short;
@@ -232,7 +233,14 @@ fn serve(sock: Socket, spec: &ReflectorSpec, cancel: &CancellationToken) -> Stam
                 error,
                 pad_short: spec.pad_short,
             };
-            let Some((len, tlv)) = stamp::reflect(req, &input, tx.next_buf()) else {
+            // A bug in reflecting one packet must not end the reflector.
+            let buf = tx.next_buf();
+            let reflected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stamp::reflect(req, &input, buf)));
+            let Ok(reflected) = reflected else {
+                c.internal_errors += 1;
+                continue;
+            };
+            let Some((len, tlv)) = reflected else {
                 c.too_short += 1;
                 continue;
             };
