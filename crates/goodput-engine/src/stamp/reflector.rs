@@ -235,7 +235,8 @@ fn serve(sock: Socket, spec: &ReflectorSpec, cancel: &CancellationToken) -> Stam
             };
             // A bug in reflecting one packet must not end the reflector.
             let buf = tx.next_buf();
-            let reflected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stamp::reflect(req, &input, buf)));
+            let reflected =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stamp::reflect(req, &input, buf)));
             let Ok(reflected) = reflected else {
                 c.internal_errors += 1;
                 continue;
