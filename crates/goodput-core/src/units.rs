@@ -206,6 +206,13 @@ impl FromStr for HumanDuration {
                 ))
             }
         };
+        // Whole numbers exactly (a float would round large nanosecond counts).
+        if let Ok(n) = num.replace('_', "").parse::<u64>() {
+            let nanos = u128::from(n) * nanos_per as u128;
+            return u64::try_from(nanos)
+                .map(|n| HumanDuration(Duration::from_nanos(n)))
+                .map_err(|_| ParseError::new("duration", s, "out of range"));
+        }
         let n: f64 = num
             .replace('_', "")
             .parse()
@@ -357,6 +364,185 @@ impl FromStr for PortRange {
     }
 }
 
+/// The spelling of a quantity in the flags' grammar that parses back to
+/// the same value: the largest unit that divides it exactly (`1GiB`,
+/// `25Mbit`, `500ms`, `10..20`). Spec documents are written this way.
+pub trait Canonical {
+    /// The value in the flags' grammar.
+    fn canonical(&self) -> String;
+}
+
+impl Canonical for ByteSize {
+    fn canonical(&self) -> String {
+        const UNITS: [(&str, u64); 4] = [
+            ("TiB", 1 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+        ];
+        match UNITS
+            .iter()
+            .find(|(_, size)| self.0 >= *size && self.0.is_multiple_of(*size))
+        {
+            Some((name, size)) => format!("{}{name}", self.0 / size),
+            None => self.0.to_string(),
+        }
+    }
+}
+
+impl Canonical for ByteRate {
+    fn canonical(&self) -> String {
+        // In bits when a decimal unit of bits divides it (`25Mbit`), else
+        // bytes per second.
+        let bits = u128::from(self.0) * 8;
+        for (name, unit) in [
+            ("T", 1_000_000_000_000u128),
+            ("G", 1_000_000_000),
+            ("M", 1_000_000),
+            ("k", 1_000),
+        ] {
+            // (A bit count past 64 bits would not parse back.)
+            if bits >= unit && bits % unit == 0 && bits <= u128::from(u64::MAX) {
+                return format!("{}{name}bit", bits / unit);
+            }
+        }
+        format!("{}B/s", self.0)
+    }
+}
+
+impl Canonical for HumanDuration {
+    fn canonical(&self) -> String {
+        let n = self.0.as_nanos();
+        for (name, unit) in [
+            ("h", 3_600_000_000_000u128),
+            ("m", 60_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+        ] {
+            if n >= unit && n % unit == 0 {
+                return format!("{}{name}", n / unit);
+            }
+        }
+        format!("{n}ns")
+    }
+}
+
+impl Canonical for PortRange {
+    fn canonical(&self) -> String {
+        if self.lo == self.hi {
+            self.lo.to_string()
+        } else {
+            format!("{}..{}", self.lo, self.hi)
+        }
+    }
+}
+
+impl<T: Canonical + Copy + PartialOrd> Canonical for ValueRange<T> {
+    fn canonical(&self) -> String {
+        if self.lo == self.hi {
+            self.lo.canonical()
+        } else {
+            format!("{}..{}", self.lo.canonical(), self.hi.canonical())
+        }
+    }
+}
+
+/// Reads a quantity from a document: a string in the flags' grammar, or a
+/// plain non-negative number (bytes, bytes per second, seconds, a port).
+struct TextVisitor<T>(std::marker::PhantomData<T>, &'static str);
+
+impl<T: FromStr<Err = ParseError>> serde::de::Visitor<'_> for TextVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.1)
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
+        v.parse().map_err(|e: ParseError| E::custom(e))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<T, E> {
+        self.visit_str(&v.to_string())
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<T, E> {
+        if v < 0 {
+            return Err(E::custom(format!("{v} is negative; expected {}", self.1)));
+        }
+        self.visit_str(&v.to_string())
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<T, E> {
+        if v < 0.0 {
+            return Err(E::custom(format!("{v} is negative; expected {}", self.1)));
+        }
+        self.visit_str(&v.to_string())
+    }
+}
+
+fn text_schema(description: &str) -> schemars::schema::Schema {
+    use schemars::schema::{InstanceType, Metadata, SchemaObject, SingleOrVec};
+    SchemaObject {
+        instance_type: Some(SingleOrVec::Vec(vec![
+            InstanceType::String,
+            InstanceType::Integer,
+        ])),
+        metadata: Some(Box::new(Metadata {
+            description: Some(description.to_owned()),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+    .into()
+}
+
+macro_rules! as_text {
+    ($t:ty, $name:literal, $expecting:literal) => {
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.canonical())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(TextVisitor(std::marker::PhantomData, $expecting))
+            }
+        }
+        impl schemars::JsonSchema for $t {
+            fn schema_name() -> String {
+                $name.into()
+            }
+            fn json_schema(_: &mut schemars::gen::SchemaGenerator) -> schemars::schema::Schema {
+                text_schema($expecting)
+            }
+        }
+    };
+}
+
+as_text!(
+    ByteSize,
+    "Size",
+    "a size such as \"1GiB\", \"64KiB\", \"1.5MB\" or a number of bytes"
+);
+as_text!(
+    ByteRate,
+    "Rate",
+    "a rate such as \"25Mbit\", \"10MB/s\" or a number of bytes per second"
+);
+as_text!(
+    HumanDuration,
+    "Duration",
+    "a duration such as \"10s\", \"500ms\", \"2m\" or a number of seconds"
+);
+as_text!(PortRange, "PortRange", "a port 0-65535 or a range \"LOW..HIGH\"");
+as_text!(
+    ValueRange<ByteSize>,
+    "SizeRange",
+    "a size, or a range \"LOW..HIGH\" of sizes such as \"1MiB..4MiB\""
+);
+as_text!(
+    ValueRange<ByteRate>,
+    "RateRange",
+    "a rate, or a range \"LOW..HIGH\" of rates such as \"1Mbit..10Mbit\""
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,5 +625,57 @@ mod tests {
         assert_eq!(format_size(3_085_512 << 10), "2.94 GiB (3159564288 B)");
         assert_eq!(format_size(u64::MAX), "16777216.00 TiB (18446744073709551615 B)");
         assert_eq!(format_bits_per_second(1.25e9), "10.00 Gbit/s");
+    }
+
+    #[test]
+    fn canonical_spellings_read_back_in_the_flags_grammar() {
+        assert_eq!(ByteSize(1 << 30).canonical(), "1GiB");
+        assert_eq!(ByteSize(1000).canonical(), "1000");
+        assert_eq!(ByteRate(3_125_000).canonical(), "25Mbit");
+        assert_eq!(ByteRate(7).canonical(), "7B/s");
+        assert_eq!(ByteRate(125).canonical(), "1kbit");
+        assert_eq!(HumanDuration(Duration::from_millis(500)).canonical(), "500ms");
+        assert_eq!(HumanDuration(Duration::from_secs(7200)).canonical(), "2h");
+        assert_eq!(HumanDuration(Duration::ZERO).canonical(), "0ns");
+        assert_eq!(
+            "1MiB..4MiB".parse::<ValueRange<ByteSize>>().unwrap().canonical(),
+            "1MiB..4MiB"
+        );
+        assert_eq!("0".parse::<PortRange>().unwrap().canonical(), "0");
+        assert_eq!(
+            "5000..5009".parse::<PortRange>().unwrap().canonical(),
+            "5000..5009"
+        );
+    }
+
+    #[test]
+    fn documents_take_text_or_plain_numbers_and_refuse_negatives() {
+        let size: ByteSize = serde_json::from_str("\"1GiB\"").unwrap();
+        assert_eq!(size.0, 1 << 30);
+        let size: ByteSize = serde_json::from_str("4096").unwrap();
+        assert_eq!(size.0, 4096);
+        let d: HumanDuration = serde_json::from_str("2.5").unwrap();
+        assert_eq!(d.0, Duration::from_millis(2500));
+        let e = serde_json::from_str::<ByteSize>("-5").unwrap_err().to_string();
+        assert!(e.contains("-5 is negative"), "{e}");
+        let e = serde_json::from_str::<ByteSize>("\"1 parsec\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid size '1 parsec'"), "{e}");
+        assert_eq!(serde_json::to_string(&ByteRate(3_125_000)).unwrap(), "\"25Mbit\"");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn canonical_spellings_round_trip(n in proptest::prelude::any::<u64>(), ns in 0u64..(1 << 62), lo in 1u16.., w in 0u16..100) {
+            proptest::prop_assert_eq!(ByteSize(n).canonical().parse::<ByteSize>().unwrap(), ByteSize(n));
+            proptest::prop_assert_eq!(ByteRate(n).canonical().parse::<ByteRate>().unwrap(), ByteRate(n));
+            let d = HumanDuration(Duration::from_nanos(ns));
+            proptest::prop_assert_eq!(d.canonical().parse::<HumanDuration>().unwrap(), d);
+            let r = PortRange { lo, hi: lo.saturating_add(w) };
+            proptest::prop_assert_eq!(r.canonical().parse::<PortRange>().unwrap(), r);
+            let json = serde_json::to_string(&ByteSize(n)).unwrap();
+            proptest::prop_assert_eq!(serde_json::from_str::<ByteSize>(&json).unwrap(), ByteSize(n));
+        }
     }
 }
