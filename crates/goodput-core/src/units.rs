@@ -402,7 +402,7 @@ impl Canonical for ByteRate {
             ("k", 1_000),
         ] {
             // (A bit count past 64 bits would not parse back.)
-            if bits >= unit && bits % unit == 0 && bits <= u128::from(u64::MAX) {
+            if bits >= unit && bits.is_multiple_of(unit) && bits <= u128::from(u64::MAX) {
                 return format!("{}{name}bit", bits / unit);
             }
         }
@@ -420,7 +420,7 @@ impl Canonical for HumanDuration {
             ("ms", 1_000_000),
             ("us", 1_000),
         ] {
-            if n >= unit && n % unit == 0 {
+            if n >= unit && n.is_multiple_of(unit) {
                 return format!("{}{name}", n / unit);
             }
         }
