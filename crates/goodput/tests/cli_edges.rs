@@ -340,3 +340,36 @@ fn the_progress_bar_shows_both_directions_and_redraws_four_times_a_second() {
     );
     assert!(drawn.contains("  recv "), "{drawn}");
 }
+
+#[test]
+fn quic_records_past_the_cap_are_counted_as_omitted() {
+    let json = tmp("edges", "quic-cap.json");
+    let (code, out, err, _) = run(&[
+        "quic",
+        "-c",
+        "5",
+        "--max-records",
+        "2",
+        "--download",
+        "1MB",
+        "--status-interval",
+        "10ms",
+        "-v",
+        "0",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["connections"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        v["connections_omitted"], 3,
+        "records vanish without a trace otherwise"
+    );
+    assert_eq!(v["summary"]["successful"], 5);
+    assert!(
+        v["intervals"].as_array().unwrap().len() <= 2,
+        "{}",
+        v["intervals"]
+    );
+}

@@ -252,6 +252,7 @@ pub async fn run_quic(
         spec.status_interval,
     );
     let mut intervals = Vec::new();
+    let mut intervals_omitted = 0u64;
     let mut last = (0u64, 0u64, start);
     let mut interrupted = false;
     let all = futures_join(tasks);
@@ -280,15 +281,14 @@ pub async fn run_quic(
         tokio::select! {
             r = &mut all => {
                 // The last, partial interval: its bytes belong to the run
-                // (at loopback rates a millisecond holds megabytes).
-                let now = Instant::now();
-                let moved = tallies.iter().map(|t| t.up.load(Relaxed) + t.down.load(Relaxed)).sum::<u64>();
-                if moved != last.0 + last.1 || now.duration_since(last.2) >= Duration::from_millis(1) {
-                    let iv = interval_to(now, &mut last);
-                    observer.on_interval(&iv);
-                    if intervals.len() < spec.max_records {
-                        intervals.push(iv);
-                    }
+                // (at loopback rates a millisecond holds megabytes), and it
+                // carries the final counts.
+                let iv = interval_to(Instant::now(), &mut last);
+                observer.on_interval(&iv);
+                if intervals.len() < spec.max_records {
+                    intervals.push(iv);
+                } else {
+                    intervals_omitted += 1;
                 }
                 break r;
             }
@@ -297,6 +297,8 @@ pub async fn run_quic(
                 observer.on_interval(&iv);
                 if intervals.len() < spec.max_records {
                     intervals.push(iv);
+                } else {
+                    intervals_omitted += 1;
                 }
             }
             _ = cancel.cancelled(), if !interrupted => {
@@ -311,6 +313,7 @@ pub async fn run_quic(
     let elapsed = start.elapsed();
     endpoint.close(VarInt::from_u32(error_code::NONE), b"done");
     let _ = tokio::time::timeout(Duration::from_secs(1), endpoint.wait_idle()).await;
+    let mut connections_omitted = 0u64;
     let mut connections = Vec::new();
     let mut summary = SummaryBuilder::default();
     let mut handshakes = (0u64, 0u64);
@@ -321,6 +324,8 @@ pub async fn run_quic(
         handshakes.1 += r.handshakes.1;
         if connections.len() < spec.max_records {
             connections.push(r.record);
+        } else {
+            connections_omitted += 1;
         }
     }
     let tally = Tally::merge(&tallies);
@@ -407,20 +412,6 @@ pub async fn run_quic(
         }),
         errors: tally.errors.lock().expect("not poisoned").clone(),
     };
-    let final_iv = Interval {
-        time_slice_s: secs,
-        send_bytes_per_second: 0,
-        recv_bytes_per_second: 0,
-        in_flight: 0,
-        completed: ok,
-        network_errors: 0,
-        data_errors: tally.failed.load(Relaxed),
-        stamp: None,
-        echo: None,
-        media: None,
-    };
-    observer.on_interval(&final_iv);
-    intervals.push(final_iv);
     Ok(TestResult {
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
@@ -435,10 +426,10 @@ pub async fn run_quic(
             )
         },
         intervals,
-        intervals_omitted: 0,
+        intervals_omitted,
         connections,
         summary: summary.finish(elapsed.as_nanos() as u64),
-        connections_omitted: 0,
+        connections_omitted,
         end: if interrupted {
             EndReason::Interrupted
         } else {
