@@ -281,8 +281,8 @@ async fn tls_echo_with_a_generated_certificate() {
 #[tokio::test]
 async fn tls_echo_with_a_ca_and_sni_checks() {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-    let dir = std::env::temp_dir().join(format!("goodput-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -392,15 +392,16 @@ async fn the_reference_examples_run_to_the_right_byte_counts() {
     server.stop().await;
 }
 
+/// Writes a certificate and key into `dir` (a temporary directory the
+/// caller holds).
 fn write_cert(
+    dir: &std::path::Path,
     name: &str,
     alg: &'static rcgen::SignatureAlgorithm,
 ) -> (std::path::PathBuf, std::path::PathBuf) {
     let key = rcgen::KeyPair::generate_for(alg).unwrap();
     let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
     let cert = params.self_signed(&key).unwrap();
-    let dir = std::env::temp_dir().join(format!("goodput-quic-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
     std::fs::write(&c, cert.pem()).unwrap();
     std::fs::write(&k, key.serialize_pem()).unwrap();
@@ -409,11 +410,12 @@ fn write_cert(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_from_files_are_verified_with_the_ca() {
+    let dir = tempfile::tempdir().unwrap();
     for (name, alg) in [
         ("ed25519", &rcgen::PKCS_ED25519),
         ("p384", &rcgen::PKCS_ECDSA_P384_SHA384),
     ] {
-        let (cert, key) = write_cert(name, alg);
+        let (cert, key) = write_cert(dir.path(), name, alg);
         let server = Server::start(QuicServerSpec {
             cert_key: Some((cert.clone(), key)),
             ..server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST))

@@ -7,6 +7,8 @@
 //! a failure; elsewhere these tests are skipped (with a message) when
 //! iperf3 is not installed.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::path::PathBuf;
@@ -42,9 +44,7 @@ fn goodput() -> Command {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("goodput-iperf3-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    common::tmp("iperf3", name)
 }
 
 /// A port free for both TCP and UDP on 127.0.0.1.

@@ -13,8 +13,29 @@ pub fn goodput() -> Command {
     Command::new(env!("CARGO_BIN_EXE_goodput"))
 }
 
-/// A scratch file under a directory of this test process.
+/// Removes this process's scratch directories when it exits.
+extern "C" fn remove_scratch() {
+    let suffix = format!("-{}", std::process::id());
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("goodput-") && name.ends_with(&suffix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+/// A scratch file under a directory of this test process; the directory
+/// is removed when the process exits.
 pub fn tmp(group: &str, name: &str) -> PathBuf {
+    static CLEANUP: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registers a plain function that only touches the file system.
+    CLEANUP.call_once(|| unsafe {
+        libc::atexit(remove_scratch);
+    });
     let dir = std::env::temp_dir().join(format!("goodput-{group}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
