@@ -57,6 +57,19 @@ pub enum Command {
     Quic(Box<QuicArgs>),
     /// Print the JSON Schema of the result document (--json).
     Schema,
+    /// Print a shell completion script, made from the same flag definitions
+    /// as --help (e.g. `goodput completions bash > /etc/bash_completion.d/goodput`).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), made from the same flag definitions as
+    /// --help: of goodput, or of one command (`goodput man tcp | man -l -`).
+    Man {
+        /// A command whose page to print (default: goodput's own).
+        command: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

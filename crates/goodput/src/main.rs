@@ -83,6 +83,12 @@ fn main() -> ExitCode {
             goodput_report::console_line(goodput_report::result_schema().trim_end());
             Ok(EXIT_OK)
         }
+        Command::Completions { shell } => {
+            let mut cmd = <cli::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "goodput", &mut io::stdout());
+            Ok(EXIT_OK)
+        }
+        Command::Man { command } => man_page(command.as_deref()),
         Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp(*args))),
         Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server(*args))),
         Command::Iperf3(args) => runtime().and_then(|rt| on_worker(&rt, iperf3(*args))),
@@ -103,6 +109,33 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_FATAL)
         }
     }
+}
+
+/// Prints goodput's man page, or one command's (`goodput-tcp(1)`).
+fn man_page(command: Option<&str>) -> Result<u8, Stop> {
+    let top = <cli::Cli as clap::CommandFactory>::command();
+    let page = match command {
+        None => top,
+        Some(name) => {
+            let sub = top.find_subcommand(name).cloned().ok_or_else(|| {
+                let names: Vec<&str> = top.get_subcommands().map(|c| c.get_name()).collect();
+                usage(format!(
+                    "no command '{name}'; the commands are {}",
+                    names.join(", ")
+                ))
+            })?;
+            sub.display_name(format!("goodput-{name}"))
+                .bin_name(format!("goodput {name}"))
+                .version(env!("CARGO_PKG_VERSION"))
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(page)
+        .render(&mut out)
+        .map_err(|e| Stop::Fatal(anyhow!("cannot render the man page: {e}")))?;
+    io::Write::write_all(&mut io::stdout(), &out)
+        .map_err(|e| Stop::Fatal(anyhow!("cannot write the man page: {e}")))?;
+    Ok(EXIT_OK)
 }
 
 /// A client's exit status: failed (even if interrupted too), interrupted,
