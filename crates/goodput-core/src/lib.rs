@@ -18,6 +18,7 @@ pub mod quic;
 pub mod rate;
 pub mod result;
 pub mod session;
+pub mod spec;
 pub mod stamp;
 pub mod ttcp;
 pub mod units;

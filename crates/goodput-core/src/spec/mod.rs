@@ -1,0 +1,266 @@
+//! Tests as documents: what a test *is*, with the same fields, defaults and
+//! checks as the command line's flags, read from and written to JSON and
+//! TOML. The command line builds a spec from its flags; `goodput run`
+//! reads one from a file; both validate it here and run the same path.
+//!
+//! Field names are the flags' long names with `_` for `-`; quantities are
+//! strings in the flags' grammar (`"1GiB"`, `"25Mbit"`, `"500ms"`) or plain
+//! numbers, and are written back in the form that reads back the same.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub mod tcp;
+
+pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
+
+/// One test, tagged by its kind (`"kind": "tcp"`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TestSpec {
+    /// A TCP good-put and reliability test (`goodput tcp`).
+    Tcp(TcpSpec),
+}
+
+impl TestSpec {
+    /// The kind's name, as in the document's `kind`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TestSpec::Tcp(_) => "tcp",
+        }
+    }
+
+    /// Every rule a valid spec keeps; the error names the field.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        match self {
+            TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
+        }
+    }
+}
+
+/// A field that breaks a rule, or a document that does not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecError {
+    /// Where: `tcp.connections`, `tests[1].tcp.transfer`; empty for the
+    /// document as a whole.
+    pub field: String,
+    /// What is wrong; other fields it names are written `` `field` ``.
+    pub message: String,
+}
+
+impl SpecError {
+    /// An error of `field`.
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    fn within(mut self, prefix: &str) -> Self {
+        self.field = if self.field.is_empty() {
+            prefix.to_owned()
+        } else {
+            format!("{prefix}.{}", self.field)
+        };
+        self
+    }
+}
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.field, self.message)
+        }
+    }
+}
+
+impl std::error::Error for SpecError {}
+
+/// A document: one spec, or several under `tests` (run in order).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Document {
+    Many { tests: Vec<serde_json::Value> },
+    One(serde_json::Value),
+}
+
+/// Reads the specs of a JSON or TOML document (`toml` picks the format),
+/// each validated. Errors name the place: `tests[1].tcp.conections:
+/// unknown field, did you mean connections?`.
+pub fn read_document(text: &str, toml: bool) -> Result<Vec<TestSpec>, SpecError> {
+    let value: serde_json::Value = if toml {
+        let t: toml::Value = toml::from_str(text)
+            .map_err(|e| SpecError::new("", format!("not valid TOML: {}", one_line(&e.to_string()))))?;
+        serde_json::to_value(t).map_err(|e| SpecError::new("", e.to_string()))?
+    } else {
+        serde_json::from_str(text).map_err(|e| SpecError::new("", format!("not valid JSON: {e}")))?
+    };
+    let (values, many) = match serde_json::from_value::<Document>(value) {
+        Ok(Document::Many { tests }) => (tests, true),
+        Ok(Document::One(v)) => (vec![v], false),
+        Err(e) => return Err(SpecError::new("", e.to_string())),
+    };
+    let mut specs = Vec::with_capacity(values.len());
+    for (i, v) in values.into_iter().enumerate() {
+        let place = if many {
+            format!("tests[{i}]")
+        } else {
+            String::new()
+        };
+        let spec = read_one(v).map_err(|e| if many { e.within(&place) } else { e })?;
+        spec.validate()
+            .map_err(|e| if many { e.within(&place) } else { e })?;
+        specs.push(spec);
+    }
+    if specs.is_empty() {
+        return Err(SpecError::new("tests", "no test in the document"));
+    }
+    Ok(specs)
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// One spec from a JSON value, with the path of a bad field.
+fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
+    let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
+    let known = ["tcp"];
+    match kind.as_deref() {
+        None => {
+            return Err(SpecError::new(
+                "kind",
+                format!("missing; one of {}", known.join(", ")),
+            ))
+        }
+        Some(k) if !known.contains(&k) => {
+            return Err(SpecError::new(
+                "kind",
+                format!("unknown kind '{k}'; one of {}", known.join(", ")),
+            ))
+        }
+        _ => {}
+    }
+    let kind = kind.unwrap_or_default();
+    let mut body = v;
+    if let Some(o) = body.as_object_mut() {
+        o.remove("kind");
+    }
+    // Each kind's fields read straight into its struct, so a bad field's
+    // path is known (through the tagged enum serde would lose it).
+    let spec = serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp);
+    spec.map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.inner().to_string();
+        let field = if path == "." {
+            kind.clone()
+        } else {
+            format!("{kind}.{path}")
+        };
+        SpecError::new(&field, suggest(&inner))
+    })
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" with the nearest
+/// known name offered.
+fn suggest(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_owned();
+    };
+    let Some((name, expected)) = rest.split_once('`') else {
+        return message.to_owned();
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let best = known
+        .iter()
+        .map(|k| (distance(name, k), *k))
+        .min()
+        .filter(|(d, _)| *d <= 2.max(name.len() / 3));
+    match best {
+        Some((_, k)) => format!("unknown field, did you mean {k}?"),
+        None => format!("unknown field; known fields: {}", known.join(", ")),
+    }
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_round_trips_through_json_and_toml() {
+        let spec = TestSpec::Tcp(TcpSpec {
+            hosts: vec!["example.net".into()],
+            connections: 100,
+            transfer: "1MiB..4MiB".parse().unwrap(),
+            rate_limit: Some("25Mbit".parse().unwrap()),
+            ..TcpSpec::default()
+        });
+        let json = serde_json::to_string_pretty(&spec).unwrap();
+        assert!(json.contains("\"transfer\": \"1MiB..4MiB\""), "{json}");
+        assert!(json.contains("\"rate_limit\": \"25Mbit\""), "{json}");
+        assert_eq!(read_document(&json, false).unwrap(), vec![spec.clone()]);
+        let toml = toml::to_string(&spec).unwrap();
+        assert_eq!(read_document(&toml, true).unwrap(), vec![spec]);
+    }
+
+    #[test]
+    fn missing_fields_take_the_flags_defaults() {
+        let specs = read_document(r#"{"kind": "tcp"}"#, false).unwrap();
+        assert_eq!(specs, vec![TestSpec::Tcp(TcpSpec::default())]);
+        let TestSpec::Tcp(t) = &specs[0];
+        assert_eq!((t.connections, t.iterations, t.port), (8, 1, 4444));
+        assert_eq!(t.transfer.lo.0, 1 << 30);
+    }
+
+    #[test]
+    fn bad_documents_say_where() {
+        let e = |text: &str, toml: bool| read_document(text, toml).unwrap_err().to_string();
+        assert_eq!(
+            e(r#"{"kind": "tcp", "conections": 5}"#, false),
+            "tcp.conections: unknown field, did you mean connections?"
+        );
+        assert_eq!(
+            e(
+                r#"{"tests": [{"kind": "tcp"}, {"kind": "tcp", "connections": "many"}]}"#,
+                false
+            ),
+            "tests[1].tcp.connections: invalid type: string \"many\", expected u64"
+        );
+        assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
+        assert_eq!(
+            e(r#"{"kind": "bogus"}"#, false),
+            "kind: unknown kind 'bogus'; one of tcp"
+        );
+        assert!(
+            e("kind = ", true).starts_with("not valid TOML:"),
+            "{}",
+            e("kind = ", true)
+        );
+        assert!(!e("kind = ", true).contains('\n'));
+        assert_eq!(
+            e(r#"{"kind": "tcp", "connections": 0}"#, false),
+            "tcp.connections: must be at least 1"
+        );
+        assert_eq!(e(r#"{"tests": []}"#, false), "tests: no test in the document");
+    }
+}
