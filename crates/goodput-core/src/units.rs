@@ -374,11 +374,16 @@ pub trait Canonical {
 
 impl Canonical for ByteSize {
     fn canonical(&self) -> String {
-        const UNITS: [(&str, u64); 4] = [
+        // Binary units first, then decimal ones (`1MB` = 1,000,000).
+        const UNITS: [(&str, u64); 8] = [
             ("TiB", 1 << 40),
             ("GiB", 1 << 30),
             ("MiB", 1 << 20),
             ("KiB", 1 << 10),
+            ("TB", 1_000_000_000_000),
+            ("GB", 1_000_000_000),
+            ("MB", 1_000_000),
+            ("KB", 1_000),
         ];
         match UNITS
             .iter()
@@ -630,7 +635,9 @@ mod tests {
     #[test]
     fn canonical_spellings_read_back_in_the_flags_grammar() {
         assert_eq!(ByteSize(1 << 30).canonical(), "1GiB");
-        assert_eq!(ByteSize(1000).canonical(), "1000");
+        assert_eq!(ByteSize(1000).canonical(), "1KB");
+        assert_eq!(ByteSize(1_500_000).canonical(), "1500KB");
+        assert_eq!(ByteSize(1001).canonical(), "1001");
         assert_eq!(ByteRate(3_125_000).canonical(), "25Mbit");
         assert_eq!(ByteRate(7).canonical(), "7B/s");
         assert_eq!(ByteRate(125).canonical(), "1kbit");

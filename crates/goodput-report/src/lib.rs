@@ -72,6 +72,12 @@ pub fn result_schema() -> String {
     serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
 }
 
+/// The JSON Schema of a test spec document (`goodput run`), pretty-printed.
+pub fn spec_schema() -> String {
+    let schema = schemars::schema_for!(goodput_core::spec::TestSpec);
+    serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}
+
 /// Writes the result document as pretty JSON.
 pub fn write_result_json(path: &std::path::Path, result: &TestResult) -> std::io::Result<()> {
     let mut text = serde_json::to_string_pretty(result).map_err(std::io::Error::other)?;

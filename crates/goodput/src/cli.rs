@@ -55,8 +55,17 @@ pub enum Command {
     /// picoquic scenario, or --upload / --download / --rps / --latency /
     /// --handshakes. With no HOST, an embedded goodput server on loopback.
     Quic(Box<QuicArgs>),
-    /// Print the JSON Schema of the result document (--json).
-    Schema,
+    /// Run the tests a spec document describes (JSON or TOML; `-` reads
+    /// standard input): one test, or several under `tests`, in order. Make
+    /// one with a command's --print-spec.
+    Run(Box<RunArgs>),
+    /// Print the JSON Schema of the result document (--json), or with
+    /// --spec of the spec document (`goodput run`).
+    Schema {
+        /// The spec document's schema instead of the result's.
+        #[arg(long)]
+        spec: bool,
+    },
     /// Print a shell completion script, made from the same flag definitions
     /// as --help (e.g. `goodput completions bash > /etc/bash_completion.d/goodput`).
     Completions {
@@ -269,6 +278,10 @@ pub struct TcpArgs {
     pub socket: SocketArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Print the test these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without running it.
+    #[arg(long)]
+    pub print_spec: bool,
 }
 
 /// A size as iperf3 reads it: K, M, G, T multiply by 1024 (KiB … also
@@ -970,4 +983,13 @@ pub struct ServerArgs {
     pub socket: SocketArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The spec document: a .json or .toml file, or `-` for standard input
+    /// (JSON or TOML, told apart by its first character).
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub views: ViewArgs,
 }

@@ -27,9 +27,10 @@ use goodput_engine::{CancellationToken, EngineError, NullObserver, Observer};
 use goodput_report::{ConnectionFile, ConsoleView, ErrorFile, JsonStream, StatusFile, Verbosity, View};
 
 use cli::{
-    Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, QuicArgs, ServerArgs,
+    Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, QuicArgs, RunArgs, ServerArgs,
     ShutdownArg, SocketArgs, StampArgs, TcpArgs, TtcpArgs, UdpArgs, VerifyArg, ViewArgs, WireArg,
 };
+use goodput_core::spec::{Family, SocketSpec, SpecError, TcpSpec, TcpWire, TestSpec};
 
 /// jemalloc rather than glibc's malloc, for the memory each connection
 /// costs: tokio aligns every task and every socket registration to 128
@@ -79,8 +80,13 @@ fn usage(msg: impl Into<String>) -> Stop {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Schema => {
-            goodput_report::console_line(goodput_report::result_schema().trim_end());
+        Command::Schema { spec } => {
+            let schema = if spec {
+                goodput_report::spec_schema()
+            } else {
+                goodput_report::result_schema()
+            };
+            goodput_report::console_line(schema.trim_end());
             Ok(EXIT_OK)
         }
         Command::Completions { shell } => {
@@ -90,6 +96,7 @@ fn main() -> ExitCode {
         }
         Command::Man { command } => man_page(command.as_deref()),
         Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp(*args))),
+        Command::Run(args) => runtime().and_then(|rt| on_worker(&rt, run_document(*args))),
         Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server(*args))),
         Command::Iperf3(args) => runtime().and_then(|rt| on_worker(&rt, iperf3(*args))),
         Command::Stamp(args) => runtime().and_then(|rt| on_worker(&rt, stamp(*args))),
@@ -395,20 +402,14 @@ fn wire_of(w: WireArg) -> WireProtocol {
 const MAX_BUFFER: u64 = 64 << 20;
 
 fn check_data(d: &PatternArgs) -> Result<(), Stop> {
-    if d.transfer.lo.0 == 0 {
-        return Err(usage("--transfer must be at least 1 byte"));
-    }
-    if d.buffer.lo.0 == 0 || d.buffer.hi.0 > MAX_BUFFER {
-        return Err(usage(format!(
-            "--buffer must be between 1 byte and {} (got {})",
-            format_size(MAX_BUFFER),
-            d.buffer
-        )));
-    }
-    if d.pattern == PatternArg::Pushpull && (d.push_bytes.0 == 0 || d.pull_bytes.0 == 0) {
-        return Err(usage("--push-bytes and --pull-bytes must be at least 1 byte"));
-    }
-    Ok(())
+    goodput_core::spec::tcp::check_data(
+        pattern_of(d.pattern),
+        d.transfer,
+        d.buffer,
+        d.push_bytes,
+        d.pull_bytes,
+    )
+    .map_err(|e| flag_error(&e))
 }
 
 fn socket_options(s: &SocketArgs) -> Result<SocketOptions, Stop> {
@@ -428,16 +429,8 @@ fn socket_options(s: &SocketArgs) -> Result<SocketOptions, Stop> {
 }
 
 fn check_output(o: &OutputArgs) -> Result<(), Stop> {
-    if o.status_interval.0 < Duration::from_millis(10) {
-        return Err(usage("--status-interval must be at least 10ms"));
-    }
-    if o.idle_timeout.0.is_zero() {
-        return Err(usage("--idle-timeout must be above zero"));
-    }
-    if o.time_limit.is_some_and(|t| t.0.is_zero()) {
-        return Err(usage("--time-limit must be above zero"));
-    }
-    Ok(())
+    goodput_core::spec::tcp::check_run(o.status_interval, o.idle_timeout, o.time_limit)
+        .map_err(|e| flag_error(&e))
 }
 
 /// The addresses of `host` (a name or an address, either with `:PORT`,
@@ -470,44 +463,29 @@ async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<Socket
 }
 
 async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
-    check_data(&args.data)?;
-    check_output(&args.output)?;
-    if args.connections == 0 {
-        return Err(usage("--connections must be at least 1"));
+    let spec = tcp_spec(&args);
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Tcp(spec))?;
+        return Ok(EXIT_OK);
     }
-    if let Some(r) = args.rate_limit {
-        let period = args.rate_period.0;
-        if r.lo.0 == 0 || (u128::from(r.lo.0) * period.as_nanos() / 1_000_000_000) == 0 {
-            return Err(usage(format!(
-                "--rate-limit {r} with --rate-period {} ms gives less than one byte per period",
-                period.as_millis()
-            )));
-        }
-    }
-    if args.rate_period.0.is_zero() {
-        return Err(usage("--rate-period must be above zero"));
-    }
-    if args.burst_count == Some(0) {
-        return Err(usage("--burst-count must be at least 1"));
-    }
-    if !args.local_port.is_ephemeral() && u64::from(args.local_port.len()) < args.connections {
-        return Err(usage(format!(
-            "--local-port range has {} ports, fewer than --connections {}",
-            args.local_port.len(),
-            args.connections
-        )));
-    }
-    let socket = socket_options(&args.socket)?;
+    run_tcp(spec, &args.output.views).await
+}
+
+/// Runs a validated TCP spec with the views `out` asks for: the one path
+/// of `goodput tcp` and of a tcp test in `goodput run`.
+async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    let socket = socket_options_of(&spec.socket);
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
 
-    let mut hosts: Vec<String> = args.host.iter().cloned().collect();
-    hosts.extend(args.target.iter().cloned());
+    let hosts = spec.hosts.clone();
     let embedded = hosts.is_empty();
+    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
     let mut notices = Vec::new();
 
     // Every connection needs a descriptor here, two with the embedded server.
-    let mut connections = args.connections;
+    let mut connections = spec.connections;
     let per_conn = if embedded { 2 } else { 1 };
     if let Some((room, limit)) = socket_room(per_conn) {
         if connections > room {
@@ -520,10 +498,17 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
 
     let mut server = Embedded::new(&cancel);
     let targets = if embedded {
-        let ip = loopback(args.ipv6);
-        let spec = TcpServerSpec {
-            wire: wire_of(args.wire),
-            cts: Some(cts_plan(&args.data)),
+        let ip = loopback(v6);
+        let server_spec = TcpServerSpec {
+            wire: tcp_wire(spec.wire),
+            cts: Some(CtsServerPlan {
+                pattern: spec.pattern,
+                verify: spec.verify,
+                transfer: spec.transfer.hi.0,
+                push_bytes: spec.push_bytes.0,
+                pull_bytes: spec.pull_bytes.0,
+                buffer: spec.buffer.hi.0,
+            }),
             listen: vec![SocketAddr::new(ip, 0)],
             listen_defaulted: false,
             reuse_port: false,
@@ -540,12 +525,12 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
                 ..ServerLimits::default()
             },
             exit_after: None,
-            idle_timeout: args.output.idle_timeout.0,
+            idle_timeout: spec.idle_timeout.0,
             status_interval: Duration::from_secs(3600),
             time_limit: None,
             max_records: 0,
         };
-        let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
+        let bound = bind_server(server_spec).map_err(|e| Stop::Fatal(e.into()))?;
         let addrs = bound.local_addrs();
         server.start(|c| async move {
             let _ = bound.run(&mut NullObserver, c).await;
@@ -554,7 +539,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     } else {
         let mut all = Vec::new();
         for h in &hosts {
-            for a in resolve(h, args.port, args.ipv4, args.ipv6).await? {
+            for a in resolve(h, spec.port, v4, v6).await? {
                 if !all.contains(&a) {
                     all.push(a);
                 }
@@ -563,38 +548,34 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         all
     };
 
-    goodput_engine::socket::preflight_tcp(&targets, &args.bind, &socket)
+    goodput_engine::socket::preflight_tcp(&targets, &spec.bind, &socket)
         .map_err(|e| Stop::Fatal(anyhow!("{e}")))?;
     let spec = TcpClientSpec {
-        wire: wire_of(args.wire),
+        wire: tcp_wire(spec.wire),
         targets,
-        binds: args.bind.clone(),
-        local_port: args.local_port,
-        pattern: pattern_of(args.data.pattern),
-        verify: verify_of(args.data.verify),
-        transfer: args.data.transfer,
-        buffer: args.data.buffer,
-        push_bytes: args.data.push_bytes.0,
-        pull_bytes: args.data.pull_bytes.0,
-        rate_limit: args.rate_limit,
-        rate_period: args.rate_period.0,
-        burst: args.burst_count.zip(args.burst_delay.map(|d| d.0)),
+        binds: spec.bind.clone(),
+        local_port: spec.local_port,
+        pattern: spec.pattern,
+        verify: spec.verify,
+        transfer: spec.transfer,
+        buffer: spec.buffer,
+        push_bytes: spec.push_bytes.0,
+        pull_bytes: spec.pull_bytes.0,
+        rate_limit: spec.rate_limit,
+        rate_period: spec.rate_period.0,
+        burst: spec.burst_count.zip(spec.burst_delay.map(|d| d.0)),
         connections,
-        iterations: args.iterations,
-        throttle: args.throttle,
-        shutdown: match args.shutdown {
-            ShutdownArg::Graceful => ShutdownMode::Graceful,
-            ShutdownArg::Rude => ShutdownMode::Rude,
-            ShutdownArg::Random => ShutdownMode::Random,
-        },
+        iterations: spec.iterations,
+        throttle: spec.throttle,
+        shutdown: spec.shutdown,
         socket,
-        idle_timeout: args.output.idle_timeout.0,
-        status_interval: args.output.status_interval.0,
-        time_limit: args.output.time_limit.map(|d| d.0),
-        max_records: args.output.views.max_records,
+        idle_timeout: spec.idle_timeout.0,
+        status_interval: spec.status_interval.0,
+        time_limit: spec.time_limit.map(|d| d.0),
+        max_records: out.max_records,
     };
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(spec.connections));
-    let mut views = Views::open(&args.output.views, finite)?;
+    let mut views = Views::open(out, finite)?;
     views.console.banner(
         "goodput tcp: configured settings",
         &client_banner(&spec, embedded),
@@ -605,7 +586,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     let result = run_client(spec, &mut views, cancel.clone()).await;
     server.stop().await;
     let result = result.map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.output.views.json.as_deref())?;
+    views.finish(&result, out.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED
     } else if result.end == EndReason::Interrupted {
@@ -613,6 +594,178 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     } else {
         EXIT_OK
     })
+}
+
+/// The spec `goodput tcp`'s flags describe.
+fn tcp_spec(args: &TcpArgs) -> TcpSpec {
+    let mut hosts: Vec<String> = args.host.iter().cloned().collect();
+    hosts.extend(args.target.iter().cloned());
+    TcpSpec {
+        hosts,
+        port: args.port,
+        family: if args.ipv4 {
+            Family::Ipv4
+        } else if args.ipv6 {
+            Family::Ipv6
+        } else {
+            Family::Any
+        },
+        bind: args.bind.clone(),
+        local_port: args.local_port,
+        wire: match args.wire {
+            WireArg::Goodput => TcpWire::Goodput,
+            WireArg::Cts => TcpWire::Cts,
+        },
+        pattern: pattern_of(args.data.pattern),
+        transfer: args.data.transfer,
+        buffer: args.data.buffer,
+        push_bytes: args.data.push_bytes,
+        pull_bytes: args.data.pull_bytes,
+        verify: verify_of(args.data.verify),
+        rate_limit: args.rate_limit,
+        rate_period: args.rate_period,
+        burst_count: args.burst_count,
+        burst_delay: args.burst_delay,
+        connections: args.connections,
+        iterations: args.iterations,
+        throttle: args.throttle,
+        shutdown: match args.shutdown {
+            ShutdownArg::Graceful => ShutdownMode::Graceful,
+            ShutdownArg::Rude => ShutdownMode::Rude,
+            ShutdownArg::Random => ShutdownMode::Random,
+        },
+        socket: SocketSpec {
+            send_buffer: args.socket.send_buffer,
+            recv_buffer: args.socket.recv_buffer,
+            no_delay: args.socket.no_delay,
+            congestion: args.socket.congestion.clone(),
+            dscp: args.socket.dscp,
+            keepalive: args.socket.keepalive,
+            interface: args.socket.interface.clone(),
+        },
+        time_limit: args.output.time_limit,
+        status_interval: args.output.status_interval,
+        idle_timeout: args.output.idle_timeout,
+    }
+}
+
+fn tcp_wire(w: TcpWire) -> WireProtocol {
+    match w {
+        TcpWire::Goodput => WireProtocol::Goodput,
+        TcpWire::Cts => WireProtocol::Cts,
+    }
+}
+
+/// A validated spec's socket options (sizes were checked to fit 32 bits).
+fn socket_options_of(s: &SocketSpec) -> SocketOptions {
+    let fit = |v: Option<goodput_core::units::ByteSize>| v.and_then(|b| u32::try_from(b.0).ok());
+    SocketOptions {
+        send_buffer: fit(s.send_buffer),
+        recv_buffer: fit(s.recv_buffer),
+        no_delay: s.no_delay,
+        congestion: s.congestion.clone(),
+        dscp: s.dscp,
+        keepalive: s.keepalive.map(|d| d.0),
+        interface: s.interface.clone(),
+    }
+}
+
+/// A spec's error in the flags' words: `tcp.connections` is
+/// `--connections`, `socket.dscp` is `--dscp`, and a field a message names
+/// (`` `rate_period` ``) is its flag too.
+fn flag_error(e: &SpecError) -> Stop {
+    let flag = |field: &str| {
+        format!(
+            "--{}",
+            field.rsplit('.').next().unwrap_or(field).replace('_', "-")
+        )
+    };
+    let field = e.field.split_once('.').map_or(e.field.as_str(), |(_, f)| f);
+    let mut message = e.message.clone();
+    while let Some(i) = message.find('`') {
+        let Some(j) = message[i + 1..].find('`') else {
+            break;
+        };
+        let name = message[i + 1..i + 1 + j].to_owned();
+        message.replace_range(i..i + 2 + j, &flag(&name));
+    }
+    usage(format!("{} {message}", flag(field)))
+}
+
+/// Prints a spec as the JSON document `goodput run` reads.
+fn print_spec(spec: &TestSpec) -> Result<(), Stop> {
+    let text = serde_json::to_string_pretty(spec).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    goodput_report::console_line(&text);
+    Ok(())
+}
+
+/// `goodput run FILE`: every test of the document, in order, each as its
+/// command line would run it. With several tests, each output file gets
+/// the test's number before its extension (`out.json` → `out-2.json`).
+async fn run_document(args: RunArgs) -> Result<u8, Stop> {
+    let from_stdin = goodput_report::is_stdout(&args.file);
+    let text = if from_stdin {
+        let mut t = String::new();
+        io::Read::read_to_string(&mut io::stdin(), &mut t)
+            .map_err(|e| Stop::Fatal(anyhow!("cannot read standard input: {e}")))?;
+        t
+    } else {
+        std::fs::read_to_string(&args.file)
+            .map_err(|e| Stop::Fatal(anyhow!("cannot read {}: {e}", args.file.display())))?
+    };
+    let toml = if from_stdin {
+        !text.trim_start().starts_with(['{', '['])
+    } else {
+        args.file
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+    };
+    let name = args.file.display().to_string();
+    let specs = goodput_core::spec::read_document(&text, toml).map_err(|e| usage(format!("{name}: {e}")))?;
+    let several = specs.len() > 1;
+    let mut status = EXIT_OK;
+    for (i, spec) in specs.into_iter().enumerate() {
+        let views = numbered_views(&args.views, several.then_some(i + 1));
+        let code = match spec {
+            TestSpec::Tcp(t) => run_tcp(t, &views).await?,
+        };
+        if status == EXIT_OK {
+            status = code;
+        }
+        if code == EXIT_INTERRUPTED {
+            break;
+        }
+    }
+    Ok(status)
+}
+
+/// The views of test `n` of several: each output file named with `-n`
+/// before its extension (standard output stays as it is).
+fn numbered_views(v: &ViewArgs, n: Option<usize>) -> ViewArgs {
+    let number = |p: &Option<std::path::PathBuf>| -> Option<std::path::PathBuf> {
+        let p = p.as_ref()?;
+        let Some(n) = n.filter(|_| !goodput_report::is_stdout(p)) else {
+            return Some(p.clone());
+        };
+        let stem = p
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let name = match p.extension() {
+            Some(e) => format!("{stem}-{n}.{}", e.to_string_lossy()),
+            None => format!("{stem}-{n}"),
+        };
+        Some(p.with_file_name(name))
+    };
+    ViewArgs {
+        verbosity: v.verbosity,
+        status_file: number(&v.status_file),
+        connection_file: number(&v.connection_file),
+        error_file: number(&v.error_file),
+        json: number(&v.json),
+        json_stream: number(&v.json_stream),
+        max_records: v.max_records,
+    }
 }
 
 fn cts_plan(d: &PatternArgs) -> CtsServerPlan {
@@ -724,7 +877,14 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
 
 fn range_text(lo: u64, hi: u64) -> String {
     if lo == hi {
-        format!("{lo} B ({})", format_size(lo))
+        let size = format_size(lo);
+        // "1048576 B (1 MiB)"; a size that is not whole units already ends
+        // with its exact count ("976.56 KiB (1000000 B)").
+        if lo < 1024 || size.ends_with(" B)") {
+            size
+        } else {
+            format!("{lo} B ({size})")
+        }
     } else {
         format!("{lo}..{hi} B, picked per connection")
     }

@@ -1,0 +1,293 @@
+//! Tests as documents: `--print-spec` writes what the flags describe,
+//! `goodput run` runs it the same way, and a bad document gets the same
+//! clear, one-line error as a bad flag (exit 2).
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::*;
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Text with the embedded server's port (different every run) taken out.
+fn without_ports(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("127.0.0.1:") {
+        out.push_str(&rest[..i + 10]);
+        rest = rest[i + 10..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push('P');
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The settings banner: the console's lines before the status legend.
+fn banner(stdout: &str) -> String {
+    without_ports(stdout.split("Legend:").next().unwrap_or(""))
+}
+
+fn settings(json: &Path) -> String {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    without_ports(&v["settings"].to_string())
+}
+
+#[test]
+fn a_spec_from_flags_runs_as_the_flags_do() {
+    let cases: [&[&str]; 3] = [
+        &[
+            "--transfer",
+            "1MB",
+            "--connections",
+            "3",
+            "--rate-limit",
+            "25Mbit",
+        ],
+        &[
+            "--pattern",
+            "pushpull",
+            "--transfer",
+            "256KiB",
+            "--push-bytes",
+            "16KiB",
+            "--pull-bytes",
+            "32KiB",
+            "-c",
+            "2",
+        ],
+        &[
+            "--pattern",
+            "duplex",
+            "--transfer",
+            "64KiB..128KiB",
+            "--buffer",
+            "4KiB..8KiB",
+            "-c",
+            "4",
+            "-n",
+            "2",
+            "--shutdown",
+            "rude",
+        ],
+    ];
+    for (i, flags) in cases.iter().enumerate() {
+        let spec = tmp("specs", &format!("case{i}.json"));
+        let (code, out, err) = run(&[&["tcp"], *flags, &["--print-spec"]].concat());
+        assert_eq!(code, Some(0), "{err}");
+        std::fs::write(&spec, &out).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("--print-spec prints JSON alone");
+        assert_eq!(doc["kind"], "tcp");
+
+        let by_flags = tmp("specs", &format!("flags{i}.json"));
+        let by_file = tmp("specs", &format!("file{i}.json"));
+        let (c1, o1, e1) = run(&[
+            &["tcp"],
+            *flags,
+            &["-v", "1", "--json", by_flags.to_str().unwrap()],
+        ]
+        .concat());
+        let (c2, o2, e2) = run(&[
+            "run",
+            spec.to_str().unwrap(),
+            "-v",
+            "1",
+            "--json",
+            by_file.to_str().unwrap(),
+        ]);
+        assert_eq!((c1, c2), (Some(0), Some(0)), "{e1}\n{e2}");
+        assert!(banner(&o1).contains("goodput tcp: configured settings"), "{o1}");
+        assert_eq!(banner(&o1), banner(&o2), "case {i}: the same banner");
+        assert_eq!(
+            settings(&by_flags),
+            settings(&by_file),
+            "case {i}: the same settings"
+        );
+    }
+}
+
+#[test]
+fn every_rule_reads_the_same_from_a_file_as_from_flags() {
+    // (flags, the flag path's message, spec fields, the file path's message)
+    let cases: [(&[&str], &str, &str, &str); 9] = [
+        (
+            &["-c", "0"],
+            "--connections must be at least 1",
+            r#""connections": 0"#,
+            "tcp.connections: must be at least 1",
+        ),
+        (
+            &["--transfer", "0"],
+            "--transfer must be at least 1 byte",
+            r#""transfer": 0"#,
+            "tcp.transfer: must be at least 1 byte",
+        ),
+        (
+            &["--buffer", "128MiB"],
+            "--buffer must be between 1 byte and 64 MiB",
+            r#""buffer": "128MiB""#,
+            "tcp.buffer: must be between 1 byte and 64 MiB",
+        ),
+        (
+            &["--pattern", "pushpull", "--push-bytes", "0"],
+            "--push-bytes and --pull-bytes must be at least 1 byte",
+            r#""pattern": "push_pull", "push_bytes": 0"#,
+            "tcp.push_bytes: and `pull_bytes` must be at least 1 byte",
+        ),
+        (
+            &["--rate-limit", "1", "--rate-period", "1ms"],
+            "--rate-limit 1 B/s (8.00 bit/s) with --rate-period 1 ms gives less than one byte per period",
+            r#""rate_limit": 1, "rate_period": "1ms""#,
+            "tcp.rate_limit: 1 B/s (8.00 bit/s) with `rate_period` 1 ms gives less than one byte per period",
+        ),
+        (
+            &["--rate-period", "0s"],
+            "--rate-period must be above zero",
+            r#""rate_period": "0s""#,
+            "tcp.rate_period: must be above zero",
+        ),
+        (
+            &["--local-port", "5000..5001", "-c", "4"],
+            "--local-port range has 2 ports, fewer than --connections 4",
+            r#""local_port": "5000..5001", "connections": 4"#,
+            "tcp.local_port: range has 2 ports, fewer than `connections` 4",
+        ),
+        (
+            &["--status-interval", "1ms"],
+            "--status-interval must be at least 10ms",
+            r#""status_interval": "1ms""#,
+            "tcp.status_interval: must be at least 10ms",
+        ),
+        (
+            &["--idle-timeout", "0s"],
+            "--idle-timeout must be above zero",
+            r#""idle_timeout": 0"#,
+            "tcp.idle_timeout: must be above zero",
+        ),
+    ];
+    for (i, (flags, flag_says, fields, file_says)) in cases.iter().enumerate() {
+        let (code, _, err) = run(&[&["tcp"], *flags].concat());
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(flag_says), "{flags:?}: {err}");
+        let spec = tmp("specs", &format!("rule{i}.json"));
+        std::fs::write(&spec, format!(r#"{{"kind": "tcp", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", spec.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(file_says), "{fields}: {err}");
+    }
+}
+
+#[test]
+fn a_bad_document_gets_one_line_naming_the_place() {
+    let cases = [
+        (
+            "unknown.json",
+            r#"{"kind": "tcp", "conections": 5}"#,
+            "tcp.conections: unknown field, did you mean connections?",
+        ),
+        (
+            "type.json",
+            r#"{"kind": "tcp", "connections": "many"}"#,
+            "tcp.connections: invalid type: string \"many\", expected u64",
+        ),
+        (
+            "negative.json",
+            r#"{"kind": "tcp", "transfer": -1}"#,
+            "tcp.transfer: -1 is negative",
+        ),
+        (
+            "kind.json",
+            r#"{"kind": "ftp"}"#,
+            "kind: unknown kind 'ftp'; one of tcp",
+        ),
+        ("bad.toml", "kind = \"tcp\"\nconnections = [", "not valid TOML:"),
+        ("bad.json", "{\"kind\": ", "not valid JSON:"),
+        (
+            "many.json",
+            r#"{"tests": [{"kind": "tcp"}, {"kind": "tcp", "iterations": -2}]}"#,
+            "tests[1].tcp.iterations:",
+        ),
+    ];
+    for (name, text, says) in cases {
+        let path = tmp("specs", name);
+        std::fs::write(&path, text).unwrap();
+        let (code, out, err) = run(&["run", path.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{name}: {out}\n{err}");
+        let line = err.trim_end();
+        assert!(!line.contains('\n'), "{name}: one line: {err}");
+        assert!(line.contains(says), "{name}: {err}");
+        assert!(
+            line.contains(path.to_str().unwrap()),
+            "{name}: names the file: {err}"
+        );
+    }
+    let (code, _, err) = run(&["run", "/nonexistent-goodput/spec.json"]);
+    assert_eq!(code, Some(3), "{err}");
+}
+
+#[test]
+fn a_toml_document_runs_its_tests_in_order_each_with_its_own_files() {
+    let doc = tmp("specs", "two.toml");
+    std::fs::write(
+        &doc,
+        r#"
+[[tests]]
+kind = "tcp"
+transfer = "256KiB"
+connections = 2
+
+[[tests]]
+kind = "tcp"
+pattern = "pull"
+transfer = "128KiB"
+connections = 3
+"#,
+    )
+    .unwrap();
+    let json = tmp("specs", "two.json");
+    let (code, out, err) = run(&[
+        "run",
+        doc.to_str().unwrap(),
+        "-v",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let read = |n: u32| -> serde_json::Value {
+        let p = json.with_file_name(format!("two-{n}.json"));
+        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+    };
+    let (a, b) = (read(1), read(2));
+    assert_eq!(a["summary"]["successful"], 2);
+    assert_eq!(a["summary"]["sent_bytes"], 2 * 256 * 1024);
+    assert_eq!(b["summary"]["successful"], 3);
+    assert_eq!(b["summary"]["received_bytes"], 3 * 128 * 1024);
+    assert_eq!(
+        out.matches("goodput tcp: configured settings").count(),
+        2,
+        "{out}"
+    );
+}
+
+#[test]
+fn committed_spec_schema_matches_the_spec_model() {
+    let (code, out, _) = run(&["schema", "--spec"]);
+    assert_eq!(code, Some(0));
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/spec-v1.json")).unwrap();
+    assert_eq!(
+        out, committed,
+        "schema/spec-v1.json is stale: regenerate it with `goodput schema --spec > schema/spec-v1.json`"
+    );
+    let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(schema.to_string().contains("\"tcp\""));
+}
