@@ -19,6 +19,10 @@ pub struct TestResult {
     pub tool: ToolInfo,
     /// Which test and which side.
     pub kind: TestKind,
+    /// The test as a document, when it was run from one (`goodput run`
+    /// reads it back to run the same test again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<crate::spec::TestSpec>,
     /// Wall-clock start, milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
     /// Settings in force.

@@ -441,6 +441,7 @@ pub async fn run_echo(
         connect_histogram: (!connect_h.is_empty()).then(|| encode_histogram(&connect_h)),
     };
     Ok(TestResult {
+        spec: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::EchoClient,

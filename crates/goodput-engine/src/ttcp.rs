@@ -197,6 +197,7 @@ pub fn run_ttcp(
     let mut summary = SummaryBuilder::default();
     summary.add(&record);
     Ok(TestResult {
+        spec: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: if transmit {

@@ -475,6 +475,7 @@ async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
 /// Runs a validated TCP spec with the views `out` asks for: the one path
 /// of `goodput tcp` and of a tcp test in `goodput run`.
 async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    let document = TestSpec::Tcp(spec.clone());
     let socket = socket_options_of(&spec.socket);
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
@@ -585,7 +586,8 @@ async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
     }
     let result = run_client(spec, &mut views, cancel.clone()).await;
     server.stop().await;
-    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    result.spec = Some(document);
     views.finish(&result, out.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED

@@ -291,3 +291,46 @@ fn committed_spec_schema_matches_the_spec_model() {
     let schema: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(schema.to_string().contains("\"tcp\""));
 }
+
+#[test]
+fn a_result_carries_its_spec_and_runs_again() {
+    let first = tmp("specs", "first.json");
+    let again = tmp("specs", "again.json");
+    let (code, _, err) = run(&[
+        "tcp",
+        "--transfer",
+        "300KB",
+        "-c",
+        "3",
+        "--pattern",
+        "pull",
+        "-v",
+        "0",
+        "--json",
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
+    assert_eq!(a["spec"]["kind"], "tcp");
+    assert_eq!(a["spec"]["transfer"], "300KB");
+    assert_eq!(a["spec"]["pattern"], "pull");
+    // The result document itself is something goodput run takes.
+    let (code, _, err) = run(&[
+        "run",
+        first.to_str().unwrap(),
+        "-v",
+        "0",
+        "--json",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(&again).unwrap()).unwrap();
+    assert_eq!(a["spec"], b["spec"]);
+    assert_eq!(b["summary"]["received_bytes"], 3 * 300_000);
+    // A result without its spec (an older one, or another kind) says so.
+    let bare = tmp("specs", "bare.json");
+    std::fs::write(&bare, r#"{"schema_version": 1, "kind": "tcp_client"}"#).unwrap();
+    let (code, _, err) = run(&["run", bare.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("does not carry the test it ran"), "{err}");
+}

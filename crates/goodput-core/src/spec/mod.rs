@@ -89,7 +89,7 @@ enum Document {
 }
 
 /// Reads the specs of a JSON or TOML document (`toml` picks the format),
-/// each validated. Errors name the place: `tests[1].tcp.conections:
+/// each validated; a result document gives the spec it ran. Errors name the place: `tests[1].tcp.conections:
 /// unknown field, did you mean connections?`.
 pub fn read_document(text: &str, toml: bool) -> Result<Vec<TestSpec>, SpecError> {
     let value: serde_json::Value = if toml {
@@ -98,6 +98,19 @@ pub fn read_document(text: &str, toml: bool) -> Result<Vec<TestSpec>, SpecError>
         serde_json::to_value(t).map_err(|e| SpecError::new("", e.to_string()))?
     } else {
         serde_json::from_str(text).map_err(|e| SpecError::new("", format!("not valid JSON: {e}")))?
+    };
+    // A result document names the test it ran: run that again.
+    let value = match value {
+        serde_json::Value::Object(mut o) if o.contains_key("schema_version") => match o.remove("spec") {
+            Some(spec) => spec,
+            None => {
+                return Err(SpecError::new(
+                    "spec",
+                    "this result document does not carry the test it ran",
+                ))
+            }
+        },
+        v => v,
     };
     let (values, many) = match serde_json::from_value::<Document>(value) {
         Ok(Document::Many { tests }) => (tests, true),

@@ -159,6 +159,7 @@ pub async fn run_media(
     let summary: Summary = summary.finish(f.elapsed.as_nanos() as u64);
     let plan = spec.plan;
     Ok(TestResult {
+        spec: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::MediaClient,

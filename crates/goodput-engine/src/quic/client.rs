@@ -413,6 +413,7 @@ pub async fn run_quic(
         errors: tally.errors.lock().expect("not poisoned").clone(),
     };
     Ok(TestResult {
+        spec: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::QuicClient,

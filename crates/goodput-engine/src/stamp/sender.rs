@@ -248,6 +248,7 @@ pub async fn run_sender(
         EndReason::Completed
     };
     Ok(TestResult {
+        spec: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::StampSender,

@@ -354,6 +354,7 @@ impl Driven {
         settings: TcpSettings,
     ) -> TestResult {
         TestResult {
+            spec: None,
             schema_version: goodput_core::result::SCHEMA_VERSION,
             tool: crate::tool_info(),
             kind,
