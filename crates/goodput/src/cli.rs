@@ -663,6 +663,10 @@ pub struct StampArgs {
     pub status_interval: HumanDuration,
     #[command(flatten)]
     pub views: ViewArgs,
+    /// Print the test these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without running it.
+    #[arg(long)]
+    pub print_spec: bool,
 }
 
 /// `goodput udp`: media streams.

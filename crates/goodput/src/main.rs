@@ -30,7 +30,7 @@ use cli::{
     Cli, Command, EchoArgs, Iperf3Args, OutputArgs, PatternArg, PatternArgs, QuicArgs, RunArgs, ServerArgs,
     ShutdownArg, SocketArgs, StampArgs, TcpArgs, TtcpArgs, UdpArgs, VerifyArg, ViewArgs, WireArg,
 };
-use goodput_core::spec::{Family, SocketSpec, SpecError, TcpSpec, TcpWire, TestSpec};
+use goodput_core::spec::{Family, SocketSpec, SpecError, StampSpec, TcpSpec, TcpWire, TestSpec};
 
 /// jemalloc rather than glibc's malloc, for the memory each connection
 /// costs: tokio aligns every task and every socket registration to 128
@@ -730,6 +730,7 @@ async fn run_document(args: RunArgs) -> Result<u8, Stop> {
         let views = numbered_views(&args.views, several.then_some(i + 1));
         let code = match spec {
             TestSpec::Tcp(t) => run_tcp(t, &views).await?,
+            TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
         };
         if status == EXIT_OK {
             status = code;
@@ -1578,57 +1579,58 @@ fn stamp_bind_error(e: EngineError, port: u16) -> Stop {
 }
 
 async fn stamp(args: StampArgs) -> Result<u8, Stop> {
-    let interval = match args.rate {
-        Some(r) if !(r.is_finite() && r > 0.0 && r <= 1e6) => {
-            return Err(usage(
-                "--rate must be above 0 and at most 1000000 packets/s (0.5 sends one every 2 s)",
-            ))
-        }
-        Some(r) => Duration::from_secs_f64(1.0 / r),
-        None => args.interval.0,
+    let spec = StampSpec {
+        host: args.host.clone(),
+        port: args.port,
+        interval: args.rate.is_none().then_some(args.interval),
+        rate: args.rate,
+        count: args.count,
+        duration: args.duration,
+        size: args.size,
+        dscp: args.dscp,
+        ssid: args.ssid,
+        timeout: args.timeout,
+        sessions: args.sessions,
+        bind: args.bind,
+        family: if args.ipv4 {
+            Family::Ipv4
+        } else if args.ipv6 {
+            Family::Ipv6
+        } else {
+            Family::Any
+        },
+        stateful: args.stateful,
+        status_interval: args.status_interval,
     };
-    if interval < Duration::from_micros(1) {
-        return Err(usage("--interval must be at least 1us"));
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Stamp(spec))?;
+        return Ok(EXIT_OK);
     }
-    if !(goodput_core::stamp::BASE_LEN..=goodput_core::stamp::MAX_PACKET_LEN).contains(&args.size) {
-        return Err(usage(format!(
-            "--size must be {}..={} bytes (the 44-byte STAMP packet plus padding)",
-            goodput_core::stamp::BASE_LEN,
-            goodput_core::stamp::MAX_PACKET_LEN
-        )));
-    }
-    if args.timeout.0.is_zero() {
-        return Err(usage("--timeout must be above zero"));
-    }
-    if args.count == Some(0) {
-        return Err(usage("--count must be at least 1"));
-    }
-    if args.duration.is_some_and(|d| d.0.is_zero()) {
-        return Err(usage("--duration must be above zero"));
-    }
-    if args.status_interval.0 < Duration::from_millis(10) {
-        return Err(usage("--status-interval must be at least 10ms"));
-    }
-    if args.stateful && args.host.is_some() {
-        return Err(usage(
-            "--stateful configures the embedded reflector; a remote reflector is set up on its own side",
-        ));
-    }
-    let count = match (args.count, &args.duration) {
-        (None, None) => Some(100),
-        (c, _) => c,
-    };
+    run_stamp(spec, &args.views, args.packet_file.as_deref()).await
+}
+
+/// Runs a validated STAMP spec: `goodput stamp`'s path and `goodput run`'s.
+async fn run_stamp(
+    spec: StampSpec,
+    out: &ViewArgs,
+    packet_file: Option<&std::path::Path>,
+) -> Result<u8, Stop> {
+    let document = TestSpec::Stamp(spec.clone());
+    let interval = spec.packet_interval();
+    let count = spec.packet_count();
+    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
     let mut notices = Vec::new();
-    check_socket_room("--sessions", u64::from(args.sessions))?;
+    check_socket_room("--sessions", u64::from(spec.sessions))?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let mut server = Embedded::new(&cancel);
-    let target = match &args.host {
+    let target = match &spec.host {
         None => {
-            let ip = loopback(args.ipv6);
+            let ip = loopback(v6);
             let r = bind_reflector(ReflectorSpec {
                 listen: vec![SocketAddr::new(ip, 0)],
-                stateful: args.stateful,
+                stateful: spec.stateful,
                 allow: Vec::new(),
                 per_source_rate: 0,
                 session_timeout: Duration::from_secs(300),
@@ -1641,22 +1643,22 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
             });
             addr
         }
-        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
+        Some(h) => resolve(h, spec.port, v4, v6).await?[0],
     };
-    if interval < Duration::from_millis(1) && args.sessions > 1 {
+    if interval < Duration::from_millis(1) && spec.sessions > 1 {
         notices.push(format!(
             "{} sessions at {:.0} packets/s each: the machine may not keep up; watch the loss figures",
-            args.sessions,
+            spec.sessions,
             1.0 / interval.as_secs_f64()
         ));
     }
-    let mut views = Views::open(&args.views, None)?;
-    if let Some(p) = &args.packet_file {
+    let mut views = Views::open(out, None)?;
+    if let Some(p) = packet_file {
         let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?;
         views.files.push(Box::new(f));
     }
-    views.quiet_if_stdout(args.packet_file.as_deref());
-    let ends = match (count, &args.duration) {
+    views.quiet_if_stdout(packet_file);
+    let ends = match (count, &spec.duration) {
         (Some(c), Some(d)) => format!("after {c} packets per session or {} s", d.0.as_secs_f64()),
         (Some(c), None) => format!("after {c} packets per session"),
         (None, Some(d)) => format!("after {} s", d.0.as_secs_f64()),
@@ -1667,10 +1669,10 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
             "Reflector".to_owned(),
             format!(
                 "{target}{}",
-                if args.host.is_none() {
+                if spec.host.is_none() {
                     format!(
                         " (embedded goodput reflector, {})",
-                        if args.stateful { "stateful" } else { "stateless" }
+                        if spec.stateful { "stateful" } else { "stateless" }
                     )
                 } else {
                     String::new()
@@ -1681,24 +1683,24 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
             "Sessions".into(),
             format!(
                 "{}{}",
-                args.sessions,
-                args.ssid.map_or(String::new(), |s| format!(", SSID {s} upwards"))
+                spec.sessions,
+                spec.ssid.map_or(String::new(), |s| format!(", SSID {s} upwards"))
             ),
         ),
         (
             "Packets".into(),
             format!(
                 "{} B every {:.3} ms ({:.1} packets/s per session), DSCP {}, TTL 255",
-                args.size,
+                spec.size,
                 interval.as_secs_f64() * 1e3,
                 1.0 / interval.as_secs_f64(),
-                args.dscp
+                spec.dscp
             ),
         ),
         ("Ends".into(), ends),
         (
             "Loss timeout".into(),
-            format!("{} ms", args.timeout.0.as_millis()),
+            format!("{} ms", spec.timeout.0.as_millis()),
         ),
     ];
     views.console.banner("goodput stamp", &banner);
@@ -1707,22 +1709,23 @@ async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     }
     let spec = StampSenderSpec {
         target,
-        bind: args.bind,
-        sessions: args.sessions,
+        bind: spec.bind,
+        sessions: spec.sessions,
         interval,
         count,
-        duration: args.duration.map(|d| d.0),
-        packet_bytes: args.size,
-        dscp: args.dscp,
-        ssid: args.ssid,
-        timeout: args.timeout.0,
-        status_interval: args.status_interval.0,
-        max_records: args.views.max_records,
+        duration: spec.duration.map(|d| d.0),
+        packet_bytes: spec.size,
+        dscp: spec.dscp,
+        ssid: spec.ssid,
+        timeout: spec.timeout.0,
+        status_interval: spec.status_interval.0,
+        max_records: out.max_records,
     };
     let result = goodput_engine::stamp::run_sender(spec, &mut views, cancel.clone()).await;
     server.stop().await;
-    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.views.json.as_deref())?;
+    let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    result.spec = Some(document);
+    views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
 }
 

@@ -334,3 +334,56 @@ fn a_result_carries_its_spec_and_runs_again() {
     assert_eq!(code, Some(2));
     assert!(err.contains("does not carry the test it ran"), "{err}");
 }
+
+#[test]
+fn a_stamp_spec_runs_as_its_flags_do() {
+    let flags: &[&str] = &["-c", "30", "-i", "5ms", "--size", "100", "--sessions", "2"];
+    let spec = tmp("specs", "stamp.json");
+    let (code, out, err) = run(&[&["stamp"], flags, &["--print-spec"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    std::fs::write(&spec, &out).unwrap();
+    let by_flags = tmp("specs", "stamp-flags.json");
+    let by_file = tmp("specs", "stamp-file.json");
+    let (c1, o1, e1) = run(&[
+        &["stamp"],
+        flags,
+        &["-v", "1", "--json", by_flags.to_str().unwrap()],
+    ]
+    .concat());
+    let (c2, o2, e2) = run(&[
+        "run",
+        spec.to_str().unwrap(),
+        "-v",
+        "1",
+        "--json",
+        by_file.to_str().unwrap(),
+    ]);
+    assert_eq!((c1, c2), (Some(0), Some(0)), "{e1}\n{e2}");
+    let head = |o: &str| without_ports(o.split("Legend:").next().unwrap_or(""));
+    assert!(head(&o1).contains("100 B every 5.000 ms"), "{o1}");
+    assert_eq!(head(&o1), head(&o2));
+    assert_eq!(settings(&by_flags), settings(&by_file));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&by_file).unwrap()).unwrap();
+    assert_eq!(r["spec"]["kind"], "stamp");
+    assert_eq!(r["stamp"]["total"]["sent"], 60, "{}", r["stamp"]["total"]);
+    assert_eq!(r["stamp"]["packet_bytes"], 100);
+    // Rules read the same from a file.
+    for (fields, says) in [
+        (r#""rate": 0"#, "stamp.rate: must be above 0"),
+        (r#""size": 10"#, "stamp.size: must be 44..=9000 bytes"),
+        (
+            r#""host": "192.0.2.1", "stateful": true"#,
+            "stamp.stateful: configures the embedded reflector",
+        ),
+        (
+            r#""rate": 5, "interval": "1s""#,
+            "stamp.interval: cannot be used with `rate`",
+        ),
+    ] {
+        let f = tmp("specs", "stamp-rule.json");
+        std::fs::write(&f, format!(r#"{{"kind": "stamp", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(says), "{fields}: {err}");
+    }
+}

@@ -11,8 +11,10 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod stamp;
 pub mod tcp;
 
+pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
@@ -21,6 +23,8 @@ pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 pub enum TestSpec {
     /// A TCP good-put and reliability test (`goodput tcp`).
     Tcp(TcpSpec),
+    /// A STAMP Session-Sender run (`goodput stamp`).
+    Stamp(StampSpec),
 }
 
 impl TestSpec {
@@ -28,6 +32,7 @@ impl TestSpec {
     pub fn kind(&self) -> &'static str {
         match self {
             TestSpec::Tcp(_) => "tcp",
+            TestSpec::Stamp(_) => "stamp",
         }
     }
 
@@ -35,6 +40,7 @@ impl TestSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         match self {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
+            TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
         }
     }
 }
@@ -142,7 +148,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp"];
+    let known = ["tcp", "stamp"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -165,7 +171,10 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     }
     // Each kind's fields read straight into its struct, so a bad field's
     // path is known (through the tagged enum serde would lose it).
-    let spec = serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp);
+    let spec = match kind.as_str() {
+        "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
+        _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
+    };
     spec.map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
@@ -240,9 +249,18 @@ mod tests {
     fn missing_fields_take_the_flags_defaults() {
         let specs = read_document(r#"{"kind": "tcp"}"#, false).unwrap();
         assert_eq!(specs, vec![TestSpec::Tcp(TcpSpec::default())]);
-        let TestSpec::Tcp(t) = &specs[0];
+        let TestSpec::Tcp(t) = &specs[0] else {
+            panic!("{specs:?}")
+        };
         assert_eq!((t.connections, t.iterations, t.port), (8, 1, 4444));
         assert_eq!(t.transfer.lo.0, 1 << 30);
+        let specs = read_document("kind = \"stamp\"", true).unwrap();
+        let TestSpec::Stamp(s) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((s.port, s.size, s.sessions), (862, 44, 1));
+        assert_eq!(s.packet_interval(), std::time::Duration::from_millis(100));
+        assert_eq!(s.packet_count(), Some(100));
     }
 
     #[test]
@@ -262,7 +280,18 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp"
+            "kind: unknown kind 'bogus'; one of tcp, stamp"
+        );
+        assert_eq!(
+            e(r#"{"kind": "stamp", "rate": 0}"#, false)
+                .split(" (")
+                .next()
+                .unwrap(),
+            "stamp.rate: must be above 0 and at most 1000000 packets/s"
+        );
+        assert_eq!(
+            e(r#"{"kind": "stamp", "rate": 10, "interval": "1s"}"#, false),
+            "stamp.interval: cannot be used with `rate`"
         );
         assert!(
             e("kind = ", true).starts_with("not valid TOML:"),

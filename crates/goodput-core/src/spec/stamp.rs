@@ -1,0 +1,150 @@
+//! `goodput stamp` as a document.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Family, SpecError};
+use crate::stamp::{BASE_LEN, MAX_PACKET_LEN};
+use crate::units::HumanDuration;
+
+/// A STAMP (RFC 8762) Session-Sender run. Every field has the default of
+/// its flag in `goodput stamp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct StampSpec {
+    /// Reflector name or address (`HOST`, `HOST:PORT`); none: an embedded
+    /// goodput reflector on loopback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Reflector UDP port.
+    pub port: u16,
+    /// Time between packets of a session (default 100ms; not with `rate`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<HumanDuration>,
+    /// Packets per second per session, instead of `interval`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Packets per session (default 100 when `duration` is not given).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// Length of the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<HumanDuration>,
+    /// Packet size, bytes (44 + padding, up to 9000).
+    pub size: usize,
+    /// DSCP of the packets (0-63).
+    pub dscp: u8,
+    /// SSID of the first session (the others count up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ssid: Option<u16>,
+    /// A packet with no reply after this long is lost.
+    pub timeout: HumanDuration,
+    /// Concurrent sessions, each from its own UDP port.
+    pub sessions: u32,
+    /// Local address to send from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind: Option<IpAddr>,
+    /// Address family.
+    pub family: Family,
+    /// Make the embedded reflector stateful (its own sequence numbers).
+    pub stateful: bool,
+    /// Status line period.
+    pub status_interval: HumanDuration,
+}
+
+impl Default for StampSpec {
+    fn default() -> Self {
+        Self {
+            host: None,
+            port: 862,
+            interval: None,
+            rate: None,
+            count: None,
+            duration: None,
+            size: BASE_LEN,
+            dscp: 0,
+            ssid: None,
+            timeout: HumanDuration(Duration::from_secs(2)),
+            sessions: 1,
+            bind: None,
+            family: Family::Any,
+            stateful: false,
+            status_interval: HumanDuration(Duration::from_secs(1)),
+        }
+    }
+}
+
+impl StampSpec {
+    /// The time between packets: `interval`, or one over `rate`.
+    pub fn packet_interval(&self) -> Duration {
+        match (self.rate, self.interval) {
+            (Some(r), _) if r.is_finite() && r > 0.0 => Duration::from_secs_f64(1.0 / r),
+            (_, Some(i)) => i.0,
+            _ => Duration::from_millis(100),
+        }
+    }
+
+    /// Packets per session: `count`, or 100 when no `duration` is given.
+    pub fn packet_count(&self) -> Option<u64> {
+        match (self.count, self.duration) {
+            (None, None) => Some(100),
+            (c, _) => c,
+        }
+    }
+
+    /// Every rule of `goodput stamp`'s flags.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(r) = self.rate {
+            if self.interval.is_some() {
+                return Err(SpecError::new("interval", "cannot be used with `rate`"));
+            }
+            if !(r.is_finite() && r > 0.0 && r <= 1e6) {
+                return Err(SpecError::new(
+                    "rate",
+                    "must be above 0 and at most 1000000 packets/s (0.5 sends one every 2 s)",
+                ));
+            }
+        }
+        if self.packet_interval() < Duration::from_micros(1) {
+            return Err(SpecError::new("interval", "must be at least 1us"));
+        }
+        if !(BASE_LEN..=MAX_PACKET_LEN).contains(&self.size) {
+            return Err(SpecError::new(
+                "size",
+                format!(
+                    "must be {BASE_LEN}..={MAX_PACKET_LEN} bytes (the 44-byte STAMP packet plus padding)"
+                ),
+            ));
+        }
+        if self.dscp > 63 {
+            return Err(SpecError::new("dscp", "must be 0-63"));
+        }
+        if self.ssid == Some(0) {
+            return Err(SpecError::new("ssid", "must be 1-65535"));
+        }
+        if !(1..=100_000).contains(&self.sessions) {
+            return Err(SpecError::new("sessions", "must be 1-100000"));
+        }
+        if self.timeout.0.is_zero() {
+            return Err(SpecError::new("timeout", "must be above zero"));
+        }
+        if self.count == Some(0) {
+            return Err(SpecError::new("count", "must be at least 1"));
+        }
+        if self.duration.is_some_and(|d| d.0.is_zero()) {
+            return Err(SpecError::new("duration", "must be above zero"));
+        }
+        if self.status_interval.0 < Duration::from_millis(10) {
+            return Err(SpecError::new("status_interval", "must be at least 10ms"));
+        }
+        if self.stateful && self.host.is_some() {
+            return Err(SpecError::new(
+                "stateful",
+                "configures the embedded reflector; a remote reflector is set up on its own side",
+            ));
+        }
+        Ok(())
+    }
+}
