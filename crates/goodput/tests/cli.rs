@@ -171,10 +171,7 @@ fn verbosity_zero_prints_nothing() {
 
 #[test]
 fn separate_server_process_serves_a_client_and_exits_after_count() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port().to_string()
-    };
+    let port = common::free_tcp_port().to_string();
     let server_json = tmp("srv.json");
     let mut server = goodput()
         .args([
@@ -250,10 +247,7 @@ fn committed_schema_matches_the_result_model() {
 
 #[test]
 fn sigterm_stops_a_server_with_its_files_complete() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port().to_string()
-    };
+    let port = common::free_tcp_port().to_string();
     let json = tmp("term.json");
     let conns = tmp("term-conns.csv");
     let server = goodput()

@@ -60,20 +60,48 @@ pub fn have(tool: &str, probe: &[&str], install: &str) -> bool {
     ok
 }
 
+/// A port free for TCP and UDP on 127.0.0.1 and ::1, chosen below the
+/// kernel's ephemeral range: a port taken from the ephemeral range (bind to
+/// port 0) can be handed to another test's outgoing connection before the
+/// server under test binds it. Each test process walks its own sequence
+/// from a start derived from its process id.
+fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    // Ports [10000, low) when the range leaves room; else the old way.
+    if low < 12000 {
+        return UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+    }
+    let span = low - 10000;
+    let start = std::process::id().wrapping_mul(2654435761) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (10000 + (start + n) % span) as u16;
+        let free = TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && UdpSocket::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("::1", port)).is_ok()
+            && UdpSocket::bind(("::1", port)).is_ok();
+        if free {
+            return port;
+        }
+    }
+    panic!("no free port below {low}");
+}
+
 pub fn free_tcp_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port()
 }
 
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_port()
 }
 
 fn proc_has(files: &[&str], port: u16, listening_only: bool) -> bool {
