@@ -1,0 +1,175 @@
+//! The flags of `goodput server`.
+
+use super::iperf3::Iperf3Rate;
+use super::{OutputArgs, PatternArgs, SocketArgs, WireArg};
+use clap::Args;
+use goodput_core::units::{ByteSize, HumanDuration};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Also run a discard service (RFC 863, TCP and UDP) on this port.
+    #[arg(long, value_name = "PORT")]
+    pub discard_port: Option<u16>,
+    /// Also run an echo service (RFC 862, TCP) on this port.
+    #[arg(long, value_name = "PORT")]
+    pub echo_port: Option<u16>,
+    /// Also run a TLS echo service on this port (certificate from --cert and
+    /// --key, or a self-signed one generated at start).
+    #[arg(long, value_name = "PORT")]
+    pub echo_tls_port: Option<u16>,
+    /// PEM certificate chain for the TLS echo service and the QUIC perf
+    /// server.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key for the TLS echo service and the QUIC perf server.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
+    /// Also run a STAMP (RFC 8762) reflector on UDP --stamp-port.
+    #[arg(long)]
+    pub stamp: bool,
+    /// UDP port of the STAMP reflector (862 needs root or
+    /// CAP_NET_BIND_SERVICE).
+    #[arg(long, default_value_t = 862, value_name = "PORT")]
+    pub stamp_port: u16,
+    /// Address of the STAMP reflector (repeatable; default 0.0.0.0 and ::).
+    #[arg(long, value_name = "ADDR")]
+    pub stamp_listen: Vec<IpAddr>,
+    /// Stateful reflection: a sequence counter per session, so senders can
+    /// split loss into forward and backward.
+    #[arg(long)]
+    pub stamp_stateful: bool,
+    /// Answer only these sources (repeatable; ADDR or ADDR/PREFIX).
+    #[arg(long, value_name = "CIDR")]
+    pub stamp_allow: Vec<goodput_core::stamp::Cidr>,
+    /// Most STAMP requests per second answered for one source address; a
+    /// source may burst one second's worth (0 = no limit).
+    #[arg(long, default_value_t = 10_000, value_name = "PPS")]
+    pub stamp_rate_limit: u32,
+    /// Answer 14..43-byte TWAMP-Light requests with the full 44-byte STAMP
+    /// packet (RFC 8762 §4.6). Off by default: such a request is answered
+    /// with its own length, so no source gets more bytes than it sent.
+    #[arg(long)]
+    pub stamp_pad_short: bool,
+    /// Also run a QUIC perf server (ALPN perf) on UDP --quic-port.
+    #[arg(long)]
+    pub quic: bool,
+    /// UDP port of the QUIC perf server.
+    #[arg(long, default_value_t = 4433, value_name = "PORT")]
+    pub quic_port: u16,
+    /// Address of the QUIC perf server (repeatable; default 0.0.0.0 and ::).
+    #[arg(long, value_name = "ADDR")]
+    pub quic_listen: Vec<IpAddr>,
+    /// Most QUIC connections at once.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub quic_max_connections: usize,
+    /// Most QUIC connections at once from one client address.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub quic_max_per_client: usize,
+    /// Largest finite response one QUIC stream may ask for.
+    #[arg(long, default_value = "100GB", value_name = "SIZE")]
+    pub quic_max_response: ByteSize,
+    /// Most QUIC connections in their handshake at once; past it Initials
+    /// are dropped unanswered. Each handshake must finish within
+    /// --hello-timeout.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub quic_max_handshakes: usize,
+    /// Accept a QUIC Initial from an address not yet validated without a
+    /// Retry round trip first. Saves a round trip per connection, but a
+    /// forged source then costs the server a handshake's state and gets up
+    /// to 3× the bytes it sent (RFC 9000's limit).
+    #[arg(long)]
+    pub quic_no_retry: bool,
+    /// Do not serve UDP media streams (`goodput udp`) on UDP --port.
+    #[arg(long)]
+    pub no_udp: bool,
+    /// Most media streams open at once (per listening socket).
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub udp_max_streams: usize,
+    /// Highest bit rate one media stream may ask for, bits/s (k, m, g ×1000).
+    #[arg(long, default_value = "100G", value_name = "RATE")]
+    pub udp_max_bitrate: Iperf3Rate,
+    /// Longest media stream a client may ask for (1 s to 136 years).
+    #[arg(long, default_value = "168h", value_name = "DURATION")]
+    pub udp_max_length: HumanDuration,
+    /// Highest frame rate a media stream may ask for, frames/s.
+    #[arg(long, default_value_t = 10_000, value_name = "FPS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub udp_max_frame_rate: u32,
+    /// Deepest play-out buffer an upload may ask the server to keep
+    /// (the server's memory per upload grows with it × the frame rate).
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub udp_max_buffer: HumanDuration,
+    /// Most memory all media streams may hold at once, each counted at its
+    /// ceiling (default: an eighth of physical memory); more are refused.
+    #[arg(long, value_name = "SIZE")]
+    pub udp_max_memory: Option<ByteSize>,
+    /// Also answer stock iperf3 clients (TCP and UDP, -R, --bidir, -P), one
+    /// test at a time, on --iperf3-port.
+    #[arg(long)]
+    pub iperf3: bool,
+    /// Port of the iperf3 service (TCP, and UDP for UDP tests).
+    #[arg(long, default_value_t = 5201, value_name = "PORT")]
+    pub iperf3_port: u16,
+    /// Address of the iperf3 service (default :: with IPv4 too, as iperf3).
+    #[arg(long, value_name = "ADDR")]
+    pub iperf3_listen: Option<IpAddr>,
+    /// Longest iperf3 test accepted (time plus omit).
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub iperf3_max_duration: HumanDuration,
+    /// Listen address (repeatable), with or without a port; default: 0.0.0.0
+    /// and :: (IPv6 only) on --port.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<String>,
+    /// Port for listen addresses given without one.
+    #[arg(long, short = 'p', default_value_t = 4444)]
+    pub port: u16,
+    /// SO_REUSEPORT, so several server processes can share the port.
+    #[arg(long)]
+    pub reuse_port: bool,
+    /// Exit after this many connections have ended.
+    #[arg(long, value_name = "N")]
+    pub exit_after: Option<u64>,
+    /// Most concurrent connections in total, over the TCP test port and the
+    /// discard, echo and TLS echo services [default: the open-file limit
+    /// less an eighth, kept for listeners, the other services and files].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<u64>,
+    /// Most concurrent connections from one client address, over the same
+    /// ports [default: a quarter of the open-file limit, so one client can
+    /// never take every descriptor].
+    #[arg(long, value_name = "N")]
+    pub max_per_client: Option<u64>,
+    /// Most connections still in their hello or TLS handshake (or being told
+    /// why they were refused); past it new connections are reset at once.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub max_pending: u64,
+    /// The same from one client address (a client opening many connections
+    /// at once stays under it: goodput tcp connects 1,000 at a time).
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_pending_per_client: u64,
+    /// Time for a connection's whole hello to arrive (however steadily it
+    /// trickles); then it is refused with a reason.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub hello_timeout: HumanDuration,
+    /// Largest transfer one connection may ask for.
+    #[arg(long, default_value = "1TiB", value_name = "SIZE")]
+    pub max_transfer: ByteSize,
+    /// Largest send/recv size one connection may ask for.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE")]
+    pub max_buffer: ByteSize,
+    /// Longest one connection may run before the server aborts it.
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub max_duration: HumanDuration,
+    /// Wire protocol; with cts the --pattern/--transfer/--buffer/--verify
+    /// flags below say what every connection does.
+    #[arg(long, value_enum, default_value = "goodput")]
+    pub wire: WireArg,
+    #[command(flatten)]
+    pub data: PatternArgs,
+    #[command(flatten)]
+    pub socket: SocketArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
