@@ -453,17 +453,125 @@ impl<T: Canonical + Copy + PartialOrd> Canonical for ValueRange<T> {
     }
 }
 
+/// A size as iperf3 reads it: K, M, G, T multiply by 1024 (KiB … also
+/// accepted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Iperf3Size(pub u64);
+
+impl std::str::FromStr for Iperf3Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, suffix) = t.split_at(split);
+        let mult: u64 = match suffix.trim() {
+            "" => 1,
+            "k" | "K" | "KiB" => 1 << 10,
+            "m" | "M" | "MiB" => 1 << 20,
+            "g" | "G" | "GiB" => 1 << 30,
+            "t" | "T" | "TiB" => 1 << 40,
+            _ => {
+                return Err(format!(
+                    "'{s}': expected a number with an optional K, M, G or T (×1024)"
+                ))
+            }
+        };
+        let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
+        let bytes = v * mult as f64;
+        if !(0.0..1.8e19).contains(&bytes) {
+            return Err(format!("'{s}': out of range"));
+        }
+        Ok(Iperf3Size(bytes.round() as u64))
+    }
+}
+
+/// A rate in bits/s as iperf3 reads it: k, m, g, t multiply by 1000
+/// (`25M`, also written `25Mbit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct BitRate(pub u64);
+
+impl std::str::FromStr for BitRate {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim();
+        if t.contains('/') && !t.ends_with("bit/s") {
+            return Err(format!("'{s}': burst counts (RATE/N) are not supported"));
+        }
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, suffix) = t.split_at(split);
+        let suffix = suffix.trim();
+        let suffix = suffix
+            .strip_suffix("bit/s")
+            .or_else(|| suffix.strip_suffix("bit"))
+            .unwrap_or(suffix);
+        let mult: f64 = match suffix {
+            "" => 1.0,
+            "k" | "K" => 1e3,
+            "m" | "M" => 1e6,
+            "g" | "G" => 1e9,
+            "t" | "T" => 1e12,
+            _ => {
+                return Err(format!(
+                    "'{s}': expected bits/s with an optional k, m, g or t (×1000)"
+                ))
+            }
+        };
+        let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
+        let bits = v * mult;
+        if !(0.0..1.8e19).contains(&bits) {
+            return Err(format!("'{s}': out of range"));
+        }
+        Ok(BitRate(bits.round() as u64))
+    }
+}
+
+impl Canonical for BitRate {
+    fn canonical(&self) -> String {
+        for (name, unit) in [
+            ("T", 1_000_000_000_000u64),
+            ("G", 1_000_000_000),
+            ("M", 1_000_000),
+            ("k", 1_000),
+        ] {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
+                return format!("{}{name}bit", self.0 / unit);
+            }
+        }
+        format!("{}bit", self.0)
+    }
+}
+
+impl Canonical for Iperf3Size {
+    fn canonical(&self) -> String {
+        for (name, unit) in [
+            ("TiB", 1u64 << 40),
+            ("GiB", 1 << 30),
+            ("MiB", 1 << 20),
+            ("KiB", 1 << 10),
+        ] {
+            if self.0 >= unit && self.0.is_multiple_of(unit) {
+                return format!("{}{name}", self.0 / unit);
+            }
+        }
+        self.0.to_string()
+    }
+}
+
 /// Reads a quantity from a document: a string in the flags' grammar, or a
 /// plain non-negative number (bytes, bytes per second, seconds, a port).
 struct TextVisitor<T>(std::marker::PhantomData<T>, &'static str);
 
-impl<T: FromStr<Err = ParseError>> serde::de::Visitor<'_> for TextVisitor<T> {
+impl<T: FromStr<Err = E2>, E2: fmt::Display> serde::de::Visitor<'_> for TextVisitor<T> {
     type Value = T;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.1)
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
-        v.parse().map_err(|e: ParseError| E::custom(e))
+        v.parse().map_err(|e: E2| E::custom(e))
     }
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<T, E> {
         self.visit_str(&v.to_string())
@@ -535,6 +643,16 @@ as_text!(
     HumanDuration,
     "Duration",
     "a duration such as \"10s\", \"500ms\", \"2m\" or a number of seconds"
+);
+as_text!(
+    BitRate,
+    "BitRate",
+    "a rate in bits per second such as \"25Mbit\" or \"25M\" (k, M, G, T multiply by 1000), or a number of bits per second"
+);
+as_text!(
+    Iperf3Size,
+    "Iperf3Size",
+    "a size as iperf3 reads it: \"128K\", \"1M\" (K, M, G, T multiply by 1024; KiB … also accepted) or a number of bytes"
 );
 as_text!(PortRange, "PortRange", "a port 0-65535 or a range \"LOW..HIGH\"");
 as_text!(
@@ -630,6 +748,38 @@ mod tests {
         assert_eq!(format_size(3_085_512 << 10), "2.94 GiB (3159564288 B)");
         assert_eq!(format_size(u64::MAX), "16777216.00 TiB (18446744073709551615 B)");
         assert_eq!(format_bits_per_second(1.25e9), "10.00 Gbit/s");
+    }
+
+    #[test]
+    fn bit_rates_and_iperf3_sizes_read_back_as_the_flags_read_them() {
+        for (text, bits) in [
+            ("25M", 25_000_000),
+            ("25Mbit", 25_000_000),
+            ("1.5k", 1500),
+            ("7", 7),
+            ("3Gbit/s", 3_000_000_000),
+        ] {
+            let r: BitRate = text.parse().unwrap();
+            assert_eq!(r.0, bits, "{text}");
+            assert_eq!(r.canonical().parse::<BitRate>().unwrap(), r);
+        }
+        assert_eq!(BitRate(25_000_000).canonical(), "25Mbit");
+        assert_eq!(BitRate(7).canonical(), "7bit");
+        assert!("25MB".parse::<BitRate>().is_err());
+        for (text, bytes) in [
+            ("128K", 131_072),
+            ("1M", 1 << 20),
+            ("1MiB", 1 << 20),
+            ("1000", 1000),
+        ] {
+            let s: Iperf3Size = text.parse().unwrap();
+            assert_eq!(s.0, bytes, "{text}");
+            assert_eq!(s.canonical().parse::<Iperf3Size>().unwrap(), s);
+        }
+        assert_eq!(Iperf3Size(131_072).canonical(), "128KiB");
+        let json = serde_json::to_string(&BitRate(25_000_000)).unwrap();
+        assert_eq!(json, "\"25Mbit\"");
+        assert_eq!(serde_json::from_str::<BitRate>("25000000").unwrap().0, 25_000_000);
     }
 
     #[test]

@@ -3,78 +3,9 @@
 use super::ViewArgs;
 use clap::Args;
 use goodput_core::units::HumanDuration;
+use goodput_core::units::{BitRate as Iperf3Rate, Iperf3Size};
 use std::net::IpAddr;
 use std::path::PathBuf;
-
-/// A size as iperf3 reads it: K, M, G, T multiply by 1024 (KiB … also
-/// accepted).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Iperf3Size(pub u64);
-
-impl std::str::FromStr for Iperf3Size {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, suffix) = t.split_at(split);
-        let mult: u64 = match suffix.trim() {
-            "" => 1,
-            "k" | "K" | "KiB" => 1 << 10,
-            "m" | "M" | "MiB" => 1 << 20,
-            "g" | "G" | "GiB" => 1 << 30,
-            "t" | "T" | "TiB" => 1 << 40,
-            _ => {
-                return Err(format!(
-                    "'{s}': expected a number with an optional K, M, G or T (×1024)"
-                ))
-            }
-        };
-        let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
-        let bytes = v * mult as f64;
-        if !(0.0..1.8e19).contains(&bytes) {
-            return Err(format!("'{s}': out of range"));
-        }
-        Ok(Iperf3Size(bytes.round() as u64))
-    }
-}
-
-/// A rate in bits/s as iperf3 reads it: k, m, g, t multiply by 1000.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Iperf3Rate(pub u64);
-
-impl std::str::FromStr for Iperf3Rate {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let t = s.trim();
-        if t.contains('/') {
-            return Err(format!("'{s}': burst counts (RATE/N) are not supported"));
-        }
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, suffix) = t.split_at(split);
-        let mult: f64 = match suffix.trim() {
-            "" => 1.0,
-            "k" | "K" => 1e3,
-            "m" | "M" => 1e6,
-            "g" | "G" => 1e9,
-            "t" | "T" => 1e12,
-            _ => {
-                return Err(format!(
-                    "'{s}': expected bits/s with an optional k, m, g or t (×1000)"
-                ))
-            }
-        };
-        let v: f64 = num.parse().map_err(|_| format!("'{s}': not a number"))?;
-        let bits = v * mult;
-        if !(0.0..1.8e19).contains(&bits) {
-            return Err(format!("'{s}': out of range"));
-        }
-        Ok(Iperf3Rate(bits.round() as u64))
-    }
-}
 
 /// `goodput iperf3`: iperf3's own option letters.
 #[derive(Debug, Args)]

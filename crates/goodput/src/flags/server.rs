@@ -1,8 +1,8 @@
 //! The flags of `goodput server`.
 
-use super::iperf3::Iperf3Rate;
 use super::{OutputArgs, PatternArgs, SocketArgs, WireArg};
 use clap::Args;
+use goodput_core::units::BitRate as Iperf3Rate;
 use goodput_core::units::{ByteSize, HumanDuration};
 use std::net::IpAddr;
 use std::path::PathBuf;

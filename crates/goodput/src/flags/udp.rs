@@ -1,8 +1,8 @@
 //! The flags of `goodput udp`.
 
-use super::iperf3::Iperf3Rate;
 use super::{VerifyArg, ViewArgs};
 use clap::Args;
+use goodput_core::units::BitRate as Iperf3Rate;
 use goodput_core::units::HumanDuration;
 use std::net::IpAddr;
 use std::path::PathBuf;
