@@ -42,6 +42,9 @@ pub struct TestResult {
     pub connections_omitted: u64,
     /// Why the run ended.
     pub end: EndReason,
+    /// Why the run failed, when it ended `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// iperf3 tests only: the figures iperf3 itself reports, both ends'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iperf3: Option<Iperf3Detail>,
@@ -1405,6 +1408,10 @@ pub enum EndReason {
     Interrupted,
     /// The server's `--exit-after` count was reached.
     ExitLimit,
+    /// The run could not start (a name that does not resolve, an address
+    /// that cannot be bound, a server that refuses) or stopped on an error
+    /// of its own; `error` says why.
+    Failed,
 }
 
 /// Minimum, median and maximum of a distribution.

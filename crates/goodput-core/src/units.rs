@@ -418,6 +418,9 @@ impl Canonical for ByteRate {
 impl Canonical for HumanDuration {
     fn canonical(&self) -> String {
         let n = self.0.as_nanos();
+        if n == 0 {
+            return "0s".to_owned();
+        }
         for (name, unit) in [
             ("h", 3_600_000_000_000u128),
             ("m", 60_000_000_000),
@@ -793,7 +796,7 @@ mod tests {
         assert_eq!(ByteRate(125).canonical(), "1kbit");
         assert_eq!(HumanDuration(Duration::from_millis(500)).canonical(), "500ms");
         assert_eq!(HumanDuration(Duration::from_secs(7200)).canonical(), "2h");
-        assert_eq!(HumanDuration(Duration::ZERO).canonical(), "0ns");
+        assert_eq!(HumanDuration(Duration::ZERO).canonical(), "0s");
         assert_eq!(
             "1MiB..4MiB".parse::<ValueRange<ByteSize>>().unwrap().canonical(),
             "1MiB..4MiB"

@@ -442,6 +442,7 @@ pub async fn run_echo(
     };
     Ok(TestResult {
         spec: None,
+        error: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::EchoClient,

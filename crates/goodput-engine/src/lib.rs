@@ -15,6 +15,7 @@ mod lowat;
 pub mod media;
 mod observer;
 pub mod quic;
+pub mod run;
 pub mod services;
 pub mod socket;
 pub mod stamp;

@@ -198,6 +198,7 @@ pub fn run_ttcp(
     summary.add(&record);
     Ok(TestResult {
         spec: None,
+        error: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: if transmit {

@@ -213,6 +213,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             result.settings.time_limit_ms.unwrap_or(0) as f64 / 1000.0
         )),
         EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
+        EndReason::Failed => t.push_str(&format!(
+            "\nThe run failed: {}\n",
+            result.error.as_deref().unwrap_or("no reason given")
+        )),
         EndReason::Completed => t.push('\n'),
     }
     if let Some(d) = &result.echo {

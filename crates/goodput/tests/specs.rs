@@ -387,3 +387,146 @@ fn a_stamp_spec_runs_as_its_flags_do() {
         assert!(err.contains(says), "{fields}: {err}");
     }
 }
+
+#[test]
+fn an_iperf3_spec_runs_as_its_flags_do() {
+    let flags: &[&str] = &["-t", "1", "-P", "2", "-l", "64K", "-i", "500ms"];
+    let spec = tmp("specs", "iperf3.json");
+    let (code, out, err) = run(&[&["iperf3"], flags, &["--print-spec"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["kind"], "iperf3");
+    assert_eq!(doc["length"], "64KiB");
+    assert_eq!(doc["time"], "1s");
+    std::fs::write(&spec, &out).unwrap();
+    let by_flags = tmp("specs", "iperf3-flags.json");
+    let by_file = tmp("specs", "iperf3-file.json");
+    let (c1, o1, e1) = run(&[&["iperf3"], flags, &["--json", by_flags.to_str().unwrap()]].concat());
+    let (c2, o2, e2) = run(&["run", spec.to_str().unwrap(), "--json", by_file.to_str().unwrap()]);
+    assert_eq!((c1, c2), (Some(0), Some(0)), "{e1}\n{e2}");
+    let head = |o: &str| without_ports(o.split("Legend:").next().unwrap_or(""));
+    assert!(head(&o1).contains("2 per direction"), "{o1}");
+    assert!(head(&o1).contains("65536 B"), "{o1}");
+    assert_eq!(head(&o1), head(&o2));
+    assert_eq!(settings(&by_flags), settings(&by_file));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&by_file).unwrap()).unwrap();
+    assert_eq!(r["spec"], doc);
+    assert_eq!(r["settings"]["buffer_bytes"]["lo"], 65536);
+    // Rules read the same from a file as from the flags: the flag's
+    // message names the flag, the file's names the field.
+    for (flags, fields, by_flag, by_file) in [
+        (
+            &["-t", "0"][..],
+            r#""time": 0"#,
+            "--time must be at least 1 second",
+            "iperf3.time: must be at least 1 second",
+        ),
+        (
+            &["-l", "5G"][..],
+            r#""length": "5G""#,
+            "--length is too large",
+            "iperf3.length: is too large",
+        ),
+        (
+            &["-i", "1ms"][..],
+            r#""interval": "1ms""#,
+            "--interval must be at least 10ms",
+            "iperf3.interval: must be at least 10ms",
+        ),
+    ] {
+        let (code, _, err) = run(&[&["iperf3"], flags].concat());
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(by_flag), "{flags:?}: {err}");
+        let f = tmp("specs", "iperf3-rule.json");
+        std::fs::write(&f, format!(r#"{{"kind": "iperf3", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(by_file), "{fields}: {err}");
+    }
+    for (fields, says) in [
+        (r#""time": "1.5s""#, "iperf3.time: must be whole seconds"),
+        (
+            r#""reverse": true, "bidir": true"#,
+            "iperf3.reverse: cannot be used with `bidir`",
+        ),
+    ] {
+        let f = tmp("specs", "iperf3-rule2.json");
+        std::fs::write(&f, format!(r#"{{"kind": "iperf3", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(says), "{fields}: {err}");
+    }
+}
+
+/// Debian's iperf3 server runs a test from a document as from the flags.
+#[test]
+fn an_iperf3_document_runs_against_stock_iperf3() {
+    if !have("iperf3", &["--version"], "apt-get install iperf3") {
+        return;
+    }
+    let port = free_tcp_port();
+    let server = Reaped::spawn({
+        let mut c = std::process::Command::new("iperf3");
+        c.args(["-s", "-1", "-p", &port.to_string()]);
+        c
+    });
+    wait_tcp_listening(port);
+    let spec = tmp("specs", "iperf3-stock.toml");
+    std::fs::write(
+        &spec,
+        format!("kind = \"iperf3\"\nhost = \"127.0.0.1\"\nport = {port}\nbytes = \"8M\"\nreverse = true\n"),
+    )
+    .unwrap();
+    let json = tmp("specs", "iperf3-stock-result.json");
+    let (code, out, err) = run(&["run", spec.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    drop(server);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["spec"]["bytes"], "8MiB");
+    assert_eq!(r["summary"]["received_bytes"], 8 << 20, "{}", r["summary"]);
+}
+
+/// A run that cannot start is still a result: `failed`, with its reason
+/// and its spec, in --json; the exit status stays what it was.
+#[test]
+fn a_run_that_cannot_start_leaves_a_failed_result() {
+    // Nothing listens: the iperf3 client cannot connect (exit 1).
+    let closed = free_tcp_port().to_string();
+    let json = tmp("specs", "failed-iperf3.json");
+    let (code, _, err) = run(&[
+        "iperf3",
+        "127.0.0.1",
+        "-p",
+        &closed,
+        "-t",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["end"], "failed", "{r}");
+    assert_eq!(r["kind"], "iperf3_client");
+    assert_eq!(r["spec"]["port"].to_string(), closed);
+    assert!(!r["error"].as_str().unwrap().is_empty(), "{r}");
+    // A name that cannot resolve (RFC 6761's .invalid): exit 3.
+    let json = tmp("specs", "failed-stamp.json");
+    let (code, _, err) = run(&[
+        "stamp",
+        "reflector.invalid",
+        "-c",
+        "3",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["end"], "failed", "{r}");
+    assert_eq!(r["spec"]["kind"], "stamp");
+    let reason = r["error"].as_str().unwrap();
+    assert!(
+        err.contains(reason),
+        "the document's reason is the error printed: {reason} / {err}"
+    );
+    assert!(r["connections"].as_array().unwrap().is_empty());
+}

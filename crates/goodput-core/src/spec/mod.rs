@@ -11,9 +11,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod iperf3;
 pub mod stamp;
 pub mod tcp;
 
+pub use iperf3::Iperf3Spec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 
@@ -25,6 +27,8 @@ pub enum TestSpec {
     Tcp(TcpSpec),
     /// A STAMP Session-Sender run (`goodput stamp`).
     Stamp(StampSpec),
+    /// An iperf3 test against an iperf3 server (`goodput iperf3`).
+    Iperf3(Iperf3Spec),
 }
 
 impl TestSpec {
@@ -33,6 +37,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
+            TestSpec::Iperf3(_) => "iperf3",
         }
     }
 
@@ -41,6 +46,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
+            TestSpec::Iperf3(s) => s.validate().map_err(|e| e.within("iperf3")),
         }
     }
 }
@@ -148,7 +154,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp"];
+    let known = ["tcp", "stamp", "iperf3"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -173,6 +179,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     // path is known (through the tagged enum serde would lose it).
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
+        "iperf3" => serde_path_to_error::deserialize::<_, Iperf3Spec>(body).map(TestSpec::Iperf3),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -280,7 +287,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

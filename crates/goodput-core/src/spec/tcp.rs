@@ -39,6 +39,17 @@ pub enum Family {
     Ipv6,
 }
 
+impl Family {
+    /// The family of the `-4` and `-6` flags.
+    pub fn of(ipv4: bool, ipv6: bool) -> Self {
+        match (ipv4, ipv6) {
+            (true, _) => Family::Ipv4,
+            (_, true) => Family::Ipv6,
+            _ => Family::Any,
+        }
+    }
+}
+
 /// Socket options for every data connection.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]

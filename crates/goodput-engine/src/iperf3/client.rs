@@ -546,6 +546,7 @@ pub(crate) fn build_result(
     let limit = if p.num > 0 { Some(p.num) } else { None };
     TestResult {
         spec: None,
+        error: None,
         schema_version: goodput_core::result::SCHEMA_VERSION,
         tool: tool_info(),
         kind,

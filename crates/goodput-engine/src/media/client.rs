@@ -160,6 +160,7 @@ pub async fn run_media(
     let plan = spec.plan;
     Ok(TestResult {
         spec: None,
+        error: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::MediaClient,

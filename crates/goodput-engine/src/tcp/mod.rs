@@ -355,6 +355,7 @@ impl Driven {
     ) -> TestResult {
         TestResult {
             spec: None,
+            error: None,
             schema_version: goodput_core::result::SCHEMA_VERSION,
             tool: crate::tool_info(),
             kind,

@@ -1,15 +1,20 @@
 //! `goodput iperf3`: an iperf3 client (and the server's iperf3 view).
 
+use super::run::{run_spec, write_failed, Extras};
 use super::views::Views;
 use super::{
-    exit_status, loopback, resolve, usage, watch_signals, Embedded, Stop, EXIT_FAILED, EXIT_INTERRUPTED,
+    exit_status, flag_error, loopback, print_spec, resolve, watch_signals, Embedded, Stop, EXIT_FAILED,
+    EXIT_INTERRUPTED, EXIT_OK,
 };
-use crate::flags::Iperf3Args;
+use crate::flags::{Iperf3Args, ViewArgs};
 use anyhow::{anyhow, Context};
 use goodput_core::result::{ConnectionRecord, Interval, TestResult};
+use goodput_core::spec::{Family, Iperf3Spec, TestSpec};
+use goodput_core::units::HumanDuration;
 use goodput_core::units::{format_bits_per_second, format_size};
 use goodput_engine::{CancellationToken, NullObserver, Observer};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 /// Console lines for the tests an iperf3 service ran.
@@ -33,58 +38,68 @@ impl Observer for Iperf3ServerView {
 }
 
 pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
-    use goodput_core::iperf3::params::{Params, Protocol};
-    if args.interval.0 < Duration::from_millis(10) {
-        return Err(usage("--interval must be at least 10ms"));
+    let spec = Iperf3Spec {
+        host: args.host.clone(),
+        port: args.port,
+        time: HumanDuration(Duration::from_secs(u64::from(args.time))),
+        bytes: args.bytes,
+        blockcount: args.blockcount,
+        parallel: args.parallel,
+        reverse: args.reverse,
+        bidir: args.bidir,
+        udp: args.udp,
+        bitrate: args.bitrate,
+        length: args.length,
+        window: args.window,
+        congestion: args.congestion.clone(),
+        mss: args.mss,
+        no_delay: args.no_delay,
+        omit: HumanDuration(Duration::from_secs(u64::from(args.omit))),
+        tos: args.tos,
+        cport: args.cport,
+        bind: args.bind,
+        family: Family::of(args.ipv4, args.ipv6),
+        get_server_output: args.get_server_output,
+        udp_counters_64bit: args.udp_counters_64bit,
+        repeating_payload: args.repeating_payload,
+        title: args.title.clone(),
+        extra_data: args.extra_data.clone(),
+        interval: args.interval,
+        timeout: args.timeout,
+    };
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Iperf3(spec))?;
+        return Ok(EXIT_OK);
     }
-    let protocol = if args.udp { Protocol::Udp } else { Protocol::Tcp };
-    let mut p = Params::new(protocol);
-    p.time = args.time;
-    p.num = args.bytes.map_or(0, |b| b.0);
-    p.blockcount = args.blockcount.unwrap_or(0);
-    if p.num > 0 || p.blockcount > 0 {
-        p.time = 0;
-    } else if p.time == 0 {
-        return Err(usage("-t must be at least 1 second (or give -n or -k)"));
-    }
-    p.omit = args.omit;
-    p.parallel = args.parallel;
-    // -l 0 means the default length, as stock iperf3 takes it.
-    if let Some(l) = args.length.filter(|l| l.0 > 0) {
-        p.len = u32::try_from(l.0).map_err(|_| usage("-l is too large"))?;
-    }
-    if let Some(b) = args.bitrate {
-        p.bandwidth = b.0;
-    }
-    p.reverse = args.reverse;
-    p.bidirectional = args.bidir;
-    if let Some(w) = args.window {
-        p.window = u32::try_from(w.0).map_err(|_| usage("-w is too large"))?;
-    }
-    p.mss = args.mss.unwrap_or(0);
-    p.nodelay = args.no_delay;
-    p.tos = args.tos;
-    p.congestion = args.congestion.clone();
-    p.get_server_output = args.get_server_output;
-    p.udp_counters_64bit = args.udp_counters_64bit;
-    p.repeating_payload = args.repeating_payload;
-    p.title = args.title.clone();
-    p.extra_data = args.extra_data.clone();
-    p.client_version = Some(format!("goodput-{}", env!("CARGO_PKG_VERSION")));
-    // The same checks a server makes, before anything is sent.
-    Params::from_json(&p.to_json()).map_err(|e| usage(format!("invalid iperf3 parameters: {e}")))?;
+    let extras = Extras {
+        iperf3_json: args.iperf3_json.as_deref(),
+        ..Extras::default()
+    };
+    run_spec(TestSpec::Iperf3(spec), &args.views, &extras).await
+}
 
+/// Runs a validated iperf3 spec: `goodput iperf3`'s path and `goodput
+/// run`'s. `iperf3_json` also writes the result in iperf3's own -J shape.
+pub(crate) async fn run_iperf3(
+    spec: Iperf3Spec,
+    out: &ViewArgs,
+    iperf3_json: Option<&Path>,
+) -> Result<u8, Stop> {
+    let document = TestSpec::Iperf3(spec.clone());
+    let p = spec.params().map_err(|e| flag_error(&e))?;
+    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let mut server = Embedded::new(&cancel);
-    let target = match &args.host {
+    let target = match &spec.host {
         None => {
-            let ip = loopback(args.ipv6);
+            let ip = loopback(v6);
             let srv = goodput_engine::iperf3::bind_server(goodput_engine::iperf3::Iperf3ServerSpec {
                 listen: SocketAddr::new(ip, 0),
                 max_duration: Duration::from_secs(86_400 + 600),
                 timeout: Duration::from_secs(10),
-                status_interval: args.interval.0,
+                status_interval: spec.interval.0,
                 max_records: 0,
                 exit_after: Some(1),
             })
@@ -95,12 +110,11 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
             });
             addr
         }
-        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?[0],
+        Some(h) => resolve(h, spec.port, v4, v6).await?[0],
     };
-    let out = &args.views;
     let mut views = Views::open(out, None)?;
-    views.quiet_if_stdout(args.iperf3_json.as_deref());
-    if let Some(path) = args.iperf3_json.as_ref().filter(|p| p.as_os_str() != "-") {
+    views.quiet_if_stdout(iperf3_json);
+    if let Some(path) = iperf3_json.filter(|p| p.as_os_str() != "-") {
         std::fs::File::create(path)
             .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
     }
@@ -123,7 +137,7 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
             "Server".to_owned(),
             format!(
                 "{target}{}",
-                if args.host.is_none() {
+                if spec.host.is_none() {
                     " (embedded goodput iperf3 server)"
                 } else {
                     ""
@@ -132,7 +146,7 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         ),
         (
             "Protocol".into(),
-            format!("iperf3 {}, {mode}", if args.udp { "UDP" } else { "TCP" }),
+            format!("iperf3 {}, {mode}", if spec.udp { "UDP" } else { "TCP" }),
         ),
         ("Streams".into(), format!("{} per direction", p.parallel)),
         ("Block size".into(), format!("{} B", p.len)),
@@ -149,21 +163,22 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         ));
     }
     views.console.banner("goodput iperf3", &banner);
-    let spec = goodput_engine::iperf3::Iperf3ClientSpec {
+    let client = goodput_engine::iperf3::Iperf3ClientSpec {
         target,
-        bind: args.bind,
-        cport: args.cport,
+        bind: spec.bind,
+        cport: spec.cport,
         params: p,
-        status_interval: args.interval.0,
-        timeout: args.timeout.0,
-        max_records: args.views.max_records,
+        status_interval: spec.interval.0,
+        timeout: spec.timeout.0,
+        max_records: out.max_records,
     };
-    let result = goodput_engine::iperf3::run_client(spec, &mut views, cancel.clone()).await;
+    let result = goodput_engine::iperf3::run_client(client, &mut views, cancel.clone()).await;
     server.stop().await;
     let result = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("goodput: iperf3 test failed: {e}");
+            write_failed(&document, out, &e.to_string());
             return Ok(if cancel.is_cancelled() {
                 EXIT_INTERRUPTED
             } else {
@@ -171,11 +186,13 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
             });
         }
     };
+    let mut result = result;
+    result.spec = Some(document);
     for r in &result.connections {
         views.on_connection(r);
     }
     views.finish(&result, out.json.as_deref())?;
-    if let Some(path) = &args.iperf3_json {
+    if let Some(path) = iperf3_json {
         let text = serde_json::to_string_pretty(&goodput_report::iperf3_json(&result))
             .map_err(|e| Stop::Fatal(anyhow!(e)))?
             + "\n";

@@ -247,6 +247,9 @@ pub(crate) fn flag_error(e: &SpecError) -> Stop {
         let name = message[i + 1..i + 1 + j].to_owned();
         message.replace_range(i..i + 2 + j, &flag(&name));
     }
+    if field.is_empty() {
+        return usage(message);
+    }
     usage(format!("{} {message}", flag(field)))
 }
 

@@ -1,12 +1,16 @@
 //! `goodput run FILE`: the specs of a document, run in order.
 
+use super::iperf3::run_iperf3;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
+use super::views::RESULT_WRITTEN;
 use super::{usage, Stop, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::spec::TestSpec;
 use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 
 /// `goodput run FILE`: every test of the document, in order, each as its
 /// command line would run it. With several tests, each output file gets
@@ -35,10 +39,7 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
     let mut status = EXIT_OK;
     for (i, spec) in specs.into_iter().enumerate() {
         let views = numbered_views(&args.views, several.then_some(i + 1));
-        let code = match spec {
-            TestSpec::Tcp(t) => run_tcp(t, &views).await?,
-            TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
-        };
+        let code = run_spec(spec, &views, &Extras::default()).await?;
         if status == EXIT_OK {
             status = code;
         }
@@ -47,6 +48,46 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
         }
     }
     Ok(status)
+}
+
+/// What a command writes besides its views: files outside the spec.
+#[derive(Default)]
+pub(crate) struct Extras<'a> {
+    /// `goodput stamp --packet-file`.
+    pub(crate) packet_file: Option<&'a Path>,
+    /// `goodput iperf3 --iperf3-json`.
+    pub(crate) iperf3_json: Option<&'a Path>,
+}
+
+/// Runs one validated spec as its command runs it. A run that cannot
+/// start (or fails before its result) is still a result: a `failed`
+/// document with the reason goes to `--json`, and the error ends the
+/// program as before.
+pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Result<u8, Stop> {
+    let document = spec.clone();
+    RESULT_WRITTEN.store(false, Ordering::Relaxed);
+    let outcome = match spec {
+        TestSpec::Tcp(t) => run_tcp(t, views).await,
+        TestSpec::Stamp(t) => run_stamp(t, views, extras.packet_file).await,
+        TestSpec::Iperf3(t) => run_iperf3(t, views, extras.iperf3_json).await,
+    };
+    if let Err(Stop::Fatal(e)) = &outcome {
+        write_failed(&document, views, &format!("{e:#}"));
+    }
+    outcome
+}
+
+/// Writes the `failed` result of `spec` to `--json`, unless the test
+/// already wrote its own result there.
+pub(crate) fn write_failed(spec: &TestSpec, views: &ViewArgs, reason: &str) {
+    let Some(path) = &views.json else { return };
+    if RESULT_WRITTEN.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let result = goodput_engine::run::failed(spec, reason);
+    if let Err(e) = goodput_report::write_result_json(path, &result) {
+        eprintln!("goodput: cannot write {}: {e}", path.display());
+    }
 }
 
 /// The views of test `n` of several: each output file named with `-n`

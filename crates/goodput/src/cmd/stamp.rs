@@ -1,5 +1,6 @@
 //! `goodput stamp`: its flags become a `StampSpec`; a STAMP sender.
 
+use super::run::{run_spec, Extras};
 use super::views::Views;
 use super::{
     check_socket_room, exit_status, flag_error, loopback, print_spec, resolve, watch_signals, Embedded, Stop,
@@ -40,13 +41,7 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         timeout: args.timeout,
         sessions: args.sessions,
         bind: args.bind,
-        family: if args.ipv4 {
-            Family::Ipv4
-        } else if args.ipv6 {
-            Family::Ipv6
-        } else {
-            Family::Any
-        },
+        family: Family::of(args.ipv4, args.ipv6),
         stateful: args.stateful,
         status_interval: args.status_interval,
     };
@@ -55,7 +50,11 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         print_spec(&TestSpec::Stamp(spec))?;
         return Ok(EXIT_OK);
     }
-    run_stamp(spec, &args.views, args.packet_file.as_deref()).await
+    let extras = Extras {
+        packet_file: args.packet_file.as_deref(),
+        ..Extras::default()
+    };
+    run_spec(TestSpec::Stamp(spec), &args.views, &extras).await
 }
 
 /// Runs a validated STAMP spec: `goodput stamp`'s path and `goodput run`'s.

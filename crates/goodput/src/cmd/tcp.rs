@@ -1,6 +1,7 @@
 //! `goodput tcp`: its flags become a `TcpSpec`, which runs against a server
 //! or an embedded one.
 
+use super::run::{run_spec, Extras};
 use super::views::Views;
 use super::{
     flag_error, loopback, print_spec, range_text, resolve, socket_options_of, socket_room, watch_signals,
@@ -65,7 +66,7 @@ pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
         print_spec(&TestSpec::Tcp(spec))?;
         return Ok(EXIT_OK);
     }
-    run_tcp(spec, &args.output.views).await
+    run_spec(TestSpec::Tcp(spec), &args.output.views, &Extras::default()).await
 }
 
 /// Runs a validated TCP spec with the views `out` asks for: the one path
@@ -201,13 +202,7 @@ pub(crate) fn tcp_spec(args: &TcpArgs) -> TcpSpec {
     TcpSpec {
         hosts,
         port: args.port,
-        family: if args.ipv4 {
-            Family::Ipv4
-        } else if args.ipv6 {
-            Family::Ipv6
-        } else {
-            Family::Any
-        },
+        family: Family::of(args.ipv4, args.ipv6),
         bind: args.bind.clone(),
         local_port: args.local_port,
         wire: match args.wire {

@@ -95,6 +95,7 @@ impl Views {
     pub(crate) fn finish(&mut self, result: &TestResult, json: Option<&std::path::Path>) -> Result<(), Stop> {
         self.each(|v| v.finish(result));
         if let Some(p) = json {
+            RESULT_WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
             goodput_report::write_result_json(p, result)
                 .with_context(|| format!("cannot write {}", p.display()))?;
         }
@@ -104,6 +105,11 @@ impl Views {
         }
     }
 }
+
+/// Whether the running test's result document went to `--json` (a test
+/// that fails after that keeps its document; one that fails before gets a
+/// `failed` one).
+pub(crate) static RESULT_WRITTEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 impl Observer for Views {
     fn on_interval(&mut self, iv: &Interval) {

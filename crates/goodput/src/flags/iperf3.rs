@@ -106,4 +106,8 @@ pub struct Iperf3Args {
     pub iperf3_json: Option<PathBuf>,
     #[command(flatten)]
     pub views: ViewArgs,
+    /// Print the test these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without running it.
+    #[arg(long)]
+    pub print_spec: bool,
 }
