@@ -45,6 +45,9 @@ pub struct TestResult {
     /// Why the run failed, when it ended `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Servers running the discard or echo services: what they did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub services: Option<ServiceCounters>,
     /// iperf3 tests only: the figures iperf3 itself reports, both ends'.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iperf3: Option<Iperf3Detail>,
@@ -1364,6 +1367,23 @@ pub enum StampPacketStatus {
     Duplicate,
     /// A reply after the timeout.
     Late,
+}
+
+/// What a server's discard, echo and TLS echo services did over its life.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ServiceCounters {
+    /// TCP discard connections accepted.
+    pub discard_connections: u64,
+    /// Bytes discarded (TCP and UDP).
+    pub discard_bytes: u64,
+    /// UDP datagrams discarded.
+    pub discard_datagrams: u64,
+    /// Echo connections accepted.
+    pub echo_connections: u64,
+    /// Bytes echoed back.
+    pub echo_bytes: u64,
+    /// TLS echo connections whose handshake failed.
+    pub tls_handshake_failures: u64,
 }
 
 /// A STAMP reflector's counters over a server's life.

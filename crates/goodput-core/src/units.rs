@@ -374,7 +374,8 @@ pub trait Canonical {
 
 impl Canonical for ByteSize {
     fn canonical(&self) -> String {
-        // Binary units first, then decimal ones (`1MB` = 1,000,000).
+        // The shortest exact spelling; units win a tie, binary ones first
+        // (`1KiB`, `1MB` = 1,000,000, `100GB` rather than `97656250KiB`).
         const UNITS: [(&str, u64); 8] = [
             ("TiB", 1 << 40),
             ("GiB", 1 << 30),
@@ -385,13 +386,13 @@ impl Canonical for ByteSize {
             ("MB", 1_000_000),
             ("KB", 1_000),
         ];
-        match UNITS
+        UNITS
             .iter()
-            .find(|(_, size)| self.0 >= *size && self.0.is_multiple_of(*size))
-        {
-            Some((name, size)) => format!("{}{name}", self.0 / size),
-            None => self.0.to_string(),
-        }
+            .filter(|(_, size)| self.0 >= *size && self.0.is_multiple_of(*size))
+            .map(|(name, size)| format!("{}{name}", self.0 / size))
+            .chain(std::iter::once(self.0.to_string()))
+            .min_by_key(String::len)
+            .unwrap_or_default()
     }
 }
 

@@ -443,6 +443,7 @@ pub async fn run_echo(
     Ok(TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::EchoClient,

@@ -17,6 +17,13 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         ),
         TestSpec::Stamp(_) => (TestKind::StampSender, WireProtocol::Stamp),
         TestSpec::Iperf3(_) => (TestKind::Iperf3Client, WireProtocol::Iperf3),
+        TestSpec::Server(s) => (
+            TestKind::TcpServer,
+            match s.wire {
+                goodput_core::spec::TcpWire::Goodput => WireProtocol::Goodput,
+                goodput_core::spec::TcpWire::Cts => WireProtocol::Cts,
+            },
+        ),
     }
 }
 
@@ -40,6 +47,7 @@ pub fn failed(spec: &TestSpec, reason: impl Into<String>) -> TestResult {
         connections_omitted: 0,
         end: EndReason::Failed,
         error: Some(reason.into()),
+        services: None,
         iperf3: None,
         stamp: None,
         stamp_reflector: None,

@@ -13,22 +13,9 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::{Admission, Admits, Slot};
 use crate::EngineError;
 
-/// What the services did over the server's life.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServiceCounters {
-    /// TCP discard connections accepted.
-    pub discard_connections: u64,
-    /// Bytes discarded (TCP and UDP).
-    pub discard_bytes: u64,
-    /// UDP datagrams discarded.
-    pub discard_datagrams: u64,
-    /// Echo connections accepted.
-    pub echo_connections: u64,
-    /// Bytes echoed back.
-    pub echo_bytes: u64,
-    /// TLS echo connections whose handshake failed.
-    pub tls_handshake_failures: u64,
-}
+/// What the services did over the server's life (in the result model, so
+/// a server's `--json` carries it).
+pub use goodput_core::result::ServiceCounters;
 
 /// The services' counters, and the context their connections are
 /// admitted under.

@@ -199,6 +199,7 @@ pub fn run_ttcp(
     Ok(TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: if transmit {

@@ -530,3 +530,113 @@ fn a_run_that_cannot_start_leaves_a_failed_result() {
     );
     assert!(r["connections"].as_array().unwrap().is_empty());
 }
+
+/// The server is a document too: `goodput run` serves what `goodput
+/// server`'s flags describe, and its result carries the spec.
+#[test]
+fn a_server_spec_serves_as_its_flags_do() {
+    let port = free_tcp_port().to_string();
+    let discard = free_tcp_port();
+    let discard_port = discard.to_string();
+    let flags: &[&str] = &[
+        "--port",
+        &port,
+        "--listen",
+        "127.0.0.1",
+        "--exit-after",
+        "2",
+        "--no-udp",
+        "--discard-port",
+        &discard_port,
+    ];
+    let (code, out, err) = run(&[&["server"], flags, &["--print-spec"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["kind"], "server");
+    assert_eq!(doc["exit_after"], 2);
+    assert_eq!(doc["listen"][0], "127.0.0.1");
+    let spec = tmp("specs", "server.json");
+    std::fs::write(&spec, &out).unwrap();
+    let json = tmp("specs", "server-result.json");
+    let server = Reaped::spawn({
+        let mut c = goodput();
+        c.args([
+            "run",
+            spec.to_str().unwrap(),
+            "-v",
+            "1",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        c
+    });
+    wait_tcp_listening(port.parse().unwrap());
+    wait_tcp_listening(discard);
+    // The discard service's counters reach the result document.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", discard)).unwrap();
+        s.write_all(&[7u8; 12_345]).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        // The service closes its end once it has read everything.
+        let _ = s.read(&mut [0u8; 1]);
+    }
+    let (code, _, err) = run(&[
+        "tcp",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-c",
+        "2",
+        "--transfer",
+        "1MB",
+        "-v",
+        "0",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, out, err) = server.wait(std::time::Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("Exit count reached"), "{out}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(r["kind"], "tcp_server");
+    assert_eq!(r["spec"], doc);
+    assert_eq!(r["summary"]["received_bytes"], 2_000_000, "{}", r["summary"]);
+    assert_eq!(r["services"]["discard_connections"], 1, "{}", r["services"]);
+    assert_eq!(r["services"]["discard_bytes"], 12_345, "{}", r["services"]);
+    // The server's rules read the same from a file as from its flags.
+    for (flags, fields, by_flag, by_file) in [
+        (
+            &["--udp-max-length", "1.5s"][..],
+            r#""udp_max_length": "1.5s""#,
+            "--udp-max-length must be a whole number of seconds",
+            "server.udp_max_length: must be a whole number of seconds",
+        ),
+        (
+            &["--max-pending", "0"][..],
+            r#""max_pending": 0"#,
+            "--max-pending must be at least 1",
+            "server.max_pending: must be at least 1",
+        ),
+        (
+            &["--listen", "nowhere"][..],
+            r#""listen": ["nowhere"]"#,
+            "--listen 'nowhere': expected an IP address",
+            "server.listen: 'nowhere': expected an IP address",
+        ),
+        (
+            &["--wire", "cts", "--transfer", "1M..2M"][..],
+            r#""wire": "cts", "transfer": "1M..2M""#,
+            "--wire cts needs a single --transfer and --buffer",
+            "server.wire: cts needs a single `transfer` and `buffer`",
+        ),
+    ] {
+        let (code, _, err) = run(&[&["server"], flags].concat());
+        assert_eq!(code, Some(2), "{flags:?}: {err}");
+        assert!(err.contains(by_flag), "{flags:?}: {err}");
+        let f = tmp("specs", "server-rule.json");
+        std::fs::write(&f, format!(r#"{{"kind": "server", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(by_file), "{fields}: {err}");
+    }
+}

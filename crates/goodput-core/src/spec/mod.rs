@@ -12,14 +12,19 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub mod iperf3;
+pub mod server;
 pub mod stamp;
 pub mod tcp;
 
 pub use iperf3::Iperf3Spec;
+pub use server::ServerSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
+// A spec is built once per run and moved, never stored in bulk: the size of
+// its largest kind costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TestSpec {
@@ -29,6 +34,8 @@ pub enum TestSpec {
     Stamp(StampSpec),
     /// An iperf3 test against an iperf3 server (`goodput iperf3`).
     Iperf3(Iperf3Spec),
+    /// The services a peer tests against (`goodput server`).
+    Server(ServerSpec),
 }
 
 impl TestSpec {
@@ -38,6 +45,7 @@ impl TestSpec {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
             TestSpec::Iperf3(_) => "iperf3",
+            TestSpec::Server(_) => "server",
         }
     }
 
@@ -47,6 +55,7 @@ impl TestSpec {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
             TestSpec::Iperf3(s) => s.validate().map_err(|e| e.within("iperf3")),
+            TestSpec::Server(s) => s.validate().map_err(|e| e.within("server")),
         }
     }
 }
@@ -154,7 +163,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp", "iperf3"];
+    let known = ["tcp", "stamp", "iperf3", "server"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -180,6 +189,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
         "iperf3" => serde_path_to_error::deserialize::<_, Iperf3Spec>(body).map(TestSpec::Iperf3),
+        "server" => serde_path_to_error::deserialize::<_, ServerSpec>(body).map(TestSpec::Server),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -287,7 +297,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3, server"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

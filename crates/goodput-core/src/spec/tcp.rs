@@ -76,6 +76,24 @@ pub struct SocketSpec {
     pub interface: Option<String>,
 }
 
+impl SocketSpec {
+    /// A DSCP of 0-63 and socket buffers below 4 GiB.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        if self.dscp.is_some_and(|d| d > 63) {
+            return Err(SpecError::new("socket.dscp", "must be 0-63"));
+        }
+        for (field, v) in [
+            ("socket.send_buffer", self.send_buffer),
+            ("socket.recv_buffer", self.recv_buffer),
+        ] {
+            if v.is_some_and(|b| u32::try_from(b.0).is_err()) {
+                return Err(SpecError::new(field, "must be below 4 GiB"));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A TCP good-put and reliability test. Every field has the default of its
 /// flag in `goodput tcp`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -210,18 +228,7 @@ impl TcpSpec {
                 ),
             ));
         }
-        if self.socket.dscp.is_some_and(|d| d > 63) {
-            return Err(SpecError::new("socket.dscp", "must be 0-63"));
-        }
-        for (field, v) in [
-            ("socket.send_buffer", self.socket.send_buffer),
-            ("socket.recv_buffer", self.socket.recv_buffer),
-        ] {
-            if v.is_some_and(|b| u32::try_from(b.0).is_err()) {
-                return Err(SpecError::new(field, "must be below 4 GiB"));
-            }
-        }
-        Ok(())
+        self.socket.validate()
     }
 
     /// The data rules, shared with the server's `--wire cts` data.

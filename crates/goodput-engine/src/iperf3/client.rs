@@ -547,6 +547,7 @@ pub(crate) fn build_result(
     TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: goodput_core::result::SCHEMA_VERSION,
         tool: tool_info(),
         kind,

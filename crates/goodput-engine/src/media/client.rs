@@ -161,6 +161,7 @@ pub async fn run_media(
     Ok(TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::MediaClient,

@@ -415,6 +415,7 @@ pub async fn run_quic(
     Ok(TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::QuicClient,

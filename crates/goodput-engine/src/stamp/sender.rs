@@ -250,6 +250,7 @@ pub async fn run_sender(
     Ok(TestResult {
         spec: None,
         error: None,
+        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::StampSender,

@@ -356,6 +356,7 @@ impl Driven {
         TestResult {
             spec: None,
             error: None,
+            services: None,
             schema_version: goodput_core::result::SCHEMA_VERSION,
             tool: crate::tool_info(),
             kind,

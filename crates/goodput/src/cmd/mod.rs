@@ -13,7 +13,6 @@ pub(crate) mod ttcp;
 pub(crate) mod udp;
 pub(crate) mod views;
 
-use crate::flags::{OutputArgs, SocketArgs};
 use anyhow::{anyhow, Context};
 use goodput_core::result::{EndReason, TestResult};
 use goodput_core::spec::{SocketSpec, SpecError, TestSpec};
@@ -162,27 +161,6 @@ pub(crate) fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
         ))),
         _ => Ok(()),
     }
-}
-
-pub(crate) fn socket_options(s: &SocketArgs) -> Result<SocketOptions, Stop> {
-    let fits = |name: &str, v: Option<goodput_core::units::ByteSize>| -> Result<Option<u32>, Stop> {
-        v.map(|b| u32::try_from(b.0).map_err(|_| usage(format!("{name} must be below 4 GiB"))))
-            .transpose()
-    };
-    Ok(SocketOptions {
-        send_buffer: fits("--send-buffer", s.send_buffer)?,
-        recv_buffer: fits("--recv-buffer", s.recv_buffer)?,
-        no_delay: s.no_delay,
-        congestion: s.congestion.clone(),
-        dscp: s.dscp,
-        keepalive: s.keepalive.map(|d| d.0),
-        interface: s.interface.clone(),
-    })
-}
-
-pub(crate) fn check_output(o: &OutputArgs) -> Result<(), Stop> {
-    goodput_core::spec::tcp::check_run(o.status_interval, o.idle_timeout, o.time_limit)
-        .map_err(|e| flag_error(&e))
 }
 
 /// The addresses of `host` (a name or an address, either with `:PORT`,

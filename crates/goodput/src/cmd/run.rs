@@ -1,6 +1,7 @@
 //! `goodput run FILE`: the specs of a document, run in order.
 
 use super::iperf3::run_iperf3;
+use super::server::run_server;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::views::RESULT_WRITTEN;
@@ -70,6 +71,7 @@ pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'
         TestSpec::Tcp(t) => run_tcp(t, views).await,
         TestSpec::Stamp(t) => run_stamp(t, views, extras.packet_file).await,
         TestSpec::Iperf3(t) => run_iperf3(t, views, extras.iperf3_json).await,
+        TestSpec::Server(t) => run_server(t, views).await,
     };
     if let Err(Stop::Fatal(e)) = &outcome {
         write_failed(&document, views, &format!("{e:#}"));

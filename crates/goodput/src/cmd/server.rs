@@ -1,74 +1,81 @@
 //! `goodput server`: every service a peer tests against.
 
 use super::iperf3::Iperf3ServerView;
-use super::server_limits::{check_server_limits, listen_addrs, media_limits};
+use super::run::{run_spec, Extras};
+use super::server_limits::media_limits;
 use super::stamp::stamp_bind_error;
-use super::tcp::{check_data, cts_plan, wire_of, MAX_BUFFER};
+use super::tcp::tcp_wire;
 use super::views::Views;
-use super::{check_output, socket_options, usage, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
-use crate::flags::{ServerArgs, WireArg};
+use super::{flag_error, print_spec, socket_options_of, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
+use crate::flags::{ServerArgs, ViewArgs};
+use goodput_core::spec::{ServerSpec, TcpWire, TestSpec};
 use goodput_core::units::{format_bits_per_second, format_size};
 use goodput_engine::admission::AdmissionLimits;
 use goodput_engine::media::{bind_media, MediaServerSpec};
 use goodput_engine::socket::raise_open_file_limit;
 use goodput_engine::stamp::{bind_reflector, ReflectorSpec};
+use goodput_engine::tcp::CtsServerPlan;
 use goodput_engine::tcp::{bind_server, ServerLimits, TcpServerSpec};
 use goodput_engine::CancellationToken;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
-    check_output(&args.output)?;
-    if args.wire == WireArg::Cts {
-        check_data(&args.data)?;
-        if !args.data.transfer.is_single() || !args.data.buffer.is_single() {
-            return Err(usage(
-                "--wire cts needs a single --transfer and --buffer (both ends must match)",
-            ));
-        }
+    let spec = args.spec();
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Server(spec))?;
+        return Ok(EXIT_OK);
     }
-    if args.max_buffer.0 == 0 || args.max_buffer.0 > MAX_BUFFER {
-        return Err(usage(format!(
-            "--max-buffer must be between 1 byte and {}",
-            format_size(MAX_BUFFER)
-        )));
-    }
-    check_server_limits(&args)?;
-    let socket = socket_options(&args.socket)?;
-    let (listen, listen_defaulted) = listen_addrs(&args)?;
+    run_spec(TestSpec::Server(spec), &args.output.views, &Extras::default()).await
+}
+
+/// Serves a validated server spec until its time limit, exit count or a
+/// signal: `goodput server`'s path and `goodput run`'s.
+pub(crate) async fn run_server(spec: ServerSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    let document = TestSpec::Server(spec.clone());
+    let socket = socket_options_of(&spec.socket);
+    let (listen, listen_defaulted) = spec.listen_addrs().map_err(|e| flag_error(&e))?;
     let listen_for_services = listen.clone();
     let limit = raise_open_file_limit().ok();
     let defaults = AdmissionLimits::for_open_files(limit.unwrap_or(1024));
-    let max_connections = args.max_connections.unwrap_or(defaults.max_connections);
-    let max_per_client = args.max_per_client.unwrap_or(defaults.max_per_client);
+    let max_connections = spec.max_connections.unwrap_or(defaults.max_connections);
+    let max_per_client = spec.max_per_client.unwrap_or(defaults.max_per_client);
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let spec = TcpServerSpec {
-        wire: wire_of(args.wire),
-        cts: (args.wire == WireArg::Cts).then(|| cts_plan(&args.data)),
+    let tcp = TcpServerSpec {
+        wire: tcp_wire(spec.wire),
+        cts: (spec.wire == TcpWire::Cts).then_some(CtsServerPlan {
+            pattern: spec.pattern,
+            verify: spec.verify,
+            transfer: spec.transfer.hi.0,
+            push_bytes: spec.push_bytes.0,
+            pull_bytes: spec.pull_bytes.0,
+            buffer: spec.buffer.hi.0,
+        }),
         listen,
         listen_defaulted,
-        reuse_port: args.reuse_port,
+        reuse_port: spec.reuse_port,
         socket,
         limits: ServerLimits {
             max_connections,
             max_per_client,
-            max_transfer: args.max_transfer.0,
-            max_buffer: args.max_buffer.0,
-            max_duration: args.max_duration.0,
-            max_pending: args.max_pending,
-            max_pending_per_client: args.max_pending_per_client,
-            hello_timeout: args.hello_timeout.0,
+            max_transfer: spec.max_transfer.0,
+            max_buffer: spec.max_buffer.0,
+            max_duration: spec.max_duration.0,
+            max_pending: spec.max_pending,
+            max_pending_per_client: spec.max_pending_per_client,
+            hello_timeout: spec.hello_timeout.0,
         },
-        exit_after: args.exit_after,
-        idle_timeout: args.output.idle_timeout.0,
-        status_interval: args.output.status_interval.0,
-        time_limit: args.output.time_limit.map(|d| d.0),
-        max_records: args.output.views.max_records,
+        exit_after: spec.exit_after,
+        idle_timeout: spec.idle_timeout.0,
+        status_interval: spec.status_interval.0,
+        time_limit: spec.time_limit.map(|d| d.0),
+        max_records: out.max_records,
     };
-    let bound = bind_server(spec).map_err(|e| Stop::Fatal(e.into()))?;
+    let bound = bind_server(tcp).map_err(|e| Stop::Fatal(e.into()))?;
     let admission = bound.admission();
-    let mut views = Views::open(&args.output.views, args.exit_after)?;
+    let mut views = Views::open(out, spec.exit_after)?;
     let mut banner = vec![
         (
             "Listening on".to_owned(),
@@ -79,7 +86,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
                 .collect::<Vec<_>>()
                 .join(", "),
         ),
-        ("Wire".into(), format!("{:?}", args.wire).to_lowercase()),
+        ("Wire".into(), format!("{:?}", spec.wire).to_lowercase()),
         (
             "Limits".into(),
             format!(
@@ -87,30 +94,30 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
                  {} per connection, {} buffer, {} s per connection",
                 max_connections,
                 max_per_client,
-                args.max_pending,
-                args.max_pending_per_client,
-                args.hello_timeout.0.as_millis(),
-                format_size(args.max_transfer.0),
-                format_size(args.max_buffer.0),
-                args.max_duration.0.as_secs()
+                spec.max_pending,
+                spec.max_pending_per_client,
+                spec.hello_timeout.0.as_millis(),
+                format_size(spec.max_transfer.0),
+                format_size(spec.max_buffer.0),
+                spec.max_duration.0.as_secs()
             ),
         ),
     ];
     if let Some(l) = limit {
         banner.push(("Open-file limit".into(), l.to_string()));
     }
-    if let Some(n) = args.exit_after {
+    if let Some(n) = spec.exit_after {
         banner.push(("Exit after".into(), format!("{n} connections")));
     }
-    let iperf3 = match args.iperf3 {
+    let iperf3 = match spec.iperf3 {
         true => {
-            let ip = args.iperf3_listen.unwrap_or(Ipv6Addr::UNSPECIFIED.into());
+            let ip = spec.iperf3_listen.unwrap_or(Ipv6Addr::UNSPECIFIED.into());
             let srv = goodput_engine::iperf3::bind_server(goodput_engine::iperf3::Iperf3ServerSpec {
-                listen: SocketAddr::new(ip, args.iperf3_port),
-                max_duration: args.iperf3_max_duration.0,
+                listen: SocketAddr::new(ip, spec.iperf3_port),
+                max_duration: spec.iperf3_max_duration.0,
                 timeout: Duration::from_secs(10),
                 status_interval: Duration::from_secs(1),
-                max_records: args.output.views.max_records,
+                max_records: out.max_records,
                 exit_after: None,
             })
             .map_err(|e| Stop::Fatal(e.into()))?;
@@ -122,27 +129,27 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
-    let quic = if args.quic {
-        let ips: Vec<IpAddr> = if args.quic_listen.is_empty() {
+    let quic = if spec.quic {
+        let ips: Vec<IpAddr> = if spec.quic_listen.is_empty() {
             vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()]
         } else {
-            args.quic_listen.clone()
+            spec.quic_listen.clone()
         };
-        let spec = goodput_engine::quic::QuicServerSpec {
+        let quic_spec = goodput_engine::quic::QuicServerSpec {
             listen: ips
                 .iter()
-                .map(|&ip| SocketAddr::new(ip, args.quic_port))
+                .map(|&ip| SocketAddr::new(ip, spec.quic_port))
                 .collect(),
-            cert_key: args.cert.clone().zip(args.key.clone()),
-            max_connections: args.quic_max_connections,
-            max_per_client: args.quic_max_per_client,
+            cert_key: spec.cert.clone().zip(spec.key.clone()),
+            max_connections: spec.quic_max_connections,
+            max_per_client: spec.quic_max_per_client,
             max_streams: 10_000,
-            max_response: args.quic_max_response.0,
-            retry: !args.quic_no_retry,
-            max_handshakes: args.quic_max_handshakes,
-            handshake_timeout: args.hello_timeout.0,
+            max_response: spec.quic_max_response.0,
+            retry: !spec.quic_no_retry,
+            max_handshakes: spec.quic_max_handshakes,
+            handshake_timeout: spec.hello_timeout.0,
         };
-        let q = goodput_engine::quic::bind_quic(spec).map_err(|e| Stop::Fatal(e.into()))?;
+        let q = goodput_engine::quic::bind_quic(quic_spec).map_err(|e| Stop::Fatal(e.into()))?;
         banner.push((
             "QUIC perf service".into(),
             format!(
@@ -153,43 +160,43 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
                     .map(|a| a.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                if args.cert.is_some() {
+                if spec.cert.is_some() {
                     "certificate from --cert"
                 } else {
                     "self-signed ECDSA P-256 certificate for localhost, generated now"
                 },
-                if args.quic_no_retry {
+                if spec.quic_no_retry {
                     "no Retry: unvalidated addresses get up to 3x their bytes"
                 } else {
                     "Retry before any state for an unvalidated address"
                 },
-                args.quic_max_connections,
-                args.quic_max_per_client,
-                args.quic_max_handshakes,
-                args.hello_timeout.0.as_millis(),
-                args.quic_max_response.0
+                spec.quic_max_connections,
+                spec.quic_max_per_client,
+                spec.quic_max_handshakes,
+                spec.hello_timeout.0.as_millis(),
+                spec.quic_max_response.0
             ),
         ));
         Some(q)
     } else {
         None
     };
-    let media = if args.no_udp {
+    let media = if spec.no_udp {
         None
     } else {
-        let (limits, max_memory) = media_limits(&args)?;
-        let spec = MediaServerSpec {
+        let (limits, max_memory) = media_limits(&spec)?;
+        let media = MediaServerSpec {
             listen: listen_for_services.clone(),
-            max_streams: args.udp_max_streams,
+            max_streams: spec.udp_max_streams,
             limits,
             max_memory,
         };
-        let bound = match bind_media(spec.clone()) {
+        let bound = match bind_media(media.clone()) {
             Ok(b) => b,
             // The default :: may not exist (IPv6 disabled): serve IPv4.
             Err(_) if listen_defaulted => {
-                let v4: Vec<SocketAddr> = spec.listen.iter().copied().filter(|a| a.is_ipv4()).collect();
-                bind_media(MediaServerSpec { listen: v4, ..spec }).map_err(|e| Stop::Fatal(e.into()))?
+                let v4: Vec<SocketAddr> = media.listen.iter().copied().filter(|a| a.is_ipv4()).collect();
+                bind_media(MediaServerSpec { listen: v4, ..media }).map_err(|e| Stop::Fatal(e.into()))?
             }
             Err(e) => return Err(Stop::Fatal(e.into())),
         };
@@ -204,7 +211,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
                     .map(|a| a.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                args.udp_max_streams,
+                spec.udp_max_streams,
                 format_bits_per_second(limits.max_bits_per_second as f64 / 8.0),
                 limits.max_frame_rate,
                 limits.max_length_s,
@@ -215,25 +222,25 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         ));
         Some(bound)
     };
-    let reflector = match args.stamp {
+    let reflector = match spec.stamp {
         true => {
-            let listen = if args.stamp_listen.is_empty() {
+            let listen = if spec.stamp_listen.is_empty() {
                 vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()]
             } else {
-                args.stamp_listen.clone()
+                spec.stamp_listen.clone()
             };
             let r = bind_reflector(ReflectorSpec {
                 listen: listen
                     .into_iter()
-                    .map(|ip| SocketAddr::new(ip, args.stamp_port))
+                    .map(|ip| SocketAddr::new(ip, spec.stamp_port))
                     .collect(),
-                stateful: args.stamp_stateful,
-                allow: args.stamp_allow.clone(),
-                per_source_rate: args.stamp_rate_limit,
+                stateful: spec.stamp_stateful,
+                allow: spec.stamp_allow.clone(),
+                per_source_rate: spec.stamp_rate_limit,
                 session_timeout: Duration::from_secs(300),
-                pad_short: args.stamp_pad_short,
+                pad_short: spec.stamp_pad_short,
             })
-            .map_err(|e| stamp_bind_error(e, args.stamp_port))?;
+            .map_err(|e| stamp_bind_error(e, spec.stamp_port))?;
             banner.push((
                 "STAMP reflector".into(),
                 format!(
@@ -243,29 +250,29 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
                         .map(|a| a.to_string())
                         .collect::<Vec<_>>()
                         .join(", "),
-                    if args.stamp_stateful {
+                    if spec.stamp_stateful {
                         "stateful"
                     } else {
                         "stateless"
                     },
-                    if args.stamp_allow.is_empty() {
+                    if spec.stamp_allow.is_empty() {
                         String::new()
                     } else {
                         format!(
                             ", allow {}",
-                            args.stamp_allow
+                            spec.stamp_allow
                                 .iter()
                                 .map(|c| c.to_string())
                                 .collect::<Vec<_>>()
                                 .join(" ")
                         )
                     },
-                    if args.stamp_rate_limit > 0 {
-                        format!(", at most {} packets/s per source", args.stamp_rate_limit)
+                    if spec.stamp_rate_limit > 0 {
+                        format!(", at most {} packets/s per source", spec.stamp_rate_limit)
                     } else {
                         String::new()
                     },
-                    if args.stamp_pad_short {
+                    if spec.stamp_pad_short {
                         ", short requests padded to 44 B"
                     } else {
                         ""
@@ -276,44 +283,44 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         false => None,
     };
-    let services = if args.discard_port.is_some() || args.echo_port.is_some() || args.echo_tls_port.is_some()
+    let services = if spec.discard_port.is_some() || spec.echo_port.is_some() || spec.echo_tls_port.is_some()
     {
         let ips: Vec<IpAddr> = listen_for_services.iter().map(|a| a.ip()).collect();
         let at = |port: Option<u16>| -> Vec<SocketAddr> {
             port.map(|p| ips.iter().map(|&ip| SocketAddr::new(ip, p)).collect())
                 .unwrap_or_default()
         };
-        let tls = match args.echo_tls_port {
+        let tls = match spec.echo_tls_port {
             Some(_) => Some(
-                goodput_engine::tls::server_config(args.cert.as_deref().zip(args.key.as_deref()))
+                goodput_engine::tls::server_config(spec.cert.as_deref().zip(spec.key.as_deref()))
                     .map_err(|e| Stop::Fatal(e.into()))?,
             ),
             None => None,
         };
         let s = goodput_engine::services::bind_services(
-            &at(args.discard_port),
-            &at(args.echo_port),
-            &at(args.echo_tls_port),
+            &at(spec.discard_port),
+            &at(spec.echo_port),
+            &at(spec.echo_tls_port),
             tls,
         )
         .map_err(|e| Stop::Fatal(e.into()))?;
         let list = |v: Vec<SocketAddr>| v.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
-        if args.discard_port.is_some() {
+        if spec.discard_port.is_some() {
             banner.push((
                 "Discard service".into(),
                 format!("{} (TCP and UDP)", list(s.discard_addrs())),
             ));
         }
-        if args.echo_port.is_some() {
+        if spec.echo_port.is_some() {
             banner.push(("Echo service".into(), format!("{} (TCP)", list(s.echo_addrs()))));
         }
-        if args.echo_tls_port.is_some() {
+        if spec.echo_tls_port.is_some() {
             banner.push((
                 "TLS echo service".into(),
                 format!(
                     "{} ({})",
                     list(s.echo_tls_addrs()),
-                    if args.cert.is_some() {
+                    if spec.cert.is_some() {
                         "certificate from --cert"
                     } else {
                         "self-signed certificate for localhost, 127.0.0.1, ::1, generated now"
@@ -335,7 +342,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let iperf3_run = async {
         if let Some(srv) = iperf3 {
             let mut view = Iperf3ServerView {
-                verbosity: args.output.views.verbosity,
+                verbosity: out.verbosity,
             };
             srv.run(&mut view, cancel.clone()).await;
         }
@@ -372,7 +379,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let adm = admission.counters();
     result.admission = Some(adm);
     let refused = adm.refused_total + adm.refused_per_client + adm.reset_pending + adm.hello_timeouts;
-    if args.output.views.verbosity > 0 && (refused > 0 || adm.internal_errors > 0) {
+    if out.verbosity > 0 && (refused > 0 || adm.internal_errors > 0) {
         goodput_report::console_line(&format!(
             "Admission (TCP services): {} connections admitted; refused: {} over the total limit, \
              {} over the per-client limit, {} reset with too many in their hello, {} hellos or TLS \
@@ -385,7 +392,8 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
             adm.internal_errors
         ));
     }
-    if let (Some(c), true) = (served, args.output.views.verbosity > 0) {
+    result.services = served;
+    if let (Some(c), true) = (served, out.verbosity > 0) {
         goodput_report::console_line(&format!(
             "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B; {} failed TLS handshakes",
             c.discard_connections,
@@ -397,7 +405,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         ));
     }
     if let Some(c) = counters {
-        if args.output.views.verbosity > 0 {
+        if out.verbosity > 0 {
             goodput_report::console_line(&format!(
                 "STAMP reflector: {} received, {} reflected ({} short requests answered), \
                  dropped: {} under 14 B, {} over 9000 B, {} by the ACL, {} by the rate limit; \
@@ -418,7 +426,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         result.stamp_reflector = Some(c);
     }
     if let Some(c) = streamed {
-        if args.output.views.verbosity > 0 && (c.accepted > 0 || c.challenged > 0 || c.unsolicited > 0) {
+        if out.verbosity > 0 && (c.accepted > 0 || c.challenged > 0 || c.unsolicited > 0) {
             goodput_report::console_line(&format!(
                 "UDP media service: {} streams accepted ({} completed, {} stopped when their reports stopped), \
                  {} refused, {} challenges sent; {} data datagrams sent ({} send errors), {} received; \
@@ -438,7 +446,7 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         result.media_server = Some(c);
     }
     if let Some(c) = quicked {
-        if args.output.views.verbosity > 0 {
+        if out.verbosity > 0 {
             goodput_report::console_line(&format!(
                 "QUIC perf service: {} connections ({} refused, {} failed handshakes, {} handshakes \
                  timed out, {} internal errors; {} Retry packets sent, {} Initials dropped), {} streams \
@@ -463,7 +471,8 @@ pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
         }
         result.quic_server = Some(c);
     }
-    views.finish(&result, args.output.views.json.as_deref())?;
+    result.spec = Some(document);
+    views.finish(&result, out.json.as_deref())?;
     Ok(if result.summary.failures() > 0 {
         EXIT_FAILED
     } else {

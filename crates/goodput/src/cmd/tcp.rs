@@ -7,12 +7,12 @@ use super::{
     flag_error, loopback, print_spec, range_text, resolve, socket_options_of, socket_room, watch_signals,
     Embedded, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK,
 };
-use crate::flags::{PatternArg, PatternArgs, ShutdownArg, TcpArgs, VerifyArg, ViewArgs, WireArg};
+use crate::flags::{ShutdownArg, TcpArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::EndReason;
 use goodput_core::session::VerifyMode;
-use goodput_core::spec::{Family, SocketSpec, TcpSpec, TcpWire, TestSpec};
+use goodput_core::spec::{Family, TcpSpec, TcpWire, TestSpec};
 use goodput_core::units::ByteRate;
 use goodput_engine::tcp::{
     bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
@@ -22,42 +22,8 @@ use goodput_engine::{CancellationToken, NullObserver, Observer};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-pub(crate) fn pattern_of(p: PatternArg) -> TcpPattern {
-    match p {
-        PatternArg::Push => TcpPattern::Push,
-        PatternArg::Pull => TcpPattern::Pull,
-        PatternArg::Pushpull => TcpPattern::PushPull,
-        PatternArg::Duplex => TcpPattern::Duplex,
-    }
-}
-
-pub(crate) fn verify_of(v: VerifyArg) -> VerifyMode {
-    match v {
-        VerifyArg::Data => VerifyMode::Data,
-        VerifyArg::Connection => VerifyMode::Connection,
-    }
-}
-
-pub(crate) fn wire_of(w: WireArg) -> WireProtocol {
-    match w {
-        WireArg::Goodput => WireProtocol::Goodput,
-        WireArg::Cts => WireProtocol::Cts,
-    }
-}
-
 /// Largest I/O size goodput accepts (the shared pattern buffer is sized to it).
 pub(crate) const MAX_BUFFER: u64 = 64 << 20;
-
-pub(crate) fn check_data(d: &PatternArgs) -> Result<(), Stop> {
-    goodput_core::spec::tcp::check_data(
-        pattern_of(d.pattern),
-        d.transfer,
-        d.buffer,
-        d.push_bytes,
-        d.pull_bytes,
-    )
-    .map_err(|e| flag_error(&e))
-}
 
 pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
     let spec = tcp_spec(&args);
@@ -205,16 +171,13 @@ pub(crate) fn tcp_spec(args: &TcpArgs) -> TcpSpec {
         family: Family::of(args.ipv4, args.ipv6),
         bind: args.bind.clone(),
         local_port: args.local_port,
-        wire: match args.wire {
-            WireArg::Goodput => TcpWire::Goodput,
-            WireArg::Cts => TcpWire::Cts,
-        },
-        pattern: pattern_of(args.data.pattern),
+        wire: args.wire.spec(),
+        pattern: args.data.pattern.spec(),
         transfer: args.data.transfer,
         buffer: args.data.buffer,
         push_bytes: args.data.push_bytes,
         pull_bytes: args.data.pull_bytes,
-        verify: verify_of(args.data.verify),
+        verify: args.data.verify.spec(),
         rate_limit: args.rate_limit,
         rate_period: args.rate_period,
         burst_count: args.burst_count,
@@ -227,15 +190,7 @@ pub(crate) fn tcp_spec(args: &TcpArgs) -> TcpSpec {
             ShutdownArg::Rude => ShutdownMode::Rude,
             ShutdownArg::Random => ShutdownMode::Random,
         },
-        socket: SocketSpec {
-            send_buffer: args.socket.send_buffer,
-            recv_buffer: args.socket.recv_buffer,
-            no_delay: args.socket.no_delay,
-            congestion: args.socket.congestion.clone(),
-            dscp: args.socket.dscp,
-            keepalive: args.socket.keepalive,
-            interface: args.socket.interface.clone(),
-        },
+        socket: args.socket.spec(),
         time_limit: args.output.time_limit,
         status_interval: args.output.status_interval,
         idle_timeout: args.output.idle_timeout,
@@ -246,17 +201,6 @@ pub(crate) fn tcp_wire(w: TcpWire) -> WireProtocol {
     match w {
         TcpWire::Goodput => WireProtocol::Goodput,
         TcpWire::Cts => WireProtocol::Cts,
-    }
-}
-
-pub(crate) fn cts_plan(d: &PatternArgs) -> CtsServerPlan {
-    CtsServerPlan {
-        pattern: pattern_of(d.pattern),
-        verify: verify_of(d.verify),
-        transfer: d.transfer.hi.0,
-        push_bytes: d.push_bytes.0,
-        pull_bytes: d.pull_bytes.0,
-        buffer: d.buffer.hi.0,
     }
 }
 

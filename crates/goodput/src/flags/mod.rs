@@ -246,3 +246,51 @@ pub struct RunArgs {
     #[command(flatten)]
     pub views: ViewArgs,
 }
+
+impl PatternArg {
+    /// The pattern in the spec's terms.
+    pub fn spec(self) -> goodput_core::plan::TcpPattern {
+        use goodput_core::plan::TcpPattern;
+        match self {
+            PatternArg::Push => TcpPattern::Push,
+            PatternArg::Pull => TcpPattern::Pull,
+            PatternArg::Pushpull => TcpPattern::PushPull,
+            PatternArg::Duplex => TcpPattern::Duplex,
+        }
+    }
+}
+
+impl VerifyArg {
+    /// The verification in the spec's terms.
+    pub fn spec(self) -> goodput_core::session::VerifyMode {
+        match self {
+            VerifyArg::Data => goodput_core::session::VerifyMode::Data,
+            VerifyArg::Connection => goodput_core::session::VerifyMode::Connection,
+        }
+    }
+}
+
+impl WireArg {
+    /// The wire in the spec's terms.
+    pub fn spec(self) -> goodput_core::spec::TcpWire {
+        match self {
+            WireArg::Goodput => goodput_core::spec::TcpWire::Goodput,
+            WireArg::Cts => goodput_core::spec::TcpWire::Cts,
+        }
+    }
+}
+
+impl SocketArgs {
+    /// The socket options in the spec's terms.
+    pub fn spec(&self) -> goodput_core::spec::SocketSpec {
+        goodput_core::spec::SocketSpec {
+            send_buffer: self.send_buffer,
+            recv_buffer: self.recv_buffer,
+            no_delay: self.no_delay,
+            congestion: self.congestion.clone(),
+            dscp: self.dscp,
+            keepalive: self.keepalive,
+            interface: self.interface.clone(),
+        }
+    }
+}

@@ -2,6 +2,7 @@
 
 use super::{OutputArgs, PatternArgs, SocketArgs, WireArg};
 use clap::Args;
+use goodput_core::spec::ServerSpec;
 use goodput_core::units::BitRate as Iperf3Rate;
 use goodput_core::units::{ByteSize, HumanDuration};
 use std::net::IpAddr;
@@ -172,4 +173,70 @@ pub struct ServerArgs {
     pub socket: SocketArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Print the server these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without serving.
+    #[arg(long)]
+    pub print_spec: bool,
+}
+
+impl ServerArgs {
+    /// The spec these flags describe.
+    pub fn spec(&self) -> ServerSpec {
+        ServerSpec {
+            listen: self.listen.clone(),
+            port: self.port,
+            reuse_port: self.reuse_port,
+            exit_after: self.exit_after,
+            max_connections: self.max_connections,
+            max_per_client: self.max_per_client,
+            max_pending: self.max_pending,
+            max_pending_per_client: self.max_pending_per_client,
+            hello_timeout: self.hello_timeout,
+            max_transfer: self.max_transfer,
+            max_buffer: self.max_buffer,
+            max_duration: self.max_duration,
+            wire: self.wire.spec(),
+            pattern: self.data.pattern.spec(),
+            transfer: self.data.transfer,
+            buffer: self.data.buffer,
+            push_bytes: self.data.push_bytes,
+            pull_bytes: self.data.pull_bytes,
+            verify: self.data.verify.spec(),
+            socket: self.socket.spec(),
+            time_limit: self.output.time_limit,
+            status_interval: self.output.status_interval,
+            idle_timeout: self.output.idle_timeout,
+            discard_port: self.discard_port,
+            echo_port: self.echo_port,
+            echo_tls_port: self.echo_tls_port,
+            cert: self.cert.clone(),
+            key: self.key.clone(),
+            stamp: self.stamp,
+            stamp_port: self.stamp_port,
+            stamp_listen: self.stamp_listen.clone(),
+            stamp_stateful: self.stamp_stateful,
+            stamp_allow: self.stamp_allow.clone(),
+            stamp_rate_limit: self.stamp_rate_limit,
+            stamp_pad_short: self.stamp_pad_short,
+            quic: self.quic,
+            quic_port: self.quic_port,
+            quic_listen: self.quic_listen.clone(),
+            quic_max_connections: self.quic_max_connections,
+            quic_max_per_client: self.quic_max_per_client,
+            quic_max_response: self.quic_max_response,
+            quic_max_handshakes: self.quic_max_handshakes,
+            quic_no_retry: self.quic_no_retry,
+            no_udp: self.no_udp,
+            udp_max_streams: self.udp_max_streams,
+            udp_max_bitrate: self.udp_max_bitrate,
+            udp_max_length: self.udp_max_length,
+            udp_max_frame_rate: self.udp_max_frame_rate,
+            udp_max_buffer: self.udp_max_buffer,
+            udp_max_memory: self.udp_max_memory,
+            iperf3: self.iperf3,
+            iperf3_port: self.iperf3_port,
+            iperf3_listen: self.iperf3_listen,
+            iperf3_max_duration: self.iperf3_max_duration,
+        }
+    }
 }

@@ -1,0 +1,348 @@
+//! `goodput server` as a document: every service a peer tests against, and
+//! the limits that keep them safe to expose.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::tcp::{check_data, check_run, MAX_BUFFER};
+use super::{SocketSpec, SpecError, TcpWire};
+use crate::plan::TcpPattern;
+use crate::session::VerifyMode;
+use crate::stamp::Cidr;
+use crate::units::{format_size, BitRate, ByteSize, HumanDuration, ValueRange};
+
+/// The server's services and limits. Every field has the default of its
+/// flag in `goodput server`; a service is on when its flag would be given
+/// (`stamp`, `quic`, `iperf3` true; a `*_port` of the discard and echo
+/// services set; the media service unless `no_udp`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Listen addresses, each `ADDR`, `ADDR:PORT` or `[v6]:PORT` (`*`:
+    /// 0.0.0.0 and ::); empty: 0.0.0.0 and :: on `port`.
+    pub listen: Vec<String>,
+    /// Port of the TCP test service and the media service, for listen
+    /// addresses given without one.
+    pub port: u16,
+    /// SO_REUSEPORT, so several servers can share the port.
+    pub reuse_port: bool,
+    /// Exit after this many connections have ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_after: Option<u64>,
+    /// Most concurrent connections in total (default: the open-file limit
+    /// less an eighth).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u64>,
+    /// Most concurrent connections from one client address (default: a
+    /// quarter of the open-file limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_per_client: Option<u64>,
+    /// Most connections still in their hello or TLS handshake.
+    pub max_pending: u64,
+    /// The same from one client address.
+    pub max_pending_per_client: u64,
+    /// Time for a connection's whole hello to arrive.
+    pub hello_timeout: HumanDuration,
+    /// Largest transfer one connection may ask for.
+    pub max_transfer: ByteSize,
+    /// Largest send/recv size one connection may ask for.
+    pub max_buffer: ByteSize,
+    /// Longest one connection may run before the server aborts it.
+    pub max_duration: HumanDuration,
+    /// Wire protocol of the TCP test service; with cts the data fields say
+    /// what every connection does.
+    pub wire: TcpWire,
+    /// cts: data-flow pattern.
+    pub pattern: TcpPattern,
+    /// cts: pattern bytes per connection.
+    pub transfer: ValueRange<ByteSize>,
+    /// cts: bytes per send and recv call.
+    pub buffer: ValueRange<ByteSize>,
+    /// cts push_pull: bytes per client-to-server segment.
+    pub push_bytes: ByteSize,
+    /// cts push_pull: bytes per server-to-client segment.
+    pub pull_bytes: ByteSize,
+    /// cts: verification of received data.
+    pub verify: VerifyMode,
+    /// Socket options of the data connections.
+    pub socket: SocketSpec,
+    /// Stop after this long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_limit: Option<HumanDuration>,
+    /// Status line period.
+    pub status_interval: HumanDuration,
+    /// Fail a connection that moves nothing for this long.
+    pub idle_timeout: HumanDuration,
+    /// Port of the discard service (RFC 863, TCP and UDP); none: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discard_port: Option<u16>,
+    /// Port of the echo service (RFC 862, TCP); none: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub echo_port: Option<u16>,
+    /// Port of the TLS echo service; none: off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub echo_tls_port: Option<u16>,
+    /// PEM certificate chain of the TLS echo and QUIC services (with
+    /// `key`; none: a self-signed one made at start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert: Option<PathBuf>,
+    /// PEM private key of the TLS echo and QUIC services.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<PathBuf>,
+    /// Run the STAMP reflector.
+    pub stamp: bool,
+    /// UDP port of the STAMP reflector.
+    pub stamp_port: u16,
+    /// Addresses of the STAMP reflector (empty: 0.0.0.0 and ::).
+    pub stamp_listen: Vec<IpAddr>,
+    /// Stateful reflection (a sequence counter per session).
+    pub stamp_stateful: bool,
+    /// Answer only these sources (empty: every source).
+    pub stamp_allow: Vec<Cidr>,
+    /// Most STAMP requests per second answered for one source (0: no
+    /// limit).
+    pub stamp_rate_limit: u32,
+    /// Answer short TWAMP-Light requests with the full 44-byte packet.
+    pub stamp_pad_short: bool,
+    /// Run the QUIC perf server.
+    pub quic: bool,
+    /// UDP port of the QUIC perf server.
+    pub quic_port: u16,
+    /// Addresses of the QUIC perf server (empty: 0.0.0.0 and ::).
+    pub quic_listen: Vec<IpAddr>,
+    /// Most QUIC connections at once.
+    pub quic_max_connections: usize,
+    /// Most QUIC connections at once from one client address.
+    pub quic_max_per_client: usize,
+    /// Largest finite response one QUIC stream may ask for.
+    pub quic_max_response: ByteSize,
+    /// Most QUIC connections in their handshake at once.
+    pub quic_max_handshakes: usize,
+    /// Accept Initials from unvalidated addresses without a Retry.
+    pub quic_no_retry: bool,
+    /// Do not serve UDP media streams on `port`.
+    pub no_udp: bool,
+    /// Most media streams open at once (per listening socket).
+    pub udp_max_streams: usize,
+    /// Highest bit rate one media stream may ask for.
+    pub udp_max_bitrate: BitRate,
+    /// Longest media stream a client may ask for, whole seconds.
+    pub udp_max_length: HumanDuration,
+    /// Highest frame rate a media stream may ask for, frames/s.
+    pub udp_max_frame_rate: u32,
+    /// Deepest play-out buffer an upload may ask for.
+    pub udp_max_buffer: HumanDuration,
+    /// Most memory all media streams may hold at once (default: an eighth
+    /// of physical memory).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_max_memory: Option<ByteSize>,
+    /// Run the iperf3 service.
+    pub iperf3: bool,
+    /// Port of the iperf3 service.
+    pub iperf3_port: u16,
+    /// Address of the iperf3 service (default :: with IPv4 too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iperf3_listen: Option<IpAddr>,
+    /// Longest iperf3 test accepted (time plus omit).
+    pub iperf3_max_duration: HumanDuration,
+}
+
+impl Default for ServerSpec {
+    fn default() -> Self {
+        Self {
+            listen: Vec::new(),
+            port: 4444,
+            reuse_port: false,
+            exit_after: None,
+            max_connections: None,
+            max_per_client: None,
+            max_pending: 4096,
+            max_pending_per_client: 1024,
+            hello_timeout: HumanDuration(Duration::from_secs(10)),
+            max_transfer: ByteSize(1 << 40),
+            max_buffer: ByteSize(16 << 20),
+            max_duration: HumanDuration(Duration::from_secs(3600)),
+            wire: TcpWire::Goodput,
+            pattern: TcpPattern::Push,
+            transfer: ValueRange::single(ByteSize(1 << 30)),
+            buffer: ValueRange::single(ByteSize(1 << 20)),
+            push_bytes: ByteSize(1 << 20),
+            pull_bytes: ByteSize(1 << 20),
+            verify: VerifyMode::Data,
+            socket: SocketSpec::default(),
+            time_limit: None,
+            status_interval: HumanDuration(Duration::from_secs(5)),
+            idle_timeout: HumanDuration(Duration::from_secs(30)),
+            discard_port: None,
+            echo_port: None,
+            echo_tls_port: None,
+            cert: None,
+            key: None,
+            stamp: false,
+            stamp_port: 862,
+            stamp_listen: Vec::new(),
+            stamp_stateful: false,
+            stamp_allow: Vec::new(),
+            stamp_rate_limit: 10_000,
+            stamp_pad_short: false,
+            quic: false,
+            quic_port: 4433,
+            quic_listen: Vec::new(),
+            quic_max_connections: 10_000,
+            quic_max_per_client: 1_000,
+            quic_max_response: ByteSize(100_000_000_000),
+            quic_max_handshakes: 1_000,
+            quic_no_retry: false,
+            no_udp: false,
+            udp_max_streams: 10_000,
+            udp_max_bitrate: BitRate(100_000_000_000),
+            udp_max_length: HumanDuration(Duration::from_secs(168 * 3600)),
+            udp_max_frame_rate: 10_000,
+            udp_max_buffer: HumanDuration(Duration::from_secs(10)),
+            udp_max_memory: None,
+            iperf3: false,
+            iperf3_port: 5201,
+            iperf3_listen: None,
+            iperf3_max_duration: HumanDuration(Duration::from_secs(3600)),
+        }
+    }
+}
+
+/// A listen address: `ADDR`, `ADDR:PORT` or `[v6]:PORT` (`port` when none
+/// is given).
+pub fn parse_listen(s: &str, port: u16) -> Option<SocketAddr> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Some(a);
+    }
+    let bare = s.trim_start_matches('[').trim_end_matches(']');
+    bare.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port))
+}
+
+impl ServerSpec {
+    /// The TCP test service's addresses, and whether they are the default
+    /// pair (0.0.0.0 and ::, where the IPv6 socket is IPv6 only).
+    pub fn listen_addrs(&self) -> Result<(Vec<SocketAddr>, bool), SpecError> {
+        let parse = |l: &str| {
+            parse_listen(l, self.port).ok_or_else(|| {
+                SpecError::new(
+                    "listen",
+                    format!("'{l}': expected an IP address, optionally with :PORT ([v6]:PORT), or *"),
+                )
+            })
+        };
+        if self.listen.is_empty() || self.listen.iter().any(|l| l == "*") {
+            let mut v = vec![
+                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), self.port),
+                SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), self.port),
+            ];
+            for l in self.listen.iter().filter(|l| *l != "*") {
+                v.push(parse(l)?);
+            }
+            return Ok((v, true));
+        }
+        let v = self
+            .listen
+            .iter()
+            .map(|l| parse(l))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((v, false))
+    }
+
+    /// The media service's longest stream, whole seconds.
+    pub fn udp_max_length_s(&self) -> Result<u32, SpecError> {
+        let length = self.udp_max_length.0;
+        u32::try_from(length.as_secs())
+            .ok()
+            .filter(|&s| s >= 1 && length.subsec_nanos() == 0)
+            .ok_or_else(|| {
+                SpecError::new(
+                    "udp_max_length",
+                    "must be a whole number of seconds, 1s to 4294967295s",
+                )
+            })
+    }
+
+    /// The media service's deepest play-out buffer, milliseconds.
+    pub fn udp_max_buffer_ms(&self) -> Result<u32, SpecError> {
+        u32::try_from(self.udp_max_buffer.0.as_millis())
+            .ok()
+            .filter(|&ms| ms >= 1)
+            .ok_or_else(|| SpecError::new("udp_max_buffer", "must be 1ms to 4294967295ms"))
+    }
+
+    /// Every rule of `goodput server`'s flags. A limit of zero would refuse
+    /// every client, or end every connection at once: refused, naming the
+    /// field, rather than obeyed.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        check_run(self.status_interval, self.idle_timeout, self.time_limit)?;
+        if self.wire == TcpWire::Cts {
+            check_data(
+                self.pattern,
+                self.transfer,
+                self.buffer,
+                self.push_bytes,
+                self.pull_bytes,
+            )?;
+            if !self.transfer.is_single() || !self.buffer.is_single() {
+                return Err(SpecError::new(
+                    "wire",
+                    "cts needs a single `transfer` and `buffer` (both ends must match)",
+                ));
+            }
+        }
+        if self.max_buffer.0 == 0 || self.max_buffer.0 > MAX_BUFFER {
+            return Err(SpecError::new(
+                "max_buffer",
+                format!("must be between 1 byte and {}", format_size(MAX_BUFFER)),
+            ));
+        }
+        let counts: [(&str, Option<u64>); 9] = [
+            ("max_connections", self.max_connections),
+            ("max_per_client", self.max_per_client),
+            ("max_pending", Some(self.max_pending)),
+            ("max_pending_per_client", Some(self.max_pending_per_client)),
+            ("udp_max_streams", Some(self.udp_max_streams as u64)),
+            ("udp_max_bitrate", Some(self.udp_max_bitrate.0)),
+            ("quic_max_connections", Some(self.quic_max_connections as u64)),
+            ("quic_max_per_client", Some(self.quic_max_per_client as u64)),
+            ("quic_max_handshakes", Some(self.quic_max_handshakes as u64)),
+        ];
+        if let Some((field, _)) = counts.iter().find(|(_, v)| *v == Some(0)) {
+            return Err(SpecError::new(field, "must be at least 1"));
+        }
+        for (field, v) in [
+            ("max_transfer", self.max_transfer),
+            ("quic_max_response", self.quic_max_response),
+        ] {
+            if v.0 == 0 {
+                return Err(SpecError::new(field, "must be at least 1 byte"));
+            }
+        }
+        for (field, d) in [
+            ("max_duration", self.max_duration),
+            ("hello_timeout", self.hello_timeout),
+            ("udp_max_length", self.udp_max_length),
+            ("udp_max_buffer", self.udp_max_buffer),
+        ] {
+            if d.0.is_zero() {
+                return Err(SpecError::new(field, "must be above zero"));
+            }
+        }
+        if self.udp_max_frame_rate == 0 {
+            return Err(SpecError::new("udp_max_frame_rate", "must be at least 1"));
+        }
+        self.udp_max_length_s()?;
+        self.udp_max_buffer_ms()?;
+        if self.udp_max_memory == Some(ByteSize(0)) {
+            return Err(SpecError::new("udp_max_memory", "must be above zero"));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(SpecError::new("cert", "and `key` go together"));
+        }
+        self.listen_addrs()?;
+        self.socket.validate()
+    }
+}
