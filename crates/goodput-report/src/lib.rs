@@ -68,14 +68,61 @@ pub trait View {
 
 /// The JSON Schema of the result document, pretty-printed.
 pub fn result_schema() -> String {
-    let schema = schemars::schema_for!(TestResult);
+    let mut schema = serde_json::to_value(schemars::schema_for!(TestResult)).expect("schema serialises");
+    close_spec_kinds(&mut schema);
     serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
 }
 
-/// The JSON Schema of a test spec document (`goodput run`), pretty-printed.
+/// The JSON Schema of a test spec document (`goodput run`): one spec, or
+/// several under `tests`; pretty-printed.
 pub fn spec_schema() -> String {
-    let schema = schemars::schema_for!(goodput_core::spec::TestSpec);
+    let mut schema =
+        serde_json::to_value(schemars::schema_for!(goodput_core::spec::TestSpec)).expect("schema serialises");
+    close_spec_kinds(&mut schema);
+    // The document is one spec or `{"tests": [spec, …]}`.
+    if let serde_json::Value::Object(root) = &mut schema {
+        let one = root.remove("oneOf").unwrap_or_default();
+        if let serde_json::Value::Object(defs) = root.entry("definitions").or_insert(serde_json::json!({})) {
+            defs.insert("TestSpec".into(), serde_json::json!({ "oneOf": one }));
+        }
+        root.insert(
+            "oneOf".into(),
+            serde_json::json!([
+                { "$ref": "#/definitions/TestSpec" },
+                {
+                    "description": "Several tests, run in order.",
+                    "type": "object",
+                    "required": ["tests"],
+                    "properties": {
+                        "tests": { "type": "array", "items": { "$ref": "#/definitions/TestSpec" } }
+                    },
+                    "additionalProperties": false
+                }
+            ]),
+        );
+    }
     serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}
+
+/// A spec's kind is a tag inside its object, so the derived schema of each
+/// kind lists its fields without closing the object; close it, so that the
+/// schema refuses an unknown field as `goodput run` does.
+fn close_spec_kinds(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(o) => {
+            let tagged = o
+                .get("properties")
+                .and_then(|p| p.get("kind"))
+                .and_then(|k| k.get("enum"))
+                .is_some_and(|e| e.as_array().is_some_and(|a| a.len() == 1));
+            if tagged {
+                o.insert("additionalProperties".into(), serde_json::Value::Bool(false));
+            }
+            o.values_mut().for_each(close_spec_kinds);
+        }
+        serde_json::Value::Array(a) => a.iter_mut().for_each(close_spec_kinds),
+        _ => {}
+    }
 }
 
 /// Writes the result document as pretty JSON.

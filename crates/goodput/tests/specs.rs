@@ -37,7 +37,7 @@ fn banner(stdout: &str) -> String {
 }
 
 fn settings(json: &Path) -> String {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(json).unwrap()).unwrap();
+    let v = result_doc(json);
     without_ports(&v["settings"].to_string())
 }
 
@@ -84,7 +84,7 @@ fn a_spec_from_flags_runs_as_the_flags_do() {
         let (code, out, err) = run(&[&["tcp"], *flags, &["--print-spec"]].concat());
         assert_eq!(code, Some(0), "{err}");
         std::fs::write(&spec, &out).unwrap();
-        let doc: serde_json::Value = serde_json::from_str(&out).expect("--print-spec prints JSON alone");
+        let doc = spec_doc(&out);
         assert_eq!(doc["kind"], "tcp");
 
         let by_flags = tmp("specs", &format!("flags{i}.json"));
@@ -264,7 +264,7 @@ connections = 3
     assert_eq!(code, Some(0), "{out}\n{err}");
     let read = |n: u32| -> serde_json::Value {
         let p = json.with_file_name(format!("two-{n}.json"));
-        serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+        result_doc(&p)
     };
     let (a, b) = (read(1), read(2));
     assert_eq!(a["summary"]["successful"], 2);
@@ -310,7 +310,7 @@ fn a_result_carries_its_spec_and_runs_again() {
         first.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    let a: serde_json::Value = serde_json::from_slice(&std::fs::read(&first).unwrap()).unwrap();
+    let a = result_doc(&first);
     assert_eq!(a["spec"]["kind"], "tcp");
     assert_eq!(a["spec"]["transfer"], "300KB");
     assert_eq!(a["spec"]["pattern"], "pull");
@@ -324,7 +324,7 @@ fn a_result_carries_its_spec_and_runs_again() {
         again.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    let b: serde_json::Value = serde_json::from_slice(&std::fs::read(&again).unwrap()).unwrap();
+    let b = result_doc(&again);
     assert_eq!(a["spec"], b["spec"]);
     assert_eq!(b["summary"]["received_bytes"], 3 * 300_000);
     // A result without its spec (an older one, or another kind) says so.
@@ -363,7 +363,7 @@ fn a_stamp_spec_runs_as_its_flags_do() {
     assert!(head(&o1).contains("100 B every 5.000 ms"), "{o1}");
     assert_eq!(head(&o1), head(&o2));
     assert_eq!(settings(&by_flags), settings(&by_file));
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&by_file).unwrap()).unwrap();
+    let r = result_doc(&by_file);
     assert_eq!(r["spec"]["kind"], "stamp");
     assert_eq!(r["stamp"]["total"]["sent"], 60, "{}", r["stamp"]["total"]);
     assert_eq!(r["stamp"]["packet_bytes"], 100);
@@ -394,7 +394,7 @@ fn an_iperf3_spec_runs_as_its_flags_do() {
     let spec = tmp("specs", "iperf3.json");
     let (code, out, err) = run(&[&["iperf3"], flags, &["--print-spec"]].concat());
     assert_eq!(code, Some(0), "{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let doc = spec_doc(&out);
     assert_eq!(doc["kind"], "iperf3");
     assert_eq!(doc["length"], "64KiB");
     assert_eq!(doc["time"], "1s");
@@ -409,7 +409,7 @@ fn an_iperf3_spec_runs_as_its_flags_do() {
     assert!(head(&o1).contains("65536 B"), "{o1}");
     assert_eq!(head(&o1), head(&o2));
     assert_eq!(settings(&by_flags), settings(&by_file));
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&by_file).unwrap()).unwrap();
+    let r = result_doc(&by_file);
     assert_eq!(r["spec"], doc);
     assert_eq!(r["settings"]["buffer_bytes"]["lo"], 65536);
     // Rules read the same from a file as from the flags: the flag's
@@ -481,7 +481,7 @@ fn an_iperf3_document_runs_against_stock_iperf3() {
     let (code, out, err) = run(&["run", spec.to_str().unwrap(), "--json", json.to_str().unwrap()]);
     drop(server);
     assert_eq!(code, Some(0), "{out}{err}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = result_doc(&json);
     assert_eq!(r["spec"]["bytes"], "8MiB");
     assert_eq!(r["summary"]["received_bytes"], 8 << 20, "{}", r["summary"]);
 }
@@ -504,7 +504,7 @@ fn a_run_that_cannot_start_leaves_a_failed_result() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(1), "{err}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = result_doc(&json);
     assert_eq!(r["end"], "failed", "{r}");
     assert_eq!(r["kind"], "iperf3_client");
     assert_eq!(r["spec"]["port"].to_string(), closed);
@@ -520,7 +520,7 @@ fn a_run_that_cannot_start_leaves_a_failed_result() {
         json.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(3), "{err}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = result_doc(&json);
     assert_eq!(r["end"], "failed", "{r}");
     assert_eq!(r["spec"]["kind"], "stamp");
     let reason = r["error"].as_str().unwrap();
@@ -551,7 +551,7 @@ fn a_server_spec_serves_as_its_flags_do() {
     ];
     let (code, out, err) = run(&[&["server"], flags, &["--print-spec"]].concat());
     assert_eq!(code, Some(0), "{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let doc = spec_doc(&out);
     assert_eq!(doc["kind"], "server");
     assert_eq!(doc["exit_after"], 2);
     assert_eq!(doc["listen"][0], "127.0.0.1");
@@ -597,7 +597,7 @@ fn a_server_spec_serves_as_its_flags_do() {
     let (code, out, err) = server.wait(std::time::Duration::from_secs(10));
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("Exit count reached"), "{out}");
-    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let r = result_doc(&json);
     assert_eq!(r["kind"], "tcp_server");
     assert_eq!(r["spec"], doc);
     assert_eq!(r["summary"]["received_bytes"], 2_000_000, "{}", r["summary"]);
@@ -639,4 +639,23 @@ fn a_server_spec_serves_as_its_flags_do() {
         assert_eq!(code, Some(2), "{fields}: {err}");
         assert!(err.contains(by_file), "{fields}: {err}");
     }
+}
+
+/// The schema check the tests above rely on does refuse what the schema
+/// does not allow.
+#[test]
+fn the_committed_spec_schema_refuses_a_bad_document() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../schema/spec-v1.json")).unwrap(),
+    )
+    .unwrap();
+    let v = jsonschema::validator_for(&schema).unwrap();
+    assert!(v.is_valid(&serde_json::json!({"kind": "tcp", "connections": 3})));
+    assert!(!v.is_valid(&serde_json::json!({"kind": "tcp", "connections": "many"})));
+    assert!(!v.is_valid(&serde_json::json!({"kind": "tcp", "conections": 3})));
+    assert!(!v.is_valid(&serde_json::json!({"kind": "bogus"})));
+    assert!(!v.is_valid(&serde_json::json!({"kind": "iperf3", "parallel": -1})));
+    assert!(!v.is_valid(&serde_json::json!({"kind": "tcp", "socket": {"no_dlay": true}})));
+    assert!(v.is_valid(&serde_json::json!({"tests": [{"kind": "tcp"}, {"kind": "server", "stamp": true}]})));
+    assert!(!v.is_valid(&serde_json::json!({"tests": [{"kind": "tcp"}], "extra": 1})));
 }

@@ -246,3 +246,35 @@ pub fn proc_kib(pid: u32, field: &str) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Checks `doc` against a committed schema (`spec-v1.json` or
+/// `result-v1.json` under `schema/`), listing every violation.
+pub fn assert_schema(schema_file: &str, doc: &serde_json::Value) {
+    let path = format!("{}/../../schema/{schema_file}", env!("CARGO_MANIFEST_DIR"));
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(doc)
+        .map(|e| format!("{e} (at {})", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "not valid against {schema_file}: {errors:#?}\n{doc:#}"
+    );
+}
+
+/// A spec document as printed by `--print-spec`, checked against the
+/// committed spec schema.
+pub fn spec_doc(text: &str) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_str(text).unwrap();
+    assert_schema("spec-v1.json", &doc);
+    doc
+}
+
+/// A result document written with `--json`, checked against the committed
+/// result schema.
+pub fn result_doc(path: &std::path::Path) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_schema("result-v1.json", &doc);
+    doc
+}
