@@ -42,9 +42,9 @@ pub struct TestResult {
     pub connections_omitted: u64,
     /// Why the run ended.
     pub end: EndReason,
-    /// Why the run failed, when it ended `failed`.
+    /// Why the run failed, and how far it got, when it ended `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
+    pub error: Option<RunFailure>,
     /// Servers running the discard or echo services: what they did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub services: Option<ServiceCounters>,
@@ -1414,6 +1414,28 @@ pub struct StampReflectorCounters {
     pub send_errors: u64,
     /// Stateful sessions seen.
     pub sessions: u64,
+}
+
+/// Why a run failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RunFailure {
+    /// How far the run got.
+    pub stage: FailureStage,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// How far a failed run got: a failure on this host before the peer was
+/// contacted, or one at the peer or during the test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureStage {
+    /// Before the peer was contacted: a name that does not resolve, an
+    /// address or port that cannot be bound, a socket option the host
+    /// refuses.
+    Setup,
+    /// The peer refused the test or the test broke off.
+    Test,
 }
 
 /// Why a run ended.

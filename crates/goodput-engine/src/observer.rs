@@ -16,6 +16,9 @@ pub trait Observer: Send {
     fn wants_established(&self) -> bool {
         false
     }
+    /// A run starts: its title and its settings as label/value lines (the
+    /// console's banner).
+    fn on_start(&mut self, _title: &str, _settings: &[(String, String)]) {}
     /// Something the user should know that is not tied to one connection.
     fn on_notice(&mut self, _text: &str) {}
     /// A whole test ended inside a longer run (one iperf3 test of a server).

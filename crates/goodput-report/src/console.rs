@@ -215,7 +215,10 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         EndReason::ExitLimit => t.push_str("\nExit count reached.\n"),
         EndReason::Failed => t.push_str(&format!(
             "\nThe run failed: {}\n",
-            result.error.as_deref().unwrap_or("no reason given")
+            result
+                .error
+                .as_ref()
+                .map_or("no reason given", |e| e.message.as_str())
         )),
         EndReason::Completed => t.push('\n'),
     }

@@ -508,7 +508,8 @@ fn a_run_that_cannot_start_leaves_a_failed_result() {
     assert_eq!(r["end"], "failed", "{r}");
     assert_eq!(r["kind"], "iperf3_client");
     assert_eq!(r["spec"]["port"].to_string(), closed);
-    assert!(!r["error"].as_str().unwrap().is_empty(), "{r}");
+    assert_eq!(r["error"]["stage"], "test", "the server refused: {r}");
+    assert!(!r["error"]["message"].as_str().unwrap().is_empty(), "{r}");
     // A name that cannot resolve (RFC 6761's .invalid): exit 3.
     let json = tmp("specs", "failed-stamp.json");
     let (code, _, err) = run(&[
@@ -523,7 +524,8 @@ fn a_run_that_cannot_start_leaves_a_failed_result() {
     let r = result_doc(&json);
     assert_eq!(r["end"], "failed", "{r}");
     assert_eq!(r["spec"]["kind"], "stamp");
-    let reason = r["error"].as_str().unwrap();
+    assert_eq!(r["error"]["stage"], "setup", "{r}");
+    let reason = r["error"]["message"].as_str().unwrap();
     assert!(
         err.contains(reason),
         "the document's reason is the error printed: {reason} / {err}"

@@ -169,6 +169,9 @@ impl Iperf3Spec {
     /// Every rule of `goodput iperf3`'s flags, and the checks an iperf3
     /// server makes of the parameters, before anything is sent.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(h) = &self.host {
+            super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
+        }
         if self.interval.0 < Duration::from_millis(10) {
             return Err(SpecError::new("interval", "must be at least 10ms"));
         }

@@ -8,6 +8,7 @@
 //! numbers, and are written back in the form that reads back the same.
 
 use std::fmt;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
@@ -100,6 +101,31 @@ impl fmt::Display for SpecError {
 }
 
 impl std::error::Error for SpecError {}
+
+/// A host and port from `HOST`, `HOST:PORT`, `ADDR`, `ADDR:PORT` or
+/// `[v6]:PORT` (`default_port` when none is given).
+pub fn split_target(t: &str, default_port: u16) -> Result<(String, u16), String> {
+    if let Ok(a) = t.parse::<SocketAddr>() {
+        return Ok((a.ip().to_string(), a.port()));
+    }
+    if t.parse::<IpAddr>().is_ok()
+        || t.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<Ipv6Addr>()
+            .is_ok()
+    {
+        return Ok((t.to_owned(), default_port));
+    }
+    match t.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => {
+            let port = p
+                .parse::<u16>()
+                .map_err(|_| format!("'{t}': the port must be a number 0-65535"))?;
+            Ok((h.to_owned(), port))
+        }
+        _ => Ok((t.to_owned(), default_port)),
+    }
+}
 
 /// A document: one spec, or several under `tests` (run in order).
 #[derive(Deserialize)]

@@ -96,6 +96,9 @@ impl StampSpec {
 
     /// Every rule of `goodput stamp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if let Some(h) = &self.host {
+            super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
+        }
         if let Some(r) = self.rate {
             if self.interval.is_some() {
                 return Err(SpecError::new("interval", "cannot be used with `rate`"));

@@ -189,6 +189,9 @@ impl Default for TcpSpec {
 impl TcpSpec {
     /// Every rule of `goodput tcp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        for h in &self.hosts {
+            super::split_target(h, self.port).map_err(|e| SpecError::new("hosts", e))?;
+        }
         self.check_data()?;
         check_run(self.status_interval, self.idle_timeout, self.time_limit)?;
         if self.connections == 0 {

@@ -15,12 +15,27 @@ pub(crate) mod views;
 
 use anyhow::{anyhow, Context};
 use goodput_core::result::{EndReason, TestResult};
-use goodput_core::spec::{SocketSpec, SpecError, TestSpec};
-use goodput_core::units::format_size;
-use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
+use goodput_core::spec::{SpecError, TestSpec};
 use goodput_engine::CancellationToken;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
+
+pub(crate) use goodput_engine::run::{loopback, socket_options as socket_options_of, socket_room, Embedded};
+
+/// A host and port from `HOST[:PORT]` or `[v6]:PORT`; a bad port is a usage
+/// error.
+pub(crate) fn split_target(t: &str, default_port: u16) -> Result<(String, u16), Stop> {
+    goodput_engine::run::split_target(t, default_port).map_err(usage)
+}
+
+/// The addresses of `host` (a name or an address, either with `:PORT` or
+/// `[v6]:PORT`, which overrides `port`), of the family asked for.
+pub(crate) async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, Stop> {
+    split_target(host, port)?;
+    goodput_engine::run::resolve(host, port, v4, v6)
+        .await
+        .map_err(|e| Stop::Fatal(anyhow!(e)))
+}
 
 /// Exit status: every connection succeeded.
 pub(crate) const EXIT_OK: u8 = 0;
@@ -111,47 +126,6 @@ pub(crate) fn watch_signals(cancel: CancellationToken) {
     });
 }
 
-/// A server started on loopback for a run with no HOST, stopped after it.
-pub(crate) struct Embedded {
-    pub(crate) cancel: CancellationToken,
-    pub(crate) task: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Embedded {
-    /// Nothing running yet; stops with the run (`cancel`) or after it.
-    pub(crate) fn new(run: &CancellationToken) -> Self {
-        Self {
-            cancel: run.child_token(),
-            task: None,
-        }
-    }
-
-    /// Runs `serve` (given the server's cancellation token) on the runtime.
-    pub(crate) fn start<F>(&mut self, serve: impl FnOnce(CancellationToken) -> F)
-    where
-        F: std::future::Future<Output = ()> + Send + 'static,
-    {
-        self.task = Some(tokio::spawn(serve(self.cancel.clone())));
-    }
-
-    /// Stops the server and waits for it.
-    pub(crate) async fn stop(self) {
-        self.cancel.cancel();
-        if let Some(t) = self.task {
-            let _ = t.await;
-        }
-    }
-}
-
-/// The most sockets the open-file limit leaves room for (after 64 for
-/// everything else), each connection taking `per_connection`; `None` when
-/// the limit cannot be read.
-pub(crate) fn socket_room(per_connection: u64) -> Option<(u64, u64)> {
-    raise_open_file_limit()
-        .ok()
-        .map(|limit| (limit.saturating_sub(64) / per_connection.max(1), limit))
-}
-
 /// Fails a run whose `flag` asks for more sockets than the open-file
 /// limit allows.
 pub(crate) fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
@@ -160,49 +134,6 @@ pub(crate) fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
             "{flag} {wanted} needs a socket each; the open-file limit (RLIMIT_NOFILE) is {limit}"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// The addresses of `host` (a name or an address, either with `:PORT`,
-/// `[v6]:PORT`, which overrides `port`), of the family asked for.
-pub(crate) async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, Stop> {
-    let (host, port) = split_target(host, port)?;
-    let host = host.as_str();
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((bare, port))
-            .await
-            .with_context(|| format!("cannot resolve '{host}'"))?
-            .collect(),
-    };
-    let mut out = Vec::new();
-    for a in found {
-        if (v4 && !a.is_ipv4()) || (v6 && !a.is_ipv6()) || out.contains(&a) {
-            continue;
-        }
-        out.push(a);
-    }
-    if out.is_empty() {
-        return Err(Stop::Fatal(anyhow!(
-            "'{host}' has no {} address",
-            if v4 { "IPv4" } else { "IPv6" }
-        )));
-    }
-    Ok(out)
-}
-
-/// A validated spec's socket options (sizes were checked to fit 32 bits).
-pub(crate) fn socket_options_of(s: &SocketSpec) -> SocketOptions {
-    let fit = |v: Option<goodput_core::units::ByteSize>| v.and_then(|b| u32::try_from(b.0).ok());
-    SocketOptions {
-        send_buffer: fit(s.send_buffer),
-        recv_buffer: fit(s.recv_buffer),
-        no_delay: s.no_delay,
-        congestion: s.congestion.clone(),
-        dscp: s.dscp,
-        keepalive: s.keepalive.map(|d| d.0),
-        interface: s.interface.clone(),
     }
 }
 
@@ -225,7 +156,8 @@ pub(crate) fn flag_error(e: &SpecError) -> Stop {
         let name = message[i + 1..i + 1 + j].to_owned();
         message.replace_range(i..i + 2 + j, &flag(&name));
     }
-    if field.is_empty() {
+    // The host is a positional argument: its errors need no flag.
+    if field.is_empty() || field == "host" || field == "hosts" {
         return usage(message);
     }
     usage(format!("{} {message}", flag(field)))
@@ -236,30 +168,6 @@ pub(crate) fn print_spec(spec: &TestSpec) -> Result<(), Stop> {
     let text = serde_json::to_string_pretty(spec).map_err(|e| Stop::Fatal(anyhow!(e)))?;
     goodput_report::console_line(&text);
     Ok(())
-}
-
-pub(crate) fn range_text(lo: u64, hi: u64) -> String {
-    if lo == hi {
-        let size = format_size(lo);
-        // "1048576 B (1 MiB)"; a size that is not whole units already ends
-        // with its exact count ("976.56 KiB (1000000 B)").
-        if lo < 1024 || size.ends_with(" B)") {
-            size
-        } else {
-            format!("{lo} B ({size})")
-        }
-    } else {
-        format!("{lo}..{hi} B, picked per connection")
-    }
-}
-
-/// The loopback address of the chosen family, for embedded peers.
-pub(crate) fn loopback(v6: bool) -> IpAddr {
-    if v6 {
-        Ipv6Addr::LOCALHOST.into()
-    } else {
-        Ipv4Addr::LOCALHOST.into()
-    }
 }
 
 /// A size (`1GB`, `100MiB`) or, with a time unit, a duration (`10s`).
@@ -288,30 +196,6 @@ pub(crate) fn size_or_time(flag: &str, v: &str) -> Result<SizeOrTime, Stop> {
         ))
     })?;
     Ok(SizeOrTime::Size(b.0))
-}
-
-/// `HOST:PORT`, `[v6]:PORT`, or a bare host with `default_port`.
-pub(crate) fn split_target(t: &str, default_port: u16) -> Result<(String, u16), Stop> {
-    if let Ok(a) = t.parse::<SocketAddr>() {
-        return Ok((a.ip().to_string(), a.port()));
-    }
-    if t.parse::<IpAddr>().is_ok()
-        || t.trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<Ipv6Addr>()
-            .is_ok()
-    {
-        return Ok((t.to_owned(), default_port));
-    }
-    match t.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => {
-            let port = p
-                .parse::<u16>()
-                .map_err(|_| usage(format!("'{t}': the port must be a number 0-65535")))?;
-            Ok((h.to_owned(), port))
-        }
-        _ => Ok((t.to_owned(), default_port)),
-    }
 }
 
 #[cfg(test)]

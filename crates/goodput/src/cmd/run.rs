@@ -5,9 +5,10 @@ use super::server::run_server;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::views::RESULT_WRITTEN;
-use super::{usage, Stop, EXIT_INTERRUPTED, EXIT_OK};
+use super::{usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
+use goodput_core::result::{FailureStage, TestResult};
 use goodput_core::spec::TestSpec;
 use std::io;
 use std::path::Path;
@@ -82,13 +83,38 @@ pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'
 /// Writes the `failed` result of `spec` to `--json`, unless the test
 /// already wrote its own result there.
 pub(crate) fn write_failed(spec: &TestSpec, views: &ViewArgs, reason: &str) {
+    write_failed_result(
+        &goodput_engine::run::failed(spec, FailureStage::Setup, reason),
+        views,
+    );
+}
+
+fn write_failed_result(result: &TestResult, views: &ViewArgs) {
     let Some(path) = &views.json else { return };
     if RESULT_WRITTEN.swap(true, Ordering::Relaxed) {
         return;
     }
-    let result = goodput_engine::run::failed(spec, reason);
-    if let Err(e) = goodput_report::write_result_json(path, &result) {
+    if let Err(e) = goodput_report::write_result_json(path, result) {
         eprintln!("goodput: cannot write {}: {e}", path.display());
+    }
+}
+
+/// Ends the command for a result that ended `failed`: the document goes to
+/// `--json`; a failure before the peer was contacted ends the program as
+/// any run that cannot start (exit 3), one at the peer or during the test
+/// is a failed test (exit 1; 130 when it was interrupted).
+pub(crate) fn failed_run(result: &TestResult, views: &ViewArgs, cancelled: bool) -> Result<u8, Stop> {
+    write_failed_result(result, views);
+    let Some(f) = &result.error else {
+        return Err(Stop::Fatal(anyhow!("the run failed")));
+    };
+    match f.stage {
+        FailureStage::Setup => Err(Stop::Fatal(anyhow!("{}", f.message))),
+        FailureStage::Test => {
+            let kind = result.spec.as_ref().map_or("the", |s| s.kind());
+            eprintln!("goodput: {kind} test failed: {}", f.message);
+            Ok(if cancelled { EXIT_INTERRUPTED } else { EXIT_FAILED })
+        }
     }
 }
 

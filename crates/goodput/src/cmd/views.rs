@@ -121,6 +121,9 @@ impl Observer for Views {
     fn on_established(&mut self, index: u64, local: &str, remote: &str, t: f64) {
         self.each(|v| v.established(index, local, remote, t));
     }
+    fn on_start(&mut self, title: &str, settings: &[(String, String)]) {
+        self.console.banner(title, settings);
+    }
     fn on_notice(&mut self, text: &str) {
         self.each(|v| v.notice(text));
     }

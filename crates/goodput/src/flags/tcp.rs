@@ -2,6 +2,8 @@
 
 use super::{OutputArgs, PatternArgs, ShutdownArg, SocketArgs, WireArg};
 use clap::Args;
+use goodput_core::result::ShutdownMode;
+use goodput_core::spec::{Family, TcpSpec};
 use goodput_core::units::{ByteRate, HumanDuration, PortRange, ValueRange};
 use std::net::IpAddr;
 
@@ -73,4 +75,42 @@ pub struct TcpArgs {
     /// `goodput run`) and exit without running it.
     #[arg(long)]
     pub print_spec: bool,
+}
+
+impl TcpArgs {
+    /// The spec `goodput tcp`'s flags describe.
+    pub fn spec(&self) -> TcpSpec {
+        let mut hosts: Vec<String> = self.host.iter().cloned().collect();
+        hosts.extend(self.target.iter().cloned());
+        TcpSpec {
+            hosts,
+            port: self.port,
+            family: Family::of(self.ipv4, self.ipv6),
+            bind: self.bind.clone(),
+            local_port: self.local_port,
+            wire: self.wire.spec(),
+            pattern: self.data.pattern.spec(),
+            transfer: self.data.transfer,
+            buffer: self.data.buffer,
+            push_bytes: self.data.push_bytes,
+            pull_bytes: self.data.pull_bytes,
+            verify: self.data.verify.spec(),
+            rate_limit: self.rate_limit,
+            rate_period: self.rate_period,
+            burst_count: self.burst_count,
+            burst_delay: self.burst_delay,
+            connections: self.connections,
+            iterations: self.iterations,
+            throttle: self.throttle,
+            shutdown: match self.shutdown {
+                ShutdownArg::Graceful => ShutdownMode::Graceful,
+                ShutdownArg::Rude => ShutdownMode::Rude,
+                ShutdownArg::Random => ShutdownMode::Random,
+            },
+            socket: self.socket.spec(),
+            time_limit: self.output.time_limit,
+            status_interval: self.output.status_interval,
+            idle_timeout: self.output.idle_timeout,
+        }
+    }
 }

@@ -1,0 +1,246 @@
+//! One run entry for every kind: [`run`] takes a validated spec, an
+//! observer and a cancellation token and returns the run's result — also
+//! when the run cannot start (a result ended `failed`, with the reason).
+//! The command line is one caller; the agent will be another.
+
+mod iperf3;
+mod stamp;
+mod tcp;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use goodput_core::result::{
+    EndReason, FailureStage, RunFailure, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
+    SCHEMA_VERSION,
+};
+use goodput_core::spec::{SocketSpec, TcpWire, TestSpec};
+use tokio_util::sync::CancellationToken;
+
+use crate::socket::{raise_open_file_limit, SocketOptions};
+use crate::Observer;
+
+pub use tcp::concurrent_connections;
+
+/// Runs a validated spec to its end and returns its result, carrying the
+/// spec. A run that cannot start, or stops on an error before it has a
+/// result, returns [`failed`]. `max_records` caps the intervals and
+/// connection records kept in the result (0: no cap).
+///
+/// The kinds not listed here still run through the command line's own
+/// path; they move here one by one.
+pub async fn run(
+    spec: &TestSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+    max_records: usize,
+) -> TestResult {
+    let outcome = match spec {
+        TestSpec::Tcp(s) => tcp::run(s, observer, cancel, max_records).await,
+        TestSpec::Stamp(s) => stamp::run(s, observer, cancel, max_records).await,
+        TestSpec::Iperf3(s) => iperf3::run(s, observer, cancel, max_records).await,
+        other => Err(Failure::setup(format!(
+            "the {} kind does not run through goodput_engine::run yet",
+            other.kind()
+        ))),
+    };
+    match outcome {
+        Ok(mut r) => {
+            r.spec = Some(spec.clone());
+            r
+        }
+        Err(f) => failed(spec, f.stage, f.message),
+    }
+}
+
+/// A kind's run that ended without a result of its own.
+pub(crate) struct Failure {
+    stage: FailureStage,
+    message: String,
+}
+
+impl Failure {
+    /// A failure before the peer was contacted.
+    pub(crate) fn setup(message: impl Into<String>) -> Self {
+        Self {
+            stage: FailureStage::Setup,
+            message: message.into(),
+        }
+    }
+
+    /// The peer refused, or the test broke off.
+    pub(crate) fn test(message: impl Into<String>) -> Self {
+        Self {
+            stage: FailureStage::Test,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::setup(message)
+    }
+}
+
+/// An embedded loopback peer that runs beside a test (when the spec names
+/// no host) and stops with it.
+pub struct Embedded {
+    cancel: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Embedded {
+    /// Nothing running yet; stops with the run (`run`) or after it.
+    pub fn new(run: &CancellationToken) -> Self {
+        Self {
+            cancel: run.child_token(),
+            task: None,
+        }
+    }
+
+    /// Runs `serve` (given the server's cancellation token) on the runtime.
+    pub fn start<F>(&mut self, serve: impl FnOnce(CancellationToken) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.task = Some(tokio::spawn(serve(self.cancel.clone())));
+    }
+
+    /// Stops the server and waits for it.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        if let Some(t) = self.task {
+            let _ = t.await;
+        }
+    }
+}
+
+/// The loopback address of a family.
+pub fn loopback(v6: bool) -> IpAddr {
+    if v6 {
+        Ipv6Addr::LOCALHOST.into()
+    } else {
+        Ipv4Addr::LOCALHOST.into()
+    }
+}
+
+/// The most sockets the open-file limit leaves room for (after 64 for
+/// everything else), each connection taking `per_connection`, and the
+/// limit; `None` when the limit cannot be read.
+pub fn socket_room(per_connection: u64) -> Option<(u64, u64)> {
+    raise_open_file_limit()
+        .ok()
+        .map(|limit| (limit.saturating_sub(64) / per_connection.max(1), limit))
+}
+
+pub use goodput_core::spec::split_target;
+
+/// The addresses of `host` (a name or an address, either with `:PORT` or
+/// `[v6]:PORT`, which overrides `port`), of the family asked for.
+pub async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, String> {
+    let (host, port) = split_target(host, port)?;
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let found: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((bare, port))
+            .await
+            .map_err(|e| format!("cannot resolve '{host}': {e}"))?
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for a in found {
+        if (v4 && !a.is_ipv4()) || (v6 && !a.is_ipv6()) || out.contains(&a) {
+            continue;
+        }
+        out.push(a);
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "'{host}' has no {} address",
+            if v4 { "IPv4" } else { "IPv6" }
+        ));
+    }
+    Ok(out)
+}
+
+/// A validated spec's socket options (sizes were checked to fit 32 bits).
+pub fn socket_options(s: &SocketSpec) -> SocketOptions {
+    let fit = |v: Option<goodput_core::units::ByteSize>| v.and_then(|b| u32::try_from(b.0).ok());
+    SocketOptions {
+        send_buffer: fit(s.send_buffer),
+        recv_buffer: fit(s.recv_buffer),
+        no_delay: s.no_delay,
+        congestion: s.congestion.clone(),
+        dscp: s.dscp,
+        keepalive: s.keepalive.map(|d| d.0),
+        interface: s.interface.clone(),
+    }
+}
+
+/// The result model's wire of a spec's TCP wire.
+pub fn tcp_wire(w: TcpWire) -> WireProtocol {
+    match w {
+        TcpWire::Goodput => WireProtocol::Goodput,
+        TcpWire::Cts => WireProtocol::Cts,
+    }
+}
+
+/// An error and its causes, one after the other (`cannot listen on …:
+/// Address already in use`).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// The kind of result a spec's run produces, and the wire it speaks.
+pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
+    match spec {
+        TestSpec::Tcp(s) => (TestKind::TcpClient, tcp_wire(s.wire)),
+        TestSpec::Stamp(_) => (TestKind::StampSender, WireProtocol::Stamp),
+        TestSpec::Iperf3(_) => (TestKind::Iperf3Client, WireProtocol::Iperf3),
+        TestSpec::Server(s) => (TestKind::TcpServer, tcp_wire(s.wire)),
+    }
+}
+
+/// The result of a run that could not start, or that stopped on an error
+/// before it had a result of its own: no intervals, no connections, ended
+/// [`EndReason::Failed`] with `reason`, and the spec it was to run — so a
+/// scheduler archives and alerts on it like any other result.
+pub fn failed(spec: &TestSpec, stage: FailureStage, reason: impl Into<String>) -> TestResult {
+    let (kind, wire) = result_kind(spec);
+    TestResult {
+        schema_version: SCHEMA_VERSION,
+        tool: crate::tool_info(),
+        kind,
+        spec: Some(spec.clone()),
+        started_unix_ms: crate::tcp::unix_ms_now(),
+        settings: TcpSettings::bare(wire, Vec::new(), 0),
+        intervals: Vec::new(),
+        intervals_omitted: 0,
+        connections: Vec::new(),
+        summary: Summary::from_records(&[], 0),
+        connections_omitted: 0,
+        end: EndReason::Failed,
+        error: Some(RunFailure {
+            stage,
+            message: reason.into(),
+        }),
+        services: None,
+        iperf3: None,
+        stamp: None,
+        stamp_reflector: None,
+        ttcp: None,
+        echo: None,
+        media: None,
+        media_server: None,
+        quic: None,
+        quic_server: None,
+        admission: None,
+    }
+}
