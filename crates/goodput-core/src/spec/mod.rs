@@ -11,9 +11,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod echo;
 pub mod stamp;
 pub mod tcp;
 
+pub use echo::EchoSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 
@@ -25,6 +27,8 @@ pub enum TestSpec {
     Tcp(TcpSpec),
     /// A STAMP Session-Sender run (`goodput stamp`).
     Stamp(StampSpec),
+    /// A load test on an echo server (`goodput echo`).
+    Echo(EchoSpec),
 }
 
 impl TestSpec {
@@ -33,6 +37,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
+            TestSpec::Echo(_) => "echo",
         }
     }
 
@@ -41,6 +46,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
+            TestSpec::Echo(s) => s.validate().map_err(|e| e.within("echo")),
         }
     }
 }
@@ -148,7 +154,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp"];
+    let known = ["tcp", "stamp", "echo"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -173,6 +179,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     // path is known (through the tagged enum serde would lose it).
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
+        "echo" => serde_path_to_error::deserialize::<_, EchoSpec>(body).map(TestSpec::Echo),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -280,7 +287,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, echo"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -304,5 +311,36 @@ mod tests {
             "tcp.connections: must be at least 1"
         );
         assert_eq!(e(r#"{"tests": []}"#, false), "tests: no test in the document");
+    }
+
+    #[test]
+    fn an_echo_spec_takes_the_flags_defaults_and_their_rules() {
+        let specs = read_document(r#"{"kind": "echo", "target": "192.0.2.7"}"#, false).unwrap();
+        let TestSpec::Echo(e) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((e.port, e.connections, e.messages), (7, 1000, 0));
+        assert_eq!(e.message_bytes(), 1024);
+        assert_eq!(e.message_rate.0, std::time::Duration::from_secs(1));
+        assert_eq!(e.connect_timeout.0, std::time::Duration::from_secs(10));
+        assert!(!e.tls && e.hold_for.is_none());
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert!(e(r#"{"kind": "echo"}"#).starts_with("echo.target: is required"));
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "message_size": "17MiB"}"#),
+            "echo.message_size: must be between 1 byte and 16 MiB"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "tls": true}"#),
+            "echo.tls: needs `ca` FILE (the CA that signed the server's certificate) or `insecure`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "insecure": true}"#),
+            "echo.insecure: needs `tls`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "mesages": 3}"#),
+            "echo.mesages: unknown field, did you mean messages?"
+        );
     }
 }

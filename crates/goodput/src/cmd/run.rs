@@ -1,5 +1,6 @@
 //! `goodput run FILE`: the specs of a document, run in order.
 
+use super::echo::run_echo;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::{usage, Stop, EXIT_INTERRUPTED, EXIT_OK};
@@ -38,6 +39,7 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
         let code = match spec {
             TestSpec::Tcp(t) => run_tcp(t, &views).await?,
             TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
+            TestSpec::Echo(t) => run_echo(t, &views).await?,
         };
         if status == EXIT_OK {
             status = code;
