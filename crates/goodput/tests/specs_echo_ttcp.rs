@@ -4,8 +4,10 @@
 
 mod common;
 
+use std::fs::File;
 use std::path::Path;
 use std::process::Stdio;
+use std::time::Duration;
 
 use common::*;
 
@@ -265,4 +267,212 @@ fn echo_flags_round_trip_through_their_spec() {
     ]);
     assert_eq!(code, Some(1), "refused connections fail: {err}");
     assert_eq!(read(&result)["spec"], doc);
+}
+
+/// One end of ttcp, from flags or (`file`) from their `--print-spec`
+/// document through `goodput run`, with `extra` arguments after.
+fn ttcp_end(name: &str, flags: &[&str], file: bool, extra: &[&str]) -> std::process::Command {
+    let mut c = goodput();
+    if file {
+        let (_, text) = print_spec("ttcp", flags);
+        let spec = tmp("specs-et", &format!("{name}.json"));
+        std::fs::write(&spec, text).unwrap();
+        c.arg("run").arg(spec);
+    } else {
+        c.arg("ttcp").args(flags);
+    }
+    c.args(extra);
+    c
+}
+
+/// Text with a port number taken out.
+fn without(text: &str, port: u16) -> String {
+    text.replace(&port.to_string(), "PORT")
+}
+
+#[test]
+fn a_ttcp_spec_runs_as_its_flags_do() {
+    let mut seen: Vec<(String, String, String, String)> = Vec::new();
+    for file in [false, true] {
+        let port = free_tcp_port();
+        let p = port.to_string();
+        let rj = tmp("specs-et", &format!("ttcp-r-{file}.json"));
+        let tj = tmp("specs-et", &format!("ttcp-t-{file}.json"));
+        let rflags: &[&str] = &["-r", "-B", "127.0.0.1", "-l", "4096", "-p", &p];
+        let tflags: &[&str] = &[
+            "-t",
+            "127.0.0.1",
+            "-l",
+            "4096",
+            "-n",
+            "64",
+            "-D",
+            "-b",
+            "256KiB",
+            "-p",
+            &p,
+        ];
+        let r = Reaped::spawn(ttcp_end(
+            &format!("ttcp-r-{file}"),
+            rflags,
+            file,
+            &["--json", rj.to_str().unwrap()],
+        ));
+        wait_tcp_listening(port);
+        let out = ttcp_end(
+            &format!("ttcp-t-{file}"),
+            tflags,
+            file,
+            &["--json", tj.to_str().unwrap()],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{text}{err}");
+        assert!(text.contains("ttcp-t: 262144 bytes in "), "{text}");
+        let (code, rtext, rerr) = r.wait(Duration::from_secs(10));
+        assert_eq!(code, Some(0), "{rtext}{rerr}");
+        assert!(rtext.contains("ttcp-r: 262144 bytes in "), "{rtext}");
+        let (t, r) = (read(&tj), read(&rj));
+        assert_eq!(t["spec"]["role"], "transmit");
+        assert_eq!(t["spec"]["sockbuf"], "256KiB");
+        assert_eq!(r["spec"]["role"], "receive");
+        assert_eq!(r["spec"]["bind"], "127.0.0.1");
+        let settings = |v: &serde_json::Value| without(&v["settings"].to_string(), port);
+        let spec = |v: &serde_json::Value| without(&v["spec"].to_string(), port);
+        seen.push((
+            without(err.lines().next().unwrap_or(""), port),
+            without(rerr.lines().next().unwrap_or(""), port),
+            format!("{} {}", settings(&t), settings(&r)),
+            format!("{} {}", spec(&t), spec(&r)),
+        ));
+    }
+    let (a, b) = (&seen[0], &seen[1]);
+    assert!(
+        a.0.starts_with("ttcp-t: buflen=4096, nbuf=64, port=PORT, sockbufsize=262144  tcp  -> 127.0.0.1"),
+        "{}",
+        a.0
+    );
+    assert_eq!(a.0, b.0, "the transmitter's banner");
+    assert_eq!(a.1, b.1, "the receiver's banner");
+    assert_eq!(a.2, b.2, "the same settings");
+    assert_eq!(a.3, b.3, "the same spec");
+}
+
+/// `sinkmode` false from a document: the transmitter sends standard input
+/// and the receiver writes what arrives to standard output, as with
+/// `--sinkmode=false`.
+#[test]
+fn a_ttcp_spec_without_sinkmode_moves_standard_input_to_standard_output() {
+    let port = free_tcp_port();
+    let p = port.to_string();
+    let src = tmp("specs-et", "stdin-src.bin");
+    let data: Vec<u8> = (0..70_001u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let sink = tmp("specs-et", "stdout-sink.bin");
+    let mut rc = ttcp_end(
+        "nosink-r",
+        &["-r", "--sinkmode=false", "-B", "127.0.0.1", "-p", &p],
+        true,
+        &[],
+    );
+    rc.stdout(Stdio::from(File::create(&sink).unwrap()))
+        .stderr(Stdio::piped());
+    let r = Reaped::spawn_as_is(rc);
+    wait_tcp_listening(port);
+    let out = ttcp_end(
+        "nosink-t",
+        &["-t", "127.0.0.1", "--sinkmode=false", "-l", "4096", "-p", &p],
+        true,
+        &[],
+    )
+    .stdin(Stdio::from(File::open(&src).unwrap()))
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ttcp-t: 70001 bytes in"));
+    let (code, _, err) = r.wait(Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("ttcp-r: 70001 bytes in"), "{err}");
+    assert_eq!(std::fs::read(&sink).unwrap(), data);
+    // A document read from standard input cannot also be the data.
+    let doc = tmp("specs-et", "nosink-t.json");
+    let out = goodput()
+        .args(["run", "-"])
+        .stdin(Stdio::from(File::open(&doc).unwrap()))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give it as a file"));
+}
+
+#[test]
+fn every_ttcp_rule_reads_the_same_from_a_file() {
+    let cases: [(&[&str], &str, &str, &str); 5] = [
+        (
+            &["-l", "0"],
+            "-l must be between 1 and 67108864 bytes",
+            r#""role": "transmit", "host": "h", "buflen": 0"#,
+            "ttcp.buflen: must be between 1 and 67108864 bytes",
+        ),
+        (
+            &["-u", "-l", "4"],
+            "-l must be between 5 and 67108864 bytes",
+            r#""role": "transmit", "host": "h", "udp": true, "buflen": 4"#,
+            "ttcp.buflen: must be between 5 and 67108864 bytes",
+        ),
+        (
+            &["-u", "-l", "65508"],
+            "-l with -u must be at most 65507 bytes (one UDP datagram)",
+            r#""role": "transmit", "host": "h", "udp": true, "buflen": 65508"#,
+            "ttcp.buflen: with `udp` must be at most 65507 bytes (one UDP datagram)",
+        ),
+        (
+            &["-n", "0"],
+            "-n must be at least 1",
+            r#""role": "transmit", "host": "h", "nbuf": 0"#,
+            "ttcp.nbuf: must be at least 1",
+        ),
+        (
+            &["-b", "4GiB"],
+            "-b must be below 4 GiB",
+            r#""role": "transmit", "host": "h", "sockbuf": "4GiB""#,
+            "ttcp.sockbuf: must be below 4 GiB",
+        ),
+    ];
+    rules_read_the_same("ttcp", &["-t", "127.0.0.1"], &cases);
+    // What clap checks for the flags, the spec checks itself.
+    for (fields, says) in [
+        (r#""port": 5001"#, "ttcp.role: is required"),
+        (r#""role": "transmit""#, "ttcp.host: is required to transmit"),
+        (
+            r#""role": "receive", "host": "h""#,
+            "ttcp.host: is for the transmitter only",
+        ),
+        (
+            r#""role": "transmit", "host": "h", "bind": "127.0.0.1""#,
+            "ttcp.bind: is for the receiver only",
+        ),
+        (
+            r#""role": "receive", "bufflen": 5"#,
+            "ttcp.bufflen: unknown field, did you mean buflen?",
+        ),
+    ] {
+        let f = tmp("specs-et", "ttcp-rule.json");
+        std::fs::write(&f, format!(r#"{{"kind": "ttcp", {fields}}}"#)).unwrap();
+        let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+        assert_eq!(code, Some(2), "{fields}: {err}");
+        assert!(err.contains(says), "{fields}: {err}");
+    }
 }

@@ -14,10 +14,12 @@ use serde::{Deserialize, Serialize};
 pub mod echo;
 pub mod stamp;
 pub mod tcp;
+pub mod ttcp;
 
 pub use echo::EchoSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
+pub use ttcp::{TtcpRole, TtcpSpec};
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -29,6 +31,8 @@ pub enum TestSpec {
     Stamp(StampSpec),
     /// A load test on an echo server (`goodput echo`).
     Echo(EchoSpec),
+    /// One end of a TTCP transfer (`goodput ttcp`).
+    Ttcp(TtcpSpec),
 }
 
 impl TestSpec {
@@ -38,6 +42,7 @@ impl TestSpec {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
             TestSpec::Echo(_) => "echo",
+            TestSpec::Ttcp(_) => "ttcp",
         }
     }
 
@@ -47,6 +52,7 @@ impl TestSpec {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
             TestSpec::Echo(s) => s.validate().map_err(|e| e.within("echo")),
+            TestSpec::Ttcp(s) => s.validate().map_err(|e| e.within("ttcp")),
         }
     }
 }
@@ -154,7 +160,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp", "echo"];
+    let known = ["tcp", "stamp", "echo", "ttcp"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -180,6 +186,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
         "echo" => serde_path_to_error::deserialize::<_, EchoSpec>(body).map(TestSpec::Echo),
+        "ttcp" => serde_path_to_error::deserialize::<_, TtcpSpec>(body).map(TestSpec::Ttcp),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -287,7 +294,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp, echo"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, echo, ttcp"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -341,6 +348,31 @@ mod tests {
         assert_eq!(
             e(r#"{"kind": "echo", "target": "h", "mesages": 3}"#),
             "echo.mesages: unknown field, did you mean messages?"
+        );
+    }
+
+    #[test]
+    fn a_ttcp_spec_takes_the_flags_defaults_and_their_rules() {
+        let specs = read_document("kind = \"ttcp\"\nrole = \"receive\"", true).unwrap();
+        let TestSpec::Ttcp(t) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((t.buflen, t.nbuf, t.port), (8192, 2048, 5001));
+        assert!(t.sinkmode && !t.udp && !t.transmits());
+        assert_eq!(t.udp_idle.0, std::time::Duration::from_secs(5));
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert!(e(r#"{"kind": "ttcp"}"#).starts_with("ttcp.role: is required"));
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "transmit"}"#),
+            "ttcp.host: is required to transmit"
+        );
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "transmit", "host": "h", "udp": true, "buflen": 70000}"#),
+            "ttcp.buflen: with `udp` must be at most 65507 bytes (one UDP datagram)"
+        );
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "sideways"}"#),
+            "ttcp.role: unknown variant `sideways`, expected `transmit` or `receive`"
         );
     }
 }

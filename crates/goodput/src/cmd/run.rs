@@ -3,6 +3,7 @@
 use super::echo::run_echo;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
+use super::ttcp::run_ttcp;
 use super::{usage, Stop, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
@@ -32,6 +33,17 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
     };
     let name = args.file.display().to_string();
     let specs = goodput_core::spec::read_document(&text, toml).map_err(|e| usage(format!("{name}: {e}")))?;
+    // A transmitter without sinkmode sends standard input: it cannot also
+    // have carried the document.
+    if from_stdin
+        && specs
+            .iter()
+            .any(|s| matches!(s, TestSpec::Ttcp(t) if t.transmits() && !t.sinkmode))
+    {
+        return Err(usage(format!(
+            "{name}: a ttcp transmitter with sinkmode false sends standard input, which carried this document: give it as a file"
+        )));
+    }
     let several = specs.len() > 1;
     let mut status = EXIT_OK;
     for (i, spec) in specs.into_iter().enumerate() {
@@ -40,6 +52,7 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
             TestSpec::Tcp(t) => run_tcp(t, &views).await?,
             TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
             TestSpec::Echo(t) => run_echo(t, &views).await?,
+            TestSpec::Ttcp(t) => run_ttcp(t, &views).await?,
         };
         if status == EXIT_OK {
             status = code;
