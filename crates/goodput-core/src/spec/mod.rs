@@ -12,15 +12,19 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+pub mod echo;
 pub mod iperf3;
 pub mod server;
 pub mod stamp;
 pub mod tcp;
+pub mod ttcp;
 
+pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
 pub use server::ServerSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
+pub use ttcp::{TtcpRole, TtcpSpec};
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
 // A spec is built once per run and moved, never stored in bulk: the size of
@@ -37,6 +41,10 @@ pub enum TestSpec {
     Iperf3(Iperf3Spec),
     /// The services a peer tests against (`goodput server`).
     Server(ServerSpec),
+    /// A load test on an echo server (`goodput echo`).
+    Echo(EchoSpec),
+    /// One end of a TTCP transfer (`goodput ttcp`).
+    Ttcp(TtcpSpec),
 }
 
 impl TestSpec {
@@ -47,6 +55,8 @@ impl TestSpec {
             TestSpec::Stamp(_) => "stamp",
             TestSpec::Iperf3(_) => "iperf3",
             TestSpec::Server(_) => "server",
+            TestSpec::Echo(_) => "echo",
+            TestSpec::Ttcp(_) => "ttcp",
         }
     }
 
@@ -57,6 +67,8 @@ impl TestSpec {
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
             TestSpec::Iperf3(s) => s.validate().map_err(|e| e.within("iperf3")),
             TestSpec::Server(s) => s.validate().map_err(|e| e.within("server")),
+            TestSpec::Echo(s) => s.validate().map_err(|e| e.within("echo")),
+            TestSpec::Ttcp(s) => s.validate().map_err(|e| e.within("ttcp")),
         }
     }
 }
@@ -189,7 +201,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp", "iperf3", "server"];
+    let known = ["tcp", "stamp", "iperf3", "echo", "ttcp", "server"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -216,6 +228,8 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
         "iperf3" => serde_path_to_error::deserialize::<_, Iperf3Spec>(body).map(TestSpec::Iperf3),
         "server" => serde_path_to_error::deserialize::<_, ServerSpec>(body).map(TestSpec::Server),
+        "echo" => serde_path_to_error::deserialize::<_, EchoSpec>(body).map(TestSpec::Echo),
+        "ttcp" => serde_path_to_error::deserialize::<_, TtcpSpec>(body).map(TestSpec::Ttcp),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -323,7 +337,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3, server"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3, echo, ttcp, server"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -347,5 +361,61 @@ mod tests {
             "tcp.connections: must be at least 1"
         );
         assert_eq!(e(r#"{"tests": []}"#, false), "tests: no test in the document");
+    }
+
+    #[test]
+    fn an_echo_spec_takes_the_flags_defaults_and_their_rules() {
+        let specs = read_document(r#"{"kind": "echo", "target": "192.0.2.7"}"#, false).unwrap();
+        let TestSpec::Echo(e) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((e.port, e.connections, e.messages), (7, 1000, 0));
+        assert_eq!(e.message_bytes(), 1024);
+        assert_eq!(e.message_rate.0, std::time::Duration::from_secs(1));
+        assert_eq!(e.connect_timeout.0, std::time::Duration::from_secs(10));
+        assert!(!e.tls && e.hold_for.is_none());
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert!(e(r#"{"kind": "echo"}"#).starts_with("echo.target: is required"));
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "message_size": "17MiB"}"#),
+            "echo.message_size: must be between 1 byte and 16 MiB"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "tls": true}"#),
+            "echo.tls: needs `ca` FILE (the CA that signed the server's certificate) or `insecure`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "insecure": true}"#),
+            "echo.insecure: needs `tls`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "echo", "target": "h", "mesages": 3}"#),
+            "echo.mesages: unknown field, did you mean messages?"
+        );
+    }
+
+    #[test]
+    fn a_ttcp_spec_takes_the_flags_defaults_and_their_rules() {
+        let specs = read_document("kind = \"ttcp\"\nrole = \"receive\"", true).unwrap();
+        let TestSpec::Ttcp(t) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((t.buflen, t.nbuf, t.port), (8192, 2048, 5001));
+        assert!(t.sinkmode && !t.udp && !t.transmits());
+        assert_eq!(t.udp_idle.0, std::time::Duration::from_secs(5));
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert!(e(r#"{"kind": "ttcp"}"#).starts_with("ttcp.role: is required"));
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "transmit"}"#),
+            "ttcp.host: is required to transmit"
+        );
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "transmit", "host": "h", "udp": true, "buflen": 70000}"#),
+            "ttcp.buflen: with `udp` must be at most 65507 bytes (one UDP datagram)"
+        );
+        assert_eq!(
+            e(r#"{"kind": "ttcp", "role": "sideways"}"#),
+            "ttcp.role: unknown variant `sideways`, expected `transmit` or `receive`"
+        );
     }
 }

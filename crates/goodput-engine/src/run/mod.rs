@@ -205,6 +205,15 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Stamp(_) => (TestKind::StampSender, WireProtocol::Stamp),
         TestSpec::Iperf3(_) => (TestKind::Iperf3Client, WireProtocol::Iperf3),
         TestSpec::Server(s) => (TestKind::TcpServer, tcp_wire(s.wire)),
+        TestSpec::Echo(_) => (TestKind::EchoClient, WireProtocol::Raw),
+        TestSpec::Ttcp(s) => (
+            if s.transmits() {
+                TestKind::TtcpTransmit
+            } else {
+                TestKind::TtcpReceive
+            },
+            WireProtocol::Raw,
+        ),
     }
 }
 

@@ -1,58 +1,99 @@
-//! `goodput echo`: load on an echo server.
+//! `goodput echo`: its flags become an `EchoSpec`; load on an echo server.
 
 use super::views::Views;
-use super::{exit_status, resolve, socket_room, split_target, usage, watch_signals, Stop};
-use crate::flags::EchoArgs;
+use super::{
+    exit_status, flag_error, print_spec, resolve, socket_room, split_target, usage, watch_signals, Stop,
+    EXIT_OK,
+};
+use crate::flags::{EchoArgs, ViewArgs};
+use goodput_core::spec::{EchoSpec, Family, TestSpec};
 use goodput_engine::{CancellationToken, Observer};
-use std::time::Duration;
 
 pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
-    use goodput_engine::echo::{run_echo, EchoSpec, Hold};
-    let size = usize::try_from(args.message_size.0)
-        .ok()
-        .filter(|&n| (1..=(16 << 20)).contains(&n))
-        .ok_or_else(|| usage("--message-size must be between 1 byte and 16 MiB"))?;
-    if args.messages > 0 && args.message_rate.0.is_zero() && !args.send_after_recv {
-        return Err(usage(
-            "--message-rate 0 with an open-loop schedule would send every message at once; give a rate or --send-after-recv",
-        ));
+    let spec = spec_of(&args);
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Echo(spec))?;
+        return Ok(EXIT_OK);
     }
-    if args.status_interval.0 < Duration::from_millis(10) {
-        return Err(usage("--status-interval must be at least 10ms"));
+    run_echo(spec, &args.views).await
+}
+
+/// The test `goodput echo`'s flags describe.
+fn spec_of(args: &EchoArgs) -> EchoSpec {
+    EchoSpec {
+        target: args.target.clone(),
+        port: args.port,
+        family: if args.ipv4 {
+            Family::Ipv4
+        } else if args.ipv6 {
+            Family::Ipv6
+        } else {
+            Family::Any
+        },
+        connections: args.connections,
+        batch_size: args.batch_size,
+        batch_delay: args.batch_delay,
+        messages: args.messages,
+        message_size: args.message_size,
+        message_rate: args.message_rate,
+        send_after_recv: args.send_after_recv,
+        sync_connect: args.sync_connect,
+        hold: args.hold,
+        pause: args.pause,
+        hold_for: args.hold_for,
+        preallocate: args.preallocate,
+        tls: args.tls,
+        insecure: args.insecure,
+        ca: args.ca.clone(),
+        sni: args.sni.clone(),
+        connect_timeout: args.connect_timeout,
+        reply_timeout: args.reply_timeout,
+        status_interval: args.status_interval,
     }
-    let hold = if args.pause {
+}
+
+/// Runs a validated echo spec: `goodput echo`'s path and `goodput run`'s.
+/// With `pause`, Enter is read from standard input when it is a terminal.
+pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    use goodput_engine::echo::{EchoSpec as EngineSpec, Hold};
+    let document = TestSpec::Echo(spec.clone());
+    let size = spec.message_bytes();
+    let hold = if spec.pause {
         if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
             Hold::Enter
         } else {
-            match args.hold_for {
+            match spec.hold_for {
                 Some(d) => Hold::For(d.0),
                 None => return Err(usage(
                     "--pause waits for Enter, but standard input is not a terminal: give --hold-for DURATION",
                 )),
             }
         }
-    } else if let Some(d) = args.hold_for {
+    } else if let Some(d) = spec.hold_for {
         Hold::For(d.0)
-    } else if args.hold {
+    } else if spec.hold {
         Hold::UntilAllDone
     } else {
         Hold::No
     };
-    let (host, port) = split_target(&args.target, args.port)?;
-    let target = resolve(&host, port, args.ipv4, args.ipv6).await?[0];
-    let tls = if args.tls {
+    let (host, port) = split_target(&spec.target, spec.port)?;
+    let target = resolve(
+        &host,
+        port,
+        spec.family == Family::Ipv4,
+        spec.family == Family::Ipv6,
+    )
+    .await?[0];
+    let tls = if spec.tls {
         use goodput_engine::tls::{client_config, server_name, Trust};
-        let trust = match (&args.ca, args.insecure) {
-            (Some(p), _) => Trust::CaFile(p.clone()),
-            (None, true) => Trust::Anything,
-            (None, false) => {
-                return Err(usage(
-                    "--tls needs --ca FILE (the CA that signed the server's certificate) or --insecure",
-                ))
-            }
+        // validate() saw to it that one of the two is given.
+        let trust = match &spec.ca {
+            Some(p) => Trust::CaFile(p.clone()),
+            None => Trust::Anything,
         };
         let cfg = client_config(&trust).map_err(|e| usage(e.to_string()))?;
-        let name = args
+        let name = spec
             .sni
             .clone()
             .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').to_owned());
@@ -60,7 +101,7 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     } else {
         None
     };
-    let mut connections = args.connections;
+    let mut connections = spec.connections;
     let mut notices = Vec::new();
     if let Some((room, limit)) = socket_room(1) {
         if connections > room {
@@ -72,13 +113,13 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     }
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let mut views = Views::open(&args.views, Some(connections))?;
+    let mut views = Views::open(out, Some(connections))?;
     let mut banner = vec![
         (
             "Echo server".to_owned(),
             format!(
                 "{target}{}",
-                match (&args.tls, &args.ca) {
+                match (spec.tls, &spec.ca) {
                     (false, _) => String::new(),
                     (true, Some(ca)) => format!(" over TLS (trusting {})", ca.display()),
                     (true, None) => " over TLS (any certificate accepted: --insecure)".into(),
@@ -89,28 +130,28 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
             "Connections".into(),
             format!(
                 "{connections}, {}{}",
-                if args.sync_connect {
+                if spec.sync_connect {
                     "one at a time"
                 } else {
                     "all at once"
                 },
-                args.batch_size.map_or(String::new(), |b| format!(
+                spec.batch_size.map_or(String::new(), |b| format!(
                     ", in batches of {b} every {} ms",
-                    args.batch_delay.0.as_millis()
+                    spec.batch_delay.0.as_millis()
                 ))
             ),
         ),
         (
             "Messages".into(),
-            if args.messages == 0 {
+            if spec.messages == 0 {
                 "none (connect only)".into()
             } else {
                 format!(
                     "{} per connection, {} B each, every {} ms, {}",
-                    args.messages,
+                    spec.messages,
                     size,
-                    args.message_rate.0.as_millis(),
-                    if args.send_after_recv {
+                    spec.message_rate.0.as_millis(),
+                    if spec.send_after_recv {
                         "closed loop (timer starts when the echo is back)"
                     } else {
                         "open loop (round trips from the scheduled send time)"
@@ -132,27 +173,97 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     for n in &notices {
         views.on_notice(n);
     }
-    let spec = EchoSpec {
+    let engine = EngineSpec {
         target,
         connections,
-        batch_size: args.batch_size,
-        batch_delay: args.batch_delay.0,
-        messages: args.messages,
+        batch_size: spec.batch_size,
+        batch_delay: spec.batch_delay.0,
+        messages: spec.messages,
         message_size: size,
-        message_interval: args.message_rate.0,
-        send_after_recv: args.send_after_recv,
-        sync_connect: args.sync_connect,
+        message_interval: spec.message_rate.0,
+        send_after_recv: spec.send_after_recv,
+        sync_connect: spec.sync_connect,
         hold,
-        connect_timeout: args.connect_timeout.0,
-        reply_timeout: args.reply_timeout.0,
-        status_interval: args.status_interval.0,
-        max_records: args.views.max_records,
+        connect_timeout: spec.connect_timeout.0,
+        reply_timeout: spec.reply_timeout.0,
+        status_interval: spec.status_interval.0,
+        max_records: out.max_records,
         tls,
-        preallocate: args.preallocate,
+        preallocate: spec.preallocate,
     };
-    let result = run_echo(spec, &mut views, cancel.clone())
+    let mut result = goodput_engine::echo::run_echo(engine, &mut views, cancel.clone())
         .await
         .map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.views.json.as_deref())?;
+    result.spec = Some(document);
+    views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::{Cli, Command};
+    use clap::Parser;
+
+    fn spec(flags: &[&str]) -> EchoSpec {
+        let cli = Cli::try_parse_from([&["goodput", "echo"], flags].concat()).unwrap();
+        let Command::Echo(args) = cli.command else {
+            panic!("not echo")
+        };
+        spec_of(&args)
+    }
+
+    #[test]
+    fn flags_round_trip_through_a_document() {
+        for flags in [
+            &["h"][..],
+            &[
+                "[::1]:7007",
+                "--connections",
+                "12",
+                "--batch-size",
+                "4",
+                "--batch-delay",
+                "250",
+                "--messages",
+                "9",
+                "--message-size",
+                "1000",
+                "--message-rate",
+                "0",
+                "--send-after-recv",
+                "--sync-connect",
+                "--hold",
+                "--pause",
+                "--hold-for",
+                "2s",
+                "--preallocate",
+                "--tls",
+                "--ca",
+                "/etc/ca.pem",
+                "--sni",
+                "echo.example",
+                "--connect-timeout",
+                "3s",
+                "--reply-timeout",
+                "1500ms",
+                "-6",
+                "--status-interval",
+                "200ms",
+            ][..],
+        ] {
+            let s = spec(flags);
+            s.validate().unwrap();
+            let json = serde_json::to_string(&TestSpec::Echo(s.clone())).unwrap();
+            let back = goodput_core::spec::read_document(&json, false).unwrap();
+            assert_eq!(back, vec![TestSpec::Echo(s)], "{json}");
+        }
+        assert_eq!(
+            spec(&["h"]),
+            EchoSpec {
+                target: "h".into(),
+                ..EchoSpec::default()
+            }
+        );
+    }
 }

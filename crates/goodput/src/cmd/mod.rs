@@ -141,12 +141,19 @@ pub(crate) fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
 /// `--connections`, `socket.dscp` is `--dscp`, and a field a message names
 /// (`` `rate_period` ``) is its flag too.
 pub(crate) fn flag_error(e: &SpecError) -> Stop {
-    let flag = |field: &str| {
-        format!(
-            "--{}",
-            field.rsplit('.').next().unwrap_or(field).replace('_', "-")
-        )
-    };
+    flag_error_as(e, long_flag)
+}
+
+/// A field's long flag: `socket.send_buffer` is `--send-buffer`.
+pub(crate) fn long_flag(field: &str) -> String {
+    format!(
+        "--{}",
+        field.rsplit('.').next().unwrap_or(field).replace('_', "-")
+    )
+}
+
+/// A spec's error in the flags' words, each field named by `flag`.
+pub(crate) fn flag_error_as(e: &SpecError, flag: impl Fn(&str) -> String) -> Stop {
     let field = e.field.split_once('.').map_or(e.field.as_str(), |(_, f)| f);
     let mut message = e.message.clone();
     while let Some(i) = message.find('`') {

@@ -1,9 +1,11 @@
 //! `goodput run FILE`: the specs of a document, run in order.
 
+use super::echo::run_echo;
 use super::iperf3::run_iperf3;
 use super::server::run_server;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
+use super::ttcp::run_ttcp;
 use super::views::RESULT_WRITTEN;
 use super::{usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
@@ -37,6 +39,17 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
     };
     let name = args.file.display().to_string();
     let specs = goodput_core::spec::read_document(&text, toml).map_err(|e| usage(format!("{name}: {e}")))?;
+    // A transmitter without sinkmode sends standard input: it cannot also
+    // have carried the document.
+    if from_stdin
+        && specs
+            .iter()
+            .any(|s| matches!(s, TestSpec::Ttcp(t) if t.transmits() && !t.sinkmode))
+    {
+        return Err(usage(format!(
+            "{name}: a ttcp transmitter with sinkmode false sends standard input, which carried this document: give it as a file"
+        )));
+    }
     let several = specs.len() > 1;
     let mut status = EXIT_OK;
     for (i, spec) in specs.into_iter().enumerate() {
@@ -73,6 +86,8 @@ pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'
         TestSpec::Stamp(t) => run_stamp(t, views, extras.packet_file).await,
         TestSpec::Iperf3(t) => run_iperf3(t, views, extras.iperf3_json).await,
         TestSpec::Server(t) => run_server(t, views).await,
+        TestSpec::Echo(t) => run_echo(t, views).await,
+        TestSpec::Ttcp(t) => run_ttcp(t, views).await,
     };
     if let Err(Stop::Fatal(e)) = &outcome {
         write_failed(&document, views, &format!("{e:#}"));

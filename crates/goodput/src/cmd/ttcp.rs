@@ -1,90 +1,136 @@
-//! `goodput ttcp`: raw data to or from a TTCP peer.
+//! `goodput ttcp`: its flags become a `TtcpSpec`; raw data to or from a
+//! TTCP peer.
 
+use super::run::numbered_views;
 use super::views::Views;
-use super::{exit_status, resolve, usage, watch_signals, Stop};
-use crate::flags::TtcpArgs;
+use super::{exit_status, flag_error_as, long_flag, print_spec, resolve, watch_signals, Stop, EXIT_OK};
+use crate::flags::{TtcpArgs, ViewArgs};
 use anyhow::anyhow;
+use goodput_core::spec::{Family, TestSpec, TtcpRole, TtcpSpec};
 use goodput_engine::{CancellationToken, Observer};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
-    use goodput_engine::ttcp::{run_ttcp, TtcpRole, TtcpSpec};
-    let min = if args.udp {
-        goodput_core::ttcp::MIN_UDP_BUFLEN
-    } else {
-        1
-    };
-    if args.buflen < min || args.buflen > (64 << 20) {
-        return Err(usage(format!("-l must be between {min} and {} bytes", 64 << 20)));
+    let spec = spec_of(&args);
+    spec.validate().map_err(|e| flag_error_as(&e, ttcp_flag))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Ttcp(spec))?;
+        return Ok(EXIT_OK);
     }
-    if args.udp && args.buflen > 65_507 {
-        return Err(usage("-l with -u must be at most 65507 bytes (one UDP datagram)"));
+    run_ttcp(spec, &args.views).await
+}
+
+/// The test `goodput ttcp`'s flags describe.
+fn spec_of(args: &TtcpArgs) -> TtcpSpec {
+    TtcpSpec {
+        role: Some(if args.transmit {
+            TtcpRole::Transmit
+        } else {
+            TtcpRole::Receive
+        }),
+        host: args.host.clone(),
+        buflen: args.buflen,
+        nbuf: args.nbuf,
+        port: args.port,
+        udp: args.udp,
+        nodelay: args.nodelay,
+        sockbuf: args.sockbuf,
+        sinkmode: args.sinkmode,
+        bind: args.bind,
+        family: if args.ipv4 {
+            Family::Ipv4
+        } else if args.ipv6 {
+            Family::Ipv6
+        } else {
+            Family::Any
+        },
+        udp_idle: args.udp_idle,
     }
-    if args.transmit && args.nbuf == 0 {
-        return Err(usage("-n must be at least 1"));
+}
+
+/// A ttcp field's flag: ttcp's own letters where it has them.
+fn ttcp_flag(field: &str) -> String {
+    match field {
+        "buflen" => "-l".into(),
+        "nbuf" => "-n".into(),
+        "port" => "-p".into(),
+        "udp" => "-u".into(),
+        "nodelay" => "-D".into(),
+        "sockbuf" => "-b".into(),
+        "host" => "HOST".into(),
+        "role" => "-t/-r".into(),
+        f => long_flag(f),
     }
-    let sockbuf = args
-        .sockbuf
-        .map(|b| u32::try_from(b.0).map_err(|_| usage("-b must be below 4 GiB")))
-        .transpose()?;
-    let role = match &args.host {
-        Some(h) => TtcpRole::Transmit(resolve(h, args.port, args.ipv4, args.ipv6).await?[0]),
-        None => {
-            let ip = args.bind.unwrap_or(if args.ipv4 {
+}
+
+/// Runs a validated ttcp spec: `goodput ttcp`'s path and `goodput run`'s.
+/// With `sinkmode` false the data is standard input (transmitting) or
+/// standard output (receiving), as with the flags.
+pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    use goodput_engine::ttcp::{run_ttcp as run, TtcpRole as Role, TtcpSpec as EngineSpec};
+    let document = TestSpec::Ttcp(spec.clone());
+    let transmit = spec.transmits();
+    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
+    let role = match (&spec.host, transmit) {
+        (Some(h), true) => Role::Transmit(resolve(h, spec.port, v4, v6).await?[0]),
+        _ => {
+            let ip = spec.bind.unwrap_or(if v4 {
                 Ipv4Addr::UNSPECIFIED.into()
             } else {
                 Ipv6Addr::UNSPECIFIED.into()
             });
-            TtcpRole::Receive(SocketAddr::new(ip, args.port))
+            Role::Receive(SocketAddr::new(ip, spec.port))
         }
     };
-    let spec = TtcpSpec {
+    let sockbuf = spec.sockbuf_bytes();
+    let engine = EngineSpec {
         role,
-        udp: args.udp,
-        buflen: args.buflen,
-        nbuf: args.nbuf,
-        nodelay: args.nodelay,
+        udp: spec.udp,
+        buflen: spec.buflen,
+        nbuf: spec.nbuf,
+        nodelay: spec.nodelay,
         sockbuf,
-        sinkmode: args.sinkmode,
-        udp_idle: args.udp_idle.0,
+        sinkmode: spec.sinkmode,
+        udp_idle: spec.udp_idle.0,
         connect_timeout: Duration::from_secs(10),
     };
     // The report goes to standard output, unless standard output carries
-    // the received data (--sinkmode=false -r): then it goes to stderr.
-    let data_on_stdout = !args.sinkmode && !args.transmit;
-    let verbosity = args.views.verbosity;
-    let mut view_args = args.views;
+    // the received data (sinkmode false, receiving): then it goes to stderr.
+    let data_on_stdout = !spec.sinkmode && !transmit;
+    let verbosity = out.verbosity;
+    let mut view_args = numbered_views(out, None);
     if data_on_stdout {
         view_args.verbosity = 0;
     }
     let mut views = Views::open(&view_args, None)?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
-    let prefix = if args.transmit { "ttcp-t" } else { "ttcp-r" };
+    let prefix = if transmit { "ttcp-t" } else { "ttcp-r" };
     if verbosity > 0 {
         eprintln!(
             "{prefix}: buflen={}, nbuf={}, port={}{}  {}{}",
-            spec.buflen,
-            spec.nbuf,
-            args.port,
+            engine.buflen,
+            engine.nbuf,
+            spec.port,
             sockbuf.map_or(String::new(), |b| format!(", sockbufsize={b}")),
-            if args.udp { "udp" } else { "tcp" },
-            args.host.as_ref().map_or(String::new(), |h| format!("  -> {h}"))
+            if spec.udp { "udp" } else { "tcp" },
+            spec.host.as_ref().map_or(String::new(), |h| format!("  -> {h}"))
         );
     }
     let c = cancel.clone();
-    let result = tokio::task::spawn_blocking(move || {
+    let mut result = tokio::task::spawn_blocking(move || {
         let mut lines = |l: String| {
             if verbosity > 0 {
                 eprintln!("{prefix}: {l}");
             }
         };
-        run_ttcp(&spec, &mut lines, &c)
+        run(&engine, &mut lines, &c)
     })
     .await
     .map_err(|e| Stop::Fatal(anyhow!("the transfer thread failed: {e}")))?
     .map_err(|e| Stop::Fatal(e.into()))?;
+    result.spec = Some(document);
     if data_on_stdout && verbosity > 0 {
         if let Some(d) = &result.ttcp {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));
@@ -97,4 +143,85 @@ pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
     }
     views.finish(&result, view_args.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flags::{Cli, Command};
+    use clap::Parser;
+
+    fn spec(flags: &[&str]) -> TtcpSpec {
+        let cli = Cli::try_parse_from([&["goodput", "ttcp"], flags].concat()).unwrap();
+        let Command::Ttcp(args) = cli.command else {
+            panic!("not ttcp")
+        };
+        spec_of(&args)
+    }
+
+    #[test]
+    fn flags_round_trip_through_a_document() {
+        for flags in [
+            &["-r"][..],
+            &["-t", "h"][..],
+            &[
+                "-t",
+                "[::1]:5009",
+                "-u",
+                "-l",
+                "1400",
+                "-n",
+                "77",
+                "-p",
+                "5009",
+                "-D",
+                "-b",
+                "1MiB",
+                "--sinkmode=false",
+                "-6",
+                "--udp-idle",
+                "750ms",
+            ][..],
+            &[
+                "-r",
+                "-B",
+                "127.0.0.1",
+                "-4",
+                "-b",
+                "256KiB",
+                "--sinkmode",
+                "false",
+            ][..],
+        ] {
+            let s = spec(flags);
+            s.validate().unwrap();
+            let json = serde_json::to_string(&TestSpec::Ttcp(s.clone())).unwrap();
+            let back = goodput_core::spec::read_document(&json, false).unwrap();
+            assert_eq!(back, vec![TestSpec::Ttcp(s)], "{json}");
+        }
+        assert_eq!(
+            spec(&["-r"]),
+            TtcpSpec {
+                role: Some(TtcpRole::Receive),
+                ..TtcpSpec::default()
+            }
+        );
+    }
+
+    #[test]
+    fn errors_name_ttcp_letters() {
+        let e = TtcpSpec {
+            role: Some(TtcpRole::Transmit),
+            host: Some("h".into()),
+            udp: true,
+            buflen: 70_000,
+            ..TtcpSpec::default()
+        }
+        .validate()
+        .unwrap_err();
+        let Stop::Usage(m) = flag_error_as(&e, ttcp_flag) else {
+            panic!("not a usage error")
+        };
+        assert_eq!(m, "-l with -u must be at most 65507 bytes (one UDP datagram)");
+    }
 }

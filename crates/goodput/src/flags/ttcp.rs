@@ -56,4 +56,8 @@ pub struct TtcpArgs {
     pub udp_idle: HumanDuration,
     #[command(flatten)]
     pub views: ViewArgs,
+    /// Print the test these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without running it.
+    #[arg(long)]
+    pub print_spec: bool,
 }
