@@ -26,17 +26,28 @@ use tokio_util::sync::CancellationToken;
 use crate::{EngineError, Observer};
 
 /// When connections close after their messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Hold {
     /// Each closes when its own messages are done.
     No,
     /// All stay open until every connection is done (`--hold`).
     UntilAllDone,
-    /// Then also until Enter is pressed on standard input (`--pause`).
-    Enter,
+    /// Then also until the caller releases them (`--pause`: the command
+    /// line releases them when Enter is pressed). The engine never reads
+    /// standard input itself.
+    UntilReleased(Release),
     /// Then also for this long (`--hold-for`, or `--pause` when standard
     /// input is not a terminal).
     For(Duration),
+}
+
+/// How the caller releases connections held with [`Hold::UntilReleased`].
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// Notified once to release them.
+    pub notify: std::sync::Arc<tokio::sync::Notify>,
+    /// What releases them, for the notice (`press Enter to close them`).
+    pub how: String,
 }
 
 /// An echo load test.
@@ -289,14 +300,14 @@ pub async fn run_echo(
     let mut ticker = tokio::time::interval_at(start + spec.status_interval, spec.status_interval);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_tick = start;
-    let mut released = spec.hold == Hold::No;
+    let mut released = matches!(spec.hold, Hold::No);
     let mut release_timer: Option<Instant> = None;
     let mut enter: Option<tokio::task::JoinHandle<()>> = None;
     let mut interrupted = false;
     let size = spec.message_size as u64;
     loop {
         if !released && finished == spec.connections {
-            match spec.hold {
+            match &spec.hold {
                 Hold::No | Hold::UntilAllDone => {
                     released = true;
                     let _ = release_tx.send(true);
@@ -308,19 +319,17 @@ pub async fn run_echo(
                             spec.connections,
                             d.as_millis()
                         ));
-                        release_timer = Some(Instant::now() + d);
+                        release_timer = Some(Instant::now() + *d);
                     }
                 }
-                Hold::Enter => {
+                Hold::UntilReleased(r) => {
                     if enter.is_none() {
                         observer.on_notice(&format!(
-                            "all {} connections done and held open; press Enter to close them",
-                            spec.connections
+                            "all {} connections done and held open; {}",
+                            spec.connections, r.how
                         ));
-                        enter = Some(tokio::task::spawn_blocking(|| {
-                            let mut line = String::new();
-                            let _ = std::io::stdin().read_line(&mut line);
-                        }));
+                        let notify = r.notify.clone();
+                        enter = Some(tokio::spawn(async move { notify.notified().await }));
                     }
                 }
             }
@@ -731,7 +740,7 @@ where
     };
     let _ = tx.send((index, Event::Finished)).await;
     // Held open until released (or stopped).
-    if io_result.is_ok() && spec.hold != Hold::No {
+    if io_result.is_ok() && !matches!(spec.hold, Hold::No) {
         while !*release.borrow() {
             tokio::select! {
                 _ = stop.cancelled() => break,

@@ -118,6 +118,7 @@ fn timed_out(e: &io::Error) -> bool {
 /// and returns the result document.
 pub fn run_ttcp(
     spec: &TtcpSpec,
+    data: DataStreams,
     lines: Lines<'_>,
     cancel: &CancellationToken,
 ) -> Result<TestResult, EngineError> {
@@ -138,6 +139,7 @@ pub fn run_ttcp(
         peer: String::new(),
         lines,
         cancel,
+        data,
     };
     let outcome = match (spec.role, spec.udp) {
         (TtcpRole::Transmit(to), false) => tcp_transmit(&mut run, to),
@@ -256,6 +258,26 @@ pub fn run_ttcp(
     })
 }
 
+/// Where the data comes from and goes to without `sinkmode`: the command
+/// line gives standard input and output; the engine never opens either
+/// itself.
+pub struct DataStreams {
+    /// What a transmitter sends.
+    pub input: Box<dyn Read + Send>,
+    /// Where a receiver writes what arrives.
+    pub output: Box<dyn Write + Send>,
+}
+
+impl DataStreams {
+    /// No data streams (for `sinkmode`, where none is read or written).
+    pub fn none() -> Self {
+        Self {
+            input: Box::new(io::empty()),
+            output: Box::new(io::sink()),
+        }
+    }
+}
+
 /// One transfer's settings, meter, addresses and outputs, shared by the
 /// four ways of running it.
 struct Run<'a, 'l> {
@@ -265,6 +287,7 @@ struct Run<'a, 'l> {
     peer: String,
     lines: Lines<'l>,
     cancel: &'a CancellationToken,
+    data: DataStreams,
 }
 
 enum Stop {
@@ -283,10 +306,9 @@ fn source_buffer(spec: &TtcpSpec) -> Vec<u8> {
     buf
 }
 
-/// Fills `buf` from standard input (non-sink mode); returns the bytes read.
-fn read_stdin(buf: &mut [u8]) -> io::Result<usize> {
+/// Fills `buf` from the data input (non-sink mode); returns the bytes read.
+fn read_input(input: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
     let mut got = 0;
-    let mut input = io::stdin().lock();
     while got < buf.len() {
         match input.read(&mut buf[got..]) {
             Ok(0) => break,
@@ -306,6 +328,7 @@ fn tcp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
         peer,
         lines,
         cancel,
+        data,
     } = r;
     let s =
         Socket::new(Domain::for_address(to), Type::STREAM, Some(Protocol::TCP)).map_err(io_stop("socket"))?;
@@ -338,7 +361,7 @@ fn tcp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
         let len = if spec.sinkmode {
             buf.len()
         } else {
-            let n = read_stdin(&mut buf).map_err(io_stop("read stdin"))?;
+            let n = read_input(&mut *data.input, &mut buf).map_err(io_stop("read stdin"))?;
             if n == 0 {
                 break;
             }
@@ -376,6 +399,7 @@ fn tcp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
         peer,
         lines,
         cancel,
+        data,
     } = r;
     let s = Socket::new(Domain::for_address(at), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| Stop::Setup(EngineError::Listen { addr: at, source: e }))?;
@@ -415,7 +439,7 @@ fn tcp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
     *local = sock.local_addr().map(addr_text).unwrap_or_default();
     lines(format!("accept from {}", unmapped_ip(from.ip())));
     let mut buf = vec![0u8; spec.buflen];
-    let mut out = (!spec.sinkmode).then(|| io::stdout().lock());
+    let mut out = (!spec.sinkmode).then_some(&mut data.output);
     m.start();
     loop {
         if cancel.is_cancelled() {
@@ -435,7 +459,7 @@ fn tcp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
         }
     }
     m.stop();
-    if let Some(mut o) = out {
+    if let Some(o) = out {
         o.flush().map_err(io_stop("write stdout"))?;
     }
     Ok(())
@@ -483,6 +507,7 @@ fn udp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
         peer,
         lines,
         cancel,
+        data,
     } = r;
     let any: SocketAddr = if to.is_ipv6() {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
@@ -513,7 +538,7 @@ fn udp_transmit(r: &mut Run<'_, '_>, to: SocketAddr) -> Result<(), Stop> {
         let len = if spec.sinkmode {
             buf.len()
         } else {
-            let n = read_stdin(&mut buf).map_err(io_stop("read stdin"))?;
+            let n = read_input(&mut *data.input, &mut buf).map_err(io_stop("read stdin"))?;
             if n <= UDP_MARKER_LEN {
                 // Shorter would read as a marker: the rest is not sent.
                 break;
@@ -543,6 +568,7 @@ fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
         peer,
         lines,
         cancel,
+        data,
     } = r;
     let sock = udp_socket(at).map_err(|e| Stop::Setup(EngineError::Listen { addr: at, source: e }))?;
     lines("socket".into());
@@ -557,7 +583,7 @@ fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
     lines(format!("listening on {local}"));
     // Room for the largest datagram, so a longer one is counted whole.
     let mut buf = vec![0u8; spec.buflen.max(65_536)];
-    let mut out = (!spec.sinkmode).then(|| io::stdout().lock());
+    let mut out = (!spec.sinkmode).then_some(&mut data.output);
     let mut going = false;
     let mut last = Instant::now();
     loop {
@@ -609,7 +635,7 @@ fn udp_receive(r: &mut Run<'_, '_>, at: SocketAddr) -> Result<(), Stop> {
     if m.end.is_none() {
         m.stop();
     }
-    if let Some(mut o) = out {
+    if let Some(o) = out {
         o.flush().map_err(io_stop("write stdout"))?;
     }
     Ok(())

@@ -490,3 +490,76 @@ fn tls_echo_from_the_command_line() {
     assert_eq!(code, Some(0));
     assert!(sout.contains("echo 4 connections"), "{sout}");
 }
+
+/// `--pause` on a terminal: the connections stay open until Enter, which
+/// the command line reads (the engine only waits for the release).
+#[test]
+fn pause_holds_the_connections_until_enter() {
+    if !have("script", &["--version"], "apt-get install bsdutils") {
+        return;
+    }
+    let echo = free_tcp_port();
+    let _server = services_server(&[("--echo-port", echo)]);
+    let bin = env!("CARGO_BIN_EXE_goodput");
+    let command = format!("{bin} echo 127.0.0.1:{echo} --connections 3 --messages 5 --pause -v 2");
+    // script(1) runs the client on a pseudo-terminal and passes our
+    // standard input to it.
+    let mut child = std::process::Command::new("script")
+        .args(["-qfec", &command, "/dev/null"])
+        .env("TERM", "xterm")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let s = seen.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            s.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let waiting = |text: &str, limit: Duration| {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            if seen.lock().unwrap().contains(text) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    };
+    assert!(
+        waiting("press Enter to close them", Duration::from_secs(10)),
+        "{}",
+        seen.lock().unwrap()
+    );
+    // Held: no summary yet, a second later.
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(child.try_wait().unwrap().is_none(), "{}", seen.lock().unwrap());
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Enter did not release: {}",
+            seen.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    reader.join().unwrap();
+    assert!(status.success(), "{}", seen.lock().unwrap());
+    assert!(
+        seen.lock().unwrap().contains("15 echoed"),
+        "{}",
+        seen.lock().unwrap()
+    );
+}

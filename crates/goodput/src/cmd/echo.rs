@@ -61,7 +61,7 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
     let size = spec.message_bytes();
     let hold = if spec.pause {
         if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-            Hold::Enter
+            enter_releases()
         } else {
             match spec.hold_for {
                 Some(d) => Hold::For(d.0),
@@ -165,7 +165,7 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
         match hold {
             Hold::No => "each connection when its messages are done".into(),
             Hold::UntilAllDone => "all together when every connection is done".into(),
-            Hold::Enter => "all together when Enter is pressed".into(),
+            Hold::UntilReleased(_) => "all together when Enter is pressed".into(),
             Hold::For(d) => format!("all together {} ms after every connection is done", d.as_millis()),
         },
     ));
@@ -197,6 +197,23 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
     result.spec = Some(document);
     views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
+}
+
+/// A hold released by Enter on standard input: the command line reads the
+/// terminal (on a thread of its own, which the process's exit ends), the
+/// engine only waits for the release.
+fn enter_releases() -> goodput_engine::echo::Hold {
+    let notify = std::sync::Arc::new(tokio::sync::Notify::new());
+    let n = notify.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        n.notify_one();
+    });
+    goodput_engine::echo::Hold::UntilReleased(goodput_engine::echo::Release {
+        notify,
+        how: "press Enter to close them".into(),
+    })
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ fn ttcp_flag(field: &str) -> String {
 /// With `sinkmode` false the data is standard input (transmitting) or
 /// standard output (receiving), as with the flags.
 pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
-    use goodput_engine::ttcp::{run_ttcp as run, TtcpRole as Role, TtcpSpec as EngineSpec};
+    use goodput_engine::ttcp::{run_ttcp as run, DataStreams, TtcpRole as Role, TtcpSpec as EngineSpec};
     let document = TestSpec::Ttcp(spec.clone());
     let transmit = spec.transmits();
     let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
@@ -118,6 +118,16 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
             spec.host.as_ref().map_or(String::new(), |h| format!("  -> {h}"))
         );
     }
+    // Without sinkmode the data is this process's standard input (sending)
+    // or standard output (receiving); the engine only sees the streams.
+    let data = if spec.sinkmode {
+        DataStreams::none()
+    } else {
+        DataStreams {
+            input: Box::new(std::io::stdin()),
+            output: Box::new(std::io::stdout()),
+        }
+    };
     let c = cancel.clone();
     let mut result = tokio::task::spawn_blocking(move || {
         let mut lines = |l: String| {
@@ -125,7 +135,7 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
                 eprintln!("{prefix}: {l}");
             }
         };
-        run(&engine, &mut lines, &c)
+        run(&engine, data, &mut lines, &c)
     })
     .await
     .map_err(|e| Stop::Fatal(anyhow!("the transfer thread failed: {e}")))?
