@@ -46,7 +46,8 @@ pub enum Hold {
 pub struct Release {
     /// Notified once to release them.
     pub notify: std::sync::Arc<tokio::sync::Notify>,
-    /// What releases them, for the notice (`press Enter to close them`).
+    /// What releases them, for the banner and the notice (`Enter is
+    /// pressed`).
     pub how: String,
 }
 
@@ -325,7 +326,7 @@ pub async fn run_echo(
                 Hold::UntilReleased(r) => {
                     if enter.is_none() {
                         observer.on_notice(&format!(
-                            "all {} connections done and held open; {}",
+                            "all {} connections done and held open until {}",
                             spec.connections, r.how
                         ));
                         let notify = r.notify.clone();

@@ -535,7 +535,7 @@ fn pause_holds_the_connections_until_enter() {
         false
     };
     assert!(
-        waiting("press Enter to close them", Duration::from_secs(10)),
+        waiting("held open until Enter is pressed", Duration::from_secs(10)),
         "{}",
         seen.lock().unwrap()
     );

@@ -3,6 +3,7 @@
 //! when the run cannot start (a result ended `failed`, with the reason).
 //! The command line is one caller; the agent will be another.
 
+mod echo;
 mod iperf3;
 mod stamp;
 mod tcp;
@@ -19,25 +20,48 @@ use tokio_util::sync::CancellationToken;
 use crate::socket::{raise_open_file_limit, SocketOptions};
 use crate::Observer;
 
+pub use echo::echo_connections;
 pub use tcp::concurrent_connections;
+
+/// What a run takes from its caller besides the spec.
+#[derive(Debug, Default)]
+pub struct RunContext {
+    /// Most intervals and connection records kept in the result (0: no
+    /// cap); the observer sees them all.
+    pub max_records: usize,
+    /// echo with `pause`: what releases the held connections (none: the
+    /// spec's `hold_for`).
+    pub release: Option<crate::echo::Release>,
+}
+
+impl RunContext {
+    /// A context that only caps the records kept.
+    pub fn with_records(max_records: usize) -> Self {
+        Self {
+            max_records,
+            ..Self::default()
+        }
+    }
+}
 
 /// Runs a validated spec to its end and returns its result, carrying the
 /// spec. A run that cannot start, or stops on an error before it has a
-/// result, returns [`failed`]. `max_records` caps the intervals and
-/// connection records kept in the result (0: no cap).
+/// result, returns [`failed`].
 ///
 /// The kinds not listed here still run through the command line's own
 /// path; they move here one by one.
 pub async fn run(
     spec: &TestSpec,
+    context: RunContext,
     observer: &mut dyn Observer,
     cancel: CancellationToken,
-    max_records: usize,
 ) -> TestResult {
+    let max_records = context.max_records;
     let outcome = match spec {
         TestSpec::Tcp(s) => tcp::run(s, observer, cancel, max_records).await,
         TestSpec::Stamp(s) => stamp::run(s, observer, cancel, max_records).await,
         TestSpec::Iperf3(s) => iperf3::run(s, observer, cancel, max_records).await,
+        TestSpec::Echo(s) => echo::run(s, context.release, observer, cancel, max_records).await,
         other => Err(Failure::setup(format!(
             "the {} kind does not run through goodput_engine::run yet",
             other.kind()

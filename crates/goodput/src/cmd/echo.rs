@@ -1,13 +1,13 @@
 //! `goodput echo`: its flags become an `EchoSpec`; load on an echo server.
 
+use super::run::{failed_run, run_spec, Extras};
 use super::views::Views;
-use super::{
-    exit_status, flag_error, print_spec, resolve, socket_room, split_target, usage, watch_signals, Stop,
-    EXIT_OK,
-};
+use super::{exit_status, flag_error, print_spec, split_target, usage, watch_signals, Stop, EXIT_OK};
 use crate::flags::{EchoArgs, ViewArgs};
+use goodput_core::result::EndReason;
 use goodput_core::spec::{EchoSpec, Family, TestSpec};
-use goodput_engine::{CancellationToken, Observer};
+use goodput_engine::run::{echo_connections, RunContext};
+use goodput_engine::CancellationToken;
 
 pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     let spec = spec_of(&args);
@@ -16,7 +16,7 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
         print_spec(&TestSpec::Echo(spec))?;
         return Ok(EXIT_OK);
     }
-    run_echo(spec, &args.views).await
+    run_spec(TestSpec::Echo(spec), &args.views, &Extras::default()).await
 }
 
 /// The test `goodput echo`'s flags describe.
@@ -24,13 +24,7 @@ fn spec_of(args: &EchoArgs) -> EchoSpec {
     EchoSpec {
         target: args.target.clone(),
         port: args.port,
-        family: if args.ipv4 {
-            Family::Ipv4
-        } else if args.ipv6 {
-            Family::Ipv6
-        } else {
-            Family::Any
-        },
+        family: Family::of(args.ipv4, args.ipv6),
         connections: args.connections,
         batch_size: args.batch_size,
         batch_delay: args.batch_delay,
@@ -55,154 +49,43 @@ fn spec_of(args: &EchoArgs) -> EchoSpec {
 
 /// Runs a validated echo spec: `goodput echo`'s path and `goodput run`'s.
 /// With `pause`, Enter is read from standard input when it is a terminal.
+/// The run itself is the engine's (`goodput_engine::run::run`).
 pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop> {
-    use goodput_engine::echo::{EchoSpec as EngineSpec, Hold};
-    let document = TestSpec::Echo(spec.clone());
-    let size = spec.message_bytes();
-    let hold = if spec.pause {
+    let release = if spec.pause {
         if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
-            enter_releases()
+            Some(enter_releases())
+        } else if spec.hold_for.is_none() {
+            return Err(usage(
+                "--pause waits for Enter, but standard input is not a terminal: give --hold-for DURATION",
+            ));
         } else {
-            match spec.hold_for {
-                Some(d) => Hold::For(d.0),
-                None => return Err(usage(
-                    "--pause waits for Enter, but standard input is not a terminal: give --hold-for DURATION",
-                )),
-            }
+            None
         }
-    } else if let Some(d) = spec.hold_for {
-        Hold::For(d.0)
-    } else if spec.hold {
-        Hold::UntilAllDone
-    } else {
-        Hold::No
-    };
-    let (host, port) = split_target(&spec.target, spec.port)?;
-    let target = resolve(
-        &host,
-        port,
-        spec.family == Family::Ipv4,
-        spec.family == Family::Ipv6,
-    )
-    .await?[0];
-    let tls = if spec.tls {
-        use goodput_engine::tls::{client_config, server_name, Trust};
-        // validate() saw to it that one of the two is given.
-        let trust = match &spec.ca {
-            Some(p) => Trust::CaFile(p.clone()),
-            None => Trust::Anything,
-        };
-        let cfg = client_config(&trust).map_err(|e| usage(e.to_string()))?;
-        let name = spec
-            .sni
-            .clone()
-            .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').to_owned());
-        Some((cfg, server_name(&name).map_err(|e| usage(e.to_string()))?))
     } else {
         None
     };
-    let mut connections = spec.connections;
-    let mut notices = Vec::new();
-    if let Some((room, limit)) = socket_room(1) {
-        if connections > room {
-            notices.push(format!(
-                "--connections {connections} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}"
-            ));
-            connections = room.max(1);
-        }
-    }
+    split_target(&spec.target, spec.port)?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
+    let (connections, _) = echo_connections(&spec);
     let mut views = Views::open(out, Some(connections))?;
-    let mut banner = vec![
-        (
-            "Echo server".to_owned(),
-            format!(
-                "{target}{}",
-                match (spec.tls, &spec.ca) {
-                    (false, _) => String::new(),
-                    (true, Some(ca)) => format!(" over TLS (trusting {})", ca.display()),
-                    (true, None) => " over TLS (any certificate accepted: --insecure)".into(),
-                }
-            ),
-        ),
-        (
-            "Connections".into(),
-            format!(
-                "{connections}, {}{}",
-                if spec.sync_connect {
-                    "one at a time"
-                } else {
-                    "all at once"
-                },
-                spec.batch_size.map_or(String::new(), |b| format!(
-                    ", in batches of {b} every {} ms",
-                    spec.batch_delay.0.as_millis()
-                ))
-            ),
-        ),
-        (
-            "Messages".into(),
-            if spec.messages == 0 {
-                "none (connect only)".into()
-            } else {
-                format!(
-                    "{} per connection, {} B each, every {} ms, {}",
-                    spec.messages,
-                    size,
-                    spec.message_rate.0.as_millis(),
-                    if spec.send_after_recv {
-                        "closed loop (timer starts when the echo is back)"
-                    } else {
-                        "open loop (round trips from the scheduled send time)"
-                    }
-                )
-            },
-        ),
-    ];
-    banner.push((
-        "Close".into(),
-        match hold {
-            Hold::No => "each connection when its messages are done".into(),
-            Hold::UntilAllDone => "all together when every connection is done".into(),
-            Hold::UntilReleased(_) => "all together when Enter is pressed".into(),
-            Hold::For(d) => format!("all together {} ms after every connection is done", d.as_millis()),
-        },
-    ));
-    views.console.banner("goodput echo", &banner);
-    for n in &notices {
-        views.on_notice(n);
-    }
-    let engine = EngineSpec {
-        target,
-        connections,
-        batch_size: spec.batch_size,
-        batch_delay: spec.batch_delay.0,
-        messages: spec.messages,
-        message_size: size,
-        message_interval: spec.message_rate.0,
-        send_after_recv: spec.send_after_recv,
-        sync_connect: spec.sync_connect,
-        hold,
-        connect_timeout: spec.connect_timeout.0,
-        reply_timeout: spec.reply_timeout.0,
-        status_interval: spec.status_interval.0,
+    let context = RunContext {
         max_records: out.max_records,
-        tls,
-        preallocate: spec.preallocate,
+        release,
     };
-    let mut result = goodput_engine::echo::run_echo(engine, &mut views, cancel.clone())
-        .await
-        .map_err(|e| Stop::Fatal(e.into()))?;
-    result.spec = Some(document);
+    let document = TestSpec::Echo(spec);
+    let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;
+    if result.end == EndReason::Failed {
+        return failed_run(&result, out, cancel.is_cancelled());
+    }
     views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
 }
 
-/// A hold released by Enter on standard input: the command line reads the
+/// A release by Enter on standard input: the command line reads the
 /// terminal (on a thread of its own, which the process's exit ends), the
 /// engine only waits for the release.
-fn enter_releases() -> goodput_engine::echo::Hold {
+fn enter_releases() -> goodput_engine::echo::Release {
     let notify = std::sync::Arc::new(tokio::sync::Notify::new());
     let n = notify.clone();
     std::thread::spawn(move || {
@@ -210,10 +93,10 @@ fn enter_releases() -> goodput_engine::echo::Hold {
         let _ = std::io::stdin().read_line(&mut line);
         n.notify_one();
     });
-    goodput_engine::echo::Hold::UntilReleased(goodput_engine::echo::Release {
+    goodput_engine::echo::Release {
         notify,
-        how: "press Enter to close them".into(),
-    })
+        how: "Enter is pressed".into(),
+    }
 }
 
 #[cfg(test)]

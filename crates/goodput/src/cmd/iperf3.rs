@@ -8,6 +8,7 @@ use anyhow::{anyhow, Context};
 use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
 use goodput_core::spec::{Family, Iperf3Spec, TestSpec};
 use goodput_core::units::HumanDuration;
+use goodput_engine::run::RunContext;
 use goodput_engine::{CancellationToken, Observer};
 use std::path::Path;
 use std::time::Duration;
@@ -91,7 +92,13 @@ pub(crate) async fn run_iperf3(
             .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
     }
     let document = TestSpec::Iperf3(spec);
-    let result = goodput_engine::run::run(&document, &mut views, cancel.clone(), out.max_records).await;
+    let result = goodput_engine::run::run(
+        &document,
+        RunContext::with_records(out.max_records),
+        &mut views,
+        cancel.clone(),
+    )
+    .await;
     if result.end == EndReason::Failed {
         return failed_run(&result, out, cancel.is_cancelled());
     }

@@ -7,6 +7,7 @@ use crate::flags::{StampArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, StampSpec, TestSpec};
+use goodput_engine::run::RunContext;
 use goodput_engine::{CancellationToken, EngineError};
 use std::io;
 
@@ -69,7 +70,13 @@ pub(crate) async fn run_stamp(
     }
     views.quiet_if_stdout(packet_file);
     let document = TestSpec::Stamp(spec);
-    let result = goodput_engine::run::run(&document, &mut views, cancel.clone(), out.max_records).await;
+    let result = goodput_engine::run::run(
+        &document,
+        RunContext::with_records(out.max_records),
+        &mut views,
+        cancel.clone(),
+    )
+    .await;
     if result.end == EndReason::Failed {
         return failed_run(&result, out, cancel.is_cancelled());
     }

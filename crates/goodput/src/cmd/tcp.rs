@@ -8,6 +8,7 @@ use crate::flags::{TcpArgs, ViewArgs};
 use goodput_core::result::EndReason;
 use goodput_core::spec::{TcpSpec, TestSpec};
 use goodput_engine::run::concurrent_connections;
+use goodput_engine::run::RunContext;
 use goodput_engine::CancellationToken;
 
 pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
@@ -30,7 +31,13 @@ pub(crate) async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(connections));
     let mut views = Views::open(out, finite)?;
     let document = TestSpec::Tcp(spec);
-    let result = goodput_engine::run::run(&document, &mut views, cancel.clone(), out.max_records).await;
+    let result = goodput_engine::run::run(
+        &document,
+        RunContext::with_records(out.max_records),
+        &mut views,
+        cancel.clone(),
+    )
+    .await;
     if result.end == EndReason::Failed {
         return failed_run(&result, out, cancel.is_cancelled());
     }

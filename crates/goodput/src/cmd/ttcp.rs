@@ -1,7 +1,7 @@
 //! `goodput ttcp`: its flags become a `TtcpSpec`; raw data to or from a
 //! TTCP peer.
 
-use super::run::numbered_views;
+use super::run::{numbered_views, run_spec, Extras};
 use super::views::Views;
 use super::{exit_status, flag_error_as, long_flag, print_spec, resolve, watch_signals, Stop, EXIT_OK};
 use crate::flags::{TtcpArgs, ViewArgs};
@@ -18,7 +18,7 @@ pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
         print_spec(&TestSpec::Ttcp(spec))?;
         return Ok(EXIT_OK);
     }
-    run_ttcp(spec, &args.views).await
+    run_spec(TestSpec::Ttcp(spec), &args.views, &Extras::default()).await
 }
 
 /// The test `goodput ttcp`'s flags describe.
