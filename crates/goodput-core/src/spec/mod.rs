@@ -13,9 +13,11 @@ use serde::{Deserialize, Serialize};
 
 pub mod stamp;
 pub mod tcp;
+pub mod udp;
 
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
+pub use udp::UdpSpec;
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -25,6 +27,8 @@ pub enum TestSpec {
     Tcp(TcpSpec),
     /// A STAMP Session-Sender run (`goodput stamp`).
     Stamp(StampSpec),
+    /// A media-like UDP stream test (`goodput udp`).
+    Udp(UdpSpec),
 }
 
 impl TestSpec {
@@ -33,6 +37,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
+            TestSpec::Udp(_) => "udp",
         }
     }
 
@@ -41,6 +46,7 @@ impl TestSpec {
         match self {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
+            TestSpec::Udp(s) => s.validate().map_err(|e| e.within("udp")),
         }
     }
 }
@@ -148,7 +154,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp"];
+    let known = ["tcp", "stamp", "udp"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -173,6 +179,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     // path is known (through the tagged enum serde would lose it).
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
+        "udp" => serde_path_to_error::deserialize::<_, UdpSpec>(body).map(TestSpec::Udp),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -280,7 +287,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, udp"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -304,5 +311,41 @@ mod tests {
             "tcp.connections: must be at least 1"
         );
         assert_eq!(e(r#"{"tests": []}"#, false), "tests: no test in the document");
+    }
+    #[test]
+    fn a_udp_spec_takes_the_flags_defaults_and_names_a_bad_field() {
+        let specs = read_document(r#"{"kind": "udp"}"#, false).unwrap();
+        assert_eq!(specs, vec![TestSpec::Udp(UdpSpec::default())]);
+        let TestSpec::Udp(u) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((u.port, u.frame_rate, u.datagram_size), (4444, 60, 1400));
+        assert_eq!(u.bitrate.0, 25_000_000);
+        let json = serde_json::to_string(&specs[0]).unwrap();
+        assert!(json.contains(r#""bitrate":"25Mbit""#), "{json}");
+        assert!(json.contains(r#""length":"10s""#), "{json}");
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert_eq!(
+            e(r#"{"kind": "udp", "frame_rate": 0}"#),
+            "udp.frame_rate: must be 1-1000000"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "length": "1500ms"}"#),
+            "udp.length: must be a whole number of seconds, at least 1s"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "bitrate": "fast"}"#),
+            "udp.bitrate: 'fast': expected bits/s with an optional k, m, g or t (×1000)"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "datagram_sise": 1000}"#),
+            "udp.datagram_sise: unknown field, did you mean datagram_size?"
+        );
+        assert!(
+            e(r#"{"kind": "udp", "bitrate": 100}"#)
+                .starts_with("udp.bitrate/frame_rate/length/datagram_size: frames of 0 bytes are too small"),
+            "{}",
+            e(r#"{"kind": "udp", "bitrate": 100}"#)
+        );
     }
 }

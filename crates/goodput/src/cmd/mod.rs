@@ -230,7 +230,8 @@ pub(crate) fn socket_options_of(s: &SocketSpec) -> SocketOptions {
 
 /// A spec's error in the flags' words: `tcp.connections` is
 /// `--connections`, `socket.dscp` is `--dscp`, and a field a message names
-/// (`` `rate_period` ``) is its flag too.
+/// (`` `rate_period` ``) is its flag too. An error of several fields
+/// (`bitrate/frame_rate`) names their flags, then a colon.
 pub(crate) fn flag_error(e: &SpecError) -> Stop {
     let flag = |field: &str| {
         format!(
@@ -246,6 +247,10 @@ pub(crate) fn flag_error(e: &SpecError) -> Stop {
         };
         let name = message[i + 1..i + 1 + j].to_owned();
         message.replace_range(i..i + 2 + j, &flag(&name));
+    }
+    if field.contains('/') {
+        let flags: Vec<String> = field.split('/').map(flag).collect();
+        return usage(format!("{}: {message}", flags.join("/")));
     }
     usage(format!("{} {message}", flag(field)))
 }

@@ -2,6 +2,7 @@
 
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
+use super::udp::run_udp;
 use super::{usage, Stop, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
@@ -38,6 +39,7 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
         let code = match spec {
             TestSpec::Tcp(t) => run_tcp(t, &views).await?,
             TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
+            TestSpec::Udp(t) => run_udp(t, &views, None).await?,
         };
         if status == EXIT_OK {
             status = code;
