@@ -306,3 +306,206 @@ fn a_udp_spec_round_trips() {
     assert_eq!(d["length"], "10s");
     assert!(d.get("host").is_none(), "{d}");
 }
+
+#[test]
+fn a_quic_spec_runs_as_its_flags_do() {
+    let (head, r) = flags_and_file_agree("quic", "quic-download", &["--download", "200KB", "-c", "2"]);
+    assert!(head.contains("scenario *1:8:200000;"), "{head}");
+    assert_eq!(r["spec"]["download"], "200KB");
+    assert_eq!(r["settings"]["connections"], 2);
+    let (head, r) = flags_and_file_agree("quic", "quic-scenario", &["--scenario", "*2:100:50000;"]);
+    assert!(head.contains("scenario *2:100:50000;"), "{head}");
+    assert_eq!(r["spec"]["scenario"], "*2:100:50000;");
+    let (head, r) = flags_and_file_agree(
+        "quic",
+        "quic-rps",
+        &[
+            "--rps",
+            "--duration",
+            "500ms",
+            "--streams",
+            "2",
+            "--request",
+            "100",
+            "--response",
+            "1000",
+        ],
+    );
+    assert!(
+        head.contains("requests per second for 0.500 s: 2 request(s) outstanding per connection, 100 B up"),
+        "{head}"
+    );
+    assert_eq!(r["spec"]["rps"], true);
+    assert_eq!(r["spec"]["response"], "1KB");
+}
+
+#[test]
+fn a_quic_spec_with_tls_options_runs_against_a_server_as_its_flags_do() {
+    let port = free_udp_port();
+    let mut srv = goodput();
+    srv.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "-p",
+        &free_udp_port().to_string(),
+        "--no-udp",
+        "--quic",
+        "--quic-listen",
+        "127.0.0.1",
+        "--quic-port",
+        &port.to_string(),
+    ]);
+    let _srv = Reaped::spawn(srv);
+    wait_udp_bound(port);
+    let port = port.to_string();
+    let (head, r) = flags_and_file_agree(
+        "quic",
+        "quic-server",
+        &[
+            "127.0.0.1",
+            &port,
+            "*1:397:50000;",
+            "--insecure",
+            "--sni",
+            "perf.example",
+            "-4",
+        ],
+    );
+    assert!(
+        head.contains("(TLS name perf.example, any certificate accepted)"),
+        "{head}"
+    );
+    assert_eq!(r["spec"]["host"], "127.0.0.1");
+    assert_eq!(r["spec"]["insecure"], true);
+    assert_eq!(r["spec"]["sni"], "perf.example");
+    assert_eq!(r["spec"]["scenario"], "*1:397:50000;");
+}
+
+#[test]
+fn every_quic_rule_reads_the_same_from_a_file_as_from_flags() {
+    rules_read_the_same(
+        "quic",
+        &[
+            (
+                &["--status-interval", "1ms"],
+                "--status-interval must be at least 10ms",
+                r#""status_interval": "1ms""#,
+                "quic.status_interval: must be at least 10ms",
+            ),
+            (
+                &["--duration", "0s"],
+                "--duration must be above zero",
+                r#""duration": 0"#,
+                "quic.duration: must be above zero",
+            ),
+            (
+                &["--upload", "0s"],
+                "--upload must be above zero",
+                r#""upload": "0s""#,
+                "quic.upload: must be above zero",
+            ),
+            (
+                &["--download", "lots"],
+                "--download 'lots': expected a size (1GB, 100MiB) or a duration (10s)",
+                r#""download": "lots""#,
+                "quic.download: 'lots': expected a size (1GB, 100MiB) or a duration (10s)",
+            ),
+            (
+                &["--scenario", "*0:1:1"],
+                "scenario '*0:1:1': scenario description 1 ('*0:1:1'): '*0': the repeat count must be 1-1000000",
+                r#""scenario": "*0:1:1""#,
+                "quic.scenario: '*0:1:1': scenario description 1 ('*0:1:1'): '*0': the repeat count must be 1-1000000",
+            ),
+            (
+                &["--uni", "--scenario", "s30:n150:2000"],
+                "--uni applies to batch requests; media descriptions always use bidirectional streams",
+                r#""uni": true, "scenario": "s30:n150:2000""#,
+                "quic.uni: applies to batch requests; media descriptions always use bidirectional streams",
+            ),
+            // Combinations and ranges the flags' parser refuses; a
+            // document meets them here.
+            (
+                &["--rps", "--handshakes"],
+                "'--rps' cannot be used with '--handshakes'",
+                r#""rps": true, "handshakes": true"#,
+                "quic.rps: cannot be used with `handshakes`",
+            ),
+            (
+                &["--upload", "1MB", "--download", "1MB"],
+                "'--upload <SIZE|DURATION>' cannot be used with '--download <SIZE|DURATION>'",
+                r#""upload": "1MB", "download": "1MB""#,
+                "quic.upload: cannot be used with `download`",
+            ),
+            (
+                &["--latency", "--scenario", "*1:8:100;"],
+                "cannot be used with",
+                r#""latency": true, "scenario": "*1:8:100;""#,
+                "quic.latency: cannot be used with `scenario`",
+            ),
+            (
+                &["--ca", "ca.pem", "--insecure"],
+                "'--ca <FILE>' cannot be used with '--insecure'",
+                r#""ca": "ca.pem", "insecure": true"#,
+                "quic.insecure: cannot be used with `ca`",
+            ),
+            (
+                &["--streams", "0"],
+                "0 is not in 1..=10000",
+                r#""streams": 0"#,
+                "quic.streams: must be 1-10000",
+            ),
+            (
+                &["-c", "0"],
+                "0 is not in 1..=10000",
+                r#""connections": 0"#,
+                "quic.connections: must be 1-10000",
+            ),
+        ],
+    );
+}
+
+#[test]
+fn a_quic_spec_round_trips() {
+    // Without HOST the embedded server is trusted whatever --ca says, so
+    // the TLS fields ride along without a certificate to hand.
+    let printed = round_trips(
+        "quic",
+        "quic-trip",
+        &[
+            "--download",
+            "64KiB",
+            "-c",
+            "3",
+            "--uni",
+            "--ca",
+            "/nonexistent/ca.pem",
+            "--sni",
+            "perf.example",
+            "-4",
+            "--status-interval",
+            "250ms",
+            "--duration",
+            "2s",
+            "--request",
+            "1KiB",
+            "--response",
+            "1500",
+        ],
+    );
+    assert_eq!(printed["download"], "64KiB");
+    assert_eq!(printed["ca"], "/nonexistent/ca.pem");
+    assert_eq!(printed["family"], "ipv4");
+    let printed = round_trips("quic", "quic-trip-timed", &["--upload", "300ms"]);
+    assert_eq!(printed["upload"], "300ms");
+    // The performance log is an output, not part of the test.
+    let log = tmp("specs-uq", "perf.csv");
+    let (code, out, err) = run(&["quic", "--perf-log", log.to_str().unwrap(), "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("perf"), "{out}");
+    assert!(!log.exists(), "--print-spec writes no file");
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["port"], 4433);
+    assert_eq!(d["duration"], "10s");
+    assert!(d.get("scenario").is_none(), "{d}");
+}

@@ -11,10 +11,12 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub mod quic;
 pub mod stamp;
 pub mod tcp;
 pub mod udp;
 
+pub use quic::QuicSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 pub use udp::UdpSpec;
@@ -29,6 +31,8 @@ pub enum TestSpec {
     Stamp(StampSpec),
     /// A media-like UDP stream test (`goodput udp`).
     Udp(UdpSpec),
+    /// A QUIC perf test (`goodput quic`).
+    Quic(QuicSpec),
 }
 
 impl TestSpec {
@@ -38,6 +42,7 @@ impl TestSpec {
             TestSpec::Tcp(_) => "tcp",
             TestSpec::Stamp(_) => "stamp",
             TestSpec::Udp(_) => "udp",
+            TestSpec::Quic(_) => "quic",
         }
     }
 
@@ -47,6 +52,7 @@ impl TestSpec {
             TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
             TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
             TestSpec::Udp(s) => s.validate().map_err(|e| e.within("udp")),
+            TestSpec::Quic(s) => s.validate().map_err(|e| e.within("quic")),
         }
     }
 }
@@ -154,7 +160,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp", "udp"];
+    let known = ["tcp", "stamp", "udp", "quic"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -180,6 +186,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let spec = match kind.as_str() {
         "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
         "udp" => serde_path_to_error::deserialize::<_, UdpSpec>(body).map(TestSpec::Udp),
+        "quic" => serde_path_to_error::deserialize::<_, QuicSpec>(body).map(TestSpec::Quic),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -287,7 +294,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp, udp"
+            "kind: unknown kind 'bogus'; one of tcp, stamp, udp, quic"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -346,6 +353,50 @@ mod tests {
                 .starts_with("udp.bitrate/frame_rate/length/datagram_size: frames of 0 bytes are too small"),
             "{}",
             e(r#"{"kind": "udp", "bitrate": 100}"#)
+        );
+    }
+    #[test]
+    fn a_quic_spec_takes_the_flags_defaults_and_names_a_bad_field() {
+        let specs = read_document("kind = \"quic\"", true).unwrap();
+        assert_eq!(specs, vec![TestSpec::Quic(QuicSpec::default())]);
+        let TestSpec::Quic(q) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((q.port, q.connections, q.streams), (4433, 1, 1));
+        assert_eq!((q.request.0, q.response.0), (512, 4000));
+        assert_eq!(q.scenario_text().as_deref(), Some(quic::DEFAULT_SCENARIO));
+        let up = QuicSpec {
+            upload: Some("1MB".parse().unwrap()),
+            ..QuicSpec::default()
+        };
+        assert_eq!(up.scenario_text().as_deref(), Some("*1:1000008:0;"));
+        let json = serde_json::to_string(&TestSpec::Quic(up.clone())).unwrap();
+        assert!(json.contains(r#""upload":"1MB""#), "{json}");
+        assert_eq!(read_document(&json, false).unwrap(), vec![TestSpec::Quic(up)]);
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert_eq!(
+            e(r#"{"kind": "quic", "rps": true, "handshakes": true}"#),
+            "quic.rps: cannot be used with `handshakes`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "download": "0s"}"#),
+            "quic.download: must be above zero"
+        );
+        assert!(e(r#"{"kind": "quic", "upload": "lots"}"#)
+            .starts_with("quic.upload: 'lots': expected a size (1GB, 100MiB) or a duration (10s)"));
+        assert!(
+            e(r#"{"kind": "quic", "scenario": "*0:1:1"}"#)
+                .starts_with("quic.scenario: '*0:1:1': scenario description 1"),
+            "{}",
+            e(r#"{"kind": "quic", "scenario": "*0:1:1"}"#)
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "streams": 0}"#),
+            "quic.streams: must be 1-10000"
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "sin": "x"}"#),
+            "quic.sin: unknown field, did you mean sni?"
         );
     }
 }

@@ -21,7 +21,6 @@ use goodput_core::units::format_size;
 use goodput_engine::socket::{raise_open_file_limit, SocketOptions};
 use goodput_engine::CancellationToken;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
 
 /// Exit status: every connection succeeded.
 pub(crate) const EXIT_OK: u8 = 0;
@@ -284,34 +283,6 @@ pub(crate) fn loopback(v6: bool) -> IpAddr {
     } else {
         Ipv4Addr::LOCALHOST.into()
     }
-}
-
-/// A size (`1GB`, `100MiB`) or, with a time unit, a duration (`10s`).
-pub(crate) enum SizeOrTime {
-    Size(u64),
-    Time(Duration),
-}
-
-pub(crate) fn size_or_time(flag: &str, v: &str) -> Result<SizeOrTime, Stop> {
-    let t = v.trim();
-    let timed = ["ns", "us", "ms", "s", "m", "h"].iter().any(|u| {
-        t.strip_suffix(u)
-            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'))
-    });
-    if timed {
-        let d: goodput_core::units::HumanDuration =
-            t.parse().map_err(|e| usage(format!("{flag} '{v}': {e}")))?;
-        if d.0.is_zero() {
-            return Err(usage(format!("{flag} must be above zero")));
-        }
-        return Ok(SizeOrTime::Time(d.0));
-    }
-    let b: goodput_core::units::ByteSize = t.parse().map_err(|e| {
-        usage(format!(
-            "{flag} '{v}': expected a size (1GB, 100MiB) or a duration (10s): {e}"
-        ))
-    })?;
-    Ok(SizeOrTime::Size(b.0))
 }
 
 /// `HOST:PORT`, `[v6]:PORT`, or a bare host with `default_port`.

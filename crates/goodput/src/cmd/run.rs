@@ -1,5 +1,6 @@
 //! `goodput run FILE`: the specs of a document, run in order.
 
+use super::quic::run_quic;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::udp::run_udp;
@@ -40,6 +41,7 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
             TestSpec::Tcp(t) => run_tcp(t, &views).await?,
             TestSpec::Stamp(t) => run_stamp(t, &views, None).await?,
             TestSpec::Udp(t) => run_udp(t, &views, None).await?,
+            TestSpec::Quic(t) => run_quic(t, &views, None).await?,
         };
         if status == EXIT_OK {
             status = code;
