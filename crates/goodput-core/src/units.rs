@@ -565,6 +565,42 @@ impl Canonical for Iperf3Size {
     }
 }
 
+/// A size (`1GB`, `100MiB`, a number of bytes) or, with a time unit, a
+/// duration (`10s`): how much to move, or for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeOrTime {
+    /// This many bytes.
+    Size(ByteSize),
+    /// For this long.
+    Time(HumanDuration),
+}
+
+impl FromStr for SizeOrTime {
+    type Err = String;
+    fn from_str(v: &str) -> Result<Self, String> {
+        let t = v.trim();
+        let timed = ["ns", "us", "ms", "s", "m", "h"].iter().any(|u| {
+            t.strip_suffix(u)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        });
+        if timed {
+            return t.parse().map(SizeOrTime::Time).map_err(|e| format!("'{v}': {e}"));
+        }
+        t.parse()
+            .map(SizeOrTime::Size)
+            .map_err(|e| format!("'{v}': expected a size (1GB, 100MiB) or a duration (10s): {e}"))
+    }
+}
+
+impl Canonical for SizeOrTime {
+    fn canonical(&self) -> String {
+        match self {
+            SizeOrTime::Size(b) => b.canonical(),
+            SizeOrTime::Time(d) => d.canonical(),
+        }
+    }
+}
+
 /// Reads a quantity from a document: a string in the flags' grammar, or a
 /// plain non-negative number (bytes, bytes per second, seconds, a port).
 struct TextVisitor<T>(std::marker::PhantomData<T>, &'static str);
@@ -658,6 +694,11 @@ as_text!(
     "Iperf3Size",
     "a size as iperf3 reads it: \"128K\", \"1M\" (K, M, G, T multiply by 1024; KiB … also accepted) or a number of bytes"
 );
+as_text!(
+    SizeOrTime,
+    "SizeOrTime",
+    "a size such as \"1GB\", \"100MiB\" or a number of bytes, or a duration such as \"10s\""
+);
 as_text!(PortRange, "PortRange", "a port 0-65535 or a range \"LOW..HIGH\"");
 as_text!(
     ValueRange<ByteSize>,
@@ -673,6 +714,31 @@ as_text!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_size_or_a_time_reads_back_as_it_is_written() {
+        for (text, want) in [
+            ("1MB", SizeOrTime::Size(ByteSize(1_000_000))),
+            ("4096", SizeOrTime::Size(ByteSize(4096))),
+            ("10s", SizeOrTime::Time(HumanDuration(Duration::from_secs(10)))),
+            (
+                "1.5s",
+                SizeOrTime::Time(HumanDuration(Duration::from_millis(1500))),
+            ),
+        ] {
+            let v: SizeOrTime = text.parse().unwrap();
+            assert_eq!(v, want, "{text}");
+            assert_eq!(v.canonical().parse::<SizeOrTime>().unwrap(), v, "{text}");
+        }
+        assert!("lots"
+            .parse::<SizeOrTime>()
+            .unwrap_err()
+            .starts_with("'lots': expected a size (1GB, 100MiB) or a duration (10s)"));
+        assert_eq!(
+            serde_json::to_string(&SizeOrTime::Time(HumanDuration(Duration::from_millis(1500)))).unwrap(),
+            "\"1500ms\""
+        );
+    }
 
     #[test]
     fn sizes_parse_with_decimal_and_binary_suffixes() {

@@ -14,17 +14,21 @@ use serde::{Deserialize, Serialize};
 
 pub mod echo;
 pub mod iperf3;
+pub mod quic;
 pub mod server;
 pub mod stamp;
 pub mod tcp;
 pub mod ttcp;
+pub mod udp;
 
 pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
+pub use quic::QuicSpec;
 pub use server::ServerSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 pub use ttcp::{TtcpRole, TtcpSpec};
+pub use udp::UdpSpec;
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
 // A spec is built once per run and moved, never stored in bulk: the size of
@@ -45,6 +49,10 @@ pub enum TestSpec {
     Echo(EchoSpec),
     /// One end of a TTCP transfer (`goodput ttcp`).
     Ttcp(TtcpSpec),
+    /// A media-like UDP stream test (`goodput udp`).
+    Udp(UdpSpec),
+    /// A QUIC perf test (`goodput quic`).
+    Quic(QuicSpec),
 }
 
 impl TestSpec {
@@ -57,6 +65,8 @@ impl TestSpec {
             TestSpec::Server(_) => "server",
             TestSpec::Echo(_) => "echo",
             TestSpec::Ttcp(_) => "ttcp",
+            TestSpec::Udp(_) => "udp",
+            TestSpec::Quic(_) => "quic",
         }
     }
 
@@ -69,6 +79,8 @@ impl TestSpec {
             TestSpec::Server(s) => s.validate().map_err(|e| e.within("server")),
             TestSpec::Echo(s) => s.validate().map_err(|e| e.within("echo")),
             TestSpec::Ttcp(s) => s.validate().map_err(|e| e.within("ttcp")),
+            TestSpec::Udp(s) => s.validate().map_err(|e| e.within("udp")),
+            TestSpec::Quic(s) => s.validate().map_err(|e| e.within("quic")),
         }
     }
 }
@@ -201,7 +213,7 @@ fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "stamp", "iperf3", "echo", "ttcp", "server"];
+    let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "server"];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -230,6 +242,8 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         "server" => serde_path_to_error::deserialize::<_, ServerSpec>(body).map(TestSpec::Server),
         "echo" => serde_path_to_error::deserialize::<_, EchoSpec>(body).map(TestSpec::Echo),
         "ttcp" => serde_path_to_error::deserialize::<_, TtcpSpec>(body).map(TestSpec::Ttcp),
+        "udp" => serde_path_to_error::deserialize::<_, UdpSpec>(body).map(TestSpec::Udp),
+        "quic" => serde_path_to_error::deserialize::<_, QuicSpec>(body).map(TestSpec::Quic),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -337,7 +351,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, stamp, iperf3, echo, ttcp, server"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, server"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
@@ -416,6 +430,87 @@ mod tests {
         assert_eq!(
             e(r#"{"kind": "ttcp", "role": "sideways"}"#),
             "ttcp.role: unknown variant `sideways`, expected `transmit` or `receive`"
+        );
+    }
+
+    #[test]
+    fn a_udp_spec_takes_the_flags_defaults_and_names_a_bad_field() {
+        let specs = read_document(r#"{"kind": "udp"}"#, false).unwrap();
+        assert_eq!(specs, vec![TestSpec::Udp(UdpSpec::default())]);
+        let TestSpec::Udp(u) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((u.port, u.frame_rate, u.datagram_size), (4444, 60, 1400));
+        assert_eq!(u.bitrate.0, 25_000_000);
+        let json = serde_json::to_string(&specs[0]).unwrap();
+        assert!(json.contains(r#""bitrate":"25Mbit""#), "{json}");
+        assert!(json.contains(r#""length":"10s""#), "{json}");
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert_eq!(
+            e(r#"{"kind": "udp", "frame_rate": 0}"#),
+            "udp.frame_rate: must be 1-1000000"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "length": "1500ms"}"#),
+            "udp.length: must be a whole number of seconds, at least 1s"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "bitrate": "fast"}"#),
+            "udp.bitrate: 'fast': expected bits/s with an optional k, m, g or t (×1000)"
+        );
+        assert_eq!(
+            e(r#"{"kind": "udp", "datagram_sise": 1000}"#),
+            "udp.datagram_sise: unknown field, did you mean datagram_size?"
+        );
+        assert!(
+            e(r#"{"kind": "udp", "bitrate": 100}"#)
+                .starts_with("udp.bitrate/frame_rate/length/datagram_size: frames of 0 bytes are too small"),
+            "{}",
+            e(r#"{"kind": "udp", "bitrate": 100}"#)
+        );
+    }
+    #[test]
+    fn a_quic_spec_takes_the_flags_defaults_and_names_a_bad_field() {
+        let specs = read_document("kind = \"quic\"", true).unwrap();
+        assert_eq!(specs, vec![TestSpec::Quic(QuicSpec::default())]);
+        let TestSpec::Quic(q) = &specs[0] else {
+            panic!("{specs:?}")
+        };
+        assert_eq!((q.port, q.connections, q.streams), (4433, 1, 1));
+        assert_eq!((q.request.0, q.response.0), (512, 4000));
+        assert_eq!(q.scenario_text().as_deref(), Some(quic::DEFAULT_SCENARIO));
+        let up = QuicSpec {
+            upload: Some("1MB".parse().unwrap()),
+            ..QuicSpec::default()
+        };
+        assert_eq!(up.scenario_text().as_deref(), Some("*1:1000008:0;"));
+        let json = serde_json::to_string(&TestSpec::Quic(up.clone())).unwrap();
+        assert!(json.contains(r#""upload":"1MB""#), "{json}");
+        assert_eq!(read_document(&json, false).unwrap(), vec![TestSpec::Quic(up)]);
+        let e = |text: &str| read_document(text, false).unwrap_err().to_string();
+        assert_eq!(
+            e(r#"{"kind": "quic", "rps": true, "handshakes": true}"#),
+            "quic.rps: cannot be used with `handshakes`"
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "download": "0s"}"#),
+            "quic.download: must be above zero"
+        );
+        assert!(e(r#"{"kind": "quic", "upload": "lots"}"#)
+            .starts_with("quic.upload: 'lots': expected a size (1GB, 100MiB) or a duration (10s)"));
+        assert!(
+            e(r#"{"kind": "quic", "scenario": "*0:1:1"}"#)
+                .starts_with("quic.scenario: '*0:1:1': scenario description 1"),
+            "{}",
+            e(r#"{"kind": "quic", "scenario": "*0:1:1"}"#)
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "streams": 0}"#),
+            "quic.streams: must be 1-10000"
+        );
+        assert_eq!(
+            e(r#"{"kind": "quic", "sin": "x"}"#),
+            "quic.sin: unknown field, did you mean sni?"
         );
     }
 }

@@ -230,6 +230,8 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Iperf3(_) => (TestKind::Iperf3Client, WireProtocol::Iperf3),
         TestSpec::Server(s) => (TestKind::TcpServer, tcp_wire(s.wire)),
         TestSpec::Echo(_) => (TestKind::EchoClient, WireProtocol::Raw),
+        TestSpec::Udp(_) => (TestKind::MediaClient, WireProtocol::Media),
+        TestSpec::Quic(_) => (TestKind::QuicClient, WireProtocol::Quic),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

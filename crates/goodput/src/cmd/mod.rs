@@ -18,7 +18,6 @@ use goodput_core::result::{EndReason, TestResult};
 use goodput_core::spec::{SpecError, TestSpec};
 use goodput_engine::CancellationToken;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 pub(crate) use goodput_engine::run::{loopback, socket_options as socket_options_of, socket_room, Embedded};
 
@@ -139,7 +138,8 @@ pub(crate) fn check_socket_room(flag: &str, wanted: u64) -> Result<(), Stop> {
 
 /// A spec's error in the flags' words: `tcp.connections` is
 /// `--connections`, `socket.dscp` is `--dscp`, and a field a message names
-/// (`` `rate_period` ``) is its flag too.
+/// (`` `rate_period` ``) is its flag too. An error of several fields
+/// (`bitrate/frame_rate`) names their flags, then a colon.
 pub(crate) fn flag_error(e: &SpecError) -> Stop {
     flag_error_as(e, long_flag)
 }
@@ -167,6 +167,10 @@ pub(crate) fn flag_error_as(e: &SpecError, flag: impl Fn(&str) -> String) -> Sto
     if field.is_empty() || field == "host" || field == "hosts" {
         return usage(message);
     }
+    if field.contains('/') {
+        let flags: Vec<String> = field.split('/').map(flag).collect();
+        return usage(format!("{}: {message}", flags.join("/")));
+    }
     usage(format!("{} {message}", flag(field)))
 }
 
@@ -175,34 +179,6 @@ pub(crate) fn print_spec(spec: &TestSpec) -> Result<(), Stop> {
     let text = serde_json::to_string_pretty(spec).map_err(|e| Stop::Fatal(anyhow!(e)))?;
     goodput_report::console_line(&text);
     Ok(())
-}
-
-/// A size (`1GB`, `100MiB`) or, with a time unit, a duration (`10s`).
-pub(crate) enum SizeOrTime {
-    Size(u64),
-    Time(Duration),
-}
-
-pub(crate) fn size_or_time(flag: &str, v: &str) -> Result<SizeOrTime, Stop> {
-    let t = v.trim();
-    let timed = ["ns", "us", "ms", "s", "m", "h"].iter().any(|u| {
-        t.strip_suffix(u)
-            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit() || c == '.'))
-    });
-    if timed {
-        let d: goodput_core::units::HumanDuration =
-            t.parse().map_err(|e| usage(format!("{flag} '{v}': {e}")))?;
-        if d.0.is_zero() {
-            return Err(usage(format!("{flag} must be above zero")));
-        }
-        return Ok(SizeOrTime::Time(d.0));
-    }
-    let b: goodput_core::units::ByteSize = t.parse().map_err(|e| {
-        usage(format!(
-            "{flag} '{v}': expected a size (1GB, 100MiB) or a duration (10s): {e}"
-        ))
-    })?;
-    Ok(SizeOrTime::Size(b.0))
 }
 
 #[cfg(test)]

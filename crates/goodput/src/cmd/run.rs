@@ -2,10 +2,12 @@
 
 use super::echo::run_echo;
 use super::iperf3::run_iperf3;
+use super::quic::run_quic;
 use super::server::run_server;
 use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::ttcp::run_ttcp;
+use super::udp::run_udp;
 use super::views::RESULT_WRITTEN;
 use super::{usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
@@ -72,6 +74,10 @@ pub(crate) struct Extras<'a> {
     pub(crate) packet_file: Option<&'a Path>,
     /// `goodput iperf3 --iperf3-json`.
     pub(crate) iperf3_json: Option<&'a Path>,
+    /// `goodput udp --jitter-file`.
+    pub(crate) jitter_file: Option<&'a Path>,
+    /// `goodput quic --perf-log`.
+    pub(crate) perf_log: Option<&'a Path>,
 }
 
 /// Runs one validated spec as its command runs it. A run that cannot
@@ -88,6 +94,8 @@ pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'
         TestSpec::Server(t) => run_server(t, views).await,
         TestSpec::Echo(t) => run_echo(t, views).await,
         TestSpec::Ttcp(t) => run_ttcp(t, views).await,
+        TestSpec::Udp(t) => run_udp(t, views, extras.jitter_file).await,
+        TestSpec::Quic(t) => run_quic(t, views, extras.perf_log).await,
     };
     if let Err(Stop::Fatal(e)) = &outcome {
         write_failed(&document, views, &format!("{e:#}"));

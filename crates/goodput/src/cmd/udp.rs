@@ -1,56 +1,70 @@
-//! `goodput udp`: a media-like UDP stream.
+//! `goodput udp`: its flags become a `UdpSpec`; a media-like UDP stream.
 
+use super::run::{run_spec, Extras};
 use super::views::Views;
-use super::{check_socket_room, exit_status, loopback, resolve, usage, watch_signals, Embedded, Stop};
-use crate::flags::{UdpArgs, VerifyArg};
+use super::{
+    check_socket_room, exit_status, flag_error, loopback, print_spec, resolve, watch_signals, Embedded, Stop,
+    EXIT_OK,
+};
+use crate::flags::{UdpArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::media::limits::MediaLimits;
-use goodput_core::media::MediaPlan;
+use goodput_core::session::VerifyMode;
+use goodput_core::spec::{Family, TestSpec, UdpSpec};
 use goodput_core::units::format_bits_per_second;
 use goodput_engine::media::{bind_media, run_media, MediaServerSpec, MediaSpec};
 use goodput_engine::CancellationToken;
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::path::Path;
 
 pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
-    let length = args.length.0;
-    if length.subsec_nanos() != 0 || length.is_zero() || length.as_secs() > u64::from(u32::MAX) {
-        return Err(usage("--length must be a whole number of seconds, at least 1s"));
+    let spec = UdpSpec {
+        host: args.host.clone(),
+        port: args.port,
+        bitrate: args.bitrate,
+        frame_rate: args.frame_rate,
+        length: args.length,
+        buffer_depth: args.buffer_depth,
+        datagram_size: args.datagram_size,
+        connections: args.connections,
+        iterations: args.iterations,
+        upload: args.upload,
+        verify: args.verify.spec(),
+        dscp: args.dscp,
+        bind: args.bind.clone(),
+        family: Family::of(args.ipv4, args.ipv6),
+        time_limit: args.time_limit,
+        status_interval: args.status_interval,
+    };
+    spec.validate().map_err(|e| flag_error(&e))?;
+    if args.print_spec {
+        print_spec(&TestSpec::Udp(spec))?;
+        return Ok(EXIT_OK);
     }
-    if args.status_interval.0 < Duration::from_millis(10) {
-        return Err(usage("--status-interval must be at least 10ms"));
-    }
-    if args.time_limit.is_some_and(|t| t.0.is_zero()) {
-        return Err(usage("--time-limit must be above zero"));
-    }
-    if args.buffer_depth.0 > Duration::from_secs(3600) {
-        return Err(usage("--buffer-depth must be at most 1h"));
-    }
-    let plan = MediaPlan::new(
-        args.bitrate.0,
-        args.frame_rate,
-        length.as_secs() as u32,
-        args.datagram_size,
-    )
-    .map_err(|e| usage(format!("--bitrate/--frame-rate/--length/--datagram-size: {e}")))?;
-    // The receiver's ring (this client's for a download, the server's
-    // for an upload) holds at most this many frames ahead of play-out.
-    let buffered = (args.buffer_depth.0.as_millis() as u64).saturating_mul(u64::from(args.frame_rate)) / 1000;
-    let most = goodput_core::media::receiver::MAX_BUFFERED_FRAMES;
-    if buffered > u64::from(most) {
-        return Err(usage(format!(
-            "--buffer-depth × --frame-rate is {buffered} frames, more than a receiver buffers ({most})"
-        )));
-    }
-    check_socket_room("--connections", u64::from(args.connections))?;
+    let extras = Extras {
+        jitter_file: args.jitter_file.as_deref(),
+        ..Extras::default()
+    };
+    run_spec(TestSpec::Udp(spec), &args.views, &extras).await
+}
+
+/// Runs a validated UDP spec: `goodput udp`'s path and `goodput run`'s.
+/// The jitter file is an output, not part of the test.
+pub(crate) async fn run_udp(spec: UdpSpec, out: &ViewArgs, jitter_file: Option<&Path>) -> Result<u8, Stop> {
+    let document = TestSpec::Udp(spec.clone());
+    let plan = spec
+        .plan()
+        .map_err(|e| Stop::Fatal(anyhow!("the stream cannot be planned: {e}")))?;
+    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
+    check_socket_room("--connections", u64::from(spec.connections))?;
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let mut server = Embedded::new(&cancel);
-    let targets = match &args.host {
+    let targets = match &spec.host {
         None => {
-            let ip = loopback(args.ipv6);
+            let ip = loopback(v6);
             // The embedded server takes what this client asks: the
-            // client's own flags are checked below.
+            // client's own spec was checked.
             let b = bind_media(MediaServerSpec {
                 listen: vec![SocketAddr::new(ip, 0)],
                 max_streams: 100_000,
@@ -69,14 +83,14 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
             });
             vec![addr]
         }
-        Some(h) => resolve(h, args.port, args.ipv4, args.ipv6).await?,
+        Some(h) => resolve(h, spec.port, v4, v6).await?,
     };
     let mut views = Views::open(
-        &args.views,
-        (args.iterations > 0).then(|| args.iterations.saturating_mul(u64::from(args.connections))),
+        out,
+        (spec.iterations > 0).then(|| spec.iterations.saturating_mul(u64::from(spec.connections))),
     )?;
-    views.quiet_if_stdout(args.jitter_file.as_deref());
-    let jitter = match &args.jitter_file {
+    views.quiet_if_stdout(jitter_file);
+    let jitter = match jitter_file {
         Some(p) => Some(std::sync::Arc::new(std::sync::Mutex::new(
             goodput_report::JitterFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?,
         ))),
@@ -100,7 +114,7 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
                     .map(|a| a.to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
-                if args.host.is_none() {
+                if spec.host.is_none() {
                     " (embedded goodput server)"
                 } else {
                     ""
@@ -109,7 +123,7 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         ),
         (
             "Direction".into(),
-            if args.upload {
+            if spec.upload {
                 "upload: this client streams, the server plays out".into()
             } else {
                 "download: the server streams, this client plays out".into()
@@ -134,55 +148,56 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
                 plan.frame_bytes,
                 dpf,
                 plan.datagram_bytes,
-                args.buffer_depth.0.as_millis()
+                spec.buffer_depth.0.as_millis()
             ),
         ),
         (
             "Streams".into(),
             format!(
                 "{} at once, {}",
-                args.connections,
-                if args.iterations == 0 {
+                spec.connections,
+                if spec.iterations == 0 {
                     "repeated until --time-limit or Ctrl-C".to_string()
                 } else {
                     format!(
                         "{} in turn each ({} in all)",
-                        args.iterations,
-                        args.iterations * u64::from(args.connections)
+                        spec.iterations,
+                        spec.iterations.saturating_mul(u64::from(spec.connections))
                     )
                 }
             ),
         ),
         (
             "Verification".into(),
-            match args.verify {
-                VerifyArg::Data => "every payload against the pattern".into(),
-                VerifyArg::Connection => "counts only".into(),
+            match spec.verify {
+                VerifyMode::Data => "every payload against the pattern".into(),
+                VerifyMode::Connection => "counts only".into(),
             },
         ),
         ("Total per stream".into(), format!("{} bytes", plan.total_bytes)),
     ];
     views.console.banner("goodput udp", &banner);
-    let spec = MediaSpec {
+    let media = MediaSpec {
         targets,
-        bind: args.bind.clone(),
+        bind: spec.bind.clone(),
         plan,
-        buffer_depth: args.buffer_depth.0,
-        connections: args.connections,
-        iterations: args.iterations,
-        upload: args.upload,
-        verify_data: args.verify == VerifyArg::Data,
-        dscp: args.dscp,
-        status_interval: args.status_interval.0,
-        time_limit: args.time_limit.map(|d| d.0),
-        max_records: args.views.max_records,
+        buffer_depth: spec.buffer_depth.0,
+        connections: spec.connections,
+        iterations: spec.iterations,
+        upload: spec.upload,
+        verify_data: spec.verify == VerifyMode::Data,
+        dscp: spec.dscp,
+        status_interval: spec.status_interval.0,
+        time_limit: spec.time_limit.map(|d| d.0),
+        max_records: out.max_records,
         datagram_sink: sink,
     };
-    let result = run_media(spec, &mut views, cancel.clone()).await;
+    let result = run_media(media, &mut views, cancel.clone()).await;
     server.stop().await;
-    let result = result.map_err(|e| Stop::Fatal(e.into()))?;
-    views.finish(&result, args.views.json.as_deref())?;
-    if let (Some(f), Some(p)) = (jitter, &args.jitter_file) {
+    let mut result = result.map_err(|e| Stop::Fatal(e.into()))?;
+    result.spec = Some(document);
+    views.finish(&result, out.json.as_deref())?;
+    if let (Some(f), Some(p)) = (jitter, jitter_file) {
         let done = f
             .lock()
             .map_err(|_| anyhow!("the jitter file's writer failed"))?

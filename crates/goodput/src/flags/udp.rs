@@ -70,4 +70,8 @@ pub struct UdpArgs {
     pub status_interval: HumanDuration,
     #[command(flatten)]
     pub views: ViewArgs,
+    /// Print the test these flags describe as a spec document (JSON, for
+    /// `goodput run`) and exit without running it.
+    #[arg(long)]
+    pub print_spec: bool,
 }

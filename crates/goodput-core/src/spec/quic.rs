@@ -1,0 +1,175 @@
+//! `goodput quic` as a document.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Family, SpecError};
+use crate::quic::scenario::{Body, Scenario};
+use crate::units::{ByteSize, HumanDuration, SizeOrTime};
+
+/// The scenario run when none is given: one 100,000,000-byte download.
+pub const DEFAULT_SCENARIO: &str = "*1:8:100000000;";
+
+/// A QUIC perf test (the picoquic / quinn-perf protocol). Every field has
+/// the default of its flag in `goodput quic`. What runs is, first found:
+/// `handshakes`, `rps` or `latency`, `upload`, `download`, else `scenario`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuicSpec {
+    /// Server name or address (`HOST`, `HOST:PORT`); none: an embedded
+    /// goodput server on loopback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Server UDP port.
+    pub port: u16,
+    /// picoquic scenario (`*1:397:5000000;`, media `s30:n150:2000`,
+    /// datagrams `d50:n250:100`, or the legacy form); default: one
+    /// 100,000,000-byte download. Not with the other ways of running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Upload this many bytes after the 8-byte header, or for this long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upload: Option<SizeOrTime>,
+    /// Download this many bytes, or for this long (an unlimited request
+    /// ended by STOP_SENDING).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub download: Option<SizeOrTime>,
+    /// Requests per second: `streams` requests outstanding per connection
+    /// for `duration`.
+    pub rps: bool,
+    /// One request at a time per connection, for `duration`.
+    pub latency: bool,
+    /// Open and close connections as fast as possible for `duration`.
+    pub handshakes: bool,
+    /// Requests outstanding per connection with `rps` (1-10000).
+    pub streams: u32,
+    /// Request payload bytes with `rps` and `latency` (after the 8-byte
+    /// header).
+    pub request: ByteSize,
+    /// Response bytes with `rps` and `latency`.
+    pub response: ByteSize,
+    /// Length of `rps`, `latency` and `handshakes` runs.
+    pub duration: HumanDuration,
+    /// Connections at once, each running the whole scenario (1-10000).
+    pub connections: u32,
+    /// Ask for responses on unidirectional streams (batch requests only).
+    pub uni: bool,
+    /// Trust certificates from this PEM file (default: the system's roots;
+    /// the embedded server's certificate is always accepted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca: Option<PathBuf>,
+    /// Accept any server certificate (signatures are still checked).
+    pub insecure: bool,
+    /// TLS server name (default: the host, or localhost for an address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sni: Option<String>,
+    /// Address family.
+    pub family: Family,
+    /// Status line period.
+    pub status_interval: HumanDuration,
+}
+
+impl Default for QuicSpec {
+    fn default() -> Self {
+        Self {
+            host: None,
+            port: 4433,
+            scenario: None,
+            upload: None,
+            download: None,
+            rps: false,
+            latency: false,
+            handshakes: false,
+            streams: 1,
+            request: ByteSize(512),
+            response: ByteSize(4000),
+            duration: HumanDuration(Duration::from_secs(10)),
+            connections: 1,
+            uni: false,
+            ca: None,
+            insecure: false,
+            sni: None,
+            family: Family::Any,
+            status_interval: HumanDuration(Duration::from_secs(1)),
+        }
+    }
+}
+
+impl QuicSpec {
+    /// The scenario that runs, as text: the one given (or the default),
+    /// or the one an upload or download of a size stands for; `None` for
+    /// the runs that are not scenarios (timed, requests, handshakes).
+    pub fn scenario_text(&self) -> Option<String> {
+        if self.handshakes || self.rps || self.latency {
+            return None;
+        }
+        match (self.upload, self.download) {
+            (Some(SizeOrTime::Size(n)), _) => Some(format!("*1:{}:0;", n.0.saturating_add(8))),
+            (Some(SizeOrTime::Time(_)), _) | (None, Some(SizeOrTime::Time(_))) => None,
+            (None, Some(SizeOrTime::Size(n))) => Some(format!("*1:8:{};", n.0)),
+            (None, None) => Some(
+                self.scenario
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_SCENARIO.to_owned()),
+            ),
+        }
+    }
+
+    /// The scenario that runs, parsed (`None` when the run is not one).
+    pub fn parsed_scenario(&self) -> Result<Option<Scenario>, SpecError> {
+        self.scenario_text()
+            .map(|text| {
+                Scenario::parse(&text).map_err(|e| SpecError::new("scenario", format!("'{text}': {e}")))
+            })
+            .transpose()
+    }
+
+    /// Every rule of `goodput quic`'s flags.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        // The ways of running exclude each other, as the flags do.
+        let given = [
+            ("upload", self.upload.is_some()),
+            ("download", self.download.is_some()),
+            ("rps", self.rps),
+            ("latency", self.latency),
+            ("handshakes", self.handshakes),
+            ("scenario", self.scenario.is_some()),
+        ];
+        for (i, (a, a_on)) in given.iter().enumerate() {
+            if let Some((b, _)) = given[i + 1..].iter().find(|(_, on)| *a_on && *on) {
+                return Err(SpecError::new(a, format!("cannot be used with `{b}`")));
+            }
+        }
+        if self.insecure && self.ca.is_some() {
+            return Err(SpecError::new("insecure", "cannot be used with `ca`"));
+        }
+        if !(1..=10_000).contains(&self.streams) {
+            return Err(SpecError::new("streams", "must be 1-10000"));
+        }
+        if !(1..=10_000).contains(&self.connections) {
+            return Err(SpecError::new("connections", "must be 1-10000"));
+        }
+        if self.status_interval.0 < Duration::from_millis(10) {
+            return Err(SpecError::new("status_interval", "must be at least 10ms"));
+        }
+        if self.duration.0.is_zero() {
+            return Err(SpecError::new("duration", "must be above zero"));
+        }
+        for (field, v) in [("upload", self.upload), ("download", self.download)] {
+            if matches!(v, Some(SizeOrTime::Time(d)) if d.0.is_zero()) {
+                return Err(SpecError::new(field, "must be above zero"));
+            }
+        }
+        if let Some(s) = self.parsed_scenario()? {
+            if self.uni && s.descs.iter().any(|d| !matches!(d.body, Body::Batch { .. })) {
+                return Err(SpecError::new(
+                    "uni",
+                    "applies to batch requests; media descriptions always use bidirectional streams",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
