@@ -70,6 +70,29 @@ pub enum Trust {
     System,
 }
 
+impl Trust {
+    /// The trust a client's options ask for, the same for every kind: the
+    /// CA file when one is given, any certificate with `insecure`, else the
+    /// system's roots.
+    pub fn of(ca: Option<&std::path::Path>, insecure: bool) -> Self {
+        match (ca, insecure) {
+            (Some(p), _) => Trust::CaFile(p.to_owned()),
+            (None, true) => Trust::Anything,
+            (None, false) => Trust::System,
+        }
+    }
+}
+
+/// The TLS server name a client checks the certificate against, the same
+/// for every kind: `sni` when given, else the host as written (brackets
+/// off; an IP address is checked as an IP address).
+pub fn name_for(host: &str, sni: Option<&str>) -> String {
+    match sni {
+        Some(n) => n.to_owned(),
+        None => host.trim_start_matches('[').trim_end_matches(']').to_owned(),
+    }
+}
+
 /// A client configuration.
 pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, EngineError> {
     let builder = ClientConfig::builder_with_provider(provider())

@@ -661,3 +661,43 @@ fn the_committed_spec_schema_refuses_a_bad_document() {
     assert!(v.is_valid(&serde_json::json!({"tests": [{"kind": "tcp"}, {"kind": "server", "stamp": true}]})));
     assert!(!v.is_valid(&serde_json::json!({"tests": [{"kind": "tcp"}], "extra": 1})));
 }
+
+/// The flags' defaults and the spec's defaults are one set: for every kind,
+/// what the command prints with no flags (beyond the required ones) is what
+/// `goodput run --print-spec` prints for a document with no fields (beyond
+/// the same ones).
+#[test]
+fn every_kind_defaults_as_its_flags_do() {
+    let cases: [(&[&str], &str); 8] = [
+        (&["tcp"], r#"{"kind": "tcp"}"#),
+        (&["udp"], r#"{"kind": "udp"}"#),
+        (&["quic"], r#"{"kind": "quic"}"#),
+        (&["stamp"], r#"{"kind": "stamp"}"#),
+        (&["iperf3"], r#"{"kind": "iperf3"}"#),
+        (
+            &["echo", "192.0.2.7"],
+            r#"{"kind": "echo", "target": "192.0.2.7"}"#,
+        ),
+        (
+            &["ttcp", "-t", "192.0.2.7"],
+            r#"{"kind": "ttcp", "role": "transmit", "host": "192.0.2.7"}"#,
+        ),
+        (&["server"], r#"{"kind": "server"}"#),
+    ];
+    for (flags, document) in cases {
+        let (code, by_flags, err) = run(&[flags, &["--print-spec"]].concat());
+        assert_eq!(code, Some(0), "{flags:?}: {err}");
+        let f = tmp("specs", &format!("defaults-{}.json", flags[0]));
+        std::fs::write(&f, document).unwrap();
+        let (code, by_file, err) = run(&["run", f.to_str().unwrap(), "--print-spec"]);
+        assert_eq!(code, Some(0), "{document}: {err}");
+        assert_eq!(spec_doc(&by_flags), spec_doc(&by_file), "{flags:?}");
+    }
+    // Several tests print as a document of several.
+    let f = tmp("specs", "defaults-two.toml");
+    std::fs::write(&f, "[[tests]]\nkind = \"tcp\"\n[[tests]]\nkind = \"stamp\"\n").unwrap();
+    let (code, out, err) = run(&["run", f.to_str().unwrap(), "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc = spec_doc(&out);
+    assert_eq!(doc["tests"][1]["kind"], "stamp", "{doc}");
+}

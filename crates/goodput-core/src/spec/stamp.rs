@@ -77,12 +77,15 @@ impl Default for StampSpec {
 }
 
 impl StampSpec {
+    /// The interval when neither `interval` nor `rate` is given.
+    pub const DEFAULT_INTERVAL: HumanDuration = HumanDuration(Duration::from_millis(100));
+
     /// The time between packets: `interval`, or one over `rate`.
     pub fn packet_interval(&self) -> Duration {
         match (self.rate, self.interval) {
             (Some(r), _) if r.is_finite() && r > 0.0 => Duration::from_secs_f64(1.0 / r),
             (_, Some(i)) => i.0,
-            _ => Duration::from_millis(100),
+            _ => Self::DEFAULT_INTERVAL.0,
         }
     }
 

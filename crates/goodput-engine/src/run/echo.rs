@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{error_chain, resolve, socket_room, split_target, Failure};
 use crate::echo::{run_echo, EchoSpec as EngineSpec, Hold, Release};
-use crate::tls::{client_config, server_name, Trust};
+use crate::tls::{client_config, name_for, server_name, Trust};
 use crate::Observer;
 
 /// Connections the run keeps open at once: the spec's, capped by the
@@ -57,15 +57,9 @@ pub(super) async fn run(
     .await?[0];
     let tls = if spec.tls {
         // validate() saw to it that one of the two is given.
-        let trust = match &spec.ca {
-            Some(p) => Trust::CaFile(p.clone()),
-            None => Trust::Anything,
-        };
+        let trust = Trust::of(spec.ca.as_deref(), spec.insecure);
         let cfg = client_config(&trust).map_err(|e| Failure::setup(error_chain(&e)))?;
-        let name = spec
-            .sni
-            .clone()
-            .unwrap_or_else(|| host.trim_start_matches('[').trim_end_matches(']').to_owned());
+        let name = name_for(&host, spec.sni.as_deref());
         Some((
             cfg,
             server_name(&name).map_err(|e| Failure::setup(error_chain(&e)))?,

@@ -5,8 +5,10 @@
 
 mod echo;
 mod iperf3;
+mod quic;
 mod stamp;
 mod tcp;
+mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -24,7 +26,7 @@ pub use echo::echo_connections;
 pub use tcp::concurrent_connections;
 
 /// What a run takes from its caller besides the spec.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct RunContext {
     /// Most intervals and connection records kept in the result (0: no
     /// cap); the observer sees them all.
@@ -32,6 +34,9 @@ pub struct RunContext {
     /// echo with `pause`: what releases the held connections (none: the
     /// spec's `hold_for`).
     pub release: Option<crate::echo::Release>,
+    /// udp: what gets every received datagram (the command line's jitter
+    /// file).
+    pub datagram_sink: Option<crate::media::DatagramSink>,
 }
 
 impl RunContext {
@@ -62,6 +67,8 @@ pub async fn run(
         TestSpec::Stamp(s) => stamp::run(s, observer, cancel, max_records).await,
         TestSpec::Iperf3(s) => iperf3::run(s, observer, cancel, max_records).await,
         TestSpec::Echo(s) => echo::run(s, context.release, observer, cancel, max_records).await,
+        TestSpec::Udp(s) => udp::run(s, context.datagram_sink, observer, cancel, max_records).await,
+        TestSpec::Quic(s) => quic::run(s, observer, cancel, max_records).await,
         other => Err(Failure::setup(format!(
             "the {} kind does not run through goodput_engine::run yet",
             other.kind()

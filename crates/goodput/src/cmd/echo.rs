@@ -72,6 +72,7 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
     let context = RunContext {
         max_records: out.max_records,
         release,
+        ..RunContext::default()
     };
     let document = TestSpec::Echo(spec);
     let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;

@@ -89,7 +89,7 @@ pub(crate) async fn run_iperf3(
     views.quiet_if_stdout(iperf3_json);
     if let Some(path) = iperf3_json.filter(|p| p.as_os_str() != "-") {
         std::fs::File::create(path)
-            .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", path.display())))?;
+            .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", path.display())))?;
     }
     let document = TestSpec::Iperf3(spec);
     let result = goodput_engine::run::run(
@@ -110,7 +110,9 @@ pub(crate) async fn run_iperf3(
         if path.as_os_str() == "-" {
             goodput_report::console_line(text.trim_end());
         } else {
-            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(path, text)
+                .with_context(|| format!("cannot write {}", path.display()))
+                .map_err(Stop::Output)?;
         }
     }
     let failed = result.summary.failures() > 0 || result.iperf3.as_ref().is_some_and(|d| d.error.is_some());

@@ -19,7 +19,7 @@ use goodput_core::spec::{SpecError, TestSpec};
 use goodput_engine::CancellationToken;
 use std::net::SocketAddr;
 
-pub(crate) use goodput_engine::run::{loopback, socket_options as socket_options_of, socket_room, Embedded};
+pub(crate) use goodput_engine::run::{socket_options as socket_options_of, socket_room};
 
 /// A host and port from `HOST[:PORT]` or `[v6]:PORT`; a bad port is a usage
 /// error.
@@ -53,8 +53,14 @@ pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
 /// Why the program stops early.
 pub(crate) enum Stop {
+    /// Bad flags or values (exit 2).
     Usage(String),
+    /// The run could not start or failed outside any connection (exit 3);
+    /// its `--json` gets a result ended `failed`.
     Fatal(anyhow::Error),
+    /// One of the command's own output files cannot be opened or written
+    /// (exit 3); no result document is written for it.
+    Output(anyhow::Error),
 }
 
 impl From<anyhow::Error> for Stop {

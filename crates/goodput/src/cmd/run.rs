@@ -9,7 +9,7 @@ use super::tcp::run_tcp;
 use super::ttcp::run_ttcp;
 use super::udp::run_udp;
 use super::views::RESULT_WRITTEN;
-use super::{usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
+use super::{print_spec, usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::result::{FailureStage, TestResult};
@@ -53,6 +53,16 @@ pub(crate) async fn run_document(args: RunArgs) -> Result<u8, Stop> {
         )));
     }
     let several = specs.len() > 1;
+    if args.print_spec {
+        if several {
+            let text = serde_json::to_string_pretty(&serde_json::json!({ "tests": specs }))
+                .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+            goodput_report::console_line(&text);
+        } else {
+            print_spec(&specs[0])?;
+        }
+        return Ok(EXIT_OK);
+    }
     let mut status = EXIT_OK;
     for (i, spec) in specs.into_iter().enumerate() {
         let views = numbered_views(&args.views, several.then_some(i + 1));

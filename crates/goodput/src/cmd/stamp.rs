@@ -27,7 +27,10 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let spec = StampSpec {
         host: args.host.clone(),
         port: args.port,
-        interval: args.rate.is_none().then_some(args.interval),
+        // The default interval is the spec's default too: left out, so
+        // the flags' spec reads as a document that does not give it.
+        interval: (args.rate.is_none() && args.interval != StampSpec::DEFAULT_INTERVAL)
+            .then_some(args.interval),
         rate: args.rate,
         count: args.count,
         duration: args.duration,
@@ -65,7 +68,7 @@ pub(crate) async fn run_stamp(
     watch_signals(cancel.clone());
     let mut views = Views::open(out, None)?;
     if let Some(p) = packet_file {
-        let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+        let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Output(anyhow!(e)))?;
         views.files.push(Box::new(f));
     }
     views.quiet_if_stdout(packet_file);

@@ -22,12 +22,12 @@ pub(crate) struct Views {
 impl Views {
     pub(crate) fn open(out: &ViewArgs, finite: Option<u64>) -> Result<Self, Stop> {
         let mut files: Vec<Box<dyn View + Send>> = Vec::new();
-        let open_err = |e: io::Error| Stop::Fatal(anyhow!(e));
+        let open_err = |e: io::Error| Stop::Output(anyhow!(e));
         // The result document is written at the end; find out now, not
         // after a long run, that it cannot be.
         if let Some(p) = out.json.as_deref().filter(|p| !goodput_report::is_stdout(p)) {
             std::fs::File::create(p)
-                .map_err(|e| Stop::Fatal(anyhow!("cannot write {}: {e}", p.display())))?;
+                .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", p.display())))?;
         }
         if let Some(p) = &out.status_file {
             files.push(Box::new(StatusFile::create(p).map_err(open_err)?));
@@ -97,10 +97,11 @@ impl Views {
         if let Some(p) = json {
             RESULT_WRITTEN.store(true, std::sync::atomic::Ordering::Relaxed);
             goodput_report::write_result_json(p, result)
-                .with_context(|| format!("cannot write {}", p.display()))?;
+                .with_context(|| format!("cannot write {}", p.display()))
+                .map_err(Stop::Output)?;
         }
         match self.error.take() {
-            Some(e) => Err(Stop::Fatal(anyhow!(e).context("writing an output file failed"))),
+            Some(e) => Err(Stop::Output(anyhow!(e).context("writing an output file failed"))),
             None => Ok(()),
         }
     }

@@ -245,6 +245,10 @@ pub struct RunArgs {
     pub file: PathBuf,
     #[command(flatten)]
     pub views: ViewArgs,
+    /// Print the tests the document describes, every field written out
+    /// (the defaults filled in), as JSON, and exit without running them.
+    #[arg(long)]
+    pub print_spec: bool,
 }
 
 impl PatternArg {
