@@ -8,6 +8,7 @@ mod iperf3;
 mod quic;
 mod stamp;
 mod tcp;
+mod ttcp;
 mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -24,6 +25,7 @@ use crate::Observer;
 
 pub use echo::echo_connections;
 pub use tcp::concurrent_connections;
+pub use ttcp::TtcpLines;
 
 /// What a run takes from its caller besides the spec.
 #[derive(Default)]
@@ -37,6 +39,11 @@ pub struct RunContext {
     /// udp: what gets every received datagram (the command line's jitter
     /// file).
     pub datagram_sink: Option<crate::media::DatagramSink>,
+    /// ttcp without `sinkmode`: the data it sends or where what arrives
+    /// goes (the command line's standard input and output).
+    pub ttcp_data: Option<crate::ttcp::DataStreams>,
+    /// ttcp: its progress lines (the command line's standard error).
+    pub ttcp_lines: Option<TtcpLines>,
 }
 
 impl RunContext {
@@ -69,6 +76,7 @@ pub async fn run(
         TestSpec::Echo(s) => echo::run(s, context.release, observer, cancel, max_records).await,
         TestSpec::Udp(s) => udp::run(s, context.datagram_sink, observer, cancel, max_records).await,
         TestSpec::Quic(s) => quic::run(s, observer, cancel, max_records).await,
+        TestSpec::Ttcp(s) => ttcp::run(s, context.ttcp_data, context.ttcp_lines, cancel).await,
         other => Err(Failure::setup(format!(
             "the {} kind does not run through goodput_engine::run yet",
             other.kind()

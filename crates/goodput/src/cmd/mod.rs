@@ -17,7 +17,6 @@ use anyhow::{anyhow, Context};
 use goodput_core::result::{EndReason, TestResult};
 use goodput_core::spec::{SpecError, TestSpec};
 use goodput_engine::CancellationToken;
-use std::net::SocketAddr;
 
 pub(crate) use goodput_engine::run::{socket_options as socket_options_of, socket_room};
 
@@ -25,15 +24,6 @@ pub(crate) use goodput_engine::run::{socket_options as socket_options_of, socket
 /// error.
 pub(crate) fn split_target(t: &str, default_port: u16) -> Result<(String, u16), Stop> {
     goodput_engine::run::split_target(t, default_port).map_err(usage)
-}
-
-/// The addresses of `host` (a name or an address, either with `:PORT` or
-/// `[v6]:PORT`, which overrides `port`), of the family asked for.
-pub(crate) async fn resolve(host: &str, port: u16, v4: bool, v6: bool) -> Result<Vec<SocketAddr>, Stop> {
-    split_target(host, port)?;
-    goodput_engine::run::resolve(host, port, v4, v6)
-        .await
-        .map_err(|e| Stop::Fatal(anyhow!(e)))
 }
 
 /// Exit status: every connection succeeded.

@@ -1,15 +1,14 @@
 //! `goodput ttcp`: its flags become a `TtcpSpec`; raw data to or from a
 //! TTCP peer.
 
-use super::run::{numbered_views, run_spec, Extras};
+use super::run::{failed_run, numbered_views, run_spec, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error_as, long_flag, print_spec, resolve, watch_signals, Stop, EXIT_OK};
+use super::{exit_status, flag_error_as, long_flag, print_spec, watch_signals, Stop, EXIT_OK};
 use crate::flags::{TtcpArgs, ViewArgs};
-use anyhow::anyhow;
+use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, TestSpec, TtcpRole, TtcpSpec};
+use goodput_engine::run::RunContext;
 use goodput_engine::{CancellationToken, Observer};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::time::Duration;
 
 pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
     let spec = spec_of(&args);
@@ -68,33 +67,8 @@ fn ttcp_flag(field: &str) -> String {
 /// With `sinkmode` false the data is standard input (transmitting) or
 /// standard output (receiving), as with the flags.
 pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
-    use goodput_engine::ttcp::{run_ttcp as run, DataStreams, TtcpRole as Role, TtcpSpec as EngineSpec};
-    let document = TestSpec::Ttcp(spec.clone());
+    use goodput_engine::ttcp::DataStreams;
     let transmit = spec.transmits();
-    let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
-    let role = match (&spec.host, transmit) {
-        (Some(h), true) => Role::Transmit(resolve(h, spec.port, v4, v6).await?[0]),
-        _ => {
-            let ip = spec.bind.unwrap_or(if v4 {
-                Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                Ipv6Addr::UNSPECIFIED.into()
-            });
-            Role::Receive(SocketAddr::new(ip, spec.port))
-        }
-    };
-    let sockbuf = spec.sockbuf_bytes();
-    let engine = EngineSpec {
-        role,
-        udp: spec.udp,
-        buflen: spec.buflen,
-        nbuf: spec.nbuf,
-        nodelay: spec.nodelay,
-        sockbuf,
-        sinkmode: spec.sinkmode,
-        udp_idle: spec.udp_idle.0,
-        connect_timeout: Duration::from_secs(10),
-    };
     // The report goes to standard output, unless standard output carries
     // the received data (sinkmode false, receiving): then it goes to stderr.
     let data_on_stdout = !spec.sinkmode && !transmit;
@@ -107,40 +81,29 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
     let cancel = CancellationToken::new();
     watch_signals(cancel.clone());
     let prefix = if transmit { "ttcp-t" } else { "ttcp-r" };
-    if verbosity > 0 {
-        eprintln!(
-            "{prefix}: buflen={}, nbuf={}, port={}{}  {}{}",
-            engine.buflen,
-            engine.nbuf,
-            spec.port,
-            sockbuf.map_or(String::new(), |b| format!(", sockbufsize={b}")),
-            if spec.udp { "udp" } else { "tcp" },
-            spec.host.as_ref().map_or(String::new(), |h| format!("  -> {h}"))
-        );
-    }
+    // ttcp's progress lines go to standard error, as classic ttcp's do.
+    let lines: goodput_engine::run::TtcpLines = Box::new(move |l: String| {
+        if verbosity > 0 {
+            eprintln!("{prefix}: {l}");
+        }
+    });
     // Without sinkmode the data is this process's standard input (sending)
     // or standard output (receiving); the engine only sees the streams.
-    let data = if spec.sinkmode {
-        DataStreams::none()
-    } else {
-        DataStreams {
-            input: Box::new(std::io::stdin()),
-            output: Box::new(std::io::stdout()),
-        }
+    let data = (!spec.sinkmode).then(|| DataStreams {
+        input: Box::new(std::io::stdin()),
+        output: Box::new(std::io::stdout()),
+    });
+    let context = RunContext {
+        max_records: out.max_records,
+        ttcp_data: data,
+        ttcp_lines: Some(lines),
+        ..RunContext::default()
     };
-    let c = cancel.clone();
-    let mut result = tokio::task::spawn_blocking(move || {
-        let mut lines = |l: String| {
-            if verbosity > 0 {
-                eprintln!("{prefix}: {l}");
-            }
-        };
-        run(&engine, data, &mut lines, &c)
-    })
-    .await
-    .map_err(|e| Stop::Fatal(anyhow!("the transfer thread failed: {e}")))?
-    .map_err(|e| Stop::Fatal(e.into()))?;
-    result.spec = Some(document);
+    let document = TestSpec::Ttcp(spec);
+    let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;
+    if result.end == EndReason::Failed {
+        return failed_run(&result, &view_args, cancel.is_cancelled());
+    }
     if data_on_stdout && verbosity > 0 {
         if let Some(d) = &result.ttcp {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));
