@@ -9,6 +9,7 @@
 
 pub mod admission;
 mod counters;
+mod datagram;
 pub mod echo;
 pub mod iperf3;
 mod lowat;
@@ -22,7 +23,6 @@ pub mod stamp;
 pub mod tcp;
 pub mod tls;
 pub mod ttcp;
-mod udp;
 
 pub use counters::RunClock;
 pub use observer::{NullObserver, Observer};

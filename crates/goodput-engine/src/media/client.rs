@@ -25,8 +25,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::server::poll_until;
 use super::{datagrams, send_message, Incoming, Outgoing};
+use crate::datagram::{self, RecvBatch};
 use crate::socket::addr_text;
-use crate::udp::{self, RecvBatch};
 use crate::{EngineError, Observer};
 
 /// How long a request waits for an answer before it is sent again.
@@ -97,7 +97,7 @@ pub async fn run_media(
             "a media run needs a target, at least one connection and a status interval".into(),
         ));
     }
-    let started_unix_ms = (udp::now_unix_ns() / 1_000_000) as u64;
+    let started_unix_ms = (datagram::now_unix_ns() / 1_000_000) as u64;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let stop = Arc::new(AtomicBool::new(false));
     let sink = spec.datagram_sink.take();
@@ -372,14 +372,14 @@ fn open_socket(c: &Core, index: u64) -> std::io::Result<(Socket, SocketAddr)> {
     }
     s.connect(&target.into())?;
     let fd = s.as_raw_fd();
-    udp::enable_timestamps(fd)?;
-    udp::enable_gro(fd);
+    datagram::enable_timestamps(fd)?;
+    datagram::enable_gro(fd);
     // A quarter second of the stream, at least 4 MiB: a frame's burst fits.
     let rate = (c.plan.bits_per_second / 8) as usize;
     let want = (rate / 4).clamp(4 << 20, 64 << 20);
-    udp::set_buffer(fd, !c.upload, want);
+    datagram::set_buffer(fd, !c.upload, want);
     if c.upload {
-        udp::set_buffer(fd, false, want.min(16 << 20));
+        datagram::set_buffer(fd, false, want.min(16 << 20));
     }
     Ok((s, target))
 }
@@ -527,7 +527,7 @@ impl Driver {
             };
             for i in 0..n {
                 let (buf, meta) = batch.get(i);
-                let t_ns = meta.t_ns.unwrap_or_else(udp::now_unix_ns);
+                let t_ns = meta.t_ns.unwrap_or_else(datagram::now_unix_ns);
                 for dg in datagrams(buf, meta.segment) {
                     self.datagram(a, dg, t_ns, now);
                 }

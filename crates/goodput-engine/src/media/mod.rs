@@ -23,7 +23,7 @@ use goodput_core::media::{FrameShape, MediaPlan};
 use goodput_core::pattern::{Pattern, UNIT_LEN};
 use goodput_core::result::MediaDatagram;
 
-use crate::udp;
+use crate::datagram;
 
 pub use client::{run_media, DatagramSink, MediaSpec};
 pub use server::{bind_media, BoundMedia, MediaServerSpec, RunningMedia};
@@ -181,7 +181,7 @@ impl Outgoing {
                 send_errors: self.send_errors,
             }
             .encode(&mut self.buf);
-            let _ = udp::send_segments(fd, to, self.from, &self.buf, self.buf.len(), false);
+            let _ = datagram::send_segments(fd, to, self.from, &self.buf, self.buf.len(), false);
             self.ends += 1;
             self.next_end = now + END_SPACING;
         }
@@ -238,10 +238,10 @@ impl Outgoing {
                 self.buf
                     .extend_from_slice(pat.slice(payload_offset(seq), size.saturating_sub(DATA_HEADER_LEN)));
             }
-            let mut r = udp::send_segments(fd, to, self.from, &self.buf, g.segment, self.gso);
+            let mut r = datagram::send_segments(fd, to, self.from, &self.buf, g.segment, self.gso);
             if matches!(&r, Err(e) if e.kind() == io::ErrorKind::Unsupported) {
                 self.gso = false;
-                r = udp::send_segments(fd, to, self.from, &self.buf, g.segment, false);
+                r = datagram::send_segments(fd, to, self.from, &self.buf, g.segment, false);
             }
             let took = match r {
                 Ok(n) => n,
@@ -418,7 +418,7 @@ pub(crate) fn send_message(
 ) -> io::Result<()> {
     let mut b = Vec::with_capacity(96);
     m.encode(&mut b);
-    udp::send_segments(fd, to, from, &b, b.len(), false).map(|_| ())
+    datagram::send_segments(fd, to, from, &b, b.len(), false).map(|_| ())
 }
 
 /// Splits a received buffer (GRO may have joined several datagrams of

@@ -19,7 +19,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
 use super::{datagrams, send_message, Incoming, Outgoing, SILENCE};
-use crate::udp::{self, RecvBatch, SocketThreads};
+use crate::datagram::{self, RecvBatch, SocketThreads};
 use crate::EngineError;
 
 /// Datagrams per `recvmmsg`.
@@ -92,10 +92,10 @@ pub fn bind_media(spec: MediaServerSpec) -> Result<BoundMedia, EngineError> {
         }
         s.bind(&addr.into()).map_err(err)?;
         let fd = s.as_raw_fd();
-        udp::enable_ancillary(fd, addr.is_ipv6(), true).map_err(err)?;
-        udp::enable_gro(fd);
-        udp::set_buffer(fd, true, 16 << 20);
-        udp::set_buffer(fd, false, 4 << 20);
+        datagram::enable_ancillary(fd, addr.is_ipv6(), true).map_err(err)?;
+        datagram::enable_gro(fd);
+        datagram::set_buffer(fd, true, 16 << 20);
+        datagram::set_buffer(fd, false, 4 << 20);
         sockets.push(s);
     }
     Ok(BoundMedia { spec, sockets })
@@ -104,7 +104,7 @@ pub fn bind_media(spec: MediaServerSpec) -> Result<BoundMedia, EngineError> {
 impl BoundMedia {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        udp::bound_addrs(&self.sockets)
+        datagram::bound_addrs(&self.sockets)
     }
 
     /// Starts one thread per socket, serving until `cancel`.
@@ -223,7 +223,7 @@ fn serve(sock: Socket, shared: &Shared, cancel: &CancellationToken) -> MediaServ
             let n = batch.recv(s.fd).unwrap_or_default();
             for i in 0..n {
                 let (buf, meta) = batch.get(i);
-                let t_ns = meta.t_ns.unwrap_or_else(udp::now_unix_ns);
+                let t_ns = meta.t_ns.unwrap_or_else(datagram::now_unix_ns);
                 for d in datagrams(buf, meta.segment) {
                     // A bug in handling one datagram must not end the
                     // service for everyone: counted, and the loop goes on.

@@ -109,8 +109,8 @@ pub(crate) fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocke
     }
     s.bind(&addr.into())?;
     let fd = std::os::fd::AsRawFd::as_raw_fd(&s);
-    crate::udp::set_buffer(fd, true, 8 << 20);
-    crate::udp::set_buffer(fd, false, 8 << 20);
+    crate::datagram::set_buffer(fd, true, 8 << 20);
+    crate::datagram::set_buffer(fd, false, 8 << 20);
     Ok(s.into())
 }
 

@@ -12,7 +12,7 @@ use goodput_core::stamp::{self, Cidr, ReflectInput, ReflectorPacket, MAX_PACKET_
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio_util::sync::CancellationToken;
 
-use crate::udp::{self as msg, RecvBatch, SendBatch, SocketThreads};
+use crate::datagram::{self as msg, RecvBatch, SendBatch, SocketThreads};
 use crate::EngineError;
 
 /// Datagrams per `recvmmsg` / `sendmmsg`.
@@ -72,7 +72,7 @@ pub fn bind_reflector(spec: ReflectorSpec) -> Result<BoundReflector, EngineError
 impl BoundReflector {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        crate::udp::bound_addrs(&self.sockets)
+        crate::datagram::bound_addrs(&self.sockets)
     }
 
     /// Starts one thread per socket, reflecting until `cancel`.

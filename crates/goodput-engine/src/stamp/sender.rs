@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::udp as msg;
+use crate::datagram as msg;
 use crate::{EngineError, Observer};
 
 /// How to run a sender.
