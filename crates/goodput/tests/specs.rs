@@ -4,42 +4,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Stdio;
-
 use common::*;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Text with the embedded server's port (different every run) taken out.
-fn without_ports(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("127.0.0.1:") {
-        out.push_str(&rest[..i + 10]);
-        rest = rest[i + 10..].trim_start_matches(|c: char| c.is_ascii_digit());
-        out.push('P');
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The settings banner: the console's lines before the status legend.
-fn banner(stdout: &str) -> String {
-    without_ports(stdout.split("Legend:").next().unwrap_or(""))
-}
-
-fn settings(json: &Path) -> String {
-    let v = result_doc(json);
-    without_ports(&v["settings"].to_string())
-}
 
 #[test]
 fn a_spec_from_flags_runs_as_the_flags_do() {

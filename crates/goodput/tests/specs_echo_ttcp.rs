@@ -5,47 +5,10 @@
 mod common;
 
 use std::fs::File;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use common::*;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A result document, checked against the committed result schema.
-fn read(json: &Path) -> serde_json::Value {
-    result_doc(json)
-}
-
-/// The settings banner: the console's lines before the status legend.
-fn banner(stdout: &str) -> String {
-    stdout.split("Legend:").next().unwrap_or("").to_owned()
-}
-
-/// `goodput server` on loopback with the given service ports (flag, port),
-/// once every one of them listens.
-fn services_server(ports: &[(&str, u16)]) -> Reaped {
-    let mut c = goodput();
-    c.args(["server", "--listen", "127.0.0.1", "--port"])
-        .arg(free_tcp_port().to_string())
-        .args(["--status-interval", "1h", "-v", "1"]);
-    for (flag, port) in ports {
-        c.arg(flag).arg(port.to_string());
-    }
-    let server = Reaped::spawn(c);
-    for &(_, port) in ports {
-        wait_tcp_listening(port);
-    }
-    server
-}
 
 /// `flags` → `--print-spec` → the document; the document as JSON text.
 fn print_spec(kind: &str, flags: &[&str]) -> (serde_json::Value, String) {
@@ -122,7 +85,7 @@ fn an_echo_spec_runs_as_its_flags_do() {
     );
     assert!(banner(&o1).contains("in batches of 3 every 20 ms"), "{o1}");
     assert_eq!(banner(&o1), banner(&o2));
-    let (a, b) = (read(&by_flags), read(&by_file));
+    let (a, b) = (result_doc(&by_flags), result_doc(&by_file));
     assert_eq!(a["settings"], b["settings"]);
     assert_eq!(a["spec"], doc, "the result carries the spec it ran");
     assert_eq!(b["spec"], doc);
@@ -138,7 +101,7 @@ fn an_echo_spec_runs_as_its_flags_do() {
         again.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    assert_eq!(read(&again)["spec"], doc);
+    assert_eq!(result_doc(&again)["spec"], doc);
     let (code, _, _) = server.stop(libc::SIGINT);
     assert_eq!(code, Some(0));
 }
@@ -267,7 +230,7 @@ fn echo_flags_round_trip_through_their_spec() {
         result.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(1), "refused connections fail: {err}");
-    assert_eq!(read(&result)["spec"], doc);
+    assert_eq!(result_doc(&result)["spec"], doc);
 }
 
 /// One end of ttcp, from flags or (`file`) from their `--print-spec`
@@ -338,7 +301,7 @@ fn a_ttcp_spec_runs_as_its_flags_do() {
         let (code, rtext, rerr) = r.wait(Duration::from_secs(10));
         assert_eq!(code, Some(0), "{rtext}{rerr}");
         assert!(rtext.contains("ttcp-r: 262144 bytes in "), "{rtext}");
-        let (t, r) = (read(&tj), read(&rj));
+        let (t, r) = (result_doc(&tj), result_doc(&rj));
         assert_eq!(t["spec"]["role"], "transmit");
         assert_eq!(t["spec"]["sockbuf"], "256KiB");
         assert_eq!(r["spec"]["role"], "receive");

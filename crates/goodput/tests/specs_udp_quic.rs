@@ -5,46 +5,7 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Stdio;
-
 use common::*;
-
-fn run(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Text with the embedded server's port (different every run) taken out.
-fn without_ports(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("127.0.0.1:") {
-        out.push_str(&rest[..i + 10]);
-        rest = rest[i + 10..].trim_start_matches(|c: char| c.is_ascii_digit());
-        out.push('P');
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The settings banner: the console's lines before the status legend.
-fn banner(stdout: &str) -> String {
-    without_ports(stdout.split("Legend:").next().unwrap_or(""))
-}
-
-/// A result document, checked against the committed result schema.
-fn document(json: &Path) -> serde_json::Value {
-    result_doc(json)
-}
-
-fn settings(json: &Path) -> String {
-    without_ports(&document(json)["settings"].to_string())
-}
 
 /// Runs `kind` with `flags`, and `goodput run` of what `--print-spec`
 /// prints for them; both must succeed with the same banner, settings and
@@ -76,7 +37,7 @@ fn flags_and_file_agree(kind: &str, name: &str, flags: &[&str]) -> (String, serd
         settings(&by_file),
         "{name}: the same settings"
     );
-    let (a, b) = (document(&by_flags), document(&by_file));
+    let (a, b) = (result_doc(&by_flags), result_doc(&by_file));
     assert_eq!(a["spec"], printed, "{name}: the flags' result carries the spec");
     assert_eq!(b["spec"], printed, "{name}: the file's result carries the spec");
     (banner(&o1), b)
@@ -117,7 +78,7 @@ fn round_trips(kind: &str, name: &str, flags: &[&str]) -> serde_json::Value {
         result.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{o}{err}");
-    let r = document(&result);
+    let r = result_doc(&result);
     assert_eq!(r["spec"], printed, "{name}: JSON → spec → JSON");
     // The result document runs again, as the same spec.
     let again = tmp("specs-uq", &format!("{name}-again.json"));
@@ -130,7 +91,7 @@ fn round_trips(kind: &str, name: &str, flags: &[&str]) -> serde_json::Value {
         again.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{o}{err}");
-    assert_eq!(document(&again)["spec"], printed, "{name}: result → spec");
+    assert_eq!(result_doc(&again)["spec"], printed, "{name}: result → spec");
     printed
 }
 

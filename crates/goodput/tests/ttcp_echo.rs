@@ -12,7 +12,10 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{free_tcp_port, free_udp_port, goodput, have, tmp, wait_tcp_listening, wait_udp_bound, Reaped};
+use common::{
+    free_tcp_port, free_udp_port, goodput, have, services_server, tmp, wait_tcp_listening, wait_udp_bound,
+    Reaped,
+};
 use serde_json::Value;
 
 fn json(name: &str) -> std::path::PathBuf {
@@ -21,23 +24,6 @@ fn json(name: &str) -> std::path::PathBuf {
 
 fn read(p: &std::path::Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-/// `goodput server` on loopback with the given service ports (flag, port),
-/// once every one of them listens.
-fn services_server(ports: &[(&str, u16)]) -> Reaped {
-    let mut c = goodput();
-    c.args(["server", "--listen", "127.0.0.1", "--port"])
-        .arg(free_tcp_port().to_string())
-        .args(["--status-interval", "1h", "-v", "1"]);
-    for (flag, port) in ports {
-        c.arg(flag).arg(port.to_string());
-    }
-    let server = Reaped::spawn(c);
-    for &(_, port) in ports {
-        wait_tcp_listening(port);
-    }
-    server
 }
 
 fn pattern(n: usize) -> Vec<u8> {

@@ -278,3 +278,56 @@ pub fn result_doc(path: &std::path::Path) -> serde_json::Value {
     assert_schema("result-v1.json", &doc);
     doc
 }
+
+/// Runs goodput with `args` (standard input empty) and returns its exit
+/// code, standard output and standard error.
+pub fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = goodput().args(args).stdin(Stdio::null()).output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Text with loopback ports (an embedded server's differ every run) taken
+/// out.
+pub fn without_ports(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("127.0.0.1:") {
+        out.push_str(&rest[..i + 10]);
+        rest = rest[i + 10..].trim_start_matches(|c: char| c.is_ascii_digit());
+        out.push('P');
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The settings banner: the console's lines before the status legend,
+/// loopback ports taken out.
+pub fn banner(stdout: &str) -> String {
+    without_ports(stdout.split("Legend:").next().unwrap_or(""))
+}
+
+/// A result document's `settings`, loopback ports taken out.
+pub fn settings(json: &std::path::Path) -> String {
+    without_ports(&result_doc(json)["settings"].to_string())
+}
+
+/// `goodput server` on loopback with the given service ports (flag, port),
+/// once every one of them listens.
+pub fn services_server(ports: &[(&str, u16)]) -> Reaped {
+    let mut c = goodput();
+    c.args(["server", "--listen", "127.0.0.1", "--port"])
+        .arg(free_tcp_port().to_string())
+        .args(["--status-interval", "1h", "-v", "1"]);
+    for (flag, port) in ports {
+        c.arg(flag).arg(port.to_string());
+    }
+    let server = Reaped::spawn(c);
+    for &(_, port) in ports {
+        wait_tcp_listening(port);
+    }
+    server
+}
