@@ -63,6 +63,7 @@ fn main() -> ExitCode {
             eprintln!("goodput: error: {m}");
             ExitCode::from(EXIT_USAGE)
         }
+        Err(Stop::Exit(code)) => ExitCode::from(code),
         Err(Stop::Fatal(e) | Stop::Output(e)) => {
             eprintln!("goodput: error: {e:#}");
             ExitCode::from(EXIT_FATAL)

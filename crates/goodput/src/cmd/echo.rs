@@ -1,22 +1,22 @@
 //! `goodput echo`: its flags become an `EchoSpec`; load on an echo server.
 
-use super::run::{failed_run, run_spec, Extras};
+use super::run::{engine_run, print_or_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error, print_spec, split_target, usage, watch_signals, Stop, EXIT_OK};
+use super::{exit_status, flag_error, split_target, usage, Stop};
 use crate::flags::{EchoArgs, ViewArgs};
-use goodput_core::result::EndReason;
 use goodput_core::spec::{EchoSpec, Family, TestSpec};
 use goodput_engine::run::{echo_connections, RunContext};
-use goodput_engine::CancellationToken;
 
 pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
     let spec = spec_of(&args);
     spec.validate().map_err(|e| flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Echo(spec))?;
-        return Ok(EXIT_OK);
-    }
-    run_spec(TestSpec::Echo(spec), &args.views, &Extras::default()).await
+    print_or_run(
+        TestSpec::Echo(spec),
+        args.print_spec,
+        &args.views,
+        &Extras::default(),
+    )
+    .await
 }
 
 /// The test `goodput echo`'s flags describe.
@@ -65,8 +65,6 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
         None
     };
     split_target(&spec.target, spec.port)?;
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     let (connections, _) = echo_connections(&spec);
     let mut views = Views::open(out, Some(connections))?;
     let context = RunContext {
@@ -75,10 +73,7 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
         ..RunContext::default()
     };
     let document = TestSpec::Echo(spec);
-    let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, out, cancel.is_cancelled());
-    }
+    let result = engine_run(&document, context, &mut views, out).await?;
     views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
 }

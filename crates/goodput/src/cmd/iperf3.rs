@@ -1,15 +1,15 @@
 //! `goodput iperf3`: an iperf3 client (and the server's iperf3 view).
 
-use super::run::{failed_run, run_spec, Extras};
+use super::run::{engine_run, print_or_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error, print_spec, watch_signals, Stop, EXIT_OK};
+use super::{exit_status, flag_error, Stop};
 use crate::flags::{Iperf3Args, ViewArgs};
 use anyhow::{anyhow, Context};
-use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
+use goodput_core::result::{ConnectionRecord, Interval, TestResult};
 use goodput_core::spec::{Family, Iperf3Spec, TestSpec};
 use goodput_core::units::HumanDuration;
 use goodput_engine::run::RunContext;
-use goodput_engine::{CancellationToken, Observer};
+use goodput_engine::Observer;
 use std::path::Path;
 use std::time::Duration;
 
@@ -64,15 +64,11 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         timeout: args.timeout,
     };
     spec.validate().map_err(|e| flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Iperf3(spec))?;
-        return Ok(EXIT_OK);
-    }
     let extras = Extras {
         iperf3_json: args.iperf3_json.as_deref(),
         ..Extras::default()
     };
-    run_spec(TestSpec::Iperf3(spec), &args.views, &extras).await
+    print_or_run(TestSpec::Iperf3(spec), args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated iperf3 spec: `goodput iperf3`'s path and `goodput
@@ -83,8 +79,6 @@ pub(crate) async fn run_iperf3(
     out: &ViewArgs,
     iperf3_json: Option<&Path>,
 ) -> Result<u8, Stop> {
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     let mut views = Views::open(out, None)?;
     views.quiet_if_stdout(iperf3_json);
     if let Some(path) = iperf3_json.filter(|p| p.as_os_str() != "-") {
@@ -92,16 +86,13 @@ pub(crate) async fn run_iperf3(
             .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", path.display())))?;
     }
     let document = TestSpec::Iperf3(spec);
-    let result = goodput_engine::run::run(
+    let result = engine_run(
         &document,
         RunContext::with_records(out.max_records),
         &mut views,
-        cancel.clone(),
+        out,
     )
-    .await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, out, cancel.is_cancelled());
-    }
+    .await?;
     views.finish(&result, out.json.as_deref())?;
     if let Some(path) = iperf3_json {
         let text = serde_json::to_string_pretty(&goodput_report::iperf3_json(&result))

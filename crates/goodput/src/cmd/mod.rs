@@ -51,6 +51,8 @@ pub(crate) enum Stop {
     /// One of the command's own output files cannot be opened or written
     /// (exit 3); no result document is written for it.
     Output(anyhow::Error),
+    /// The run ended and was reported already: exit with this status.
+    Exit(u8),
 }
 
 impl From<anyhow::Error> for Stop {

@@ -1,15 +1,13 @@
 //! `goodput quic`: its flags become a `QuicSpec`; the QUIC perf client.
 
-use super::run::{failed_run, run_spec, Extras};
+use super::run::{engine_run, print_or_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error, print_spec, usage, watch_signals, Stop, EXIT_OK};
+use super::{exit_status, flag_error, usage, Stop};
 use crate::flags::{QuicArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, QuicSpec, SpecError, TestSpec};
 use goodput_core::units::SizeOrTime;
 use goodput_engine::run::RunContext;
-use goodput_engine::CancellationToken;
 use std::path::Path;
 
 /// A `--upload` or `--download` value, its error naming the flag.
@@ -50,23 +48,17 @@ pub(crate) async fn quic(args: QuicArgs) -> Result<u8, Stop> {
         status_interval: args.status_interval,
     };
     spec.validate().map_err(|e| quic_flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Quic(spec))?;
-        return Ok(EXIT_OK);
-    }
     let extras = Extras {
         perf_log: args.perf_log.as_deref(),
         ..Extras::default()
     };
-    run_spec(TestSpec::Quic(spec), &args.views, &extras).await
+    print_or_run(TestSpec::Quic(spec), args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated QUIC spec: `goodput quic`'s path and `goodput run`'s.
 /// The performance log is an output, not part of the test.
 pub(crate) async fn run_quic(spec: QuicSpec, out: &ViewArgs, perf_log: Option<&Path>) -> Result<u8, Stop> {
     spec.parsed_scenario().map_err(|e| quic_flag_error(&e))?;
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     // The log is appended to at the end; find out now that it cannot be.
     if let Some(p) = perf_log {
         goodput_report::open_output(p, true).map_err(|e| Stop::Output(anyhow!(e)))?;
@@ -74,16 +66,13 @@ pub(crate) async fn run_quic(spec: QuicSpec, out: &ViewArgs, perf_log: Option<&P
     let mut views = Views::open(out, None)?;
     views.quiet_if_stdout(perf_log);
     let document = TestSpec::Quic(spec);
-    let result = goodput_engine::run::run(
+    let result = engine_run(
         &document,
         RunContext::with_records(out.max_records),
         &mut views,
-        cancel.clone(),
+        out,
     )
-    .await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, out, cancel.is_cancelled());
-    }
+    .await?;
     if let Some(p) = perf_log {
         goodput_report::append_perf_log(p, &result)
             .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", p.display())))?;

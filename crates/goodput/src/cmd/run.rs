@@ -8,12 +8,16 @@ use super::stamp::run_stamp;
 use super::tcp::run_tcp;
 use super::ttcp::run_ttcp;
 use super::udp::run_udp;
+use super::views::Views;
 use super::views::RESULT_WRITTEN;
+use super::watch_signals;
 use super::{print_spec, usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::result::{FailureStage, TestResult};
+use goodput_core::result::{EndReason, FailureStage, TestResult};
 use goodput_core::spec::TestSpec;
+use goodput_engine::run::RunContext;
+use goodput_engine::CancellationToken;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -90,11 +94,26 @@ pub(crate) struct Extras<'a> {
     pub(crate) perf_log: Option<&'a Path>,
 }
 
+/// A command's validated spec: printed as a document (`--print-spec`) or
+/// run.
+pub(crate) async fn print_or_run(
+    spec: TestSpec,
+    print: bool,
+    views: &ViewArgs,
+    extras: &Extras<'_>,
+) -> Result<u8, Stop> {
+    if print {
+        print_spec(&spec)?;
+        return Ok(EXIT_OK);
+    }
+    run_spec(spec, views, extras).await
+}
+
 /// Runs one validated spec as its command runs it. A run that cannot
 /// start (or fails before its result) is still a result: a `failed`
 /// document with the reason goes to `--json`, and the error ends the
 /// program as before.
-pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Result<u8, Stop> {
+async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Result<u8, Stop> {
     let document = spec.clone();
     RESULT_WRITTEN.store(false, Ordering::Relaxed);
     let outcome = match spec {
@@ -107,10 +126,16 @@ pub(crate) async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'
         TestSpec::Udp(t) => run_udp(t, views, extras.jitter_file).await,
         TestSpec::Quic(t) => run_quic(t, views, extras.perf_log).await,
     };
-    if let Err(Stop::Fatal(e)) = &outcome {
-        write_failed(&document, views, &format!("{e:#}"));
+    match outcome {
+        Err(Stop::Fatal(e)) => {
+            write_failed(&document, views, &format!("{e:#}"));
+            Err(Stop::Fatal(e))
+        }
+        // A run that ended and was reported: its status, so that a
+        // document's next test still runs.
+        Err(Stop::Exit(code)) => Ok(code),
+        other => other,
     }
-    outcome
 }
 
 /// Writes the `failed` result of `spec` to `--json`, unless the test
@@ -132,11 +157,32 @@ fn write_failed_result(result: &TestResult, views: &ViewArgs) {
     }
 }
 
+/// Runs a validated spec through the engine (`goodput_engine::run::run`),
+/// stopped by SIGINT or SIGTERM. A result ended `failed` is dealt with here
+/// (its document, its exit status) and comes back as the error.
+pub(crate) async fn engine_run(
+    document: &TestSpec,
+    context: RunContext,
+    views: &mut Views,
+    out: &ViewArgs,
+) -> Result<TestResult, Stop> {
+    let cancel = CancellationToken::new();
+    watch_signals(cancel.clone());
+    let result = goodput_engine::run::run(document, context, views, cancel.clone()).await;
+    if result.end == EndReason::Failed {
+        return Err(match failed_run(&result, out, cancel.is_cancelled()) {
+            Ok(code) => Stop::Exit(code),
+            Err(e) => e,
+        });
+    }
+    Ok(result)
+}
+
 /// Ends the command for a result that ended `failed`: the document goes to
 /// `--json`; a failure before the peer was contacted ends the program as
 /// any run that cannot start (exit 3), one at the peer or during the test
 /// is a failed test (exit 1; 130 when it was interrupted).
-pub(crate) fn failed_run(result: &TestResult, views: &ViewArgs, cancelled: bool) -> Result<u8, Stop> {
+fn failed_run(result: &TestResult, views: &ViewArgs, cancelled: bool) -> Result<u8, Stop> {
     write_failed_result(result, views);
     let Some(f) = &result.error else {
         return Err(Stop::Fatal(anyhow!("the run failed")));

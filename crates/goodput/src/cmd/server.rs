@@ -1,11 +1,11 @@
 //! `goodput server`: every service a peer tests against.
 
 use super::iperf3::Iperf3ServerView;
-use super::run::{run_spec, Extras};
+use super::run::{print_or_run, Extras};
 use super::server_limits::media_limits;
 use super::stamp::stamp_bind_error;
 use super::views::Views;
-use super::{flag_error, print_spec, socket_options_of, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
+use super::{flag_error, socket_options_of, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
 use crate::flags::{ServerArgs, ViewArgs};
 use goodput_core::spec::{ServerSpec, TcpWire, TestSpec};
 use goodput_core::units::{format_bits_per_second, format_size};
@@ -23,11 +23,13 @@ use std::time::Duration;
 pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
     let spec = args.spec();
     spec.validate().map_err(|e| flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Server(spec))?;
-        return Ok(EXIT_OK);
-    }
-    run_spec(TestSpec::Server(spec), &args.output.views, &Extras::default()).await
+    print_or_run(
+        TestSpec::Server(spec),
+        args.print_spec,
+        &args.output.views,
+        &Extras::default(),
+    )
+    .await
 }
 
 /// Serves a validated server spec until its time limit, exit count or a

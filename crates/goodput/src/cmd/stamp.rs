@@ -1,14 +1,13 @@
 //! `goodput stamp`: its flags become a `StampSpec`; a STAMP sender.
 
-use super::run::{failed_run, run_spec, Extras};
+use super::run::{engine_run, print_or_run, Extras};
 use super::views::Views;
-use super::{check_socket_room, exit_status, flag_error, print_spec, watch_signals, Stop, EXIT_OK};
+use super::{check_socket_room, exit_status, flag_error, Stop};
 use crate::flags::{StampArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, StampSpec, TestSpec};
 use goodput_engine::run::RunContext;
-use goodput_engine::{CancellationToken, EngineError};
+use goodput_engine::EngineError;
 use std::io;
 
 /// A reflector that cannot bind: say how to get past a privileged port.
@@ -45,15 +44,11 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         status_interval: args.status_interval,
     };
     spec.validate().map_err(|e| flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Stamp(spec))?;
-        return Ok(EXIT_OK);
-    }
     let extras = Extras {
         packet_file: args.packet_file.as_deref(),
         ..Extras::default()
     };
-    run_spec(TestSpec::Stamp(spec), &args.views, &extras).await
+    print_or_run(TestSpec::Stamp(spec), args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated STAMP spec: `goodput stamp`'s path and `goodput run`'s.
@@ -64,8 +59,6 @@ pub(crate) async fn run_stamp(
     packet_file: Option<&std::path::Path>,
 ) -> Result<u8, Stop> {
     check_socket_room("--sessions", u64::from(spec.sessions))?;
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     let mut views = Views::open(out, None)?;
     if let Some(p) = packet_file {
         let f = goodput_report::PacketFile::create(p).map_err(|e| Stop::Output(anyhow!(e)))?;
@@ -73,16 +66,13 @@ pub(crate) async fn run_stamp(
     }
     views.quiet_if_stdout(packet_file);
     let document = TestSpec::Stamp(spec);
-    let result = goodput_engine::run::run(
+    let result = engine_run(
         &document,
         RunContext::with_records(out.max_records),
         &mut views,
-        cancel.clone(),
+        out,
     )
-    .await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, out, cancel.is_cancelled());
-    }
+    .await?;
     views.finish(&result, out.json.as_deref())?;
     Ok(exit_status(&result, result.summary.failures() > 0))
 }

@@ -1,23 +1,24 @@
 //! `goodput ttcp`: its flags become a `TtcpSpec`; raw data to or from a
 //! TTCP peer.
 
-use super::run::{failed_run, numbered_views, run_spec, Extras};
+use super::run::{engine_run, numbered_views, print_or_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error_as, long_flag, print_spec, watch_signals, Stop, EXIT_OK};
+use super::{exit_status, flag_error_as, long_flag, Stop};
 use crate::flags::{TtcpArgs, ViewArgs};
-use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, TestSpec, TtcpRole, TtcpSpec};
 use goodput_engine::run::RunContext;
-use goodput_engine::{CancellationToken, Observer};
+use goodput_engine::Observer;
 
 pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
     let spec = spec_of(&args);
     spec.validate().map_err(|e| flag_error_as(&e, ttcp_flag))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Ttcp(spec))?;
-        return Ok(EXIT_OK);
-    }
-    run_spec(TestSpec::Ttcp(spec), &args.views, &Extras::default()).await
+    print_or_run(
+        TestSpec::Ttcp(spec),
+        args.print_spec,
+        &args.views,
+        &Extras::default(),
+    )
+    .await
 }
 
 /// The test `goodput ttcp`'s flags describe.
@@ -78,8 +79,6 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
         view_args.verbosity = 0;
     }
     let mut views = Views::open(&view_args, None)?;
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     let prefix = if transmit { "ttcp-t" } else { "ttcp-r" };
     // ttcp's progress lines go to standard error, as classic ttcp's do.
     let lines: goodput_engine::run::TtcpLines = Box::new(move |l: String| {
@@ -100,10 +99,7 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
         ..RunContext::default()
     };
     let document = TestSpec::Ttcp(spec);
-    let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, &view_args, cancel.is_cancelled());
-    }
+    let result = engine_run(&document, context, &mut views, &view_args).await?;
     if data_on_stdout && verbosity > 0 {
         if let Some(d) = &result.ttcp {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));

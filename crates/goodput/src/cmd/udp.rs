@@ -1,14 +1,12 @@
 //! `goodput udp`: its flags become a `UdpSpec`; a media-like UDP stream.
 
-use super::run::{failed_run, run_spec, Extras};
+use super::run::{engine_run, print_or_run, Extras};
 use super::views::Views;
-use super::{check_socket_room, exit_status, flag_error, print_spec, watch_signals, Stop, EXIT_OK};
+use super::{check_socket_room, exit_status, flag_error, Stop};
 use crate::flags::{UdpArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::result::EndReason;
 use goodput_core::spec::{Family, TestSpec, UdpSpec};
 use goodput_engine::run::RunContext;
-use goodput_engine::CancellationToken;
 use std::path::Path;
 
 pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
@@ -31,23 +29,17 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         status_interval: args.status_interval,
     };
     spec.validate().map_err(|e| flag_error(&e))?;
-    if args.print_spec {
-        print_spec(&TestSpec::Udp(spec))?;
-        return Ok(EXIT_OK);
-    }
     let extras = Extras {
         jitter_file: args.jitter_file.as_deref(),
         ..Extras::default()
     };
-    run_spec(TestSpec::Udp(spec), &args.views, &extras).await
+    print_or_run(TestSpec::Udp(spec), args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated UDP spec: `goodput udp`'s path and `goodput run`'s.
 /// The jitter file is an output, not part of the test.
 pub(crate) async fn run_udp(spec: UdpSpec, out: &ViewArgs, jitter_file: Option<&Path>) -> Result<u8, Stop> {
     check_socket_room("--connections", u64::from(spec.connections))?;
-    let cancel = CancellationToken::new();
-    watch_signals(cancel.clone());
     let mut views = Views::open(
         out,
         (spec.iterations > 0).then(|| spec.iterations.saturating_mul(u64::from(spec.connections))),
@@ -72,10 +64,7 @@ pub(crate) async fn run_udp(spec: UdpSpec, out: &ViewArgs, jitter_file: Option<&
         ..RunContext::default()
     };
     let document = TestSpec::Udp(spec);
-    let result = goodput_engine::run::run(&document, context, &mut views, cancel.clone()).await;
-    if result.end == EndReason::Failed {
-        return failed_run(&result, out, cancel.is_cancelled());
-    }
+    let result = engine_run(&document, context, &mut views, out).await?;
     views.finish(&result, out.json.as_deref())?;
     if let (Some(f), Some(p)) = (jitter, jitter_file) {
         let done = f
