@@ -10,6 +10,7 @@ mod format;
 mod iperf3;
 mod media;
 mod quic;
+mod server;
 mod stamp;
 mod ttcp;
 
@@ -24,6 +25,7 @@ pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
 };
 pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};
+pub use server::server_service_lines;
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
 pub use ttcp::{ttcp_prefix, ttcp_report};
 

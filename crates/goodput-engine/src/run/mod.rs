@@ -6,6 +6,7 @@
 mod echo;
 mod iperf3;
 mod quic;
+mod server;
 mod stamp;
 mod tcp;
 mod ttcp;
@@ -44,6 +45,9 @@ pub struct RunContext {
     pub ttcp_data: Option<crate::ttcp::DataStreams>,
     /// ttcp: its progress lines (the command line's standard error).
     pub ttcp_lines: Option<TtcpLines>,
+    /// server with its iperf3 service: what sees that service's tests
+    /// (none: nothing does).
+    pub iperf3_observer: Option<Box<dyn Observer>>,
 }
 
 impl RunContext {
@@ -60,8 +64,7 @@ impl RunContext {
 /// spec. A run that cannot start, or stops on an error before it has a
 /// result, returns [`failed`].
 ///
-/// The kinds not listed here still run through the command line's own
-/// path; they move here one by one.
+/// A server spec serves until its time limit, its exit count or `cancel`.
 pub async fn run(
     spec: &TestSpec,
     context: RunContext,
@@ -77,10 +80,7 @@ pub async fn run(
         TestSpec::Udp(s) => udp::run(s, context.datagram_sink, observer, cancel, max_records).await,
         TestSpec::Quic(s) => quic::run(s, observer, cancel, max_records).await,
         TestSpec::Ttcp(s) => ttcp::run(s, context.ttcp_data, context.ttcp_lines, cancel).await,
-        other => Err(Failure::setup(format!(
-            "the {} kind does not run through goodput_engine::run yet",
-            other.kind()
-        ))),
+        TestSpec::Server(s) => server::run(s, context.iperf3_observer, observer, cancel, max_records).await,
     };
     match outcome {
         Ok(mut r) => {

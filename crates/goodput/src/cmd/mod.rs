@@ -6,7 +6,6 @@ pub(crate) mod iperf3;
 pub(crate) mod quic;
 pub(crate) mod run;
 pub(crate) mod server;
-pub(crate) mod server_limits;
 pub(crate) mod stamp;
 pub(crate) mod tcp;
 pub(crate) mod ttcp;
@@ -18,7 +17,7 @@ use goodput_core::result::{EndReason, TestResult};
 use goodput_core::spec::{SpecError, TestSpec};
 use goodput_engine::CancellationToken;
 
-pub(crate) use goodput_engine::run::{socket_options as socket_options_of, socket_room};
+pub(crate) use goodput_engine::run::socket_room;
 
 /// A host and port from `HOST[:PORT]` or `[v6]:PORT`; a bad port is a usage
 /// error.

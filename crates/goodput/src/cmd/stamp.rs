@@ -7,20 +7,6 @@ use crate::flags::{StampArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::spec::{Family, StampSpec, TestSpec};
 use goodput_engine::run::RunContext;
-use goodput_engine::EngineError;
-use std::io;
-
-/// A reflector that cannot bind: say how to get past a privileged port.
-pub(crate) fn stamp_bind_error(e: EngineError, port: u16) -> Stop {
-    if let EngineError::Listen { source, .. } = &e {
-        if source.kind() == io::ErrorKind::PermissionDenied && port < 1024 {
-            return Stop::Fatal(anyhow!(
-                "{e}: {source}; port {port} needs root or CAP_NET_BIND_SERVICE (or use --stamp-port 8620)"
-            ));
-        }
-    }
-    Stop::Fatal(e.into())
-}
 
 pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let spec = StampSpec {

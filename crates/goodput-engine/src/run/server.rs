@@ -1,0 +1,397 @@
+//! The server kind: every service a peer tests against, bound from one
+//! [`ServerSpec`], run until its time limit, exit count or cancellation,
+//! and reported as one result (the TCP test port's records, and each other
+//! service's counters).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use goodput_core::media::limits::MediaLimits;
+use goodput_core::result::TestResult;
+use goodput_core::spec::{ServerSpec, TcpWire};
+use goodput_core::units::{format_bits_per_second, format_size, ByteSize};
+use tokio_util::sync::CancellationToken;
+
+use super::{error_chain, socket_options, tcp_wire, Failure};
+use crate::admission::AdmissionLimits;
+use crate::media::{bind_media, MediaServerSpec};
+use crate::socket::raise_open_file_limit;
+use crate::stamp::{bind_reflector, ReflectorSpec};
+use crate::tcp::{bind_server, CtsServerPlan, ServerLimits, TcpServerSpec};
+use crate::{EngineError, NullObserver, Observer};
+
+/// Binds every service the spec asks for, announces them through
+/// `observer.on_start`, and serves until the end. `iperf3_observer` gets the
+/// iperf3 service's tests (each one's result through `on_result`), kept
+/// apart from the TCP test port's records.
+pub(crate) async fn run(
+    spec: &ServerSpec,
+    iperf3_observer: Option<Box<dyn Observer>>,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+    max_records: usize,
+) -> Result<TestResult, Failure> {
+    let setup = |e: EngineError| Failure::setup(error_chain(&e));
+    let spec_error = |e: goodput_core::spec::SpecError| Failure::setup(e.to_string());
+    let (listen, listen_defaulted) = spec.listen_addrs().map_err(spec_error)?;
+    let limit = raise_open_file_limit().ok();
+    let defaults = AdmissionLimits::for_open_files(limit.unwrap_or(1024));
+    let max_connections = spec.max_connections.unwrap_or(defaults.max_connections);
+    let max_per_client = spec.max_per_client.unwrap_or(defaults.max_per_client);
+    let tcp = TcpServerSpec {
+        wire: tcp_wire(spec.wire),
+        cts: (spec.wire == TcpWire::Cts).then_some(CtsServerPlan {
+            pattern: spec.pattern,
+            verify: spec.verify,
+            transfer: spec.transfer.hi.0,
+            push_bytes: spec.push_bytes.0,
+            pull_bytes: spec.pull_bytes.0,
+            buffer: spec.buffer.hi.0,
+        }),
+        listen: listen.clone(),
+        listen_defaulted,
+        reuse_port: spec.reuse_port,
+        socket: socket_options(&spec.socket),
+        limits: ServerLimits {
+            max_connections,
+            max_per_client,
+            max_transfer: spec.max_transfer.0,
+            max_buffer: spec.max_buffer.0,
+            max_duration: spec.max_duration.0,
+            max_pending: spec.max_pending,
+            max_pending_per_client: spec.max_pending_per_client,
+            hello_timeout: spec.hello_timeout.0,
+        },
+        exit_after: spec.exit_after,
+        idle_timeout: spec.idle_timeout.0,
+        status_interval: spec.status_interval.0,
+        time_limit: spec.time_limit.map(|d| d.0),
+        max_records,
+    };
+    let bound = bind_server(tcp).map_err(setup)?;
+    let admission = bound.admission();
+    let mut banner = vec![
+        ("Listening on".to_owned(), list(&bound.local_addrs())),
+        ("Wire".into(), format!("{:?}", spec.wire).to_lowercase()),
+        (
+            "Limits".into(),
+            format!(
+                "{} connections, {} per client ({} in their hello, {} per client, {} ms each), \
+                 {} per connection, {} buffer, {} s per connection",
+                max_connections,
+                max_per_client,
+                spec.max_pending,
+                spec.max_pending_per_client,
+                spec.hello_timeout.0.as_millis(),
+                format_size(spec.max_transfer.0),
+                format_size(spec.max_buffer.0),
+                spec.max_duration.0.as_secs()
+            ),
+        ),
+    ];
+    if let Some(l) = limit {
+        banner.push(("Open-file limit".into(), l.to_string()));
+    }
+    if let Some(n) = spec.exit_after {
+        banner.push(("Exit after".into(), format!("{n} connections")));
+    }
+    let iperf3 = match spec.iperf3 {
+        true => {
+            let ip = spec.iperf3_listen.unwrap_or(Ipv6Addr::UNSPECIFIED.into());
+            let srv = crate::iperf3::bind_server(crate::iperf3::Iperf3ServerSpec {
+                listen: SocketAddr::new(ip, spec.iperf3_port),
+                max_duration: spec.iperf3_max_duration.0,
+                timeout: Duration::from_secs(10),
+                status_interval: Duration::from_secs(1),
+                max_records,
+                exit_after: None,
+            })
+            .map_err(setup)?;
+            banner.push((
+                "iperf3 service".into(),
+                format!("{} (TCP, and UDP for UDP tests)", srv.local_addr()),
+            ));
+            Some(srv)
+        }
+        false => None,
+    };
+    let quic = match spec.quic {
+        true => {
+            let q = crate::quic::bind_quic(quic_spec(spec)).map_err(setup)?;
+            banner.push(("QUIC perf service".into(), quic_banner(spec, &q.local_addrs())));
+            Some(q)
+        }
+        false => None,
+    };
+    let media = match spec.no_udp {
+        true => None,
+        false => {
+            let (limits, max_memory) = media_limits(spec).map_err(spec_error)?;
+            let media = MediaServerSpec {
+                listen: listen.clone(),
+                max_streams: spec.udp_max_streams,
+                limits,
+                max_memory,
+            };
+            let bound = match bind_media(media.clone()) {
+                Ok(b) => b,
+                // The default :: may not exist (IPv6 disabled): serve IPv4.
+                Err(_) if listen_defaulted => {
+                    let v4 = media.listen.iter().copied().filter(|a| a.is_ipv4()).collect();
+                    bind_media(MediaServerSpec { listen: v4, ..media }).map_err(setup)?
+                }
+                Err(e) => return Err(setup(e)),
+            };
+            banner.push((
+                "UDP media service".into(),
+                format!(
+                    "{} (at most {} streams, {} per stream, {} fps, {} s long, {} ms buffer; \
+                     {} of memory for streams, at most {} each)",
+                    list(&bound.local_addrs()),
+                    spec.udp_max_streams,
+                    format_bits_per_second(limits.max_bits_per_second as f64 / 8.0),
+                    limits.max_frame_rate,
+                    limits.max_length_s,
+                    limits.max_buffer_ms,
+                    format_size(max_memory),
+                    format_size(limits.stream_ceiling())
+                ),
+            ));
+            Some(bound)
+        }
+    };
+    let reflector = match spec.stamp {
+        true => {
+            let r = bind_reflector(reflector_spec(spec)).map_err(|e| stamp_bind_error(e, spec.stamp_port))?;
+            banner.push(("STAMP reflector".into(), stamp_banner(spec, &r.local_addrs())));
+            Some(r)
+        }
+        false => None,
+    };
+    let services = match (spec.discard_port, spec.echo_port, spec.echo_tls_port) {
+        (None, None, None) => None,
+        _ => {
+            let ips: Vec<IpAddr> = listen.iter().map(|a| a.ip()).collect();
+            let at = |port: Option<u16>| -> Vec<SocketAddr> {
+                port.map(|p| ips.iter().map(|&ip| SocketAddr::new(ip, p)).collect())
+                    .unwrap_or_default()
+            };
+            let tls = match spec.echo_tls_port {
+                Some(_) => Some(
+                    crate::tls::server_config(spec.cert.as_deref().zip(spec.key.as_deref()))
+                        .map_err(setup)?,
+                ),
+                None => None,
+            };
+            let s = crate::services::bind_services(
+                &at(spec.discard_port),
+                &at(spec.echo_port),
+                &at(spec.echo_tls_port),
+                tls,
+            )
+            .map_err(setup)?;
+            if spec.discard_port.is_some() {
+                banner.push((
+                    "Discard service".into(),
+                    format!("{} (TCP and UDP)", list(&s.discard_addrs())),
+                ));
+            }
+            if spec.echo_port.is_some() {
+                banner.push(("Echo service".into(), format!("{} (TCP)", list(&s.echo_addrs()))));
+            }
+            if spec.echo_tls_port.is_some() {
+                banner.push((
+                    "TLS echo service".into(),
+                    format!(
+                        "{} ({})",
+                        list(&s.echo_tls_addrs()),
+                        match &spec.cert {
+                            Some(p) => format!("certificate from {}", p.display()),
+                            None =>
+                                "self-signed certificate for localhost, 127.0.0.1, ::1, generated now".into(),
+                        }
+                    ),
+                ));
+            }
+            Some(s)
+        }
+    };
+    observer.on_start("goodput server", &banner);
+    let services_run = async {
+        match services {
+            Some(s) => Some(s.run(cancel.clone(), admission.clone()).await),
+            None => None,
+        }
+    };
+    let iperf3_run = async {
+        if let Some(srv) = iperf3 {
+            let mut view = iperf3_observer.unwrap_or_else(|| Box::new(NullObserver));
+            srv.run(view.as_mut(), cancel.clone()).await;
+        }
+    };
+    let stamp_run = async {
+        match reflector {
+            Some(r) => Some(r.run(cancel.clone()).await),
+            None => None,
+        }
+    };
+    let media_run = async {
+        match media {
+            Some(m) => Some(m.run(cancel.clone()).await),
+            None => None,
+        }
+    };
+    let quic_run = async {
+        match quic {
+            Some(q) => Some(q.run(cancel.clone()).await),
+            None => None,
+        }
+    };
+    let tcp_run = async {
+        let r = bound.run(observer, cancel.clone()).await;
+        // The TCP server can end on its own (exit_after, time_limit): the
+        // other services end with it.
+        cancel.cancel();
+        r
+    };
+    let (result, (), reflected, served, streamed, quicked) =
+        tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
+    let mut result = result.map_err(|e| Failure::test(error_chain(&e)))?;
+    // Read again now that the discard and echo services have ended too.
+    result.admission = Some(admission.counters());
+    result.services = served;
+    result.stamp_reflector = reflected;
+    result.media_server = streamed;
+    result.quic_server = quicked;
+    Ok(result)
+}
+
+fn list(addrs: &[SocketAddr]) -> String {
+    addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+/// The media service's limits, and its memory budget in bytes (an eighth
+/// of physical memory unless the spec gives one).
+fn media_limits(spec: &ServerSpec) -> Result<(MediaLimits, u64), goodput_core::spec::SpecError> {
+    let max_memory = match spec.udp_max_memory {
+        Some(ByteSize(b)) => b,
+        None => physical_memory() / 8,
+    };
+    let limits = MediaLimits {
+        max_bits_per_second: spec.udp_max_bitrate.0,
+        max_length_s: spec.udp_max_length_s()?,
+        max_frame_rate: spec.udp_max_frame_rate,
+        max_buffer_ms: spec.udp_max_buffer_ms()?,
+    };
+    Ok((limits, max_memory))
+}
+
+/// Physical memory, bytes (4 GiB when the system will not say).
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, size) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    match (u64::try_from(pages), u64::try_from(size)) {
+        (Ok(p), Ok(s)) if p > 0 && s > 0 => p.saturating_mul(s),
+        _ => 4 << 30,
+    }
+}
+
+/// A bind error of the reflector, saying what a privileged port needs.
+fn stamp_bind_error(e: EngineError, port: u16) -> Failure {
+    if let EngineError::Listen { source, .. } = &e {
+        if source.kind() == std::io::ErrorKind::PermissionDenied && port < 1024 {
+            return Failure::setup(format!(
+                "{e}: {source}; port {port} needs root or CAP_NET_BIND_SERVICE (or choose a port above 1023, such as 8620)"
+            ));
+        }
+    }
+    Failure::setup(error_chain(&e))
+}
+
+fn quic_spec(spec: &ServerSpec) -> crate::quic::QuicServerSpec {
+    let ips: Vec<IpAddr> = match spec.quic_listen.is_empty() {
+        true => vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()],
+        false => spec.quic_listen.clone(),
+    };
+    crate::quic::QuicServerSpec {
+        listen: ips
+            .iter()
+            .map(|&ip| SocketAddr::new(ip, spec.quic_port))
+            .collect(),
+        cert_key: spec.cert.clone().zip(spec.key.clone()),
+        max_connections: spec.quic_max_connections,
+        max_per_client: spec.quic_max_per_client,
+        max_streams: 10_000,
+        max_response: spec.quic_max_response.0,
+        retry: !spec.quic_no_retry,
+        max_handshakes: spec.quic_max_handshakes,
+        handshake_timeout: spec.hello_timeout.0,
+    }
+}
+
+fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
+    format!(
+        "{} (ALPN perf; {}; {}; at most {} connections, {} per client, {} in their handshake \
+         for up to {} ms; responses up to {} B)",
+        list(addrs),
+        match &spec.cert {
+            Some(p) => format!("certificate from {}", p.display()),
+            None => "self-signed ECDSA P-256 certificate for localhost, generated now".into(),
+        },
+        match spec.quic_no_retry {
+            true => "no Retry: unvalidated addresses get up to 3x their bytes",
+            false => "Retry before any state for an unvalidated address",
+        },
+        spec.quic_max_connections,
+        spec.quic_max_per_client,
+        spec.quic_max_handshakes,
+        spec.hello_timeout.0.as_millis(),
+        spec.quic_max_response.0
+    )
+}
+
+fn reflector_spec(spec: &ServerSpec) -> ReflectorSpec {
+    let listen = match spec.stamp_listen.is_empty() {
+        true => vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()],
+        false => spec.stamp_listen.clone(),
+    };
+    ReflectorSpec {
+        listen: listen
+            .into_iter()
+            .map(|ip| SocketAddr::new(ip, spec.stamp_port))
+            .collect(),
+        stateful: spec.stamp_stateful,
+        allow: spec.stamp_allow.clone(),
+        per_source_rate: spec.stamp_rate_limit,
+        session_timeout: Duration::from_secs(300),
+        pad_short: spec.stamp_pad_short,
+    }
+}
+
+fn stamp_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
+    let mut s = format!(
+        "{} (UDP, {}",
+        list(addrs),
+        if spec.stamp_stateful {
+            "stateful"
+        } else {
+            "stateless"
+        }
+    );
+    if !spec.stamp_allow.is_empty() {
+        let allow: Vec<String> = spec.stamp_allow.iter().map(|c| c.to_string()).collect();
+        s += &format!(", allow {}", allow.join(" "));
+    }
+    if spec.stamp_rate_limit > 0 {
+        s += &format!(", at most {} packets/s per source", spec.stamp_rate_limit);
+    }
+    if spec.stamp_pad_short {
+        s += ", short requests padded to 44 B";
+    }
+    s + ")"
+}
