@@ -233,7 +233,7 @@ pub async fn run_echo(
             }
             .map_err(|e| {
                 EngineError::Config(format!(
-                    "--preallocate: socket {} of {}: {e}",
+                    "`preallocate`: socket {} of {}: {e}",
                     i + 1,
                     spec.connections
                 ))

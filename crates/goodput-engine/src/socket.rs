@@ -130,7 +130,7 @@ pub fn preflight_tcp(targets: &[SocketAddr], binds: &[IpAddr], opts: &SocketOpti
         for b in binds.iter().filter(|b| b.is_ipv4() == t.is_ipv4()) {
             let s = Socket::new(Domain::for_address(*t), Type::STREAM.cloexec(), None)?;
             s.bind(&SocketAddr::new(*b, 0).into())
-                .map_err(|e| ctx(&format!("--bind {b}"), e))?;
+                .map_err(|e| ctx(&format!("`bind` {b}"), e))?;
         }
     }
     if !binds.is_empty() {
@@ -141,7 +141,7 @@ pub fn preflight_tcp(targets: &[SocketAddr], binds: &[IpAddr], opts: &SocketOpti
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
-                    "--bind has no {} address to reach {t} from",
+                    "`bind` has no {} address to reach {t} from",
                     if t.is_ipv4() { "IPv4" } else { "IPv6" }
                 ),
             ));

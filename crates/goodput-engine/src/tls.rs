@@ -124,7 +124,7 @@ pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, EngineError> {
             let (added, _) = roots.add_parsable_certificates(found.certs);
             if added == 0 {
                 return Err(EngineError::Config(
-                    "no trusted root certificates found on this system (use --ca FILE or --insecure)".into(),
+                    "no trusted root certificates found on this system (use `ca` FILE or `insecure`)".into(),
                 ));
             }
             builder.with_root_certificates(roots).with_no_client_auth()

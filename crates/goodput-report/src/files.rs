@@ -258,10 +258,7 @@ impl ErrorFile {
         if is_csv(path) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!(
-                    "--error-file {} : the error log is text; use another extension",
-                    path.display()
-                ),
+                format!("{}: the error log is text; use another extension", path.display()),
             ));
         }
         Ok(Self { out: create(path)? })

@@ -17,7 +17,7 @@ pub fn echo_connections(spec: &EchoSpec) -> (u64, Option<String>) {
         Some((room, limit)) if spec.connections > room => (
             room.max(1),
             Some(format!(
-                "--connections {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
+                "`connections` {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
                 spec.connections
             )),
         ),
@@ -76,7 +76,7 @@ pub(super) async fn run(
                 match (spec.tls, &spec.ca) {
                     (false, _) => String::new(),
                     (true, Some(ca)) => format!(" over TLS (trusting {})", ca.display()),
-                    (true, None) => " over TLS (any certificate accepted: --insecure)".into(),
+                    (true, None) => " over TLS (any certificate accepted: `insecure`)".into(),
                 }
             ),
         ),

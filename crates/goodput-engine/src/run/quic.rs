@@ -103,7 +103,7 @@ pub(super) async fn run(
     };
     let checked = match &trust {
         Trust::Anything => ", any certificate accepted",
-        Trust::CaFile(_) => ", checked against --ca",
+        Trust::CaFile(_) => ", checked against `ca`",
         Trust::System => ", checked against the system's roots",
     };
     let embedded = if spec.host.is_none() {

@@ -25,7 +25,7 @@ pub fn concurrent_connections(spec: &TcpSpec) -> (u64, Option<String>) {
         Some((room, limit)) if spec.connections > room => (
             room.max(1),
             Some(format!(
-                "--connections {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
+                "`connections` {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
                 spec.connections
             )),
         ),

@@ -101,7 +101,7 @@ pub(super) async fn run(
                 "{} at once, {}",
                 spec.connections,
                 if spec.iterations == 0 {
-                    "repeated until --time-limit or Ctrl-C".to_string()
+                    "repeated until `time_limit` or Ctrl-C".to_string()
                 } else {
                     format!(
                         "{} in turn each ({} in all)",

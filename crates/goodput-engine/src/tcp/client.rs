@@ -104,12 +104,12 @@ pub async fn run_client(
             .any(|t| spec.binds.iter().any(|b| b.is_ipv4() == t.is_ipv4()));
         if !usable {
             return Err(EngineError::Config(
-                "no --bind address has the same address family as any target".into(),
+                "no `bind` address has the same address family as any target".into(),
             ));
         }
     }
     if spec.connections == 0 {
-        return Err(EngineError::Config("--connections must be at least 1".into()));
+        return Err(EngineError::Config("`connections` must be at least 1".into()));
     }
     let clock = RunClock::start();
     let started_unix_ms = unix_ms_now();

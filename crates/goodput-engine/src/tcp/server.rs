@@ -71,7 +71,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     }
     if spec.wire == WireProtocol::Cts && spec.cts.is_none() {
         return Err(EngineError::Config(
-            "--wire cts needs the pattern and transfer on the server".into(),
+            "`wire` cts needs the pattern and transfer on the server".into(),
         ));
     }
     Ok(BoundServer {

@@ -152,14 +152,7 @@ pub(crate) fn long_flag(field: &str) -> String {
 /// A spec's error in the flags' words, each field named by `flag`.
 pub(crate) fn flag_error_as(e: &SpecError, flag: impl Fn(&str) -> String) -> Stop {
     let field = e.field.split_once('.').map_or(e.field.as_str(), |(_, f)| f);
-    let mut message = e.message.clone();
-    while let Some(i) = message.find('`') {
-        let Some(j) = message[i + 1..].find('`') else {
-            break;
-        };
-        let name = message[i + 1..i + 1 + j].to_owned();
-        message.replace_range(i..i + 2 + j, &flag(&name));
-    }
+    let message = named_by(&e.message, &flag);
     // The host is a positional argument: its errors need no flag.
     if field.is_empty() || field == "host" || field == "hosts" {
         return usage(message);
@@ -169,6 +162,26 @@ pub(crate) fn flag_error_as(e: &SpecError, flag: impl Fn(&str) -> String) -> Sto
         return usage(format!("{}: {message}", flags.join("/")));
     }
     usage(format!("{} {message}", flag(field)))
+}
+
+/// A message from the engine in the flags' words: each spec field it
+/// names in backquotes (`` `time_limit` ``) becomes its flag (`--time-limit`).
+pub(crate) fn in_flags(message: &str) -> String {
+    named_by(message, long_flag)
+}
+
+fn named_by(message: &str, flag: impl Fn(&str) -> String) -> String {
+    let mut message = message.to_owned();
+    let mut from = 0;
+    while let Some(i) = message[from..].find('`').map(|i| i + from) {
+        let Some(j) = message[i + 1..].find('`') else {
+            break;
+        };
+        let name = flag(&message[i + 1..i + 1 + j]);
+        message.replace_range(i..i + 2 + j, &name);
+        from = i + name.len();
+    }
+    message
 }
 
 /// Prints a spec as the JSON document `goodput run` reads.
@@ -188,5 +201,15 @@ mod tests {
         assert_eq!(exit_code(true, false), 130);
         assert_eq!(exit_code(false, true), 1);
         assert_eq!(exit_code(false, false), 0);
+    }
+
+    #[test]
+    fn engine_messages_name_flags() {
+        assert_eq!(
+            in_flags("`connections` 9 capped; use `ca` FILE or `socket.send_buffer`"),
+            "--connections 9 capped; use --ca FILE or --send-buffer"
+        );
+        assert_eq!(in_flags("an odd ` quote"), "an odd ` quote");
+        assert_eq!(in_flags("no names"), "no names");
     }
 }

@@ -11,7 +11,7 @@ use super::udp::run_udp;
 use super::views::Views;
 use super::views::RESULT_WRITTEN;
 use super::watch_signals;
-use super::{print_spec, usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
+use super::{in_flags, print_spec, usage, Stop, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK};
 use crate::flags::{RunArgs, ViewArgs};
 use anyhow::anyhow;
 use goodput_core::result::{EndReason, FailureStage, TestResult};
@@ -188,10 +188,10 @@ fn failed_run(result: &TestResult, views: &ViewArgs, cancelled: bool) -> Result<
         return Err(Stop::Fatal(anyhow!("the run failed")));
     };
     match f.stage {
-        FailureStage::Setup => Err(Stop::Fatal(anyhow!("{}", f.message))),
+        FailureStage::Setup => Err(Stop::Fatal(anyhow!("{}", in_flags(&f.message)))),
         FailureStage::Test => {
             let kind = result.spec.as_ref().map_or("the", |s| s.kind());
-            eprintln!("goodput: {kind} test failed: {}", f.message);
+            eprintln!("goodput: {kind} test failed: {}", in_flags(&f.message));
             Ok(if cancelled { EXIT_INTERRUPTED } else { EXIT_FAILED })
         }
     }

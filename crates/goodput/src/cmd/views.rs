@@ -38,7 +38,7 @@ impl Views {
         if let Some(p) = &out.error_file {
             let f = ErrorFile::create(p).map_err(|e| {
                 if e.kind() == io::ErrorKind::InvalidInput {
-                    usage(e.to_string())
+                    usage(format!("--error-file {e}"))
                 } else {
                     open_err(e)
                 }
@@ -123,10 +123,15 @@ impl Observer for Views {
         self.each(|v| v.established(index, local, remote, t));
     }
     fn on_start(&mut self, title: &str, settings: &[(String, String)]) {
-        self.console.banner(title, settings);
+        let settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(label, value)| (label.clone(), super::in_flags(value)))
+            .collect();
+        self.console.banner(title, &settings);
     }
     fn on_notice(&mut self, text: &str) {
-        self.each(|v| v.notice(text));
+        let text = super::in_flags(text);
+        self.each(|v| v.notice(&text));
     }
     fn wants_established(&self) -> bool {
         self.console.wants_established() || self.files.iter().any(|v| v.wants_established())
