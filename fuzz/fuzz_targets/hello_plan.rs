@@ -27,15 +27,24 @@ fuzz_target!(|data: &[u8]| {
         HelloLimits {
             max_transfer: 1 << 40,
             max_buffer: 16 << 20,
+            max_duration_ms: 3_600_000,
         },
         HelloLimits {
             max_transfer: word(0),
             max_buffer: word(1),
+            max_duration_ms: word(3),
         },
     ];
     for l in limits {
         let Ok(plan) = h.check(&l) else { continue };
         assert!(h.transfer <= l.max_transfer);
+        if h.is_timed() {
+            // Timed: no byte plan, unbounded in the directions that send.
+            assert!(u64::from(h.duration_ms) <= l.max_duration_ms);
+            assert!(h.omit_ms < h.duration_ms);
+            assert_ne!(h.pattern, TcpPattern::PushPull);
+            continue;
+        }
         match h.pattern {
             TcpPattern::Push | TcpPattern::Pull | TcpPattern::PushPull => {
                 assert_eq!(plan.total(), h.transfer)

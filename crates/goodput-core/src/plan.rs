@@ -106,6 +106,24 @@ impl TransferPlan {
         }
     }
 
+    /// A timed test's plan: unbounded in each direction that sends (the
+    /// senders stop by time). Push-pull has no timed form: nothing moves.
+    pub fn timed(pattern: TcpPattern) -> Self {
+        let (c2s, s2c) = match pattern {
+            TcpPattern::Push => (u64::MAX, 0),
+            TcpPattern::Pull => (0, u64::MAX),
+            TcpPattern::Duplex => (u64::MAX, u64::MAX),
+            TcpPattern::PushPull => (0, 0),
+        };
+        Self {
+            pattern,
+            client_to_server: c2s,
+            server_to_client: s2c,
+            push_segment: 0,
+            pull_segment: 0,
+        }
+    }
+
     /// Total pattern bytes in both directions (saturating: a duplex plan of
     /// `u64::MAX` bytes rounds its halves up past it).
     pub fn total(&self) -> u64 {

@@ -926,6 +926,66 @@ pub struct ConnectionRecord {
     /// QUIC connections: quinn's path figures at the end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quic: Option<QuicPathStats>,
+    /// Timed TCP tests: each direction's good-put as its receiver measured
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed: Option<TimedFigures>,
+}
+
+/// A timed connection's good-put in each direction that carried data, as
+/// the receiving end measured it: what arrived (and was verified, when
+/// verifying) over the receiver's data-phase time.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimedFigures {
+    /// When the client's data phase started, seconds since the run
+    /// started (on the client's clock: each receiver's times count from
+    /// its own start of the data phase).
+    pub data_start_s: f64,
+    /// Client → server (push, duplex), measured by the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<ReceiverGoodput>,
+    /// Server → client (pull, duplex), measured by the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<ReceiverGoodput>,
+}
+
+impl TimedFigures {
+    /// Both directions' good-put after the warm-up, bytes/s.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.up.map_or(0.0, |g| g.bytes_per_second) + self.down.map_or(0.0, |g| g.bytes_per_second)
+    }
+}
+
+/// One direction of a timed connection at its receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReceiverGoodput {
+    /// Data bytes received.
+    pub bytes: u64,
+    /// The receiver's data-phase time: from its start to the last data
+    /// byte, nanoseconds.
+    pub elapsed_ns: u64,
+    /// Of `bytes`, those received inside the warm-up (`omit`).
+    pub warm_up_bytes: u64,
+    /// When the warm-up ended, nanoseconds into the data phase.
+    pub warm_up_ns: u64,
+    /// Good-put after the warm-up: (bytes − warm-up bytes) over
+    /// (elapsed − warm-up), bytes/s.
+    pub bytes_per_second: f64,
+}
+
+impl ReceiverGoodput {
+    /// The figures of a receiver, with the rate worked out.
+    pub fn new(bytes: u64, elapsed_ns: u64, warm_up_bytes: u64, warm_up_ns: u64) -> Self {
+        let warm_up_bytes = warm_up_bytes.min(bytes);
+        let warm_up_ns = warm_up_ns.min(elapsed_ns);
+        Self {
+            bytes,
+            elapsed_ns,
+            warm_up_bytes,
+            warm_up_ns,
+            bytes_per_second: metrics::bytes_per_second(bytes - warm_up_bytes, elapsed_ns - warm_up_ns),
+        }
+    }
 }
 
 impl ConnectionRecord {
@@ -1497,6 +1557,63 @@ pub struct Summary {
     /// them (goodput's own server does), whether or not its record was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<PeerTotals>,
+    /// Timed TCP tests: the headline good-put, each direction as its
+    /// receivers measured it, over the successful connections.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timed: Option<TimedTotals>,
+}
+
+/// A timed test's good-put, summed over its successful connections.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimedTotals {
+    /// Client → server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up: Option<DirectionTotals>,
+    /// Server → client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down: Option<DirectionTotals>,
+}
+
+/// One direction of a timed test over its connections: the bytes their
+/// receivers got after the warm-up, over the window from the first
+/// connection's end of warm-up to the last one's last data byte.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DirectionTotals {
+    /// Connections that measured this direction.
+    pub connections: u64,
+    /// Data bytes their receivers received.
+    pub bytes: u64,
+    /// Of those, received inside the warm-up.
+    pub warm_up_bytes: u64,
+    /// Start of the window, seconds since the run started.
+    pub window_start_s: f64,
+    /// End of the window, seconds since the run started.
+    pub window_end_s: f64,
+    /// (bytes − warm-up bytes) over the window, bytes/s.
+    pub bytes_per_second: f64,
+}
+
+impl DirectionTotals {
+    fn add(this: &mut Option<Self>, data_start_s: f64, g: Option<ReceiverGoodput>) {
+        let Some(g) = g else { return };
+        let start = data_start_s + g.warm_up_ns as f64 / 1e9;
+        let end = data_start_s + g.elapsed_ns as f64 / 1e9;
+        let t = this.get_or_insert(Self {
+            window_start_s: start,
+            window_end_s: end,
+            ..Self::default()
+        });
+        t.connections += 1;
+        t.bytes = t.bytes.saturating_add(g.bytes);
+        t.warm_up_bytes = t.warm_up_bytes.saturating_add(g.warm_up_bytes);
+        t.window_start_s = t.window_start_s.min(start);
+        t.window_end_s = t.window_end_s.max(end);
+        let seconds = t.window_end_s - t.window_start_s;
+        t.bytes_per_second = match seconds > 0.0 {
+            true => (t.bytes - t.warm_up_bytes) as f64 / seconds,
+            false => 0.0,
+        };
+    }
 }
 
 /// The other end's view of a run, summed over the connections that sent it.
@@ -1538,6 +1655,7 @@ pub struct SummaryBuilder {
     received_bytes: u64,
     rates: RateStats,
     peer: PeerTotals,
+    timed: Option<TimedTotals>,
 }
 
 #[derive(Debug, Clone)]
@@ -1561,6 +1679,7 @@ impl Default for SummaryBuilder {
             sent_bytes: 0,
             received_bytes: 0,
             peer: PeerTotals::default(),
+            timed: None,
             rates: RateStats {
                 n: 0,
                 sum: 0.0,
@@ -1579,7 +1698,16 @@ impl SummaryBuilder {
         match r.outcome {
             Outcome::Succeeded => {
                 self.successful += 1;
-                let x = metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns);
+                // A timed connection's good-put is its receivers'.
+                let x = match &r.timed {
+                    Some(t) => {
+                        let totals = self.timed.get_or_insert_with(TimedTotals::default);
+                        DirectionTotals::add(&mut totals.up, t.data_start_s, t.up);
+                        DirectionTotals::add(&mut totals.down, t.data_start_s, t.down);
+                        t.bytes_per_second()
+                    }
+                    None => metrics::bytes_per_second(r.sent_bytes + r.received_bytes, r.elapsed_ns),
+                };
                 let s = &mut self.rates;
                 s.n += 1;
                 s.sum += x;
@@ -1626,6 +1754,7 @@ impl SummaryBuilder {
             connection_bytes_per_second: spread,
             fairness,
             peer: (self.peer.connections > 0).then_some(self.peer),
+            timed: self.timed,
         }
     }
 }
@@ -1655,6 +1784,7 @@ mod tests {
             tcp_info: None,
             quic: None,
             media: None,
+            timed: None,
         }
     }
 

@@ -10,6 +10,26 @@
 //!   | -- FIN (graceful) or RST (rude) ---------> |   the server never closes first
 //! ```
 //!
+//! A timed test (a Timed Hello, kind 5, with a duration) has no byte plan:
+//! each sender sends for the duration on its own clock, and each direction
+//! ends with the sender's FIN, so the receiver counts exactly what arrived.
+//!
+//! ```text
+//! client                                      server
+//!   | -- Timed Hello (pattern, duration) ------> |
+//!   | <-- Accept ------------------------------- |
+//!   |  == client's data for the duration, FIN => |  (none in pull: FIN at once)
+//!   |  <= server's data for the duration ======  |  (none in push)
+//!   |     server reads the client's data to FIN  |
+//!   | <-- Timed Completion, FIN ---------------- |  the server's trailer
+//! ```
+//!
+//! The client reads the server's direction to its FIN: the last
+//! [`TIMED_COMPLETION_FRAME`] bytes are the server's Timed Completion (kind
+//! 6: its counts, its receive time and what it received inside the
+//! warm-up), everything before them is data. The client has closed its
+//! side first, so the client, not the server, keeps the TIME-WAIT.
+//!
 //! Every message is a frame: the magic `GDPT`, a version byte, a kind byte,
 //! a big-endian `u16` body length, then the body. Integers are big-endian.
 //! Bodies have fixed sizes in version 1 (except Reject's bounded text), so a
@@ -32,10 +52,18 @@ const KIND_HELLO: u8 = 1;
 const KIND_ACCEPT: u8 = 2;
 const KIND_REJECT: u8 = 3;
 const KIND_COMPLETION: u8 = 4;
+const KIND_TIMED_HELLO: u8 = 5;
+const KIND_TIMED_COMPLETION: u8 = 6;
 
 const HELLO_LEN: usize = 64;
 const ACCEPT_LEN: usize = 16;
 const COMPLETION_LEN: usize = 36;
+const TIMED_HELLO_LEN: usize = HELLO_LEN + 8;
+const TIMED_COMPLETION_LEN: usize = COMPLETION_LEN + 16;
+
+/// Bytes of the server's Timed Completion frame, which ends the server's
+/// direction of a timed test.
+pub const TIMED_COMPLETION_FRAME: usize = HEADER_LEN + TIMED_COMPLETION_LEN;
 
 /// Whether received bytes are compared with the pattern.
 #[derive(
@@ -77,12 +105,27 @@ pub struct Hello {
     pub burst_count: u32,
     /// Pause between bursts in milliseconds.
     pub burst_delay_ms: u32,
+    /// Timed tests: how long each end sends, milliseconds (0: a byte
+    /// plan of `transfer` bytes).
+    pub duration_ms: u32,
+    /// Timed tests: the warm-up at the start of the data phase that each
+    /// receiver reports apart, milliseconds.
+    pub omit_ms: u32,
 }
 
 impl Hello {
-    /// The byte plan both ends follow.
+    /// Whether this is a timed test (ended by time, not by a byte count).
+    pub fn is_timed(&self) -> bool {
+        self.duration_ms > 0
+    }
+
+    /// The byte plan both ends follow (a timed test's: unbounded in the
+    /// directions that send).
     pub fn plan(&self) -> TransferPlan {
-        TransferPlan::new(self.pattern, self.transfer, self.push_segment, self.pull_segment)
+        match self.is_timed() {
+            true => TransferPlan::timed(self.pattern),
+            false => TransferPlan::new(self.pattern, self.transfer, self.push_segment, self.pull_segment),
+        }
     }
 
     /// Checks every field against what a server allows, and returns the
@@ -123,6 +166,23 @@ impl Hello {
         if self.burst_count > 0 && self.burst_delay_ms > MAX_PERIOD_MS {
             return Err(HelloRefusal::BurstDelay(self.burst_delay_ms));
         }
+        if self.is_timed() {
+            if u64::from(self.duration_ms) > limits.max_duration_ms {
+                return Err(HelloRefusal::Duration {
+                    asked_ms: self.duration_ms,
+                    limit_ms: limits.max_duration_ms,
+                });
+            }
+            if self.pattern == TcpPattern::PushPull {
+                return Err(HelloRefusal::TimedPushPull);
+            }
+            if self.omit_ms >= self.duration_ms {
+                return Err(HelloRefusal::Omit {
+                    omit_ms: self.omit_ms,
+                    duration_ms: self.duration_ms,
+                });
+            }
+        }
         Ok(self.plan())
     }
 }
@@ -139,6 +199,8 @@ pub struct HelloLimits {
     pub max_transfer: u64,
     /// Largest send/receive size, bytes.
     pub max_buffer: u64,
+    /// Longest timed test, milliseconds.
+    pub max_duration_ms: u64,
 }
 
 /// Why a hello is outside what the server allows; the text is the reason
@@ -178,6 +240,25 @@ pub enum HelloRefusal {
     /// A pause between bursts above [`MAX_PERIOD_MS`].
     #[error("pause between bursts of {0} ms is above 60000 ms")]
     BurstDelay(u32),
+    /// A timed test longer than the server allows.
+    #[error("duration of {asked_ms} ms is above the server's limit of {limit_ms} ms")]
+    Duration {
+        /// Milliseconds asked.
+        asked_ms: u32,
+        /// The server's limit.
+        limit_ms: u64,
+    },
+    /// Push-pull moves bytes in segments: it has no timed form.
+    #[error("push-pull is byte-based and cannot be timed")]
+    TimedPushPull,
+    /// A warm-up as long as the test.
+    #[error("warm-up of {omit_ms} ms is not shorter than the duration of {duration_ms} ms")]
+    Omit {
+        /// Warm-up, milliseconds.
+        omit_ms: u32,
+        /// Duration, milliseconds.
+        duration_ms: u32,
+    },
 }
 
 /// Why the server refused a connection.
@@ -274,6 +355,19 @@ pub struct Completion {
     pub elapsed_ns: u64,
     /// The server's verdict.
     pub verdict: Verdict,
+    /// Timed tests only: what the server received inside the warm-up.
+    pub timed: Option<WarmUp>,
+}
+
+/// What a receiver of a timed test counted inside its warm-up: the bytes
+/// it had received at the first read past the warm-up's end, and when that
+/// was (nanoseconds from the start of its data phase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WarmUp {
+    /// Bytes received by then.
+    pub bytes: u64,
+    /// When, nanoseconds into the data phase (0: no warm-up asked).
+    pub at_ns: u64,
 }
 
 /// A session message.
@@ -366,9 +460,11 @@ impl Message {
 
     fn kind(&self) -> u8 {
         match self {
+            Message::Hello(h) if h.is_timed() => KIND_TIMED_HELLO,
             Message::Hello(_) => KIND_HELLO,
             Message::Accept { .. } => KIND_ACCEPT,
             Message::Reject { .. } => KIND_REJECT,
+            Message::Completion(c) if c.timed.is_some() => KIND_TIMED_COMPLETION,
             Message::Completion(_) => KIND_COMPLETION,
         }
     }
@@ -399,6 +495,10 @@ impl Message {
                 out.extend_from_slice(&h.burst_count.to_be_bytes());
                 out.extend_from_slice(&h.burst_delay_ms.to_be_bytes());
                 out.extend_from_slice(&[0u8; 4]);
+                if h.is_timed() {
+                    out.extend_from_slice(&h.duration_ms.to_be_bytes());
+                    out.extend_from_slice(&h.omit_ms.to_be_bytes());
+                }
             }
             Message::Accept { connection_id } => out.extend_from_slice(connection_id),
             Message::Reject { code, reason } => {
@@ -432,6 +532,10 @@ impl Message {
                 };
                 out.extend_from_slice(&[status, dir, expected, actual]);
                 out.extend_from_slice(&offset.to_be_bytes());
+                if let Some(w) = c.timed {
+                    out.extend_from_slice(&w.bytes.to_be_bytes());
+                    out.extend_from_slice(&w.at_ns.to_be_bytes());
+                }
             }
         }
         let body = (out.len() - start - HEADER_LEN) as u16;
@@ -462,8 +566,10 @@ impl Message {
         let len = usize::from(u16::from_be_bytes([buf[6], buf[7]]));
         let expected = match kind {
             KIND_HELLO => Some(HELLO_LEN),
+            KIND_TIMED_HELLO => Some(TIMED_HELLO_LEN),
             KIND_ACCEPT => Some(ACCEPT_LEN),
             KIND_COMPLETION => Some(COMPLETION_LEN),
+            KIND_TIMED_COMPLETION => Some(TIMED_COMPLETION_LEN),
             KIND_REJECT => None,
             k => return Err(WireError::UnknownKind(k)),
         };
@@ -480,7 +586,7 @@ impl Message {
             b: &buf[HEADER_LEN..HEADER_LEN + len],
         };
         let msg = match kind {
-            KIND_HELLO => {
+            KIND_HELLO | KIND_TIMED_HELLO => {
                 let pattern = TcpPattern::from_code(r.u8()).ok_or(WireError::BadField("pattern"))?;
                 let verify = match r.u8() {
                     0 => VerifyMode::Connection,
@@ -501,7 +607,21 @@ impl Message {
                     rate_period_ms: r.u32(),
                     burst_count: r.u32(),
                     burst_delay_ms: r.u32(),
+                    duration_ms: 0,
+                    omit_ms: 0,
                 };
+                let _reserved: [u8; 4] = r.take();
+                let h = match kind {
+                    KIND_TIMED_HELLO => Hello {
+                        duration_ms: r.u32(),
+                        omit_ms: r.u32(),
+                        ..h
+                    },
+                    _ => h,
+                };
+                if kind == KIND_TIMED_HELLO && h.duration_ms == 0 {
+                    return Err(WireError::BadField("duration_ms"));
+                }
                 if h.server_buffer == 0 {
                     return Err(WireError::BadField("server_buffer"));
                 }
@@ -525,7 +645,7 @@ impl Message {
                 let reason = String::from_utf8_lossy(r.b).into_owned();
                 Message::Reject { code, reason }
             }
-            KIND_COMPLETION => {
+            KIND_COMPLETION | KIND_TIMED_COMPLETION => {
                 let sent = r.u64();
                 let received = r.u64();
                 let elapsed_ns = r.u64();
@@ -548,11 +668,16 @@ impl Message {
                     4 => Verdict::Aborted,
                     _ => return Err(WireError::BadField("verdict")),
                 };
+                let timed = (kind == KIND_TIMED_COMPLETION).then(|| WarmUp {
+                    bytes: r.u64(),
+                    at_ns: r.u64(),
+                });
                 Message::Completion(Completion {
                     sent,
                     received,
                     elapsed_ns,
                     verdict,
+                    timed,
                 })
             }
             _ => unreachable!("kind checked above"),
@@ -580,13 +705,81 @@ mod tests {
             rate_period_ms: 100,
             burst_count: 0,
             burst_delay_ms: 0,
+            duration_ms: 0,
+            omit_ms: 0,
+        }
+    }
+
+    fn timed() -> Hello {
+        Hello {
+            pattern: TcpPattern::Duplex,
+            transfer: 0,
+            duration_ms: 10_000,
+            omit_ms: 2_000,
+            ..hello()
         }
     }
 
     const LIMITS: HelloLimits = HelloLimits {
         max_transfer: 1 << 40,
         max_buffer: 16 << 20,
+        max_duration_ms: 3_600_000,
     };
+
+    #[test]
+    fn a_timed_hello_plans_unbounded_directions_and_is_checked() {
+        let plan = timed().check(&LIMITS).unwrap();
+        assert_eq!(
+            (plan.client_to_server, plan.server_to_client),
+            (u64::MAX, u64::MAX)
+        );
+        let pull = Hello {
+            pattern: TcpPattern::Pull,
+            ..timed()
+        };
+        let plan = pull.check(&LIMITS).unwrap();
+        assert_eq!((plan.client_to_server, plan.server_to_client), (0, u64::MAX));
+        type Case = (fn(&mut Hello), &'static str);
+        let cases: [Case; 3] = [
+            (
+                |h| h.duration_ms = 3_600_001,
+                "duration of 3600001 ms is above the server's limit of 3600000 ms",
+            ),
+            (|h| h.pattern = TcpPattern::PushPull, "push-pull is byte-based"),
+            (|h| h.omit_ms = 10_000, "warm-up of 10000 ms is not shorter"),
+        ];
+        for (change, want) in cases {
+            let mut h = timed();
+            change(&mut h);
+            let reason = h.check(&LIMITS).unwrap_err().to_string();
+            assert!(reason.contains(want), "{reason:?} lacks {want:?}");
+        }
+    }
+
+    #[test]
+    fn timed_messages_have_their_own_kinds_and_lengths() {
+        let mut out = Vec::new();
+        Message::Hello(timed()).encode(&mut out);
+        assert_eq!(&out[4..8], &[1, 5, 0, 72]);
+        assert_eq!(&out[out.len() - 8..], &[0, 0, 0x27, 0x10, 0, 0, 0x07, 0xd0]);
+        let mut out = Vec::new();
+        let c = Completion {
+            sent: 1,
+            received: 2,
+            elapsed_ns: 3,
+            verdict: Verdict::Success,
+            timed: Some(WarmUp { bytes: 4, at_ns: 5 }),
+        };
+        Message::Completion(c).encode(&mut out);
+        assert_eq!(out.len(), TIMED_COMPLETION_FRAME);
+        assert_eq!(&out[4..8], &[1, 6, 0, 52]);
+        // A timed hello that says no duration is not one.
+        let mut out = Vec::new();
+        Message::Hello(timed()).encode(&mut out);
+        let n = out.len();
+        out[n - 8..n - 4].copy_from_slice(&[0; 4]);
+        assert_eq!(Message::decode(&out), Err(WireError::BadField("duration_ms")));
+    }
 
     #[test]
     fn check_refuses_each_out_of_bounds_field_with_a_readable_reason() {
@@ -701,12 +894,25 @@ mod tests {
                     expected: 1,
                     actual: 0,
                 },
+                timed: None,
             }),
             Message::Completion(Completion {
                 sent: 0,
                 received: 0,
                 elapsed_ns: 0,
                 verdict: Verdict::TooMuchData,
+                timed: None,
+            }),
+            Message::Hello(timed()),
+            Message::Completion(Completion {
+                sent: 1 << 33,
+                received: 0,
+                elapsed_ns: 10_000_000_000,
+                verdict: Verdict::Success,
+                timed: Some(WarmUp {
+                    bytes: 1 << 20,
+                    at_ns: 2_000_000_123,
+                }),
             }),
         ];
         for m in msgs {
@@ -763,7 +969,7 @@ mod tests {
         }
 
         #[test]
-        fn decode_never_panics_after_valid_header(kind in 0u8..6, len in 0u16..2000, body in proptest::collection::vec(any::<u8>(), 0..1100)) {
+        fn decode_never_panics_after_valid_header(kind in 0u8..8, len in 0u16..2000, body in proptest::collection::vec(any::<u8>(), 0..1100)) {
             let mut buf = b"GDPT\x01".to_vec();
             buf.push(kind);
             buf.extend_from_slice(&len.to_be_bytes());

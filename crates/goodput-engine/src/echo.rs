@@ -523,6 +523,7 @@ async fn connection(
         quic: None,
         tcp_info: None,
         media: None,
+        timed: None,
     };
     let mut counts = Counts::default();
     let connect = async {

@@ -195,6 +195,7 @@ pub fn run_ttcp(
         quic: None,
         tcp_info: None,
         media: None,
+        timed: None,
     };
     let mut summary = SummaryBuilder::default();
     summary.add(&record);

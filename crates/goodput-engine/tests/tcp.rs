@@ -59,6 +59,8 @@ fn client_spec(target: SocketAddr) -> TcpClientSpec {
         status_interval: Duration::from_secs(3600),
         time_limit: Some(Duration::from_secs(60)),
         max_records: 100_000,
+        duration: None,
+        omit: Duration::ZERO,
     }
 }
 
@@ -932,4 +934,186 @@ async fn rate_limit_paces_smoothly_even_with_large_buffers_and_server_counts_in_
     // The server's own status saw all three connections in flight.
     let most = s.intervals.iter().map(|i| i.in_flight).max().unwrap();
     assert_eq!(most, 3, "{:?}", s.intervals);
+}
+
+/// A timed client of `pattern`, `connections` at once, for `ms`.
+fn timed_spec(target: SocketAddr, pattern: TcpPattern, connections: u64, ms: u64) -> TcpClientSpec {
+    TcpClientSpec {
+        pattern,
+        connections,
+        iterations: 1,
+        duration: Some(Duration::from_millis(ms)),
+        omit: Duration::from_millis(ms / 4),
+        ..client_spec(target)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_connections_end_successful_with_both_ends_counts_equal() {
+    for pattern in [TcpPattern::Push, TcpPattern::Pull, TcpPattern::Duplex] {
+        let (c, s) = run_pair(
+            server_spec(Ipv4Addr::LOCALHOST.into()),
+            |t| timed_spec(t, pattern, 3, 600),
+            None,
+        )
+        .await;
+        assert_eq!(c.summary.successful, 3, "{pattern:?}: {:#?}", c.connections);
+        assert_eq!(s.summary.successful, 3, "{pattern:?}: {:#?}", s.connections);
+        let up = matches!(pattern, TcpPattern::Push | TcpPattern::Duplex);
+        let down = matches!(pattern, TcpPattern::Pull | TcpPattern::Duplex);
+        for r in &c.connections {
+            let p = r.peer.as_ref().expect("the server's completion");
+            // Exactly what one end sent, the other received and verified.
+            assert_eq!(p.received_bytes, r.sent_bytes, "{pattern:?}");
+            assert_eq!(p.sent_bytes, r.received_bytes, "{pattern:?}");
+            assert_eq!(r.sent_bytes > 0, up, "{pattern:?}: {r:?}");
+            assert_eq!(r.received_bytes > 0, down, "{pattern:?}: {r:?}");
+            let t = r.timed.expect("timed figures");
+            assert_eq!(t.up.map(|g| g.bytes), up.then_some(r.sent_bytes));
+            assert_eq!(t.down.map(|g| g.bytes), down.then_some(r.received_bytes));
+            for g in t.up.iter().chain(t.down.iter()) {
+                // A 600 ms test, 150 ms of it warm-up: the receiver's time
+                // ends with the last data byte, sent just before 600 ms.
+                assert!(
+                    g.elapsed_ns >= 500_000_000 && g.elapsed_ns < 1_500_000_000,
+                    "{g:?}"
+                );
+                assert!(g.warm_up_ns >= 150_000_000 && g.warm_up_ns < 300_000_000, "{g:?}");
+                assert!(g.warm_up_bytes > 0 && g.warm_up_bytes < g.bytes, "{g:?}");
+                let after = (g.bytes - g.warm_up_bytes) as f64 / ((g.elapsed_ns - g.warm_up_ns) as f64 / 1e9);
+                assert!((g.bytes_per_second - after).abs() < 1.0, "{g:?}");
+            }
+        }
+        // The server's records agree, connection by connection.
+        let total_up: u64 = c.connections.iter().map(|r| r.sent_bytes).sum();
+        let total_down: u64 = c.connections.iter().map(|r| r.received_bytes).sum();
+        assert_eq!(s.summary.received_bytes, total_up);
+        assert_eq!(s.summary.sent_bytes, total_down);
+        let totals = c.summary.timed.expect("timed totals");
+        assert_eq!(
+            totals.up.map(|d| (d.connections, d.bytes)),
+            up.then_some((3, total_up))
+        );
+        assert_eq!(
+            totals.down.map(|d| (d.connections, d.bytes)),
+            down.then_some((3, total_down))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_flipped_client_to_server_byte_is_a_data_error_at_its_offset() {
+    // The client→server stream: an 80-byte Timed Hello, then pattern bytes.
+    let offset = 3_000_017u64;
+    let flips = vec![Flip {
+        conn: 0,
+        client_to_server: true,
+        offset: 80 + offset,
+        mask: 0x04,
+    }];
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let relay = Relay::start(server.addr(), flips, false).await;
+    let spec = TcpClientSpec {
+        rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(20 << 20))),
+        ..timed_spec(relay.addr, TcpPattern::Duplex, 1, 500)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    let s = server.stop_after(Duration::from_millis(100)).await;
+    assert_eq!(c.summary.data_errors, 1, "{:#?}", c.connections);
+    let want = |outcome: &Outcome| {
+        matches!(
+            outcome,
+            Outcome::ProtocolError {
+                kind: ProtocolErrorKind::DataMismatch,
+                direction: Some(Direction::ClientToServer),
+                offset: Some(o),
+                expected: Some(e),
+                actual: Some(a),
+                ..
+            } if *o == offset && *e == byte_at(offset) && *a == byte_at(offset) ^ 0x04
+        )
+    };
+    assert!(want(&c.connections[0].outcome), "{:?}", c.connections[0].outcome);
+    assert_eq!(s.summary.data_errors, 1);
+    assert!(want(&s.connections[0].outcome), "{:?}", s.connections[0].outcome);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_flipped_server_to_client_byte_is_found_by_the_client() {
+    // The server→client stream: a 24-byte Accept, then pattern bytes, then
+    // the 60-byte Timed Completion.
+    let offset = 2_500_001u64;
+    let flips = vec![Flip {
+        conn: 0,
+        client_to_server: false,
+        offset: 24 + offset,
+        mask: 0x80,
+    }];
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let relay = Relay::start(server.addr(), flips, false).await;
+    let spec = TcpClientSpec {
+        rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(20 << 20))),
+        ..timed_spec(relay.addr, TcpPattern::Pull, 1, 500)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    let _ = server.stop_after(Duration::ZERO).await;
+    assert_eq!(c.summary.data_errors, 1, "{:#?}", c.connections);
+    let r = &c.connections[0];
+    assert!(
+        matches!(
+            r.outcome,
+            Outcome::ProtocolError {
+                kind: ProtocolErrorKind::DataMismatch,
+                direction: Some(Direction::ServerToClient),
+                offset: Some(o),
+                ..
+            } if o == offset
+        ),
+        "{:?}",
+        r.outcome
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_server_direction_is_accept_data_then_its_completion() {
+    // What crossed the wire, recorded by the relay: the server's direction
+    // is the Accept, the data, and the Timed Completion as its last bytes.
+    let server = TestServer::start(server_spec(Ipv4Addr::LOCALHOST.into()));
+    let relay = Relay::start(server.addr(), vec![], true).await;
+    let spec = TcpClientSpec {
+        rate_limit: Some(ValueRange::single(goodput_core::units::ByteRate(20 << 20))),
+        ..timed_spec(relay.addr, TcpPattern::Duplex, 1, 300)
+    };
+    let c = run_client(spec, &mut NullObserver, CancellationToken::new())
+        .await
+        .unwrap();
+    let _ = server.stop_after(Duration::from_millis(100)).await;
+    assert_eq!(c.summary.successful, 1, "{:#?}", c.connections);
+    let r = &c.connections[0];
+    let rec = relay.recording.lock().unwrap();
+    let (up, down) = &rec.streams[0];
+    assert_eq!(
+        up.len() as u64,
+        80 + r.sent_bytes,
+        "hello, then the data, then FIN"
+    );
+    let frame = goodput_core::session::TIMED_COMPLETION_FRAME;
+    assert_eq!(down.len() as u64, 24 + r.received_bytes + frame as u64);
+    let trailer = &down[down.len() - frame..];
+    match goodput_core::session::Message::decode(trailer) {
+        Ok(Some((goodput_core::session::Message::Completion(done), n))) => {
+            assert_eq!(n, frame);
+            assert_eq!(done.sent, r.received_bytes);
+            assert_eq!(done.received, r.sent_bytes);
+            assert!(done.timed.is_some());
+        }
+        other => panic!("the server's direction does not end with its completion: {other:?}"),
+    }
+    // Every data byte on the way down is the pattern's.
+    let data = &down[24..down.len() - frame];
+    assert!(data.iter().enumerate().all(|(i, b)| *b == byte_at(i as u64)));
 }

@@ -267,6 +267,26 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         rate(s.send_bytes_per_second),
         rate(s.recv_bytes_per_second)
     ));
+    if let Some(timed) = &s.timed {
+        // The headline of a timed test: what the receivers got over their
+        // own data-phase time, after the warm-up.
+        let line = |name: &str, d: &goodput_core::result::DirectionTotals| {
+            format!(
+                "  Good-put {name} (receiver side) : {} over {:.3} s   {} connections, {} received ({} in the warm-up, left out of the rate)\n",
+                rate(d.bytes_per_second),
+                d.window_end_s - d.window_start_s,
+                d.connections,
+                format_size(d.bytes),
+                format_size(d.warm_up_bytes)
+            )
+        };
+        if let Some(d) = &timed.up {
+            t.push_str(&line("client -> server", d));
+        }
+        if let Some(d) = &timed.down {
+            t.push_str(&line("server -> client", d));
+        }
+    }
     if let Some(c) = s.connection_bytes_per_second {
         t.push_str(&format!(
             "  Per-connection good-put (both directions) : min {}   median {}   max {}\n",

@@ -8,7 +8,7 @@ use common::*;
 
 #[test]
 fn a_spec_from_flags_runs_as_the_flags_do() {
-    let cases: [&[&str]; 3] = [
+    let cases: [&[&str]; 4] = [
         &[
             "--transfer",
             "1MB",
@@ -26,6 +26,16 @@ fn a_spec_from_flags_runs_as_the_flags_do() {
             "16KiB",
             "--pull-bytes",
             "32KiB",
+            "-c",
+            "2",
+        ],
+        &[
+            "--pattern",
+            "duplex",
+            "--duration",
+            "1s",
+            "--omit",
+            "200ms",
             "-c",
             "2",
         ],
@@ -82,7 +92,7 @@ fn a_spec_from_flags_runs_as_the_flags_do() {
 #[test]
 fn every_rule_reads_the_same_from_a_file_as_from_flags() {
     // (flags, the flag path's message, spec fields, the file path's message)
-    let cases: [(&[&str], &str, &str, &str); 9] = [
+    let cases: [(&[&str], &str, &str, &str); 13] = [
         (
             &["-c", "0"],
             "--connections must be at least 1",
@@ -136,6 +146,30 @@ fn every_rule_reads_the_same_from_a_file_as_from_flags() {
             "--idle-timeout must be above zero",
             r#""idle_timeout": 0"#,
             "tcp.idle_timeout: must be above zero",
+        ),
+        (
+            &["--duration", "0s"],
+            "--duration must be above zero",
+            r#""duration": "0s""#,
+            "tcp.duration: must be above zero",
+        ),
+        (
+            &["--duration", "5s", "--pattern", "pushpull"],
+            "--duration cannot time push_pull, which moves its bytes in segments: give --transfer",
+            r#""duration": "5s", "pattern": "push_pull""#,
+            "tcp.duration: cannot time push_pull, which moves its bytes in segments: give `transfer`",
+        ),
+        (
+            &["--duration", "5s", "--wire", "cts"],
+            "--duration needs the goodput wire: ctsTraffic's protocol has no timed end",
+            r#""duration": "5s", "wire": "cts""#,
+            "tcp.duration: needs the goodput wire: ctsTraffic's protocol has no timed end",
+        ),
+        (
+            &["--duration", "5s", "--omit", "5s"],
+            "--omit must be shorter than --duration",
+            r#""duration": "5s", "omit": "5s""#,
+            "tcp.omit: must be shorter than `duration`",
         ),
     ];
     for (i, (flags, flag_says, fields, file_says)) in cases.iter().enumerate() {

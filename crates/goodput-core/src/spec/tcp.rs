@@ -115,8 +115,18 @@ pub struct TcpSpec {
     pub wire: TcpWire,
     /// Data-flow pattern: push, pull, push_pull, duplex.
     pub pattern: TcpPattern,
-    /// Pattern bytes per connection, or a range picked per connection.
+    /// Pattern bytes per connection, or a range picked per connection
+    /// (not used with `duration`).
     pub transfer: ValueRange<ByteSize>,
+    /// A timed test: each connection's senders send for this long, then
+    /// close their direction; the receivers' counts and times give the
+    /// good-put. push, pull and duplex only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<HumanDuration>,
+    /// With `duration`: the warm-up at the start of each connection's data
+    /// phase that is left out of the good-put (its bytes still count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub omit: Option<HumanDuration>,
     /// Bytes per send and recv call, or a range picked per connection.
     pub buffer: ValueRange<ByteSize>,
     /// push_pull: bytes per client-to-server segment.
@@ -166,6 +176,8 @@ impl Default for TcpSpec {
             wire: TcpWire::Goodput,
             pattern: TcpPattern::Push,
             transfer: ValueRange::single(ByteSize(1 << 30)),
+            duration: None,
+            omit: None,
             buffer: ValueRange::single(ByteSize(1 << 20)),
             push_bytes: ByteSize(1 << 20),
             pull_bytes: ByteSize(1 << 20),
@@ -193,6 +205,7 @@ impl TcpSpec {
             super::split_target(h, self.port).map_err(|e| SpecError::new("hosts", e))?;
         }
         self.check_data()?;
+        self.check_timed()?;
         check_run(self.status_interval, self.idle_timeout, self.time_limit)?;
         if self.connections == 0 {
             return Err(SpecError::new("connections", "must be at least 1"));
@@ -232,6 +245,39 @@ impl TcpSpec {
             ));
         }
         self.socket.validate()
+    }
+
+    /// The rules of a timed test.
+    fn check_timed(&self) -> Result<(), SpecError> {
+        let Some(duration) = self.duration else {
+            return match self.omit {
+                Some(_) => Err(SpecError::new("omit", "needs `duration`")),
+                None => Ok(()),
+            };
+        };
+        if duration.0.is_zero() {
+            return Err(SpecError::new("duration", "must be above zero"));
+        }
+        // The session protocol carries it in milliseconds, in 32 bits.
+        if duration.0.as_millis() > u128::from(u32::MAX) {
+            return Err(SpecError::new("duration", "must be at most 49 days"));
+        }
+        if self.pattern == TcpPattern::PushPull {
+            return Err(SpecError::new(
+                "duration",
+                "cannot time push_pull, which moves its bytes in segments: give `transfer`",
+            ));
+        }
+        if self.wire == TcpWire::Cts {
+            return Err(SpecError::new(
+                "duration",
+                "needs the goodput wire: ctsTraffic's protocol has no timed end",
+            ));
+        }
+        if self.omit.is_some_and(|o| o.0 >= duration.0) {
+            return Err(SpecError::new("omit", "must be shorter than `duration`"));
+        }
+        Ok(())
     }
 
     /// The data rules, shared with the server's `--wire cts` data.

@@ -517,6 +517,7 @@ pub(crate) fn build_result(
             quic: None,
             tcp_info: f.tcp_info,
             media: None,
+            timed: None,
         });
         details.push(Iperf3StreamRecord {
             id: s.id,

@@ -754,6 +754,7 @@ impl Driver {
             quic: None,
             tcp_info: None,
             media: stats,
+            timed: None,
         };
         let _ = self.tx.send(Event::Record(Box::new(record)));
     }
@@ -786,6 +787,7 @@ impl Driver {
             quic: None,
             tcp_info: None,
             media: Some(MediaStats::default()),
+            timed: None,
         }
     }
 

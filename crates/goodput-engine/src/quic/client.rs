@@ -511,6 +511,7 @@ fn record(
         quic: Some(QuicPathStats::default()),
         tcp_info: None,
         media: None,
+        timed: None,
     }
 }
 

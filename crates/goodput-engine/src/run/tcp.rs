@@ -105,6 +105,8 @@ pub(super) async fn run(
         pattern: spec.pattern,
         verify: spec.verify,
         transfer: spec.transfer,
+        duration: spec.duration.map(|d| d.0),
+        omit: spec.omit.map_or(Duration::ZERO, |d| d.0),
         buffer: spec.buffer,
         push_bytes: spec.push_bytes.0,
         pull_bytes: spec.pull_bytes.0,
@@ -156,10 +158,24 @@ fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> 
             }
             .into(),
         ),
-        (
-            "Transfer per connection".into(),
-            range_text(spec.transfer.lo.0, spec.transfer.hi.0),
-        ),
+        match spec.duration {
+            Some(d) => (
+                "Duration per connection".into(),
+                format!(
+                    "{:.3} s{}, then each sender closes its direction; good-put at the receivers",
+                    d.as_secs_f64(),
+                    if spec.omit.is_zero() {
+                        String::new()
+                    } else {
+                        format!(" ({:.3} s warm-up left out)", spec.omit.as_secs_f64())
+                    }
+                ),
+            ),
+            None => (
+                "Transfer per connection".into(),
+                range_text(spec.transfer.lo.0, spec.transfer.hi.0),
+            ),
+        },
         (
             "Buffer per send/recv".into(),
             range_text(spec.buffer.lo.0, spec.buffer.hi.0),

@@ -223,6 +223,7 @@ pub async fn run_sender(
             quic: None,
             tcp_info: None,
             media: None,
+            timed: None,
         };
         observer.on_connection(&record);
         summary.add(&record);

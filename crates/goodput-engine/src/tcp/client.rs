@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use goodput_core::cts;
 use goodput_core::pattern::Pattern;
+use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
-    ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, Span, TcpSettings, TestKind, TestResult,
-    WireProtocol,
+    ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, ReceiverGoodput, Span, TcpSettings, TestKind,
+    TestResult, TimedFigures, WireProtocol,
 };
 use goodput_core::session::{Completion, Hello, Message, Verdict, VerifyMode};
 use goodput_core::units::ValueRange;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
+use super::transfer::Timed;
 use super::{
     drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, DataPhase, Ended, Event, Part, PhaseEnd,
     Progress, RunControl, Shared, ShutdownMode, TcpClientSpec,
@@ -242,10 +244,11 @@ impl Terms {
     }
 
     fn hello(&self, spec: &TcpClientSpec) -> Hello {
+        let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
         Hello {
             pattern: spec.pattern,
             verify: spec.verify,
-            transfer: self.transfer,
+            transfer: if spec.duration.is_some() { 0 } else { self.transfer },
             push_segment: spec.push_bytes,
             pull_segment: spec.pull_bytes,
             server_buffer: self.buffer,
@@ -255,6 +258,8 @@ impl Terms {
             rate_period_ms: spec.rate_period.as_millis() as u32,
             burst_count: spec.burst.map(|b| b.0).unwrap_or(0),
             burst_delay_ms: spec.burst.map(|b| b.1.as_millis() as u32).unwrap_or(0),
+            duration_ms: spec.duration.map_or(0, |d| ms(d).max(1)),
+            omit_ms: spec.duration.map_or(0, |_| ms(spec.omit)),
         }
     }
 
@@ -264,16 +269,20 @@ impl Terms {
         (plan.client_to_server, plan.server_to_client)
     }
 
-    /// The client's part in the data phase.
-    fn part(&self, spec: &TcpClientSpec) -> Part {
+    /// The client's part in the data phase, starting at `now_ns`.
+    fn part(&self, spec: &TcpClientSpec, now_ns: u64) -> Part {
         Part {
             plan: self.hello(spec).plan(),
             is_client: true,
             buffer: self.buffer as usize,
             verify: spec.verify == VerifyMode::Data,
             pacer: Pacer::new(self.rate, spec.rate_period, spec.burst),
-            watch_trailer: spec.wire == WireProtocol::Goodput,
+            // A timed test's trailer comes after the server's FIN.
+            watch_trailer: spec.wire == WireProtocol::Goodput && spec.duration.is_none(),
             deadline_ns: None,
+            timed: spec
+                .duration
+                .map(|d| Box::new(Timed::new(now_ns, d, spec.omit, true))),
         }
     }
 }
@@ -313,6 +322,7 @@ fn record(
         quic: None,
         tcp_info: None,
         media: None,
+        timed: None,
     }
 }
 
@@ -353,8 +363,17 @@ fn connection(ctx: Arc<ClientCtx>, index: u64) -> impl Future<Output = ()> + Sen
         let (end, progress) = if let Some(e) = early {
             (SessionEnd::Early(*e), Progress::default())
         } else {
-            let PhaseEnd { result, progress, .. } = DataPhase::new(&link, terms.part(spec)).await;
-            (SessionEnd::Data(result), progress)
+            let part = terms.part(spec, ctx.run.clock.now_ns());
+            let PhaseEnd {
+                result,
+                progress,
+                timed,
+                ..
+            } = DataPhase::new(&link, part).await;
+            match timed {
+                Some(t) => (SessionEnd::Timed(result, t), progress),
+                None => (SessionEnd::Data(result), progress),
+            }
         };
         let session = Session {
             ctx: &ctx,
@@ -381,6 +400,8 @@ enum SessionEnd {
     Early(Result<Outcome, Failure>),
     /// In the data phase; the server's trailer comes next.
     Data(Result<Ended, Failure>),
+    /// A timed data phase, which read the server's trailer with its data.
+    Timed(Result<Ended, Failure>, Box<Timed>),
 }
 
 /// What the finish needs to know about the connection.
@@ -432,8 +453,19 @@ async fn finish(
         connection_id: id,
         peer: None,
     };
+    let mut figures = None;
+    let mut progress = progress;
+    let timed = matches!(end, SessionEnd::Timed(..));
     let result = match end {
         SessionEnd::Early(r) => r,
+        SessionEnd::Timed(moved, t) => {
+            let judged = judge_timed(moved, progress, &t, spec.pattern, &mut heard);
+            progress.received = t.data_received(progress.received);
+            judged.map(|(outcome, f)| {
+                figures = Some(f);
+                outcome
+            })
+        }
         SessionEnd::Data(moved) => {
             let planned = terms.planned(spec);
             let all_received = progress.received == planned.1;
@@ -454,7 +486,13 @@ async fn finish(
     } else {
         ShutdownMode::Graceful
     };
-    if outcome.is_success() {
+    if outcome.is_success() && timed {
+        // Both sides are closed already: the client's FIN ended its data,
+        // the server's its trailer.
+        if terms.rude {
+            let _ = set_rude_close(stream);
+        }
+    } else if outcome.is_success() {
         if terms.rude {
             let _ = set_rude_close(stream);
         } else if let Err(f) = link.guard(close_gracefully(link)).await {
@@ -475,7 +513,81 @@ async fn finish(
     record.sent_bytes = progress.sent;
     record.received_bytes = progress.received;
     record.tcp_info = tcp;
+    record.timed = figures;
     record
+}
+
+/// This end's outcome of a timed connection, from its data phase and the
+/// server's Timed Completion (the last bytes of the server's direction),
+/// and both directions' good-put as their receivers measured it.
+fn judge_timed(
+    moved: Result<Ended, Failure>,
+    progress: Progress,
+    timed: &Timed,
+    pattern: TcpPattern,
+    heard: &mut Heard,
+) -> Result<(Outcome, TimedFigures), Failure> {
+    moved?;
+    let Some(trailer) = timed.trailer() else {
+        return Err(Failure::BadMessage(format!(
+            "the server's direction ended after {} bytes without its completion record",
+            progress.received
+        )));
+    };
+    let c = match Message::decode(trailer)? {
+        Some((Message::Completion(c @ Completion { timed: Some(_), .. }), _)) => c,
+        Some((other, _)) => {
+            return Err(Failure::BadMessage(format!(
+                "expected a Timed Completion, got {}",
+                other.name()
+            )))
+        }
+        None => return Err(Failure::BadMessage("truncated completion record".into())),
+    };
+    let warm_up = c.timed.unwrap_or_default();
+    let data = timed.data_received(progress.received);
+    let server_outcome = outcome_of_verdict(&c.verdict, "server");
+    heard.peer = Some(Box::new(PeerView {
+        sent_bytes: c.sent,
+        received_bytes: c.received,
+        elapsed_ns: c.elapsed_ns,
+        outcome: server_outcome.clone(),
+    }));
+    let up = matches!(pattern, TcpPattern::Push | TcpPattern::Duplex);
+    let down = matches!(pattern, TcpPattern::Pull | TcpPattern::Duplex);
+    let own_warm_up = timed.warm_up(progress.received);
+    let figures = TimedFigures {
+        data_start_s: timed.start_ns as f64 / 1e9,
+        up: up.then(|| ReceiverGoodput::new(c.received, c.elapsed_ns, warm_up.bytes, warm_up.at_ns)),
+        down: down.then(|| {
+            ReceiverGoodput::new(
+                data,
+                timed
+                    .receive_end_ns(progress.received)
+                    .saturating_sub(timed.start_ns),
+                own_warm_up.bytes,
+                own_warm_up.at_ns,
+            )
+        }),
+    };
+    let outcome = if c.verdict != Verdict::Success {
+        server_outcome
+    } else if c.received != progress.sent || c.sent != data {
+        Outcome::ProtocolError {
+            kind: ProtocolErrorKind::NotAllData,
+            direction: None,
+            offset: None,
+            expected: None,
+            actual: None,
+            message: format!(
+                "the ends disagree: client sent {} and received {} bytes, server received {} and sent {}",
+                progress.sent, data, c.received, c.sent
+            ),
+        }
+    } else {
+        Outcome::Succeeded
+    };
+    Ok((outcome, figures))
 }
 
 /// What the client learns from the server besides data: the shared id and,

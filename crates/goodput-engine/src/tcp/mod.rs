@@ -48,8 +48,14 @@ pub struct TcpClientSpec {
     pub pattern: TcpPattern,
     /// Verification.
     pub verify: VerifyMode,
-    /// Pattern bytes per connection (one value picked per connection).
+    /// Pattern bytes per connection (one value picked per connection);
+    /// not used by a timed test.
     pub transfer: ValueRange<ByteSize>,
+    /// A timed test: each connection's senders send for this long, and
+    /// each direction ends with its sender's FIN.
+    pub duration: Option<Duration>,
+    /// A timed test's warm-up, which the receivers report apart.
+    pub omit: Duration,
     /// Bytes per send/recv call (one value picked per connection).
     pub buffer: ValueRange<ByteSize>,
     /// Push-pull client→server segment.
@@ -136,6 +142,7 @@ impl ServerLimits {
         HelloLimits {
             max_transfer: self.max_transfer,
             max_buffer: self.max_buffer,
+            max_duration_ms: self.max_duration.as_millis().try_into().unwrap_or(u64::MAX),
         }
     }
 }

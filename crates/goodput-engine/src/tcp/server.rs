@@ -11,7 +11,8 @@ use goodput_core::cts;
 use goodput_core::pattern::Pattern;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
-    ConnectionRecord, Outcome, ProtocolErrorKind, TcpSettings, TestKind, TestResult, WireProtocol,
+    ConnectionRecord, Outcome, ProtocolErrorKind, ReceiverGoodput, TcpSettings, TestKind, TestResult,
+    TimedFigures, WireProtocol,
 };
 use goodput_core::session::{Completion, Hello, Message, RejectCode, Verdict, VerifyMode, WireError};
 use socket2::SockRef;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::link::{Failure, Link, Pacer};
+use super::transfer::Timed;
 use super::{
     drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, verdict_of, DataPhase, Event, Part, PhaseEnd,
     Progress, RunControl, Shared, TcpServerSpec,
@@ -293,19 +295,20 @@ fn connection(slot: Slot<ServerCtx>, stream: TcpStream) -> impl Future<Output = 
             result,
             progress,
             sent_all,
+            timed,
         } = DataPhase::new(&link, part).await;
         let ctx = slot.ctx();
         let elapsed_ns = ctx.run.clock.now_ns() - t0;
         ctx.run.counters.leave_in_flight();
-        let outcome = Box::pin(finish_phase(
-            ctx,
-            &link,
-            result.map(|_| ()),
+        let end = PhaseOutcome {
+            result: result.map(|_| ()),
+            pattern: asked.pattern,
             progress,
             elapsed_ns,
             sent_all,
-        ))
-        .await;
+            timed,
+        };
+        let (outcome, figures) = Box::pin(finish(ctx, &link, end)).await;
         let tcp = tcp_info(&stream).ok();
         if !outcome.is_success() {
             let _ = set_rude_close(&stream);
@@ -324,6 +327,7 @@ fn connection(slot: Slot<ServerCtx>, stream: TcpStream) -> impl Future<Output = 
         record.sent_bytes = progress.sent;
         record.received_bytes = progress.received;
         record.tcp_info = tcp;
+        record.timed = figures;
         slot.finish();
         let _ = slot.ctx().tx.send(Event::Record(Box::new(record)));
     }
@@ -342,6 +346,19 @@ fn server_part(ctx: &ServerCtx, hello: &Hello) -> Part {
             Duration::from_millis(hello.burst_delay_ms.into()),
         )
     });
+    let now = ctx.run.clock.now_ns();
+    let max_duration = ctx.spec.limits.max_duration;
+    let timed = hello.is_timed().then(|| {
+        let duration = Duration::from_millis(hello.duration_ms.into());
+        let omit = Duration::from_millis(hello.omit_ms.into());
+        (Box::new(Timed::new(now, duration, omit, false)), duration)
+    });
+    // A timed connection may outlast its duration by the client's drain;
+    // the hello's duration is at most the longest connection allowed.
+    let deadline = match &timed {
+        Some((_, duration)) => max_duration.max(*duration + ctx.spec.idle_timeout),
+        None => max_duration,
+    };
     Part {
         plan: hello.plan(),
         is_client: false,
@@ -354,12 +371,8 @@ fn server_part(ctx: &ServerCtx, hello: &Hello) -> Part {
         ),
         // The server never watches for a trailer: the transfer only completes.
         watch_trailer: false,
-        deadline_ns: Some(
-            ctx.run
-                .clock
-                .now_ns()
-                .saturating_add(ctx.spec.limits.max_duration.as_nanos() as u64),
-        ),
+        deadline_ns: Some(now.saturating_add(deadline.as_nanos() as u64)),
+        timed: timed.map(|(t, _)| t),
     }
 }
 
@@ -405,6 +418,7 @@ fn blank_record(index: u64, peer: SocketAddr) -> ConnectionRecord {
         quic: None,
         tcp_info: None,
         media: None,
+        timed: None,
     }
 }
 
@@ -470,6 +484,8 @@ async fn accept_phase(
                 rate_period_ms: 100,
                 burst_count: 0,
                 burst_delay_ms: 0,
+                duration_ms: 0,
+                omit_ms: 0,
             }
         }
     };
@@ -576,6 +592,7 @@ async fn finish_phase(
                 received: progress.received,
                 elapsed_ns,
                 verdict,
+                timed: None,
             };
             link.guard(link.write_message(&Message::Completion(c), "completion"))
                 .await
@@ -607,6 +624,99 @@ async fn finish_phase(
             Err(f) => outcome_of_failure(&f, "server"),
         },
     }
+}
+
+/// How a connection's data phase ended, for its finish.
+struct PhaseOutcome {
+    result: Result<(), Failure>,
+    pattern: TcpPattern,
+    progress: Progress,
+    elapsed_ns: u64,
+    sent_all: bool,
+    timed: Option<Box<Timed>>,
+}
+
+/// The finish of a byte-planned or a timed connection (one boxed future
+/// for both, so the connection's own future stays small).
+async fn finish(ctx: &ServerCtx, link: &Link<'_>, end: PhaseOutcome) -> (Outcome, Option<TimedFigures>) {
+    match end.timed {
+        Some(t) => finish_timed(ctx, link, end.result, end.pattern, end.progress, &t).await,
+        None => (
+            finish_phase(ctx, link, end.result, end.progress, end.elapsed_ns, end.sent_all).await,
+            None,
+        ),
+    }
+}
+
+/// The end of a timed connection: the server has read the client's
+/// direction to its FIN and sent for the duration. It sends its Timed
+/// Completion as the last bytes of its direction, then its FIN; the client
+/// closed its side first. Returns the server's outcome and what it measured
+/// of the client's direction.
+async fn finish_timed(
+    ctx: &ServerCtx,
+    link: &Link<'_>,
+    result: Result<(), Failure>,
+    pattern: TcpPattern,
+    progress: Progress,
+    timed: &Timed,
+) -> (Outcome, Option<TimedFigures>) {
+    let receives = matches!(pattern, TcpPattern::Push | TcpPattern::Duplex);
+    let result = match result {
+        // A client in pull sends nothing before its FIN.
+        Ok(()) if !receives && progress.received > 0 => Err(Failure::TooMuch),
+        r => r,
+    };
+    let verdict = match &result {
+        Ok(()) => Verdict::Success,
+        Err(f) => verdict_of(f),
+    };
+    // A receiving server's time ends with the client's last data byte; a
+    // server that only sent reports its whole data phase.
+    let receive_ns = match receives {
+        true => timed.receive_end_ns(progress.received),
+        false => ctx.run.clock.now_ns(),
+    }
+    .saturating_sub(timed.start_ns);
+    let warm_up = timed.warm_up(progress.received);
+    let completion = Completion {
+        sent: progress.sent,
+        received: progress.received,
+        elapsed_ns: receive_ns,
+        verdict,
+        timed: Some(warm_up),
+    };
+    let figures = receives.then(|| TimedFigures {
+        data_start_s: timed.start_ns as f64 / 1e9,
+        up: Some(ReceiverGoodput::new(
+            progress.received,
+            receive_ns,
+            warm_up.bytes,
+            warm_up.at_ns,
+        )),
+        down: None,
+    });
+    // Whatever ended the phase, the client reads towards this trailer,
+    // unless the connection itself is gone.
+    if matches!(
+        result,
+        Err(Failure::Net { .. } | Failure::Idle | Failure::Cancelled)
+    ) {
+        return (outcome_of_failure(&result.unwrap_err(), "server"), figures);
+    }
+    let sent = link
+        .guard(link.write_message(&Message::Completion(completion), "completion"))
+        .await;
+    let drain = link.guard(async {
+        link.flush_and_drain().await;
+        Ok(())
+    });
+    let _ = tokio::time::timeout(ctx.spec.idle_timeout, drain).await;
+    let outcome = match (result, sent) {
+        (Err(f), _) | (Ok(()), Err(f)) => outcome_of_failure(&f, "server"),
+        (Ok(()), Ok(())) => Outcome::Succeeded,
+    };
+    (outcome, figures)
 }
 
 #[cfg(test)]
@@ -654,6 +764,8 @@ pub(super) mod tests {
             rate_period_ms: 100,
             burst_count: 0,
             burst_delay_ms: 0,
+            duration_ms: 0,
+            omit_ms: 0,
         }
     }
 

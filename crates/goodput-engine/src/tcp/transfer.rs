@@ -22,8 +22,9 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 
-use goodput_core::pattern::PatternVerifier;
+use goodput_core::pattern::{Mismatch, PatternVerifier};
 use goodput_core::plan::{Direction, PushPullSegments, TcpPattern, TransferPlan};
+use goodput_core::session::{WarmUp, TIMED_COMPLETION_FRAME};
 use tokio::io::ReadBuf;
 
 use super::link::{Failure, Link, Pacer};
@@ -64,6 +65,149 @@ pub(crate) struct PhaseEnd {
     /// Every byte this end was to send has gone (the peer then reads on
     /// towards this end's trailer).
     pub(crate) sent_all: bool,
+    /// A timed test's figures (boxed: most connections are not timed).
+    pub(crate) timed: Option<Box<Timed>>,
+}
+
+/// A timed data phase: when sending stops, what the receiving side saw,
+/// and (on the client) the last bytes of the server's direction, which
+/// are its trailer once its FIN arrives.
+#[derive(Debug)]
+pub(crate) struct Timed {
+    /// When sending stops (run clock, ns).
+    stop_send_ns: u64,
+    /// When the warm-up ends (run clock, ns).
+    warm_up_end_ns: u64,
+    /// When the data phase started (run clock, ns).
+    pub(crate) start_ns: u64,
+    /// What had been received at the first read past the warm-up.
+    warm_up: Option<WarmUp>,
+    /// Bytes at the end of what arrives that are the peer's trailer, not
+    /// data: [`TIMED_COMPLETION_FRAME`] on the client, none on the server.
+    holdback: usize,
+    /// The last `holdback` bytes received, oldest first (`tail_len` valid).
+    tail: [u8; TIMED_COMPLETION_FRAME],
+    tail_len: usize,
+    /// The first byte that differed from the pattern, while it may still
+    /// turn out to be the trailer's.
+    mismatch: Option<Mismatch>,
+    /// The last reads: where each ended in the stream, and when.
+    reads: [(u64, u64); 4],
+    reads_next: usize,
+    /// When the FIN arrived (0: not yet).
+    eof_ns: u64,
+    /// The client shuts its sending side when its sending is done.
+    fin_when_sent: bool,
+    fin_sent: bool,
+}
+
+impl Timed {
+    /// A timed phase starting now that sends for `duration` and sets
+    /// `warm_up` apart. `client`: the client's part.
+    pub(crate) fn new(
+        now_ns: u64,
+        duration: std::time::Duration,
+        warm_up: std::time::Duration,
+        client: bool,
+    ) -> Self {
+        let warm_up_end_ns = now_ns.saturating_add(warm_up.as_nanos() as u64);
+        Self {
+            stop_send_ns: now_ns.saturating_add(duration.as_nanos() as u64),
+            warm_up_end_ns,
+            start_ns: now_ns,
+            warm_up: warm_up.is_zero().then_some(WarmUp { bytes: 0, at_ns: 0 }),
+            holdback: if client { TIMED_COMPLETION_FRAME } else { 0 },
+            tail: [0; TIMED_COMPLETION_FRAME],
+            tail_len: 0,
+            mismatch: None,
+            reads: [(0, now_ns); 4],
+            reads_next: 0,
+            eof_ns: 0,
+            fin_when_sent: client,
+            fin_sent: false,
+        }
+    }
+
+    /// Data bytes received (the trailer left out), from all bytes received.
+    pub(crate) fn data_received(&self, received: u64) -> u64 {
+        received.saturating_sub(self.holdback as u64)
+    }
+
+    /// The peer's trailer (client): the last bytes of its direction, once
+    /// they have all arrived.
+    pub(crate) fn trailer(&self) -> Option<&[u8]> {
+        (self.holdback > 0 && self.tail_len == self.holdback && self.eof_ns > 0).then_some(&self.tail[..])
+    }
+
+    /// The receiving side's time: from the start of the data phase to the
+    /// read that brought the last data byte (run clock, ns).
+    pub(crate) fn receive_end_ns(&self, received: u64) -> u64 {
+        let data = self.data_received(received);
+        // The latest read that still carried data: the one whose start lay
+        // before the end of the data.
+        let mut best = self.start_ns;
+        let mut prev_end = None;
+        for i in 0..self.reads.len() {
+            let (end, at) = self.reads[(self.reads_next + i) % self.reads.len()];
+            let start = prev_end.unwrap_or(0);
+            if end > start && start < data {
+                best = best.max(at);
+            }
+            prev_end = Some(end);
+        }
+        if data > 0 && best == self.start_ns {
+            // The trailer came in more reads than are kept: the oldest kept.
+            best = self.reads[self.reads_next].1;
+        }
+        best
+    }
+
+    /// What was received inside the warm-up (bytes, and when it ended,
+    /// ns into the data phase), the trailer left out.
+    pub(crate) fn warm_up(&self, received: u64) -> WarmUp {
+        let data = self.data_received(received);
+        match self.warm_up {
+            Some(w) => WarmUp {
+                bytes: w.bytes.min(data),
+                at_ns: w.at_ns,
+            },
+            // The data ended inside the warm-up: nothing after it.
+            None => WarmUp {
+                bytes: data,
+                at_ns: self.receive_end_ns(received).saturating_sub(self.start_ns),
+            },
+        }
+    }
+
+    /// A byte that differed from the pattern and that is data, not trailer.
+    pub(crate) fn data_mismatch(&self, received: u64) -> Option<Mismatch> {
+        self.mismatch.filter(|m| m.offset < self.data_received(received))
+    }
+
+    /// Keeps the last bytes of a read and notes when it ended.
+    fn after_read(&mut self, bytes: &[u8], total: u64, now_ns: u64) {
+        let keep = self.holdback;
+        if keep > 0 {
+            let n = bytes.len();
+            if n >= keep {
+                self.tail[..keep].copy_from_slice(&bytes[n - keep..]);
+                self.tail_len = keep;
+            } else {
+                let kept = self.tail_len.min(keep - n);
+                self.tail.copy_within(self.tail_len - kept..self.tail_len, 0);
+                self.tail[kept..kept + n].copy_from_slice(bytes);
+                self.tail_len = kept + n;
+            }
+        }
+        self.reads[self.reads_next] = (total, now_ns);
+        self.reads_next = (self.reads_next + 1) % self.reads.len();
+        if self.warm_up.is_none() && now_ns >= self.warm_up_end_ns {
+            self.warm_up = Some(WarmUp {
+                bytes: total,
+                at_ns: now_ns - self.start_ns,
+            });
+        }
+    }
 }
 
 /// What one end does in a connection's data phase.
@@ -79,6 +223,8 @@ pub(crate) struct Part {
     /// The phase fails with [`Failure::Cancelled`] at this time on the run
     /// clock (the server's longest connection), if any.
     pub(crate) deadline_ns: Option<u64>,
+    /// A timed test: send until its time, receive until the peer's FIN.
+    pub(crate) timed: Option<Box<Timed>>,
 }
 
 /// Moves the pattern bytes of a [`Part`] in both directions until both
@@ -116,6 +262,7 @@ struct Flow<'l, 'a> {
     is_client: bool,
     verify: bool,
     watch_trailer: bool,
+    timed: Option<Box<Timed>>,
 }
 
 enum Step {
@@ -136,6 +283,14 @@ impl<'l, 'a> DataPhase<'l, 'a> {
             LowWater::new(std::os::fd::AsRawFd::as_raw_fd(link.stream))
         } else {
             LowWater::off()
+        };
+        // A timed phase reads until the peer's FIN in any pattern (the
+        // client's trailer comes that way, and the server confirms that a
+        // client in pull sends nothing).
+        let recv_total = if part.timed.is_some() {
+            u64::MAX
+        } else {
+            recv_total
         };
         let (send_end, recv_end, segments) = if plan.pattern == TcpPattern::PushPull {
             (0, 0, plan.segments())
@@ -164,6 +319,7 @@ impl<'l, 'a> DataPhase<'l, 'a> {
                 is_client: part.is_client,
                 verify: part.verify,
                 watch_trailer: part.watch_trailer,
+                timed: part.timed,
             },
             idle_check_ns,
             seen: link.activity.load(Relaxed),
@@ -205,7 +361,7 @@ impl Flow<'_, '_> {
         (dir == Direction::ClientToServer) == self.is_client
     }
 
-    fn end(&self, mut result: Result<Ended, Failure>) -> Poll<PhaseEnd> {
+    fn end(&mut self, mut result: Result<Ended, Failure>) -> Poll<PhaseEnd> {
         // A socket that fails once the run is stopping most likely failed
         // because of the stop (a peer in the same run, stopped a moment
         // earlier, reset it): the connection is one the stop aborted. The
@@ -219,7 +375,16 @@ impl Flow<'_, '_> {
             result,
             progress: self.progress,
             sent_all: self.sent_all(),
+            timed: self.timed.take(),
         })
+    }
+
+    /// A timed sender's stop time while it still sends ([`NEVER`]: none).
+    fn stop_due_ns(&self) -> u64 {
+        match &self.timed {
+            Some(t) if self.send_end == u64::MAX => t.stop_send_ns,
+            _ => NEVER,
+        }
     }
 
     fn recv_direction(&self) -> Direction {
@@ -239,24 +404,42 @@ impl Flow<'_, '_> {
         let stream = self.link.stream;
         let pattern = &self.link.run.pattern;
         // The verifier's place in the stream is the count of bytes received.
-        let verifier = self.verify.then(|| PatternVerifier::at(self.progress.received));
+        // A timed client holds back a mismatch once one is seen: it may be
+        // in the server's trailer.
+        let verify = self.verify && self.timed.as_ref().is_none_or(|t| t.mismatch.is_none());
+        let verifier = verify.then(|| PatternVerifier::at(self.progress.received));
+        let timed = self.timed.as_deref_mut();
+        let total = self.progress.received;
         let got = SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
             if scratch.len() < want {
                 scratch.resize(want, 0);
             }
             match stream.try_read(&mut scratch[..want]) {
-                Ok(n) => Ok(Some((
-                    n,
-                    verifier
-                        .map(|mut v| v.check(pattern, &scratch[..n]))
-                        .unwrap_or(Ok(())),
-                ))),
+                Ok(n) => {
+                    if let (Some(t), true) = (timed, n > 0) {
+                        t.after_read(&scratch[..n], total + n as u64, self.link.run.clock.now_ns());
+                    }
+                    Ok(Some((
+                        n,
+                        verifier
+                            .map(|mut v| v.check(pattern, &scratch[..n]))
+                            .unwrap_or(Ok(())),
+                    )))
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
                 Err(err) => Err(Failure::Net { during: "recv", err }),
             }
         })?;
         match got {
+            Some((0, _)) if self.timed.is_some() => {
+                // The peer's FIN ends a timed direction.
+                if let Some(t) = &mut self.timed {
+                    t.eof_ns = self.link.run.clock.now_ns();
+                }
+                self.recv_end = self.progress.received;
+                Ok(Step::Done)
+            }
             Some((0, _)) => Err(Failure::Eof { during: "recv" }),
             Some((n, checked)) => {
                 // The chunk was delivered, bad byte or not: count it first.
@@ -268,10 +451,28 @@ impl Flow<'_, '_> {
                     self.link.run.clock.now_ns(),
                     self.recv_end - self.progress.received,
                 );
+                let checked = match (&mut self.timed, checked) {
+                    (Some(t), Err(m)) if t.holdback > 0 => {
+                        t.mismatch = Some(m);
+                        Ok(())
+                    }
+                    (_, c) => c,
+                };
                 checked.map_err(|mismatch| Failure::Mismatch {
                     direction: self.recv_direction(),
                     mismatch,
                 })?;
+                // A held mismatch that more bytes have since followed is data.
+                if let Some(mismatch) = self
+                    .timed
+                    .as_ref()
+                    .and_then(|t| t.data_mismatch(self.progress.received))
+                {
+                    return Err(Failure::Mismatch {
+                        direction: self.recv_direction(),
+                        mismatch,
+                    });
+                }
                 Ok(Step::Moved)
             }
             None => match stream.poll_read_ready(cx) {
@@ -283,6 +484,21 @@ impl Flow<'_, '_> {
     }
 
     fn send_once(&mut self, cx: &mut Context<'_>) -> Result<Step, Failure> {
+        if let Some(t) = &mut self.timed {
+            if self.send_end == u64::MAX && self.link.run.clock.now_ns() >= t.stop_send_ns {
+                self.send_end = self.progress.sent;
+            }
+            if self.send_end == self.progress.sent && t.fin_when_sent && !t.fin_sent {
+                // The client's FIN ends its direction of a timed test.
+                t.fin_sent = true;
+                socket2::SockRef::from(self.link.stream)
+                    .shutdown(std::net::Shutdown::Write)
+                    .map_err(|err| Failure::Net {
+                        during: "shutdown",
+                        err,
+                    })?;
+            }
+        }
         let left = self.send_end - self.progress.sent;
         if left == 0 {
             return Ok(Step::Done);
@@ -383,7 +599,11 @@ impl Future for DataPhase<'_, '_> {
             }
             let pace_due_ns = me.flow.pace_due_ns;
             // One due time for every wake-up: the watchdog, the deadline, pacing.
-            let wake_ns = me.idle_check_ns.min(me.deadline_ns).min(pace_due_ns);
+            let wake_ns = me
+                .idle_check_ns
+                .min(me.deadline_ns)
+                .min(pace_due_ns)
+                .min(me.flow.stop_due_ns());
             let now = link.run.clock.now_ns();
             if now < wake_ns {
                 if wake_ns != me.due_ns {

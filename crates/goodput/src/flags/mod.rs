@@ -190,7 +190,7 @@ pub struct SocketArgs {
 #[derive(Debug, Args)]
 pub struct OutputArgs {
     /// Stop after this long (in-flight connections are recorded as aborted).
-    #[arg(long, alias = "duration", value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<HumanDuration>,
     /// Status line period.
     #[arg(long, default_value = "5s", value_name = "DURATION")]

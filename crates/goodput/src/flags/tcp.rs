@@ -55,6 +55,19 @@ pub struct TcpArgs {
     /// Pause between bursts.
     #[arg(long, requires = "burst_count", value_name = "DURATION")]
     pub burst_delay: Option<HumanDuration>,
+    /// Send for this long on every connection instead of a --transfer:
+    /// each sender stops on its own clock and closes its direction, the
+    /// receivers report exactly what arrived, and every connection that
+    /// gets there succeeds. The headline good-put is the receivers' bytes
+    /// over their data-phase time. Push, pull and duplex (not push-pull,
+    /// not --wire cts).
+    #[arg(long, value_name = "DURATION", conflicts_with = "transfer")]
+    pub duration: Option<HumanDuration>,
+    /// With --duration: leave the first seconds of each connection's data
+    /// phase out of the good-put (the bytes are still sent, counted and
+    /// verified), like iperf3 -O.
+    #[arg(long, value_name = "DURATION", requires = "duration")]
+    pub omit: Option<HumanDuration>,
     /// Concurrent connections; a new one starts as each ends.
     #[arg(long, short = 'c', default_value_t = 8)]
     pub connections: u64,
@@ -91,6 +104,8 @@ impl TcpArgs {
             wire: self.wire.spec(),
             pattern: self.data.pattern.spec(),
             transfer: self.data.transfer,
+            duration: self.duration,
+            omit: self.omit,
             buffer: self.data.buffer,
             push_bytes: self.data.push_bytes,
             pull_bytes: self.data.pull_bytes,
