@@ -7,6 +7,7 @@
 //! test without opening a socket.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod assertion;
 pub mod cts;
 pub mod echo;
 pub mod iperf3;

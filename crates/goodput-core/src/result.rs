@@ -42,6 +42,10 @@ pub struct TestResult {
     pub connections_omitted: u64,
     /// Why the run ended.
     pub end: EndReason,
+    /// The spec's assertions over this result, each with what was
+    /// measured and whether it held.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assertions: Vec<crate::assertion::AssertionOutcome>,
     /// Why the run failed, and how far it got, when it ended `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunFailure>,

@@ -477,6 +477,7 @@ pub async fn run_echo(
         } else {
             EndReason::Completed
         },
+        assertions: Vec::new(),
         iperf3: None,
         stamp: None,
         stamp_reflector: None,

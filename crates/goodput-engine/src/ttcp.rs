@@ -200,6 +200,7 @@ pub fn run_ttcp(
     let mut summary = SummaryBuilder::default();
     summary.add(&record);
     Ok(TestResult {
+        assertions: Vec::new(),
         spec: None,
         error: None,
         services: None,

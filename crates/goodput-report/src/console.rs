@@ -189,8 +189,34 @@ impl View for ConsoleView {
             return Ok(());
         }
         console_line(&summary_text(result));
+        if let Some(text) = assertions_text(result) {
+            console_line(&text);
+        }
         Ok(())
     }
+}
+
+/// The assertions' outcomes, one line each, when the spec had any.
+pub fn assertions_text(result: &TestResult) -> Option<String> {
+    if result.assertions.is_empty() {
+        return None;
+    }
+    let failed = result.assertions.iter().filter(|a| !a.passed).count();
+    let mut t = format!(
+        "  Assertions : {} of {} held{}\n",
+        result.assertions.len() - failed,
+        result.assertions.len(),
+        if failed > 0 { " (exit status 4)" } else { "" }
+    );
+    for a in &result.assertions {
+        t.push_str(&format!(
+            "    {} {} : measured {}\n",
+            if a.passed { "pass" } else { "FAIL" },
+            a.expression,
+            a.measured_text
+        ));
+    }
+    Some(t.trim_end().to_owned())
 }
 
 fn rate(bytes_per_second: f64) -> String {

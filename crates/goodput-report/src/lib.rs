@@ -14,7 +14,7 @@ mod server;
 mod stamp;
 mod ttcp;
 
-pub use console::{console_line, ConsoleView, Verbosity};
+pub use console::{assertions_text, console_line, ConsoleView, Verbosity};
 pub use echo::{echo_header, echo_legend, echo_line};
 pub use files::{
     is_stdout, open_output, ConnectionFile, ErrorFile, JsonStream, Output, StatusFile, CONNECTION_CSV_HEADER,

@@ -72,6 +72,11 @@ pub struct EchoSpec {
     pub reply_timeout: HumanDuration,
     /// Status line period.
     pub status_interval: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for EchoSpec {
@@ -99,6 +104,7 @@ impl Default for EchoSpec {
             connect_timeout: HumanDuration(Duration::from_secs(10)),
             reply_timeout: HumanDuration(Duration::from_secs(10)),
             status_interval: HumanDuration(Duration::from_secs(1)),
+            assert: Vec::new(),
         }
     }
 }
@@ -111,6 +117,7 @@ impl EchoSpec {
 
     /// Every rule of `goodput echo`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("echo", &self.assert)?;
         if self.target.trim().is_empty() {
             return Err(SpecError::new(
                 "target",

@@ -84,6 +84,11 @@ pub struct Iperf3Spec {
     pub interval: HumanDuration,
     /// How long a connect or a server answer may take.
     pub timeout: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for Iperf3Spec {
@@ -116,6 +121,7 @@ impl Default for Iperf3Spec {
             extra_data: None,
             interval: HumanDuration(Duration::from_secs(1)),
             timeout: HumanDuration(Duration::from_secs(30)),
+            assert: Vec::new(),
         }
     }
 }
@@ -169,6 +175,7 @@ impl Iperf3Spec {
     /// Every rule of `goodput iperf3`'s flags, and the checks an iperf3
     /// server makes of the parameters, before anything is sent.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("iperf3", &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }

@@ -70,6 +70,20 @@ impl TestSpec {
         }
     }
 
+    /// The assertions over its result (none for the server).
+    pub fn assertions(&self) -> &[crate::assertion::Assertion] {
+        match self {
+            TestSpec::Tcp(s) => &s.assert,
+            TestSpec::Stamp(s) => &s.assert,
+            TestSpec::Iperf3(s) => &s.assert,
+            TestSpec::Server(_) => &[],
+            TestSpec::Echo(s) => &s.assert,
+            TestSpec::Ttcp(s) => &s.assert,
+            TestSpec::Udp(s) => &s.assert,
+            TestSpec::Quic(s) => &s.assert,
+        }
+    }
+
     /// Every rule a valid spec keeps; the error names the field.
     pub fn validate(&self) -> Result<(), SpecError> {
         match self {

@@ -69,6 +69,11 @@ pub struct QuicSpec {
     pub family: Family,
     /// Status line period.
     pub status_interval: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for QuicSpec {
@@ -93,6 +98,7 @@ impl Default for QuicSpec {
             sni: None,
             family: Family::Any,
             status_interval: HumanDuration(Duration::from_secs(1)),
+            assert: Vec::new(),
         }
     }
 }
@@ -128,6 +134,7 @@ impl QuicSpec {
 
     /// Every rule of `goodput quic`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("quic", &self.assert)?;
         // The ways of running exclude each other, as the flags do.
         let given = [
             ("upload", self.upload.is_some()),

@@ -52,6 +52,11 @@ pub struct StampSpec {
     pub stateful: bool,
     /// Status line period.
     pub status_interval: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for StampSpec {
@@ -72,6 +77,7 @@ impl Default for StampSpec {
             family: Family::Any,
             stateful: false,
             status_interval: HumanDuration(Duration::from_secs(1)),
+            assert: Vec::new(),
         }
     }
 }
@@ -99,6 +105,7 @@ impl StampSpec {
 
     /// Every rule of `goodput stamp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("stamp", &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }

@@ -163,6 +163,11 @@ pub struct TcpSpec {
     pub status_interval: HumanDuration,
     /// Fail a connection that moves nothing for this long.
     pub idle_timeout: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for TcpSpec {
@@ -194,6 +199,7 @@ impl Default for TcpSpec {
             time_limit: None,
             status_interval: HumanDuration(Duration::from_secs(5)),
             idle_timeout: HumanDuration(Duration::from_secs(30)),
+            assert: Vec::new(),
         }
     }
 }
@@ -201,6 +207,7 @@ impl Default for TcpSpec {
 impl TcpSpec {
     /// Every rule of `goodput tcp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("tcp", &self.assert)?;
         for h in &self.hosts {
             super::split_target(h, self.port).map_err(|e| SpecError::new("hosts", e))?;
         }

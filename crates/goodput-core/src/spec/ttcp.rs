@@ -64,6 +64,11 @@ pub struct TtcpSpec {
     /// UDP receiver: end a transfer when nothing arrives for this long (its
     /// end markers were lost).
     pub udp_idle: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for TtcpSpec {
@@ -81,6 +86,7 @@ impl Default for TtcpSpec {
             bind: None,
             family: Family::Any,
             udp_idle: HumanDuration(Duration::from_secs(5)),
+            assert: Vec::new(),
         }
     }
 }
@@ -98,6 +104,7 @@ impl TtcpSpec {
 
     /// Every rule of `goodput ttcp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("ttcp", &self.assert)?;
         match (self.role, &self.host) {
             (None, _) => {
                 return Err(SpecError::new(

@@ -58,6 +58,11 @@ pub struct UdpSpec {
     pub time_limit: Option<HumanDuration>,
     /// Status line period.
     pub status_interval: HumanDuration,
+    /// Pass/fail assertions over the result's figures, such as
+    /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
+    /// fails gives the exit status for failed assertions.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub assert: Vec<crate::assertion::Assertion>,
 }
 
 impl Default for UdpSpec {
@@ -79,6 +84,7 @@ impl Default for UdpSpec {
             family: Family::Any,
             time_limit: None,
             status_interval: HumanDuration(Duration::from_secs(1)),
+            assert: Vec::new(),
         }
     }
 }
@@ -100,6 +106,7 @@ impl UdpSpec {
 
     /// Every rule of `goodput udp`'s flags.
     pub fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check("udp", &self.assert)?;
         if !(1..=1_000_000).contains(&self.frame_rate) {
             return Err(SpecError::new("frame_rate", "must be 1-1000000"));
         }

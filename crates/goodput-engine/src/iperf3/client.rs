@@ -546,6 +546,7 @@ pub(crate) fn build_result(
     };
     let limit = if p.num > 0 { Some(p.num) } else { None };
     TestResult {
+        assertions: Vec::new(),
         spec: None,
         error: None,
         services: None,

@@ -182,6 +182,7 @@ pub async fn run_media(
         summary,
         connections_omitted,
         end: f.end,
+        assertions: Vec::new(),
         iperf3: None,
         stamp: None,
         stamp_reflector: None,

@@ -438,6 +438,7 @@ pub async fn run_quic(
         } else {
             EndReason::Completed
         },
+        assertions: Vec::new(),
         iperf3: None,
         stamp: None,
         stamp_reflector: None,

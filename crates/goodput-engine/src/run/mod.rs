@@ -14,6 +14,7 @@ mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use goodput_core::assertion::{self, AssertionOutcome};
 use goodput_core::result::{
     EndReason, FailureStage, RunFailure, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
     SCHEMA_VERSION,
@@ -82,13 +83,27 @@ pub async fn run(
         TestSpec::Ttcp(s) => ttcp::run(s, context.ttcp_data, context.ttcp_lines, cancel).await,
         TestSpec::Server(s) => server::run(s, context.iperf3_observer, observer, cancel, max_records).await,
     };
-    match outcome {
+    let mut result = match outcome {
         Ok(mut r) => {
             r.spec = Some(spec.clone());
             r
         }
         Err(f) => failed(spec, f.stage, f.message),
-    }
+    };
+    result.assertions = match result.end {
+        EndReason::Failed => spec
+            .assertions()
+            .iter()
+            .map(|a| AssertionOutcome {
+                expression: a.text.clone(),
+                measured: None,
+                measured_text: "the run failed".into(),
+                passed: false,
+            })
+            .collect(),
+        _ => assertion::evaluate(spec.kind(), spec.assertions(), &result),
+    };
+    result
 }
 
 /// A kind's run that ended without a result of its own.
@@ -265,6 +280,7 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
 pub fn failed(spec: &TestSpec, stage: FailureStage, reason: impl Into<String>) -> TestResult {
     let (kind, wire) = result_kind(spec);
     TestResult {
+        assertions: Vec::new(),
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind,

@@ -249,6 +249,7 @@ pub async fn run_sender(
         EndReason::Completed
     };
     Ok(TestResult {
+        assertions: Vec::new(),
         spec: None,
         error: None,
         services: None,

@@ -361,6 +361,7 @@ impl Driven {
         settings: TcpSettings,
     ) -> TestResult {
         TestResult {
+            assertions: Vec::new(),
             spec: None,
             error: None,
             services: None,

@@ -22,6 +22,7 @@ pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
 /// The test `goodput echo`'s flags describe.
 fn spec_of(args: &EchoArgs) -> EchoSpec {
     EchoSpec {
+        assert: args.assert.clone(),
         target: args.target.clone(),
         port: args.port,
         family: Family::of(args.ipv4, args.ipv6),

@@ -35,6 +35,7 @@ impl Observer for Iperf3ServerView {
 
 pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
     let spec = Iperf3Spec {
+        assert: args.assert.clone(),
         host: args.host.clone(),
         port: args.port,
         time: HumanDuration(Duration::from_secs(u64::from(args.time))),

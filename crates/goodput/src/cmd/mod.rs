@@ -40,6 +40,10 @@ pub(crate) const EXIT_FATAL: u8 = 3;
 /// Exit status: interrupted by SIGINT/SIGTERM (after the summary and files).
 pub(crate) const EXIT_INTERRUPTED: u8 = 130;
 
+/// Exit status: the run ended without failures, but an `--assert` did not
+/// hold.
+pub(crate) const EXIT_ASSERTION: u8 = 4;
+
 /// Why the program stops early.
 pub(crate) enum Stop {
     /// Bad flags or values (exit 2).
@@ -65,9 +69,12 @@ pub(crate) fn usage(msg: impl Into<String>) -> Stop {
 }
 
 /// A client's exit status: failed (even if interrupted too), interrupted,
-/// or fine.
+/// an assertion that did not hold, or fine.
 pub(crate) fn exit_status(result: &TestResult, failed: bool) -> u8 {
-    exit_code(result.end == EndReason::Interrupted, failed)
+    match exit_code(result.end == EndReason::Interrupted, failed) {
+        EXIT_OK if result.assertions.iter().any(|a| !a.passed) => EXIT_ASSERTION,
+        code => code,
+    }
 }
 
 /// A failure wins over an interruption: the README's 130 means "stopped,

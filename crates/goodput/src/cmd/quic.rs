@@ -27,6 +27,7 @@ fn quic_flag_error(e: &SpecError) -> Stop {
 
 pub(crate) async fn quic(args: QuicArgs) -> Result<u8, Stop> {
     let spec = QuicSpec {
+        assert: args.assert.clone(),
         host: args.host.clone(),
         port: args.port,
         scenario: args.scenario.clone().or_else(|| args.scenario_flag.clone()),

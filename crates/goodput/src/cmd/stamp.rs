@@ -10,6 +10,7 @@ use goodput_engine::run::RunContext;
 
 pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
     let spec = StampSpec {
+        assert: args.assert.clone(),
         host: args.host.clone(),
         port: args.port,
         // The default interval is the spec's default too: left out, so

@@ -24,6 +24,7 @@ pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
 /// The test `goodput ttcp`'s flags describe.
 fn spec_of(args: &TtcpArgs) -> TtcpSpec {
     TtcpSpec {
+        assert: args.assert.clone(),
         role: Some(if args.transmit {
             TtcpRole::Transmit
         } else {

@@ -11,6 +11,7 @@ use std::path::Path;
 
 pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
     let spec = UdpSpec {
+        assert: args.assert.clone(),
         host: args.host.clone(),
         port: args.port,
         bitrate: args.bitrate,

@@ -88,6 +88,13 @@ pub struct TcpArgs {
     /// `goodput run`) and exit without running it.
     #[arg(long)]
     pub print_spec: bool,
+    /// A pass/fail check on the result (repeatable): FIGURE OP VALUE, the
+    /// value with its figure's unit, e.g. 'goodput >= 900Mbit',
+    /// 'loss < 0.1%', 'rtt.p99 < 5ms', 'errors == 0'. Any that fails makes
+    /// the exit status 4. Figures: goodput, goodput.up, goodput.down (rates), sent, received (sizes), fairness; and errors, successful, aborted
+    /// (counts).
+    #[arg(long = "assert", value_name = "EXPR")]
+    pub assert: Vec<goodput_core::assertion::Assertion>,
 }
 
 impl TcpArgs {
@@ -96,6 +103,7 @@ impl TcpArgs {
         let mut hosts: Vec<String> = self.host.iter().cloned().collect();
         hosts.extend(self.target.iter().cloned());
         TcpSpec {
+            assert: self.assert.clone(),
             hosts,
             port: self.port,
             family: Family::of(self.ipv4, self.ipv6),
