@@ -288,8 +288,15 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         format_size(s.received_bytes)
     ));
     t.push_str(&format!("  Total Time : {:.3} s\n", s.duration_s));
+    // A timed test's headline is its receivers' (below); this end's
+    // bytes over the whole run are only context there.
     t.push_str(&format!(
-        "  Good-put : sent {}   received {}\n",
+        "  {} : sent {}   received {}\n",
+        if s.timed.is_some() {
+            "This end over the whole run"
+        } else {
+            "Good-put"
+        },
         rate(s.send_bytes_per_second),
         rate(s.recv_bytes_per_second)
     ));
