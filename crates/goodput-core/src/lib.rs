@@ -18,6 +18,7 @@ pub mod plan;
 pub mod quic;
 pub mod rate;
 pub mod result;
+pub mod schedule;
 pub mod session;
 pub mod spec;
 pub mod stamp;
