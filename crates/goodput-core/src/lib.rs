@@ -12,6 +12,7 @@ pub mod cts;
 pub mod echo;
 pub mod iperf3;
 pub mod media;
+pub mod mesh;
 pub mod metrics;
 pub mod pattern;
 pub mod plan;

@@ -106,6 +106,14 @@ pub fn spec_schema() -> String {
     serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
 }
 
+/// The JSON Schema of the agent's mesh configuration (`goodput schema --mesh`).
+pub fn mesh_schema() -> String {
+    let mut schema = serde_json::to_value(schemars::schema_for!(goodput_core::mesh::MeshConfig))
+        .expect("schema serialises");
+    close_spec_kinds(&mut schema);
+    serde_json::to_string_pretty(&schema).expect("schema serialises") + "\n"
+}
+
 /// A spec's kind is a tag inside its object, so the derived schema of each
 /// kind lists its fields without closing the object; close it, so that the
 /// schema refuses an unknown field as `goodput run` does.

@@ -6,7 +6,7 @@ mod flags;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::Parser;
-use cmd::{echo, iperf3, quic, run, server, stamp, tcp, ttcp, udp};
+use cmd::{agent, echo, iperf3, quic, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -32,11 +32,11 @@ pub static MALLOC_CONF: &[u8; 85] =
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Schema { spec } => {
-            let schema = if spec {
-                goodput_report::spec_schema()
-            } else {
-                goodput_report::result_schema()
+        Command::Schema { spec, mesh } => {
+            let schema = match (spec, mesh) {
+                (true, _) => goodput_report::spec_schema(),
+                (_, true) => goodput_report::mesh_schema(),
+                _ => goodput_report::result_schema(),
             };
             goodput_report::console_line(schema.trim_end());
             Ok(EXIT_OK)
@@ -47,6 +47,7 @@ fn main() -> ExitCode {
             Ok(EXIT_OK)
         }
         Command::Man { command } => man_page(command.as_deref()),
+        Command::Agent(args) => agent::agent(&args),
         Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp::tcp(*args))),
         Command::Run(args) => runtime().and_then(|rt| on_worker(&rt, run::run_document(*args))),
         Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server::server(*args))),

@@ -118,7 +118,7 @@ impl SpecError {
         }
     }
 
-    fn within(mut self, prefix: &str) -> Self {
+    pub(crate) fn within(mut self, prefix: &str) -> Self {
         self.field = if self.field.is_empty() {
             prefix.to_owned()
         } else {
@@ -220,12 +220,12 @@ pub fn read_document(text: &str, toml: bool) -> Result<Vec<TestSpec>, SpecError>
     Ok(specs)
 }
 
-fn one_line(s: &str) -> String {
+pub(crate) fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// One spec from a JSON value, with the path of a bad field.
-fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
+pub(crate) fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
     let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "server"];
     match kind.as_deref() {
@@ -274,7 +274,7 @@ fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" with the nearest
 /// known name offered.
-fn suggest(message: &str) -> String {
+pub(crate) fn suggest(message: &str) -> String {
     let Some(rest) = message.strip_prefix("unknown field `") else {
         return message.to_owned();
     };

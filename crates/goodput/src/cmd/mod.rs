@@ -1,6 +1,7 @@
 //! What every command shares: exit statuses, the runtime, signals, the
 //! embedded loopback server, name resolution and the spec helpers.
 
+pub(crate) mod agent;
 pub(crate) mod echo;
 pub(crate) mod iperf3;
 pub(crate) mod quic;

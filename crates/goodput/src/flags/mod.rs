@@ -1,6 +1,7 @@
 //! Every flag, with its help text, default and validation, in one place;
 //! `--help` is generated from these definitions.
 
+mod agent;
 mod echo;
 mod iperf3;
 mod quic;
@@ -10,6 +11,7 @@ mod tcp;
 mod ttcp;
 mod udp;
 
+pub use agent::*;
 pub use echo::*;
 pub use iperf3::*;
 pub use quic::*;
@@ -75,12 +77,19 @@ pub enum Command {
     /// standard input): one test, or several under `tests`, in order. Make
     /// one with a command's --print-spec.
     Run(Box<RunArgs>),
+    /// The measurement agent: with --check-config, check a mesh
+    /// configuration and print the tasks this host would run and with whom.
+    Agent(Box<AgentArgs>),
     /// Print the JSON Schema of the result document (--json), or with
-    /// --spec of the spec document (`goodput run`).
+    /// --spec of the spec document (`goodput run`), or with --mesh of the
+    /// agent's mesh configuration.
     Schema {
         /// The spec document's schema instead of the result's.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "mesh")]
         spec: bool,
+        /// The mesh configuration's schema instead of the result's.
+        #[arg(long)]
+        mesh: bool,
     },
     /// Print a shell completion script, made from the same flag definitions
     /// as --help (e.g. `goodput completions bash > /etc/bash_completion.d/goodput`).

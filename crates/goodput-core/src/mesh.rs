@@ -1,0 +1,749 @@
+//! The agent's mesh configuration, in the spirit of perfSONAR's pSConfig:
+//! named addresses, groups that make pairs of them, tests (spec documents
+//! with `{{source}}` and `{{dest}}` where the pair's addresses go),
+//! schedules, and tasks that bind a group, a test and a schedule. Each
+//! agent reads the same document and runs only the tasks whose source is
+//! one of its own addresses.
+//!
+//! ```toml
+//! [addresses.alpha]
+//! address = "10.0.0.1"
+//! [addresses.beta]
+//! address = "10.0.0.2"
+//! [addresses.router]
+//! address = "10.0.0.254"
+//! no_agent = true           # a STAMP reflector, an iperf3 server: no negotiation
+//!
+//! [groups.core]
+//! type = "mesh"             # every ordered pair; "disjoint": a × b; "list": each alone
+//! addresses = ["alpha", "beta"]
+//!
+//! [tests.throughput]
+//! kind = "tcp"
+//! hosts = ["{{dest}}"]
+//! duration = "20s"
+//!
+//! [schedules.every-6h]
+//! repeat = "PT6H"           # ISO 8601, or "6h"
+//! slip = "PT1H"
+//! sliprand = true
+//!
+//! [tasks.core-throughput]
+//! group = "core"
+//! test = "throughput"
+//! schedule = "every-6h"
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::{mix, Ms, Repeat, RunClass};
+use crate::spec::{SpecError, TestSpec};
+
+/// The whole configuration document.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct MeshConfig {
+    /// Hosts by name.
+    pub addresses: BTreeMap<String, Address>,
+    /// Sets of addresses and how they pair.
+    pub groups: BTreeMap<String, Group>,
+    /// Tests by name: spec documents (any kind but `server`) in which
+    /// `{{source}}` and `{{dest}}` stand for a pair's addresses.
+    #[schemars(with = "BTreeMap<String, TestSpec>")]
+    pub tests: BTreeMap<String, serde_json::Value>,
+    /// When tasks run.
+    pub schedules: BTreeMap<String, Schedule>,
+    /// What runs: a group, a test and a schedule.
+    pub tasks: BTreeMap<String, Task>,
+}
+
+/// One host.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Address {
+    /// Its name or IP address, as tests reach it.
+    pub address: String,
+    /// Other addresses of the same host by label (`ipv6 = "2001:db8::1"`);
+    /// a task with that `label` uses them.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Free-form tags (site, role), for the dashboard and for filters.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// No agent runs there (a stock iperf3 server, a router's reflector, a
+    /// plain `goodput server`): it is only ever tested to, with no
+    /// negotiation, and never runs tasks itself.
+    pub no_agent: bool,
+}
+
+/// How a group pairs its addresses.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Group {
+    /// Every ordered pair of distinct addresses.
+    Mesh {
+        /// The addresses.
+        addresses: Vec<String>,
+    },
+    /// Every address of `a` with every address of `b`, both directions
+    /// unless `unidirectional` (then from `a` to `b` only).
+    Disjoint {
+        /// One side.
+        a: Vec<String>,
+        /// The other.
+        b: Vec<String>,
+        /// Only `a` → `b`.
+        #[serde(default)]
+        unidirectional: bool,
+    },
+    /// Each address alone: single-ended tests (`{{source}}` only).
+    List {
+        /// The addresses.
+        addresses: Vec<String>,
+    },
+}
+
+/// When a task's runs are due.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Schedule {
+    /// Time between runs: ISO 8601 (`PT6H`, `P1D`) or `6h`, `30m`.
+    pub repeat: String,
+    /// How late a run may start after its time (default: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slip: Option<String>,
+    /// Start each run at a random point within its slip (the same point on
+    /// every agent), spreading a mesh's runs.
+    pub sliprand: bool,
+    /// No run before this time (RFC 3339, UTC: `2026-12-01T00:00:00Z`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// No run after this time (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// No more runs than this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u64>,
+    /// A cron expression instead of `repeat` (not supported yet: refused
+    /// with a clear error rather than ignored).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+}
+
+/// Which end of a pair leads the booking of a run's slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Lead {
+    /// The source (it runs the test; the default).
+    #[default]
+    Source,
+    /// The destination.
+    Destination,
+}
+
+/// A group, a test and a schedule.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Task {
+    /// The group's name.
+    pub group: String,
+    /// The test's name.
+    pub test: String,
+    /// The schedule's name.
+    pub schedule: String,
+    /// How it shares hosts (default: by the test's kind — throughput kinds
+    /// exclusive, STAMP background, the rest normal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class: Option<RunClass>,
+    /// Which end books the slot (`scheduled_by`, pSConfig's word).
+    pub scheduled_by: Lead,
+    /// Use the addresses' alternatives with this label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// DSCP code point for the test's traffic (e.g. 8, CS1, "scavenger").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
+    /// Kept in the document but not run.
+    pub disabled: bool,
+}
+
+/// One pair of one task, as the agent that runs it sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairTask {
+    /// The task's name.
+    pub task: String,
+    /// The source's name (the end that runs the test).
+    pub source: String,
+    /// The destination's name (none for a `list` group).
+    pub dest: Option<String>,
+    /// Whether an agent runs at the destination (else no negotiation).
+    pub dest_has_agent: bool,
+    /// Which end books the slot.
+    pub lead: Lead,
+    /// The test with the pair's addresses filled in, validated.
+    pub spec: TestSpec,
+    /// Its class.
+    pub class: RunClass,
+    /// When its runs are due (milliseconds since the Unix epoch).
+    pub repeat: Repeat,
+    /// A seed for `sliprand`, the same on every agent.
+    pub seed: u64,
+}
+
+impl MeshConfig {
+    /// Reads a document (JSON, or TOML when `toml`), with the same kind of
+    /// errors as spec files: the place and what is wrong.
+    pub fn read(text: &str, toml: bool) -> Result<Self, SpecError> {
+        let value: serde_json::Value = if toml {
+            let t: toml::Value = toml::from_str(text).map_err(|e| {
+                SpecError::new(
+                    "",
+                    format!("not valid TOML: {}", crate::spec::one_line(&e.to_string())),
+                )
+            })?;
+            serde_json::to_value(t).map_err(|e| SpecError::new("", e.to_string()))?
+        } else {
+            serde_json::from_str(text).map_err(|e| SpecError::new("", format!("not valid JSON: {e}")))?
+        };
+        let config: MeshConfig = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            SpecError::new(
+                if path == "." { "" } else { &path },
+                crate::spec::suggest(&e.inner().to_string()),
+            )
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Every name resolves, every group pairs something, every test reads
+    /// as a valid spec once a pair's addresses are in, every schedule reads.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        for (name, a) in &self.addresses {
+            if a.address.trim().is_empty() {
+                return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
+            }
+        }
+        for (name, g) in &self.groups {
+            let place = format!("groups.{name}");
+            let members: Vec<&String> = match g {
+                Group::Mesh { addresses } | Group::List { addresses } => addresses.iter().collect(),
+                Group::Disjoint { a, b, .. } => a.iter().chain(b.iter()).collect(),
+            };
+            for m in &members {
+                if !self.addresses.contains_key(m.as_str()) {
+                    return Err(SpecError::new(&place, format!("no address named '{m}'")));
+                }
+            }
+            if self.pairs(g).is_empty() {
+                return Err(SpecError::new(
+                    &place,
+                    "makes no pair (a mesh needs two addresses)",
+                ));
+            }
+        }
+        for (name, s) in &self.schedules {
+            s.repeat_of()
+                .map_err(|e| SpecError::new(&format!("schedules.{name}.{}", e.0), e.1))?;
+        }
+        for (name, t) in &self.tasks {
+            let place = format!("tasks.{name}");
+            let group = self.groups.get(&t.group).ok_or_else(|| {
+                SpecError::new(&format!("{place}.group"), format!("no group named '{}'", t.group))
+            })?;
+            let template = self.tests.get(&t.test).ok_or_else(|| {
+                SpecError::new(&format!("{place}.test"), format!("no test named '{}'", t.test))
+            })?;
+            if !self.schedules.contains_key(&t.schedule) {
+                return Err(SpecError::new(
+                    &format!("{place}.schedule"),
+                    format!("no schedule named '{}'", t.schedule),
+                ));
+            }
+            let single = matches!(group, Group::List { .. });
+            let text = template.to_string();
+            if !single && !text.contains("{{dest}}") {
+                return Err(SpecError::new(
+                    &format!("tests.{}", t.test),
+                    format!(
+                        "names no peer for the pairs of group '{}': write \"{{{{dest}}}}\" where the destination's address goes",
+                        t.group
+                    ),
+                ));
+            }
+            if single && text.contains("{{dest}}") {
+                return Err(SpecError::new(
+                    &format!("tests.{}", t.test),
+                    format!(
+                        "uses {{{{dest}}}}, but group '{}' is a list: it has no destination",
+                        t.group
+                    ),
+                ));
+            }
+            if let Some(label) = &t.label {
+                for (source, dest) in self.pairs(group) {
+                    for n in std::iter::once(&source).chain(dest.as_ref()) {
+                        if !self.addresses[n].labels.contains_key(label) {
+                            return Err(SpecError::new(
+                                &format!("{place}.label"),
+                                format!("address '{n}' has no '{label}' label"),
+                            ));
+                        }
+                    }
+                }
+            }
+            // The test, filled in for the group's first pair, must be a spec.
+            let (source, dest) = self.pairs(group).remove(0);
+            let spec = self
+                .fill(template, &source, dest.as_deref(), t.label.as_deref())
+                .map_err(|e| e.within(&format!("tests.{}", t.test)))?;
+            if matches!(spec, TestSpec::Server(_)) {
+                return Err(SpecError::new(
+                    &format!("tests.{}", t.test),
+                    "a server is not a test: every agent serves already",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The ordered (source, destination) pairs of a group.
+    pub fn pairs(&self, g: &Group) -> Vec<(String, Option<String>)> {
+        let mut out = Vec::new();
+        match g {
+            Group::Mesh { addresses } => {
+                for s in addresses {
+                    for d in addresses.iter().filter(|d| *d != s) {
+                        out.push((s.clone(), Some(d.clone())));
+                    }
+                }
+            }
+            Group::Disjoint { a, b, unidirectional } => {
+                for x in a {
+                    for y in b.iter().filter(|y| *y != x) {
+                        out.push((x.clone(), Some(y.clone())));
+                        if !unidirectional {
+                            out.push((y.clone(), Some(x.clone())));
+                        }
+                    }
+                }
+            }
+            Group::List { addresses } => out.extend(addresses.iter().map(|a| (a.clone(), None))),
+        }
+        // A source with no agent cannot run anything.
+        out.retain(|(s, _)| self.addresses.get(s).is_some_and(|a| !a.no_agent));
+        out.dedup();
+        out
+    }
+
+    fn address_of(&self, name: &str, label: Option<&str>) -> String {
+        let a = &self.addresses[name];
+        label.and_then(|l| a.labels.get(l)).unwrap_or(&a.address).clone()
+    }
+
+    /// A test template with a pair's addresses in, read and validated.
+    fn fill(
+        &self,
+        template: &serde_json::Value,
+        source: &str,
+        dest: Option<&str>,
+        label: Option<&str>,
+    ) -> Result<TestSpec, SpecError> {
+        let text = template
+            .to_string()
+            .replace("{{source}}", &self.address_of(source, label))
+            .replace(
+                "{{dest}}",
+                &dest.map(|d| self.address_of(d, label)).unwrap_or_default(),
+            );
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| SpecError::new("", e.to_string()))?;
+        let spec = crate::spec::read_one(value)?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The tasks an agent runs: every enabled pair whose source is one of
+    /// `mine` (its address names).
+    pub fn tasks_for(&self, mine: &[String]) -> Result<Vec<PairTask>, SpecError> {
+        let mut out = Vec::new();
+        for (name, t) in self.tasks.iter().filter(|(_, t)| !t.disabled) {
+            let group = &self.groups[&t.group];
+            let schedule = &self.schedules[&t.schedule];
+            let repeat = schedule
+                .repeat_of()
+                .map_err(|e| SpecError::new(&format!("schedules.{}.{}", t.schedule, e.0), e.1))?;
+            for (source, dest) in self.pairs(group) {
+                if !mine.contains(&source) {
+                    continue;
+                }
+                let mut spec = self
+                    .fill(&self.tests[&t.test], &source, dest.as_deref(), t.label.as_deref())
+                    .map_err(|e| e.within(&format!("tests.{}", t.test)))?;
+                if let Some(d) = t.dscp {
+                    set_dscp(&mut spec, d);
+                }
+                let class = t.class.unwrap_or(RunClass::of_kind(spec.kind()));
+                let seed = mix(fnv(&format!(
+                    "{name}\0{source}\0{}",
+                    dest.as_deref().unwrap_or("")
+                )));
+                out.push(PairTask {
+                    task: name.clone(),
+                    dest_has_agent: dest.as_ref().is_some_and(|d| !self.addresses[d].no_agent),
+                    source,
+                    dest,
+                    lead: t.scheduled_by,
+                    spec,
+                    class,
+                    repeat,
+                    seed,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The names of the addresses an agent with these IP addresses or
+    /// host names holds.
+    pub fn addresses_of(&self, identities: &[String]) -> Vec<String> {
+        self.addresses
+            .iter()
+            .filter(|(_, a)| {
+                identities.iter().any(|i| {
+                    i.eq_ignore_ascii_case(&a.address) || a.labels.values().any(|l| l.eq_ignore_ascii_case(i))
+                })
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+/// FNV-1a, for a seed that is the same on every host.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Marks a spec's traffic with a DSCP code point, where its kind has one.
+fn set_dscp(spec: &mut TestSpec, dscp: u8) {
+    match spec {
+        TestSpec::Tcp(s) => s.socket.dscp = Some(dscp),
+        TestSpec::Stamp(s) => s.dscp = dscp,
+        TestSpec::Udp(s) => s.dscp = dscp,
+        _ => {}
+    }
+}
+
+impl Schedule {
+    /// The schedule as a [`Repeat`], or the field that is wrong and why.
+    pub fn repeat_of(&self) -> Result<Repeat, (&'static str, String)> {
+        if self.cron.is_some() {
+            return Err((
+                "cron",
+                "cron schedules are not supported yet: use repeat (ISO 8601, such as PT6H)".into(),
+            ));
+        }
+        let every = duration_ms(&self.repeat).map_err(|e| ("repeat", e))?;
+        if every == 0 {
+            return Err(("repeat", "must be above zero".into()));
+        }
+        let slip = match &self.slip {
+            Some(s) => duration_ms(s).map_err(|e| ("slip", e))?,
+            None => 0,
+        };
+        let start = match &self.start {
+            Some(s) => rfc3339_ms(s).map_err(|e| ("start", e))?,
+            None => 0,
+        };
+        let until = match &self.until {
+            Some(s) => Some(rfc3339_ms(s).map_err(|e| ("until", e))?),
+            None => None,
+        };
+        Ok(Repeat {
+            start,
+            every,
+            until,
+            max_runs: self.max_runs,
+            slip,
+            sliprand: self.sliprand,
+        })
+    }
+}
+
+/// An ISO 8601 duration (`PT6H`, `P1DT12H`, `PT90S`, `P2W`) or goodput's
+/// own (`6h`, `90s`), in milliseconds.
+pub fn duration_ms(text: &str) -> Result<Ms, String> {
+    let t = text.trim();
+    let Some(rest) = t.strip_prefix('P').or_else(|| t.strip_prefix('p')) else {
+        return t
+            .parse::<crate::units::HumanDuration>()
+            .map(|d| d.0.as_millis().min(u128::from(u64::MAX)) as u64)
+            .map_err(|_| format!("'{t}' is not a duration: write PT6H, P1D, PT30M or 6h, 30m"));
+    };
+    let bad = || format!("'{t}' is not an ISO 8601 duration (PnDTnHnMnS or PnW)");
+    let (mut total, mut number, mut in_time, mut any) = (0f64, String::new(), false, false);
+    for c in rest.chars() {
+        match c.to_ascii_uppercase() {
+            'T' if number.is_empty() && !in_time => in_time = true,
+            d if d.is_ascii_digit() || d == '.' || d == ',' => number.push(if d == ',' { '.' } else { d }),
+            unit => {
+                let n: f64 = number.parse().map_err(|_| bad())?;
+                number.clear();
+                any = true;
+                total += n * match (unit, in_time) {
+                    ('W', false) => 7.0 * 86_400_000.0,
+                    ('D', false) => 86_400_000.0,
+                    ('H', true) => 3_600_000.0,
+                    ('M', true) => 60_000.0,
+                    ('S', true) => 1_000.0,
+                    _ => return Err(bad()),
+                };
+            }
+        }
+    }
+    if !number.is_empty() || !any || total > u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(total.round() as u64)
+}
+
+/// An RFC 3339 UTC time (`2026-12-01T00:00:00Z`, `...+00:00`), in
+/// milliseconds since the Unix epoch.
+pub fn rfc3339_ms(text: &str) -> Result<Ms, String> {
+    let bad = || format!("'{text}' is not an RFC 3339 UTC time such as 2026-12-01T00:00:00Z");
+    let t = text.trim();
+    let t = t
+        .strip_suffix('Z')
+        .or_else(|| t.strip_suffix("+00:00"))
+        .ok_or_else(bad)?;
+    let (date, time) = t.split_once(['T', ' ']).ok_or_else(bad)?;
+    let d: Vec<i64> = date
+        .split('-')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (time, frac) = time.split_once('.').unwrap_or((time, ""));
+    let h: Vec<i64> = time
+        .split(':')
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let (&[y, m, day], &[hh, mm, ss]) = (&d[..], &h[..]) else {
+        return Err(bad());
+    };
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 || y < 1970 {
+        return Err(bad());
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let doy = (153 * m2 + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms: i64 = match frac {
+        "" => 0,
+        f => format!("0.{f}")
+            .parse::<f64>()
+            .map(|x| (x * 1000.0) as i64)
+            .map_err(|_| bad())?,
+    };
+    Ok((((days * 24 + hh) * 60 + mm) * 60 + ss) as u64 * 1000 + ms as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MESH: &str = r#"
+[addresses.alpha]
+address = "10.0.0.1"
+tags = ["site-a"]
+labels = { v6 = "2001:db8::1" }
+[addresses.beta]
+address = "10.0.0.2"
+labels = { v6 = "2001:db8::2" }
+[addresses.gamma]
+address = "10.0.0.3"
+labels = { v6 = "2001:db8::3" }
+[addresses.router]
+address = "10.0.0.254"
+no_agent = true
+
+[groups.core]
+type = "mesh"
+addresses = ["alpha", "beta", "gamma"]
+[groups.to-router]
+type = "disjoint"
+a = ["alpha", "beta"]
+b = ["router"]
+
+[tests.throughput]
+kind = "tcp"
+hosts = ["{{dest}}"]
+duration = "20s"
+[tests.latency]
+kind = "stamp"
+host = "{{dest}}"
+port = 8620
+
+[schedules.six-hourly]
+repeat = "PT6H"
+slip = "PT1H"
+sliprand = true
+[schedules.always]
+repeat = "1m"
+
+[tasks.core-throughput]
+group = "core"
+test = "throughput"
+schedule = "six-hourly"
+[tasks.core-latency-v6]
+group = "core"
+test = "latency"
+schedule = "always"
+label = "v6"
+dscp = 8
+[tasks.router-latency]
+group = "to-router"
+test = "latency"
+schedule = "always"
+"#;
+
+    #[test]
+    fn each_agent_gets_its_own_pairs_and_islands_get_none() {
+        let c = MeshConfig::read(MESH, true).unwrap();
+        let mine = c.addresses_of(&["10.0.0.1".into()]);
+        assert_eq!(mine, vec!["alpha".to_string()]);
+        let tasks = c.tasks_for(&mine).unwrap();
+        let mut seen: Vec<(String, Option<String>)> =
+            tasks.iter().map(|t| (t.task.clone(), t.dest.clone())).collect();
+        seen.sort();
+        let want: Vec<(String, Option<String>)> = [
+            ("core-latency-v6", "beta"),
+            ("core-latency-v6", "gamma"),
+            ("core-throughput", "beta"),
+            ("core-throughput", "gamma"),
+            ("router-latency", "router"),
+        ]
+        .iter()
+        .map(|(t, d)| (t.to_string(), Some(d.to_string())))
+        .collect();
+        assert_eq!(seen, want);
+        let throughput = tasks.iter().find(|t| t.task == "core-throughput").unwrap();
+        assert_eq!(throughput.class, RunClass::Exclusive);
+        assert!(throughput.dest_has_agent);
+        match &throughput.spec {
+            TestSpec::Tcp(s) => assert_eq!(s.hosts, vec!["10.0.0.2".to_string()]),
+            other => panic!("{other:?}"),
+        }
+        let v6 = tasks.iter().find(|t| t.task == "core-latency-v6").unwrap();
+        assert_eq!(v6.class, RunClass::Background);
+        match &v6.spec {
+            TestSpec::Stamp(s) => {
+                assert!(s.host.as_deref().is_some_and(|h| h.starts_with("2001:db8::")));
+                assert_eq!(s.dscp, 8);
+            }
+            other => panic!("{other:?}"),
+        }
+        let router = tasks.iter().find(|t| t.task == "router-latency").unwrap();
+        assert!(!router.dest_has_agent, "the router runs no agent");
+        // The router is a destination only: it runs nothing.
+        assert!(c.tasks_for(&["router".into()]).unwrap().is_empty());
+        // 3 hosts in a mesh: 6 ordered pairs of each core task; 2 to the router.
+        let all: Vec<String> = c.addresses.keys().cloned().collect();
+        assert_eq!(c.tasks_for(&all).unwrap().len(), 6 + 6 + 2);
+    }
+
+    #[test]
+    fn the_same_pair_spreads_the_same_way_on_every_agent() {
+        let c = MeshConfig::read(MESH, true).unwrap();
+        let a = c.tasks_for(&["alpha".into()]).unwrap();
+        let b = c.tasks_for(&["alpha".into(), "beta".into()]).unwrap();
+        let pick = |v: &[PairTask]| {
+            v.iter()
+                .find(|t| t.task == "core-throughput" && t.dest.as_deref() == Some("beta"))
+                .map(|t| t.seed)
+        };
+        assert_eq!(pick(&a), pick(&b));
+        let t = a.iter().find(|t| t.task == "core-throughput").unwrap();
+        assert_eq!(
+            (t.repeat.every, t.repeat.slip, t.repeat.sliprand),
+            (6 * 3_600_000, 3_600_000, true)
+        );
+    }
+
+    #[test]
+    fn mistakes_name_their_place() {
+        let cases: [(&str, &str, &str); 8] = [
+            (
+                "[groups.core]",
+                "[groups.core]\nextra = 1",
+                "groups.core: unknown field",
+            ),
+            (
+                r#"addresses = ["alpha", "beta", "gamma"]"#,
+                r#"addresses = ["alpha", "beta", "gama"]"#,
+                "groups.core: no address named 'gama'",
+            ),
+            (
+                r#"test = "throughput""#,
+                r#"test = "thruput""#,
+                "tasks.core-throughput.test: no test named 'thruput'",
+            ),
+            (
+                r#"repeat = "PT6H""#,
+                r#"repeat = "every six hours""#,
+                "schedules.six-hourly.repeat: 'every six hours' is not a duration",
+            ),
+            (
+                r#"hosts = ["{{dest}}"]"#,
+                r#"hosts = ["10.0.0.9"]"#,
+                "tests.throughput: names no peer for the pairs of group 'core'",
+            ),
+            (
+                r#"duration = "20s""#,
+                r#"duration = "20s"
+connections = 0"#,
+                "tests.throughput.tcp.connections: must be at least 1",
+            ),
+            (
+                r#"label = "v6""#,
+                r#"label = "v7""#,
+                "tasks.core-latency-v6.label: address 'alpha' has no 'v7' label",
+            ),
+            (
+                r#"repeat = "1m""#,
+                "repeat = \"1m\"\ncron = \"* * * * *\"",
+                "schedules.always.cron: cron schedules are not supported yet",
+            ),
+        ];
+        for (from, to, says) in cases {
+            assert!(MESH.contains(from), "{from}");
+            let e = MeshConfig::read(&MESH.replacen(from, to, 1), true).unwrap_err();
+            let text = format!("{}: {}", e.field, e.message);
+            assert!(text.contains(says), "{text:?} lacks {says:?}");
+        }
+    }
+
+    #[test]
+    fn durations_and_times_read_as_written() {
+        assert_eq!(duration_ms("PT6H"), Ok(6 * 3_600_000));
+        assert_eq!(duration_ms("P1DT12H"), Ok(36 * 3_600_000));
+        assert_eq!(duration_ms("PT1M30S"), Ok(90_000));
+        assert_eq!(duration_ms("P2W"), Ok(14 * 86_400_000));
+        assert_eq!(duration_ms("PT0.5S"), Ok(500));
+        assert_eq!(duration_ms("30m"), Ok(1_800_000));
+        for bad in ["P", "PT", "P6H", "PT6D", "P1X", "six"] {
+            assert!(duration_ms(bad).is_err(), "{bad}");
+        }
+        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Ok(0));
+        assert_eq!(rfc3339_ms("2026-12-01T00:00:00Z"), Ok(1_796_083_200_000));
+        assert_eq!(rfc3339_ms("2000-03-01T12:30:15.250+00:00"), Ok(951_913_815_250));
+        for bad in ["2026-13-01T00:00:00Z", "2026-12-01T00:00:00", "yesterday"] {
+            assert!(rfc3339_ms(bad).is_err(), "{bad}");
+        }
+    }
+}
