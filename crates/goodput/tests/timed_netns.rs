@@ -267,13 +267,29 @@ fn timed_tests_measure_the_shaped_path_as_iperf3_does() {
                 figures[i].1.push(if *d == "up" { up } else { down });
             }
         }
+        let (mut our_sum, mut their_sum) = (0.0, 0.0);
         for (d, (ours, iperf3)) in dirs.iter().zip(figures) {
             let (ours, iperf3) = (median(ours), median(iperf3));
             within(&format!("{name} {d} against the path's limit"), ours, limit, 0.01);
+            // One duplex direction of either tool moves by up to ±0.7%
+            // from run to run (iperf3 --bidir: 93.2–94.5 Mbit/s in six
+            // runs): a direction is held to 2% of iperf3's, the two
+            // directions' sum, which the ACKs' share does not move, to 1%.
+            let tolerance = if dirs.len() > 1 { 0.02 } else { 0.01 };
             within(
                 &format!("{name} {d} against iperf3's receiver"),
                 ours,
                 iperf3,
+                tolerance,
+            );
+            our_sum += ours;
+            their_sum += iperf3;
+        }
+        if dirs.len() > 1 {
+            within(
+                &format!("{name}, both directions, against iperf3's"),
+                our_sum,
+                their_sum,
                 0.01,
             );
         }

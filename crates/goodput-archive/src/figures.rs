@@ -1,0 +1,120 @@
+//! The figures each run is indexed by, read from its result document, and
+//! the key that groups the runs of one measurement.
+
+use goodput_core::result::TestResult;
+use goodput_core::spec::TestSpec;
+use serde::{Deserialize, Serialize};
+
+/// A run's figures in the archive's columns; absent where the kind does
+/// not measure it.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Figures {
+    /// Good-put client → server, bits/s (a timed TCP test: at the receiver).
+    pub throughput_up_bps: Option<f64>,
+    /// Good-put server → client, bits/s.
+    pub throughput_down_bps: Option<f64>,
+    /// Packets or datagrams lost, percent.
+    pub loss_pct: Option<f64>,
+    /// Duplicates.
+    pub duplicates: Option<f64>,
+    /// Reordered packets or datagrams.
+    pub reordered: Option<f64>,
+    /// Smallest delay, µs (STAMP: round trip; echo: a message's round trip).
+    pub delay_min_us: Option<f64>,
+    /// Median delay, µs.
+    pub delay_median_us: Option<f64>,
+    /// 95th percentile delay, µs.
+    pub delay_p95_us: Option<f64>,
+    /// Largest delay, µs.
+    pub delay_max_us: Option<f64>,
+    /// Jitter, µs: RFC 3550 interarrival jitter for UDP streams; for STAMP
+    /// the 95th percentile less the median of the round trip (owping's).
+    pub jitter_us: Option<f64>,
+    /// TCP retransmits (iperf3 tests).
+    pub retransmits: Option<f64>,
+    /// Failed connections, sessions or streams.
+    pub errors: Option<f64>,
+}
+
+/// The figures of a result.
+pub fn figures_of(r: &TestResult) -> Figures {
+    let s = &r.summary;
+    let mut f = Figures {
+        errors: Some(s.failures() as f64),
+        ..Figures::default()
+    };
+    if let Some(t) = &s.timed {
+        f.throughput_up_bps = t.up.map(|d| d.bytes_per_second * 8.0);
+        f.throughput_down_bps = t.down.map(|d| d.bytes_per_second * 8.0);
+    } else if r.media.is_none() && r.stamp.is_none() && r.echo.is_none() && r.quic.is_none() {
+        // A byte-planned TCP test, ttcp, iperf3: this end's rates.
+        f.throughput_up_bps = (s.sent_bytes > 0).then_some(s.send_bytes_per_second * 8.0);
+        f.throughput_down_bps = (s.received_bytes > 0).then_some(s.recv_bytes_per_second * 8.0);
+    }
+    if let Some(d) = &r.iperf3 {
+        f.retransmits = Some(d.streams.iter().filter_map(|x| x.retransmits).sum::<u64>() as f64);
+    }
+    if let Some(m) = &r.media {
+        let t = &m.total;
+        if s.duration_s > 0.0 {
+            let bps = t.received_bytes.map(|b| b as f64 * 8.0 / s.duration_s);
+            if m.upload {
+                f.throughput_up_bps = bps;
+            } else {
+                f.throughput_down_bps = bps;
+            }
+        }
+        f.loss_pct = Some(t.loss_percent);
+        f.duplicates = Some(t.duplicates as f64);
+        f.reordered = Some(t.reordered as f64);
+        f.jitter_us = Some(t.jitter_us);
+    }
+    if let Some(st) = &r.stamp {
+        let t = &st.total;
+        f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
+        f.duplicates = Some(t.duplicates as f64);
+        f.reordered = Some(t.reordered as f64);
+        if let Some(d) = &t.rtt {
+            f.delay_min_us = Some(d.min_us);
+            f.delay_median_us = Some(d.median_us);
+            f.delay_max_us = Some(d.max_us);
+            let p95 = t
+                .histograms
+                .rtt_ns
+                .as_deref()
+                .and_then(goodput_core::stamp::stats::decode_histogram)
+                .filter(|h| !h.is_empty())
+                .map(|h| h.value_at_quantile(0.95) as f64 / 1000.0);
+            f.delay_p95_us = p95;
+            f.jitter_us = p95.map(|p| (p - d.median_us).max(0.0));
+        }
+    }
+    if let Some(e) = &r.echo {
+        if let Some(p) = e.round_trip.as_ref().filter(|p| p.count > 0) {
+            f.delay_min_us = Some(p.min_us);
+            f.delay_median_us = Some(p.p50_us);
+            f.delay_max_us = Some(p.max_us);
+        }
+    }
+    if let Some(q) = &r.quic {
+        if q.duration_s > 0.0 {
+            f.throughput_up_bps = (q.upload_bytes > 0).then(|| q.upload_bytes as f64 * 8.0 / q.duration_s);
+            f.throughput_down_bps =
+                (q.download_bytes > 0).then(|| q.download_bytes as f64 * 8.0 / q.duration_s);
+        }
+    }
+    f
+}
+
+/// The key that groups the runs of one measurement over time: a hash of
+/// the spec (as a document), the end that ran it and the pair.
+pub fn measurement_key(spec: &TestSpec, source: &str, dest: Option<&str>) -> String {
+    let text = serde_json::to_string(spec).unwrap_or_default();
+    let h = [text.as_str(), source, dest.unwrap_or("")]
+        .iter()
+        .flat_map(|p| p.bytes().chain(std::iter::once(0)))
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+    format!("{h:016x}")
+}

@@ -1,0 +1,268 @@
+//! The archive on a real SQLite file: runs stored and read back, figures
+//! from real result documents, series, retention, and a newer schema
+//! refused.
+
+use goodput_archive::{figures_of, measurement_key, Archive, ArchiveError, Metric, Run, RunFilter, RunState};
+use goodput_core::result::TestResult;
+use goodput_core::schedule::RunClass;
+use goodput_core::spec::TestSpec;
+
+fn fixture(name: &str) -> (serde_json::Value, TestResult) {
+    let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(path).unwrap();
+    (
+        serde_json::from_str(&text).unwrap(),
+        serde_json::from_str(&text).unwrap(),
+    )
+}
+
+fn run(id: &str, at: u64, state: RunState, doc: &serde_json::Value, result: &TestResult) -> Run {
+    let spec: TestSpec = serde_json::from_value(doc["spec"].clone()).unwrap();
+    Run {
+        id: id.into(),
+        task: "core".into(),
+        source: "alpha".into(),
+        dest: Some("beta".into()),
+        kind: spec.kind().into(),
+        class: RunClass::of_kind(spec.kind()),
+        state,
+        reason: None,
+        scheduled_ms: at,
+        start_ms: Some(at + 5),
+        end_ms: Some(at + 1000),
+        measurement_key: measurement_key(&spec, "alpha", Some("beta")),
+        spec: doc["spec"].clone(),
+        result: Some(doc.clone()),
+        figures: figures_of(result),
+    }
+}
+
+#[test]
+fn figures_come_from_each_kinds_result() {
+    let (doc, r) = fixture("tcp-duplex");
+    let f = figures_of(&r);
+    let up = doc["summary"]["timed"]["up"]["bytes_per_second"]
+        .as_f64()
+        .unwrap()
+        * 8.0;
+    let down = doc["summary"]["timed"]["down"]["bytes_per_second"]
+        .as_f64()
+        .unwrap()
+        * 8.0;
+    assert_eq!(
+        (f.throughput_up_bps, f.throughput_down_bps),
+        (Some(up), Some(down))
+    );
+    assert_eq!(f.errors, Some(0.0));
+    assert_eq!(f.loss_pct, None);
+
+    let (doc, r) = fixture("stamp");
+    let f = figures_of(&r);
+    let rtt = &doc["stamp"]["total"]["rtt"];
+    assert_eq!(f.delay_min_us, rtt["min_us"].as_f64());
+    assert_eq!(f.delay_median_us, rtt["median_us"].as_f64());
+    assert_eq!(f.delay_max_us, rtt["max_us"].as_f64());
+    let p95 = f.delay_p95_us.unwrap();
+    assert!(
+        p95 >= f.delay_median_us.unwrap() && p95 <= f.delay_max_us.unwrap() * 1.001,
+        "{f:?}"
+    );
+    assert_eq!(f.jitter_us, Some(p95 - f.delay_median_us.unwrap()));
+    assert_eq!(f.loss_pct, Some(0.0));
+
+    let (doc, r) = fixture("udp");
+    let f = figures_of(&r);
+    let t = &doc["media"]["total"];
+    assert_eq!(f.jitter_us, t["jitter_us"].as_f64());
+    assert_eq!(f.loss_pct, t["loss_percent"].as_f64());
+    let bps = t["received_bytes"].as_f64().unwrap() * 8.0 / doc["summary"]["duration_s"].as_f64().unwrap();
+    assert_eq!(f.throughput_down_bps, Some(bps));
+}
+
+#[tokio::test]
+async fn runs_are_stored_once_by_id_and_read_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    let (doc, r) = fixture("tcp-duplex");
+    let mut first = run("run-1", 1_000_000, RunState::Running, &doc, &r);
+    first.result = None;
+    a.put(&[first]).await.unwrap();
+    // The same run again, finished: stored once, the later state wins.
+    let done = run("run-1", 1_000_000, RunState::Finished, &doc, &r);
+    a.put(std::slice::from_ref(&done)).await.unwrap();
+    assert_eq!(a.count().await.unwrap(), 1);
+    assert_eq!(a.get("run-1").await.unwrap(), Some(done.clone()));
+    assert_eq!(a.get("run-2").await.unwrap(), None);
+
+    // Reopened, the file holds the same.
+    drop(a);
+    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    assert_eq!(a.get("run-1").await.unwrap(), Some(done));
+    assert_eq!(a.schema_version().await.unwrap(), goodput_archive::SCHEMA_VERSION);
+}
+
+#[tokio::test]
+async fn filters_and_series_find_a_measurements_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    let (tcp, tr) = fixture("tcp-duplex");
+    let (stamp, sr) = fixture("stamp");
+    let mut runs = Vec::new();
+    for i in 0..10u64 {
+        runs.push(run(&format!("t{i}"), i * 60_000, RunState::Finished, &tcp, &tr));
+        runs.push(run(&format!("s{i}"), i * 60_000, RunState::Finished, &stamp, &sr));
+    }
+    let mut skipped = run("t-late", 700_000, RunState::NonStart, &tcp, &tr);
+    skipped.reason = Some("peer busy with run 7 until 700020 ms".into());
+    skipped.result = None;
+    skipped.figures = Default::default();
+    runs.push(skipped);
+    a.put(&runs).await.unwrap();
+
+    let tcp_runs = a
+        .runs(&RunFilter {
+            kind: Some("tcp".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(tcp_runs.len(), 11);
+    assert_eq!(tcp_runs[0].id, "t-late", "newest first");
+    assert!(
+        tcp_runs.iter().all(|r| r.result.is_none()),
+        "lists leave the documents out"
+    );
+    let non_starts = a
+        .runs(&RunFilter {
+            state: Some(RunState::NonStart),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(non_starts.len(), 1);
+    assert_eq!(
+        non_starts[0].reason.as_deref(),
+        Some("peer busy with run 7 until 700020 ms")
+    );
+    let window = a
+        .runs(&RunFilter {
+            from_ms: Some(120_000),
+            to_ms: Some(300_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(window.len(), 6);
+
+    let key = &runs[0].measurement_key;
+    assert_ne!(
+        key, &runs[1].measurement_key,
+        "tcp and stamp are different measurements"
+    );
+    let raw = a
+        .series(key, Metric::ThroughputUp, 0, 3_600_000, None)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 10, "the non-start has no value");
+    let up = runs[0].figures.throughput_up_bps.unwrap();
+    assert!(raw.iter().all(|p| p.count == 1 && p.mean == up));
+    let per_5min = a
+        .series(key, Metric::ThroughputUp, 0, 3_600_000, Some(300_000))
+        .await
+        .unwrap();
+    assert_eq!(per_5min.iter().map(|p| p.count).collect::<Vec<_>>(), vec![5, 5]);
+    assert_eq!(per_5min[1].at_ms, 300_000);
+    let delay = a
+        .series(
+            &runs[1].measurement_key,
+            Metric::DelayP95,
+            0,
+            3_600_000,
+            Some(3_600_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(delay.len(), 1);
+    assert_eq!(delay[0].count, 10);
+
+    // The hourly aggregates agree with the runs, and storing the same
+    // runs again counts them once.
+    a.put(&runs).await.unwrap();
+    let hourly = a
+        .series(key, Metric::ThroughputUp, 0, 3_600_000, Some(3_600_000))
+        .await
+        .unwrap();
+    let raw_hour = a
+        .series(key, Metric::ThroughputUp, 0, 3_600_001, Some(3_600_000))
+        .await
+        .unwrap();
+    assert_eq!(hourly.len(), 1);
+    assert_eq!(hourly[0].count, 10);
+    assert_eq!((hourly[0].min, hourly[0].max), (raw_hour[0].min, raw_hour[0].max));
+    assert!((hourly[0].mean - raw_hour[0].mean).abs() < 1e-6 * up);
+}
+
+#[tokio::test]
+async fn retention_deletes_the_oldest_first_and_keeps_under_the_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    let (doc, r) = fixture("udp");
+    let runs: Vec<Run> = (0..400u64)
+        .map(|i| run(&format!("r{i:04}"), i * 1000, RunState::Finished, &doc, &r))
+        .collect();
+    a.put(&runs).await.unwrap();
+    let before = a.size_bytes().await.unwrap();
+    assert!(before > 3 << 19, "{before}");
+
+    // By age: everything scheduled before 100 s of a clock at 300 s.
+    let keep = goodput_archive::Retention {
+        max_age_ms: 200_000,
+        max_bytes: 1 << 40,
+    };
+    let p = a.prune(&keep, 300_000).await.unwrap();
+    assert_eq!((p.by_age, p.by_size), (100, 0));
+    assert!(a.get("r0099").await.unwrap().is_none());
+    assert!(a.get("r0100").await.unwrap().is_some());
+
+    // By size: under 90% of 1 MiB, the oldest gone first.
+    let keep = goodput_archive::Retention {
+        max_age_ms: u64::MAX,
+        max_bytes: 1 << 20,
+    };
+    let p = a.prune(&keep, 300_000).await.unwrap();
+    assert!(p.by_size > 0);
+    assert!(a.size_bytes().await.unwrap() <= (1 << 20) / 10 * 9);
+    let left = a.runs(&RunFilter::default()).await.unwrap();
+    assert_eq!(left.len() as u64, 300 - p.by_size);
+    let oldest = left.iter().map(|r| r.scheduled_ms).min().unwrap();
+    assert_eq!(oldest, (100 + p.by_size) * 1000, "the oldest runs went first");
+}
+
+#[tokio::test]
+async fn a_newer_archive_is_refused_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("archive.db");
+    let a = Archive::open(&path).await.unwrap();
+    drop(a);
+    {
+        // A later goodput's step.
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO archive_schema (version) VALUES (99)")
+            .execute(&mut c)
+            .await
+            .unwrap();
+    }
+    match Archive::open(&path).await {
+        Err(e @ ArchiveError::Newer { found: 99, .. }) => {
+            assert!(
+                e.to_string().contains("newer than this goodput understands"),
+                "{e}"
+            );
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a newer archive was opened"),
+    }
+}
