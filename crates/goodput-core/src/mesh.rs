@@ -192,6 +192,47 @@ pub struct PairTask {
     pub seed: u64,
 }
 
+impl PairTask {
+    /// Run `n`'s id: the same on every agent, so a result stored by both
+    /// ends (or twice) is one run.
+    pub fn run_id(&self, n: u64) -> String {
+        format!(
+            "{}/{}/{}/{n}",
+            self.task,
+            self.source,
+            self.dest.as_deref().unwrap_or("-")
+        )
+    }
+
+    /// How long a run holds its hosts' calendars, milliseconds: what its
+    /// spec says it lasts, and a margin for connecting and the last bytes
+    /// to drain. A test with no length of its own (a byte count) books a
+    /// minute.
+    pub fn expected_ms(&self) -> Ms {
+        const MARGIN: Ms = 2_000;
+        let ms = |d: std::time::Duration| d.as_millis().min(u128::from(u64::MAX / 2)) as Ms;
+        let own = match &self.spec {
+            TestSpec::Tcp(s) => s.duration.or(s.time_limit).map(|d| ms(d.0)),
+            TestSpec::Stamp(s) => s.duration.map(|d| ms(d.0)).or_else(|| {
+                let every = match (s.rate, s.interval) {
+                    (Some(r), _) if r > 0.0 => 1000.0 / r,
+                    (_, Some(i)) => ms(i.0) as f64,
+                    _ => 100.0,
+                };
+                Some((s.count.unwrap_or(100) as f64 * every) as Ms + ms(s.timeout.0))
+            }),
+            TestSpec::Udp(s) => s
+                .time_limit
+                .map(|d| ms(d.0))
+                .or(Some(ms(s.length.0).saturating_mul(s.iterations.max(1)))),
+            TestSpec::Iperf3(s) => s.bytes.is_none().then(|| ms(s.time.0) + ms(s.omit.0)),
+            TestSpec::Quic(s) => Some(ms(s.duration.0)),
+            _ => None,
+        };
+        own.map_or(60_000, |m| m.saturating_add(MARGIN))
+    }
+}
+
 impl MeshConfig {
     /// Reads a document (JSON, or TOML when `toml`), with the same kind of
     /// errors as spec files: the place and what is wrong.
@@ -726,6 +767,22 @@ connections = 0"#,
             let text = format!("{}: {}", e.field, e.message);
             assert!(text.contains(says), "{text:?} lacks {says:?}");
         }
+    }
+
+    #[test]
+    fn each_run_has_a_stable_id_and_books_what_its_spec_lasts() {
+        let c = MeshConfig::read(MESH, true).unwrap();
+        let tasks = c.tasks_for(&["alpha".into()]).unwrap();
+        let t = tasks
+            .iter()
+            .find(|t| t.task == "core-throughput" && t.dest.as_deref() == Some("beta"))
+            .unwrap();
+        assert_eq!(t.run_id(7), "core-throughput/alpha/beta/7");
+        // 20 s, and a margin.
+        assert_eq!(t.expected_ms(), 22_000);
+        let stamp = tasks.iter().find(|t| t.task == "router-latency").unwrap();
+        // 100 packets 100 ms apart, the 2 s timeout, the margin.
+        assert_eq!(stamp.expected_ms(), 10_000 + 2_000 + 2_000);
     }
 
     #[test]

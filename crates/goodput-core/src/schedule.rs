@@ -309,6 +309,25 @@ impl Repeat {
         Some((at + offset, self.slip - offset))
     }
 
+    /// The runs whose earliest start fell in `[from, to)`: when an agent
+    /// comes back after being down, those it has no record of are the
+    /// runs it missed.
+    pub fn due_between(&self, seed: u64, from: Ms, to: Ms) -> Vec<(u64, Ms)> {
+        let mut out = Vec::new();
+        // A run's time may be spread up to its slip after its base time.
+        let mut n = self.first_at_or_after(from.saturating_sub(self.slip));
+        while let Some((at, _)) = self.run(seed, n) {
+            if at >= to {
+                break;
+            }
+            if at >= from {
+                out.push((n, at));
+            }
+            n += 1;
+        }
+        out
+    }
+
     /// The number of the first run whose time is at or after `t`.
     pub fn first_at_or_after(&self, t: Ms) -> u64 {
         match (t.saturating_sub(self.start), self.every) {
@@ -560,6 +579,34 @@ mod tests {
         assert_eq!(r.first_at_or_after(1000), 0);
         assert_eq!(r.first_at_or_after(1001), 1);
         assert_eq!(r.first_at_or_after(0), 0);
+    }
+
+    #[test]
+    fn the_runs_missed_while_down_are_the_ones_due_then() {
+        let r = Repeat {
+            start: 0,
+            every: 1000,
+            until: None,
+            max_runs: None,
+            slip: 0,
+            sliprand: false,
+        };
+        assert_eq!(r.due_between(1, 2500, 5000), vec![(3, 3000), (4, 4000)]);
+        assert!(r.due_between(1, 5000, 5000).is_empty());
+        // Spread runs are missed by their spread times, on every agent alike.
+        let spread = Repeat {
+            slip: 900,
+            sliprand: true,
+            ..r
+        };
+        let missed = spread.due_between(42, 2000, 6000);
+        for (n, at) in &missed {
+            assert!((2000..6000).contains(at));
+            assert_eq!(spread.run(42, *n).map(|x| x.0), Some(*at));
+        }
+        let all: Vec<u64> = (0..10).filter_map(|n| spread.run(42, n)).map(|x| x.0).collect();
+        let expect: Vec<u64> = all.into_iter().filter(|t| (2000..6000).contains(t)).collect();
+        assert_eq!(missed.iter().map(|x| x.1).collect::<Vec<_>>(), expect);
     }
 
     #[test]
