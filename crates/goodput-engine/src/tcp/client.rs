@@ -25,8 +25,8 @@ use tokio_util::task::TaskTracker;
 use super::link::{Failure, Link, Pacer};
 use super::transfer::Timed;
 use super::{
-    drive, outcome_of_failure, outcome_of_verdict, unix_ms_now, DataPhase, Ended, Event, Part, PhaseEnd,
-    Progress, RunControl, Shared, ShutdownMode, TcpClientSpec,
+    drive, outcome_of_failure, outcome_of_verdict, protocol_error, unix_ms_now, DataPhase, Ended, Event,
+    Part, PhaseEnd, Progress, RunControl, Shared, ShutdownMode, TcpClientSpec,
 };
 use crate::counters::RunClock;
 use crate::socket::{bind_client, set_rude_close, tcp_info, tcp_socket};
@@ -573,17 +573,13 @@ fn judge_timed(
     let outcome = if c.verdict != Verdict::Success {
         server_outcome
     } else if c.received != progress.sent || c.sent != data {
-        Outcome::ProtocolError {
-            kind: ProtocolErrorKind::NotAllData,
-            direction: None,
-            offset: None,
-            expected: None,
-            actual: None,
-            message: format!(
+        protocol_error(
+            ProtocolErrorKind::NotAllData,
+            format!(
                 "the ends disagree: client sent {} and received {} bytes, server received {} and sent {}",
                 progress.sent, data, c.received, c.sent
             ),
-        }
+        )
     } else {
         Outcome::Succeeded
     };
@@ -661,13 +657,9 @@ fn judge(trailer: Trailer, progress: Progress, planned: (u64, u64), heard: &mut 
             if c.verdict != Verdict::Success {
                 server_outcome
             } else if !complete || c.received != progress.sent || c.sent != progress.received {
-                Outcome::ProtocolError {
-                    kind: ProtocolErrorKind::NotAllData,
-                    direction: None,
-                    offset: None,
-                    expected: None,
-                    actual: None,
-                    message: format!(
+                protocol_error(
+                    ProtocolErrorKind::NotAllData,
+                    format!(
                         "the ends disagree: client sent {} and received {} bytes, server received {} and sent {} (planned {} and {})",
                         progress.sent,
                         progress.received,
@@ -676,7 +668,7 @@ fn judge(trailer: Trailer, progress: Progress, planned: (u64, u64), heard: &mut 
                         planned_sent,
                         planned_received
                     ),
-                }
+                )
             } else {
                 Outcome::Succeeded
             }

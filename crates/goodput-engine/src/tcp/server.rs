@@ -576,10 +576,7 @@ async fn finish_phase(
     client_expects_trailer: bool,
 ) -> Outcome {
     let spec = &ctx.spec;
-    let verdict = match &result {
-        Ok(()) => Verdict::Success,
-        Err(f) => verdict_of(f),
-    };
+    let verdict = result.as_ref().err().map_or(Verdict::Success, verdict_of);
     // The client reads the completion where it expects the end of the
     // server's data. A server that fails before sending all of it must not
     // send one (the client would read it as pattern bytes): it resets, and
@@ -667,10 +664,7 @@ async fn finish_timed(
         Ok(()) if !receives && progress.received > 0 => Err(Failure::TooMuch),
         r => r,
     };
-    let verdict = match &result {
-        Ok(()) => Verdict::Success,
-        Err(f) => verdict_of(f),
-    };
+    let verdict = result.as_ref().err().map_or(Verdict::Success, verdict_of);
     // A receiving server's time ends with the client's last data byte; a
     // server that only sent reports its whole data phase.
     let receive_ns = match receives {
