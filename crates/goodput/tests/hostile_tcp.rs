@@ -273,3 +273,100 @@ fn one_address_can_neither_take_every_place_nor_hold_them_with_slow_hellos() {
     assert_eq!(adm["hello_timeouts"], 40, "{adm}");
     assert_eq!(adm["internal_errors"], 0, "{adm}");
 }
+
+/// A timed hello (kind 5): the hello's body (byte counts only, no data
+/// verification), then the duration and the warm-up in milliseconds.
+fn timed_hello(pattern: u8, duration_ms: u32, omit_ms: u32) -> Vec<u8> {
+    let mut b = b"GDPT\x01\x05\x00\x48".to_vec();
+    b.extend_from_slice(&hello(pattern, 0, 1, 1, 0, 65536, 100)[8..]);
+    b[9] = 0;
+    b.extend_from_slice(&duration_ms.to_be_bytes());
+    b.extend_from_slice(&omit_ms.to_be_bytes());
+    assert_eq!(b.len(), 80);
+    b
+}
+
+#[test]
+fn timed_hellos_are_bounded_and_a_sender_that_never_stops_is_cut_off() {
+    let srv = start(
+        "hostile-timed",
+        &[
+            "--max-duration",
+            "3s",
+            "--idle-timeout",
+            "2s",
+            "--max-per-client",
+            "4",
+        ],
+    );
+    let mut oversized = timed_hello(0, 1000, 0);
+    oversized[6..8].copy_from_slice(&[0, 0x40]);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (
+            timed_hello(0, u32::MAX, 0),
+            "duration of 4294967295 ms is above the server's limit of 3000 ms",
+        ),
+        (timed_hello(2, 1000, 0), "push-pull is byte-based"),
+        (timed_hello(0, 1000, 1000), "warm-up of 1000 ms is not shorter"),
+        (timed_hello(0, 0, 0), "invalid session field duration_ms"),
+        (oversized, "invalid body length 64"),
+    ];
+    for round in 0..20 {
+        for (bytes, want) in &cases {
+            let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+            s.write_all(bytes).unwrap();
+            let got = text(&answer_with(&mut s, Duration::from_secs(2), want));
+            assert!(got.contains(want), "round {round}: {want:?} not in {got:?}");
+        }
+    }
+    // A timed push of 1 s whose sender goes on sending and never sends its
+    // FIN: the server cuts it at its longest connection, the larger of
+    // --max-duration and the duration plus one idle timeout (3 s here),
+    // not when the client pleases.
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    s.write_all(&timed_hello(0, 1000, 0)).unwrap();
+    let mut accept = [0u8; 24];
+    s.read_exact(&mut accept).unwrap();
+    assert_eq!(&accept[..6], b"GDPT\x01\x02", "accepted");
+    s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+    let started = Instant::now();
+    let chunk = vec![0u8; 16 << 10];
+    let cut = loop {
+        if s.write_all(&chunk).is_err() {
+            break started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never cut off");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        cut >= Duration::from_millis(2900) && cut < Duration::from_secs(5),
+        "cut after {cut:?}"
+    );
+    drop(s);
+    // Nothing leaked: four timed connections at once from the same address.
+    let out = goodput()
+        .args(["tcp", "127.0.0.1", "--port", &srv.port.to_string()])
+        .args(["--connections", "4", "--duration", "500ms", "--verbosity", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let r = srv.stop();
+    let aborted = r["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["outcome"]["status"] == "aborted")
+        .count();
+    assert_eq!(aborted, 1, "the endless sender is recorded as aborted");
+    let adm = &r["admission"];
+    assert_eq!(adm["internal_errors"], 0, "{adm}");
+    assert_eq!(
+        (adm["open_now"].as_u64(), adm["pending_now"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
