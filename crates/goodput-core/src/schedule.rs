@@ -305,8 +305,8 @@ impl Repeat {
         if !self.sliprand || self.slip == 0 {
             return Some((at, self.slip));
         }
-        let offset = mix(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % (self.slip + 1);
-        Some((at + offset, self.slip - offset))
+        let offset = mix(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15)) % self.slip.saturating_add(1);
+        Some((at.checked_add(offset)?, self.slip - offset))
     }
 
     /// The runs whose earliest start fell in `[from, to)`: when an agent
@@ -314,6 +314,13 @@ impl Repeat {
     /// runs it missed.
     pub fn due_between(&self, seed: u64, from: Ms, to: Ms) -> Vec<(u64, Ms)> {
         let mut out = Vec::new();
+        if self.every == 0 {
+            // Every run at the same time: only the first is one.
+            return match self.run(seed, 0) {
+                Some((at, _)) if (from..to).contains(&at) => vec![(0, at)],
+                _ => out,
+            };
+        }
         // A run's time may be spread up to its slip after its base time.
         let mut n = self.first_at_or_after(from.saturating_sub(self.slip));
         while let Some((at, _)) = self.run(seed, n) {

@@ -5,7 +5,7 @@ use goodput_core::result::TestResult;
 use goodput_core::spec::{EchoSpec, Family};
 use tokio_util::sync::CancellationToken;
 
-use super::{error_chain, resolve, socket_room, split_target, Failure};
+use super::{capped_connections, error_chain, resolve, split_target, Failure};
 use crate::echo::{run_echo, EchoSpec as EngineSpec, Hold, Release};
 use crate::tls::{client_config, name_for, server_name, Trust};
 use crate::Observer;
@@ -13,16 +13,7 @@ use crate::Observer;
 /// Connections the run keeps open at once: the spec's, capped by the
 /// open-file limit, and the notice that says so.
 pub fn echo_connections(spec: &EchoSpec) -> (u64, Option<String>) {
-    match socket_room(1) {
-        Some((room, limit)) if spec.connections > room => (
-            room.max(1),
-            Some(format!(
-                "`connections` {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
-                spec.connections
-            )),
-        ),
-        _ => (spec.connections, None),
-    }
+    capped_connections(spec.connections, 1)
 }
 
 /// Runs a validated echo spec. `release` ends a `pause` hold (the command

@@ -187,6 +187,20 @@ pub fn socket_room(per_connection: u64) -> Option<(u64, u64)> {
         .map(|limit| (limit.saturating_sub(64) / per_connection.max(1), limit))
 }
 
+/// `connections` capped by the open-file limit, each taking
+/// `per_connection` descriptors, and the notice that says so when it is.
+pub fn capped_connections(connections: u64, per_connection: u64) -> (u64, Option<String>) {
+    match socket_room(per_connection) {
+        Some((room, limit)) if connections > room => (
+            room.max(1),
+            Some(format!(
+                "`connections` {connections} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}"
+            )),
+        ),
+        _ => (connections, None),
+    }
+}
+
 pub use goodput_core::spec::split_target;
 
 /// The addresses of `host` (a name or an address, either with `:PORT` or

@@ -12,7 +12,9 @@ use goodput_core::spec::{Family, TcpSpec};
 use goodput_core::units::{format_size, ByteRate};
 use tokio_util::sync::CancellationToken;
 
-use super::{error_chain, loopback, resolve, socket_options, socket_room, tcp_wire, Embedded, Failure};
+use super::{
+    capped_connections, error_chain, loopback, resolve, socket_options, tcp_wire, Embedded, Failure,
+};
 use crate::tcp::{bind_server, run_client, CtsServerPlan, ServerLimits, TcpClientSpec, TcpServerSpec};
 use crate::{NullObserver, Observer};
 
@@ -20,17 +22,7 @@ use crate::{NullObserver, Observer};
 /// open-file limit (each needs a descriptor, two with the embedded
 /// server), and the notice that says so.
 pub fn concurrent_connections(spec: &TcpSpec) -> (u64, Option<String>) {
-    let per_conn = if spec.hosts.is_empty() { 2 } else { 1 };
-    match socket_room(per_conn) {
-        Some((room, limit)) if spec.connections > room => (
-            room.max(1),
-            Some(format!(
-                "`connections` {} capped to {room}: the open-file limit (RLIMIT_NOFILE) is {limit}",
-                spec.connections
-            )),
-        ),
-        _ => (spec.connections, None),
-    }
+    capped_connections(spec.connections, if spec.hosts.is_empty() { 2 } else { 1 })
 }
 
 /// Runs a validated TCP spec.

@@ -606,11 +606,7 @@ async fn finish_phase(
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
             // The client is reading towards our verdict: let it arrive
             // (an immediate reset would discard it with any unsent data).
-            let drain = link.guard(async {
-                link.flush_and_drain().await;
-                Ok(())
-            });
-            let _ = tokio::time::timeout(spec.idle_timeout, drain).await;
+            drain(link, spec.idle_timeout).await;
             outcome_of_failure(&f, "server")
         }
         (Err(f), _) | (Ok(()), Err(f)) => outcome_of_failure(&f, "server"),
@@ -621,6 +617,16 @@ async fn finish_phase(
             Err(f) => outcome_of_failure(&f, "server"),
         },
     }
+}
+
+/// Sends FIN after what is queued and reads until the client closes (for
+/// at most `limit`), so that a verdict just sent is not lost to a reset.
+async fn drain(link: &Link<'_>, limit: Duration) {
+    let drained = link.guard(async {
+        link.flush_and_drain().await;
+        Ok(())
+    });
+    let _ = tokio::time::timeout(limit, drained).await;
 }
 
 /// How a connection's data phase ended, for its finish.
@@ -701,11 +707,7 @@ async fn finish_timed(
     let sent = link
         .guard(link.write_message(&Message::Completion(completion), "completion"))
         .await;
-    let drain = link.guard(async {
-        link.flush_and_drain().await;
-        Ok(())
-    });
-    let _ = tokio::time::timeout(ctx.spec.idle_timeout, drain).await;
+    drain(link, ctx.spec.idle_timeout).await;
     let outcome = match (result, sent) {
         (Err(f), _) | (Ok(()), Err(f)) => outcome_of_failure(&f, "server"),
         (Ok(()), Ok(())) => Outcome::Succeeded,

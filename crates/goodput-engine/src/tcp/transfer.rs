@@ -144,7 +144,9 @@ impl Timed {
     pub(crate) fn receive_end_ns(&self, received: u64) -> u64 {
         let data = self.data_received(received);
         // The latest read that still carried data: the one whose start lay
-        // before the end of the data.
+        // before the end of the data. The oldest kept read's start is not
+        // known: it counts as data (when the trailer came in more reads
+        // than are kept, its time is the best known).
         let mut best = self.start_ns;
         let mut prev_end = None;
         for i in 0..self.reads.len() {
@@ -154,10 +156,6 @@ impl Timed {
                 best = best.max(at);
             }
             prev_end = Some(end);
-        }
-        if data > 0 && best == self.start_ns {
-            // The trailer came in more reads than are kept: the oldest kept.
-            best = self.reads[self.reads_next].1;
         }
         best
     }
