@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A run's figures in the archive's columns; absent where the kind does
 /// not measure it.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Figures {
     /// Good-put client → server, bits/s (a timed TCP test: at the receiver).
     pub throughput_up_bps: Option<f64>,

@@ -49,7 +49,7 @@ pub enum ArchiveError {
 }
 
 /// Where a run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {
     /// Booked, not begun.
@@ -69,7 +69,8 @@ pub enum RunState {
 }
 
 impl RunState {
-    fn as_str(self) -> &'static str {
+    /// Its name, as stored and in the API.
+    pub fn as_str(self) -> &'static str {
         match self {
             RunState::Scheduled => "scheduled",
             RunState::Running => "running",
@@ -99,7 +100,7 @@ fn class_str(c: RunClass) -> &'static str {
 }
 
 /// One run as the archive keeps it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Run {
     /// Unique, the same on every agent that takes part.
     pub id: String,
@@ -153,7 +154,7 @@ pub struct RunFilter {
 }
 
 /// A figure the archive indexes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
     /// Good-put client → server.
@@ -199,7 +200,7 @@ impl Metric {
 
 /// One point of a series: a run's time and value, or an interval's
 /// aggregate of them.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Point {
     /// The run's start, or the interval's start (ms).
     pub at_ms: u64,
@@ -490,6 +491,22 @@ impl Archive {
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.iter().map(point_of).collect())
+    }
+
+    /// Runs stored in each state.
+    pub async fn count_by_state(&self) -> Result<Vec<(RunState, u64)>, ArchiveError> {
+        let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::new();
+        for r in rows {
+            let state: String = r.try_get("state")?;
+            let n: i64 = r.try_get("n")?;
+            if let Ok(s) = state.parse() {
+                out.push((s, n.max(0) as u64));
+            }
+        }
+        Ok(out)
     }
 
     /// Runs stored.

@@ -57,6 +57,22 @@ pub struct MeshConfig {
     pub schedules: BTreeMap<String, Schedule>,
     /// What runs: a group, a test and a schedule.
     pub tasks: BTreeMap<String, Task>,
+    /// What every agent of the mesh serves.
+    pub agent: AgentSection,
+}
+
+/// What every agent of the mesh serves (its own flags may change it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSection {
+    /// TCP port of each agent's HTTP API, where peers book runs.
+    pub api_port: u16,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        Self { api_port: 8780 }
+    }
 }
 
 /// One host.
@@ -262,6 +278,9 @@ impl MeshConfig {
     /// Every name resolves, every group pairs something, every test reads
     /// as a valid spec once a pair's addresses are in, every schedule reads.
     pub fn validate(&self) -> Result<(), SpecError> {
+        if self.agent.api_port == 0 {
+            return Err(SpecError::new("agent.api_port", "must be a port, 1 to 65535"));
+        }
         for (name, a) in &self.addresses {
             if a.address.trim().is_empty() {
                 return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
@@ -594,9 +613,46 @@ pub fn rfc3339_ms(text: &str) -> Result<Ms, String> {
     Ok((((days * 24 + hh) * 60 + mm) * 60 + ss) as u64 * 1000 + ms as u64)
 }
 
+/// Milliseconds since the Unix epoch as an RFC 3339 UTC time with
+/// milliseconds (`2026-12-01T00:00:00.000Z`).
+pub fn ms_rfc3339(ms: Ms) -> String {
+    let days = (ms / 86_400_000) as i64;
+    let rest = ms % 86_400_000;
+    // The civil date from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3_600_000,
+        rest / 60_000 % 60,
+        rest / 1000 % 60,
+        rest % 1000
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_print_as_they_read() {
+        for t in [
+            "1970-01-01T00:00:00.000Z",
+            "2026-02-28T23:59:59.999Z",
+            "2028-02-29T12:00:00.500Z",
+            "2100-03-01T00:00:00.000Z",
+        ] {
+            assert_eq!(ms_rfc3339(rfc3339_ms(t).unwrap()), t);
+        }
+        assert_eq!(ms_rfc3339(1_764_028_800_000), "2025-11-25T00:00:00.000Z");
+    }
 
     const MESH: &str = r#"
 [addresses.alpha]

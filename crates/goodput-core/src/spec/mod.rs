@@ -225,7 +225,7 @@ pub(crate) fn one_line(s: &str) -> String {
 }
 
 /// One spec from a JSON value, with the path of a bad field.
-pub(crate) fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
+pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
     let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "server"];
     match kind.as_deref() {

@@ -1,23 +1,185 @@
-//! `goodput agent --check-config`: reads a mesh configuration, finds which
-//! of its addresses this host is, and prints the tasks it would run and
-//! with whom.
+//! `goodput agent`: the measurement agent daemon (`goodput_agent::run`),
+//! its dry run (`--check-config`: the tasks this host would run and with
+//! whom), and `goodput agent run`, the client that asks an agent for a run.
 
-use super::{usage, Stop, EXIT_OK};
-use crate::flags::AgentArgs;
+use super::{runtime, usage, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
+use crate::flags::{AgentAction, AgentArgs, AgentRunArgs};
 use anyhow::anyhow;
+use goodput_agent::{AgentOptions, ConfigSource, Limits};
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
 use goodput_core::schedule::RunClass;
 use std::io::Read;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
-    if !args.check_config {
+    if let Some(AgentAction::Run(r)) = &args.action {
+        return agent_run(r);
+    }
+    if args.check_config {
+        return check_config(args);
+    }
+    let config = args.config.clone().unwrap_or_default();
+    if config == "-" {
         return Err(usage(
-            "the agent daemon is not built yet: `goodput agent --config FILE --check-config` \
-             checks a configuration and prints the tasks this host would run",
+            "--config - (standard input) is for --check-config; the agent reads a file or a URL",
         ));
     }
-    let name = args.config.display().to_string();
-    let from_stdin = goodput_report::is_stdout(&args.config);
+    let token = read_token(args.token_file.as_ref())?;
+    let allow = args
+        .allow
+        .iter()
+        .map(|a| a.parse().map_err(|e: String| usage(format!("--allow {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let options = AgentOptions {
+        config: ConfigSource::parse(&config),
+        identities: args.identity.clone(),
+        archive: args.archive.clone(),
+        api_listen: args.api_listen.clone(),
+        token,
+        limits: Limits {
+            allow,
+            max_held: args.max_held,
+            max_running: args.max_running.max(1),
+            runs_per_hour: args.runs_per_hour,
+            exclusive_s_per_day: args.exclusive_per_day.0.as_secs(),
+            max_duration: args.max_run_length.0,
+            ..Limits::default()
+        },
+        beacon: !args.no_beacon,
+        beacon_port: args.beacon_port,
+        stamp_port: args.stamp_port,
+        reload_every: args.reload_every.0.max(Duration::from_secs(1)),
+        retention: goodput_archive::Retention {
+            max_age_ms: args.keep.0.as_millis().min(u128::from(u64::MAX)) as u64,
+            max_bytes: args.archive_limit.0,
+        },
+    };
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let cancel = CancellationToken::new();
+        watch_signals(cancel.clone());
+        goodput_agent::run(options, cancel).await
+    })
+    .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    Ok(EXIT_OK)
+}
+
+/// The token in a file (its first line; empty: none).
+fn read_token(file: Option<&std::path::PathBuf>) -> Result<Option<String>, Stop> {
+    let Some(f) = file else { return Ok(None) };
+    let text = std::fs::read_to_string(f).map_err(|e| usage(format!("--token-file {}: {e}", f.display())))?;
+    let t = text.lines().next().unwrap_or("").trim().to_owned();
+    if t.len() < 16 {
+        return Err(usage(format!(
+            "--token-file {}: the token must be at least 16 characters",
+            f.display()
+        )));
+    }
+    Ok(Some(t))
+}
+
+/// `goodput agent run`: asks the agent for the run, waits for its end,
+/// prints its figures (or the whole run with --json).
+fn agent_run(args: &AgentRunArgs) -> Result<u8, Stop> {
+    let name = args.spec.display().to_string();
+    let text = if goodput_report::is_stdout(&args.spec) {
+        let mut t = String::new();
+        std::io::stdin()
+            .read_to_string(&mut t)
+            .map_err(|e| Stop::Fatal(anyhow!("cannot read standard input: {e}")))?;
+        t
+    } else {
+        std::fs::read_to_string(&args.spec).map_err(|e| Stop::Fatal(anyhow!("cannot read {name}: {e}")))?
+    };
+    let toml = !text.trim_start().starts_with('{');
+    let specs = goodput_core::spec::read_document(&text, toml).map_err(|e| usage(format!("{name}: {e}")))?;
+    let [spec] = &specs[..] else {
+        return Err(usage(format!("{name}: one test, please ({} found)", specs.len())));
+    };
+    let token = read_token(args.token_file.as_ref())?;
+    let base = args.agent.trim_end_matches('/').to_owned();
+    let body = serde_json::json!({
+        "spec": spec,
+        "dest": args.dest,
+        "slip": format!("{}ms", args.slip.0.as_millis()),
+    });
+    let rt = runtime()?;
+    let json = args.json;
+    rt.block_on(async move {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+        let mut req = http.post(format!("{base}/api/v1/runs")).json(&body);
+        if let Some(t) = &token {
+            req = req.bearer_auth(t);
+        }
+        let answer = req
+            .send()
+            .await
+            .map_err(|e| Stop::Fatal(anyhow!("{base}: {e}")))?;
+        let status = answer.status();
+        let v: serde_json::Value = answer.json().await.unwrap_or_default();
+        if !status.is_success() {
+            let e = v["error"].as_str().unwrap_or("no reason given");
+            return Err(Stop::Fatal(anyhow!(
+                "{base} refused the run (HTTP {status}): {e}"
+            )));
+        }
+        let id = v["id"].as_str().unwrap_or_default().to_owned();
+        if v["state"] == "non_start" {
+            goodput_report::console_line(&format!(
+                "run {id} did not start: {}",
+                v["reason"].as_str().unwrap_or("")
+            ));
+            return Ok(EXIT_FAILED);
+        }
+        eprintln!(
+            "run {id} booked for {} (ms since the Unix epoch), until {}",
+            v["start_ms"], v["end_ms"]
+        );
+        let deadline = v["end_ms"].as_u64().unwrap_or(0) + 30_000;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let r: serde_json::Value = match http.get(format!("{base}/api/v1/runs/{id}")).send().await {
+                Ok(a) if a.status().is_success() => a.json().await.unwrap_or_default(),
+                _ => serde_json::Value::Null,
+            };
+            let state = r["state"].as_str().unwrap_or("");
+            if ["finished", "failed", "missed", "non_start", "cancelled"].contains(&state) {
+                if json {
+                    goodput_report::console_line(&serde_json::to_string_pretty(&r).unwrap_or_default());
+                } else {
+                    let mut out = format!("run {id}: {state}");
+                    if let Some(why) = r["reason"].as_str() {
+                        out += &format!(": {why}");
+                    }
+                    for (k, v) in r["figures"].as_object().into_iter().flatten() {
+                        if !v.is_null() {
+                            out += &format!("\n  {k}: {v}");
+                        }
+                    }
+                    goodput_report::console_line(&out);
+                }
+                return Ok(if state == "finished" { EXIT_OK } else { EXIT_FAILED });
+            }
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            if now > deadline {
+                return Err(Stop::Fatal(anyhow!("run {id} had not ended 30 s after its slot")));
+            }
+        }
+    })
+}
+
+/// `--check-config`: the configuration checked, and this host's tasks.
+fn check_config(args: &AgentArgs) -> Result<u8, Stop> {
+    let config = args.config.clone().unwrap_or_default();
+    let path = std::path::PathBuf::from(&config);
+    let name = config.clone();
+    let from_stdin = config == "-";
     let text = if from_stdin {
         let mut t = String::new();
         std::io::stdin()
@@ -25,30 +187,26 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             .map_err(|e| Stop::Fatal(anyhow!("cannot read standard input: {e}")))?;
         t
     } else {
-        std::fs::read_to_string(&args.config).map_err(|e| Stop::Fatal(anyhow!("cannot read {name}: {e}")))?
+        std::fs::read_to_string(&path).map_err(|e| Stop::Fatal(anyhow!("cannot read {name}: {e}")))?
     };
     let toml = if from_stdin {
         !text.trim_start().starts_with('{')
     } else {
-        args.config
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("toml"))
+        path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
     };
     let config = MeshConfig::read(&text, toml).map_err(|e| match e.field.as_str() {
         "" => usage(format!("{name}: {}", e.message)),
         f => usage(format!("{name}: {f}: {}", e.message)),
     })?;
     let (identities, how) = match args.identity.is_empty() {
-        true => (own_identities(), "this host's interface addresses and host name"),
+        true => (
+            goodput_agent::own_identities(),
+            "this host's interface addresses and host name",
+        ),
         false => (args.identity.clone(), "--as"),
     };
     // An identity may be an address's name as well as its address.
-    let mut mine = config.addresses_of(&identities);
-    for i in &identities {
-        if config.addresses.contains_key(i.as_str()) && !mine.contains(i) {
-            mine.push(i.clone());
-        }
-    }
+    let mine = goodput_agent::mine(&config, &identities);
     let tasks = config
         .tasks_for(&mine)
         .map_err(|e| usage(format!("{name}: {}: {}", e.field, e.message)))?;
@@ -169,15 +327,4 @@ fn human(ms: u64) -> String {
         m if m % 1000 == 0 => format!("{} s", m / 1000),
         m => format!("{m} ms"),
     }
-}
-
-/// This host's interface addresses and host name.
-fn own_identities() -> Vec<String> {
-    let mut out: Vec<String> = if_addrs::get_if_addrs()
-        .map(|v| v.into_iter().map(|i| i.ip().to_string()).collect())
-        .unwrap_or_default();
-    if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-        out.push(name.trim().to_owned());
-    }
-    out
 }

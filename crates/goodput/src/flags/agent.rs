@@ -1,17 +1,23 @@
 //! `goodput agent`'s flags.
 
-use clap::Args;
+use clap::{Args, Subcommand};
+use goodput_core::units::{ByteSize, HumanDuration};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
-/// The measurement agent. This build reads and checks a mesh
-/// configuration and prints the tasks this host would run; the daemon that
-/// runs them is not built yet.
+/// The measurement agent: serves goodput's services as a beacon, runs its
+/// share of a mesh's tests on schedule (booking each exclusive run's slot
+/// with the agent at the other end), keeps every run in an archive, and
+/// answers an HTTP API (`/api/v1`, `/metrics`). SIGHUP reloads the
+/// configuration; a wrong one leaves the old schedule running.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct AgentArgs {
-    /// The mesh configuration (JSON, or TOML for a .toml name; `-` reads
-    /// standard input): addresses, groups, tests, schedules, tasks.
-    #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    /// The mesh configuration: a file (JSON, or TOML for a .toml name; `-`
+    /// reads standard input with --check-config) or an http:// URL, read
+    /// again every --reload-every.
+    #[arg(long, value_name = "FILE|URL", required = true)]
+    pub config: Option<String>,
     /// Check the configuration and print the tasks this host will run and
     /// with whom, then exit (exit status 2 if the configuration is wrong).
     #[arg(long)]
@@ -21,4 +27,89 @@ pub struct AgentArgs {
     /// its host name).
     #[arg(long = "as", value_name = "ADDRESS|NAME")]
     pub identity: Vec<String>,
+    /// The archive (one SQLite file; a `.alive` file beside it notes when
+    /// the agent was last up, to find the runs it missed).
+    #[arg(long, value_name = "FILE", default_value = "/var/lib/goodput/archive.sqlite")]
+    pub archive: PathBuf,
+    /// Where the API listens (repeatable; default: each of this host's
+    /// configured addresses at the configuration's `agent.api_port`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub api_listen: Vec<SocketAddr>,
+    /// A file holding the mesh's shared token, which peers' bookings and
+    /// every call that changes something must present (without one the
+    /// agent takes no bookings from others).
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Only these addresses may book runs or ask for them (repeatable,
+    /// ADDRESS or ADDRESS/PREFIX; default: any address with the token).
+    #[arg(long, value_name = "CIDR")]
+    pub allow: Vec<String>,
+    /// Do not serve the beacon (TCP test port and STAMP reflector).
+    #[arg(long)]
+    pub no_beacon: bool,
+    /// The beacon's TCP test port (UDP media streams on the same number).
+    #[arg(long, value_name = "PORT", default_value_t = 4444)]
+    pub beacon_port: u16,
+    /// The beacon's STAMP reflector port (UDP).
+    #[arg(long, value_name = "PORT", default_value_t = 862)]
+    pub stamp_port: u16,
+    /// Most runs booked by others held at once.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub max_held: usize,
+    /// Most runs under way on this host at once.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_running: usize,
+    /// Most runs one requester may book per hour.
+    #[arg(long, value_name = "N", default_value_t = 720)]
+    pub runs_per_hour: u32,
+    /// Most exclusive (throughput) time one requester may book per day.
+    #[arg(long, value_name = "DURATION", default_value = "6h")]
+    pub exclusive_per_day: HumanDuration,
+    /// Longest run a requester may book.
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub max_run_length: HumanDuration,
+    /// How often a configuration URL is read again.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    pub reload_every: HumanDuration,
+    /// Runs older than this leave the archive (default 548 days).
+    #[arg(long, value_name = "DURATION", default_value = "13152h")]
+    pub keep: HumanDuration,
+    /// The archive's data never grows past this; the oldest runs go first.
+    #[arg(long, value_name = "BYTES", default_value = "1GiB")]
+    pub archive_limit: ByteSize,
+    #[command(subcommand)]
+    pub action: Option<AgentAction>,
+}
+
+/// What `goodput agent` does besides running.
+#[derive(Debug, Subcommand)]
+pub enum AgentAction {
+    /// Ask an agent to run a test now (or at the first slot free on both
+    /// ends), wait for it, and print its result's figures.
+    Run(AgentRunArgs),
+}
+
+/// `goodput agent run`'s flags.
+#[derive(Debug, Args)]
+pub struct AgentRunArgs {
+    /// The agent that runs the test (it is the source): its API's URL.
+    #[arg(long, value_name = "URL")]
+    pub agent: String,
+    /// A file holding the mesh's shared token.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The configured address the test goes to: its agent books the slot
+    /// too.
+    #[arg(long, value_name = "NAME")]
+    pub dest: Option<String>,
+    /// How late the run may start.
+    #[arg(long, value_name = "DURATION", default_value = "1m")]
+    pub slip: HumanDuration,
+    /// Print the whole run (with its result document) as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The test: a spec document (JSON or TOML; `-` reads standard input),
+    /// with its hosts filled in.
+    #[arg(value_name = "SPEC")]
+    pub spec: PathBuf,
 }

@@ -1,0 +1,792 @@
+//! The HTTP API, `/api/v1` (JSON) and `/metrics` (OpenMetrics text). It is
+//! also how agents book runs with each other and hand over results.
+//! Reading needs nothing; booking, asking for runs and storing results
+//! need the shared token (`Authorization: Bearer …`) and an address the
+//! allow list admits.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use goodput_archive::{Metric, Run, RunFilter, RunState};
+use goodput_core::mesh::{duration_ms, ms_rfc3339};
+use goodput_core::schedule::RunClass;
+use goodput_core::spec::TestSpec;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::peer::{Reservation, SlotView};
+use crate::plan::{plan, Placed, Planning};
+use crate::state::{run_number, Booked, Counters, Shared};
+use crate::{clock, log};
+
+type Ctx = Arc<Shared>;
+
+/// An error answer: a status and one sentence.
+pub(crate) struct Failure(StatusCode, String);
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+fn bad(text: impl Into<String>) -> Failure {
+    Failure(StatusCode::BAD_REQUEST, text.into())
+}
+
+fn internal(e: impl std::fmt::Display) -> Failure {
+    Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+}
+
+/// Binds the API's listening sockets.
+pub(crate) async fn bind(shared: &Shared) -> Result<Vec<TcpListener>, String> {
+    let loaded = shared.loaded();
+    let mut addrs = shared.options.api_listen.clone();
+    if addrs.is_empty() {
+        let port = loaded.config.agent.api_port;
+        addrs = loaded
+            .mine
+            .iter()
+            .filter_map(|m| loaded.config.addresses[m].address.parse::<IpAddr>().ok())
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect();
+        if addrs.is_empty() {
+            addrs.push(SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port));
+        }
+    }
+    let mut out = Vec::new();
+    for a in addrs {
+        let l = TcpListener::bind(a)
+            .await
+            .map_err(|e| format!("cannot listen on {a} for the API: {e}"))?;
+        log(&format!("API on http://{}", l.local_addr().unwrap_or(a)));
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// Serves the API on one socket until the agent stops.
+pub(crate) async fn serve(shared: Ctx, listener: TcpListener) {
+    let cancel = shared.cancel.clone();
+    let app = router(shared).into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { cancel.cancelled().await })
+        .await
+    {
+        log(&format!("the API stopped: {e}"));
+    }
+}
+
+/// The routes.
+pub(crate) fn router(shared: Ctx) -> Router {
+    let permits = Arc::new(Semaphore::new(shared.options.limits.max_requests.max(1)));
+    let body = shared.options.limits.max_body;
+    Router::new()
+        .route("/api/v1/health", get(health))
+        .route("/api/v1/config", get(config))
+        .route("/api/v1/tasks", get(tasks))
+        .route("/api/v1/schedule", get(schedule))
+        .route("/api/v1/reservations", post(reserve))
+        .route("/api/v1/runs", get(runs).post(on_demand))
+        .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
+        .route("/api/v1/series", get(series))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
+        .fallback(|| async {
+            Failure(
+                StatusCode::NOT_FOUND,
+                "no such path: see /api/v1/openapi.json".into(),
+            )
+        })
+        .layer(DefaultBodyLimit::max(body))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            let permits = permits.clone();
+            async move {
+                // Requests past the limit are turned away, not queued.
+                match permits.try_acquire_owned() {
+                    Ok(_held) => next.run(req).await,
+                    Err(_) => Failure(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "limit max_requests: too many requests under way".into(),
+                    )
+                    .into_response(),
+                }
+            }
+        }))
+        .with_state(shared)
+}
+
+/// A caller that may change things: an admitted address with the token.
+fn authorise(shared: &Shared, from: IpAddr, headers: &HeaderMap) -> Result<(), Failure> {
+    let allow = &shared.options.limits.allow;
+    let from = from.to_canonical();
+    if !allow.is_empty() && !allow.iter().any(|c| c.contains(from)) {
+        shared.lock().counters.refused += 1;
+        return Err(Failure(
+            StatusCode::FORBIDDEN,
+            format!("limit allow: {from} is not in this agent's allowed addresses"),
+        ));
+    }
+    let Some(token) = &shared.options.token else {
+        return Err(Failure(
+            StatusCode::FORBIDDEN,
+            "this agent has no token set, so it takes no bookings or runs from others".into(),
+        ));
+    };
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    // Compared in constant time.
+    let same = given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if !same {
+        return Err(Failure(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong token (Authorization: Bearer TOKEN)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The agent's state at a glance.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct Health {
+    version: String,
+    uptime_s: u64,
+    now: String,
+    identity: Vec<String>,
+    clock: crate::clock::ClockState,
+    archive_bytes: u64,
+    archive_runs: u64,
+    /// Runs booked and not ended.
+    booked: usize,
+    /// Runs under way on this host.
+    running: usize,
+    /// Runs others booked here and not ended.
+    held_for_peers: usize,
+    config_source: String,
+    config_loaded: String,
+    config_error: Option<String>,
+    beacon_error: Option<String>,
+    counters: Counters,
+}
+
+async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
+    let archive_bytes = s.archive.size_bytes().await.map_err(internal)?;
+    let archive_runs = s.archive.count().await.map_err(internal)?;
+    let inner = s.lock();
+    let now = clock::now_ms();
+    Ok(Json(Health {
+        version: env!("CARGO_PKG_VERSION").into(),
+        uptime_s: now.saturating_sub(s.started_ms) / 1000,
+        now: ms_rfc3339(now),
+        identity: inner.loaded.mine.clone(),
+        clock: crate::clock::state(),
+        archive_bytes,
+        archive_runs,
+        booked: inner.booked.len(),
+        running: inner.running,
+        held_for_peers: inner.booked.values().filter(|b| !b.runs_here).count(),
+        config_source: s.options.config.to_string(),
+        config_loaded: ms_rfc3339(inner.loaded.loaded_ms),
+        config_error: inner
+            .config_error
+            .as_ref()
+            .map(|(t, e)| format!("{}: {e}", ms_rfc3339(*t))),
+        beacon_error: inner.beacon_error.clone(),
+        counters: inner.counters,
+    }))
+}
+
+async fn config(State(s): State<Ctx>) -> Json<serde_json::Value> {
+    let inner = s.lock();
+    Json(serde_json::json!({
+        "source": s.options.config.to_string(),
+        "loaded": ms_rfc3339(inner.loaded.loaded_ms),
+        "error": inner.config_error.as_ref().map(|(t, e)| serde_json::json!({"at": ms_rfc3339(*t), "message": e})),
+        "identity": inner.loaded.mine,
+        "looked_for": inner.loaded.identities,
+        "config": inner.loaded.config,
+    }))
+}
+
+/// A task pair this agent leads.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct TaskView {
+    task: String,
+    source: String,
+    dest: Option<String>,
+    kind: String,
+    class: RunClass,
+    /// The other agent, when one books with this one.
+    peer: Option<String>,
+    runs_here: bool,
+    every_ms: u64,
+    slip_ms: u64,
+    /// The next run's time (ms), if any is left.
+    next_ms: Option<u64>,
+}
+
+async fn tasks(State(s): State<Ctx>) -> Json<Vec<TaskView>> {
+    let inner = s.lock();
+    let now = clock::now_ms();
+    Json(
+        inner
+            .loaded
+            .led
+            .iter()
+            .map(|l| {
+                let t = &l.task;
+                let n = t.repeat.first_at_or_after(now);
+                TaskView {
+                    task: t.task.clone(),
+                    source: t.source.clone(),
+                    dest: t.dest.clone(),
+                    kind: t.spec.kind().into(),
+                    class: t.class,
+                    peer: l.peer.as_ref().map(|p| p.name.clone()),
+                    runs_here: l.runs_here,
+                    every_ms: t.repeat.every,
+                    slip_ms: t.repeat.slip,
+                    next_ms: t.repeat.run(t.seed, n).map(|(at, _)| at),
+                }
+            })
+            .collect(),
+    )
+}
+
+#[derive(Deserialize)]
+struct Range {
+    from_ms: Option<u64>,
+    to_ms: Option<u64>,
+}
+
+/// The calendar over a time range: the bookings and the free slots where
+/// an exclusive run would fit.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct ScheduleView {
+    from_ms: u64,
+    to_ms: u64,
+    bookings: Vec<SlotView>,
+    /// Free for an exclusive run: `[start, end)` pairs (ms).
+    free: Vec<(u64, u64)>,
+    /// The runs booked here, in full.
+    runs: Vec<Booked>,
+}
+
+async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<ScheduleView>, Failure> {
+    let now = clock::now_ms();
+    let from = q.from_ms.unwrap_or(now);
+    let to = q.to_ms.unwrap_or(from.saturating_add(3_600_000));
+    if to < from || to - from > 31 * 86_400_000 {
+        return Err(bad("to_ms must be after from_ms, at most 31 days on"));
+    }
+    let inner = s.lock();
+    let slot = |b: &Booked| SlotView {
+        id: b.id.clone(),
+        number: b.number,
+        start_ms: b.start_ms,
+        end_ms: b.end_ms,
+        class: b.class,
+    };
+    let within: Vec<&Booked> = inner
+        .booked
+        .values()
+        .filter(|b| b.start_ms < to && from < b.end_ms)
+        .collect();
+    Ok(Json(ScheduleView {
+        from_ms: from,
+        to_ms: to,
+        bookings: within.iter().map(|b| slot(b)).collect(),
+        free: inner.calendar.free(from, to, RunClass::Exclusive),
+        runs: within.into_iter().cloned().collect(),
+    }))
+}
+
+/// A peer books a run on this agent's calendar.
+async fn reserve(
+    State(s): State<Ctx>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Result<Json<Reservation>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
+    authorise(&s, from.ip(), &headers)?;
+    let Json(r) = body.map_err(|e| bad(e.body_text()))?;
+    let spec = read_spec(r.spec.clone())?;
+    let loaded = s.loaded();
+    let here = |n: &str| loaded.mine.iter().any(|m| m == n);
+    let runs_here = here(&r.source);
+    if !runs_here && !r.dest.as_deref().is_some_and(here) {
+        return Err(bad(format!(
+            "neither end of run {} ({} → {}) is this agent",
+            r.id,
+            r.source,
+            r.dest.as_deref().unwrap_or("-")
+        )));
+    }
+    if runs_here
+        && !r
+            .dest
+            .as_deref()
+            .is_some_and(|d| loaded.config.addresses.contains_key(d))
+    {
+        return Err(bad(
+            "a run this agent is to run must go to an address of the mesh",
+        ));
+    }
+    if r.end_ms <= r.start_ms {
+        return Err(bad("end_ms must be after start_ms"));
+    }
+    let now = clock::now_ms();
+    let other = if runs_here {
+        r.dest.clone()
+    } else {
+        Some(r.source.clone())
+    };
+    let b = Booked {
+        number: run_number(&r.id),
+        id: r.id.clone(),
+        task: r.task.clone(),
+        source: r.source.clone(),
+        dest: r.dest.clone(),
+        spec,
+        class: r.class,
+        scheduled_ms: r.scheduled_ms,
+        start_ms: r.start_ms,
+        end_ms: r.end_ms,
+        runs_here,
+        started: false,
+        booked_by: from.ip().to_canonical().to_string(),
+        peer: other.and_then(|o| loaded.peer(&o)),
+    };
+    {
+        let mut inner = s.lock();
+        let held = inner
+            .booked
+            .values()
+            .filter(|b| b.booked_by != "this agent")
+            .count();
+        if held >= s.options.limits.max_held {
+            inner.counters.refused += 1;
+            return Err(Failure(
+                StatusCode::FORBIDDEN,
+                format!("limit max_held: this agent holds {held} runs booked by others"),
+            ));
+        }
+        if inner.booked.contains_key(&b.number) {
+            return Ok((
+                StatusCode::OK,
+                Json(serde_json::json!({"id": r.id, "state": "scheduled"})),
+            ));
+        }
+        let limits = s.options.limits.clone();
+        if let Err(e) = inner.quotas.take(
+            &limits,
+            from.ip().to_canonical(),
+            now,
+            r.class,
+            r.end_ms - r.start_ms,
+        ) {
+            inner.counters.refused += 1;
+            return Err(Failure(StatusCode::FORBIDDEN, e));
+        }
+        if let Err(x) = inner.calendar.book(b.booking()) {
+            let id = inner
+                .booked
+                .get(&x.run)
+                .map_or_else(|| format!("#{:016x}", x.run), |o| o.id.clone());
+            return Err(Failure(
+                StatusCode::CONFLICT,
+                format!("busy with run {id} until {}", ms_rfc3339(x.end)),
+            ));
+        }
+        inner.booked.insert(b.number, b.clone());
+        inner.counters.booked_by_peers += 1;
+    }
+    s.store(&[b.record(RunState::Scheduled, None)]).await;
+    s.wake.notify_one();
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({"id": r.id, "state": "scheduled"})),
+    ))
+}
+
+fn read_spec(v: serde_json::Value) -> Result<TestSpec, Failure> {
+    let spec = goodput_core::spec::read_one(v).map_err(|e| bad(format!("spec: {e}")))?;
+    spec.validate().map_err(|e| bad(format!("spec: {e}")))?;
+    if matches!(spec, TestSpec::Server(_)) {
+        return Err(bad(
+            "spec: a server is not a run (the agent's beacon is its server)",
+        ));
+    }
+    Ok(spec)
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    source: Option<String>,
+    dest: Option<String>,
+    kind: Option<String>,
+    state: Option<String>,
+    from_ms: Option<u64>,
+    to_ms: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn runs(State(s): State<Ctx>, Query(q): Query<RunsQuery>) -> Result<Json<Vec<Run>>, Failure> {
+    let state = match q.state.as_deref() {
+        None => None,
+        Some(t) => Some(t.parse::<RunState>().map_err(bad)?),
+    };
+    let f = RunFilter {
+        source: q.source,
+        dest: q.dest,
+        kind: q.kind,
+        state,
+        from_ms: q.from_ms,
+        to_ms: q.to_ms,
+        limit: q.limit.unwrap_or(1000).min(10_000),
+    };
+    Ok(Json(s.archive.runs(&f).await.map_err(internal)?))
+}
+
+async fn one_run(State(s): State<Ctx>, Path(id): Path<String>) -> Result<Json<Run>, Failure> {
+    match s.archive.get(&id).await.map_err(internal)? {
+        Some(r) => Ok(Json(r)),
+        None => Err(Failure(StatusCode::NOT_FOUND, format!("no run '{id}'"))),
+    }
+}
+
+/// The agent that ran a run hands over its record.
+async fn put_run(
+    State(s): State<Ctx>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<Run>, axum::extract::rejection::JsonRejection>,
+) -> Result<StatusCode, Failure> {
+    authorise(&s, from.ip(), &headers)?;
+    let Json(run) = body.map_err(|e| bad(e.body_text()))?;
+    if run.id != id {
+        return Err(bad(format!("the path names run '{id}', the body '{}'", run.id)));
+    }
+    let loaded = s.loaded();
+    let here = |n: &str| loaded.mine.iter().any(|m| m == n);
+    if !here(&run.source) && !run.dest.as_deref().is_some_and(here) {
+        return Err(bad(format!("neither end of run {id} is this agent")));
+    }
+    {
+        let mut inner = s.lock();
+        let n = run_number(&id);
+        if inner.booked.get(&n).is_some_and(|b| !b.runs_here) {
+            inner.calendar.release(n);
+            inner.booked.remove(&n);
+        }
+    }
+    s.archive
+        .put(std::slice::from_ref(&run))
+        .await
+        .map_err(internal)?;
+    s.note_latest(&run);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// An on-demand run: this agent runs `spec` now, or at the first slot
+/// free on both ends within `slip`.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OnDemand {
+    /// The test (any kind but `server`), with its hosts filled in.
+    spec: serde_json::Value,
+    /// The configured address it tests to: its agent books the slot too
+    /// (none: no booking but this host's).
+    #[serde(default)]
+    dest: Option<String>,
+    /// How late it may start, e.g. `30s` (default 1 minute).
+    #[serde(default)]
+    slip: Option<String>,
+}
+
+async fn on_demand(
+    State(s): State<Ctx>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Result<Json<OnDemand>, axum::extract::rejection::JsonRejection>,
+) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
+    authorise(&s, from.ip(), &headers)?;
+    let Json(q) = body.map_err(|e| bad(e.body_text()))?;
+    let spec = read_spec(q.spec)?;
+    let loaded = s.loaded();
+    if let Some(d) = &q.dest {
+        if !loaded.config.addresses.contains_key(d) {
+            return Err(bad(format!("dest: no address named '{d}' in the configuration")));
+        }
+    }
+    let slip = match &q.slip {
+        None => 60_000,
+        Some(t) => duration_ms(t).map_err(|e| bad(format!("slip: {e}")))?,
+    };
+    let class = RunClass::of_kind(spec.kind());
+    let now = clock::now_ms();
+    let duration = goodput_core::mesh::PairTask {
+        task: String::new(),
+        source: String::new(),
+        dest: None,
+        dest_has_agent: false,
+        lead: Default::default(),
+        spec: spec.clone(),
+        class,
+        repeat: goodput_core::schedule::Repeat {
+            start: 0,
+            every: 0,
+            until: None,
+            max_runs: None,
+            slip: 0,
+            sliprand: false,
+        },
+        seed: 0,
+    }
+    .expected_ms();
+    {
+        let mut inner = s.lock();
+        let limits = s.options.limits.clone();
+        if let Err(e) = inner
+            .quotas
+            .take(&limits, from.ip().to_canonical(), now, class, duration)
+        {
+            inner.counters.refused += 1;
+            return Err(Failure(StatusCode::FORBIDDEN, e));
+        }
+    }
+    let id = format!("on-demand/{}", uuid::Uuid::new_v4());
+    let source = loaded
+        .mine
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "this-agent".into());
+    let p = Planning {
+        id: id.clone(),
+        task: "on-demand".into(),
+        source,
+        dest: q.dest.clone(),
+        spec,
+        class,
+        at: now,
+        slip,
+        duration,
+        peer: q.dest.as_deref().and_then(|d| loaded.peer(d)),
+        runs_here: true,
+    };
+    Ok(match plan(&s, p).await {
+        Placed::Booked { start, end } => (
+            StatusCode::CREATED,
+            Json(serde_json::json!({"id": id, "state": "scheduled", "start_ms": start, "end_ms": end})),
+        ),
+        Placed::NonStart(why) => (
+            StatusCode::CREATED,
+            Json(serde_json::json!({"id": id, "state": "non_start", "reason": why})),
+        ),
+    })
+}
+
+#[derive(Deserialize)]
+struct SeriesQuery {
+    /// The measurement (or `source`, `dest` and `kind` to find it).
+    key: Option<String>,
+    source: Option<String>,
+    dest: Option<String>,
+    kind: Option<String>,
+    metric: String,
+    from_ms: Option<u64>,
+    to_ms: Option<u64>,
+    step_ms: Option<u64>,
+}
+
+/// A measurement's series.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct SeriesView {
+    key: String,
+    metric: Metric,
+    from_ms: u64,
+    to_ms: u64,
+    step_ms: Option<u64>,
+    points: Vec<goodput_archive::Point>,
+}
+
+async fn series(State(s): State<Ctx>, Query(q): Query<SeriesQuery>) -> Result<Json<SeriesView>, Failure> {
+    let metric: Metric = serde_json::from_value(serde_json::Value::String(q.metric.clone()))
+        .map_err(|_| bad(format!("metric: '{}' is not one of {:?}", q.metric, Metric::ALL)))?;
+    let now = clock::now_ms();
+    let to = q.to_ms.unwrap_or(now);
+    let from = q.from_ms.unwrap_or(to.saturating_sub(86_400_000));
+    let key = match q.key {
+        Some(k) => k,
+        None => {
+            let f = RunFilter {
+                source: q.source,
+                dest: q.dest,
+                kind: q.kind,
+                state: Some(RunState::Finished),
+                limit: 1,
+                ..RunFilter::default()
+            };
+            let last = s.archive.runs(&f).await.map_err(internal)?;
+            last.first()
+                .map(|r| r.measurement_key.clone())
+                .ok_or_else(|| Failure(StatusCode::NOT_FOUND, "no finished run matches".into()))?
+        }
+    };
+    let points = s
+        .archive
+        .series(&key, metric, from, to, q.step_ms)
+        .await
+        .map_err(internal)?;
+    Ok(Json(SeriesView {
+        key,
+        metric,
+        from_ms: from,
+        to_ms: to,
+        step_ms: q.step_ms,
+        points,
+    }))
+}
+
+async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::openapi::document())
+}
+
+/// The latest figures per measurement, run counts, archive size and the
+/// clock, in the OpenMetrics text format.
+async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
+    let by_state = s.archive.count_by_state().await.map_err(internal)?;
+    let bytes = s.archive.size_bytes().await.map_err(internal)?;
+    let clock = crate::clock::state();
+    let mut out = String::new();
+    out += "# TYPE goodput_agent_runs gauge\n# HELP goodput_agent_runs Runs in the archive by state.\n";
+    let counts: BTreeMap<&str, u64> = by_state.iter().map(|(st, n)| (st.as_str(), *n)).collect();
+    for st in [
+        "scheduled",
+        "running",
+        "finished",
+        "failed",
+        "missed",
+        "non_start",
+        "cancelled",
+    ] {
+        out += &format!(
+            "goodput_agent_runs{{state=\"{st}\"}} {}\n",
+            counts.get(st).unwrap_or(&0)
+        );
+    }
+    out += "# TYPE goodput_agent_archive_bytes gauge\n# UNIT goodput_agent_archive_bytes bytes\n";
+    out += &format!("goodput_agent_archive_bytes {bytes}\n");
+    out += "# TYPE goodput_agent_clock_synchronised gauge\n";
+    out += &format!(
+        "goodput_agent_clock_synchronised {}\n",
+        u8::from(clock.synchronised)
+    );
+    out +=
+        "# TYPE goodput_agent_clock_error_seconds gauge\n# UNIT goodput_agent_clock_error_seconds seconds\n";
+    out += &format!(
+        "goodput_agent_clock_error_seconds {}\n",
+        clock.estimated_error_us as f64 / 1e6
+    );
+    let inner = s.lock();
+    out += "# TYPE goodput_agent_booked gauge\n";
+    out += &format!("goodput_agent_booked {}\n", inner.booked.len());
+    out += "# TYPE goodput_agent_running gauge\n";
+    out += &format!("goodput_agent_running {}\n", inner.running);
+    out += "# TYPE goodput_agent_config_error gauge\n";
+    out += &format!(
+        "goodput_agent_config_error {}\n",
+        u8::from(inner.config_error.is_some())
+    );
+    out += "# TYPE goodput_agent_non_starts counter\n";
+    out += &format!("goodput_agent_non_starts_total {}\n", inner.counters.non_starts);
+    out += "# TYPE goodput_agent_refused counter\n";
+    out += &format!("goodput_agent_refused_total {}\n", inner.counters.refused);
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    type Family = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&goodput_archive::Figures) -> Option<f64>,
+    );
+    let families: [Family; 8] = [
+        (
+            "goodput_throughput_up_bits_per_second",
+            "bits_per_second",
+            "Latest good-put client to server.",
+            |f| f.throughput_up_bps,
+        ),
+        (
+            "goodput_throughput_down_bits_per_second",
+            "bits_per_second",
+            "Latest good-put server to client.",
+            |f| f.throughput_down_bps,
+        ),
+        ("goodput_loss_ratio", "ratio", "Latest loss.", |f| {
+            f.loss_pct.map(|p| p / 100.0)
+        }),
+        (
+            "goodput_delay_median_seconds",
+            "seconds",
+            "Latest median delay.",
+            |f| f.delay_median_us.map(|u| u / 1e6),
+        ),
+        (
+            "goodput_delay_p95_seconds",
+            "seconds",
+            "Latest 95th percentile delay.",
+            |f| f.delay_p95_us.map(|u| u / 1e6),
+        ),
+        ("goodput_jitter_seconds", "seconds", "Latest jitter.", |f| {
+            f.jitter_us.map(|u| u / 1e6)
+        }),
+        ("goodput_retransmits", "", "Latest retransmits.", |f| {
+            f.retransmits
+        }),
+        ("goodput_errors", "", "Latest failed connections.", |f| f.errors),
+    ];
+    for (name, unit, help, get) in families {
+        out += &format!("# TYPE {name} gauge\n# HELP {name} {help}\n");
+        if !unit.is_empty() {
+            out += &format!("# UNIT {name} {unit}\n");
+        }
+        for l in inner.latest.values() {
+            if let Some(v) = get(&l.figures) {
+                out += &format!(
+                    "{name}{{task=\"{}\",source=\"{}\",dest=\"{}\",kind=\"{}\"}} {v} {}\n",
+                    esc(&l.task),
+                    esc(&l.source),
+                    esc(&l.dest),
+                    esc(&l.kind),
+                    l.at_ms as f64 / 1000.0
+                );
+            }
+        }
+    }
+    out += "# EOF\n";
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response())
+}

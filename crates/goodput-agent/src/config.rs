@@ -1,0 +1,251 @@
+//! The mesh configuration the agent runs: read from a file or a URL,
+//! resolved to this host's share (the task pairs it leads), and reloaded
+//! on SIGHUP and on a period for a URL. A new document that does not read
+//! or validate leaves the old one running; its error is in the log and the
+//! API until a good one loads.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use goodput_core::mesh::{Lead, MeshConfig, PairTask};
+
+use crate::state::Shared;
+use crate::{clock, log};
+
+/// Where the configuration comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigSource {
+    /// A file (TOML for a `.toml` name, else JSON).
+    File(PathBuf),
+    /// An `http://` URL (JSON, or TOML when the body is not JSON).
+    Url(String),
+}
+
+impl ConfigSource {
+    /// A file name or a URL.
+    pub fn parse(text: &str) -> Self {
+        if text.starts_with("http://") || text.starts_with("https://") {
+            ConfigSource::Url(text.to_owned())
+        } else {
+            ConfigSource::File(PathBuf::from(text))
+        }
+    }
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::File(p) => write!(f, "{}", p.display()),
+            ConfigSource::Url(u) => f.write_str(u),
+        }
+    }
+}
+
+/// A task pair this agent leads: it books the slot (and, when it is the
+/// source, runs it).
+#[derive(Debug, Clone)]
+pub(crate) struct Led {
+    /// The pair.
+    pub(crate) task: PairTask,
+    /// The other agent's API (none: no agent there, or it is this host).
+    pub(crate) peer: Option<Peer>,
+    /// This host runs the test (it is the source).
+    pub(crate) runs_here: bool,
+}
+
+/// Another agent.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Peer {
+    /// Its address's name in the configuration.
+    pub(crate) name: String,
+    /// Its API, `http://ADDRESS:PORT`.
+    pub(crate) url: String,
+}
+
+/// A configuration resolved for this host.
+#[derive(Debug, Clone)]
+pub(crate) struct Loaded {
+    /// The document.
+    pub(crate) config: MeshConfig,
+    /// This host's address names.
+    pub(crate) mine: Vec<String>,
+    /// Where those were found.
+    pub(crate) identities: Vec<String>,
+    /// The pairs it leads.
+    pub(crate) led: Vec<Led>,
+    /// When it was loaded (ms).
+    pub(crate) loaded_ms: u64,
+}
+
+impl Loaded {
+    /// The API of the agent at an address name (none without an agent).
+    pub(crate) fn peer(&self, name: &str) -> Option<Peer> {
+        let a = self.config.addresses.get(name)?;
+        if a.no_agent || self.mine.iter().any(|m| m == name) {
+            return None;
+        }
+        let host = match a.address.parse::<std::net::Ipv6Addr>() {
+            Ok(v6) => format!("[{v6}]"),
+            Err(_) => a.address.clone(),
+        };
+        Some(Peer {
+            name: name.to_owned(),
+            url: format!("http://{host}:{}", self.config.agent.api_port),
+        })
+    }
+}
+
+/// Reads the document's text from its source.
+async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
+    match source {
+        ConfigSource::File(p) => {
+            let text = tokio::fs::read_to_string(p)
+                .await
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let toml = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"));
+            Ok((text, toml))
+        }
+        ConfigSource::Url(u) => {
+            let response = reqwest::Client::new()
+                .get(u)
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .map_err(|e| format!("cannot fetch {u}: {e}"))?;
+            if !response.status().is_success() {
+                return Err(format!("cannot fetch {u}: HTTP {}", response.status()));
+            }
+            // A configuration is small; a bigger body is refused, not read.
+            if response.content_length().is_some_and(|n| n > MAX_CONFIG_BYTES) {
+                return Err(format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"));
+            }
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| format!("cannot fetch {u}: {e}"))?;
+            if bytes.len() as u64 > MAX_CONFIG_BYTES {
+                return Err(format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"));
+            }
+            let text = String::from_utf8(bytes.to_vec()).map_err(|_| format!("{u}: not UTF-8 text"))?;
+            let toml = !text.trim_start().starts_with('{');
+            Ok((text, toml))
+        }
+    }
+}
+
+/// The largest configuration document read.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+/// Reads, validates and resolves the configuration for this host.
+pub(crate) async fn load(source: &ConfigSource, identities: &[String]) -> Result<Loaded, String> {
+    let (text, toml) = fetch(source).await?;
+    let config = MeshConfig::read(&text, toml).map_err(|e| match e.field.as_str() {
+        "" => format!("{source}: {}", e.message),
+        f => format!("{source}: {f}: {}", e.message),
+    })?;
+    resolve(config, identities).map_err(|e| format!("{source}: {e}"))
+}
+
+/// This host's share of a configuration.
+pub(crate) fn resolve(config: MeshConfig, identities: &[String]) -> Result<Loaded, String> {
+    let identities = if identities.is_empty() {
+        own_identities()
+    } else {
+        identities.to_vec()
+    };
+    let mine = mine(&config, &identities);
+    let mut loaded = Loaded {
+        config,
+        mine,
+        identities,
+        led: Vec::new(),
+        loaded_ms: clock::now_ms(),
+    };
+    let everyone: Vec<String> = loaded.config.addresses.keys().cloned().collect();
+    let all = loaded
+        .config
+        .tasks_for(&everyone)
+        .map_err(|e| format!("{}: {}", e.field, e.message))?;
+    for t in all {
+        let source_here = loaded.mine.contains(&t.source);
+        let dest_here = t.dest.as_ref().is_some_and(|d| loaded.mine.contains(d));
+        let lead_here = match (t.lead, t.dest_has_agent) {
+            (Lead::Destination, true) => dest_here,
+            _ => source_here,
+        };
+        if !lead_here {
+            continue;
+        }
+        let other = if source_here {
+            t.dest.clone()
+        } else {
+            Some(t.source.clone())
+        };
+        let peer = other.and_then(|o| loaded.peer(&o));
+        loaded.led.push(Led {
+            task: t,
+            peer,
+            runs_here: source_here,
+        });
+    }
+    Ok(loaded)
+}
+
+/// The address names an agent with these identities holds (an identity
+/// may be an address, a label's address or an address's name).
+pub fn mine(config: &MeshConfig, identities: &[String]) -> Vec<String> {
+    let mut mine = config.addresses_of(identities);
+    for i in identities {
+        if config.addresses.contains_key(i.as_str()) && !mine.contains(i) {
+            mine.push(i.clone());
+        }
+    }
+    mine
+}
+
+/// This host's interface addresses and host name.
+pub fn own_identities() -> Vec<String> {
+    let mut out: Vec<String> = if_addrs::get_if_addrs()
+        .map(|v| v.into_iter().map(|i| i.ip().to_string()).collect())
+        .unwrap_or_default();
+    if let Ok(name) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        out.push(name.trim().to_owned());
+    }
+    out
+}
+
+/// Reloads on SIGHUP, and on a period when the source is a URL.
+pub(crate) async fn reloader(shared: Arc<Shared>) {
+    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+        log("cannot watch SIGHUP: the configuration reloads only on its period");
+        return;
+    };
+    let period = match shared.options.config {
+        ConfigSource::Url(_) => shared.options.reload_every,
+        ConfigSource::File(_) => Duration::from_secs(u64::MAX / 4),
+    };
+    loop {
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = hup.recv() => log("SIGHUP: reading the configuration again"),
+            _ = tokio::time::sleep(period) => {}
+        }
+        reload(&shared).await;
+    }
+}
+
+/// Reads the configuration again; on an error the old one stays.
+pub(crate) async fn reload(shared: &Shared) {
+    match load(&shared.options.config, &shared.options.identities).await {
+        Ok(loaded) => {
+            let n = loaded.led.len();
+            shared.install(loaded);
+            log(&format!("configuration loaded: {n} task pairs led here"));
+        }
+        Err(e) => {
+            log(&format!("configuration not loaded, the previous one stays: {e}"));
+            shared.config_failed(e);
+        }
+    }
+}

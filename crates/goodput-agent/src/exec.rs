@@ -1,0 +1,186 @@
+//! Runs what is booked: each run whose source is this host starts at its
+//! slot through the engine's one run entry, is cut at the slot's end, and
+//! is stored (and handed to the agent at the other end). And the beacon:
+//! the services other hosts test against, for as long as the agent runs.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use goodput_archive::RunState;
+use goodput_core::spec::{ServerSpec, TestSpec};
+use goodput_engine::run::{run, RunContext};
+use goodput_engine::NullObserver;
+use tokio::task::JoinSet;
+
+use crate::peer;
+use crate::state::{Booked, Shared};
+use crate::{clock, log};
+
+/// Intervals and connection records kept in a stored result.
+const MAX_RECORDS: usize = 200;
+
+/// Starts each booked run at its slot.
+pub(crate) async fn executor(shared: Arc<Shared>) {
+    let mut running = JoinSet::new();
+    loop {
+        let now = clock::now_ms();
+        let next = {
+            let inner = shared.lock();
+            inner
+                .booked
+                .values()
+                .filter(|b| b.runs_here && !b.started)
+                .map(|b| b.start_ms)
+                .min()
+        };
+        let wait = next.map_or(Duration::from_secs(3600), |t| {
+            Duration::from_millis(t.saturating_sub(now))
+        });
+        tokio::select! {
+            _ = shared.cancel.cancelled() => break,
+            _ = shared.wake.notified() => continue,
+            _ = tokio::time::sleep(wait) => {}
+            Some(_) = running.join_next(), if !running.is_empty() => continue,
+        }
+        let now = clock::now_ms();
+        let start: Vec<Booked> = {
+            let mut inner = shared.lock();
+            let due: Vec<u64> = inner
+                .booked
+                .values()
+                .filter(|b| b.runs_here && !b.started && b.start_ms <= now)
+                .map(|b| b.number)
+                .collect();
+            due.iter()
+                .filter_map(|n| {
+                    let b = inner.booked.get_mut(n)?;
+                    b.started = true;
+                    Some(b.clone())
+                })
+                .collect()
+        };
+        for b in start {
+            running.spawn(execute(shared.clone(), b));
+        }
+    }
+    // The runs under way see the same cancellation and store themselves.
+    while running.join_next().await.is_some() {}
+}
+
+/// Runs one booked run and stores it.
+async fn execute(shared: Arc<Shared>, b: Booked) {
+    let start = clock::now_ms();
+    let admitted = {
+        let mut inner = shared.lock();
+        if inner.running >= shared.options.limits.max_running {
+            false
+        } else {
+            inner.running += 1;
+            true
+        }
+    };
+    let record = if !admitted {
+        shared.lock().counters.refused += 1;
+        let mut r = b.record(
+            RunState::Failed,
+            Some(format!(
+                "limit max_running: {} runs were under way",
+                shared.options.limits.max_running
+            )),
+        );
+        r.start_ms = None;
+        r.end_ms = None;
+        r
+    } else {
+        let mut r = b.record(RunState::Running, None);
+        r.start_ms = Some(start);
+        r.end_ms = None;
+        shared.store(&[r]).await;
+        // The slot is the run's: it stops at the slot's end.
+        let token = shared.cancel.child_token();
+        let cut = Duration::from_millis(b.end_ms.saturating_sub(start));
+        let timer = {
+            let token = token.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(cut).await;
+                token.cancel();
+            })
+        };
+        let result = run(
+            &b.spec,
+            RunContext::with_records(MAX_RECORDS),
+            &mut NullObserver,
+            token.clone(),
+        )
+        .await;
+        timer.abort();
+        let end = clock::now_ms();
+        shared.lock().running -= 1;
+        let stopping = shared.cancel.is_cancelled();
+        Shared::finished(
+            &b,
+            &result,
+            start,
+            end,
+            token.is_cancelled() && !stopping,
+            stopping,
+        )
+    };
+    {
+        let mut inner = shared.lock();
+        inner.calendar.release(b.number);
+        inner.booked.remove(&b.number);
+    }
+    shared.store(std::slice::from_ref(&record)).await;
+    shared.note_latest(&record);
+    if let Some(p) = &b.peer {
+        let mut delivered = Err(String::new());
+        for attempt in 0..3 {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            delivered = peer::deliver(&shared, p, &record).await;
+            if delivered.is_ok() {
+                break;
+            }
+        }
+        if let Err(e) = delivered {
+            shared.lock().counters.results_undelivered += 1;
+            log(&format!("run {}: its result did not reach {}: {e}", b.id, p.name));
+        }
+    }
+}
+
+/// Serves the beacon's services on this host's configured addresses until
+/// the agent stops.
+pub(crate) async fn beacon(shared: Arc<Shared>) {
+    let loaded = shared.loaded();
+    let ips: Vec<IpAddr> = loaded
+        .mine
+        .iter()
+        .filter_map(|m| loaded.config.addresses[m].address.parse().ok())
+        .collect();
+    let spec = ServerSpec {
+        listen: ips.iter().map(IpAddr::to_string).collect(),
+        port: shared.options.beacon_port,
+        stamp: true,
+        stamp_port: shared.options.stamp_port,
+        stamp_listen: ips.clone(),
+        ..ServerSpec::default()
+    };
+    let spec = TestSpec::Server(spec);
+    let result = run(
+        &spec,
+        RunContext::with_records(1),
+        &mut NullObserver,
+        shared.cancel.child_token(),
+    )
+    .await;
+    if let Some(e) = result.error {
+        if !shared.cancel.is_cancelled() {
+            log(&format!("the beacon's services stopped: {}", e.message));
+        }
+        shared.lock().beacon_error = Some(e.message);
+    }
+}

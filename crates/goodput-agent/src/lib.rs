@@ -1,0 +1,137 @@
+//! goodput's measurement agent: one daemon per host that serves every
+//! goodput service as the beacon other hosts test against, runs its share
+//! of a mesh's tests on schedule (booking each exclusive run's slot with
+//! the agent at the other end), keeps every run in its archive, and
+//! answers an HTTP API.
+//!
+//! The parts:
+//! - `config`: the mesh document from a file or a URL, reloaded on SIGHUP
+//!   and on a period, the old one kept when a new one is wrong;
+//! - `plan`: the runs this agent leads, placed on both ends' calendars
+//!   (the pure scheduling core is `goodput_core::schedule`);
+//! - `exec`: runs the booked runs whose source this host is, through the
+//!   engine's one run entry, and stores them;
+//! - `api`: the HTTP API (`/api/v1`, `/metrics`), which is also how agents
+//!   talk to each other;
+//! - `limits`: what a requester may ask of this agent, each refusal naming
+//!   its limit.
+#![warn(missing_docs, unreachable_pub)]
+
+mod api;
+mod clock;
+mod config;
+mod exec;
+mod limits;
+mod openapi;
+mod peer;
+mod plan;
+mod state;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use goodput_archive::{Archive, Retention};
+use tokio_util::sync::CancellationToken;
+
+pub use config::{mine, own_identities, ConfigSource};
+pub use limits::Limits;
+pub use openapi::document as openapi_document;
+
+/// How an agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Where the mesh configuration comes from.
+    pub config: ConfigSource,
+    /// Who this host is: addresses or names from the configuration (empty:
+    /// the addresses on its interfaces and its host name).
+    pub identities: Vec<String>,
+    /// The archive file (SQLite).
+    pub archive: PathBuf,
+    /// Where the API listens (empty: each of this host's configured
+    /// addresses at the mesh's `agent.api_port`).
+    pub api_listen: Vec<SocketAddr>,
+    /// The shared token peers and mutating API calls must present.
+    pub token: Option<String>,
+    /// What requesters may ask.
+    pub limits: Limits,
+    /// Serve the beacon services (TCP test port, STAMP reflector).
+    pub beacon: bool,
+    /// TCP test port of the beacon.
+    pub beacon_port: u16,
+    /// UDP port of the beacon's STAMP reflector.
+    pub stamp_port: u16,
+    /// How often a configuration URL is read again.
+    pub reload_every: Duration,
+    /// How much history the archive keeps.
+    pub retention: Retention,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        Self {
+            config: ConfigSource::File(PathBuf::from("/etc/goodput/mesh.toml")),
+            identities: Vec::new(),
+            archive: PathBuf::from("/var/lib/goodput/archive.sqlite"),
+            api_listen: Vec::new(),
+            token: None,
+            limits: Limits::default(),
+            beacon: true,
+            beacon_port: 4444,
+            stamp_port: 862,
+            reload_every: Duration::from_secs(300),
+            retention: Retention::default(),
+        }
+    }
+}
+
+/// A line for the agent's log (standard error, one line per event, with
+/// the time).
+pub(crate) fn log(line: &str) {
+    let now = clock::now_ms();
+    eprintln!("{} goodput agent: {line}", goodput_core::mesh::ms_rfc3339(now));
+}
+
+/// Runs the agent until `cancel`: loads the configuration (an invalid one
+/// at start is an error), opens the archive, accounts for the runs missed
+/// while it was down, starts the beacon, the API, the planner and the
+/// executor, and on cancel stops them, marking runs cut short.
+pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(), String> {
+    let loaded = config::load(&options.config, &options.identities).await?;
+    if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let archive = Archive::open(&options.archive)
+        .await
+        .map_err(|e| format!("{}: {e}", options.archive.display()))?;
+    let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
+    shared.recover().await?;
+    let listeners = api::bind(&shared).await?;
+    let mut tasks = tokio::task::JoinSet::new();
+    if shared.options.beacon {
+        tasks.spawn(exec::beacon(shared.clone()));
+    }
+    for l in listeners {
+        tasks.spawn(api::serve(shared.clone(), l));
+    }
+    tasks.spawn(plan::planner(shared.clone()));
+    tasks.spawn(exec::executor(shared.clone()));
+    tasks.spawn(config::reloader(shared.clone()));
+    tasks.spawn(state::housekeeping(shared.clone()));
+    log(&format!(
+        "started: {} ({} task pairs led here), archive {}",
+        shared.identity_line(),
+        shared.led_count(),
+        shared.options.archive.display()
+    ));
+    cancel.cancelled().await;
+    // Give every part a moment to store what it was doing.
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    shared.shutdown().await;
+    log("stopped");
+    Ok(())
+}

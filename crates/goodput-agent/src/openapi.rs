@@ -1,0 +1,98 @@
+//! The API's OpenAPI 3.1 document, built from the same types the handlers
+//! answer with: their JSON Schemas come from `schemars`, which the rest of
+//! goodput's documents already use, so no second set of annotations can
+//! drift from the code.
+
+use schemars::gen::{SchemaGenerator, SchemaSettings};
+use serde_json::{json, Value};
+
+use crate::api::{Health, OnDemand, ScheduleView, SeriesView, TaskView};
+use crate::peer::Reservation;
+
+/// The document served at `/api/v1/openapi.json`.
+pub fn document() -> Value {
+    let mut settings = SchemaSettings::openapi3();
+    settings.definitions_path = "#/components/schemas/".into();
+    let mut g = SchemaGenerator::new(settings);
+    let schema = |name: &str, s: schemars::schema::Schema| {
+        (name.to_owned(), serde_json::to_value(s).unwrap_or_default())
+    };
+    let named = [
+        schema("Health", g.subschema_for::<Health>()),
+        schema("TaskView", g.subschema_for::<Vec<TaskView>>()),
+        schema("ScheduleView", g.subschema_for::<ScheduleView>()),
+        schema("Reservation", g.subschema_for::<Reservation>()),
+        schema("Runs", g.subschema_for::<Vec<goodput_archive::Run>>()),
+        schema("Run", g.subschema_for::<goodput_archive::Run>()),
+        schema("OnDemand", g.subschema_for::<OnDemand>()),
+        schema("SeriesView", g.subschema_for::<SeriesView>()),
+        schema("MeshConfig", g.subschema_for::<goodput_core::mesh::MeshConfig>()),
+    ];
+    let mut schemas = serde_json::Map::new();
+    for (name, s) in g.take_definitions() {
+        schemas.insert(name, serde_json::to_value(s).unwrap_or_default());
+    }
+    let body = |name: &str| -> Value {
+        let s = named
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_default();
+        json!({"content": {"application/json": {"schema": s}}})
+    };
+    let error = json!({"description": "what is wrong, in one sentence",
+        "content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}}}}}});
+    let q = |name: &str, kind: &str, text: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": kind}, "description": text});
+    let auth = json!([{"token": []}]);
+    let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"},
+        "description": "the run's id (task/source/dest/n, or on-demand/UUID); its slashes stay as they are"});
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "goodput agent API",
+            "version": "1",
+            "description": "A goodput measurement agent: its health, configuration, tasks, calendar, runs and series; how agents book runs with each other; on-demand runs. Calls that change something need the shared token."
+        },
+        "components": {
+            "securitySchemes": {"token": {"type": "http", "scheme": "bearer", "description": "the mesh's shared token"}},
+            "schemas": schemas
+        },
+        "paths": {
+            "/api/v1/health": {"get": {"summary": "version, uptime, clock synchronisation and error, archive size, queue depths, the configuration's last load and error",
+                "responses": {"200": body("Health")}}},
+            "/api/v1/config": {"get": {"summary": "the configuration in force, where it came from, when it loaded and the last load's error",
+                "responses": {"200": {"description": "the configuration", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+            "/api/v1/tasks": {"get": {"summary": "the task pairs this agent leads, with their next run",
+                "responses": {"200": body("TaskView")}}},
+            "/api/v1/schedule": {"get": {"summary": "the calendar over a time range: bookings and the free slots for an exclusive run (peers read it to find a common slot)",
+                "parameters": [q("from_ms", "integer", "start, ms since the Unix epoch (default now)"), q("to_ms", "integer", "end, ms (default an hour on; at most 31 days)")],
+                "responses": {"200": body("ScheduleView"), "400": error.clone()}}},
+            "/api/v1/reservations": {"post": {"summary": "a peer books a run on this agent's calendar", "security": auth.clone(),
+                "requestBody": body("Reservation"),
+                "responses": {"201": {"description": "booked"}, "400": error.clone(), "401": error.clone(), "403": {"description": "a limit refused it; the error names the limit"}, "409": {"description": "the time is taken; the error names the run in the way"}}}},
+            "/api/v1/runs": {
+                "get": {"summary": "runs, newest first, without their result documents",
+                    "parameters": [q("source", "string", "source address name"), q("dest", "string", "destination address name"), q("kind", "string", "test kind"),
+                        q("state", "string", "scheduled, running, finished, failed, missed, non_start or cancelled"),
+                        q("from_ms", "integer", "due at or after (ms)"), q("to_ms", "integer", "due before (ms)"), q("limit", "integer", "at most this many (default 1000, at most 10000)")],
+                    "responses": {"200": body("Runs"), "400": error.clone()}},
+                "post": {"summary": "run a test now, or at the first slot free on both ends within the slip", "security": auth.clone(),
+                    "requestBody": body("OnDemand"),
+                    "responses": {"201": {"description": "the run's id and state (scheduled with its slot, or non_start with the reason)"}, "400": error.clone(), "401": error.clone(), "403": error.clone()}}},
+            "/api/v1/runs/{id}": {
+                "get": {"summary": "one run with its result document", "parameters": [id.clone()],
+                    "responses": {"200": body("Run"), "404": error.clone()}},
+                "put": {"summary": "the agent that ran a run hands over its record", "security": auth, "parameters": [id],
+                    "requestBody": body("Run"),
+                    "responses": {"204": {"description": "stored"}, "400": error.clone(), "401": error.clone(), "403": error.clone()}}},
+            "/api/v1/series": {"get": {"summary": "a measurement's series of one metric: every run's value, or per-step aggregates (whole hours read stored aggregates)",
+                "parameters": [q("key", "string", "measurement key (or source, dest and kind to find the latest one)"), q("source", "string", ""), q("dest", "string", ""), q("kind", "string", ""),
+                    {"name": "metric", "in": "query", "required": true, "schema": {"type": "string", "enum": ["throughput_up", "throughput_down", "loss", "delay_median", "delay_p95", "jitter", "errors"]}},
+                    q("from_ms", "integer", "start (default a day before to_ms)"), q("to_ms", "integer", "end (default now)"), q("step_ms", "integer", "aggregate per step")],
+                "responses": {"200": body("SeriesView"), "400": error.clone(), "404": error.clone()}}},
+            "/api/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
+            "/metrics": {"get": {"summary": "OpenMetrics text: latest figures per measurement with pair labels, runs by state, archive size, clock error",
+                "responses": {"200": {"description": "application/openmetrics-text"}}}}
+        }
+    })
+}

@@ -1,0 +1,147 @@
+//! Calls to another agent's API: its calendar, booking a run there, and
+//! handing it a run's result.
+
+use goodput_archive::Run;
+use goodput_core::schedule::RunClass;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Peer;
+use crate::state::Shared;
+
+/// A booking as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct SlotView {
+    /// The run's id.
+    pub(crate) id: String,
+    /// Its number on the calendars.
+    pub(crate) number: u64,
+    /// Start (ms since the Unix epoch).
+    pub(crate) start_ms: u64,
+    /// End (ms).
+    pub(crate) end_ms: u64,
+    /// Its class.
+    pub(crate) class: RunClass,
+}
+
+/// A run one agent asks another to hold on its calendar.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Reservation {
+    /// The run's id.
+    pub(crate) id: String,
+    /// Its task.
+    pub(crate) task: String,
+    /// The end that runs the test.
+    pub(crate) source: String,
+    /// The other end.
+    pub(crate) dest: Option<String>,
+    /// The spec.
+    pub(crate) spec: serde_json::Value,
+    /// Its class.
+    pub(crate) class: RunClass,
+    /// When it was due (ms).
+    pub(crate) scheduled_ms: u64,
+    /// The slot's start (ms).
+    pub(crate) start_ms: u64,
+    /// The slot's end (ms).
+    pub(crate) end_ms: u64,
+}
+
+/// Why a booking at a peer did not take.
+#[derive(Debug)]
+pub(crate) enum Refusal {
+    /// Its calendar had the time taken meanwhile.
+    Busy(String),
+    /// A limit refused it (the peer's words).
+    Refused(String),
+    /// No answer.
+    Unreachable(String),
+}
+
+/// The body of an error answer.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: String,
+}
+
+fn unreachable(e: reqwest::Error) -> String {
+    // The innermost cause says most ("Connection refused").
+    let mut s: &dyn std::error::Error = &e;
+    while let Some(inner) = s.source() {
+        s = inner;
+    }
+    if e.is_timeout() {
+        "no answer in time".into()
+    } else {
+        s.to_string()
+    }
+}
+
+fn with_token(req: reqwest::RequestBuilder, shared: &Shared) -> reqwest::RequestBuilder {
+    match &shared.options.token {
+        Some(t) => req.bearer_auth(t),
+        None => req,
+    }
+}
+
+/// The peer's bookings in `[from, to)`.
+pub(crate) async fn calendar(
+    shared: &Shared,
+    peer: &Peer,
+    from: u64,
+    to: u64,
+) -> Result<Vec<SlotView>, String> {
+    #[derive(Deserialize)]
+    struct View {
+        bookings: Vec<SlotView>,
+    }
+    let url = format!("{}/api/v1/schedule?from_ms={from}&to_ms={to}", peer.url);
+    let r = shared.http.get(&url).send().await.map_err(unreachable)?;
+    if !r.status().is_success() {
+        return Err(format!("its calendar: HTTP {}", r.status()));
+    }
+    Ok(r.json::<View>().await.map_err(unreachable)?.bookings)
+}
+
+/// Books the run on the peer's calendar.
+pub(crate) async fn reserve(shared: &Shared, peer: &Peer, r: &Reservation) -> Result<(), Refusal> {
+    let url = format!("{}/api/v1/reservations", peer.url);
+    let answer = with_token(shared.http.post(&url).json(r), shared)
+        .send()
+        .await
+        .map_err(|e| Refusal::Unreachable(unreachable(e)))?;
+    let status = answer.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let text = answer
+        .json::<ErrorBody>()
+        .await
+        .map(|b| b.error)
+        .unwrap_or_else(|_| format!("HTTP {status}"));
+    Err(match status.as_u16() {
+        409 => Refusal::Busy(text),
+        _ => Refusal::Refused(text),
+    })
+}
+
+/// Hands the peer a run's record (its result, or why it did not run).
+pub(crate) async fn deliver(shared: &Shared, peer: &Peer, run: &Run) -> Result<(), String> {
+    let mut url = reqwest::Url::parse(&format!("{}/api/v1/runs", peer.url)).map_err(|e| e.to_string())?;
+    url.path_segments_mut()
+        .map_err(|_| "bad peer URL".to_string())?
+        .extend(run.id.split('/'));
+    let answer = with_token(shared.http.put(url).json(run), shared)
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .map_err(unreachable)?;
+    match answer.status() {
+        s if s.is_success() => Ok(()),
+        s => Err(answer
+            .json::<ErrorBody>()
+            .await
+            .map(|b| b.error)
+            .unwrap_or_else(|_| format!("HTTP {s}"))),
+    }
+}

@@ -1,0 +1,329 @@
+//! The runs this agent leads: when one is due, it is placed on this
+//! host's calendar and the other agent's (the first common free slot
+//! within the slip), booked on both, and handed to the executor — or
+//! stored as a non-start with the reason.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use goodput_archive::RunState;
+use goodput_core::mesh::ms_rfc3339;
+use goodput_core::schedule::{place, Booking, Calendar, NonStart, RunClass};
+use goodput_core::spec::TestSpec;
+
+use crate::config::Peer;
+use crate::peer::{self, Refusal, Reservation, SlotView};
+use crate::state::{pair_key, run_number, Booked, Shared};
+use crate::{clock, log};
+
+/// How far ahead of a run's time it is booked: the peer must hold it
+/// before it starts.
+const LOOKAHEAD: u64 = 1_500;
+/// The least notice a slot is booked with.
+const MIN_NOTICE: u64 = 300;
+/// Attempts when a peer's calendar changes between reading and booking.
+const ATTEMPTS: usize = 3;
+
+/// One run to place.
+#[derive(Debug, Clone)]
+pub(crate) struct Planning {
+    pub(crate) id: String,
+    pub(crate) task: String,
+    pub(crate) source: String,
+    pub(crate) dest: Option<String>,
+    pub(crate) spec: TestSpec,
+    pub(crate) class: RunClass,
+    /// When it is due (ms).
+    pub(crate) at: u64,
+    /// How late it may start after `at` (ms).
+    pub(crate) slip: u64,
+    /// How long it holds the calendars (ms).
+    pub(crate) duration: u64,
+    pub(crate) peer: Option<Peer>,
+    pub(crate) runs_here: bool,
+}
+
+/// What became of a placing.
+#[derive(Debug, Clone)]
+pub(crate) enum Placed {
+    /// Booked for `[start, end)`.
+    Booked { start: u64, end: u64 },
+    /// Not started, and why.
+    NonStart(String),
+}
+
+/// Every quarter second: the led runs coming due are placed.
+pub(crate) async fn planner(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for p in due(&shared, clock::now_ms()) {
+            if shared.cancel.is_cancelled() {
+                return;
+            }
+            plan(&shared, p).await;
+        }
+    }
+}
+
+/// The led runs due before `now + LOOKAHEAD` that are not booked yet, in
+/// time order; each pair's counter moves past them.
+fn due(shared: &Shared, now: u64) -> Vec<Planning> {
+    let mut inner = shared.lock();
+    let loaded = inner.loaded.clone();
+    let mut out = Vec::new();
+    for led in &loaded.led {
+        let t = &led.task;
+        let key = pair_key(&t.task, &t.source, t.dest.as_deref());
+        let mut n = *inner
+            .next
+            .entry(key.clone())
+            .or_insert_with(|| t.repeat.first_at_or_after(now));
+        // Never more than a few at once for one pair (a repeat shorter
+        // than a tick, or a clock step).
+        for _ in 0..16 {
+            let Some((at, slip)) = t.repeat.run(t.seed, n) else {
+                break;
+            };
+            if at > now + LOOKAHEAD {
+                break;
+            }
+            n += 1;
+            let id = t.run_id(n - 1);
+            if inner.booked.contains_key(&run_number(&id)) {
+                continue;
+            }
+            out.push(Planning {
+                id,
+                task: t.task.clone(),
+                source: t.source.clone(),
+                dest: t.dest.clone(),
+                spec: t.spec.clone(),
+                class: t.class,
+                at,
+                slip,
+                duration: t.expected_ms(),
+                peer: led.peer.clone(),
+                runs_here: led.runs_here,
+            });
+        }
+        inner.next.insert(key, n);
+    }
+    out.sort_by_key(|p| p.at);
+    out
+}
+
+/// The calendar of the peer's bookings, and their ids by number.
+fn peer_calendar(slots: &[SlotView]) -> (Calendar, Vec<(u64, String)>) {
+    let mut c = Calendar::new();
+    let mut names = Vec::new();
+    for s in slots {
+        let _ = c.book(Booking {
+            run: s.number,
+            start: s.start_ms,
+            end: s.end_ms,
+            class: s.class,
+        });
+        names.push((s.number, s.id.clone()));
+    }
+    (c, names)
+}
+
+/// A non-start's reason in words, with run ids and times.
+fn reason(ns: &NonStart, shared: &Shared, peer: Option<&Peer>, peer_names: &[(u64, String)]) -> String {
+    let peer_name = peer.map_or("the peer", |p| p.name.as_str());
+    match ns {
+        NonStart::Busy { run, until } => {
+            let id = shared
+                .lock()
+                .booked
+                .get(run)
+                .map_or_else(|| format!("#{run:016x}"), |b| b.id.clone());
+            format!("this host busy with run {id} until {}", ms_rfc3339(*until))
+        }
+        NonStart::PeerBusy { run, until } => {
+            let id = peer_names
+                .iter()
+                .find(|(n, _)| n == run)
+                .map_or_else(|| format!("#{run:016x}"), |(_, id)| id.clone());
+            format!("peer {peer_name} busy with run {id} until {}", ms_rfc3339(*until))
+        }
+        NonStart::PeerUnreachable { error } => format!("peer {peer_name} unreachable: {error}"),
+        NonStart::PeerRefused { limit } => format!("peer {peer_name} refused: {limit}"),
+        NonStart::NoCommonSlot => format!("no free slot common to this host and {peer_name} within the slip"),
+    }
+}
+
+/// Places one run, books it on both ends and stores it (scheduled, or a
+/// non-start with its reason).
+pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
+    let placed = place_run(shared, &p).await;
+    let b = Booked {
+        number: run_number(&p.id),
+        id: p.id.clone(),
+        task: p.task.clone(),
+        source: p.source.clone(),
+        dest: p.dest.clone(),
+        spec: p.spec.clone(),
+        class: p.class,
+        scheduled_ms: p.at,
+        start_ms: 0,
+        end_ms: 0,
+        runs_here: p.runs_here,
+        started: false,
+        booked_by: "this agent".into(),
+        peer: p.peer.clone(),
+    };
+    match &placed {
+        Placed::Booked { start, end } => {
+            let mut b = b;
+            b.start_ms = *start;
+            b.end_ms = *end;
+            shared.store(&[b.record(RunState::Scheduled, None)]).await;
+            shared.wake.notify_one();
+        }
+        Placed::NonStart(why) => {
+            shared.lock().counters.non_starts += 1;
+            log(&format!("run {} did not start: {why}", p.id));
+            let mut r = b.record(RunState::NonStart, Some(why.clone()));
+            r.start_ms = None;
+            r.end_ms = None;
+            shared.store(&[r.clone()]).await;
+            // The peer keeps the run's fate too.
+            if let Some(peer) = &p.peer {
+                let _ = peer::deliver(shared, peer, &r).await;
+            }
+        }
+    }
+    placed
+}
+
+async fn place_run(shared: &Shared, p: &Planning) -> Placed {
+    let mut last_busy = String::new();
+    for _ in 0..ATTEMPTS {
+        let now = clock::now_ms();
+        let earliest = p.at.max(now + MIN_NOTICE);
+        let Some(slip) = (p.at + p.slip).checked_sub(earliest) else {
+            return Placed::NonStart(format!(
+                "its time ({}) and slip passed before it could be booked",
+                ms_rfc3339(p.at)
+            ));
+        };
+        let to = earliest + slip + p.duration;
+        // The peer's calendar (background runs need no room there).
+        let negotiate = p.peer.as_ref().filter(|_| p.class != RunClass::Background);
+        let (theirs, names) = match negotiate {
+            None => (None, Vec::new()),
+            Some(peer) => match peer::calendar(shared, peer, earliest, to).await {
+                Ok(slots) => {
+                    let (c, n) = peer_calendar(&slots);
+                    (Some(c), n)
+                }
+                Err(e) => {
+                    let ns = NonStart::PeerUnreachable { error: e };
+                    return Placed::NonStart(reason(&ns, shared, p.peer.as_ref(), &[]));
+                }
+            },
+        };
+        // Book here first, so nothing booked meanwhile takes the slot.
+        let booked = {
+            let mut inner = shared.lock();
+            match place(
+                &inner.calendar,
+                theirs.as_ref(),
+                earliest,
+                slip,
+                p.duration,
+                p.class,
+            ) {
+                Ok(start) => {
+                    let b = Booked {
+                        id: p.id.clone(),
+                        number: run_number(&p.id),
+                        task: p.task.clone(),
+                        source: p.source.clone(),
+                        dest: p.dest.clone(),
+                        spec: p.spec.clone(),
+                        class: p.class,
+                        scheduled_ms: p.at,
+                        start_ms: start,
+                        end_ms: start + p.duration,
+                        runs_here: p.runs_here,
+                        started: false,
+                        booked_by: "this agent".into(),
+                        peer: p.peer.clone(),
+                    };
+                    match inner.calendar.book(b.booking()) {
+                        Ok(()) => {
+                            inner.booked.insert(b.number, b.clone());
+                            inner.counters.booked += 1;
+                            Ok(b)
+                        }
+                        Err(x) => Err(NonStart::Busy {
+                            run: x.run,
+                            until: x.end,
+                        }),
+                    }
+                }
+                Err(ns) => Err(ns),
+            }
+        };
+        let b = match booked {
+            Ok(b) => b,
+            Err(ns) => return Placed::NonStart(reason(&ns, shared, p.peer.as_ref(), &names)),
+        };
+        let Some(peer) = &p.peer else {
+            return Placed::Booked {
+                start: b.start_ms,
+                end: b.end_ms,
+            };
+        };
+        let r = Reservation {
+            id: b.id.clone(),
+            task: b.task.clone(),
+            source: b.source.clone(),
+            dest: b.dest.clone(),
+            spec: serde_json::to_value(&b.spec).unwrap_or_default(),
+            class: b.class,
+            scheduled_ms: b.scheduled_ms,
+            start_ms: b.start_ms,
+            end_ms: b.end_ms,
+        };
+        let refusal = match peer::reserve(shared, peer, &r).await {
+            Ok(()) => {
+                return Placed::Booked {
+                    start: b.start_ms,
+                    end: b.end_ms,
+                }
+            }
+            Err(e) => e,
+        };
+        {
+            let mut inner = shared.lock();
+            inner.calendar.release(b.number);
+            inner.booked.remove(&b.number);
+        }
+        match refusal {
+            Refusal::Busy(why) => {
+                last_busy = why;
+                continue;
+            }
+            Refusal::Refused(limit) => {
+                let ns = NonStart::PeerRefused { limit };
+                return Placed::NonStart(reason(&ns, shared, p.peer.as_ref(), &[]));
+            }
+            Refusal::Unreachable(error) => {
+                let ns = NonStart::PeerUnreachable { error };
+                return Placed::NonStart(reason(&ns, shared, p.peer.as_ref(), &[]));
+            }
+        }
+    }
+    Placed::NonStart(format!(
+        "peer {} busy: its calendar changed while booking, {ATTEMPTS} times (last: {last_busy})",
+        p.peer.as_ref().map_or("the peer", |x| x.name.as_str())
+    ))
+}

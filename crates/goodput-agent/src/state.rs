@@ -1,0 +1,511 @@
+//! What the agent's parts share: the configuration in force, the calendar
+//! of booked runs, the runs booked but not yet ended, quotas, and the
+//! latest figures per measurement. One lock, never held across an await.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use goodput_archive::{figures_of, measurement_key, Archive, Figures, Run, RunFilter, RunState};
+use goodput_core::result::TestResult;
+use goodput_core::schedule::{Booking, Calendar, RunClass};
+use goodput_core::spec::TestSpec;
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Loaded, Peer};
+use crate::limits::Quotas;
+use crate::{clock, log, AgentOptions};
+
+/// A run on this agent's calendar that has not ended.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct Booked {
+    /// The run's id (the same on both ends).
+    pub(crate) id: String,
+    /// Its number on the calendars (a hash of the id).
+    pub(crate) number: u64,
+    /// Its task (`on-demand` for a run asked through the API).
+    pub(crate) task: String,
+    /// The end that runs the test.
+    pub(crate) source: String,
+    /// The other end.
+    pub(crate) dest: Option<String>,
+    /// What it runs.
+    #[schemars(with = "serde_json::Value")]
+    pub(crate) spec: TestSpec,
+    /// How it shares the host.
+    pub(crate) class: RunClass,
+    /// When it was due (ms since the Unix epoch).
+    pub(crate) scheduled_ms: u64,
+    /// Its booked slot's start (ms).
+    pub(crate) start_ms: u64,
+    /// Its booked slot's end (ms).
+    pub(crate) end_ms: u64,
+    /// This host runs it (it is the source).
+    pub(crate) runs_here: bool,
+    /// Under way.
+    pub(crate) started: bool,
+    /// Who booked it: `this agent`, or the address of the peer that did.
+    pub(crate) booked_by: String,
+    /// The agent at the other end, which gets the result.
+    #[serde(skip)]
+    pub(crate) peer: Option<Peer>,
+}
+
+impl Booked {
+    /// The archive's record of it.
+    pub(crate) fn record(&self, state: RunState, reason: Option<String>) -> Run {
+        Run {
+            id: self.id.clone(),
+            task: self.task.clone(),
+            source: self.source.clone(),
+            dest: self.dest.clone(),
+            kind: self.spec.kind().into(),
+            class: self.class,
+            state,
+            reason,
+            scheduled_ms: self.scheduled_ms,
+            start_ms: Some(self.start_ms),
+            end_ms: Some(self.end_ms),
+            measurement_key: measurement_key(&self.spec, &self.source, self.dest.as_deref()),
+            spec: serde_json::to_value(&self.spec).unwrap_or_default(),
+            result: None,
+            figures: Figures::default(),
+        }
+    }
+
+    /// The booking on the calendar.
+    pub(crate) fn booking(&self) -> Booking {
+        Booking {
+            run: self.number,
+            start: self.start_ms,
+            end: self.end_ms,
+            class: self.class,
+        }
+    }
+}
+
+/// A run's number on the calendars: FNV-1a of its id.
+pub(crate) fn run_number(id: &str) -> u64 {
+    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The latest figures of one measurement.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Latest {
+    pub(crate) task: String,
+    pub(crate) source: String,
+    pub(crate) dest: String,
+    pub(crate) kind: String,
+    pub(crate) at_ms: u64,
+    pub(crate) figures: Figures,
+}
+
+/// Counts since start.
+#[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema)]
+pub(crate) struct Counters {
+    /// Runs this agent booked.
+    pub(crate) booked: u64,
+    /// Runs peers booked here.
+    pub(crate) booked_by_peers: u64,
+    /// Runs that did not start.
+    pub(crate) non_starts: u64,
+    /// Requests refused by a limit.
+    pub(crate) refused: u64,
+    /// Results peers could not be sent.
+    pub(crate) results_undelivered: u64,
+}
+
+pub(crate) struct Inner {
+    pub(crate) loaded: Arc<Loaded>,
+    pub(crate) config_error: Option<(u64, String)>,
+    pub(crate) calendar: Calendar,
+    /// Runs booked and not ended, by number.
+    pub(crate) booked: BTreeMap<u64, Booked>,
+    /// Per led pair (`task/source/dest`): the next run number to plan.
+    pub(crate) next: HashMap<String, u64>,
+    pub(crate) quotas: Quotas,
+    pub(crate) running: usize,
+    pub(crate) latest: BTreeMap<String, Latest>,
+    pub(crate) counters: Counters,
+    pub(crate) beacon_error: Option<String>,
+}
+
+/// Everything the agent's parts share.
+pub(crate) struct Shared {
+    pub(crate) options: AgentOptions,
+    pub(crate) archive: Archive,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) started_ms: u64,
+    pub(crate) http: reqwest::Client,
+    /// Wakes the executor when a run is booked.
+    pub(crate) wake: Notify,
+    inner: Mutex<Inner>,
+}
+
+/// The key of a led pair's run counter.
+pub(crate) fn pair_key(task: &str, source: &str, dest: Option<&str>) -> String {
+    format!("{task}/{source}/{}", dest.unwrap_or("-"))
+}
+
+impl Shared {
+    pub(crate) fn new(
+        options: AgentOptions,
+        archive: Archive,
+        loaded: Loaded,
+        cancel: CancellationToken,
+    ) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap_or_default();
+        Self {
+            options,
+            archive,
+            cancel,
+            started_ms: clock::now_ms(),
+            http,
+            wake: Notify::new(),
+            inner: Mutex::new(Inner {
+                loaded: Arc::new(loaded),
+                config_error: None,
+                calendar: Calendar::new(),
+                booked: BTreeMap::new(),
+                next: HashMap::new(),
+                quotas: Quotas::default(),
+                running: 0,
+                latest: BTreeMap::new(),
+                counters: Counters::default(),
+                beacon_error: None,
+            }),
+        }
+    }
+
+    /// The shared state, locked (a panic elsewhere never poisons it for
+    /// good: the data is still consistent at every unlock).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn loaded(&self) -> Arc<Loaded> {
+        self.lock().loaded.clone()
+    }
+
+    pub(crate) fn identity_line(&self) -> String {
+        let l = self.loaded();
+        if l.mine.is_empty() {
+            "this host is none of the configured addresses (a beacon only)".into()
+        } else {
+            format!("this host is {}", l.mine.join(", "))
+        }
+    }
+
+    pub(crate) fn led_count(&self) -> usize {
+        self.loaded().led.len()
+    }
+
+    /// Puts a new configuration in force. Each led pair keeps its run
+    /// counter if it is still there with the same schedule.
+    pub(crate) fn install(&self, loaded: Loaded) {
+        let mut inner = self.lock();
+        let old = inner.loaded.clone();
+        let keep: Vec<String> = loaded
+            .led
+            .iter()
+            .filter(|l| {
+                old.led.iter().any(|o| {
+                    o.task.task == l.task.task
+                        && o.task.source == l.task.source
+                        && o.task.dest == l.task.dest
+                        && o.task.repeat == l.task.repeat
+                })
+            })
+            .map(|l| pair_key(&l.task.task, &l.task.source, l.task.dest.as_deref()))
+            .collect();
+        inner.next.retain(|k, _| keep.contains(k));
+        inner.loaded = Arc::new(loaded);
+        inner.config_error = None;
+    }
+
+    pub(crate) fn config_failed(&self, error: String) {
+        self.lock().config_error = Some((clock::now_ms(), error));
+    }
+
+    /// Stores runs; an archive error is logged (the agent goes on).
+    pub(crate) async fn store(&self, runs: &[Run]) {
+        if let Err(e) = self.archive.put(runs).await {
+            log(&format!("cannot store {} runs: {e}", runs.len()));
+        }
+    }
+
+    /// Notes a finished run's figures as its measurement's latest.
+    pub(crate) fn note_latest(&self, run: &Run) {
+        if run.state != RunState::Finished {
+            return;
+        }
+        let at = run.start_ms.unwrap_or(run.scheduled_ms);
+        let mut inner = self.lock();
+        let e = inner
+            .latest
+            .entry(run.measurement_key.clone())
+            .or_insert_with(|| Latest {
+                task: run.task.clone(),
+                source: run.source.clone(),
+                dest: run.dest.clone().unwrap_or_default(),
+                kind: run.kind.clone(),
+                at_ms: 0,
+                figures: Figures::default(),
+            });
+        if at >= e.at_ms {
+            e.at_ms = at;
+            e.figures = run.figures;
+        }
+    }
+
+    fn heartbeat_path(&self) -> PathBuf {
+        let mut p = self.options.archive.clone().into_os_string();
+        p.push(".alive");
+        PathBuf::from(p)
+    }
+
+    /// Notes that the agent is up now (what a restart reads to find the
+    /// runs it missed).
+    pub(crate) fn heartbeat(&self) {
+        let path = self.heartbeat_path();
+        let mut tmp = path.clone().into_os_string();
+        tmp.push(".tmp");
+        if std::fs::write(&tmp, clock::now_ms().to_string()).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+
+    /// After a start: the runs that were under way or due while the agent
+    /// was down are stored as missed; runs booked for later are booked
+    /// again.
+    pub(crate) async fn recover(&self) -> Result<(), String> {
+        let now = clock::now_ms();
+        let last_alive: Option<u64> = std::fs::read_to_string(self.heartbeat_path())
+            .ok()
+            .and_then(|t| t.trim().parse().ok());
+        let loaded = self.loaded();
+        let mut missed = Vec::new();
+        let mut again = Vec::new();
+        for state in [RunState::Running, RunState::Scheduled] {
+            let open = self
+                .archive
+                .runs(&RunFilter {
+                    state: Some(state),
+                    limit: 100_000,
+                    ..RunFilter::default()
+                })
+                .await
+                .map_err(|e| e.to_string())?;
+            for mut r in open {
+                let later = r.start_ms.is_some_and(|s| s > now + 1000);
+                match (state, later, serde_json::from_value::<TestSpec>(r.spec.clone())) {
+                    (RunState::Scheduled, true, Ok(spec)) => again.push((r, spec)),
+                    (RunState::Running, ..) => {
+                        r.state = RunState::Missed;
+                        r.reason = Some("the agent stopped during the run".into());
+                        missed.push(r);
+                    }
+                    _ => {
+                        r.state = RunState::Missed;
+                        r.reason = Some("the agent was not running at its time".into());
+                        missed.push(r);
+                    }
+                }
+            }
+        }
+        // Runs due while the agent was down that it has no record of.
+        if let Some(from) = last_alive {
+            for led in &loaded.led {
+                let t = &led.task;
+                for (n, at) in t.repeat.due_between(t.seed, from, now).into_iter().take(10_000) {
+                    let id = t.run_id(n);
+                    if self.archive.get(&id).await.map_err(|e| e.to_string())?.is_some() {
+                        continue;
+                    }
+                    let b = Booked {
+                        id,
+                        number: 0,
+                        task: t.task.clone(),
+                        source: t.source.clone(),
+                        dest: t.dest.clone(),
+                        spec: t.spec.clone(),
+                        class: t.class,
+                        scheduled_ms: at,
+                        start_ms: at,
+                        end_ms: at + t.expected_ms(),
+                        runs_here: led.runs_here,
+                        started: false,
+                        booked_by: "this agent".into(),
+                        peer: led.peer.clone(),
+                    };
+                    let mut r = b.record(
+                        RunState::Missed,
+                        Some("the agent was not running at its time".into()),
+                    );
+                    r.start_ms = None;
+                    r.end_ms = None;
+                    missed.push(r);
+                }
+            }
+        }
+        if !missed.is_empty() {
+            log(&format!("{} runs missed while the agent was down", missed.len()));
+            self.store(&missed).await;
+        }
+        {
+            let mut inner = self.lock();
+            for (r, spec) in again {
+                let runs_here = loaded.mine.contains(&r.source);
+                let other = if runs_here {
+                    r.dest.clone()
+                } else {
+                    Some(r.source.clone())
+                };
+                let b = Booked {
+                    number: run_number(&r.id),
+                    id: r.id,
+                    task: r.task,
+                    source: r.source,
+                    dest: r.dest,
+                    spec,
+                    class: r.class,
+                    scheduled_ms: r.scheduled_ms,
+                    start_ms: r.start_ms.unwrap_or(0),
+                    end_ms: r.end_ms.unwrap_or(0),
+                    runs_here,
+                    started: false,
+                    booked_by: "before a restart".into(),
+                    peer: other.and_then(|o| loaded.peer(&o)),
+                };
+                if inner.calendar.book(b.booking()).is_ok() {
+                    inner.booked.insert(b.number, b);
+                }
+            }
+        }
+        // The latest figures per measurement, for /metrics.
+        if let Ok(recent) = self
+            .archive
+            .runs(&RunFilter {
+                state: Some(RunState::Finished),
+                limit: 5000,
+                ..RunFilter::default()
+            })
+            .await
+        {
+            for r in recent.iter().rev() {
+                self.note_latest(r);
+            }
+        }
+        self.heartbeat();
+        Ok(())
+    }
+
+    /// Called when the agent stops.
+    pub(crate) async fn shutdown(&self) {
+        self.heartbeat();
+    }
+
+    /// A result for the archive from a run's result document.
+    pub(crate) fn finished(
+        b: &Booked,
+        result: &TestResult,
+        start: u64,
+        end: u64,
+        cut: bool,
+        stopping: bool,
+    ) -> Run {
+        use goodput_core::result::EndReason;
+        let (state, reason) = match result.end {
+            EndReason::Failed => (
+                RunState::Failed,
+                Some(
+                    result
+                        .error
+                        .as_ref()
+                        .map_or_else(|| "failed".to_owned(), |e| e.message.clone()),
+                ),
+            ),
+            EndReason::Interrupted if stopping => (RunState::Cancelled, Some("the agent stopped".into())),
+            EndReason::Interrupted if cut => (
+                RunState::Failed,
+                Some(format!(
+                    "stopped at the end of its booked slot ({}): it took longer than booked",
+                    goodput_core::mesh::ms_rfc3339(b.end_ms)
+                )),
+            ),
+            _ => (RunState::Finished, None),
+        };
+        let mut r = b.record(state, reason);
+        r.start_ms = Some(start);
+        r.end_ms = Some(end);
+        r.figures = figures_of(result);
+        r.result = serde_json::to_value(result).ok();
+        r
+    }
+}
+
+/// Every few seconds: the heartbeat, the calendar's past pruned, runs
+/// that others ran here and never reported closed; every ten minutes the
+/// archive pruned to its retention.
+pub(crate) async fn housekeeping(shared: Arc<Shared>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    let mut last_prune = 0u64;
+    loop {
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        shared.heartbeat();
+        let now = clock::now_ms();
+        // Runs held for peers whose result never came.
+        let stale: Vec<Booked> = {
+            let mut inner = shared.lock();
+            inner.calendar.prune_before(now.saturating_sub(3_600_000));
+            let gone: Vec<u64> = inner
+                .booked
+                .values()
+                .filter(|b| !b.runs_here && b.end_ms.saturating_add(60_000) < now)
+                .map(|b| b.number)
+                .collect();
+            gone.iter()
+                .filter_map(|n| {
+                    inner.calendar.release(*n);
+                    inner.booked.remove(n)
+                })
+                .collect()
+        };
+        for b in stale {
+            // The source may have reported it already: keep what is there.
+            if let Ok(Some(r)) = shared.archive.get(&b.id).await {
+                if r.state != RunState::Scheduled {
+                    continue;
+                }
+            }
+            let r = b.record(
+                RunState::Failed,
+                Some(format!("no result came from {}, which ran the test", b.source)),
+            );
+            shared.store(&[r]).await;
+        }
+        if now.saturating_sub(last_prune) >= 600_000 {
+            last_prune = now;
+            match shared.archive.prune(&shared.options.retention, now).await {
+                Ok(p) if p.by_age + p.by_size > 0 => log(&format!(
+                    "archive pruned: {} runs past the age limit, {} to stay under the size limit",
+                    p.by_age, p.by_size
+                )),
+                Ok(_) => {}
+                Err(e) => log(&format!("archive pruning failed: {e}")),
+            }
+        }
+    }
+}
