@@ -3,6 +3,8 @@
 //! when a test fails.
 #![allow(dead_code)]
 
+pub mod agents;
+
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
