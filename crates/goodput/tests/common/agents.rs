@@ -49,7 +49,7 @@ pub fn http(
                 break;
             }
             joined += &tail[..n];
-            rest = &tail[n..].trim_start_matches("\r\n");
+            rest = tail[n..].trim_start_matches("\r\n");
         }
         joined
     } else {
