@@ -32,10 +32,14 @@ pub static MALLOC_CONF: &[u8; 85] =
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Schema { spec, mesh } => {
-            let schema = match (spec, mesh) {
-                (true, _) => goodput_report::spec_schema(),
-                (_, true) => goodput_report::mesh_schema(),
+        Command::Schema { spec, mesh, openapi } => {
+            let schema = match (spec, mesh, openapi) {
+                (true, ..) => goodput_report::spec_schema(),
+                (_, true, _) => goodput_report::mesh_schema(),
+                (.., true) => {
+                    serde_json::to_string_pretty(&goodput_agent::openapi_document()).unwrap_or_default()
+                        + "\n"
+                }
                 _ => goodput_report::result_schema(),
             };
             goodput_report::console_line(schema.trim_end());

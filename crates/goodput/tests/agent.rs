@@ -121,9 +121,52 @@ fn a_wrong_configuration_names_the_place_and_exits_2() {
         assert!(err.contains(says), "{err} lacks {says}");
         assert_eq!(err.lines().count(), 1, "one line: {err}");
     }
-    let (code, _, err) = run(&["agent", "--config", &example()]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("the agent daemon is not built yet"), "{err}");
+    // The daemon refuses to start on a wrong configuration, saying the same.
+    let bad = tmp("agent", "bad0.toml");
+    let archive = tmp("agent", "archive.sqlite");
+    let (code, _, err) = run(&[
+        "agent",
+        "--config",
+        bad.to_str().unwrap(),
+        "--archive",
+        archive.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains(cases[0].2), "{err}");
+    assert!(
+        !archive.exists(),
+        "an archive was made for a configuration that does not load"
+    );
+}
+
+#[test]
+fn the_committed_openapi_document_is_current() {
+    let (code, out, _) = run(&["schema", "--openapi"]);
+    assert_eq!(code, Some(0));
+    let committed = std::fs::read_to_string(format!(
+        "{}/../../schema/agent-openapi-v1.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    assert_eq!(
+        out, committed,
+        "schema/agent-openapi-v1.json is stale: regenerate it with `goodput schema --openapi > schema/agent-openapi-v1.json`"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    // Every schema a path refers to is in the document.
+    let text = out.as_str();
+    let mut from = 0;
+    while let Some(i) = text[from..].find("#/components/schemas/") {
+        let start = from + i + "#/components/schemas/".len();
+        let end = start + text[start..].find('"').unwrap();
+        let name = &text[start..end];
+        assert!(
+            doc["components"]["schemas"][name].is_object(),
+            "{name} is referred to but not defined"
+        );
+        from = end;
+    }
 }
 
 #[test]

@@ -67,6 +67,41 @@ fn three_agents_share_a_mesh_without_overlap() {
         ),
         "{metrics}"
     );
+    // `goodput agent run`: a asks b's agent for a slot and runs a test now.
+    let spec = common::tmp("agent-mesh", "on-demand.json");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"{{"kind": "tcp", "hosts": ["{}:{}"], "duration": "1s"}}"#,
+            ips[1], ports.beacon
+        ),
+    )
+    .unwrap();
+    let url = format!("http://{}:{}", ips[0], ports.api);
+    let token = common::tmp("agent-token", "token");
+    let (code, out, err) = common::run(&[
+        "agent",
+        "run",
+        "--agent",
+        &url,
+        "--token-file",
+        token.to_str().unwrap(),
+        "--dest",
+        "b",
+        spec.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains(": finished") && out.contains("throughput_up_bps"),
+        "{out}"
+    );
+    let id = out.split_whitespace().nth(1).unwrap().trim_end_matches(':');
+    let at_b = get_json(ips[1], ports.api, &format!("/api/v1/runs/{id}"));
+    assert_eq!(at_b["state"], "finished", "{at_b}");
+    // Without the token it is refused, and says why.
+    let (code, _, err) = common::run(&["agent", "run", "--agent", &url, spec.to_str().unwrap()]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("HTTP 401") && err.contains("token"), "{err}");
     for a in &mut agents {
         a.stop(libc::SIGTERM);
         assert!(a.log_text().contains("stopped"), "{}", a.log_text());

@@ -77,19 +77,24 @@ pub enum Command {
     /// standard input): one test, or several under `tests`, in order. Make
     /// one with a command's --print-spec.
     Run(Box<RunArgs>),
-    /// The measurement agent: with --check-config, check a mesh
-    /// configuration and print the tasks this host would run and with whom.
+    /// The measurement agent: serves goodput's services, runs its share of
+    /// a mesh's scheduled tests, keeps them in an archive and answers an
+    /// HTTP API; --check-config prints the tasks this host would run.
     Agent(Box<AgentArgs>),
     /// Print the JSON Schema of the result document (--json), or with
-    /// --spec of the spec document (`goodput run`), or with --mesh of the
-    /// agent's mesh configuration.
+    /// --spec of the spec document (`goodput run`), with --mesh of the
+    /// agent's mesh configuration, with --openapi the agent API's OpenAPI
+    /// document.
     Schema {
         /// The spec document's schema instead of the result's.
-        #[arg(long, conflicts_with = "mesh")]
+        #[arg(long, conflicts_with_all = ["mesh", "openapi"])]
         spec: bool,
         /// The mesh configuration's schema instead of the result's.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "openapi")]
         mesh: bool,
+        /// The agent API's OpenAPI 3.1 document.
+        #[arg(long)]
+        openapi: bool,
     },
     /// Print a shell completion script, made from the same flag definitions
     /// as --help (e.g. `goodput completions bash > /etc/bash_completion.d/goodput`).
