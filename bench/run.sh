@@ -4,12 +4,13 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
 #   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44),
-#   ECHO_CONNECTIONS (default 18000), UDP_LADDER (rates tried, bits/s).
+#   ECHO_CONNECTIONS (default 18000), UDP_LADDER (rates tried, bits/s),
+#   AGENT_RUNS (default 5000), AGENT_RATE (default 200 requests/s).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -335,11 +336,37 @@ bench_quic() {
   echo "quic --rps --streams 100 --request 512 --response 4000, ${T} s: $rps"
 }
 
+# The agent: its resident memory idle with 100 tasks led (each a STAMP
+# test every 6 h to a host with no agent, so nothing runs while it is
+# measured), then its API under AGENT_RATE requests/s (default 200) of a
+# read mix after AGENT_RUNS runs (default 5000) were stored through it.
+bench_agent() {
+  local cfg=$work/agent-mesh.toml api=18790
+  { echo "[agent]"; echo "api_port = $api"
+    echo '[addresses.me]'; echo 'address = "127.0.0.1"'
+    for i in $(seq 1 100); do echo "[addresses.d$i]"; echo "address = \"127.0.1.$i\""; echo "no_agent = true"; done
+    echo '[tests.lat]'; echo 'kind = "stamp"'; echo 'host = "{{dest}}"'; echo 'count = 10'
+    echo '[schedules.rare]'; echo 'repeat = "PT6H"'; echo 'slip = "PT1H"'; echo 'sliprand = true'
+    for i in $(seq 1 100); do
+      echo "[groups.g$i]"; echo 'type = "disjoint"'; echo 'a = ["me"]'; echo "b = [\"d$i\"]"; echo 'unidirectional = true'
+      echo "[tasks.t$i]"; echo "group = \"g$i\""; echo 'test = "lat"'; echo 'schedule = "rare"'
+    done; } > "$cfg"
+  echo "0123456789abcdef-bench" > "$work/token"
+  $GP agent --config "$cfg" --as me --archive "$work/agent.sqlite" --token-file "$work/token" \
+      --beacon-port 14446 --stamp-port 18624 --api-listen 127.0.0.1:$api 2>"$work/agent.log" & local pid=$!; pids+=($pid)
+  sleep 10
+  local tasks; tasks=$(python3 -c "import json,urllib.request; print(len(json.load(urllib.request.urlopen('http://127.0.0.1:$api/api/v1/tasks'))))")
+  echo "agent idle, $tasks tasks led: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB (goal: at most 25 MiB = 25600 KiB)"
+  python3 bench/api_load.py 127.0.0.1:$api "$(cat "$work/token")" me d1 "${AGENT_RUNS:-5000}" "${AGENT_RATE:-200}" "$T"
+  echo "agent after the load: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB"
+  kill $pid; wait $pid 2>/dev/null || true
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent ;;
     quic) header; bench_quic ;;
     udp) header; bench_udp ;;
     udp-streams) bench_udp_streams ;;
@@ -357,6 +384,7 @@ for w in "${what[@]}"; do
     duplex) header; bench_duplex ;;
     churn) bench_churn ;;
     memory) bench_memory ;;
+    agent) bench_agent ;;
     *) echo "unknown benchmark '$w'"; exit 2 ;;
   esac
 done

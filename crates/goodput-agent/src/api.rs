@@ -394,13 +394,15 @@ async fn reserve(
             ));
         }
         let limits = s.options.limits.clone();
-        if let Err(e) = inner.quotas.take(
-            &limits,
-            from.ip().to_canonical(),
-            now,
-            r.class,
-            r.end_ms - r.start_ms,
-        ) {
+        let who = from.ip().to_canonical();
+        if let Err(e) = limits
+            .check_window(who, r.start_ms, r.end_ms, r.class)
+            .and_then(|()| {
+                inner
+                    .quotas
+                    .take(&limits, who, now, r.class, r.end_ms - r.start_ms)
+            })
+        {
             inner.counters.refused += 1;
             return Err(Failure(StatusCode::FORBIDDEN, e));
         }
@@ -564,9 +566,11 @@ async fn on_demand(
     {
         let mut inner = s.lock();
         let limits = s.options.limits.clone();
-        if let Err(e) = inner
-            .quotas
-            .take(&limits, from.ip().to_canonical(), now, class, duration)
+        let who = from.ip().to_canonical();
+        // An on-demand run is asked for now.
+        if let Err(e) = limits
+            .check_window(who, now, now.saturating_add(duration), class)
+            .and_then(|()| inner.quotas.take(&limits, who, now, class, duration))
         {
             inner.counters.refused += 1;
             return Err(Failure(StatusCode::FORBIDDEN, e));

@@ -167,6 +167,16 @@ pub(crate) async fn beacon(shared: Arc<Shared>) {
         stamp: true,
         stamp_port: shared.options.stamp_port,
         stamp_listen: ips.clone(),
+        iperf3: shared.options.iperf3_port.is_some(),
+        iperf3_port: shared.options.iperf3_port.unwrap_or(5201),
+        // The iperf3 service has one address: this host's only one, or all.
+        iperf3_listen: match ips[..] {
+            [one] => Some(one),
+            _ => None,
+        },
+        quic: shared.options.quic_port.is_some(),
+        quic_port: shared.options.quic_port.unwrap_or(4433),
+        quic_listen: ips.clone(),
         ..ServerSpec::default()
     };
     let spec = TestSpec::Server(spec);

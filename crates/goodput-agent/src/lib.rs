@@ -36,7 +36,7 @@ use goodput_archive::{Archive, Retention};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{mine, own_identities, ConfigSource};
-pub use limits::Limits;
+pub use limits::{Limits, Window};
 pub use openapi::document as openapi_document;
 
 /// How an agent runs.
@@ -62,6 +62,10 @@ pub struct AgentOptions {
     pub beacon_port: u16,
     /// UDP port of the beacon's STAMP reflector.
     pub stamp_port: u16,
+    /// Serve iperf3 clients on this port too (none: off).
+    pub iperf3_port: Option<u16>,
+    /// Serve QUIC perf clients on this UDP port too (none: off).
+    pub quic_port: Option<u16>,
     /// How often a configuration URL is read again.
     pub reload_every: Duration,
     /// How much history the archive keeps.
@@ -80,6 +84,8 @@ impl Default for AgentOptions {
             beacon: true,
             beacon_port: 4444,
             stamp_port: 862,
+            iperf3_port: None,
+            quic_port: None,
             reload_every: Duration::from_secs(300),
             retention: Retention::default(),
         }

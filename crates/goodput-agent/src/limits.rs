@@ -26,8 +26,104 @@ pub struct Limits {
     pub max_duration: Duration,
     /// Largest request body, bytes.
     pub max_body: usize,
-    /// Most API requests handled at once (the rest wait).
+    /// Most API requests handled at once (the rest are turned away).
     pub max_requests: usize,
+    /// Times of day when requesters from some addresses may book
+    /// exclusive runs.
+    pub windows: Vec<Window>,
+}
+
+/// Exclusive runs booked from `from` must lie within `[start, end)` of a
+/// UTC day (an end before the start spans midnight).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Window {
+    /// The requesters it applies to.
+    pub from: Cidr,
+    /// Its start, minutes after midnight UTC.
+    pub start_min: u32,
+    /// Its end, minutes after midnight UTC.
+    pub end_min: u32,
+}
+
+impl std::str::FromStr for Window {
+    type Err = String;
+    /// `CIDR=HH:MM-HH:MM`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}': expected CIDR=HH:MM-HH:MM (UTC), e.g. 10.0.0.0/8=00:00-06:00");
+        let (cidr, times) = s.split_once('=').ok_or_else(bad)?;
+        let (a, b) = times.split_once('-').ok_or_else(bad)?;
+        let minutes = |t: &str| -> Result<u32, String> {
+            let (h, m) = t.trim().split_once(':').ok_or_else(bad)?;
+            let (h, m): (u32, u32) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+            if h > 24 || m > 59 || (h == 24 && m > 0) {
+                return Err(bad());
+            }
+            Ok(h * 60 + m)
+        };
+        let w = Window {
+            from: cidr.trim().parse()?,
+            start_min: minutes(a)?,
+            end_min: minutes(b)?,
+        };
+        if w.start_min == w.end_min {
+            return Err(format!("'{s}': the window is empty"));
+        }
+        Ok(w)
+    }
+}
+
+impl Window {
+    /// Whether `[start, end)` (ms since the Unix epoch) lies inside one of
+    /// the window's daily spans.
+    fn holds(&self, start: u64, end: u64) -> bool {
+        const DAY: u64 = 86_400_000;
+        let (s, e) = (
+            u64::from(self.start_min) * 60_000,
+            u64::from(self.end_min) * 60_000,
+        );
+        // The span that contains `start`, today's or yesterday's.
+        let day = start / DAY * DAY;
+        let spans = if s < e {
+            vec![(day + s, day + e)]
+        } else {
+            vec![(day.saturating_sub(DAY) + s, day + e), (day + s, day + DAY + e)]
+        };
+        spans.iter().any(|&(a, b)| a <= start && end <= b)
+    }
+}
+
+fn hhmm(min: u32) -> String {
+    format!("{:02}:{:02}", min / 60, min % 60)
+}
+
+impl Limits {
+    /// An exclusive run for `who` in `[start, end)` outside its window is
+    /// refused, naming the window.
+    pub(crate) fn check_window(
+        &self,
+        who: IpAddr,
+        start: u64,
+        end: u64,
+        class: RunClass,
+    ) -> Result<(), String> {
+        if class != RunClass::Exclusive {
+            return Ok(());
+        }
+        let mine: Vec<&Window> = self.windows.iter().filter(|w| w.from.contains(who)).collect();
+        if mine.is_empty() || mine.iter().any(|w| w.holds(start, end)) {
+            return Ok(());
+        }
+        let spans: Vec<String> = mine
+            .iter()
+            .map(|w| format!("{}–{}", hhmm(w.start_min), hhmm(w.end_min)))
+            .collect();
+        Err(format!(
+            "limit window: exclusive runs from {who} only {} UTC; this one is {}–{}",
+            spans.join(", "),
+            goodput_core::mesh::ms_rfc3339(start),
+            goodput_core::mesh::ms_rfc3339(end)
+        ))
+    }
 }
 
 impl Default for Limits {
@@ -41,6 +137,7 @@ impl Default for Limits {
             max_duration: Duration::from_secs(3600),
             max_body: 1 << 20,
             max_requests: 64,
+            windows: Vec::new(),
         }
     }
 }
@@ -109,6 +206,47 @@ impl Quotas {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn windows_admit_exclusive_runs_only_inside_them() {
+        let night: Window = "10.0.0.0/8=22:00-06:00".parse().unwrap();
+        let day: Window = "192.0.2.0/24=09:00-17:30".parse().unwrap();
+        let limits = Limits {
+            windows: vec![night, day],
+            ..Limits::default()
+        };
+        let at = |h: u64, m: u64| 20_000 * 86_400_000 + (h * 60 + m) * 60_000;
+        let lab: IpAddr = "10.1.2.3".parse().unwrap();
+        let office: IpAddr = "192.0.2.9".parse().unwrap();
+        let other: IpAddr = "198.51.100.1".parse().unwrap();
+        let x = RunClass::Exclusive;
+        // Across midnight, both sides of it.
+        assert!(limits.check_window(lab, at(23, 0), at(23, 1), x).is_ok());
+        assert!(limits.check_window(lab, at(1, 0), at(1, 1), x).is_ok());
+        assert!(limits.check_window(lab, at(23, 59), at(24, 1), x).is_ok());
+        let e = limits.check_window(lab, at(5, 59), at(6, 1), x).unwrap_err();
+        assert!(
+            e.starts_with("limit window: exclusive runs from 10.1.2.3 only 22:00–06:00 UTC"),
+            "{e}"
+        );
+        assert!(limits.check_window(lab, at(12, 0), at(12, 1), x).is_err());
+        // Background and normal runs are not held to it.
+        assert!(limits
+            .check_window(lab, at(12, 0), at(12, 1), RunClass::Background)
+            .is_ok());
+        assert!(limits.check_window(office, at(9, 0), at(17, 30), x).is_ok());
+        assert!(limits.check_window(office, at(17, 29), at(17, 31), x).is_err());
+        // Addresses no window names are not limited.
+        assert!(limits.check_window(other, at(12, 0), at(12, 1), x).is_ok());
+        for bad in [
+            "10.0.0.0/8",
+            "10.0.0.0/8=25:00-01:00",
+            "10.0.0.0/8=01:00-01:00",
+            "x=01:00-02:00",
+        ] {
+            assert!(bad.parse::<Window>().is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn each_quota_refuses_with_its_name() {

@@ -159,9 +159,16 @@ impl Shared {
         loaded: Loaded,
         cancel: CancellationToken,
     ) -> Self {
+        // Calls to peers come from this host's mesh address, so their
+        // allow lists, quotas and windows see the address they know.
+        let own: Option<std::net::IpAddr> = loaded
+            .mine
+            .iter()
+            .find_map(|m| loaded.config.addresses[m].address.parse().ok());
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .timeout(Duration::from_secs(5))
+            .local_address(own)
             .build()
             .unwrap_or_default();
         Self {

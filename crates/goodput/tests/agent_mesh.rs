@@ -118,13 +118,29 @@ fn faults_are_named_and_nothing_committed_is_lost() {
     // c is configured but never started: a peer that is down. b allows
     // each requester one run an hour.
     let mut a = Agent::start("agent-faults", "a", ips[0], &config, ports, &[]);
+    // And b takes throughput from 127.0.0.1 (this test) only at a time
+    // of day six hours from now.
+    let now_min = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 60
+        % 1440;
+    let (w0, w1) = ((now_min + 360) % 1440, (now_min + 420) % 1440);
+    let window = format!(
+        "127.0.0.1/32={:02}:{:02}-{:02}:{:02}",
+        w0 / 60,
+        w0 % 60,
+        w1 / 60,
+        w1 % 60
+    );
     let mut b = Agent::start(
         "agent-faults",
         "b",
         ips[1],
         &config,
         ports,
-        &["--runs-per-hour", "1"],
+        &["--runs-per-hour", "1", "--window", &window],
     );
 
     // Calls that change something need the token.
@@ -139,6 +155,14 @@ fn faults_are_named_and_nothing_committed_is_lost() {
         let (status, _) = http(ips[0], ports.api, "POST", "/api/v1/reservations", token, "{}");
         assert_eq!(status, 401);
     }
+
+    // Outside its window b refuses throughput from here, naming the window.
+    let (status, body) = http(ips[1], ports.api, "POST", "/api/v1/runs", Some(TOKEN), &spec);
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("limit window: exclusive runs from 127.0.0.1 only"),
+        "{body}"
+    );
 
     // 1,000 junk requests leave it serving.
     let huge = "x".repeat(2 << 20);

@@ -31,6 +31,11 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         .iter()
         .map(|a| a.parse().map_err(|e: String| usage(format!("--allow {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let windows = args
+        .window
+        .iter()
+        .map(|w| w.parse().map_err(|e: String| usage(format!("--window {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
     let options = AgentOptions {
         config: ConfigSource::parse(&config),
         identities: args.identity.clone(),
@@ -44,11 +49,14 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             runs_per_hour: args.runs_per_hour,
             exclusive_s_per_day: args.exclusive_per_day.0.as_secs(),
             max_duration: args.max_run_length.0,
+            windows,
             ..Limits::default()
         },
         beacon: !args.no_beacon,
         beacon_port: args.beacon_port,
         stamp_port: args.stamp_port,
+        iperf3_port: args.iperf3.then_some(args.iperf3_port),
+        quic_port: args.quic.then_some(args.quic_port),
         reload_every: args.reload_every.0.max(Duration::from_secs(1)),
         retention: goodput_archive::Retention {
             max_age_ms: args.keep.0.as_millis().min(u128::from(u64::MAX)) as u64,

@@ -44,6 +44,11 @@ pub struct AgentArgs {
     /// ADDRESS or ADDRESS/PREFIX; default: any address with the token).
     #[arg(long, value_name = "CIDR")]
     pub allow: Vec<String>,
+    /// Requesters from CIDR may book exclusive (throughput) runs only
+    /// between these times of day, UTC (repeatable; `10.0.0.0/8=00:00-06:00`;
+    /// an end before the start spans midnight).
+    #[arg(long, value_name = "CIDR=HH:MM-HH:MM")]
+    pub window: Vec<String>,
     /// Do not serve the beacon (TCP test port and STAMP reflector).
     #[arg(long)]
     pub no_beacon: bool,
@@ -53,6 +58,18 @@ pub struct AgentArgs {
     /// The beacon's STAMP reflector port (UDP).
     #[arg(long, value_name = "PORT", default_value_t = 862)]
     pub stamp_port: u16,
+    /// Serve iperf3 clients too (a stock iperf3 can test to this host).
+    #[arg(long)]
+    pub iperf3: bool,
+    /// The iperf3 service's port.
+    #[arg(long, value_name = "PORT", default_value_t = 5201)]
+    pub iperf3_port: u16,
+    /// Serve QUIC perf clients too.
+    #[arg(long)]
+    pub quic: bool,
+    /// The QUIC perf service's UDP port.
+    #[arg(long, value_name = "PORT", default_value_t = 4433)]
+    pub quic_port: u16,
     /// Most runs booked by others held at once.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_held: usize,
