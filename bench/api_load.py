@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Open-loop load on a goodput agent's API: first stores RUNS runs through
-PUT /api/v1/runs/{id} (as a peer hands over results), then sends RATE
+PUT /api/v1/runs/{id} (as the peer DEST hands over results: from DEST's
+address, FROM), then sends RATE
 requests a second for SECONDS over a mix of read calls, each on a new
 connection, on its own schedule (a slow answer does not slow the sender),
 and prints the latency percentiles.
 
-  bench/api_load.py HOST:PORT TOKEN SOURCE DEST RUNS RATE SECONDS
+  bench/api_load.py HOST:PORT TOKEN SOURCE DEST FROM RUNS RATE SECONDS
 """
 import http.client
 import json
@@ -15,12 +16,15 @@ import time
 
 host, port = sys.argv[1].rsplit(":", 1)
 port = int(port)
-token, source, dest = sys.argv[2], sys.argv[3], sys.argv[4]
-runs, rate, seconds = int(sys.argv[5]), float(sys.argv[6]), float(sys.argv[7])
+token, source, dest, peer = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+runs, rate, seconds = int(sys.argv[6]), float(sys.argv[7]), float(sys.argv[8])
 
 
 def call(method, path, body=None, auth=False):
-    c = http.client.HTTPConnection(host, port, timeout=30)
+    # Handing over results comes from the peer's address, as the agent
+    # checks; reads come from anywhere.
+    src = (peer, 0) if auth else None
+    c = http.client.HTTPConnection(host, port, timeout=30, source_address=src)
     headers = {"Content-Type": "application/json"}
     if auth:
         headers["Authorization"] = "Bearer " + token

@@ -357,7 +357,7 @@ bench_agent() {
   sleep 10
   local tasks; tasks=$(python3 -c "import json,urllib.request; print(len(json.load(urllib.request.urlopen('http://127.0.0.1:$api/api/v1/tasks'))))")
   echo "agent idle, $tasks tasks led: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB (goal: at most 25 MiB = 25600 KiB)"
-  python3 bench/api_load.py 127.0.0.1:$api "$(cat "$work/token")" me d1 "${AGENT_RUNS:-5000}" "${AGENT_RATE:-200}" "$T"
+  python3 bench/api_load.py 127.0.0.1:$api "$(cat "$work/token")" me d1 127.0.1.1 "${AGENT_RUNS:-5000}" "${AGENT_RATE:-200}" "$T"
   echo "agent after the load: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB"
   kill $pid; wait $pid 2>/dev/null || true
 }

@@ -317,7 +317,9 @@ async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<S
     }))
 }
 
-/// A peer books a run on this agent's calendar.
+/// A peer books a run on this agent's calendar. A mesh run's spec and
+/// class are this agent's own (from its configuration), never the
+/// caller's; an on-demand run may only be booked here as its destination.
 async fn reserve(
     State(s): State<Ctx>,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
@@ -326,7 +328,6 @@ async fn reserve(
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
     let Json(r) = body.map_err(|e| bad(e.body_text()))?;
-    let spec = read_spec(r.spec.clone())?;
     let loaded = s.loaded();
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
     let runs_here = here(&r.source);
@@ -338,25 +339,74 @@ async fn reserve(
             r.dest.as_deref().unwrap_or("-")
         )));
     }
-    if runs_here
-        && !r
-            .dest
-            .as_deref()
-            .is_some_and(|d| loaded.config.addresses.contains_key(d))
-    {
-        return Err(bad(
-            "a run this agent is to run must go to an address of the mesh",
-        ));
-    }
-    if r.end_ms <= r.start_ms {
-        return Err(bad("end_ms must be after start_ms"));
-    }
-    let now = clock::now_ms();
     let other = if runs_here {
         r.dest.clone()
     } else {
         Some(r.source.clone())
     };
+    let other = other.ok_or_else(|| bad("a single-ended run is not booked with another agent"))?;
+    from_the_other_end(&loaded, &other, from.ip())?;
+    let (spec, class) = if r.id.starts_with("on-demand/") {
+        // Asked of the source by a client: this agent only holds the time.
+        if runs_here {
+            return Err(bad(
+                "an on-demand run is run by the agent it was asked of, not booked with it",
+            ));
+        }
+        let spec = read_spec(r.spec.clone())?;
+        let class = RunClass::of_kind(spec.kind());
+        (spec, class)
+    } else {
+        let t = loaded
+            .pairs
+            .iter()
+            .find(|t| t.task == r.task && t.source == r.source && t.dest == r.dest)
+            .ok_or_else(|| {
+                Failure(
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "no task {} from {} to {} in this agent's configuration",
+                        r.task,
+                        r.source,
+                        r.dest.as_deref().unwrap_or("-")
+                    ),
+                )
+            })?;
+        let base =
+            r.id.strip_prefix(&format!(
+                "{}/{}/{}/",
+                t.task,
+                t.source,
+                t.dest.as_deref().unwrap_or("-")
+            ))
+            .and_then(|b| b.parse::<u64>().ok())
+            .filter(|b| {
+                let every = t.repeat.every.max(1);
+                *b >= t.repeat.start && (b - t.repeat.start) % every == 0
+            })
+            .ok_or_else(|| bad(format!("run id {} is not one of task {}'s runs", r.id, t.task)))?;
+        // Its slot lies in its run's window: spread and slip after its
+        // base time, its booked length.
+        let latest = base
+            .saturating_add(t.repeat.slip.saturating_mul(2))
+            .saturating_add(60_000);
+        if r.start_ms < base.saturating_sub(60_000)
+            || r.start_ms > latest
+            || r.end_ms != r.start_ms.saturating_add(t.expected_ms())
+        {
+            return Err(bad(format!(
+                "run {}'s slot is not where its schedule puts it",
+                r.id
+            )));
+        }
+        (t.spec.clone(), t.class)
+    };
+    let now = clock::now_ms();
+    if r.end_ms <= r.start_ms || r.start_ms > now.saturating_add(7 * 86_400_000) || r.end_ms < now {
+        return Err(bad(
+            "the slot must end after it starts, not be over, and start within 7 days",
+        ));
+    }
     let b = Booked {
         number: run_number(&r.id),
         id: r.id.clone(),
@@ -364,17 +414,29 @@ async fn reserve(
         source: r.source.clone(),
         dest: r.dest.clone(),
         spec,
-        class: r.class,
+        class,
         scheduled_ms: r.scheduled_ms,
         start_ms: r.start_ms,
         end_ms: r.end_ms,
         runs_here,
         started: false,
         booked_by: from.ip().to_canonical().to_string(),
-        peer: other.and_then(|o| loaded.peer(&o)),
+        peer: loaded.peer(&other),
     };
     {
         let mut inner = s.lock();
+        if let Some(old) = inner.booked.get(&b.number) {
+            if old.start_ms == b.start_ms && old.end_ms == b.end_ms {
+                return Ok((
+                    StatusCode::OK,
+                    Json(serde_json::json!({"id": r.id, "state": "scheduled"})),
+                ));
+            }
+            return Err(Failure(
+                StatusCode::CONFLICT,
+                format!("run {} is booked here already, for another slot", r.id),
+            ));
+        }
         let held = inner
             .booked
             .values()
@@ -387,30 +449,17 @@ async fn reserve(
                 format!("limit max_held: this agent holds {held} runs booked by others"),
             ));
         }
-        if inner.booked.contains_key(&b.number) {
-            return Ok((
-                StatusCode::OK,
-                Json(serde_json::json!({"id": r.id, "state": "scheduled"})),
-            ));
-        }
         let limits = s.options.limits.clone();
         let who = from.ip().to_canonical();
         if let Err(e) = limits
-            .check_window(who, r.start_ms, r.end_ms, r.class)
-            .and_then(|()| {
-                inner
-                    .quotas
-                    .take(&limits, who, now, r.class, r.end_ms - r.start_ms)
-            })
+            .check_window(who, r.start_ms, r.end_ms, class)
+            .and_then(|()| inner.quotas.take(&limits, who, now, class, r.end_ms - r.start_ms))
         {
             inner.counters.refused += 1;
             return Err(Failure(StatusCode::FORBIDDEN, e));
         }
         if let Err(x) = inner.calendar.book(b.booking()) {
-            let id = inner
-                .booked
-                .get(&x.run)
-                .map_or_else(|| format!("#{:016x}", x.run), |o| o.id.clone());
+            let id = inner.run_name(x.run);
             return Err(Failure(
                 StatusCode::CONFLICT,
                 format!("busy with run {id} until {}", ms_rfc3339(x.end)),
@@ -425,6 +474,38 @@ async fn reserve(
         StatusCode::CREATED,
         Json(serde_json::json!({"id": r.id, "state": "scheduled"})),
     ))
+}
+
+/// A call about a run must come from the agent at its other end (when
+/// that end is configured by IP address).
+fn from_the_other_end(loaded: &crate::config::Loaded, other: &str, ip: IpAddr) -> Result<(), Failure> {
+    let ips = loaded.ips_of(other);
+    if ips.is_empty() || ips.contains(&ip.to_canonical()) {
+        return Ok(());
+    }
+    Err(Failure(
+        StatusCode::FORBIDDEN,
+        format!("{} is not {other}, the run's other end", ip.to_canonical()),
+    ))
+}
+
+/// The hosts a spec tests to (without ports).
+fn targets(spec: &TestSpec) -> Vec<String> {
+    let host = |t: &str| {
+        goodput_core::spec::split_target(t, 1)
+            .map(|(h, _)| h)
+            .unwrap_or_else(|_| t.to_owned())
+    };
+    match spec {
+        TestSpec::Tcp(s) => s.hosts.iter().map(|t| host(t)).collect(),
+        TestSpec::Echo(s) => vec![host(&s.target)],
+        TestSpec::Stamp(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Udp(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Quic(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Iperf3(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Ttcp(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Server(_) => Vec::new(),
+    }
 }
 
 fn read_spec(v: serde_json::Value) -> Result<TestSpec, Failure> {
@@ -473,7 +554,9 @@ async fn one_run(State(s): State<Ctx>, Path(id): Path<String>) -> Result<Json<Ru
     }
 }
 
-/// The agent that ran a run hands over its record.
+/// The agent at a run's other end hands over its end: the result of a
+/// run it ran, or why a run it led did not start (which lets go of the
+/// time held here for it).
 async fn put_run(
     State(s): State<Ctx>,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
@@ -482,21 +565,59 @@ async fn put_run(
     body: Result<Json<Run>, axum::extract::rejection::JsonRejection>,
 ) -> Result<StatusCode, Failure> {
     authorise(&s, from.ip(), &headers)?;
-    let Json(run) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(mut run) = body.map_err(|e| bad(e.body_text()))?;
     if run.id != id {
         return Err(bad(format!("the path names run '{id}', the body '{}'", run.id)));
     }
+    if matches!(run.state, RunState::Scheduled | RunState::Running) {
+        return Err(bad(
+            "only a run's end is handed over (finished, failed, non_start, cancelled, missed)",
+        ));
+    }
     let loaded = s.loaded();
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
-    if !here(&run.source) && !run.dest.as_deref().is_some_and(here) {
+    let runs_here = here(&run.source);
+    if !runs_here && !run.dest.as_deref().is_some_and(here) {
         return Err(bad(format!("neither end of run {id} is this agent")));
     }
+    let other = if runs_here {
+        run.dest.clone()
+    } else {
+        Some(run.source.clone())
+    };
+    let other = other.ok_or_else(|| bad("a single-ended run has no other end"))?;
+    from_the_other_end(&loaded, &other, from.ip())?;
+    // The key is worked out here, from the spec the run carries.
+    let spec = read_spec(run.spec.clone())?;
+    run.kind = spec.kind().into();
+    run.measurement_key = goodput_archive::measurement_key(&spec, &run.source, run.dest.as_deref());
     {
         let mut inner = s.lock();
         let n = run_number(&id);
-        if inner.booked.get(&n).is_some_and(|b| !b.runs_here) {
-            inner.calendar.release(n);
-            inner.booked.remove(&n);
+        match inner.booked.get(&n) {
+            // This host runs it and has begun: its own record stands.
+            Some(b) if b.runs_here && b.started => {
+                return Err(Failure(
+                    StatusCode::CONFLICT,
+                    format!("run {id} is under way here"),
+                ));
+            }
+            Some(_) => {
+                inner.calendar.release(n);
+                inner.booked.remove(&n);
+            }
+            None => {}
+        }
+    }
+    if runs_here {
+        // A run this host ran keeps its own record.
+        if let Some(mine) = s.archive.get(&id).await.map_err(internal)? {
+            if mine.state != RunState::Scheduled {
+                return Err(Failure(
+                    StatusCode::CONFLICT,
+                    format!("run {id} ran here: its record is this agent's"),
+                ));
+            }
         }
     }
     s.archive
@@ -512,13 +633,13 @@ async fn put_run(
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OnDemand {
-    /// The test (any kind but `server`), with its hosts filled in.
+    /// The test (any kind but `server`), with its host filled in: an
+    /// address of the mesh (its agent, if it has one, books the slot too).
     spec: serde_json::Value,
-    /// The configured address it tests to: its agent books the slot too
-    /// (none: no booking but this host's).
+    /// The name of that address, as a check (optional).
     #[serde(default)]
     dest: Option<String>,
-    /// How late it may start, e.g. `30s` (default 1 minute).
+    /// How late it may start, e.g. `30s` (default 1 minute, at most 1 h).
     #[serde(default)]
     slip: Option<String>,
 }
@@ -533,15 +654,41 @@ async fn on_demand(
     let Json(q) = body.map_err(|e| bad(e.body_text()))?;
     let spec = read_spec(q.spec)?;
     let loaded = s.loaded();
-    if let Some(d) = &q.dest {
-        if !loaded.config.addresses.contains_key(d) {
-            return Err(bad(format!("dest: no address named '{d}' in the configuration")));
+    // It tests to an address of the mesh, never elsewhere: its hosts are
+    // one configured address, which is its destination.
+    let hosts = targets(&spec);
+    if hosts.is_empty() {
+        return Err(bad("spec: name the host it tests to (an address of the mesh)"));
+    }
+    let mut names: Vec<String> = Vec::new();
+    for h in &hosts {
+        let name = loaded
+            .name_of_host(h)
+            .ok_or_else(|| bad(format!("spec: {h} is not an address of the mesh")))?;
+        if !names.contains(&name) {
+            names.push(name);
         }
     }
+    let [dest] = &names[..] else {
+        return Err(bad(format!(
+            "spec: its hosts are several addresses ({})",
+            names.join(", ")
+        )));
+    };
+    if q.dest.as_ref().is_some_and(|d| d != dest) {
+        return Err(bad(format!(
+            "dest: the spec tests to {dest}, not {}",
+            q.dest.as_deref().unwrap_or("")
+        )));
+    }
+    let dest = dest.clone();
     let slip = match &q.slip {
         None => 60_000,
         Some(t) => duration_ms(t).map_err(|e| bad(format!("slip: {e}")))?,
     };
+    if slip > 3_600_000 {
+        return Err(bad("slip: at most 1 h"));
+    }
     let class = RunClass::of_kind(spec.kind());
     let now = clock::now_ms();
     let duration = goodput_core::mesh::PairTask {
@@ -567,9 +714,9 @@ async fn on_demand(
         let mut inner = s.lock();
         let limits = s.options.limits.clone();
         let who = from.ip().to_canonical();
-        // An on-demand run is asked for now.
+        // Wherever in its slip it lands, it must be inside the window.
         if let Err(e) = limits
-            .check_window(who, now, now.saturating_add(duration), class)
+            .check_window(who, now, now.saturating_add(slip).saturating_add(duration), class)
             .and_then(|()| inner.quotas.take(&limits, who, now, class, duration))
         {
             inner.counters.refused += 1;
@@ -586,13 +733,13 @@ async fn on_demand(
         id: id.clone(),
         task: "on-demand".into(),
         source,
-        dest: q.dest.clone(),
+        peer: loaded.peer(&dest),
+        dest: Some(dest),
         spec,
         class,
         at: now,
         slip,
         duration,
-        peer: q.dest.as_deref().and_then(|d| loaded.peer(d)),
         runs_here: true,
     };
     Ok(match plan(&s, p).await {
@@ -603,6 +750,10 @@ async fn on_demand(
         Placed::NonStart(why) => (
             StatusCode::CREATED,
             Json(serde_json::json!({"id": id, "state": "non_start", "reason": why})),
+        ),
+        Placed::Known => (
+            StatusCode::CONFLICT,
+            Json(serde_json::json!({"error": format!("run {id} exists already")})),
         ),
     })
 }

@@ -61,6 +61,10 @@ pub(crate) struct Peer {
     pub(crate) name: String,
     /// Its API, `http://ADDRESS:PORT`.
     pub(crate) url: String,
+    /// Its IP addresses in the configuration (its address and labels):
+    /// calls that claim to be from it must come from one of them. Empty
+    /// when it is configured by host name only.
+    pub(crate) ips: Vec<std::net::IpAddr>,
 }
 
 /// A configuration resolved for this host.
@@ -74,6 +78,8 @@ pub(crate) struct Loaded {
     pub(crate) identities: Vec<String>,
     /// The pairs it leads.
     pub(crate) led: Vec<Led>,
+    /// Every pair of the mesh (what a peer's booking is checked against).
+    pub(crate) pairs: Vec<PairTask>,
     /// When it was loaded (ms).
     pub(crate) loaded_ms: u64,
 }
@@ -92,7 +98,36 @@ impl Loaded {
         Some(Peer {
             name: name.to_owned(),
             url: format!("http://{host}:{}", self.config.agent.api_port),
+            ips: self.ips_of(name),
         })
+    }
+
+    /// The IP addresses an address name is configured with.
+    pub(crate) fn ips_of(&self, name: &str) -> Vec<std::net::IpAddr> {
+        let Some(a) = self.config.addresses.get(name) else {
+            return Vec::new();
+        };
+        std::iter::once(&a.address)
+            .chain(a.labels.values())
+            .filter_map(|t| t.trim_start_matches('[').trim_end_matches(']').parse().ok())
+            .collect()
+    }
+
+    /// The name of the configured address a host (name or IP address, as a
+    /// spec names it) is.
+    pub(crate) fn name_of_host(&self, host: &str) -> Option<String> {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip: Option<std::net::IpAddr> = host.parse().ok();
+        self.config
+            .addresses
+            .iter()
+            .find(|(_, a)| {
+                std::iter::once(&a.address).chain(a.labels.values()).any(|t| {
+                    let t = t.trim_start_matches('[').trim_end_matches(']');
+                    t.eq_ignore_ascii_case(host) || (ip.is_some() && t.parse().ok() == ip)
+                })
+            })
+            .map(|(n, _)| n.clone())
     }
 }
 
@@ -160,6 +195,7 @@ pub(crate) fn resolve(config: MeshConfig, identities: &[String]) -> Result<Loade
         mine,
         identities,
         led: Vec::new(),
+        pairs: Vec::new(),
         loaded_ms: clock::now_ms(),
     };
     let everyone: Vec<String> = loaded.config.addresses.keys().cloned().collect();
@@ -167,6 +203,7 @@ pub(crate) fn resolve(config: MeshConfig, identities: &[String]) -> Result<Loade
         .config
         .tasks_for(&everyone)
         .map_err(|e| format!("{}: {}", e.field, e.message))?;
+    loaded.pairs = all.clone();
     for t in all {
         let source_here = loaded.mine.contains(&t.source);
         let dest_here = t.dest.as_ref().is_some_and(|d| loaded.mine.contains(d));
@@ -217,9 +254,14 @@ pub fn own_identities() -> Vec<String> {
 
 /// Reloads on SIGHUP, and on a period when the source is a URL.
 pub(crate) async fn reloader(shared: Arc<Shared>) {
-    let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-        log("cannot watch SIGHUP: the configuration reloads only on its period");
-        return;
+    let mut hup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            log(&format!(
+                "cannot watch SIGHUP ({e}): the configuration reloads only on its period"
+            ));
+            None
+        }
     };
     let period = match shared.options.config {
         ConfigSource::Url(_) => shared.options.reload_every,
@@ -228,7 +270,12 @@ pub(crate) async fn reloader(shared: Arc<Shared>) {
     loop {
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
-            _ = hup.recv() => log("SIGHUP: reading the configuration again"),
+            _ = async {
+                match &mut hup {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => log("SIGHUP: reading the configuration again"),
             _ = tokio::time::sleep(period) => {}
         }
         reload(&shared).await;

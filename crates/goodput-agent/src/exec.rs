@@ -8,11 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_archive::RunState;
+use goodput_core::schedule::RunClass;
 use goodput_core::spec::{ServerSpec, TestSpec};
 use goodput_engine::run::{run, RunContext};
 use goodput_engine::NullObserver;
 use tokio::task::JoinSet;
 
+use crate::minutes::{self, Minutes};
 use crate::peer;
 use crate::state::{Booked, Shared};
 use crate::{clock, log};
@@ -107,25 +109,27 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
                 token.cancel();
             })
         };
-        let result = run(
-            &b.spec,
-            RunContext::with_records(MAX_RECORDS),
-            &mut NullObserver,
-            token.clone(),
-        )
-        .await;
+        let result = engine_run(&shared, &b, token.clone()).await;
         timer.abort();
         let end = clock::now_ms();
         shared.lock().running -= 1;
         let stopping = shared.cancel.is_cancelled();
-        Shared::finished(
-            &b,
-            &result,
-            start,
-            end,
-            token.is_cancelled() && !stopping,
-            stopping,
-        )
+        match result {
+            Ok(result) => Shared::finished(
+                &b,
+                &result,
+                start,
+                end,
+                token.is_cancelled() && !stopping,
+                stopping,
+            ),
+            Err(why) => {
+                let mut r = b.record(RunState::Failed, Some(why));
+                r.start_ms = Some(start);
+                r.end_ms = Some(end);
+                r
+            }
+        }
     };
     {
         let mut inner = shared.lock();
@@ -150,6 +154,52 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
             log(&format!("run {}: its result did not reach {}: {e}", b.id, p.name));
         }
     }
+}
+
+/// Runs a booked run's spec through the engine in a task of its own, so
+/// that a panic in it fails the run instead of the agent's bookkeeping.
+async fn engine_run(
+    shared: &Arc<Shared>,
+    b: &Booked,
+    token: tokio_util::sync::CancellationToken,
+) -> Result<goodput_core::result::TestResult, String> {
+    let spec = b.spec.clone();
+    let context = RunContext::with_records(MAX_RECORDS);
+    let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
+        // A background stream is kept as per-minute summaries.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
+        let store = {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                while let Some(row) = rx.recv().await {
+                    shared.store(&[row]).await;
+                }
+            })
+        };
+        let mut minutes = Minutes::new(b.clone(), tx);
+        let joined = tokio::spawn(async move {
+            let result = run(&spec, context, &mut minutes, token).await;
+            minutes.finish();
+            (result, minutes.dropped, minutes.after_close)
+        })
+        .await;
+        // The observer, and with it the queue's sender, is gone: the store
+        // drains what is queued and ends.
+        let _ = store.await;
+        joined.map(|(result, dropped, after_close)| {
+            if dropped + after_close > 0 {
+                log(&format!(
+                    "run {}: {dropped} minute summaries not stored (the archive was behind), \
+                     {after_close} packet fates came after their minute was stored",
+                    b.id
+                ));
+            }
+            result
+        })
+    } else {
+        tokio::spawn(async move { run(&spec, context, &mut NullObserver, token).await }).await
+    };
+    joined.map_err(|e| format!("the run stopped abnormally: {e}"))
 }
 
 /// Serves the beacon's services on this host's configured addresses until

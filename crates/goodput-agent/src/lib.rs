@@ -14,7 +14,9 @@
 //! - `api`: the HTTP API (`/api/v1`, `/metrics`), which is also how agents
 //!   talk to each other;
 //! - `limits`: what a requester may ask of this agent, each refusal naming
-//!   its limit.
+//!   its limit;
+//! - `minutes`: background STAMP streams kept as per-minute summaries
+//!   with mergeable histograms.
 #![warn(missing_docs, unreachable_pub)]
 
 mod api;
@@ -22,6 +24,7 @@ mod clock;
 mod config;
 mod exec;
 mod limits;
+mod minutes;
 mod openapi;
 mod peer;
 mod plan;

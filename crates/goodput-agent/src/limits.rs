@@ -83,10 +83,14 @@ impl Window {
         );
         // The span that contains `start`, today's or yesterday's.
         let day = start / DAY * DAY;
+        let at = |d: u64, t: u64| d.saturating_add(t);
         let spans = if s < e {
-            vec![(day + s, day + e)]
+            vec![(at(day, s), at(day, e))]
         } else {
-            vec![(day.saturating_sub(DAY) + s, day + e), (day + s, day + DAY + e)]
+            vec![
+                (at(day.saturating_sub(DAY), s), at(day, e)),
+                (at(day, s), at(day.saturating_add(DAY), e)),
+            ]
         };
         spans.iter().any(|&(a, b)| a <= start && end <= b)
     }
@@ -135,7 +139,7 @@ impl Default for Limits {
             runs_per_hour: 720,
             exclusive_s_per_day: 6 * 3600,
             max_duration: Duration::from_secs(3600),
-            max_body: 1 << 20,
+            max_body: 4 << 20,
             max_requests: 64,
             windows: Vec::new(),
         }

@@ -45,7 +45,7 @@ pub fn document() -> Value {
     let q = |name: &str, kind: &str, text: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": kind}, "description": text});
     let auth = json!([{"token": []}]);
     let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"},
-        "description": "the run's id (task/source/dest/n, or on-demand/UUID); its slashes stay as they are"});
+        "description": "the run's id (task/source/dest/BASE_MS, or on-demand/UUID); its slashes stay as they are"});
     json!({
         "openapi": "3.1.0",
         "info": {

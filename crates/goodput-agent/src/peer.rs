@@ -84,6 +84,9 @@ fn with_token(req: reqwest::RequestBuilder, shared: &Shared) -> reqwest::Request
     }
 }
 
+/// The largest calendar read from a peer.
+const MAX_ANSWER: u64 = 8 << 20;
+
 /// The peer's bookings in `[from, to)`.
 pub(crate) async fn calendar(
     shared: &Shared,
@@ -96,17 +99,27 @@ pub(crate) async fn calendar(
         bookings: Vec<SlotView>,
     }
     let url = format!("{}/api/v1/schedule?from_ms={from}&to_ms={to}", peer.url);
-    let r = shared.http.get(&url).send().await.map_err(unreachable)?;
+    let r = shared.client(peer).get(&url).send().await.map_err(unreachable)?;
     if !r.status().is_success() {
         return Err(format!("its calendar: HTTP {}", r.status()));
     }
-    Ok(r.json::<View>().await.map_err(unreachable)?.bookings)
+    // A calendar is small; a larger answer is refused, not read.
+    if r.content_length().is_some_and(|n| n > MAX_ANSWER) {
+        return Err(format!("its calendar is larger than {MAX_ANSWER} bytes"));
+    }
+    let bytes = r.bytes().await.map_err(unreachable)?;
+    if bytes.len() as u64 > MAX_ANSWER {
+        return Err(format!("its calendar is larger than {MAX_ANSWER} bytes"));
+    }
+    let view: View =
+        serde_json::from_slice(&bytes).map_err(|e| format!("its calendar does not read: {e}"))?;
+    Ok(view.bookings)
 }
 
 /// Books the run on the peer's calendar.
 pub(crate) async fn reserve(shared: &Shared, peer: &Peer, r: &Reservation) -> Result<(), Refusal> {
     let url = format!("{}/api/v1/reservations", peer.url);
-    let answer = with_token(shared.http.post(&url).json(r), shared)
+    let answer = with_token(shared.client(peer).post(&url).json(r), shared)
         .send()
         .await
         .map_err(|e| Refusal::Unreachable(unreachable(e)))?;
@@ -131,7 +144,7 @@ pub(crate) async fn deliver(shared: &Shared, peer: &Peer, run: &Run) -> Result<(
     url.path_segments_mut()
         .map_err(|_| "bad peer URL".to_string())?
         .extend(run.id.split('/'));
-    let answer = with_token(shared.http.put(url).json(run), shared)
+    let answer = with_token(shared.client(peer).put(url).json(run), shared)
         .timeout(std::time::Duration::from_secs(20))
         .send()
         .await

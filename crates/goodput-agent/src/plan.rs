@@ -50,24 +50,36 @@ pub(crate) enum Placed {
     Booked { start: u64, end: u64 },
     /// Not started, and why.
     NonStart(String),
+    /// The archive has the run already (booked before a restart, or run).
+    Known,
 }
 
-/// Every quarter second: the led runs coming due are placed.
+/// Runs placed at once (each may wait on a slow peer).
+const MAX_PLANNING: usize = 64;
+
+/// Every quarter second: the led runs coming due are placed, each in
+/// its own task so that a slow or silent peer holds up only its own runs.
 pub(crate) async fn planner(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut placing = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = shared.cancel.cancelled() => return,
+            _ = shared.cancel.cancelled() => break,
             _ = tick.tick() => {}
+            Some(_) = placing.join_next(), if !placing.is_empty() => continue,
+        }
+        if placing.len() >= MAX_PLANNING {
+            continue;
         }
         for p in due(&shared, clock::now_ms()) {
-            if shared.cancel.is_cancelled() {
-                return;
-            }
-            plan(&shared, p).await;
+            let shared = shared.clone();
+            placing.spawn(async move {
+                plan(&shared, p).await;
+            });
         }
     }
+    while placing.join_next().await.is_some() {}
 }
 
 /// The led runs due before `now + LOOKAHEAD` that are not booked yet, in
@@ -79,10 +91,18 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
     for led in &loaded.led {
         let t = &led.task;
         let key = pair_key(&t.task, &t.source, t.dest.as_deref());
-        let mut n = *inner
-            .next
-            .entry(key.clone())
-            .or_insert_with(|| t.repeat.first_at_or_after(now));
+        let mut n = *inner.next.entry(key.clone()).or_insert_with(|| {
+            // The first run whose (spread) time is still to come: runs
+            // spread up to the slip after their base time.
+            let mut n = t.repeat.first_at_or_after(now.saturating_sub(t.repeat.slip));
+            for _ in 0..10_000 {
+                match t.repeat.run(t.seed, n) {
+                    Some((at, _)) if at < now => n += 1,
+                    _ => break,
+                }
+            }
+            n
+        });
         // Never more than a few at once for one pair (a repeat shorter
         // than a tick, or a clock step).
         for _ in 0..16 {
@@ -94,7 +114,8 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             }
             n += 1;
             let id = t.run_id(n - 1);
-            if inner.booked.contains_key(&run_number(&id)) {
+            let number = run_number(&id);
+            if inner.booked.contains_key(&number) || inner.tentative.contains_key(&number) {
                 continue;
             }
             out.push(Planning {
@@ -138,11 +159,7 @@ fn reason(ns: &NonStart, shared: &Shared, peer: Option<&Peer>, peer_names: &[(u6
     let peer_name = peer.map_or("the peer", |p| p.name.as_str());
     match ns {
         NonStart::Busy { run, until } => {
-            let id = shared
-                .lock()
-                .booked
-                .get(run)
-                .map_or_else(|| format!("#{run:016x}"), |b| b.id.clone());
+            let id = shared.lock().run_name(*run);
             format!("this host busy with run {id} until {}", ms_rfc3339(*until))
         }
         NonStart::PeerBusy { run, until } => {
@@ -159,10 +176,15 @@ fn reason(ns: &NonStart, shared: &Shared, peer: Option<&Peer>, peer_names: &[(u6
 }
 
 /// Places one run, books it on both ends and stores it (scheduled, or a
-/// non-start with its reason).
+/// non-start with its reason); only then can the executor see it.
 pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
+    match shared.archive.get(&p.id).await {
+        Ok(Some(_)) => return Placed::Known,
+        Ok(None) => {}
+        Err(e) => log(&format!("run {}: the archive could not be read: {e}", p.id)),
+    }
     let placed = place_run(shared, &p).await;
-    let b = Booked {
+    let mut b = Booked {
         number: run_number(&p.id),
         id: p.id.clone(),
         task: p.task.clone(),
@@ -180,10 +202,14 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
     };
     match &placed {
         Placed::Booked { start, end } => {
-            let mut b = b;
             b.start_ms = *start;
             b.end_ms = *end;
             shared.store(&[b.record(RunState::Scheduled, None)]).await;
+            {
+                let mut inner = shared.lock();
+                inner.tentative.remove(&b.number);
+                inner.booked.insert(b.number, b);
+            }
             shared.wake.notify_one();
         }
         Placed::NonStart(why) => {
@@ -192,12 +218,14 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
             let mut r = b.record(RunState::NonStart, Some(why.clone()));
             r.start_ms = None;
             r.end_ms = None;
-            shared.store(&[r.clone()]).await;
-            // The peer keeps the run's fate too.
+            shared.store(std::slice::from_ref(&r)).await;
+            // The peer keeps the run's fate too (and lets go of a booking
+            // it may hold for it).
             if let Some(peer) = &p.peer {
                 let _ = peer::deliver(shared, peer, &r).await;
             }
         }
+        Placed::Known => {}
     }
     placed
 }
@@ -207,13 +235,13 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
     for _ in 0..ATTEMPTS {
         let now = clock::now_ms();
         let earliest = p.at.max(now + MIN_NOTICE);
-        let Some(slip) = (p.at + p.slip).checked_sub(earliest) else {
+        let Some(slip) = p.at.saturating_add(p.slip).checked_sub(earliest) else {
             return Placed::NonStart(format!(
                 "its time ({}) and slip passed before it could be booked",
                 ms_rfc3339(p.at)
             ));
         };
-        let to = earliest + slip + p.duration;
+        let to = earliest.saturating_add(slip).saturating_add(p.duration);
         // The peer's calendar (background runs need no room there).
         let negotiate = p.peer.as_ref().filter(|_| p.class != RunClass::Background);
         let (theirs, names) = match negotiate {
@@ -251,15 +279,17 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
                         class: p.class,
                         scheduled_ms: p.at,
                         start_ms: start,
-                        end_ms: start + p.duration,
+                        end_ms: start.saturating_add(p.duration),
                         runs_here: p.runs_here,
                         started: false,
                         booked_by: "this agent".into(),
                         peer: p.peer.clone(),
                     };
+                    // On the calendar only: the executor sees it once the
+                    // peer has agreed and it is stored.
                     match inner.calendar.book(b.booking()) {
                         Ok(()) => {
-                            inner.booked.insert(b.number, b.clone());
+                            inner.tentative.insert(b.number, b.id.clone());
                             inner.counters.booked += 1;
                             Ok(b)
                         }
@@ -305,7 +335,7 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
         {
             let mut inner = shared.lock();
             inner.calendar.release(b.number);
-            inner.booked.remove(&b.number);
+            inner.tentative.remove(&b.number);
         }
         match refusal {
             Refusal::Busy(why) => {

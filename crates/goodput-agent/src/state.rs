@@ -105,6 +105,9 @@ pub(crate) struct Latest {
     pub(crate) figures: Figures,
 }
 
+/// Most measurements whose latest figures `/metrics` shows.
+const MAX_LATEST: usize = 10_000;
+
 /// Counts since start.
 #[derive(Debug, Clone, Copy, Default, Serialize, schemars::JsonSchema)]
 pub(crate) struct Counters {
@@ -133,6 +136,19 @@ pub(crate) struct Inner {
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
     pub(crate) beacon_error: Option<String>,
+    /// Runs on the calendar while their peer is asked (not yet runnable).
+    pub(crate) tentative: HashMap<u64, String>,
+}
+
+impl Inner {
+    /// A booked or tentative run's id, by its number.
+    pub(crate) fn run_name(&self, number: u64) -> String {
+        self.booked
+            .get(&number)
+            .map(|b| b.id.clone())
+            .or_else(|| self.tentative.get(&number).cloned())
+            .unwrap_or_else(|| format!("#{number:016x}"))
+    }
 }
 
 /// Everything the agent's parts share.
@@ -141,7 +157,9 @@ pub(crate) struct Shared {
     pub(crate) archive: Archive,
     pub(crate) cancel: CancellationToken,
     pub(crate) started_ms: u64,
-    pub(crate) http: reqwest::Client,
+    /// HTTP clients for peers: from this host's IPv4 mesh address, its
+    /// IPv6 one, and unbound (for peers named by host name).
+    http: [reqwest::Client; 3],
     /// Wakes the executor when a run is booked.
     pub(crate) wake: Notify,
     inner: Mutex<Inner>,
@@ -159,18 +177,23 @@ impl Shared {
         loaded: Loaded,
         cancel: CancellationToken,
     ) -> Self {
-        // Calls to peers come from this host's mesh address, so their
-        // allow lists, quotas and windows see the address they know.
-        let own: Option<std::net::IpAddr> = loaded
-            .mine
-            .iter()
-            .find_map(|m| loaded.config.addresses[m].address.parse().ok());
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(5))
-            .local_address(own)
-            .build()
-            .unwrap_or_default();
+        // Calls to peers come from this host's mesh address of the peer's
+        // family, so their allow lists, quotas and windows see the address
+        // they know.
+        let own: Vec<std::net::IpAddr> = loaded.mine.iter().flat_map(|m| loaded.ips_of(m)).collect();
+        let client = |from: Option<std::net::IpAddr>| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(2))
+                .timeout(Duration::from_secs(5))
+                .local_address(from)
+                .build()
+                .unwrap_or_default()
+        };
+        let http = [
+            client(own.iter().find(|i| i.is_ipv4()).copied()),
+            client(own.iter().find(|i| i.is_ipv6()).copied()),
+            client(None),
+        ];
         Self {
             options,
             archive,
@@ -189,6 +212,7 @@ impl Shared {
                 latest: BTreeMap::new(),
                 counters: Counters::default(),
                 beacon_error: None,
+                tentative: HashMap::new(),
             }),
         }
     }
@@ -197,6 +221,22 @@ impl Shared {
     /// good: the data is still consistent at every unlock).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The HTTP client for calls to a peer.
+    pub(crate) fn client(&self, peer: &Peer) -> &reqwest::Client {
+        let host = peer
+            .url
+            .trim_start_matches("http://")
+            .rsplit_once(':')
+            .map_or("", |(h, _)| h)
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) if ip.is_ipv4() => &self.http[0],
+            Ok(_) => &self.http[1],
+            Err(_) => &self.http[2],
+        }
     }
 
     pub(crate) fn loaded(&self) -> Arc<Loaded> {
@@ -257,6 +297,11 @@ impl Shared {
         }
         let at = run.start_ms.unwrap_or(run.scheduled_ms);
         let mut inner = self.lock();
+        // Bounded: a measurement past the cap is not tracked here (it is
+        // still in the archive).
+        if inner.latest.len() >= MAX_LATEST && !inner.latest.contains_key(&run.measurement_key) {
+            return;
+        }
         let e = inner
             .latest
             .entry(run.measurement_key.clone())
@@ -333,9 +378,13 @@ impl Shared {
         if let Some(from) = last_alive {
             for led in &loaded.led {
                 let t = &led.task;
-                for (n, at) in t.repeat.due_between(t.seed, from, now).into_iter().take(10_000) {
-                    let id = t.run_id(n);
-                    if self.archive.get(&id).await.map_err(|e| e.to_string())?.is_some() {
+                // At most 10,000 per pair: a long absence with a short
+                // repeat is not worth a row for every run.
+                let due = t.repeat.due_between(t.seed, from, now, 10_000);
+                let ids: Vec<String> = due.iter().map(|(n, _)| t.run_id(*n)).collect();
+                let known = self.archive.existing(&ids).await.map_err(|e| e.to_string())?;
+                for ((_, at), id) in due.into_iter().zip(ids) {
+                    if known.contains(&id) {
                         continue;
                     }
                     let b = Booked {
@@ -348,7 +397,7 @@ impl Shared {
                         class: t.class,
                         scheduled_ms: at,
                         start_ms: at,
-                        end_ms: at + t.expected_ms(),
+                        end_ms: at.saturating_add(t.expected_ms()),
                         runs_here: led.runs_here,
                         started: false,
                         booked_by: "this agent".into(),
@@ -364,10 +413,8 @@ impl Shared {
                 }
             }
         }
-        if !missed.is_empty() {
-            log(&format!("{} runs missed while the agent was down", missed.len()));
-            self.store(&missed).await;
-        }
+        // Runs booked for later are booked again (or, if their slot is
+        // taken meanwhile, missed).
         {
             let mut inner = self.lock();
             for (r, spec) in again {
@@ -395,8 +442,20 @@ impl Shared {
                 };
                 if inner.calendar.book(b.booking()).is_ok() {
                     inner.booked.insert(b.number, b);
+                } else {
+                    let mut r = b.record(
+                        RunState::Missed,
+                        Some("its slot was taken while the agent was down".into()),
+                    );
+                    r.start_ms = None;
+                    r.end_ms = None;
+                    missed.push(r);
                 }
             }
+        }
+        if !missed.is_empty() {
+            log(&format!("{} runs missed while the agent was down", missed.len()));
+            self.store(&missed).await;
         }
         // The latest figures per measurement, for /metrics.
         if let Ok(recent) = self
@@ -491,17 +550,15 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
                 .collect()
         };
         for b in stale {
-            // The source may have reported it already: keep what is there.
-            if let Ok(Some(r)) = shared.archive.get(&b.id).await {
-                if r.state != RunState::Scheduled {
-                    continue;
-                }
+            // Only if nothing came meanwhile.
+            let why = format!("no result came from {}, which ran the test", b.source);
+            if let Err(e) = shared
+                .archive
+                .mark_if(&b.id, RunState::Scheduled, RunState::Failed, &why)
+                .await
+            {
+                log(&format!("cannot store run {}: {e}", b.id));
             }
-            let r = b.record(
-                RunState::Failed,
-                Some(format!("no result came from {}, which ran the test", b.source)),
-            );
-            shared.store(&[r]).await;
         }
         if now.saturating_sub(last_prune) >= 600_000 {
             last_prune = now;

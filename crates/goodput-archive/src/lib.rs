@@ -406,7 +406,7 @@ impl Archive {
                 .bind(key)
                 .bind(col)
                 .bind(ms(hour))
-                .bind(ms(hour + HOUR))
+                .bind(ms(hour.saturating_add(HOUR)))
                 .execute(&mut *tx)
                 .await?;
             }
@@ -424,6 +424,44 @@ impl Archive {
             .fetch_optional(&self.pool)
             .await?;
         row.map(|r| run_of(&r, true)).transpose()
+    }
+
+    /// Sets a run's state and reason only if it is still in `from`;
+    /// whether it was.
+    pub async fn mark_if(
+        &self,
+        id: &str,
+        from: RunState,
+        to: RunState,
+        reason: &str,
+    ) -> Result<bool, ArchiveError> {
+        let n = sqlx::query("UPDATE runs SET state = $1, reason = $2 WHERE id = $3 AND state = $4")
+            .bind(to.as_str())
+            .bind(reason)
+            .bind(id)
+            .bind(from.as_str())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(n > 0)
+    }
+
+    /// Which of these run ids are stored.
+    pub async fn existing(&self, ids: &[String]) -> Result<std::collections::HashSet<String>, ArchiveError> {
+        let mut out = std::collections::HashSet::new();
+        for chunk in ids.chunks(500) {
+            let marks = (1..=chunk.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!("SELECT id FROM runs WHERE id IN ({marks})");
+            let mut q = sqlx::query_scalar::<_, String>(&sql);
+            for id in chunk {
+                q = q.bind(id);
+            }
+            out.extend(q.fetch_all(&self.pool).await?);
+        }
+        Ok(out)
     }
 
     /// Runs that pass the filter, newest first, without their result

@@ -93,6 +93,17 @@ async fn runs_are_stored_once_by_id_and_read_back_whole() {
     assert_eq!(a.count().await.unwrap(), 1);
     assert_eq!(a.get("run-1").await.unwrap(), Some(done.clone()));
     assert_eq!(a.get("run-2").await.unwrap(), None);
+    let ids = ["run-1".to_string(), "run-2".to_string()];
+    assert_eq!(
+        a.existing(&ids).await.unwrap(),
+        ["run-1".to_string()].into_iter().collect()
+    );
+    // A state is changed only from the one expected.
+    assert!(!a
+        .mark_if("run-1", RunState::Scheduled, RunState::Failed, "x")
+        .await
+        .unwrap());
+    assert_eq!(a.get("run-1").await.unwrap(), Some(done.clone()));
 
     // Reopened, the file holds the same.
     drop(a);

@@ -210,10 +210,17 @@ pub struct PairTask {
 
 impl PairTask {
     /// Run `n`'s id: the same on every agent, so a result stored by both
-    /// ends (or twice) is one run.
+    /// ends (or twice) is one run. It ends with the run's base time (ms
+    /// since the Unix epoch, before any `sliprand` spread), not its
+    /// number, so a schedule changed later never gives a new run an old
+    /// run's id.
     pub fn run_id(&self, n: u64) -> String {
+        let base = self
+            .repeat
+            .start
+            .saturating_add(self.repeat.every.saturating_mul(n));
         format!(
-            "{}/{}/{}/{n}",
+            "{}/{}/{}/{base}",
             self.task,
             self.source,
             self.dest.as_deref().unwrap_or("-")
@@ -833,7 +840,10 @@ connections = 0"#,
             .iter()
             .find(|t| t.task == "core-throughput" && t.dest.as_deref() == Some("beta"))
             .unwrap();
-        assert_eq!(t.run_id(7), "core-throughput/alpha/beta/7");
+        // Named by the run's base time: the seventh six hours on.
+        let base = t.repeat.start + 7 * 6 * 3_600_000;
+        assert_eq!(t.run_id(7), format!("core-throughput/alpha/beta/{base}"));
+        assert_ne!(t.run_id(7), t.run_id(8));
         // 20 s, and a margin.
         assert_eq!(t.expected_ms(), 22_000);
         let stamp = tasks.iter().find(|t| t.task == "router-latency").unwrap();

@@ -309,10 +309,10 @@ impl Repeat {
         Some((at.checked_add(offset)?, self.slip - offset))
     }
 
-    /// The runs whose earliest start fell in `[from, to)`: when an agent
-    /// comes back after being down, those it has no record of are the
-    /// runs it missed.
-    pub fn due_between(&self, seed: u64, from: Ms, to: Ms) -> Vec<(u64, Ms)> {
+    /// The runs whose earliest start fell in `[from, to)`, at most `max`
+    /// of them (the first): when an agent comes back after being down,
+    /// those it has no record of are the runs it missed.
+    pub fn due_between(&self, seed: u64, from: Ms, to: Ms, max: usize) -> Vec<(u64, Ms)> {
         let mut out = Vec::new();
         if self.every == 0 {
             // Every run at the same time: only the first is one.
@@ -324,7 +324,7 @@ impl Repeat {
         // A run's time may be spread up to its slip after its base time.
         let mut n = self.first_at_or_after(from.saturating_sub(self.slip));
         while let Some((at, _)) = self.run(seed, n) {
-            if at >= to {
+            if at >= to || out.len() >= max {
                 break;
             }
             if at >= from {
@@ -598,15 +598,23 @@ mod tests {
             slip: 0,
             sliprand: false,
         };
-        assert_eq!(r.due_between(1, 2500, 5000), vec![(3, 3000), (4, 4000)]);
-        assert!(r.due_between(1, 5000, 5000).is_empty());
+        assert_eq!(
+            r.due_between(1, 2500, 5000, usize::MAX),
+            vec![(3, 3000), (4, 4000)]
+        );
+        assert!(r.due_between(1, 5000, 5000, usize::MAX).is_empty());
+        // A long absence: only the first `max` are listed.
+        assert_eq!(
+            r.due_between(1, 0, u64::MAX, 3),
+            vec![(0, 0), (1, 1000), (2, 2000)]
+        );
         // Spread runs are missed by their spread times, on every agent alike.
         let spread = Repeat {
             slip: 900,
             sliprand: true,
             ..r
         };
-        let missed = spread.due_between(42, 2000, 6000);
+        let missed = spread.due_between(42, 2000, 6000, usize::MAX);
         for (n, at) in &missed {
             assert!((2000..6000).contains(at));
             assert_eq!(spread.run(42, *n).map(|x| x.0), Some(*at));

@@ -148,9 +148,22 @@ fn the_committed_openapi_document_is_current() {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();
+    if let Some((i, (a, b))) = out
+        .lines()
+        .zip(committed.lines())
+        .enumerate()
+        .find(|(_, (a, b))| a != b)
+    {
+        panic!(
+            "schema/agent-openapi-v1.json is stale at line {}: {b:?}, now {a:?}; regenerate it with \
+             `goodput schema --openapi > schema/agent-openapi-v1.json`",
+            i + 1
+        );
+    }
     assert_eq!(
-        out, committed,
-        "schema/agent-openapi-v1.json is stale: regenerate it with `goodput schema --openapi > schema/agent-openapi-v1.json`"
+        out.lines().count(),
+        committed.lines().count(),
+        "schema/agent-openapi-v1.json is stale"
     );
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");

@@ -28,7 +28,7 @@ fn three_agents_share_a_mesh_without_overlap() {
         .map(|(n, ip)| Agent::start("agent-mesh", n, ip, &config, ports, &[]))
         .collect();
     std::thread::sleep(Duration::from_secs(50));
-    let (tcp, stamp, non_starts) = check_mesh(&agents, ports);
+    let (tcp, stamp, non_starts) = check_mesh(&agents, ports, 20);
     eprintln!("finished: {tcp} throughput, {stamp} latency; {non_starts} non-starts");
     // In 50 s every one of the six pairs runs latency at least once (its
     // runs are due every 20 s, spread over 15 s), and throughput finishes
@@ -113,7 +113,21 @@ fn faults_are_named_and_nothing_committed_is_lost() {
     let ports = Ports::pick();
     let names = ["a", "b", "c"];
     let ips = ["127.0.0.5", "127.0.0.6", "127.0.0.7"];
-    let config = mesh_config("agent-faults", &names, &ips, ports, 6, 3, "");
+    // d is a plain goodput server with no agent: the on-demand run below
+    // goes there, beside b's quota.
+    let d = "127.0.0.8";
+    let extra = format!("[addresses.d]\naddress = \"{d}\"\nno_agent = true\n");
+    let config = mesh_config("agent-faults", &names, &ips, ports, 6, 3, &extra);
+    let mut server = common::goodput();
+    server.args([
+        "server",
+        "--listen",
+        d,
+        "--port",
+        &ports.beacon.to_string(),
+        "--no-udp",
+    ]);
+    let _server = common::Reaped::spawn(server);
     let good = std::fs::read_to_string(&config).unwrap();
     // c is configured but never started: a peer that is down. b allows
     // each requester one run an hour.
@@ -148,6 +162,10 @@ fn faults_are_named_and_nothing_committed_is_lost() {
         r#"{{"spec": {{"kind": "tcp", "hosts": ["{}:{}"], "duration": "3s"}}}}"#,
         ips[1], ports.beacon
     );
+    let to_d = format!(
+        r#"{{"spec": {{"kind": "tcp", "hosts": ["{d}:{}"], "duration": "3s"}}}}"#,
+        ports.beacon
+    );
     for token in [None, Some("wrong-token-wrong-token")] {
         let (status, body) = http(ips[0], ports.api, "POST", "/api/v1/runs", token, &spec);
         assert_eq!(status, 401, "{body}");
@@ -155,6 +173,21 @@ fn faults_are_named_and_nothing_committed_is_lost() {
         let (status, _) = http(ips[0], ports.api, "POST", "/api/v1/reservations", token, "{}");
         assert_eq!(status, 401);
     }
+
+    // A booking must come from the run's other end, whatever it carries.
+    let forged = r#"{"id": "throughput/b/a/0", "task": "throughput", "source": "b", "dest": "a",
+        "spec": {"kind": "udp", "host": "192.0.2.1"}, "class": "background",
+        "scheduled_ms": 0, "start_ms": 0, "end_ms": 1}"#;
+    let (status, body) = http(
+        ips[0],
+        ports.api,
+        "POST",
+        "/api/v1/reservations",
+        Some(TOKEN),
+        forged,
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("is not b, the run's other end"), "{body}");
 
     // Outside its window b refuses throughput from here, naming the window.
     let (status, body) = http(ips[1], ports.api, "POST", "/api/v1/runs", Some(TOKEN), &spec);
@@ -165,7 +198,7 @@ fn faults_are_named_and_nothing_committed_is_lost() {
     );
 
     // 1,000 junk requests leave it serving.
-    let huge = "x".repeat(2 << 20);
+    let huge = "x".repeat(5 << 20);
     for i in 0..1000 {
         let (status, body) = match i % 5 {
             0 => http(
@@ -238,7 +271,7 @@ fn faults_are_named_and_nothing_committed_is_lost() {
 
     // An agent killed during a run: what it had stored stays, the run it
     // was in is recorded missed, and so are the runs due while it was down.
-    let (status, body) = http(ips[0], ports.api, "POST", "/api/v1/runs", Some(TOKEN), &spec);
+    let (status, body) = http(ips[0], ports.api, "POST", "/api/v1/runs", Some(TOKEN), &to_d);
     assert_eq!(status, 201, "{body}");
     let on_demand: Value = serde_json::from_str(&body).unwrap();
     let id = on_demand["id"].as_str().unwrap().to_owned();

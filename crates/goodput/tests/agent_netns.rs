@@ -118,7 +118,7 @@ fn four_agents_in_namespaces_share_a_mesh() {
         .map(|((n, ip), ns)| Agent::start_in(Some(ns), "agent-netns", n, ip, &config, ports, &[]))
         .collect();
     std::thread::sleep(Duration::from_secs(100));
-    let (tcp, stamp, non_starts) = check_mesh(&agents, ports);
+    let (tcp, stamp, non_starts) = check_mesh(&agents, ports, 30);
     eprintln!("finished: {tcp} throughput, {stamp} latency; {non_starts} non-starts");
     // In 100 s each of the twelve pairs is due three or four times.
     assert!(tcp >= 12, "only {tcp} throughput runs finished");

@@ -115,8 +115,9 @@ pub struct AgentRunArgs {
     /// A file holding the mesh's shared token.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// The configured address the test goes to: its agent books the slot
-    /// too.
+    /// The name of the configured address the spec tests to, as a check
+    /// (the spec's host must be an address of the mesh either way; its
+    /// agent, if it has one, books the slot too).
     #[arg(long, value_name = "NAME")]
     pub dest: Option<String>,
     /// How late the run may start.
@@ -126,7 +127,7 @@ pub struct AgentRunArgs {
     #[arg(long)]
     pub json: bool,
     /// The test: a spec document (JSON or TOML; `-` reads standard input),
-    /// with its hosts filled in.
+    /// with its host filled in: an address of the agent's mesh.
     #[arg(value_name = "SPEC")]
     pub spec: PathBuf,
 }

@@ -243,13 +243,13 @@ pub fn state(r: &Value) -> &str {
     r["state"].as_str().unwrap_or("")
 }
 
-/// The run number at the end of a run id (`task/source/dest/n`).
-pub fn number(id: &str) -> u64 {
+/// The base time at the end of a run id (`task/source/dest/BASE_MS`).
+pub fn base_ms(id: &str) -> u64 {
     id.rsplit('/').next().unwrap().parse().unwrap()
 }
 
 /// The mesh's checks over every agent's archive, read through the API.
-pub fn check_mesh(agents: &[Agent], ports: Ports) -> (usize, usize, usize) {
+pub fn check_mesh(agents: &[Agent], ports: Ports, every_s: u64) -> (usize, usize, usize) {
     let mut finished_tcp = 0;
     let mut finished_stamp = 0;
     let mut non_starts = 0;
@@ -305,10 +305,13 @@ pub fn check_mesh(agents: &[Agent], ports: Ports) -> (usize, usize, usize) {
         // Each pair this agent leads: its runs' numbers have no gap (every
         // due run was booked, run or said why not).
         let mut by_pair: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
-        for r in runs.iter().filter(|r| r["source"] == a.name.as_str()) {
+        for r in runs
+            .iter()
+            .filter(|r| r["source"] == a.name.as_str() && r["kind"] != "stamp_minute")
+        {
             let id = r["id"].as_str().unwrap();
             let pair = id.rsplit_once('/').unwrap().0.to_owned();
-            by_pair.entry(pair).or_default().push(number(id));
+            by_pair.entry(pair).or_default().push(base_ms(id));
         }
         assert!(
             !by_pair.is_empty(),
@@ -316,22 +319,22 @@ pub fn check_mesh(agents: &[Agent], ports: Ports) -> (usize, usize, usize) {
             a.name,
             a.log_text()
         );
-        for (pair, mut ns) in by_pair {
-            ns.sort_unstable();
-            ns.dedup();
-            let span = ns.last().unwrap() - ns.first().unwrap() + 1;
-            assert_eq!(
-                span as usize,
-                ns.len(),
-                "agent {}: pair {pair} has gaps: {ns:?}",
-                a.name
-            );
+        for (pair, mut bases) in by_pair {
+            bases.sort_unstable();
+            bases.dedup();
+            for w in bases.windows(2) {
+                assert_eq!(
+                    w[1] - w[0],
+                    every_s * 1000,
+                    "agent {}: pair {pair} has a gap: {bases:?}",
+                    a.name
+                );
+            }
         }
         // Its finished runs: figures, and the same record at the other end.
-        for r in runs
-            .iter()
-            .filter(|r| r["source"] == a.name.as_str() && state(r) == "finished")
-        {
+        for r in runs.iter().filter(|r| {
+            r["source"] == a.name.as_str() && state(r) == "finished" && r["kind"] != "stamp_minute"
+        }) {
             let id = r["id"].as_str().unwrap();
             let f = &r["figures"];
             match r["kind"].as_str().unwrap() {
@@ -349,6 +352,38 @@ pub fn check_mesh(agents: &[Agent], ports: Ports) -> (usize, usize, usize) {
                         "run {id}: {f}"
                     );
                     assert_eq!(f["loss_pct"].as_f64(), Some(0.0), "run {id}: {f}");
+                    // Kept as per-minute summaries too, which add up to
+                    // exactly the run's packets.
+                    let whole = get_json(&a.ip, ports.api, &format!("/api/v1/runs/{id}"));
+                    let sent = whole["result"]["stamp"]["total"]["sent"].as_u64().unwrap();
+                    let prefix = format!("{id}/minute/");
+                    let minutes: Vec<&Value> = runs
+                        .iter()
+                        .filter(|m| {
+                            m["kind"] == "stamp_minute" && m["id"].as_str().unwrap().starts_with(&prefix)
+                        })
+                        .collect();
+                    assert!(!minutes.is_empty(), "run {id} has no minute summary");
+                    let mut in_minutes = 0;
+                    for m in minutes {
+                        let one = get_json(
+                            &a.ip,
+                            ports.api,
+                            &format!("/api/v1/runs/{}", m["id"].as_str().unwrap()),
+                        );
+                        in_minutes += one["result"]["sent"].as_u64().unwrap();
+                        assert!(
+                            !one["result"]["rtt_us_histogram"]
+                                .as_str()
+                                .unwrap_or("")
+                                .is_empty(),
+                            "{one}"
+                        );
+                    }
+                    assert_eq!(
+                        in_minutes, sent,
+                        "run {id}: its minutes count {in_minutes} packets, the run {sent}"
+                    );
                 }
                 k => panic!("run {id}: kind {k}"),
             }
