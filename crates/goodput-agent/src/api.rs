@@ -380,10 +380,7 @@ async fn reserve(
                 t.dest.as_deref().unwrap_or("-")
             ))
             .and_then(|b| b.parse::<u64>().ok())
-            .filter(|b| {
-                let every = t.repeat.every.max(1);
-                *b >= t.repeat.start && (b - t.repeat.start) % every == 0
-            })
+            .filter(|b| t.repeat.is_base(*b))
             .ok_or_else(|| bad(format!("run id {} is not one of task {}'s runs", r.id, t.task)))?;
         // Its slot lies in its run's window: spread and slip after its
         // base time, its booked length.
@@ -699,14 +696,7 @@ async fn on_demand(
         lead: Default::default(),
         spec: spec.clone(),
         class,
-        repeat: goodput_core::schedule::Repeat {
-            start: 0,
-            every: 0,
-            until: None,
-            max_runs: None,
-            slip: 0,
-            sliprand: false,
-        },
+        repeat: goodput_core::schedule::Repeat::every(0, 0),
         seed: 0,
     }
     .expected_ms();

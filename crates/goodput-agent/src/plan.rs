@@ -97,7 +97,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             let mut n = t.repeat.first_at_or_after(now.saturating_sub(t.repeat.slip));
             for _ in 0..10_000 {
                 match t.repeat.run(t.seed, n) {
-                    Some((at, _)) if at < now => n += 1,
+                    Some((at, _)) if at < now => n = t.repeat.next(n),
                     _ => break,
                 }
             }
@@ -112,8 +112,8 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             if at > now + LOOKAHEAD {
                 break;
             }
-            n += 1;
-            let id = t.run_id(n - 1);
+            let id = t.run_id(n);
+            n = t.repeat.next(n);
             let number = run_number(&id);
             if inner.booked.contains_key(&number) || inner.tentative.contains_key(&number) {
                 continue;

@@ -142,8 +142,8 @@ pub struct Schedule {
     /// No more runs than this.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_runs: Option<u64>,
-    /// A cron expression instead of `repeat` (not supported yet: refused
-    /// with a clear error rather than ignored).
+    /// A cron expression instead of `repeat` (five fields, UTC:
+    /// `0 */6 * * *`, `30 2 * * mon-fri`, or `@daily`, `@hourly` …).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
 }
@@ -215,10 +215,7 @@ impl PairTask {
     /// number, so a schedule changed later never gives a new run an old
     /// run's id.
     pub fn run_id(&self, n: u64) -> String {
-        let base = self
-            .repeat
-            .start
-            .saturating_add(self.repeat.every.saturating_mul(n));
+        let base = self.repeat.base(n).unwrap_or(u64::MAX);
         format!(
             "{}/{}/{}/{base}",
             self.task,
@@ -508,16 +505,25 @@ fn set_dscp(spec: &mut TestSpec, dscp: u8) {
 impl Schedule {
     /// The schedule as a [`Repeat`], or the field that is wrong and why.
     pub fn repeat_of(&self) -> Result<Repeat, (&'static str, String)> {
-        if self.cron.is_some() {
-            return Err((
-                "cron",
-                "cron schedules are not supported yet: use repeat (ISO 8601, such as PT6H)".into(),
-            ));
-        }
-        let every = duration_ms(&self.repeat).map_err(|e| ("repeat", e))?;
-        if every == 0 {
-            return Err(("repeat", "must be above zero".into()));
-        }
+        let (every, cron) = match (&self.cron, self.repeat.trim()) {
+            (Some(_), r) if !r.is_empty() => {
+                return Err(("cron", "give repeat or cron, not both".into()));
+            }
+            (Some(_), _) if self.max_runs.is_some() => {
+                return Err((
+                    "max_runs",
+                    "is for repeat schedules; a cron schedule ends with until".into(),
+                ));
+            }
+            (Some(c), _) => (0, Some(c.parse::<crate::cron::Cron>().map_err(|e| ("cron", e))?)),
+            (None, _) => {
+                let every = duration_ms(&self.repeat).map_err(|e| ("repeat", e))?;
+                if every == 0 {
+                    return Err(("repeat", "must be above zero".into()));
+                }
+                (every, None)
+            }
+        };
         let slip = match &self.slip {
             Some(s) => duration_ms(s).map_err(|e| ("slip", e))?,
             None => 0,
@@ -537,6 +543,7 @@ impl Schedule {
             max_runs: self.max_runs,
             slip,
             sliprand: self.sliprand,
+            cron,
         })
     }
 }
@@ -781,7 +788,7 @@ schedule = "always"
 
     #[test]
     fn mistakes_name_their_place() {
-        let cases: [(&str, &str, &str); 8] = [
+        let cases: [(&str, &str, &str); 9] = [
             (
                 "[groups.core]",
                 "[groups.core]\nextra = 1",
@@ -821,7 +828,12 @@ connections = 0"#,
             (
                 r#"repeat = "1m""#,
                 "repeat = \"1m\"\ncron = \"* * * * *\"",
-                "schedules.always.cron: cron schedules are not supported yet",
+                "schedules.always.cron: give repeat or cron, not both",
+            ),
+            (
+                r#"repeat = "1m""#,
+                "cron = \"61 * * * *\"",
+                "schedules.always.cron: minute: '61' is outside 0-59",
             ),
         ];
         for (from, to, says) in cases {

@@ -289,16 +289,59 @@ pub struct Repeat {
     /// Pick each run's time at random within its slip (the same for a
     /// task and a run number on every agent: a hash, not a generator).
     pub sliprand: bool,
+    /// A cron schedule instead of `every` (then `n` is a matching
+    /// minute since the epoch, and `every` and `max_runs` are unused).
+    pub cron: Option<crate::cron::Cron>,
 }
 
 impl Repeat {
+    /// A schedule of a run every `every` ms from `start`.
+    pub fn every(start: Ms, every: Ms) -> Self {
+        Self {
+            start,
+            every,
+            until: None,
+            max_runs: None,
+            slip: 0,
+            sliprand: false,
+            cron: None,
+        }
+    }
+
+    /// Run `n`'s base time (before any spread).
+    pub fn base(&self, n: u64) -> Option<Ms> {
+        match &self.cron {
+            Some(_) => n.checked_mul(60_000),
+            None => self.start.checked_add(self.every.checked_mul(n)?),
+        }
+    }
+
+    /// Whether `t` is one of its runs' base times.
+    pub fn is_base(&self, t: Ms) -> bool {
+        match &self.cron {
+            Some(c) => t.is_multiple_of(60_000) && t >= self.start && c.matches(t / 60_000),
+            None => t >= self.start && (t - self.start).is_multiple_of(self.every.max(1)),
+        }
+    }
+
+    /// The number of the run after run `n`.
+    pub fn next(&self, n: u64) -> u64 {
+        match &self.cron {
+            Some(c) => n
+                .checked_add(1)
+                .and_then(|m| c.next_at_or_after(m))
+                .unwrap_or(u64::MAX),
+            None => n.saturating_add(1),
+        }
+    }
+
     /// Run `n` (0-based) of the task with this seed: its earliest start and
     /// the slip left after it; `None` past `until` or `max_runs`.
     pub fn run(&self, seed: u64, n: u64) -> Option<(Ms, Ms)> {
-        if self.max_runs.is_some_and(|m| n >= m) {
+        if self.cron.is_none() && self.max_runs.is_some_and(|m| n >= m) {
             return None;
         }
-        let at = self.start.checked_add(self.every.checked_mul(n)?)?;
+        let at = self.base(n)?;
         if self.until.is_some_and(|u| at > u) {
             return None;
         }
@@ -314,7 +357,7 @@ impl Repeat {
     /// those it has no record of are the runs it missed.
     pub fn due_between(&self, seed: u64, from: Ms, to: Ms, max: usize) -> Vec<(u64, Ms)> {
         let mut out = Vec::new();
-        if self.every == 0 {
+        if self.every == 0 && self.cron.is_none() {
             // Every run at the same time: only the first is one.
             return match self.run(seed, 0) {
                 Some((at, _)) if (from..to).contains(&at) => vec![(0, at)],
@@ -330,13 +373,17 @@ impl Repeat {
             if at >= from {
                 out.push((n, at));
             }
-            n += 1;
+            n = self.next(n);
         }
         out
     }
 
     /// The number of the first run whose time is at or after `t`.
     pub fn first_at_or_after(&self, t: Ms) -> u64 {
+        if let Some(c) = &self.cron {
+            let from = t.max(self.start).div_ceil(60_000);
+            return c.next_at_or_after(from).unwrap_or(u64::MAX);
+        }
         match (t.saturating_sub(self.start), self.every) {
             (_, 0) => 0,
             (d, e) => d.div_ceil(e),
@@ -403,6 +450,7 @@ pub fn simulate_mesh(hosts: usize, every: Ms, duration: Ms, slip: Ms, days: u64)
         max_runs: None,
         slip,
         sliprand: true,
+        cron: None,
     };
     let mut due: Vec<(Ms, Ms, usize, usize)> = Vec::new();
     for a in 0..hosts {
@@ -568,6 +616,7 @@ mod tests {
             max_runs: None,
             slip: 40,
             sliprand: false,
+            cron: None,
         };
         let times: Vec<_> = (0..10).map_while(|n| r.run(7, n)).collect();
         assert_eq!(times, vec![(1000, 40), (1100, 40), (1200, 40), (1300, 40)]);
@@ -597,6 +646,7 @@ mod tests {
             max_runs: None,
             slip: 0,
             sliprand: false,
+            cron: None,
         };
         assert_eq!(
             r.due_between(1, 2500, 5000, usize::MAX),
@@ -612,6 +662,7 @@ mod tests {
         let spread = Repeat {
             slip: 900,
             sliprand: true,
+            cron: None,
             ..r
         };
         let missed = spread.due_between(42, 2000, 6000, usize::MAX);
@@ -622,6 +673,37 @@ mod tests {
         let all: Vec<u64> = (0..10).filter_map(|n| spread.run(42, n)).map(|x| x.0).collect();
         let expect: Vec<u64> = all.into_iter().filter(|t| (2000..6000).contains(t)).collect();
         assert_eq!(missed.iter().map(|x| x.1).collect::<Vec<_>>(), expect);
+    }
+
+    #[test]
+    fn a_cron_schedule_numbers_its_runs_by_their_minutes() {
+        let minute = 60_000;
+        let r = Repeat {
+            cron: Some("*/10 * * * *".parse().unwrap()),
+            ..Repeat::every(0, 0)
+        };
+        // From 00:03 the next runs are at 00:10 and 00:20.
+        let n = r.first_at_or_after(3 * minute);
+        assert_eq!(r.run(1, n), Some((10 * minute, 0)));
+        let n2 = r.next(n);
+        assert_eq!(r.base(n2), Some(20 * minute));
+        assert!(r.is_base(20 * minute) && !r.is_base(25 * minute) && !r.is_base(20 * minute + 1));
+        let due = r.due_between(1, 0, 60 * minute, usize::MAX);
+        assert_eq!(
+            due.iter().map(|d| d.1).collect::<Vec<_>>(),
+            (0..6).map(|i| i * 10 * minute).collect::<Vec<_>>()
+        );
+        // `start` and `until` bound it as they bound a repeat.
+        let bounded = Repeat {
+            start: 15 * minute,
+            until: Some(40 * minute),
+            ..r
+        };
+        let due = bounded.due_between(1, 0, 60 * minute, usize::MAX);
+        assert_eq!(
+            due.iter().map(|d| d.1).collect::<Vec<_>>(),
+            vec![20 * minute, 30 * minute, 40 * minute]
+        );
     }
 
     #[test]

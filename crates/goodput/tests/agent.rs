@@ -21,7 +21,7 @@ fn check_config_lists_this_hosts_tasks_and_who_tests_to_it() {
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
-        out.contains("valid: 4 addresses, 2 groups, 2 tests, 2 schedules, 4 tasks"),
+        out.contains("valid: 4 addresses, 2 groups, 2 tests, 3 schedules, 4 tasks"),
         "{out}"
     );
     assert!(

@@ -28,7 +28,7 @@ fn three_agents_share_a_mesh_without_overlap() {
         .map(|(n, ip)| Agent::start("agent-mesh", n, ip, &config, ports, &[]))
         .collect();
     std::thread::sleep(Duration::from_secs(50));
-    let (tcp, stamp, non_starts) = check_mesh(&agents, ports, 20);
+    let (tcp, stamp, non_starts) = check_mesh(&agents, ports, &[("throughput", 20), ("latency", 20)]);
     eprintln!("finished: {tcp} throughput, {stamp} latency; {non_starts} non-starts");
     // In 50 s every one of the six pairs runs latency at least once (its
     // runs are due every 20 s, spread over 15 s), and throughput finishes

@@ -110,7 +110,9 @@ fn four_agents_in_namespaces_share_a_mesh() {
     // Twelve throughput pairs, 3 s booked each (1 s and the margin), due
     // every 30 s with 25 s of slip: two runs at a time fit (disjoint
     // pairs), so the mesh is busy but can place them.
-    let config = mesh_config("agent-netns", &names, &ips, ports, 30, 25, "");
+    // And STAMP on a cron schedule, every minute on the minute.
+    let cron = "[schedules.each-minute]\ncron = \"* * * * *\"\n\n[tasks.minutely]\ngroup = \"all\"\ntest = \"latency\"\nschedule = \"each-minute\"\n";
+    let config = mesh_config("agent-netns", &names, &ips, ports, 30, 25, cron);
     let mut agents: Vec<Agent> = names
         .iter()
         .zip(ips)
@@ -118,7 +120,37 @@ fn four_agents_in_namespaces_share_a_mesh() {
         .map(|((n, ip), ns)| Agent::start_in(Some(ns), "agent-netns", n, ip, &config, ports, &[]))
         .collect();
     std::thread::sleep(Duration::from_secs(100));
-    let (tcp, stamp, non_starts) = check_mesh(&agents, ports, 30);
+    let (tcp, stamp, non_starts) = check_mesh(
+        &agents,
+        ports,
+        &[("throughput", 30), ("latency", 30), ("minutely", 60)],
+    );
+    // The cron task ran on the minute for every pair (100 s hold at least
+    // one minute's turn).
+    let mut minutely: Vec<String> = agents
+        .iter()
+        .zip(ips)
+        .flat_map(|(_, ip)| {
+            get_json(
+                ip,
+                ports.api,
+                "/api/v1/runs?kind=stamp&state=finished&limit=10000",
+            )
+            .as_array()
+            .unwrap()
+            .clone()
+        })
+        .filter(|r| r["task"] == "minutely")
+        .map(|r| {
+            let id = r["id"].as_str().unwrap();
+            let base: u64 = id.rsplit('/').next().unwrap().parse().unwrap();
+            assert_eq!(base % 60_000, 0, "run {id} is not on a minute");
+            format!("{}>{}", r["source"], r["dest"])
+        })
+        .collect();
+    minutely.sort();
+    minutely.dedup();
+    assert_eq!(minutely.len(), 12, "cron runs for {minutely:?} only");
     eprintln!("finished: {tcp} throughput, {stamp} latency; {non_starts} non-starts");
     // In 100 s each of the twelve pairs is due three or four times.
     assert!(tcp >= 12, "only {tcp} throughput runs finished");

@@ -287,9 +287,17 @@ fn table(config: &MeshConfig, tasks: &[PairTask]) -> String {
             ),
         };
         let r = t.repeat;
+        let cron = config
+            .tasks
+            .get(&t.task)
+            .and_then(|k| config.schedules.get(&k.schedule))
+            .and_then(|s| s.cron.clone());
         let schedule = format!(
-            "every {}{}{}",
-            human(r.every),
+            "{}{}{}",
+            match cron {
+                Some(c) => format!("cron {c}"),
+                None => format!("every {}", human(r.every)),
+            },
             if r.slip > 0 {
                 format!(", slip {}", human(r.slip))
             } else {

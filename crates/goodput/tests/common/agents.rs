@@ -249,7 +249,9 @@ pub fn base_ms(id: &str) -> u64 {
 }
 
 /// The mesh's checks over every agent's archive, read through the API.
-pub fn check_mesh(agents: &[Agent], ports: Ports, every_s: u64) -> (usize, usize, usize) {
+/// `every` gives each task's period in seconds (consecutive runs' base
+/// times differ by it).
+pub fn check_mesh(agents: &[Agent], ports: Ports, every: &[(&str, u64)]) -> (usize, usize, usize) {
     let mut finished_tcp = 0;
     let mut finished_stamp = 0;
     let mut non_starts = 0;
@@ -322,6 +324,12 @@ pub fn check_mesh(agents: &[Agent], ports: Ports, every_s: u64) -> (usize, usize
         for (pair, mut bases) in by_pair {
             bases.sort_unstable();
             bases.dedup();
+            let task = pair.split('/').next().unwrap();
+            let every_s = every
+                .iter()
+                .find(|(t, _)| *t == task)
+                .unwrap_or_else(|| panic!("no period for task {task}"))
+                .1;
             for w in bases.windows(2) {
                 assert_eq!(
                     w[1] - w[0],
