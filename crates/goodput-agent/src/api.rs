@@ -25,6 +25,7 @@ use tokio::sync::Semaphore;
 use crate::peer::{Reservation, SlotView};
 use crate::plan::{plan, Placed, Planning};
 use crate::state::{run_number, Booked, Counters, Shared};
+use crate::tls::{ApiListener, Caller};
 use crate::{clock, log};
 
 type Ctx = Arc<Shared>;
@@ -46,9 +47,43 @@ fn internal(e: impl std::fmt::Display) -> Failure {
     Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
-/// Binds the API's listening sockets.
-pub(crate) async fn bind(shared: &Shared) -> Result<Vec<TcpListener>, String> {
+/// Binds the API's listening sockets: HTTPS when this host's address has
+/// a pinned certificate in the configuration (the certificate must be the
+/// one pinned), and the plain ones asked for.
+pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
     let loaded = shared.loaded();
+    let pins: Vec<(&String, &String)> = loaded
+        .mine
+        .iter()
+        .filter_map(|m| loaded.config.addresses[m].tls_sha256.as_ref().map(|p| (m, p)))
+        .collect();
+    let acceptor = match pins.first() {
+        None => None,
+        Some(_) => {
+            let names: Vec<String> = loaded
+                .mine
+                .iter()
+                .map(|m| loaded.config.addresses[m].address.clone())
+                .collect();
+            let given = shared
+                .options
+                .tls_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
+            let have = crate::tls::fingerprint(chain[0].as_ref());
+            for (name, pin) in &pins {
+                let want = crate::tls::read_pin(pin)?;
+                if crate::tls::read_pin(&have)? != want {
+                    return Err(format!(
+                        "addresses.{name}.tls_sha256 is {pin}, but this agent's certificate is {have} \
+                         (`goodput agent --print-fingerprint`)"
+                    ));
+                }
+            }
+            Some(crate::tls::acceptor(chain, key)?)
+        }
+    };
     let mut addrs = shared.options.api_listen.clone();
     if addrs.is_empty() {
         let port = loaded.config.agent.api_port;
@@ -63,20 +98,22 @@ pub(crate) async fn bind(shared: &Shared) -> Result<Vec<TcpListener>, String> {
         }
     }
     let mut out = Vec::new();
-    for a in addrs {
+    let plain = shared.options.plain_api_listen.iter().map(|a| (*a, None));
+    for (a, tls) in addrs.into_iter().map(|a| (a, acceptor.clone())).chain(plain) {
         let l = TcpListener::bind(a)
             .await
             .map_err(|e| format!("cannot listen on {a} for the API: {e}"))?;
-        log(&format!("API on http://{}", l.local_addr().unwrap_or(a)));
-        out.push(l);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        log(&format!("API on {scheme}://{}", l.local_addr().unwrap_or(a)));
+        out.push(ApiListener::new(l, tls).map_err(|e| e.to_string())?);
     }
     Ok(out)
 }
 
 /// Serves the API on one socket until the agent stops.
-pub(crate) async fn serve(shared: Ctx, listener: TcpListener) {
+pub(crate) async fn serve(shared: Ctx, listener: ApiListener) {
     let cancel = shared.cancel.clone();
-    let app = router(shared).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(shared).into_make_service_with_connect_info::<Caller>();
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(async move { cancel.cancelled().await })
         .await
@@ -322,7 +359,7 @@ async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<S
 /// caller's; an on-demand run may only be booked here as its destination.
 async fn reserve(
     State(s): State<Ctx>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
     headers: HeaderMap,
     body: Result<Json<Reservation>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
@@ -556,7 +593,7 @@ async fn one_run(State(s): State<Ctx>, Path(id): Path<String>) -> Result<Json<Ru
 /// time held here for it).
 async fn put_run(
     State(s): State<Ctx>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Result<Json<Run>, axum::extract::rejection::JsonRejection>,
@@ -643,7 +680,7 @@ pub(crate) struct OnDemand {
 
 async fn on_demand(
     State(s): State<Ctx>,
-    ConnectInfo(from): ConnectInfo<SocketAddr>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
     headers: HeaderMap,
     body: Result<Json<OnDemand>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {

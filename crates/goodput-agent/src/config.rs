@@ -65,6 +65,9 @@ pub(crate) struct Peer {
     /// calls that claim to be from it must come from one of them. Empty
     /// when it is configured by host name only.
     pub(crate) ips: Vec<std::net::IpAddr>,
+    /// Its certificate's fingerprint: its API is HTTPS, and only that
+    /// certificate is accepted.
+    pub(crate) pin: Option<[u8; 32]>,
 }
 
 /// A configuration resolved for this host.
@@ -95,10 +98,14 @@ impl Loaded {
             Ok(v6) => format!("[{v6}]"),
             Err(_) => a.address.clone(),
         };
+        // A pin that does not read was refused when the document loaded.
+        let pin = a.tls_sha256.as_deref().and_then(|p| crate::tls::read_pin(p).ok());
+        let scheme = if pin.is_some() { "https" } else { "http" };
         Some(Peer {
             name: name.to_owned(),
-            url: format!("http://{host}:{}", self.config.agent.api_port),
+            url: format!("{scheme}://{host}:{}", self.config.agent.api_port),
             ips: self.ips_of(name),
+            pin,
         })
     }
 

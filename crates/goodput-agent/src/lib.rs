@@ -29,6 +29,7 @@ mod openapi;
 mod peer;
 mod plan;
 mod state;
+mod tls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -41,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{mine, own_identities, ConfigSource};
 pub use limits::{Limits, Window};
 pub use openapi::document as openapi_document;
+pub use tls::fingerprint;
 
 /// How an agent runs.
 #[derive(Debug, Clone)]
@@ -53,8 +55,15 @@ pub struct AgentOptions {
     /// The archive file (SQLite).
     pub archive: PathBuf,
     /// Where the API listens (empty: each of this host's configured
-    /// addresses at the mesh's `agent.api_port`).
+    /// addresses at the mesh's `agent.api_port`). HTTPS when this host's
+    /// address has `tls_sha256` in the configuration.
     pub api_listen: Vec<SocketAddr>,
+    /// Where the API also listens without TLS (a loopback address for a
+    /// local Prometheus, say).
+    pub plain_api_listen: Vec<SocketAddr>,
+    /// The API's certificate and key (PEM); none: one made once and kept
+    /// beside the archive.
+    pub tls_cert: Option<(PathBuf, PathBuf)>,
     /// The shared token peers and mutating API calls must present.
     pub token: Option<String>,
     /// What requesters may ask.
@@ -82,6 +91,8 @@ impl Default for AgentOptions {
             identities: Vec::new(),
             archive: PathBuf::from("/var/lib/goodput/archive.sqlite"),
             api_listen: Vec::new(),
+            plain_api_listen: Vec::new(),
+            tls_cert: None,
             token: None,
             limits: Limits::default(),
             beacon: true,
@@ -93,6 +104,36 @@ impl Default for AgentOptions {
             retention: Retention::default(),
         }
     }
+}
+
+/// The SHA-256 fingerprint of the certificate the agent serves its API
+/// with (made and kept beside the archive on first use, unless given):
+/// what the mesh configuration's `tls_sha256` for this host must say.
+pub fn certificate_fingerprint(options: &AgentOptions, names: &[String]) -> Result<String, String> {
+    let given = options.tls_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let (chain, _) = tls::identity(given, &options.archive, names)?;
+    Ok(tls::fingerprint(chain[0].as_ref()))
+}
+
+/// Holds `ARCHIVE.lock` for the agent's life: one agent per archive.
+fn lock(archive: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd;
+    let mut path = archive.as_os_str().to_owned();
+    path.push(".lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", std::path::Path::new(&path).display()))?;
+    // SAFETY: flock on a descriptor this function owns.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "{}: another agent is using this archive",
+            archive.display()
+        ));
+    }
+    Ok(f)
 }
 
 /// A line for the agent's log (standard error, one line per event, with
@@ -111,12 +152,15 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
+    let _lock = lock(&options.archive)?;
     let archive = Archive::open(&options.archive)
         .await
         .map_err(|e| format!("{}: {e}", options.archive.display()))?;
     let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
-    shared.recover().await?;
+    // Listening (and checking the certificate) comes before recovery
+    // touches the archive's runs.
     let listeners = api::bind(&shared).await?;
+    shared.recover().await?;
     let mut tasks = tokio::task::JoinSet::new();
     if shared.options.beacon {
         tasks.spawn(exec::beacon(shared.clone()));

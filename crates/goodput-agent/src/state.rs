@@ -160,9 +160,25 @@ pub(crate) struct Shared {
     /// HTTP clients for peers: from this host's IPv4 mesh address, its
     /// IPv6 one, and unbound (for peers named by host name).
     http: [reqwest::Client; 3],
+    /// The same for pinned HTTPS peers, by family and pin.
+    pinned: Mutex<HashMap<(usize, [u8; 32]), reqwest::Client>>,
+    /// This host's own mesh addresses, one per family.
+    own: [Option<std::net::IpAddr>; 2],
     /// Wakes the executor when a run is booked.
     pub(crate) wake: Notify,
     inner: Mutex<Inner>,
+}
+
+/// An HTTP client for peers, from `from`, checking a pinned certificate.
+fn client(from: Option<std::net::IpAddr>, pin: Option<[u8; 32]>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .local_address(from);
+    if let Some(pin) = pin {
+        b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
+    }
+    b.build().unwrap_or_default()
 }
 
 /// The key of a led pair's run counter.
@@ -181,25 +197,19 @@ impl Shared {
         // family, so their allow lists, quotas and windows see the address
         // they know.
         let own: Vec<std::net::IpAddr> = loaded.mine.iter().flat_map(|m| loaded.ips_of(m)).collect();
-        let client = |from: Option<std::net::IpAddr>| {
-            reqwest::Client::builder()
-                .connect_timeout(Duration::from_secs(2))
-                .timeout(Duration::from_secs(5))
-                .local_address(from)
-                .build()
-                .unwrap_or_default()
-        };
-        let http = [
-            client(own.iter().find(|i| i.is_ipv4()).copied()),
-            client(own.iter().find(|i| i.is_ipv6()).copied()),
-            client(None),
+        let own = [
+            own.iter().find(|i| i.is_ipv4()).copied(),
+            own.iter().find(|i| i.is_ipv6()).copied(),
         ];
+        let http = [client(own[0], None), client(own[1], None), client(None, None)];
         Self {
             options,
             archive,
             cancel,
             started_ms: clock::now_ms(),
             http,
+            pinned: Mutex::new(HashMap::new()),
+            own,
             wake: Notify::new(),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
@@ -224,19 +234,28 @@ impl Shared {
     }
 
     /// The HTTP client for calls to a peer.
-    pub(crate) fn client(&self, peer: &Peer) -> &reqwest::Client {
+    pub(crate) fn client(&self, peer: &Peer) -> reqwest::Client {
         let host = peer
             .url
-            .trim_start_matches("http://")
+            .split_once("://")
+            .map_or(peer.url.as_str(), |(_, r)| r)
             .rsplit_once(':')
             .map_or("", |(h, _)| h)
             .trim_start_matches('[')
             .trim_end_matches(']');
-        match host.parse::<std::net::IpAddr>() {
-            Ok(ip) if ip.is_ipv4() => &self.http[0],
-            Ok(_) => &self.http[1],
-            Err(_) => &self.http[2],
-        }
+        let family = match host.parse::<std::net::IpAddr>() {
+            Ok(ip) if ip.is_ipv4() => 0,
+            Ok(_) => 1,
+            Err(_) => 2,
+        };
+        let Some(pin) = peer.pin else {
+            return self.http[family].clone();
+        };
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        pinned
+            .entry((family, pin))
+            .or_insert_with(|| client(self.own.get(family).copied().flatten(), Some(pin)))
+            .clone()
     }
 
     pub(crate) fn loaded(&self) -> Arc<Loaded> {

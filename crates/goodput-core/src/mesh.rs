@@ -92,6 +92,11 @@ pub struct Address {
     /// plain `goodput server`): it is only ever tested to, with no
     /// negotiation, and never runs tasks itself.
     pub no_agent: bool,
+    /// The SHA-256 fingerprint of its agent's certificate (64 hex digits,
+    /// colons allowed; `goodput agent --print-fingerprint`): its API is
+    /// then HTTPS, and other agents accept that certificate only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_sha256: Option<String>,
 }
 
 /// How a group pairs its addresses.
@@ -288,6 +293,15 @@ impl MeshConfig {
         for (name, a) in &self.addresses {
             if a.address.trim().is_empty() {
                 return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
+            }
+            if let Some(pin) = &a.tls_sha256 {
+                let hex: String = pin.chars().filter(|c| *c != ':').collect();
+                if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(SpecError::new(
+                        &format!("addresses.{name}.tls_sha256"),
+                        format!("'{pin}' is not a SHA-256 fingerprint (64 hex digits)"),
+                    ));
+                }
             }
         }
         for (name, g) in &self.groups {

@@ -311,3 +311,124 @@ fn faults_are_named_and_nothing_committed_is_lost() {
     a.stop(libc::SIGTERM);
     b.stop(libc::SIGTERM);
 }
+
+#[test]
+fn agents_call_each_other_over_tls_with_pinned_certificates() {
+    let group = "agent-tls";
+    let ports = Ports::pick();
+    let plain = common::free_tcp_port();
+    let names = ["a", "b"];
+    let ips = ["127.0.0.11", "127.0.0.12"];
+    // Each agent's certificate, made and kept beside its archive.
+    let fingerprint = |name: &str| {
+        let archive = common::tmp(group, &format!("{name}.sqlite"));
+        let (code, out, err) = common::run(&[
+            "agent",
+            "--print-fingerprint",
+            "--archive",
+            archive.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let f = out.trim().to_owned();
+        assert_eq!(f.len(), 64, "{f}");
+        f
+    };
+    let (fa, fb) = (fingerprint("a"), fingerprint("b"));
+    assert_eq!(fingerprint("a"), fa, "the certificate is kept, not made again");
+    let base = std::fs::read_to_string(mesh_config(group, &names, &ips, ports, 6, 3, "")).unwrap();
+    let with_pins = |pin_a: &str, pin_b: &str| {
+        base.replace(
+            &format!("address = \"{}\"\n", ips[0]),
+            &format!("address = \"{}\"\ntls_sha256 = \"{pin_a}\"\n", ips[0]),
+        )
+        .replace(
+            &format!("address = \"{}\"\n", ips[1]),
+            &format!("address = \"{}\"\ntls_sha256 = \"{pin_b}\"\n", ips[1]),
+        )
+    };
+    // a has a wrong pin for b; b has both right.
+    let wrong = "00".repeat(32);
+    let config_a = common::tmp(group, "mesh-a.toml");
+    std::fs::write(&config_a, with_pins(&fa, &wrong)).unwrap();
+    let config_b = common::tmp(group, "mesh-b.toml");
+    std::fs::write(&config_b, with_pins(&fa, &fb)).unwrap();
+    let plain_at = |ip: &str| format!("{ip}:{plain}");
+    let mut a = Agent::start(
+        group,
+        "a",
+        ips[0],
+        &config_a,
+        ports,
+        &["--plain-api-listen", &plain_at(ips[0])],
+    );
+    let mut b = Agent::start(
+        group,
+        "b",
+        ips[1],
+        &config_b,
+        ports,
+        &["--plain-api-listen", &plain_at(ips[1])],
+    );
+    // The API port speaks TLS only.
+    let (status, _) = http(ips[0], ports.api, "GET", "/api/v1/health", None, "");
+    assert_eq!(status, 0, "plain HTTP was answered on the TLS port");
+    std::thread::sleep(Duration::from_secs(20));
+    let runs_at = |ip: &str| -> Vec<Value> {
+        get_json(ip, plain, "/api/v1/runs?limit=10000")
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let at_a = runs_at(ips[0]);
+    let at_b = runs_at(ips[1]);
+    // b → a: b checked a's certificate, booked, ran, and handed a the
+    // results, all over TLS.
+    let b_to_a: Vec<&Value> = at_b
+        .iter()
+        .filter(|r| r["source"] == "b" && r["kind"] != "stamp_minute" && state(r) == "finished")
+        .collect();
+    assert!(b_to_a.len() >= 2, "b ran too little: {at_b:#?}");
+    for r in &b_to_a {
+        assert!(
+            at_a.iter().any(|x| x["id"] == r["id"] && state(x) == "finished"),
+            "run {} did not reach a",
+            r["id"]
+        );
+    }
+    // a → b: a's pin for b is wrong, so it never books with b, and says why.
+    let a_to_b: Vec<&Value> = at_a.iter().filter(|r| r["source"] == "a").collect();
+    assert!(!a_to_b.is_empty());
+    for r in a_to_b {
+        assert_eq!(state(r), "non_start", "{r}");
+        let why = r["reason"].as_str().unwrap();
+        assert!(why.starts_with("peer b unreachable"), "{why}");
+    }
+    // A second agent on b's archive is refused.
+    let b_archive = common::tmp(group, "b.sqlite");
+    let second = |config: &std::path::Path| {
+        common::run(&[
+            "agent",
+            "--config",
+            config.to_str().unwrap(),
+            "--as",
+            "b",
+            "--archive",
+            b_archive.to_str().unwrap(),
+            "--api-listen",
+            "127.0.0.12:1",
+        ])
+    };
+    let (code, _, err) = second(&config_b);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("another agent is using this archive"), "{err}");
+    a.stop(libc::SIGTERM);
+    b.stop(libc::SIGTERM);
+    // An agent whose certificate is not the one pinned for it refuses to
+    // start, saying so.
+    let (code, _, err) = second(&config_a);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(
+        err.contains("addresses.b.tls_sha256 is") && err.contains(&fb),
+        "{err}"
+    );
+}

@@ -19,6 +19,18 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
     if args.check_config {
         return check_config(args);
     }
+    if args.print_fingerprint {
+        let options = AgentOptions {
+            archive: args.archive.clone(),
+            tls_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
+            ..AgentOptions::default()
+        };
+        let names: Vec<String> = args.identity.clone();
+        let f =
+            goodput_agent::certificate_fingerprint(&options, &names).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+        goodput_report::console_line(&f);
+        return Ok(EXIT_OK);
+    }
     let config = args.config.clone().unwrap_or_default();
     if config == "-" {
         return Err(usage(
@@ -41,6 +53,8 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         identities: args.identity.clone(),
         archive: args.archive.clone(),
         api_listen: args.api_listen.clone(),
+        plain_api_listen: args.plain_api_listen.clone(),
+        tls_cert: args.tls_cert.clone().zip(args.tls_key.clone()),
         token,
         limits: Limits {
             allow,

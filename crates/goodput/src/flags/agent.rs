@@ -16,12 +16,25 @@ pub struct AgentArgs {
     /// The mesh configuration: a file (JSON, or TOML for a .toml name; `-`
     /// reads standard input with --check-config) or an http:// URL, read
     /// again every --reload-every.
-    #[arg(long, value_name = "FILE|URL", required = true)]
+    #[arg(long, value_name = "FILE|URL", required_unless_present = "print_fingerprint")]
     pub config: Option<String>,
     /// Check the configuration and print the tasks this host will run and
     /// with whom, then exit (exit status 2 if the configuration is wrong).
     #[arg(long)]
     pub check_config: bool,
+    /// Print the SHA-256 fingerprint of the certificate this agent serves
+    /// its API with (made and kept beside --archive on first use, unless
+    /// --tls-cert), for `tls_sha256` in the configuration, then exit.
+    #[arg(long, conflicts_with = "check_config")]
+    pub print_fingerprint: bool,
+    /// The API's certificate chain (PEM), with --tls-key: used when this
+    /// host's address has `tls_sha256` in the configuration (default: a
+    /// self-signed one made once and kept beside the archive).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The API certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Who this host is: an address or a name from the configuration
     /// (repeatable; default: the addresses on this host's interfaces and
     /// its host name).
@@ -35,6 +48,10 @@ pub struct AgentArgs {
     /// configured addresses at the configuration's `agent.api_port`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub api_listen: Vec<SocketAddr>,
+    /// Where the API also listens without TLS (repeatable; e.g.
+    /// 127.0.0.1:8781 for a local Prometheus when the API is HTTPS).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub plain_api_listen: Vec<SocketAddr>,
     /// A file holding the mesh's shared token, which peers' bookings and
     /// every call that changes something must present (without one the
     /// agent takes no bookings from others).

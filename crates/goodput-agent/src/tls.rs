@@ -1,0 +1,298 @@
+//! TLS between agents with pinned certificates: an address of the mesh
+//! with `tls_sha256` in the configuration is an agent that serves its API
+//! over HTTPS with the certificate of that SHA-256 fingerprint, and every
+//! other agent checks exactly that fingerprint when it calls it — no
+//! certificate authority. The certificate is the agent's own
+//! (`--tls-cert`/`--tls-key`), or one made once and kept beside the archive.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::connect_info::Connected;
+use axum::serve::{IncomingStream, Listener};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::either::Either;
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A certificate's SHA-256 fingerprint, lower-case hex.
+pub fn fingerprint(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A fingerprint as configured (hex, colons and case ignored), or why not.
+pub(crate) fn read_pin(text: &str) -> Result<[u8; 32], String> {
+    let hex: String = text.chars().filter(|c| *c != ':').collect();
+    let bytes: Vec<u8> = (0..hex.len())
+        .step_by(2)
+        .map(|i| hex.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| format!("'{text}' is not hex"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("'{text}' is not a SHA-256 fingerprint (64 hex digits)"))
+}
+
+/// The agent's certificate and key: the files given, or the pair kept
+/// beside the archive (made on first use, for `names`).
+pub(crate) fn identity(
+    cert_key: Option<(&Path, &Path)>,
+    archive: &Path,
+    names: &[String],
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let (cert, key): (PathBuf, PathBuf) = match cert_key {
+        Some((c, k)) => (c.into(), k.into()),
+        None => {
+            let mut c = archive.as_os_str().to_owned();
+            c.push(".tls-cert.pem");
+            let mut k = archive.as_os_str().to_owned();
+            k.push(".tls-key.pem");
+            let (c, k) = (PathBuf::from(c), PathBuf::from(k));
+            if !c.exists() || !k.exists() {
+                let mut names = names.to_vec();
+                names.push("localhost".into());
+                let made = rcgen::generate_simple_self_signed(names)
+                    .map_err(|e| format!("cannot make a certificate: {e}"))?;
+                if let Some(dir) = c.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                }
+                write_private(&k, made.key_pair.serialize_pem().as_bytes())?;
+                std::fs::write(&c, made.cert.pem())
+                    .map_err(|e| format!("cannot write {}: {e}", c.display()))?;
+            }
+            (c, k)
+        }
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+        .map_err(|e| format!("cannot read {}: {e}", cert.display()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("bad certificate in {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("no certificate in {}", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(&key)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", key.display()))?;
+    Ok((chain, key))
+}
+
+/// Writes a private key readable by its owner only.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(bytes)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// The server side of the API's TLS.
+pub(crate) fn acceptor(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<TlsAcceptor, String> {
+    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("the certificate and key do not fit: {e}"))?;
+    Ok(TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// A client that trusts exactly the certificate with this fingerprint.
+pub(crate) fn pinned_client_config(pin: [u8; 32]) -> rustls::ClientConfig {
+    rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("the ring provider supports the default versions")
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned {
+            pin,
+            provider: provider(),
+        }))
+        .with_no_client_auth()
+}
+
+/// Checks the server's certificate by its fingerprint alone (and the
+/// handshake's signature by that certificate's key).
+#[derive(Debug)]
+struct Pinned {
+    pin: [u8; 32],
+    provider: Arc<CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let got = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
+        if got.as_ref() == self.pin {
+            Ok(ServerCertVerified::assertion())
+        } else {
+            Err(rustls::Error::General(format!(
+                "the certificate's SHA-256 is {}, not the pinned {}",
+                fingerprint(end_entity.as_ref()),
+                self.pin.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            )))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// The API's listening socket, plain or TLS: connections are accepted and
+/// their handshakes done in tasks of their own (at most 64 at once, 10 s
+/// each), so a slow client holds up no one else.
+pub(crate) struct ApiListener {
+    rx: mpsc::Receiver<(Either<TcpStream, TlsStream<TcpStream>>, SocketAddr)>,
+    local: SocketAddr,
+}
+
+/// Handshakes under way at once, at most.
+const MAX_HANDSHAKES: usize = 64;
+
+impl ApiListener {
+    pub(crate) fn new(tcp: TcpListener, tls: Option<TlsAcceptor>) -> std::io::Result<Self> {
+        let local = tcp.local_addr()?;
+        let (tx, rx) = mpsc::channel(MAX_HANDSHAKES);
+        let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        tokio::spawn(async move {
+            loop {
+                let (stream, from) = match tcp.accept().await {
+                    Ok(x) => x,
+                    Err(_) => {
+                        // Out of descriptors, say: wait rather than spin.
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if tx.is_closed() {
+                    return;
+                }
+                let Some(tls) = &tls else {
+                    if tx.send((Either::Left(stream), from)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    // Too many handshakes under way: this one is turned away.
+                    continue;
+                };
+                let (tls, tx) = (tls.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await
+                    {
+                        let _ = tx.send((Either::Right(s), from)).await;
+                    }
+                });
+            }
+        });
+        Ok(Self { rx, local })
+    }
+}
+
+impl Listener for ApiListener {
+    type Io = Either<TcpStream, TlsStream<TcpStream>>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.rx.recv().await {
+            Some(x) => x,
+            // The accepting task ended: nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local)
+    }
+}
+
+/// Who called: the caller's address, for the API's handlers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller(pub(crate) SocketAddr);
+
+impl Connected<IncomingStream<'_, ApiListener>> for Caller {
+    fn connect_info(stream: IncomingStream<'_, ApiListener>) -> Self {
+        Caller(*stream.remote_addr())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_read_with_or_without_colons() {
+        let hex = "00112233445566778899aabbccddeeff00112233445566778899AABBCCDDEEFF";
+        let with_colons: String = hex
+            .as_bytes()
+            .chunks(2)
+            .map(|c| std::str::from_utf8(c).unwrap())
+            .collect::<Vec<_>>()
+            .join(":");
+        assert_eq!(read_pin(hex).unwrap(), read_pin(&with_colons).unwrap());
+        assert_eq!(read_pin(hex).unwrap()[31], 0xff);
+        assert!(read_pin("abcd").unwrap_err().contains("64 hex digits"));
+        assert!(read_pin("zz").unwrap_err().contains("not hex"));
+    }
+}
