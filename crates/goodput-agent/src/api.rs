@@ -723,6 +723,10 @@ async fn on_demand(
     if slip > 3_600_000 {
         return Err(bad("slip: at most 1 h"));
     }
+    s.options.limits.check_bitrate(&spec).map_err(|e| {
+        s.lock().counters.refused += 1;
+        Failure(StatusCode::FORBIDDEN, e)
+    })?;
     let class = RunClass::of_kind(spec.kind());
     let now = clock::now_ms();
     let duration = goodput_core::mesh::PairTask {

@@ -6,6 +6,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use goodput_core::schedule::RunClass;
+use goodput_core::spec::TestSpec;
 use goodput_core::stamp::Cidr;
 
 /// The agent's limits.
@@ -31,6 +32,9 @@ pub struct Limits {
     /// Times of day when requesters from some addresses may book
     /// exclusive runs.
     pub windows: Vec<Window>,
+    /// The highest rate an on-demand run of a kind may ask for, bits/s
+    /// (a kind not listed: any).
+    pub max_bitrate: Vec<(String, u64)>,
 }
 
 /// Exclusive runs booked from `from` must lie within `[start, end)` of a
@@ -96,11 +100,54 @@ impl Window {
     }
 }
 
+/// The rate a spec asks for, bits/s (none: as fast as it can).
+fn asked_bitrate(spec: &TestSpec) -> Option<u64> {
+    match spec {
+        TestSpec::Udp(s) => Some(s.bitrate.0),
+        TestSpec::Iperf3(s) => s.bitrate.map(|b| b.0).filter(|b| *b > 0),
+        TestSpec::Tcp(s) => s
+            .rate_limit
+            .as_ref()
+            .map(|r| r.hi.0.saturating_mul(8).saturating_mul(s.connections.max(1))),
+        TestSpec::Stamp(s) => {
+            let per_second = match (s.rate, s.interval) {
+                (Some(r), _) => r,
+                (None, Some(i)) if !i.0.is_zero() => 1.0 / i.0.as_secs_f64(),
+                _ => 10.0,
+            };
+            Some((per_second * s.size as f64 * 8.0 * f64::from(s.sessions.max(1))) as u64)
+        }
+        _ => None,
+    }
+}
+
 fn hhmm(min: u32) -> String {
     format!("{:02}:{:02}", min / 60, min % 60)
 }
 
 impl Limits {
+    /// An on-demand run faster than its kind's `max_bitrate` is refused,
+    /// naming the limit; one with no rate of its own counts as unlimited.
+    pub(crate) fn check_bitrate(&self, spec: &TestSpec) -> Result<(), String> {
+        let kind = spec.kind();
+        let Some((_, max)) = self.max_bitrate.iter().find(|(k, _)| k == kind) else {
+            return Ok(());
+        };
+        let rate = |b: u64| goodput_core::units::format_bits_per_second(b as f64 / 8.0);
+        match asked_bitrate(spec) {
+            Some(b) if b <= *max => Ok(()),
+            Some(b) => Err(format!(
+                "limit max_bitrate: a {kind} run of {} is over the {} this agent allows for {kind}",
+                rate(b),
+                rate(*max)
+            )),
+            None => Err(format!(
+                "limit max_bitrate: a {kind} run here must ask for a rate of at most {}",
+                rate(*max)
+            )),
+        }
+    }
+
     /// An exclusive run for `who` in `[start, end)` outside its window is
     /// refused, naming the window.
     pub(crate) fn check_window(
@@ -142,6 +189,7 @@ impl Default for Limits {
             max_body: 4 << 20,
             max_requests: 64,
             windows: Vec::new(),
+            max_bitrate: Vec::new(),
         }
     }
 }
@@ -250,6 +298,26 @@ mod tests {
         ] {
             assert!(bad.parse::<Window>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn on_demand_rates_are_held_to_their_kinds_limit() {
+        let limits = Limits {
+            max_bitrate: vec![("udp".into(), 100_000_000), ("tcp".into(), 50_000_000)],
+            ..Limits::default()
+        };
+        let spec = |v: serde_json::Value| goodput_core::spec::read_one(v).unwrap();
+        let udp = |rate: &str| spec(serde_json::json!({"kind": "udp", "host": "192.0.2.1", "bitrate": rate}));
+        assert!(limits.check_bitrate(&udp("100Mbit")).is_ok());
+        let e = limits.check_bitrate(&udp("200Mbit")).unwrap_err();
+        assert!(e.starts_with("limit max_bitrate: a udp run of 200"), "{e}");
+        // TCP with no rate of its own is unlimited: refused where limited.
+        let tcp = spec(serde_json::json!({"kind": "tcp", "hosts": ["192.0.2.1"]}));
+        let e = limits.check_bitrate(&tcp).unwrap_err();
+        assert!(e.contains("must ask for a rate of at most 50"), "{e}");
+        // Kinds not listed are not limited.
+        let stamp = spec(serde_json::json!({"kind": "stamp", "host": "192.0.2.1"}));
+        assert!(limits.check_bitrate(&stamp).is_ok());
     }
 
     #[test]

@@ -154,7 +154,14 @@ fn faults_are_named_and_nothing_committed_is_lost() {
         ips[1],
         &config,
         ports,
-        &["--runs-per-hour", "1", "--window", &window],
+        &[
+            "--runs-per-hour",
+            "1",
+            "--window",
+            &window,
+            "--max-bitrate",
+            "udp=1Mbit",
+        ],
     );
 
     // Calls that change something need the token.
@@ -196,6 +203,12 @@ fn faults_are_named_and_nothing_committed_is_lost() {
         body.contains("limit window: exclusive runs from 127.0.0.1 only"),
         "{body}"
     );
+
+    // And faster UDP than b allows is refused, naming the limit.
+    let fast = format!(r#"{{"spec": {{"kind": "udp", "host": "{d}", "bitrate": "10Mbit"}}}}"#);
+    let (status, body) = http(ips[1], ports.api, "POST", "/api/v1/runs", Some(TOKEN), &fast);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("limit max_bitrate: a udp run of 10"), "{body}");
 
     // 1,000 junk requests leave it serving.
     let huge = "x".repeat(5 << 20);

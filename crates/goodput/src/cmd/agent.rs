@@ -48,6 +48,27 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         .iter()
         .map(|w| w.parse().map_err(|e: String| usage(format!("--window {e}"))))
         .collect::<Result<Vec<_>, _>>()?;
+    let max_bitrate = args
+        .max_bitrate
+        .iter()
+        .map(|t| {
+            let bad = || {
+                usage(format!(
+                    "--max-bitrate '{t}': expected KIND=RATE, e.g. udp=100Mbit"
+                ))
+            };
+            let (kind, rate) = t.split_once('=').ok_or_else(bad)?;
+            let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp"];
+            if !known.contains(&kind) {
+                return Err(usage(format!(
+                    "--max-bitrate '{t}': '{kind}' is not one of {}",
+                    known.join(", ")
+                )));
+            }
+            let rate: goodput_core::units::BitRate = rate.parse().map_err(|_| bad())?;
+            Ok((kind.to_owned(), rate.0))
+        })
+        .collect::<Result<Vec<_>, Stop>>()?;
     let options = AgentOptions {
         config: ConfigSource::parse(&config),
         identities: args.identity.clone(),
@@ -64,6 +85,7 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             exclusive_s_per_day: args.exclusive_per_day.0.as_secs(),
             max_duration: args.max_run_length.0,
             windows,
+            max_bitrate,
             ..Limits::default()
         },
         beacon: !args.no_beacon,

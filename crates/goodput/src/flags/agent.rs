@@ -102,6 +102,11 @@ pub struct AgentArgs {
     /// Longest run a requester may book.
     #[arg(long, value_name = "DURATION", default_value = "1h")]
     pub max_run_length: HumanDuration,
+    /// The highest rate an on-demand run of KIND may ask for (repeatable;
+    /// `udp=100Mbit`; a run of that kind with no rate of its own is
+    /// refused).
+    #[arg(long, value_name = "KIND=RATE")]
+    pub max_bitrate: Vec<String>,
     /// How often a configuration URL is read again.
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     pub reload_every: HumanDuration,
