@@ -136,6 +136,13 @@ fn lock(archive: &std::path::Path) -> Result<std::fs::File, String> {
     Ok(f)
 }
 
+/// A TLS client configuration that accepts only the certificate with this
+/// SHA-256 fingerprint (64 hex digits, colons allowed), for a client of
+/// an agent whose API is HTTPS (`reqwest::ClientBuilder::use_preconfigured_tls`).
+pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
+    Ok(tls::pinned_client_config(tls::read_pin(pin)?))
+}
+
 /// A line for the agent's log (standard error, one line per event, with
 /// the time).
 pub(crate) fn log(line: &str) {

@@ -416,6 +416,36 @@ fn agents_call_each_other_over_tls_with_pinned_certificates() {
         let why = r["reason"].as_str().unwrap();
         assert!(why.starts_with("peer b unreachable"), "{why}");
     }
+    // `goodput agent run` reaches an HTTPS agent with its pin (and only
+    // with the right one).
+    let spec = common::tmp(group, "on-demand.json");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"{{"kind": "stamp", "host": "{}", "port": {}, "count": 5, "interval": "10ms"}}"#,
+            ips[0], ports.stamp
+        ),
+    )
+    .unwrap();
+    let token = common::tmp("agent-token", "token");
+    let on_demand = |pin: &str| {
+        common::run(&[
+            "agent",
+            "run",
+            "--agent",
+            &format!("https://{}:{}", ips[1], ports.api),
+            "--token-file",
+            token.to_str().unwrap(),
+            "--pin",
+            pin,
+            spec.to_str().unwrap(),
+        ])
+    };
+    let (code, out, err) = on_demand(&fb);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains(": finished"), "{out}");
+    let (code, _, err) = on_demand(&"11".repeat(32));
+    assert_eq!(code, Some(3), "{err}");
     // A second agent on b's archive is refused.
     let b_archive = common::tmp(group, "b.sqlite");
     let second = |config: &std::path::Path| {

@@ -150,11 +150,14 @@ fn agent_run(args: &AgentRunArgs) -> Result<u8, Stop> {
     });
     let rt = runtime()?;
     let json = args.json;
+    let pin = args.pin.clone();
     rt.block_on(async move {
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+        if let Some(pin) = &pin {
+            let tls = goodput_agent::pinned_tls(pin).map_err(|e| usage(format!("--pin {e}")))?;
+            builder = builder.use_preconfigured_tls(tls);
+        }
+        let http = builder.build().map_err(|e| Stop::Fatal(anyhow!(e)))?;
         let mut req = http.post(format!("{base}/api/v1/runs")).json(&body);
         if let Some(t) = &token {
             req = req.bearer_auth(t);

@@ -137,6 +137,10 @@ pub struct AgentRunArgs {
     /// A file holding the mesh's shared token.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// The agent's certificate fingerprint (SHA-256, its `tls_sha256`),
+    /// for an https:// agent: only that certificate is accepted.
+    #[arg(long, value_name = "SHA256")]
+    pub pin: Option<String>,
     /// The name of the configured address the spec tests to, as a check
     /// (the spec's host must be an address of the mesh either way; its
     /// agent, if it has one, books the slot too).
