@@ -143,3 +143,63 @@ fn bad_input_is_a_usage_error() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn quic_listen_takes_an_address_and_port_as_the_other_listen_flags_do() {
+    let port = free_udp_port();
+    let mut srv = Command::new(env!("CARGO_BIN_EXE_goodput"));
+    srv.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "-p",
+        &free_udp_port().to_string(),
+        "--no-udp",
+        "--quic",
+        "--quic-listen",
+        &format!("127.0.0.1:{port}"),
+    ]);
+    let _srv = Reaped::spawn(srv);
+    wait_udp_bound(port);
+    let out = goodput()
+        .args([
+            "quic",
+            "127.0.0.1",
+            &port.to_string(),
+            "*1:100:1000;",
+            "--insecure",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Two different ports for the one server are refused, naming both.
+    let out = goodput()
+        .args([
+            "server",
+            "--quic",
+            "--quic-listen",
+            "127.0.0.1:4433",
+            "--quic-listen",
+            "[::1]:4434",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("127.0.0.1:4433 and ::1:4434 name different ports"),
+        "{err}"
+    );
+    // A bare IPv6 address is an address, and a port of 0 is refused.
+    let (code, out, err) = common::run(&["server", "--quic", "--quic-listen", "::1", "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("\"::1\""), "{out}");
+    let (code, _, err) = common::run(&["server", "--quic", "--quic-listen", "127.0.0.1:0"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("the port must be 1 to 65535"), "{err}");
+}

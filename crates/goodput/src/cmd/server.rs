@@ -9,6 +9,7 @@ use goodput_core::spec::{ServerSpec, TestSpec};
 use goodput_engine::run::RunContext;
 
 pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
+    args.quic_port().map_err(super::usage)?;
     let spec = args.spec();
     spec.validate().map_err(|e| flag_error(&e))?;
     print_or_run(

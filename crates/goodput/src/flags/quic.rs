@@ -15,8 +15,8 @@ pub struct QuicArgs {
     #[arg(default_value_t = 4433)]
     pub port: u16,
     /// picoquic scenario: `*1:397:5000000;` (repeat, post size, response
-    /// size), `=id:=after:*N:post:response`, `-N` responses (unlimited,
-    /// STOP_SENDING after N bytes), media `s30:n150:2000` and datagrams
+    /// size), `=id:=after:*N:post:response`, a response size of `-N`
+    /// (unlimited, STOP_SENDING after N bytes), media `s30:n150:2000` and datagrams
     /// `d50:n250:100`; the legacy `*1:0:-:397:5000000;` form is translated.
     /// Post sizes count the 8-byte request header (16 for media), as
     /// picoquic counts them. Default: one 100,000,000-byte download.

@@ -59,9 +59,11 @@ pub struct ServerArgs {
     /// UDP port of the QUIC perf server.
     #[arg(long, default_value_t = 4433, value_name = "PORT")]
     pub quic_port: u16,
-    /// Address of the QUIC perf server (repeatable; default 0.0.0.0 and ::).
-    #[arg(long, value_name = "ADDR")]
-    pub quic_listen: Vec<IpAddr>,
+    /// Address of the QUIC perf server, ADDR or ADDR:PORT ([v6]:PORT; a
+    /// port here is the server's UDP port, as --quic-port) (repeatable;
+    /// default 0.0.0.0 and ::).
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub quic_listen: Vec<ListenAt>,
     /// Most QUIC connections at once.
     #[arg(long, default_value_t = 10_000, value_name = "N")]
     pub quic_max_connections: usize,
@@ -179,7 +181,51 @@ pub struct ServerArgs {
     pub print_spec: bool,
 }
 
+/// An address to listen on, with or without a port: `ADDR`, `ADDR:PORT`,
+/// `[v6]:PORT` (a bare IPv6 address is an address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAt {
+    /// The address.
+    pub ip: IpAddr,
+    /// The port, when given.
+    pub port: Option<u16>,
+}
+
+impl std::str::FromStr for ListenAt {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}': expected ADDR or ADDR:PORT ([v6]:PORT for IPv6)");
+        if let Ok(ip) = s.trim_start_matches('[').trim_end_matches(']').parse() {
+            return Ok(ListenAt { ip, port: None });
+        }
+        let a: std::net::SocketAddr = s.parse().map_err(|_| bad())?;
+        if a.port() == 0 {
+            return Err(format!("'{s}': the port must be 1 to 65535"));
+        }
+        Ok(ListenAt {
+            ip: a.ip(),
+            port: Some(a.port()),
+        })
+    }
+}
+
 impl ServerArgs {
+    /// The QUIC perf server's port: the one the --quic-listen addresses
+    /// name (they must agree), else --quic-port.
+    pub fn quic_port(&self) -> Result<u16, String> {
+        let mut named = self.quic_listen.iter().filter_map(|l| l.port.map(|p| (l, p)));
+        let Some((first, port)) = named.next() else {
+            return Ok(self.quic_port);
+        };
+        if let Some((other, p)) = named.find(|(_, p)| *p != port) {
+            return Err(format!(
+                "--quic-listen: {}:{port} and {}:{p} name different ports; the QUIC perf server has one",
+                first.ip, other.ip
+            ));
+        }
+        Ok(port)
+    }
+
     /// The spec these flags describe.
     pub fn spec(&self) -> ServerSpec {
         ServerSpec {
@@ -219,8 +265,8 @@ impl ServerArgs {
             stamp_rate_limit: self.stamp_rate_limit,
             stamp_pad_short: self.stamp_pad_short,
             quic: self.quic,
-            quic_port: self.quic_port,
-            quic_listen: self.quic_listen.clone(),
+            quic_port: self.quic_port().unwrap_or(self.quic_port),
+            quic_listen: self.quic_listen.iter().map(|l| l.ip).collect(),
             quic_max_connections: self.quic_max_connections,
             quic_max_per_client: self.quic_max_per_client,
             quic_max_response: self.quic_max_response,
