@@ -12,29 +12,15 @@ use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
 use axum::serve::{IncomingStream, Listener};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::either::Either;
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// A certificate's SHA-256 fingerprint, lower-case hex.
-pub fn fingerprint(der: &[u8]) -> String {
-    ring::digest::digest(&ring::digest::SHA256, der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
+pub use goodput_engine::tls::fingerprint;
 
 /// A fingerprint as configured (hex, colons and case ignored), or why not.
 pub(crate) fn read_pin(text: &str) -> Result<[u8; 32], String> {
@@ -111,7 +97,7 @@ pub(crate) fn acceptor(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> Result<TlsAcceptor, String> {
-    let cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_no_client_auth()
@@ -120,81 +106,12 @@ pub(crate) fn acceptor(
     Ok(TlsAcceptor::from(Arc::new(cfg)))
 }
 
-/// A client that trusts exactly the certificate with this fingerprint.
+/// A client that trusts exactly the certificate with this fingerprint
+/// (the engine's pinned trust).
 pub(crate) fn pinned_client_config(pin: [u8; 32]) -> rustls::ClientConfig {
-    rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .expect("the ring provider supports the default versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned {
-            pin,
-            provider: provider(),
-        }))
-        .with_no_client_auth()
-}
-
-/// Checks the server's certificate by its fingerprint alone (and the
-/// handshake's signature by that certificate's key).
-#[derive(Debug)]
-struct Pinned {
-    pin: [u8; 32],
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for Pinned {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let got = ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref());
-        if got.as_ref() == self.pin {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General(format!(
-                "the certificate's SHA-256 is {}, not the pinned {}",
-                fingerprint(end_entity.as_ref()),
-                self.pin.iter().map(|b| format!("{b:02x}")).collect::<String>()
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
+    let shared = goodput_engine::tls::client_config(&goodput_engine::tls::Trust::Pinned(pin))
+        .expect("a pinned configuration needs no file");
+    (*shared).clone()
 }
 
 /// The API's listening socket, plain or TLS: connections are accepted and

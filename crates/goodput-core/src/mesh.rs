@@ -644,18 +644,8 @@ pub fn rfc3339_ms(text: &str) -> Result<Ms, String> {
 /// Milliseconds since the Unix epoch as an RFC 3339 UTC time with
 /// milliseconds (`2026-12-01T00:00:00.000Z`).
 pub fn ms_rfc3339(ms: Ms) -> String {
-    let days = (ms / 86_400_000) as i64;
+    let (y, m, d) = crate::cron::civil((ms / 86_400_000) as i64);
     let rest = ms % 86_400_000;
-    // The civil date from days (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
         rest / 3_600_000,

@@ -68,6 +68,9 @@ pub enum Trust {
     CaFile(std::path::PathBuf),
     /// Certificates that chain to the system's trusted roots.
     System,
+    /// Exactly the certificate with this SHA-256 fingerprint (no chain,
+    /// no name: the agent's pinned peers).
+    Pinned([u8; 32]),
 }
 
 impl Trust {
@@ -101,7 +104,17 @@ pub fn client_config(trust: &Trust) -> Result<Arc<ClientConfig>, EngineError> {
     let cfg = match trust {
         Trust::Anything => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnything(provider())))
+            .with_custom_certificate_verifier(Arc::new(ByFingerprint {
+                provider: provider(),
+                pin: None,
+            }))
+            .with_no_client_auth(),
+        Trust::Pinned(pin) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ByFingerprint {
+                provider: provider(),
+                pin: Some(*pin),
+            }))
             .with_no_client_auth(),
         Trust::CaFile(p) => {
             let mut roots = RootCertStore::empty();
@@ -139,21 +152,44 @@ pub fn server_name(name: &str) -> Result<ServerName<'static>, EngineError> {
         .map_err(|e| config_err(&format!("'{name}' as a TLS server name"), e))
 }
 
-/// `--insecure`: any certificate is accepted, signatures are still checked
-/// so the handshake itself is sound.
-#[derive(Debug)]
-struct AcceptAnything(Arc<CryptoProvider>);
+/// A certificate's SHA-256 fingerprint, lower-case hex.
+pub fn fingerprint(der: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
-impl ServerCertVerifier for AcceptAnything {
+/// `--insecure` (no pin): any certificate is accepted; with a pin, only
+/// the certificate of that SHA-256 fingerprint. Signatures are checked
+/// either way, so the handshake itself is sound.
+#[derive(Debug)]
+struct ByFingerprint {
+    provider: Arc<CryptoProvider>,
+    pin: Option<[u8; 32]>,
+}
+
+impl ServerCertVerifier for ByFingerprint {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
+        end_entity: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
         _server_name: &ServerName<'_>,
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(pin) = self.pin else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        if ring::digest::digest(&ring::digest::SHA256, end_entity.as_ref()).as_ref() == pin {
+            return Ok(ServerCertVerified::assertion());
+        }
+        Err(rustls::Error::General(format!(
+            "the certificate's SHA-256 is {}, not the pinned {}",
+            fingerprint(end_entity.as_ref()),
+            pin.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )))
     }
 
     fn verify_tls12_signature(
@@ -162,7 +198,12 @@ impl ServerCertVerifier for AcceptAnything {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -171,10 +212,17 @@ impl ServerCertVerifier for AcceptAnything {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

@@ -105,6 +105,7 @@ pub(super) async fn run(
         Trust::Anything => ", any certificate accepted",
         Trust::CaFile(_) => ", checked against `ca`",
         Trust::System => ", checked against the system's roots",
+        Trust::Pinned(_) => ", checked against a pinned fingerprint",
     };
     let embedded = if spec.host.is_none() {
         ", embedded goodput server"

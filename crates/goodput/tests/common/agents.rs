@@ -152,22 +152,7 @@ impl Agent {
         // Agents face junk and hostile peers in these tests: each runs
         // under the servers' address-space limit, so a request that made
         // it allocate without bound fails the test instead of the machine.
-        use std::os::unix::process::CommandExt;
-        let bytes = super::SERVER_ADDRESS_SPACE;
-        // SAFETY: the closure runs in the forked child before exec and only
-        // calls setrlimit, which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: bytes,
-                    rlim_max: bytes,
-                };
-                if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        super::limit_address_space(&mut cmd, super::SERVER_ADDRESS_SPACE);
         self.child = Some(Reaped::spawn_as_is(cmd));
         // Up when its API answers.
         let deadline = Instant::now() + Duration::from_secs(20);

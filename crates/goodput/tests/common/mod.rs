@@ -207,6 +207,13 @@ pub const SERVER_ADDRESS_SPACE: u64 = 4 << 30;
 /// Spawns `cmd` (output piped) with its address space limited to `bytes`
 /// (`setrlimit(RLIMIT_AS)` in the child before exec).
 pub fn spawn_limited(mut cmd: Command, bytes: u64) -> Reaped {
+    limit_address_space(&mut cmd, bytes);
+    Reaped::spawn(cmd)
+}
+
+/// Makes `cmd`'s child run with its address space limited to `bytes`
+/// (`setrlimit(RLIMIT_AS)` in the child before exec).
+pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only
     // calls setrlimit, which is async-signal-safe.
@@ -222,7 +229,6 @@ pub fn spawn_limited(mut cmd: Command, bytes: u64) -> Reaped {
             Ok(())
         });
     }
-    Reaped::spawn(cmd)
 }
 
 impl Reaped {
