@@ -169,6 +169,91 @@ async fn unidirectional_requests_get_server_streams() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uni_replies_are_matched_by_size_not_arrival_order() {
+    let server = Server::start(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    // Small and large replies finish in another order than their requests
+    // start; taking "the next reply stream" failed this every time.
+    for _ in 0..5 {
+        let r = client(QuicSpec {
+            uni: true,
+            ..spec(server.addr, scenario("=a:*4:8:1000;=b:*4:8:3000000;"))
+        })
+        .await;
+        let d = q(&r);
+        assert_eq!((d.transactions, d.failed_streams), (8, 0), "{:?}", d.errors);
+        assert_eq!(d.download_bytes, 4 * 1000 + 4 * 3_000_000);
+    }
+    // An unlimited request among finite ones takes the stream that
+    // outgrows them all, and stops it.
+    let r = client(QuicSpec {
+        uni: true,
+        ..spec(server.addr, scenario("=a:*3:8:2000;=b:*1:8:-400000;"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!((d.transactions, d.failed_streams), (4, 0), "{:?}", d.errors);
+    assert!(d.download_bytes >= 6000 + 400_000, "{}", d.download_bytes);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_size_uni_requests_both_ways() {
+    // Our client with a server that answers size 0 with an empty stream
+    // (ours, as quinn's does) and with one that opens none.
+    let server = Server::start(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    let (silent, h) = uni_server(true).await;
+    for addr in [server.addr, silent] {
+        let r = client(QuicSpec {
+            uni: true,
+            ..spec(addr, scenario("=a:*1:1000:0;=b:=a:*1:8:1000000;"))
+        })
+        .await;
+        let d = q(&r);
+        assert_eq!(
+            (d.transactions, d.failed_streams),
+            (2, 0),
+            "{addr}: {:?}",
+            d.errors
+        );
+        assert_eq!(d.download_bytes, 1_000_000);
+    }
+    h.abort();
+    // Our server answers a size-0 unidirectional request with an empty
+    // stream, which quinn perf's client waits for.
+    let conn = raw_connection(server.addr).await;
+    let mut send = conn.open_uni().await.unwrap();
+    send.write_all(&0u64.to_be_bytes()).await.unwrap();
+    send.write_all(&[7u8; 992]).await.unwrap();
+    send.finish().unwrap();
+    let mut reply = tokio::time::timeout(Duration::from_secs(2), conn.accept_uni())
+        .await
+        .expect("an empty reply stream within 2 s")
+        .unwrap();
+    assert_eq!(reply.read_to_end(1 << 20).await.unwrap().len(), 0);
+    conn.close(0u32.into(), b"");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uni_reply_of_a_size_nobody_asked_is_an_error() {
+    // This server answers every unidirectional request with 1,000 bytes.
+    let (addr, h) = uni_server(false).await;
+    let r = client(QuicSpec {
+        uni: true,
+        ..spec(addr, scenario("*1:8:3000;"))
+    })
+    .await;
+    let d = q(&r);
+    assert_eq!((d.transactions, d.failed_streams), (0, 1), "{:?}", d.errors);
+    assert!(
+        d.errors[0].contains("a reply stream of 1000 bytes matches no outstanding request (asked: 3000 B)"),
+        "{:?}",
+        d.errors
+    );
+    h.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn media_frames_arrive_on_their_clock() {
     let t0 = Instant::now();
     let (r, _) = run(IpAddr::V4(Ipv4Addr::LOCALHOST), |a| {
@@ -222,6 +307,22 @@ async fn requests_per_second_and_handshakes() {
 
 /// A quinn client that sends raw bytes on one stream, then FIN.
 async fn raw_stream(server: SocketAddr, bytes: &[u8]) -> (Vec<u8>, Option<String>) {
+    let conn = raw_connection(server).await;
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(bytes).await.unwrap();
+    send.finish().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(1 << 20))
+        .await
+        .unwrap();
+    conn.close(0u32.into(), b"");
+    match r {
+        Ok(b) => (b, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    }
+}
+
+/// A plain quinn perf connection to `server`, certificate unchecked.
+async fn raw_connection(server: SocketAddr) -> quinn::Connection {
     let mut tls =
         rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
@@ -235,18 +336,7 @@ async fn raw_stream(server: SocketAddr, bytes: &[u8]) -> (Vec<u8>, Option<String
     ));
     let mut ep = quinn::Endpoint::client("127.0.0.1:0".parse().unwrap()).unwrap();
     ep.set_default_client_config(cfg);
-    let conn = ep.connect(server, "localhost").unwrap().await.unwrap();
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
-    send.write_all(bytes).await.unwrap();
-    send.finish().unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(5), recv.read_to_end(1 << 20))
-        .await
-        .unwrap();
-    conn.close(0u32.into(), b"");
-    match r {
-        Ok(b) => (b, None),
-        Err(e) => (Vec::new(), Some(e.to_string())),
-    }
+    ep.connect(server, "localhost").unwrap().await.unwrap()
 }
 
 #[derive(Debug)]
@@ -309,20 +399,7 @@ async fn short_and_malformed_requests_get_a_clean_close() {
 /// A server that answers every request with `extra` more (or fewer) bytes
 /// than asked.
 async fn liar(extra: i64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
-    let mut tls =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.cert.der().clone()], key)
-            .unwrap();
-    tls.alpn_protocols = vec![b"perf".to_vec()];
-    let cfg = quinn::ServerConfig::with_crypto(Arc::new(
-        quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap(),
-    ));
-    let ep = quinn::Endpoint::server(cfg, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let ep = quinn::Endpoint::server(test_server_config(), "127.0.0.1:0".parse().unwrap()).unwrap();
     let addr = ep.local_addr().unwrap();
     let h = tokio::spawn(async move {
         if let Some(i) = ep.accept().await {
@@ -337,6 +414,55 @@ async fn liar(extra: i64) -> (SocketAddr, tokio::task::JoinHandle<()>) {
         }
     });
     (addr, h)
+}
+
+/// A server for unidirectional requests only: with `honest_zero`, it
+/// answers size 0 with no stream (as the draft's text reads) and every
+/// other size exactly; without, every request with 1,000 bytes.
+async fn uni_server(honest_zero: bool) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let ep = quinn::Endpoint::server(test_server_config(), "127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = ep.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        while let Some(i) = ep.accept().await {
+            let conn = i.await.unwrap();
+            tokio::spawn(async move {
+                while let Ok(mut recv) = conn.accept_uni().await {
+                    let conn = conn.clone();
+                    tokio::spawn(async move {
+                        let req = recv.read_to_end(1 << 20).await.unwrap();
+                        let n = u64::from_be_bytes(req[..8].try_into().unwrap());
+                        let give = match (honest_zero, n) {
+                            (true, 0) => return,
+                            (true, n) => n as usize,
+                            (false, _) => 1000,
+                        };
+                        let mut send = conn.open_uni().await.unwrap();
+                        send.write_all(&vec![b'0'; give]).await.unwrap();
+                        send.finish().unwrap();
+                        let _ = send.stopped().await;
+                    });
+                }
+            });
+        }
+    });
+    (addr, h)
+}
+
+/// A perf server configuration with a fresh self-signed certificate.
+fn test_server_config() -> quinn::ServerConfig {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.key_pair.serialize_der()).unwrap();
+    let mut tls =
+        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+    tls.alpn_protocols = vec![b"perf".to_vec()];
+    quinn::ServerConfig::with_crypto(Arc::new(
+        quinn::crypto::rustls::QuicServerConfig::try_from(tls).unwrap(),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -642,14 +642,14 @@ async fn one_connection(
     };
     let (up0, down0) = (tally.up.load(Relaxed), tally.down.load(Relaxed));
     let failed0 = tally.failed.load(Relaxed);
-    let uni_rx = Arc::new(tokio::sync::Mutex::new(()));
+    let uni = spec.uni.then(|| UniReplies::start(&conn, tally));
     let datagrams = Arc::new(Datagrams::default());
     let dg_task = {
         let (conn, d) = (conn.clone(), datagrams.clone());
         tokio::spawn(async move { d.read_all(&conn).await })
     };
     match &spec.mode {
-        QuicMode::Scenario(s) => run_scenario(&conn, s, spec.uni, tally, &uni_rx, &datagrams).await,
+        QuicMode::Scenario(s) => run_scenario(&conn, s, &uni, tally, &datagrams).await,
         QuicMode::UploadFor(d) => {
             let r = timed_upload(&conn, *d, tally, stop).await;
             finish_stream(tally, r, None);
@@ -666,8 +666,7 @@ async fn one_connection(
             let mut workers = Vec::new();
             for _ in 0..*streams {
                 let (conn, tally, stop) = (conn.clone(), tally.clone(), stop.clone());
-                let (req, resp, dur, uni) = (*request, *response, spec.duration, spec.uni);
-                let uni_rx = uni_rx.clone();
+                let (req, resp, dur, uni) = (*request, *response, spec.duration, uni.clone());
                 workers.push(tokio::spawn(async move {
                     let t0 = Instant::now();
                     while t0.elapsed() < dur && !stop.load(Relaxed) {
@@ -676,9 +675,8 @@ async fn one_connection(
                             &conn,
                             req + HEADER_LEN as u64,
                             Response::Bytes(resp),
-                            uni,
+                            uni.as_deref(),
                             &tally,
-                            &uni_rx,
                         )
                         .await;
                         let failed = r.is_err();
@@ -743,9 +741,8 @@ fn finish_stream(tally: &Tally, r: Result<(), String>, latency: Option<Duration>
 async fn run_scenario(
     conn: &Connection,
     s: &Scenario,
-    uni: bool,
+    uni: &Option<Arc<UniReplies>>,
     tally: &Arc<Tally>,
-    uni_rx: &Arc<tokio::sync::Mutex<()>>,
     datagrams: &Arc<Datagrams>,
 ) {
     let mut done: HashMap<String, tokio::sync::watch::Receiver<bool>> = HashMap::new();
@@ -756,11 +753,11 @@ async fn run_scenario(
             done.insert(id.clone(), rx);
         }
         let wait = d.after.as_ref().and_then(|a| done.get(a).cloned());
-        let (conn, tally, d, uni_rx, datagrams) = (
+        let (conn, tally, d, uni, datagrams) = (
             conn.clone(),
             tally.clone(),
             d.clone(),
-            uni_rx.clone(),
+            uni.clone(),
             datagrams.clone(),
         );
         tasks.push(tokio::spawn(async move {
@@ -769,13 +766,13 @@ async fn run_scenario(
             }
             let mut copies = Vec::new();
             for _ in 0..d.repeat {
-                let (conn, tally, uni_rx, datagrams) =
-                    (conn.clone(), tally.clone(), uni_rx.clone(), datagrams.clone());
+                let (conn, tally, uni, datagrams) =
+                    (conn.clone(), tally.clone(), uni.clone(), datagrams.clone());
                 let body = d.body;
                 copies.push(tokio::spawn(async move {
                     match body {
                         Body::Batch { post, response } => {
-                            let r = batch(&conn, post, response, uni, &tally, &uni_rx).await;
+                            let r = batch(&conn, post, response, uni.as_deref(), &tally).await;
                             finish_stream(&tally, r, None);
                         }
                         Body::Media(m) => media(&conn, i, m, &tally, &datagrams).await,
@@ -840,9 +837,8 @@ async fn batch(
     conn: &Connection,
     post: u64,
     response: Response,
-    uni: bool,
+    uni: Option<&UniReplies>,
     tally: &Tally,
-    uni_rx: &tokio::sync::Mutex<()>,
 ) -> Result<(), String> {
     let _open = InFlight::new(tally);
     async {
@@ -852,7 +848,10 @@ async fn batch(
         };
         let mut header = Vec::with_capacity(HEADER_LEN);
         Request::Bytes(size).encode(&mut header);
-        if uni {
+        if let Some(replies) = uni {
+            // Waiting before the request leaves, so its reply cannot come
+            // back before anyone expects it.
+            let reply = replies.expect(response);
             let mut send = conn.open_uni().await.map_err(|e| format!("open: {e}"))?;
             send.write_chunk(header.into())
                 .await
@@ -860,18 +859,15 @@ async fn batch(
             tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
             write_filler(&mut send, post.saturating_sub(HEADER_LEN as u64), tally).await?;
             send.finish().map_err(|e| format!("finish: {e}"))?;
-            if size == 0 {
+            let Some(reply) = reply else {
+                // A size of 0: some servers answer with an empty stream,
+                // others with none; the replies' reader takes either.
                 return Ok(());
-            }
-            // Responses come back on server streams nothing ties to their
-            // requests: take the next one.
-            let mut recv = {
-                let _g = uni_rx.lock().await;
-                conn.accept_uni()
-                    .await
-                    .map_err(|e| format!("response stream: {e}"))?
             };
-            return read_response(&mut recv, response, tally).await;
+            return tokio::select! {
+                r = reply => r.unwrap_or_else(|_| Err("the reply reader ended".into())),
+                e = conn.closed() => Err(format!("response: {e}")),
+            };
         }
         let (mut send, mut recv) = conn.open_bi().await.map_err(|e| format!("open: {e}"))?;
         send.write_chunk(header.into())
@@ -886,6 +882,171 @@ async fn batch(
         u.and(d)
     }
     .await
+}
+
+/// Replies to unidirectional requests. Each comes on a stream the server
+/// opens, and nothing on the wire ties it to its request; servers open
+/// them in the order requests end, which is not the order a client sees
+/// them begin. So a reply is matched by what it is: its length at its FIN
+/// is that of the earliest outstanding request of that size; one that
+/// outgrows every finite size asked is the earliest unlimited request's.
+/// Empty streams answer size-0 requests, which some servers (quinn's)
+/// answer that way and others (goodput's before, picoquic's) not at all.
+struct UniReplies {
+    waiting: Mutex<UniWaiting>,
+    tally: Arc<Tally>,
+}
+
+#[derive(Default)]
+struct UniWaiting {
+    /// Outstanding requests with a response, oldest first.
+    asked: std::collections::VecDeque<(Response, tokio::sync::oneshot::Sender<Result<(), String>>)>,
+    /// Size-0 requests sent, and empty reply streams seen.
+    empty_asked: u64,
+    empty_seen: u64,
+}
+
+type Reply = tokio::sync::oneshot::Receiver<Result<(), String>>;
+
+impl UniWaiting {
+    /// The earliest request waiting for exactly `n` bytes.
+    fn take_sized(&mut self, n: u64) -> Option<tokio::sync::oneshot::Sender<Result<(), String>>> {
+        let i = self.asked.iter().position(|(r, _)| *r == Response::Bytes(n))?;
+        self.asked.remove(i).map(|(_, tx)| tx)
+    }
+
+    /// The earliest unlimited request, with the bytes it stops after.
+    fn take_unlimited(&mut self) -> Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)> {
+        let i = self
+            .asked
+            .iter()
+            .position(|(r, _)| matches!(r, Response::StopAfter(_)))?;
+        match self.asked.remove(i)? {
+            (Response::StopAfter(n), tx) => Some((n, tx)),
+            _ => None,
+        }
+    }
+
+    /// The largest finite size still asked.
+    fn largest(&self) -> Option<u64> {
+        self.asked
+            .iter()
+            .filter_map(|(r, _)| match r {
+                Response::Bytes(n) => Some(*n),
+                Response::StopAfter(_) => None,
+            })
+            .max()
+    }
+
+    /// A reply that fits no request: the earliest request fails with it,
+    /// so nothing waits for ever and the run reports the mismatch.
+    fn unmatched(&mut self, what: String) {
+        let asked: Vec<String> = self
+            .asked
+            .iter()
+            .map(|(r, _)| match r {
+                Response::Bytes(n) => format!("{n} B"),
+                Response::StopAfter(n) => format!("unlimited, stopped after {n} B"),
+            })
+            .collect();
+        let message = format!(
+            "{what} matches no outstanding request (asked: {})",
+            asked.join(", ")
+        );
+        if let Some((_, tx)) = self.asked.pop_front() {
+            let _ = tx.send(Err(message));
+        }
+    }
+}
+
+impl UniReplies {
+    /// Starts reading every reply stream `conn`'s server opens.
+    fn start(conn: &Connection, tally: &Arc<Tally>) -> Arc<Self> {
+        let me = Arc::new(Self {
+            waiting: Mutex::new(UniWaiting::default()),
+            tally: tally.clone(),
+        });
+        let (conn, r) = (conn.clone(), me.clone());
+        tokio::spawn(async move {
+            while let Ok(recv) = conn.accept_uni().await {
+                let r = r.clone();
+                tokio::spawn(async move { r.read(recv).await });
+            }
+        });
+        me
+    }
+
+    /// Registers a request for `response`; `None` for a size-0 request,
+    /// which no reply has to end.
+    fn expect(&self, response: Response) -> Option<Reply> {
+        let mut w = self.waiting.lock().expect("not poisoned");
+        if response == Response::Bytes(0) {
+            w.empty_asked += 1;
+            return None;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        w.asked.push_back((response, tx));
+        Some(rx)
+    }
+
+    async fn read(&self, mut recv: RecvStream) {
+        let mut got = 0u64;
+        // Once the stream outgrows every finite size: the unlimited
+        // request it answers, and the bytes that request stops after.
+        let mut unlimited = None;
+        let end = loop {
+            match recv.read_chunk(usize::MAX, true).await {
+                Ok(Some(c)) => {
+                    got += c.bytes.len() as u64;
+                    self.tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+                    if unlimited.is_none() {
+                        let mut w = self.waiting.lock().expect("not poisoned");
+                        if w.largest().is_none_or(|n| got > n) {
+                            match w.take_unlimited() {
+                                Some(u) => unlimited = Some(u),
+                                None => {
+                                    w.unmatched(format!("a reply stream of more than {got} bytes"));
+                                    break None;
+                                }
+                            }
+                        }
+                    }
+                    if let Some((n, _)) = &unlimited {
+                        if got >= *n {
+                            break Some(Ok(()));
+                        }
+                    }
+                }
+                Ok(None) => break Some(Err(None)),
+                Err(e) => break Some(Err(Some(e))),
+            }
+        };
+        if let Some((n, tx)) = unlimited {
+            let r = match end {
+                Some(Ok(())) => Ok(()),
+                Some(Err(Some(e))) => Err(format!("response after {got} bytes: {e}")),
+                _ => Err(format!("unlimited response ended after {got} bytes, before {n}")),
+            };
+            let _ = recv.stop(VarInt::from_u32(error_code::NONE));
+            let _ = tx.send(r);
+            return;
+        }
+        let mut w = self.waiting.lock().expect("not poisoned");
+        match end {
+            None => {
+                let _ = recv.stop(VarInt::from_u32(error_code::NONE));
+            }
+            Some(Err(None)) if got == 0 && w.empty_seen < w.empty_asked => w.empty_seen += 1,
+            Some(Err(None)) => match w.take_sized(got) {
+                Some(tx) => {
+                    let _ = tx.send(Ok(()));
+                }
+                None => w.unmatched(format!("a reply stream of {got} bytes")),
+            },
+            Some(Err(Some(e))) => w.unmatched(format!("a reply stream that failed after {got} bytes ({e})")),
+            Some(Ok(())) => {}
+        }
+    }
 }
 
 async fn timed_upload(

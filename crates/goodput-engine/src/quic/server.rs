@@ -1,10 +1,10 @@
 //! The QUIC perf server: for each client stream, read the request header,
 //! drain the client's data to its FIN, then send exactly the requested
 //! bytes and FIN — on the same stream for a bidirectional request, on a
-//! new server stream for a unidirectional one; an unlimited request until
-//! the client's STOP_SENDING; picoquic media requests as frames on the
-//! frame clock (stream or DATAGRAM frames), each starting with the server's
-//! timestamp.
+//! new server stream for a unidirectional one (an empty one for size 0);
+//! an unlimited request until the client's STOP_SENDING; picoquic media
+//! requests as frames on the frame clock (stream or DATAGRAM frames), each
+//! starting with the server's timestamp.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -376,10 +376,9 @@ async fn serve_stream(
     let send = match send {
         Some(s) => s,
         None => {
-            // A unidirectional request: a size of 0 needs no stream.
-            if req == Request::Bytes(0) {
-                return;
-            }
+            // A unidirectional request, answered on a new stream; a size
+            // of 0 too, with an empty one, as quinn's server does and its
+            // client waits for (a client of ours takes either).
             match conn.open_uni().await {
                 Ok(s) => s,
                 Err(_) => return,
