@@ -21,6 +21,7 @@ pub mod services;
 pub mod socket;
 pub mod stamp;
 pub mod tcp;
+mod timer;
 pub mod tls;
 pub mod ttcp;
 

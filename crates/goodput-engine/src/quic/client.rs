@@ -21,6 +21,7 @@ use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
 use super::{filler, get_varint};
+use crate::timer::PreciseTimer;
 use crate::tls::Trust;
 use crate::{EngineError, Observer};
 
@@ -1147,9 +1148,10 @@ async fn media(conn: &Connection, desc: usize, m: MediaDesc, tally: &Tally, data
     let groups = m.frames.max(1).div_ceil(group);
     tally.expect_frames(desc, u64::from(m.frames.max(1)));
     let t0 = Instant::now();
+    let timer = PreciseTimer::new();
     for g in 0..groups {
         let due = t0 + Duration::from_micros(u64::from(g * group) * 1_000_000 / u64::from(m.frequency));
-        tokio::time::sleep_until(due.into()).await;
+        timer.sleep_until(due).await;
         let frames = group.min(m.frames.max(1) - g * group);
         let r = media_group(conn, desc, &m, frames, tally, datagrams).await;
         finish_stream(tally, r, None);

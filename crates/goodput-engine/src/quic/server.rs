@@ -18,6 +18,7 @@ use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
 use super::{filler, put_varint};
+use crate::timer::PreciseTimer;
 use crate::EngineError;
 
 /// How to run the QUIC perf service.
@@ -435,9 +436,10 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
     let start = Instant::now();
     let frames = m.frames.max(1);
     let stream_id = send.id().index();
+    let timer = PreciseTimer::new();
     for k in 0..frames {
         let due = start + Duration::from_micros(u64::from(k) * 1_000_000 / u64::from(m.frequency.max(1)));
-        tokio::time::sleep_until(due.into()).await;
+        timer.sleep_until(due).await;
         let size = if k == 0 {
             m.first_frame_size.max(8)
         } else {
