@@ -24,6 +24,7 @@ fn server_spec(ip: IpAddr) -> QuicServerSpec {
         retry: true,
         max_handshakes: 100,
         handshake_timeout: std::time::Duration::from_secs(10),
+        max_mtu: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn spec(target: SocketAddr, mode: QuicMode) -> QuicSpec {
         scenario_text: None,
         status_interval: Duration::from_millis(500),
         max_records: 100,
+        max_mtu: None,
     }
 }
 

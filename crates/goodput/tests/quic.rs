@@ -203,3 +203,69 @@ fn quic_listen_takes_an_address_and_port_as_the_other_listen_flags_do() {
     assert_eq!(code, Some(2));
     assert!(err.contains("the port must be 1 to 65535"), "{err}");
 }
+
+/// The path MTU a client's connection ended at, from its JSON record.
+fn client_mtu(extra: &[&str]) -> u64 {
+    let json = tmp(&format!("mtu{}.json", extra.len()));
+    let out = goodput()
+        .args(["quic", "--download", "20M", "--json"])
+        .arg(&json)
+        .args(extra)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    v["connections"][0]["quic"]["mtu_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn max_mtu_caps_the_packets_both_ways() {
+    // Loopback carries 65,536: discovery climbs past 1,300 unless capped.
+    assert!(client_mtu(&[]) > 1300);
+    let capped = client_mtu(&["--max-mtu", "1300"]);
+    assert!((1200..=1300).contains(&capped), "{capped}");
+    // A server's cap holds our client's packets to it as well.
+    let port = free_udp_port();
+    let mut srv = Command::new(env!("CARGO_BIN_EXE_goodput"));
+    srv.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "-p",
+        &free_udp_port().to_string(),
+        "--no-udp",
+    ])
+    .args([
+        "--quic",
+        "--quic-listen",
+        &format!("127.0.0.1:{port}"),
+        "--quic-max-mtu",
+        "1250",
+    ]);
+    let srv = Reaped::spawn(srv);
+    wait_udp_bound(port);
+    let mtu = client_mtu(&["127.0.0.1", &port.to_string(), "--insecure"]);
+    assert!((1200..=1250).contains(&mtu), "{mtu}");
+    let (_, out, _) = srv.stop(libc::SIGINT);
+    assert!(out.contains("UDP payloads capped at 1250 B both ways"), "{out}");
+    // Outside QUIC's range: a usage error naming the flag.
+    for (args, want) in [
+        (
+            &["quic", "--max-mtu", "1000"][..],
+            "--max-mtu must be 1200-65527 B (QUIC's range), not 1000",
+        ),
+        (
+            &["server", "--quic", "--quic-max-mtu", "65528"][..],
+            "--quic-max-mtu must be 1200-65527 B (QUIC's range), not 65528",
+        ),
+    ] {
+        let (code, _, err) = common::run(args);
+        assert_eq!(code, Some(2), "{args:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

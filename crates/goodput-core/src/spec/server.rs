@@ -123,6 +123,10 @@ pub struct ServerSpec {
     pub quic_max_handshakes: usize,
     /// Accept Initials from unvalidated addresses without a Retry.
     pub quic_no_retry: bool,
+    /// The largest UDP payload of a QUIC packet, bytes, both ways
+    /// (1200-65527); default: path MTU discovery up to 6,500 bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quic_max_mtu: Option<u16>,
     /// Do not serve UDP media streams on `port`.
     pub no_udp: bool,
     /// Most media streams open at once (per listening socket).
@@ -196,6 +200,7 @@ impl Default for ServerSpec {
             quic_max_response: ByteSize(100_000_000_000),
             quic_max_handshakes: 1_000,
             quic_no_retry: false,
+            quic_max_mtu: None,
             no_udp: false,
             udp_max_streams: 10_000,
             udp_max_bitrate: BitRate(100_000_000_000),
@@ -313,6 +318,7 @@ impl ServerSpec {
         if let Some((field, _)) = counts.iter().find(|(_, v)| *v == Some(0)) {
             return Err(SpecError::new(field, "must be at least 1"));
         }
+        super::quic::check_mtu("quic_max_mtu", self.quic_max_mtu)?;
         for (field, v) in [
             ("max_transfer", self.max_transfer),
             ("quic_max_response", self.quic_max_response),

@@ -72,6 +72,9 @@ pub struct QuicSpec {
     pub status_interval: Duration,
     /// Most records kept in the result document.
     pub max_records: usize,
+    /// The largest UDP payload, both ways (default: path MTU discovery up
+    /// to 6,500 bytes).
+    pub max_mtu: Option<u16>,
 }
 
 /// Counters shared by every stream of the run.
@@ -207,7 +210,7 @@ pub async fn run_quic(
         QuicMode::Scenario(s) => s.descs.iter().map(|d| d.repeat).sum::<u32>().max(100),
         _ => 100,
     };
-    let cfg = super::client_config(&spec.trust, max_streams)?;
+    let cfg = super::client_config(&spec.trust, max_streams, spec.max_mtu)?;
     let bind: SocketAddr = if spec.target.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
@@ -215,7 +218,7 @@ pub async fn run_quic(
     };
     let sock = super::udp_socket(bind).map_err(|source| EngineError::Listen { addr: bind, source })?;
     let mut endpoint = Endpoint::new(
-        super::endpoint_config(),
+        super::endpoint_config(spec.max_mtu),
         None,
         sock,
         Arc::new(quinn::TokioRuntime),

@@ -35,26 +35,37 @@ pub(crate) fn filler() -> Bytes {
 /// what the path carries, as before.
 const MTU_CEILING: u16 = 6_500;
 
-/// What every endpoint of ours accepts: datagrams up to QUIC's largest UDP
-/// payload, so a peer's own path MTU discovery is never capped by us.
+/// The packet sizes an endpoint uses, in words for its banner.
+pub fn packet_sizes(max_mtu: Option<u16>) -> String {
+    match max_mtu {
+        Some(n) => format!("UDP payloads capped at {n} B both ways"),
+        None => format!("UDP payloads up to {MTU_CEILING} B as path MTU discovery finds"),
+    }
+}
+
 /// How long a silent connection lasts.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn endpoint_config() -> quinn::EndpointConfig {
+/// What an endpoint of ours accepts: datagrams up to `max_mtu`, which the
+/// peer is told (max_udp_payload_size), else up to QUIC's largest UDP
+/// payload, so a peer's own path MTU discovery is never capped by us.
+fn endpoint_config(max_mtu: Option<u16>) -> quinn::EndpointConfig {
     let mut e = quinn::EndpointConfig::default();
-    // 65,527 is the largest value QUIC allows (RFC 9000 §18.2); it cannot fail.
-    let _ = e.max_udp_payload_size(65_527);
+    // 1,200 to 65,527 is what QUIC allows (RFC 9000 §18.2); the specs
+    // check a cap against it, so this cannot fail.
+    let _ = e.max_udp_payload_size(max_mtu.unwrap_or(65_527));
     e
 }
 
 /// Windows wide enough for loopback rates, many streams for request/response
 /// runs, and DATAGRAM support for picoquic's datagram media. A connection
 /// silent for `idle` ends without a word; keep-alives go out every 5 s or
-/// twice per `idle` if that is shorter.
-fn transport(max_streams: u32, idle: Duration) -> Arc<TransportConfig> {
+/// twice per `idle` if that is shorter. Path MTU discovery climbs to
+/// `max_mtu` where one is given, else to `MTU_CEILING`.
+fn transport(max_streams: u32, idle: Duration, max_mtu: Option<u16>) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     let mut mtu = quinn::MtuDiscoveryConfig::default();
-    mtu.upper_bound(MTU_CEILING);
+    mtu.upper_bound(max_mtu.unwrap_or(MTU_CEILING));
     t.mtu_discovery_config(Some(mtu));
     t.stream_receive_window(VarInt::from_u32(32 << 20))
         .receive_window(VarInt::from_u32(64 << 20))
@@ -73,6 +84,7 @@ pub(crate) fn server_config(
     cert_key: Option<(PathBuf, PathBuf)>,
     max_streams: u32,
     idle: Duration,
+    max_mtu: Option<u16>,
 ) -> Result<quinn::ServerConfig, EngineError> {
     let tls = crate::tls::server_config(cert_key.as_ref().map(|(c, k)| (c.as_path(), k.as_path())))?;
     let mut tls = (*tls).clone();
@@ -81,19 +93,23 @@ pub(crate) fn server_config(
     let crypto = QuicServerConfig::try_from(tls)
         .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
     let mut cfg = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-    cfg.transport_config(transport(max_streams, idle));
+    cfg.transport_config(transport(max_streams, idle, max_mtu));
     Ok(cfg)
 }
 
 /// The client's QUIC configuration.
-pub(crate) fn client_config(trust: &Trust, max_streams: u32) -> Result<quinn::ClientConfig, EngineError> {
+pub(crate) fn client_config(
+    trust: &Trust,
+    max_streams: u32,
+    max_mtu: Option<u16>,
+) -> Result<quinn::ClientConfig, EngineError> {
     let tls = crate::tls::client_config(trust)?;
     let mut tls = (*tls).clone();
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls)
         .map_err(|e| EngineError::Config(format!("TLS configuration unusable for QUIC: {e}")))?;
     let mut cfg = quinn::ClientConfig::new(Arc::new(crypto));
-    cfg.transport_config(transport(max_streams, IDLE_TIMEOUT));
+    cfg.transport_config(transport(max_streams, IDLE_TIMEOUT, max_mtu));
     Ok(cfg)
 }
 

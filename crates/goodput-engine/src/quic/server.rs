@@ -46,6 +46,9 @@ pub struct QuicServerSpec {
     pub max_handshakes: usize,
     /// The whole handshake must finish within this.
     pub handshake_timeout: Duration,
+    /// The largest UDP payload, both ways (default: path MTU discovery up
+    /// to 6,500 bytes).
+    pub max_mtu: Option<u16>,
 }
 
 /// Streams a connection may open while in its handshake; raised to
@@ -145,7 +148,7 @@ pub struct BoundQuic {
 /// Needs a tokio runtime.
 pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
     let streams = spec.max_streams.min(HANDSHAKE_STREAMS);
-    let mut cfg = super::server_config(spec.cert_key.clone(), streams, super::IDLE_TIMEOUT)?;
+    let mut cfg = super::server_config(spec.cert_key.clone(), streams, super::IDLE_TIMEOUT, spec.max_mtu)?;
     // Initials waiting for the accept loop (which decides on each at once),
     // and the bytes they may buffer: quinn's defaults allow 65,536 and
     // 100 MiB; past the count quinn refuses them itself.
@@ -160,13 +163,18 @@ pub fn bind_quic(spec: QuicServerSpec) -> Result<BoundQuic, EngineError> {
     let idle = spec
         .handshake_timeout
         .clamp(Duration::from_millis(100), super::IDLE_TIMEOUT);
-    let unvalidated = Arc::new(super::server_config(spec.cert_key.clone(), streams, idle)?);
+    let unvalidated = Arc::new(super::server_config(
+        spec.cert_key.clone(),
+        streams,
+        idle,
+        spec.max_mtu,
+    )?);
     let mut endpoints = Vec::new();
     for &addr in &spec.listen {
         let err = |source| EngineError::Listen { addr, source };
         let sock = super::udp_socket(addr).map_err(err)?;
         let ep = quinn::Endpoint::new(
-            super::endpoint_config(),
+            super::endpoint_config(spec.max_mtu),
             Some(cfg.clone()),
             sock,
             Arc::new(quinn::TokioRuntime),

@@ -64,6 +64,7 @@ pub(super) async fn run(
                 retry: false,
                 max_handshakes: 100_000,
                 handshake_timeout: Duration::from_secs(10),
+                max_mtu: spec.max_mtu,
             })
             .map_err(|e| Failure::setup(error_chain(&e)))?;
             let addr = b.local_addrs()[0];
@@ -119,6 +120,7 @@ pub(super) async fn run(
         ),
         ("Runs".into(), what),
         ("Connections".into(), spec.connections.to_string()),
+        ("Packets".into(), crate::quic::packet_sizes(spec.max_mtu)),
     ];
     observer.on_start("goodput quic", &banner);
     for n in &notices {
@@ -135,6 +137,7 @@ pub(super) async fn run(
         scenario_text,
         status_interval: spec.status_interval.0,
         max_records,
+        max_mtu: spec.max_mtu,
     };
     let result = run_quic(engine, observer, cancel.clone()).await;
     server.stop().await;

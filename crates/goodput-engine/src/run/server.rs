@@ -331,13 +331,14 @@ fn quic_spec(spec: &ServerSpec) -> crate::quic::QuicServerSpec {
         retry: !spec.quic_no_retry,
         max_handshakes: spec.quic_max_handshakes,
         handshake_timeout: spec.hello_timeout.0,
+        max_mtu: spec.quic_max_mtu,
     }
 }
 
 fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
     format!(
         "{} (ALPN perf; {}; {}; at most {} connections, {} per client, {} in their handshake \
-         for up to {} ms; responses up to {} B)",
+         for up to {} ms; responses up to {} B; {})",
         list(addrs),
         match &spec.cert {
             Some(p) => format!("certificate from {}", p.display()),
@@ -351,7 +352,8 @@ fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
         spec.quic_max_per_client,
         spec.quic_max_handshakes,
         spec.hello_timeout.0.as_millis(),
-        spec.quic_max_response.0
+        spec.quic_max_response.0,
+        crate::quic::packet_sizes(spec.quic_max_mtu)
     )
 }
 

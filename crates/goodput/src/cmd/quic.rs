@@ -42,6 +42,7 @@ pub(crate) async fn quic(args: QuicArgs) -> Result<u8, Stop> {
         duration: args.duration,
         connections: args.connections,
         uni: args.uni,
+        max_mtu: args.max_mtu,
         ca: args.ca.clone(),
         insecure: args.insecure,
         sni: args.sni.clone(),

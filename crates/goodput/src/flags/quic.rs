@@ -66,6 +66,12 @@ pub struct QuicArgs {
     /// Ask for responses on unidirectional streams (quinn-perf's --uni).
     #[arg(long)]
     pub uni: bool,
+    /// The largest UDP payload of a QUIC packet, bytes, both ways: path
+    /// MTU discovery stops there and the server is told to send no larger
+    /// (1200-65527). Default: discovery up to 6500. quinn perf's packets
+    /// are 1452 bytes; give the same to compare at the same packet size.
+    #[arg(long, value_name = "BYTES")]
+    pub max_mtu: Option<u16>,
     /// Trust certificates from this PEM file (default: the system's roots;
     /// with no HOST, the embedded server's certificate is accepted).
     #[arg(long, value_name = "FILE", conflicts_with = "insecure")]

@@ -84,6 +84,10 @@ pub struct ServerArgs {
     /// to 3× the bytes it sent (RFC 9000's limit).
     #[arg(long)]
     pub quic_no_retry: bool,
+    /// The largest UDP payload of a QUIC packet, bytes, both ways
+    /// (1200-65527); default: path MTU discovery up to 6500.
+    #[arg(long, value_name = "BYTES")]
+    pub quic_max_mtu: Option<u16>,
     /// Do not serve UDP media streams (`goodput udp`) on UDP --port.
     #[arg(long)]
     pub no_udp: bool,
@@ -272,6 +276,7 @@ impl ServerArgs {
             quic_max_response: self.quic_max_response,
             quic_max_handshakes: self.quic_max_handshakes,
             quic_no_retry: self.quic_no_retry,
+            quic_max_mtu: self.quic_max_mtu,
             no_udp: self.no_udp,
             udp_max_streams: self.udp_max_streams,
             udp_max_bitrate: self.udp_max_bitrate,
