@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{filler, get_varint};
+use super::{filler, get_varint, read_batch};
 use crate::timer::PreciseTimer;
 use crate::tls::Trust;
 use crate::{EngineError, Observer};
@@ -813,10 +813,10 @@ async fn write_filler(send: &mut SendStream, mut n: u64, tally: &Tally) -> Resul
 async fn read_response(recv: &mut RecvStream, response: Response, tally: &Tally) -> Result<(), String> {
     let mut got = 0u64;
     loop {
-        match recv.read_chunk(usize::MAX, true).await {
-            Ok(Some(c)) => {
-                got += c.bytes.len() as u64;
-                tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+        match read_batch(recv).await {
+            Ok(Some(k)) => {
+                got += k;
+                tally.down.fetch_add(k, Relaxed);
                 if let Response::StopAfter(n) = response {
                     if got >= n {
                         let _ = recv.stop(VarInt::from_u32(error_code::NONE));
@@ -999,10 +999,10 @@ impl UniReplies {
         // request it answers, and the bytes that request stops after.
         let mut unlimited = None;
         let end = loop {
-            match recv.read_chunk(usize::MAX, true).await {
-                Ok(Some(c)) => {
-                    got += c.bytes.len() as u64;
-                    self.tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
+            match read_batch(&mut recv).await {
+                Ok(Some(k)) => {
+                    got += k;
+                    self.tally.down.fetch_add(k, Relaxed);
                     if unlimited.is_none() {
                         let mut w = self.waiting.lock().expect("not poisoned");
                         if w.largest().is_none_or(|n| got > n) {
@@ -1094,16 +1094,19 @@ async fn timed_download(
         .map_err(|e| format!("request: {e}"))?;
     tally.up.fetch_add(HEADER_LEN as u64, Relaxed);
     send.finish().map_err(|e| format!("finish: {e}"))?;
-    let t0 = Instant::now();
-    while t0.elapsed() < d && !stop.load(Relaxed) {
-        let left = d.saturating_sub(t0.elapsed());
-        match tokio::time::timeout(left, recv.read_chunk(usize::MAX, true)).await {
-            Ok(Ok(Some(c))) => {
-                tally.down.fetch_add(c.bytes.len() as u64, Relaxed);
-            }
-            Ok(Ok(None)) => return Err("the server ended an unlimited response".into()),
-            Ok(Err(e)) => return Err(format!("download: {e}")),
-            Err(_) => break,
+    // One timer for the whole download, not one per read.
+    let end = tokio::time::sleep(d);
+    tokio::pin!(end);
+    while !stop.load(Relaxed) {
+        tokio::select! {
+            r = read_batch(&mut recv) => match r {
+                Ok(Some(k)) => {
+                    tally.down.fetch_add(k, Relaxed);
+                }
+                Ok(None) => return Err("the server ended an unlimited response".into()),
+                Err(e) => return Err(format!("download: {e}")),
+            },
+            _ = &mut end => break,
         }
     }
     let _ = recv.stop(VarInt::from_u32(error_code::NONE));

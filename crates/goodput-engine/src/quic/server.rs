@@ -17,7 +17,7 @@ use goodput_core::result::QuicServerCounters;
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{filler, put_varint};
+use super::{filler, put_varint, read_batch};
 use crate::timer::PreciseTimer;
 use crate::EngineError;
 
@@ -372,8 +372,8 @@ async fn serve_stream(
         Request::Media(_) => MEDIA_HEADER_LEN as u64,
     };
     loop {
-        match recv.read_chunk(usize::MAX, true).await {
-            Ok(Some(chunk)) => drained += chunk.bytes.len() as u64,
+        match read_batch(&mut recv).await {
+            Ok(Some(k)) => drained += k,
             Ok(None) => break,
             Err(_) => {
                 c.bytes_received.fetch_add(drained, Relaxed);
