@@ -61,7 +61,7 @@ impl Server {
         let addr = b.local_addrs()[0];
         let cancel = CancellationToken::new();
         let c = cancel.clone();
-        let task = tokio::spawn(async move { b.run(c).await });
+        let task = tokio::spawn(async move { b.run(c, None).await });
         Self { addr, cancel, task }
     }
 

@@ -4,7 +4,9 @@ use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
 use goodput_core::units::{format_bits_per_second, format_size};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::format::{connection_line, error_text, status_header, status_legend, status_line};
+use crate::format::{
+    connection_line, error_text, quic_status_legend, status_header, status_legend, status_line,
+};
 use crate::View;
 
 /// Writes a line to standard output. The console is best-effort: a closed
@@ -44,6 +46,8 @@ pub struct ConsoleView {
     verbosity: Verbosity,
     lines: u64,
     bar: Option<ProgressBar>,
+    /// The run counts streams, not connections (the QUIC perf client).
+    streams: bool,
 }
 
 impl ConsoleView {
@@ -66,6 +70,7 @@ impl ConsoleView {
             verbosity,
             lines: 0,
             bar,
+            streams: false,
         }
     }
 
@@ -77,7 +82,8 @@ impl ConsoleView {
     }
 
     /// Prints the settings banner (key, value pairs).
-    pub fn banner(&self, title: &str, settings: &[(String, String)]) {
+    pub fn banner(&mut self, title: &str, settings: &[(String, String)]) {
+        self.streams = title == "goodput quic";
         if !self.verbosity.banner() {
             return;
         }
@@ -127,6 +133,7 @@ impl View for ConsoleView {
                 crate::echo::echo_header(),
                 crate::echo::echo_line(iv, e),
             ),
+            (None, None) if self.streams => (quic_status_legend(), status_header(), status_line(iv)),
             (None, None) => (status_legend(), status_header(), status_line(iv)),
         };
         if self.lines == 0 {

@@ -11,6 +11,16 @@ pub fn status_legend() -> &'static str {
      * Send / Recv - the same rates in bits per second\n"
 }
 
+/// The legend for QUIC perf runs, whose columns count streams (requests).
+pub(crate) fn quic_status_legend() -> &'static str {
+    "Legend:\n\
+     * TimeSlice - seconds since the run started, at the end of the interval\n\
+     * SendBps / RecvBps - stream bytes per second sent / received within the interval\n\
+     * In-Flight - requests (streams) under way at the end of the interval\n\
+     * Completed / NetError / DataError - requests (streams) so far that completed / (always 0: a lost connection fails its streams) / failed\n\
+     * Send / Recv - the same rates in bits per second\n"
+}
+
 /// The status header, ctsTraffic's columns (each ending where ctsTraffic's
 /// does) followed by the rates in bits per second.
 pub fn status_header() -> String {

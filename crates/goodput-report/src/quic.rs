@@ -128,7 +128,7 @@ pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
             format!("{:.6}", c.received_bytes as f64 * 8.0 / us),
             "0x1".into(),
             "perf".into(),
-            String::new(),
+            c.connection_id.clone(),
             format!("{}", r.started_unix_ms * 1000 + (c.start_s * 1e6) as u64),
             "1".into(),
             o(p.map(|p| p.received_datagrams)),

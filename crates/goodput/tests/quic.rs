@@ -269,3 +269,167 @@ fn max_mtu_caps_the_packets_both_ways() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn the_server_records_quic_connections_and_every_stopped_stream() {
+    let port = free_udp_port();
+    let file = tmp("server-connections.csv");
+    let _ = std::fs::remove_file(&file);
+    let mut srv = Command::new(env!("CARGO_BIN_EXE_goodput"));
+    srv.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "-p",
+        &free_udp_port().to_string(),
+        "--no-udp",
+    ])
+    .args(["--quic", "--quic-listen", &format!("127.0.0.1:{port}"), "-v", "4"])
+    .arg("--connection-file")
+    .arg(&file);
+    let srv = Reaped::spawn(srv);
+    wait_udp_bound(port);
+    let p = port.to_string();
+    // Two connections of three requests; then five unlimited responses,
+    // each stopped by the client after 100,000 bytes, the connection closed
+    // at once after the last.
+    for args in [
+        &["quic", "127.0.0.1", &p, "*3:100:10000;", "-c", "2", "--insecure"][..],
+        &["quic", "127.0.0.1", &p, "*5:8:-100000;", "--insecure"][..],
+    ] {
+        let out = goodput().args(args).output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (_, out, err) = srv.stop(libc::SIGINT);
+    assert_eq!(out.matches("QUIC connection succeeded").count(), 3, "{out}{err}");
+    assert!(out.contains("SuccessfulConnections [3]"), "{out}");
+    assert!(out.contains("5 stopped by the client"), "{out}");
+    let rows: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    // Server's view: 3 × 10,000 sent and 3 × 100 received per connection.
+    let firsts: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.contains(",30000,"))
+        .map(|r| r.as_str())
+        .collect();
+    assert_eq!(firsts.len(), 2, "{rows:?}");
+    for r in rows {
+        let cells: Vec<&str> = r.split(',').collect();
+        assert_eq!(cells[8], "Succeeded", "{r}");
+        assert_eq!(cells[9].len(), 36, "a UUID: {r}");
+    }
+}
+
+#[test]
+fn client_reports_add_up_and_name_what_they_count() {
+    // Intervals, the last partial one included, add up to the bytes moved.
+    let json = tmp("intervals.json");
+    let out = goodput()
+        .args([
+            "quic",
+            "-s",
+            "*1:8:200000000;",
+            "--status-interval",
+            "100ms",
+            "-v",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("In-Flight - requests (streams) under way"),
+        "{text}"
+    );
+    assert!(!text.contains("connections so far that succeeded"), "{text}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let mut last = 0.0;
+    let mut sum = 0.0;
+    for iv in v["intervals"].as_array().unwrap() {
+        let t = iv["time_slice_s"].as_f64().unwrap();
+        sum += iv["recv_bytes_per_second"].as_f64().unwrap() * (t - last);
+        last = t;
+    }
+    let total = v["quic"]["download_bytes"].as_f64().unwrap();
+    assert_eq!(total, 200_000_000.0);
+    assert!((sum - total).abs() / total < 0.001, "{sum} of {total}");
+    // A timed upload is in flight in every full interval.
+    let out = goodput()
+        .args(["quic", "--upload", "1s", "--status-interval", "200ms", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ivs = v["intervals"].as_array().unwrap();
+    assert!(ivs.len() >= 4);
+    for iv in &ivs[..ivs.len() - 1] {
+        assert_eq!(iv["in_flight"], 1, "{iv}");
+    }
+    // The performance log names each connection as the JSON does, and a
+    // handshake-only connection leaves its path figures empty, not 0.
+    let log = tmp("cnx.csv");
+    let _ = std::fs::remove_file(&log);
+    for extra in [
+        &["-s", "*1:8:1000;"][..],
+        &["--handshakes", "--duration", "300ms"][..],
+    ] {
+        let out = goodput()
+            .args(["quic", "--json"])
+            .arg(&json)
+            .arg("--perf-log")
+            .arg(&log)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+    }
+    let rows: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let header: Vec<&str> = goodput_perf_log_header();
+    let at = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let first: Vec<&str> = rows[0].split(", ").collect();
+    let second: Vec<&str> = rows[1].split(", ").collect();
+    assert_eq!(first[at("CNX_ID")].len(), 36, "{first:?}");
+    assert_eq!(
+        second[at("CNX_ID")],
+        v["connections"][0]["connection_id"].as_str().unwrap()
+    );
+    assert!(first[at("minrtt")].parse::<u64>().unwrap() > 0, "{first:?}");
+    assert_eq!(second[at("minrtt")], "", "{second:?}");
+}
+
+/// picoquic's column names, from the header goodput writes.
+fn goodput_perf_log_header() -> Vec<&'static str> {
+    let log = tmp("header.csv");
+    let _ = std::fs::remove_file(&log);
+    let out = goodput()
+        .args(["quic", "-s", "*1:8:8;", "--perf-log"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let header = text.lines().next().unwrap().to_owned();
+    header.leak().split(", ").collect()
+}

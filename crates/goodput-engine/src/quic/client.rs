@@ -13,14 +13,14 @@ use goodput_core::quic::scenario::{Body, MediaDesc, Response, Scenario};
 use goodput_core::quic::{error_code, MediaRequest, Request, HEADER_LEN, MEDIA_HEADER_LEN, UNLIMITED};
 use goodput_core::result::{
     ConnectionRecord, EndReason, Interval, Outcome, Percentiles, QuicDetail, QuicHandshakeStats,
-    QuicMediaStats, QuicPathStats, QuicRequestStats, SummaryBuilder, TcpSettings, TestKind, TestResult,
-    WireProtocol, SCHEMA_VERSION,
+    QuicMediaStats, QuicRequestStats, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol,
+    SCHEMA_VERSION,
 };
 use hdrhistogram::Histogram;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{filler, get_varint, read_batch};
+use super::{conn_error, filler, get_varint, path_stats, read_batch, record};
 use crate::timer::PreciseTimer;
 use crate::tls::Trust;
 use crate::{EngineError, Observer};
@@ -467,66 +467,6 @@ async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<Option<T
 struct ConnEnd {
     record: ConnectionRecord,
     handshakes: (u64, u64),
-}
-
-fn path_stats(c: &Connection) -> QuicPathStats {
-    let s = c.stats();
-    QuicPathStats {
-        rtt_us: s.path.rtt.as_micros() as u64,
-        min_rtt_us: s.path.min_rtt.as_micros() as u64,
-        cwnd_bytes: s.path.cwnd,
-        congestion_events: s.path.congestion_events,
-        lost_packets: s.path.lost_packets,
-        lost_bytes: s.path.lost_bytes,
-        sent_packets: s.path.sent_packets,
-        received_datagrams: s.udp_rx.datagrams,
-        sent_udp_bytes: s.udp_tx.bytes,
-        received_udp_bytes: s.udp_rx.bytes,
-        mtu_bytes: s.path.current_mtu,
-    }
-}
-
-fn record(
-    index: u64,
-    local: String,
-    remote: SocketAddr,
-    (start, opened): (Instant, Instant),
-    up: u64,
-    down: u64,
-    outcome: Outcome,
-) -> ConnectionRecord {
-    let now = Instant::now();
-    ConnectionRecord {
-        index,
-        connection_id: String::new(),
-        local_address: local,
-        remote_address: remote.to_string(),
-        start_s: opened.duration_since(start).as_secs_f64(),
-        time_slice_s: now.duration_since(start).as_secs_f64(),
-        elapsed_ns: now.duration_since(opened).as_nanos() as u64,
-        pattern: None,
-        transfer_bytes: 0,
-        buffer_bytes: 0,
-        rate_limit_bytes_per_second: 0,
-        sent_bytes: up,
-        received_bytes: down,
-        outcome,
-        peer: None,
-        shutdown: None,
-        quic: Some(QuicPathStats::default()),
-        tcp_info: None,
-        media: None,
-        timed: None,
-    }
-}
-
-fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
-    Outcome::NetworkError {
-        during: during.into(),
-        errno: None,
-        name: "QuicError".into(),
-        message: e.to_string(),
-    }
 }
 
 /// A handshake within 10 s, or at once when the run's probe found the

@@ -8,11 +8,13 @@ mod server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use goodput_core::quic::ALPN;
+use goodput_core::result::{ConnectionRecord, Outcome, QuicPathStats};
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use quinn::Connection;
 use quinn::{TransportConfig, VarInt};
 
 use crate::tls::Trust;
@@ -128,6 +130,71 @@ pub(crate) fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocke
     crate::datagram::set_buffer(fd, true, 8 << 20);
     crate::datagram::set_buffer(fd, false, 8 << 20);
     Ok(s.into())
+}
+
+/// A connection's path figures from quinn.
+pub(crate) fn path_stats(c: &Connection) -> QuicPathStats {
+    let s = c.stats();
+    QuicPathStats {
+        rtt_us: s.path.rtt.as_micros() as u64,
+        min_rtt_us: s.path.min_rtt.as_micros() as u64,
+        cwnd_bytes: s.path.cwnd,
+        congestion_events: s.path.congestion_events,
+        lost_packets: s.path.lost_packets,
+        lost_bytes: s.path.lost_bytes,
+        sent_packets: s.path.sent_packets,
+        received_datagrams: s.udp_rx.datagrams,
+        sent_udp_bytes: s.udp_tx.bytes,
+        received_udp_bytes: s.udp_rx.bytes,
+        mtu_bytes: s.path.current_mtu,
+    }
+}
+
+pub(crate) fn record(
+    index: u64,
+    local: String,
+    remote: SocketAddr,
+    (start, opened): (Instant, Instant),
+    up: u64,
+    down: u64,
+    outcome: Outcome,
+) -> ConnectionRecord {
+    let now = Instant::now();
+    ConnectionRecord {
+        index,
+        // quinn keeps the wire's connection IDs to itself: a UUID names
+        // the connection in the records, the performance log and -v 4.
+        connection_id: uuid::Uuid::new_v4().to_string(),
+        local_address: local,
+        remote_address: remote.to_string(),
+        start_s: opened.duration_since(start).as_secs_f64(),
+        time_slice_s: now.duration_since(start).as_secs_f64(),
+        elapsed_ns: now.duration_since(opened).as_nanos() as u64,
+        pattern: None,
+        transfer_bytes: 0,
+        buffer_bytes: 0,
+        rate_limit_bytes_per_second: 0,
+        sent_bytes: up,
+        received_bytes: down,
+        outcome,
+        peer: None,
+        shutdown: None,
+        // Filled in where there was a connection to measure; none for a
+        // failed handshake (whose figures would read 0, a minimum RTT too).
+        quic: None,
+        tcp_info: None,
+        media: None,
+        timed: None,
+    }
+}
+
+pub(crate) fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
+    Outcome::NetworkError {
+        during: during.into(),
+        errno: None,
+        name: "QuicError".into(),
+        message: e.to_string(),
+    }
 }
 
 /// Reads what has arrived on `recv`, up to 32 chunks at once (one call per

@@ -13,11 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use goodput_core::quic::{error_code, MediaRequest, Request, HEADER_LEN, MEDIA_HEADER_LEN, UNLIMITED};
-use goodput_core::result::QuicServerCounters;
+use goodput_core::result::{Outcome, QuicServerCounters};
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{filler, put_varint, read_batch};
+use super::{conn_error, filler, path_stats, put_varint, read_batch, record};
+use crate::tcp::RecordSink;
 use crate::timer::PreciseTimer;
 use crate::EngineError;
 
@@ -198,14 +199,18 @@ impl BoundQuic {
             .collect()
     }
 
-    /// Serves until `cancel`; returns what it did.
-    pub async fn run(self, cancel: CancellationToken) -> QuicServerCounters {
+    /// Serves until `cancel`; returns what it did. Each connection is
+    /// reported to `records` (the TCP server's run loop) where one is given.
+    pub async fn run(self, cancel: CancellationToken, records: Option<RecordSink>) -> QuicServerCounters {
         let c = Arc::new(Counters::default());
         let spec = Arc::new(self.spec);
+        let started = Instant::now();
         let mut loops = Vec::new();
         for ep in &self.endpoints {
             let (ep, c, spec, cancel) = (ep.clone(), c.clone(), spec.clone(), cancel.clone());
             let unvalidated = self.unvalidated.clone();
+            let records = records.clone();
+            let local = ep.local_addr().map_or_else(|_| String::new(), |a| a.to_string());
             loops.push(tokio::spawn(async move {
                 loop {
                     let incoming = tokio::select! {
@@ -247,6 +252,7 @@ impl BoundQuic {
                         done: false,
                     };
                     let (c, spec, cancel) = (c.clone(), spec.clone(), cancel.clone());
+                    let (records, local, opened) = (records.clone(), local.clone(), Instant::now());
                     let (connecting, deadline) = if incoming.remote_address_validated() {
                         (incoming.accept(), spec.handshake_timeout)
                     } else {
@@ -266,7 +272,20 @@ impl BoundQuic {
                                 let streams = VarInt::from_u32(spec.max_streams);
                                 conn.set_max_concurrent_bi_streams(streams);
                                 conn.set_max_concurrent_uni_streams(streams);
-                                serve_connection(conn, &spec, &c, &cancel).await;
+                                let remote = conn.remote_address();
+                                let index = records.as_ref().map(RecordSink::index);
+                                let bytes = Arc::new(ConnBytes::default());
+                                serve_connection(conn.clone(), &spec, &c, &bytes, &cancel).await;
+                                if let (Some(r), Some(index)) = (&records, index) {
+                                    let outcome = ending(conn.close_reason(), cancel.is_cancelled());
+                                    let (sent, received) =
+                                        (bytes.sent.load(Relaxed), bytes.received.load(Relaxed));
+                                    let zero = r.zero().unwrap_or(started);
+                                    let mut rec =
+                                        record(index, local, remote, (zero, opened), sent, received, outcome);
+                                    rec.quic = Some(path_stats(&conn));
+                                    r.ended(rec);
+                                }
                             }
                             Ok(Err(quinn::ConnectionError::TimedOut)) | Err(_) => {
                                 c.handshake_timeouts.fetch_add(1, Relaxed);
@@ -309,25 +328,56 @@ impl BoundQuic {
     }
 }
 
+/// Bytes one connection moved, for its record.
+#[derive(Default)]
+struct ConnBytes {
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+/// How a connection ended, as its record says: a close without an error
+/// (the client's, or an idle one) is a success; one the server's stop
+/// made, an abort.
+fn ending(reason: Option<quinn::ConnectionError>, stopping: bool) -> Outcome {
+    use quinn::ConnectionError as E;
+    match reason {
+        Some(E::ApplicationClosed(a)) if a.error_code == VarInt::from_u32(error_code::NONE) => {
+            Outcome::Succeeded
+        }
+        Some(E::ConnectionClosed(c)) if c.error_code == quinn::TransportErrorCode::NO_ERROR => {
+            Outcome::Succeeded
+        }
+        Some(E::LocallyClosed) | None if stopping => Outcome::Aborted {
+            reason: "server stopping".into(),
+        },
+        Some(e) => conn_error("data", e),
+        None => Outcome::Succeeded,
+    }
+}
+
 async fn serve_connection(
     conn: Connection,
     spec: &Arc<QuicServerSpec>,
     c: &Arc<Counters>,
+    bytes: &Arc<ConnBytes>,
     cancel: &CancellationToken,
 ) {
+    // The connection's streams run in tasks of their own and add to its
+    // bytes; they end with it, and are waited for before its record.
+    let tracker = tokio_util::task::TaskTracker::new();
     loop {
         tokio::select! {
             s = conn.accept_bi() => match s {
                 Ok((send, recv)) => {
-                    let (conn, spec, c) = (conn.clone(), spec.clone(), c.clone());
-                    tokio::spawn(async move { serve_stream(&conn, Some(send), recv, &spec, &c).await });
+                    let (conn, spec, c, b) = (conn.clone(), spec.clone(), c.clone(), bytes.clone());
+                    tracker.spawn(async move { serve_stream(&conn, Some(send), recv, &spec, &c, &b).await });
                 }
                 Err(_) => break,
             },
             s = conn.accept_uni() => match s {
                 Ok(recv) => {
-                    let (conn, spec, c) = (conn.clone(), spec.clone(), c.clone());
-                    tokio::spawn(async move { serve_stream(&conn, None, recv, &spec, &c).await });
+                    let (conn, spec, c, b) = (conn.clone(), spec.clone(), c.clone(), bytes.clone());
+                    tracker.spawn(async move { serve_stream(&conn, None, recv, &spec, &c, &b).await });
                 }
                 Err(_) => break,
             },
@@ -337,6 +387,8 @@ async fn serve_connection(
             }
         }
     }
+    tracker.close();
+    let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
 }
 
 /// Reads the header; `None` when the stream ended inside it.
@@ -356,6 +408,7 @@ async fn serve_stream(
     mut recv: RecvStream,
     spec: &QuicServerSpec,
     c: &Counters,
+    b: &ConnBytes,
 ) {
     c.streams.fetch_add(1, Relaxed);
     let Some(req) = read_request(&mut recv).await else {
@@ -377,11 +430,13 @@ async fn serve_stream(
             Ok(None) => break,
             Err(_) => {
                 c.bytes_received.fetch_add(drained, Relaxed);
+                b.received.fetch_add(drained, Relaxed);
                 return;
             }
         }
     }
     c.bytes_received.fetch_add(drained, Relaxed);
+    b.received.fetch_add(drained, Relaxed);
     let send = match send {
         Some(s) => s,
         None => {
@@ -395,15 +450,15 @@ async fn serve_stream(
         }
     };
     match req {
-        Request::Bytes(n) => respond(send, n, spec, c).await,
+        Request::Bytes(n) => respond(send, n, spec, c, b).await,
         Request::Media(m) => {
             c.media_streams.fetch_add(1, Relaxed);
-            media(conn, send, m, c).await
+            media(conn, send, m, c, b).await
         }
     }
 }
 
-async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counters) {
+async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counters, b: &ConnBytes) {
     if n != UNLIMITED && n > spec.max_response {
         c.refused_streams.fetch_add(1, Relaxed);
         let _ = send.reset(VarInt::from_u32(error_code::INTERNAL));
@@ -416,6 +471,7 @@ async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counte
         match send.write_chunk(fill.slice(..k)).await {
             Ok(()) => {
                 c.bytes_sent.fetch_add(k as u64, Relaxed);
+                b.sent.fetch_add(k as u64, Relaxed);
                 if n != UNLIMITED {
                     left -= k as u64;
                 }
@@ -425,11 +481,30 @@ async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counte
                 let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
                 return;
             }
+            // An unlimited response ends only when the client says so: a
+            // client that closes its connection right after its
+            // STOP_SENDING (before the frame has left) stopped it too.
+            Err(quinn::WriteError::ConnectionLost(quinn::ConnectionError::ApplicationClosed(a)))
+                if n == UNLIMITED && a.error_code == VarInt::from_u32(error_code::NONE) =>
+            {
+                c.stopped.fetch_add(1, Relaxed);
+                return;
+            }
             Err(_) => return,
         }
     }
+    finish(send, c).await;
+}
+
+/// Ends a response and waits for the client to take it all. A client may
+/// stop a stream after its last byte was written (an unlimited response
+/// it has seen enough of, a reply it no longer wants): that is counted as
+/// stopped too, not only a write the stop refused.
+async fn finish(mut send: SendStream, c: &Counters) {
     let _ = send.finish();
-    let _ = send.stopped().await;
+    if let Ok(Some(_)) = send.stopped().await {
+        c.stopped.fetch_add(1, Relaxed);
+    }
 }
 
 fn now_us() -> u64 {
@@ -440,7 +515,7 @@ fn now_us() -> u64 {
 
 /// picoquic media: frame k at start + k/frequency, each starting with the
 /// server's time in microseconds.
-async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Counters) {
+async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Counters, b: &ConnBytes) {
     let start = Instant::now();
     let frames = m.frames.max(1);
     let stream_id = send.id().index();
@@ -461,8 +536,10 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
             d.extend_from_slice(&now_us().to_be_bytes());
             let target = size.min(max).max(d.len());
             d.resize(target, 0xAA);
+            let len = d.len() as u64;
             if conn.send_datagram(d.into()).is_ok() {
                 c.datagrams_sent.fetch_add(1, Relaxed);
+                b.sent.fetch_add(len, Relaxed);
             }
             continue;
         }
@@ -472,6 +549,7 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
         match send.write_chunk(frame.into()).await {
             Ok(()) => {
                 c.bytes_sent.fetch_add(size as u64, Relaxed);
+                b.sent.fetch_add(size as u64, Relaxed);
             }
             Err(quinn::WriteError::Stopped(_)) => {
                 c.stopped.fetch_add(1, Relaxed);
@@ -481,6 +559,5 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
             Err(_) => return,
         }
     }
-    let _ = send.finish();
-    let _ = send.stopped().await;
+    finish(send, c).await;
 }

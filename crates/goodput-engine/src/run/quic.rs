@@ -69,7 +69,7 @@ pub(super) async fn run(
             .map_err(|e| Failure::setup(error_chain(&e)))?;
             let addr = b.local_addrs()[0];
             server.start(|c| async move {
-                b.run(c).await;
+                b.run(c, None).await;
             });
             // Our own server's freshly generated certificate.
             (addr, Trust::Anything, "localhost".to_string())

@@ -241,9 +241,11 @@ pub(crate) async fn run(
             None => None,
         }
     };
+    // QUIC connections are numbered, shown and counted with the TCP ones.
+    let quic_records = bound.records();
     let quic_run = async {
         match quic {
-            Some(q) => Some(q.run(cancel.clone()).await),
+            Some(q) => Some(q.run(cancel.clone(), Some(quic_records)).await),
             None => None,
         }
     };

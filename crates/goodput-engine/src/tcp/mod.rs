@@ -195,6 +195,35 @@ pub struct TcpServerSpec {
     pub max_records: usize,
 }
 
+/// Where a service beside the TCP server reports its connections: as
+/// the TCP server's own tasks do, into its run loop, so `-v 4` lines, the
+/// connection file and the historic statistics count them too.
+/// (Its records only: the run loop's "established" lines name TCP.)
+#[derive(Clone)]
+pub struct RecordSink {
+    pub(crate) tx: mpsc::UnboundedSender<Event>,
+    pub(crate) next_index: Arc<std::sync::atomic::AtomicU64>,
+    /// The run's start, once its loop runs: the records' time base.
+    pub(crate) zero: Arc<std::sync::OnceLock<std::time::Instant>>,
+}
+
+impl RecordSink {
+    /// A connection is established: its index, from the server's one count.
+    pub(crate) fn index(&self) -> u64 {
+        self.next_index.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The instant the run's times count from, if its loop has started.
+    pub(crate) fn zero(&self) -> Option<std::time::Instant> {
+        self.zero.get().copied()
+    }
+
+    /// A connection ended.
+    pub(crate) fn ended(&self, record: ConnectionRecord) {
+        let _ = self.tx.send(Event::Record(Box::new(record)));
+    }
+}
+
 /// What a connection task tells the run loop.
 pub(crate) enum Event {
     Established {

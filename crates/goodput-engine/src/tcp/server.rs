@@ -39,6 +39,11 @@ pub struct BoundServer {
     listeners: Vec<TcpListener>,
     notices: Vec<String>,
     admission: Arc<Admission>,
+    /// The run loop's events: the connection tasks', and those of other
+    /// services that report their connections here (QUIC's).
+    events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
+    next_index: Arc<AtomicU64>,
+    zero: Arc<std::sync::OnceLock<std::time::Instant>>,
 }
 
 /// Binds every listen address of `spec`. Must be called inside a tokio
@@ -81,6 +86,9 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
         spec,
         listeners,
         notices,
+        events: mpsc::unbounded_channel(),
+        next_index: Arc::new(AtomicU64::new(0)),
+        zero: Arc::default(),
     })
 }
 
@@ -89,7 +97,7 @@ struct ServerCtx {
     run: Arc<Shared>,
     tx: mpsc::UnboundedSender<Event>,
     admission: Arc<Admission>,
-    next_index: AtomicU64,
+    next_index: Arc<AtomicU64>,
 }
 
 impl Admits for ServerCtx {
@@ -124,6 +132,16 @@ impl BoundServer {
         self.admission.clone()
     }
 
+    /// Where another service of the server reports its connections, so
+    /// they are numbered, shown, kept and counted with the TCP ones.
+    pub fn records(&self) -> super::RecordSink {
+        super::RecordSink {
+            tx: self.events.0.clone(),
+            next_index: self.next_index.clone(),
+            zero: self.zero.clone(),
+        }
+    }
+
     /// The addresses the server listens on (with the real ports).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.listeners
@@ -142,9 +160,10 @@ impl BoundServer {
             observer.on_notice(n);
         }
         let clock = RunClock::start();
+        let _ = self.zero.set(clock.instant_at(0));
         let started_unix_ms = unix_ms_now();
-        let (tx, rx) = mpsc::unbounded_channel();
         let addrs = self.local_addrs();
+        let (tx, rx) = self.events;
         let ctx = Arc::new(ServerCtx {
             run: Arc::new(Shared::new(
                 cancel.clone(),
@@ -155,7 +174,7 @@ impl BoundServer {
             spec: self.spec,
             tx,
             admission: self.admission,
-            next_index: AtomicU64::new(0),
+            next_index: self.next_index,
         });
         let tracker = TaskTracker::new();
         for listener in self.listeners {
