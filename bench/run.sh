@@ -4,13 +4,14 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
 #   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44),
 #   ECHO_CONNECTIONS (default 18000), UDP_LADDER (rates tried, bits/s),
-#   AGENT_RUNS (default 5000), AGENT_RATE (default 200 requests/s).
+#   AGENT_RUNS (default 5000), AGENT_RATE (default 200 requests/s),
+#   QUINN_PERF (a quinn-perf binary, for quic-parity).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -336,6 +337,39 @@ bench_quic() {
   echo "quic --rps --streams 100 --request 512 --response 4000, ${T} s: $rps"
 }
 
+# QUIC at the same packet size as quinn perf (issue 24): quinn perf's
+# packets are 1,452 bytes (its MTU discovery ceiling), goodput's capped to
+# the same with --max-mtu / --quic-max-mtu, A/B alternated, one connection
+# downloading for T seconds.
+#   client: goodput's client vs quinn perf's client, both against quinn
+#     perf's server;
+#   server: quinn perf's client against goodput's server vs against quinn
+#     perf's server.
+# quinn perf is not built here (docs/quic-interop.md says how to build it
+# by hand): give its binary as QUINN_PERF. Rates: goodput's is the bytes
+# downloaded over the whole run (handshake included); quinn perf's client
+# reports the mean of its 1 GiB requests' own rates (gaps excluded).
+PORT_QQ=14434
+PORT_QG=14435
+qp_rate() { # quinn perf client against PORT: Mbit/s -> bytes/s
+  timeout $((T + 20)) "$QUINN_PERF" client "127.0.0.1:$1" --ip 127.0.0.1 --download-size 1G --upload-size 0 --duration "$T" 2>&1 \
+    | awk -F'│' '/AVG/{r=$NF} END{gsub(/[^0-9.]/,"",r); print r*1e6/8}'
+}
+gq_rate() { # goodput client against PORT: bytes/s
+  local out=$work/qq.json
+  $GP quic 127.0.0.1 "$1" --insecure -v 0 --max-mtu 1452 --download "${T}s" --json "$out" >/dev/null || true
+  json_get "$out" "d['quic']['download_bytes']/$T"
+}
+bench_quic_parity() {
+  [ -x "${QUINN_PERF:-}" ] || { echo "quic-parity: set QUINN_PERF to a quinn-perf binary (docs/quic-interop.md)"; return 0; }
+  "$QUINN_PERF" server --listen 127.0.0.1:$PORT_QQ >/dev/null 2>&1 & pids+=($!)
+  $GP server --listen 127.0.0.1 --port $((PORT_GP + 1)) --verbosity 0 --no-udp \
+      --quic --quic-listen 127.0.0.1:$PORT_QG --quic-max-mtu 1452 >/dev/null 2>&1 & pids+=($!)
+  sleep 0.5
+  ab "quic client at 1452 B: goodput / quinn perf" "gq_rate $PORT_QQ" "qp_rate $PORT_QQ"
+  ab "quic server at 1452 B: goodput / quinn perf" "qp_rate $PORT_QG" "qp_rate $PORT_QQ"
+}
+
 # The agent: its resident memory idle with 100 tasks led (each a STAMP
 # test every 6 h to a host with no agent, so nothing runs while it is
 # measured), then its API under AGENT_RATE requests/s (default 200) of a
@@ -368,6 +402,7 @@ for w in "${what[@]}"; do
   case $w in
     all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent ;;
     quic) header; bench_quic ;;
+    quic-parity) header; bench_quic_parity ;;
     udp) header; bench_udp ;;
     udp-streams) bench_udp_streams ;;
     echo-latency) header; bench_echo_latency ;;
