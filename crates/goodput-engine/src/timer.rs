@@ -7,21 +7,51 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
+/// Most timerfds alive at once in the process. Each costs a descriptor,
+/// and a peer chooses how many media streams run, so past this the frame
+/// clocks fall back to tokio's sleep rather than take the descriptors
+/// every other service needs.
+const MAX_TIMERS: usize = 1024;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
 /// One timer; a task that sleeps on a frame clock keeps one for its life.
 pub(crate) struct PreciseTimer {
-    /// `None` where no timerfd could be made: tokio's sleep then.
+    /// `None` where no timerfd could be made or the budget is spent:
+    /// tokio's sleep then.
     fd: Option<AsyncFd<OwnedFd>>,
+}
+
+impl Drop for PreciseTimer {
+    fn drop(&mut self) {
+        if self.fd.is_some() {
+            LIVE.fetch_sub(1, Relaxed);
+        }
+    }
 }
 
 impl PreciseTimer {
     /// A timer on `CLOCK_MONOTONIC`, the clock `Instant` reads on Linux.
     /// Needs a tokio runtime with I/O enabled.
     pub(crate) fn new() -> Self {
+        if LIVE.fetch_add(1, Relaxed) >= MAX_TIMERS {
+            LIVE.fetch_sub(1, Relaxed);
+            return Self { fd: None };
+        }
+        let timer = Self::make();
+        if timer.fd.is_none() {
+            LIVE.fetch_sub(1, Relaxed);
+        }
+        timer
+    }
+
+    fn make() -> Self {
         // SAFETY: creates a descriptor; no pointers are passed.
         let raw =
             unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };

@@ -83,7 +83,7 @@ impl ConsoleView {
 
     /// Prints the settings banner (key, value pairs).
     pub fn banner(&mut self, title: &str, settings: &[(String, String)]) {
-        self.streams = title == "goodput quic";
+        self.streams = title == goodput_core::quic::CLIENT_TITLE;
         if !self.verbosity.banner() {
             return;
         }

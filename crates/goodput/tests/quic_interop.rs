@@ -97,21 +97,7 @@ fn aioquic_client_against_the_goodput_server() {
     if !have_aioquic() {
         return;
     }
-    let port = free_udp_port();
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_goodput"));
-    srv.args([
-        "server",
-        "--listen",
-        "127.0.0.1",
-        "-p",
-        &free_udp_port().to_string(),
-        "--no-udp",
-        "--quic",
-        "--quic-listen",
-        &format!("127.0.0.1:{port}"),
-    ]);
-    let srv = Reaped::spawn(srv);
-    wait_udp_bound(port);
+    let (srv, port) = common::quic_server(&[]);
     // Every request at once; each unidirectional one, size 0 included,
     // must get exactly one reply stream of its size.
     let out = Command::new("python3")

@@ -26,6 +26,10 @@ const MEDIA_DATAGRAM: u32 = 0xFFFF_FFFD;
 /// Largest frame size and frame count in a media header (24 bits).
 pub const MAX_U24: u32 = 0x00FF_FFFF;
 
+/// The QUIC perf client's title in its banner: views that see it count
+/// requests (streams) in the status lines, not connections.
+pub const CLIENT_TITLE: &str = "goodput quic";
+
 /// picoquic's application error codes (stream resets, STOP_SENDING and
 /// connection closes).
 pub mod error_code {

@@ -20,7 +20,7 @@ use hdrhistogram::Histogram;
 use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{conn_error, filler, get_varint, path_stats, read_batch, record};
+use super::{conn_error, filler, frame_due, get_varint, path_stats, read_batch, record};
 use crate::timer::PreciseTimer;
 use crate::tls::Trust;
 use crate::{EngineError, Observer};
@@ -562,7 +562,15 @@ async fn one_connection(
             _ => Outcome::Succeeded,
         };
         return ConnEnd {
-            record: record(index, local, spec.target, (start, opened), 0, 0, outcome),
+            record: record(
+                index,
+                local,
+                spec.target,
+                (start, opened, Instant::now()),
+                0,
+                0,
+                outcome,
+            ),
             handshakes: (ok, failed),
         };
     }
@@ -575,7 +583,7 @@ async fn one_connection(
                     index,
                     local,
                     spec.target,
-                    (start, opened),
+                    (start, opened, Instant::now()),
                     0,
                     0,
                     conn_error("handshake", e),
@@ -660,7 +668,15 @@ async fn one_connection(
         _ => Outcome::Succeeded,
     };
     let (up, down) = (tally.up.load(Relaxed) - up0, tally.down.load(Relaxed) - down0);
-    let mut record = record(index, local, spec.target, (start, opened), up, down, outcome);
+    let mut record = record(
+        index,
+        local,
+        spec.target,
+        (start, opened, Instant::now()),
+        up,
+        down,
+        outcome,
+    );
     record.quic = Some(path);
     ConnEnd {
         record,
@@ -809,6 +825,7 @@ async fn batch(
                 return Ok(());
             };
             return tokio::select! {
+                biased;
                 r = reply => r.unwrap_or_else(|_| Err("the reply reader ended".into())),
                 e = conn.closed() => Err(format!("response: {e}")),
             };
@@ -835,69 +852,92 @@ async fn batch(
 /// is that of the earliest outstanding request of that size; one that
 /// outgrows every finite size asked is the earliest unlimited request's.
 /// Empty streams answer size-0 requests, which some servers (quinn's)
-/// answer that way and others (goodput's before, picoquic's) not at all.
+/// answer that way, and others (as the draft reads) not at all.
 struct UniReplies {
     waiting: Mutex<UniWaiting>,
     tally: Arc<Tally>,
 }
 
+type ReplyTx = tokio::sync::oneshot::Sender<Result<(), String>>;
+type Reply = tokio::sync::oneshot::Receiver<Result<(), String>>;
+
+/// Outstanding unidirectional requests by the size they asked for, each
+/// size's oldest first. A request that gave up (its stream failed, or the
+/// run ended) has dropped its receiver and is skipped wherever met.
 #[derive(Default)]
 struct UniWaiting {
-    /// Outstanding requests with a response, oldest first.
-    asked: std::collections::VecDeque<(Response, tokio::sync::oneshot::Sender<Result<(), String>>)>,
+    sized: std::collections::BTreeMap<u64, std::collections::VecDeque<ReplyTx>>,
+    /// Unlimited requests, oldest first, with the bytes each stops after.
+    unlimited: std::collections::VecDeque<(u64, ReplyTx)>,
     /// Size-0 requests sent, and empty reply streams seen.
     empty_asked: u64,
     empty_seen: u64,
 }
 
-type Reply = tokio::sync::oneshot::Receiver<Result<(), String>>;
-
 impl UniWaiting {
-    /// The earliest request waiting for exactly `n` bytes.
-    fn take_sized(&mut self, n: u64) -> Option<tokio::sync::oneshot::Sender<Result<(), String>>> {
-        let i = self.asked.iter().position(|(r, _)| *r == Response::Bytes(n))?;
-        self.asked.remove(i).map(|(_, tx)| tx)
+    /// The oldest live request waiting for exactly `n` bytes.
+    fn take_sized(&mut self, n: u64) -> Option<ReplyTx> {
+        let q = self.sized.get_mut(&n)?;
+        let found = std::iter::from_fn(|| q.pop_front()).find(|tx| !tx.is_closed());
+        if q.is_empty() {
+            self.sized.remove(&n);
+        }
+        found
     }
 
-    /// The earliest unlimited request, with the bytes it stops after.
-    fn take_unlimited(&mut self) -> Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)> {
-        let i = self
-            .asked
-            .iter()
-            .position(|(r, _)| matches!(r, Response::StopAfter(_)))?;
-        match self.asked.remove(i)? {
-            (Response::StopAfter(n), tx) => Some((n, tx)),
-            _ => None,
+    /// The oldest live unlimited request, with the bytes it stops after.
+    fn take_unlimited(&mut self) -> Option<(u64, ReplyTx)> {
+        std::iter::from_fn(|| self.unlimited.pop_front()).find(|(_, tx)| !tx.is_closed())
+    }
+
+    /// The largest finite size a live request still waits for.
+    fn largest(&mut self) -> Option<u64> {
+        loop {
+            let mut last = self.sized.last_entry()?;
+            last.get_mut().retain(|tx| !tx.is_closed());
+            if !last.get().is_empty() {
+                return Some(*last.key());
+            }
+            last.remove();
         }
     }
 
-    /// The largest finite size still asked.
-    fn largest(&self) -> Option<u64> {
-        self.asked
+    /// A reply of `got` bytes that fits no request: the request of the
+    /// nearest size fails with it (the likeliest to be the one it
+    /// answered, wrongly), so nothing waits for ever and the run reports
+    /// the mismatch.
+    fn unmatched(&mut self, got: u64, what: String) {
+        let mut asked: Vec<String> = self
+            .sized
             .iter()
-            .filter_map(|(r, _)| match r {
-                Response::Bytes(n) => Some(*n),
-                Response::StopAfter(_) => None,
-            })
-            .max()
-    }
-
-    /// A reply that fits no request: the earliest request fails with it,
-    /// so nothing waits for ever and the run reports the mismatch.
-    fn unmatched(&mut self, what: String) {
-        let asked: Vec<String> = self
-            .asked
-            .iter()
-            .map(|(r, _)| match r {
-                Response::Bytes(n) => format!("{n} B"),
-                Response::StopAfter(n) => format!("unlimited, stopped after {n} B"),
+            .filter(|(_, q)| !q.is_empty())
+            .take(8)
+            .map(|(n, q)| match q.len() {
+                1 => format!("{n} B"),
+                k => format!("{n} B ×{k}"),
             })
             .collect();
+        if self.sized.len() > 8 {
+            asked.push("…".into());
+        }
+        if !self.unlimited.is_empty() {
+            asked.push(format!("unlimited ×{}", self.unlimited.len()));
+        }
         let message = format!(
             "{what} matches no outstanding request (asked: {})",
             asked.join(", ")
         );
-        if let Some((_, tx)) = self.asked.pop_front() {
+        let above = self.sized.range(got..).next().map(|(n, _)| *n);
+        let below = self.sized.range(..got).next_back().map(|(n, _)| *n);
+        let nearest = match (below, above) {
+            (Some(b), Some(a)) if got - b <= a - got => Some(b),
+            (_, Some(a)) => Some(a),
+            (b, None) => b,
+        };
+        let tx = nearest
+            .and_then(|n| self.take_sized(n))
+            .or_else(|| self.take_unlimited().map(|(_, tx)| tx));
+        if let Some(tx) = tx {
             let _ = tx.send(Err(message));
         }
     }
@@ -929,7 +969,10 @@ impl UniReplies {
             return None;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        w.asked.push_back((response, tx));
+        match response {
+            Response::Bytes(n) => w.sized.entry(n).or_default().push_back(tx),
+            Response::StopAfter(n) => w.unlimited.push_back((n, tx)),
+        }
         Some(rx)
     }
 
@@ -949,7 +992,7 @@ impl UniReplies {
                             match w.take_unlimited() {
                                 Some(u) => unlimited = Some(u),
                                 None => {
-                                    w.unmatched(format!("a reply stream of more than {got} bytes"));
+                                    w.unmatched(got, format!("a reply stream of more than {got} bytes"));
                                     break None;
                                 }
                             }
@@ -985,9 +1028,11 @@ impl UniReplies {
                 Some(tx) => {
                     let _ = tx.send(Ok(()));
                 }
-                None => w.unmatched(format!("a reply stream of {got} bytes")),
+                None => w.unmatched(got, format!("a reply stream of {got} bytes")),
             },
-            Some(Err(Some(e))) => w.unmatched(format!("a reply stream that failed after {got} bytes ({e})")),
+            Some(Err(Some(e))) => {
+                w.unmatched(got, format!("a reply stream that failed after {got} bytes ({e})"))
+            }
             Some(Ok(())) => {}
         }
     }
@@ -1096,8 +1141,7 @@ async fn media(conn: &Connection, desc: usize, m: MediaDesc, tally: &Tally, data
     let t0 = Instant::now();
     let timer = PreciseTimer::new();
     for g in 0..groups {
-        let due = t0 + Duration::from_micros(u64::from(g * group) * 1_000_000 / u64::from(m.frequency));
-        timer.sleep_until(due).await;
+        timer.sleep_until(frame_due(t0, g * group, m.frequency)).await;
         let frames = group.min(m.frames.max(1) - g * group);
         let r = media_group(conn, desc, &m, frames, tally, datagrams).await;
         finish_stream(tally, r, None);
@@ -1130,7 +1174,7 @@ async fn media_group(
         .map_err(|e| format!("request: {e}"))?;
     tally.up.fetch_add(MEDIA_HEADER_LEN as u64, Relaxed);
     send.finish().map_err(|e| format!("finish: {e}"))?;
-    let expected = |k: u64| start + Duration::from_micros(k * 1_000_000 / u64::from(m.frequency));
+    let expected = |k: u64| frame_due(start, u32::try_from(k).unwrap_or(u32::MAX), m.frequency);
     let delay_us = |k: u64, at: Instant| {
         let e = expected(k);
         if at >= e {

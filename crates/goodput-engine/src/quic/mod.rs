@@ -154,12 +154,11 @@ pub(crate) fn record(
     index: u64,
     local: String,
     remote: SocketAddr,
-    (start, opened): (Instant, Instant),
+    (start, opened, now): (Instant, Instant, Instant),
     up: u64,
     down: u64,
     outcome: Outcome,
 ) -> ConnectionRecord {
-    let now = Instant::now();
     ConnectionRecord {
         index,
         // quinn keeps the wire's connection IDs to itself: a UUID names
@@ -195,6 +194,12 @@ pub(crate) fn conn_error(during: &str, e: impl std::fmt::Display) -> Outcome {
         name: "QuicError".into(),
         message: e.to_string(),
     }
+}
+
+/// When frame `k` of a media stream at `frequency` frames a second is due,
+/// on the frame clock that started at `start` (both ends use it).
+pub(crate) fn frame_due(start: Instant, k: u32, frequency: u8) -> Instant {
+    start + Duration::from_micros(u64::from(k) * 1_000_000 / u64::from(frequency.max(1)))
 }
 
 /// Reads what has arrived on `recv`, up to 32 chunks at once (one call per

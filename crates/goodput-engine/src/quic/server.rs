@@ -17,7 +17,7 @@ use goodput_core::result::{Outcome, QuicServerCounters};
 use quinn::{Connection, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
-use super::{conn_error, filler, path_stats, put_varint, read_batch, record};
+use super::{conn_error, filler, frame_due, path_stats, put_varint, read_batch, record};
 use crate::tcp::RecordSink;
 use crate::timer::PreciseTimer;
 use crate::EngineError;
@@ -202,14 +202,17 @@ impl BoundQuic {
     /// Serves until `cancel`; returns what it did. Each connection is
     /// reported to `records` (the TCP server's run loop) where one is given.
     pub async fn run(self, cancel: CancellationToken, records: Option<RecordSink>) -> QuicServerCounters {
+        // The TCP run loop reads records until this service has ended.
+        let _held = records.as_ref().map(RecordSink::hold);
         let c = Arc::new(Counters::default());
         let spec = Arc::new(self.spec);
         let started = Instant::now();
+        let conns = tokio_util::task::TaskTracker::new();
         let mut loops = Vec::new();
         for ep in &self.endpoints {
             let (ep, c, spec, cancel) = (ep.clone(), c.clone(), spec.clone(), cancel.clone());
             let unvalidated = self.unvalidated.clone();
-            let records = records.clone();
+            let (records, conns) = (records.clone(), conns.clone());
             let local = ep.local_addr().map_or_else(|_| String::new(), |a| a.to_string());
             loops.push(tokio::spawn(async move {
                 loop {
@@ -260,7 +263,7 @@ impl BoundQuic {
                         let late = spec.handshake_timeout + Duration::from_secs(1);
                         (incoming.accept_with(unvalidated.clone()), late)
                     };
-                    tokio::spawn(async move {
+                    conns.spawn(async move {
                         let conn = match connecting {
                             Ok(connecting) => tokio::time::timeout(deadline, connecting).await,
                             Err(e) => Ok(Err(e)),
@@ -275,14 +278,21 @@ impl BoundQuic {
                                 let remote = conn.remote_address();
                                 let index = records.as_ref().map(RecordSink::index);
                                 let bytes = Arc::new(ConnBytes::default());
-                                serve_connection(conn.clone(), &spec, &c, &bytes, &cancel).await;
+                                let ended = serve_connection(conn.clone(), &spec, &c, &bytes, &cancel).await;
                                 if let (Some(r), Some(index)) = (&records, index) {
                                     let outcome = ending(conn.close_reason(), cancel.is_cancelled());
                                     let (sent, received) =
                                         (bytes.sent.load(Relaxed), bytes.received.load(Relaxed));
                                     let zero = r.zero().unwrap_or(started);
-                                    let mut rec =
-                                        record(index, local, remote, (zero, opened), sent, received, outcome);
+                                    let mut rec = record(
+                                        index,
+                                        local,
+                                        remote,
+                                        (zero, opened, ended),
+                                        sent,
+                                        received,
+                                        outcome,
+                                    );
                                     rec.quic = Some(path_stats(&conn));
                                     r.ended(rec);
                                 }
@@ -305,6 +315,10 @@ impl BoundQuic {
         for ep in &self.endpoints {
             ep.close(VarInt::from_u32(error_code::NONE), b"server stopping");
         }
+        // Each connection's task ends with its connection (and its record
+        // is sent) once the close has gone out.
+        conns.close();
+        let _ = tokio::time::timeout(Duration::from_secs(2), conns.wait()).await;
         for ep in &self.endpoints {
             let _ = tokio::time::timeout(Duration::from_secs(1), ep.wait_idle()).await;
         }
@@ -336,8 +350,8 @@ struct ConnBytes {
 }
 
 /// How a connection ended, as its record says: a close without an error
-/// (the client's, or an idle one) is a success; one the server's stop
-/// made, an abort.
+/// is a success; one the server's stop made, an abort; anything else (an
+/// idle timeout: the client vanished) a network error.
 fn ending(reason: Option<quinn::ConnectionError>, stopping: bool) -> Outcome {
     use quinn::ConnectionError as E;
     match reason {
@@ -361,7 +375,7 @@ async fn serve_connection(
     c: &Arc<Counters>,
     bytes: &Arc<ConnBytes>,
     cancel: &CancellationToken,
-) {
+) -> Instant {
     // The connection's streams run in tasks of their own and add to its
     // bytes; they end with it, and are waited for before its record.
     let tracker = tokio_util::task::TaskTracker::new();
@@ -387,8 +401,10 @@ async fn serve_connection(
             }
         }
     }
+    let ended = Instant::now();
     tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
+    ended
 }
 
 /// Reads the header; `None` when the stream ended inside it.
@@ -476,11 +492,7 @@ async fn respond(mut send: SendStream, n: u64, spec: &QuicServerSpec, c: &Counte
                     left -= k as u64;
                 }
             }
-            Err(quinn::WriteError::Stopped(_)) => {
-                c.stopped.fetch_add(1, Relaxed);
-                let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
-                return;
-            }
+            Err(quinn::WriteError::Stopped(_)) => return stopped(send, c),
             // An unlimited response ends only when the client says so: a
             // client that closes its connection right after its
             // STOP_SENDING (before the frame has left) stopped it too.
@@ -521,8 +533,13 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
     let stream_id = send.id().index();
     let timer = PreciseTimer::new();
     for k in 0..frames {
-        let due = start + Duration::from_micros(u64::from(k) * 1_000_000 / u64::from(m.frequency.max(1)));
-        timer.sleep_until(due).await;
+        // A connection that ends ends its media too (datagrams would
+        // otherwise go on failing to the last frame).
+        tokio::select! {
+            biased;
+            _ = conn.closed() => return,
+            () = timer.sleep_until(frame_due(start, k, m.frequency)) => {}
+        }
         let size = if k == 0 {
             m.first_frame_size.max(8)
         } else {
@@ -537,9 +554,14 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
             let target = size.min(max).max(d.len());
             d.resize(target, 0xAA);
             let len = d.len() as u64;
-            if conn.send_datagram(d.into()).is_ok() {
-                c.datagrams_sent.fetch_add(1, Relaxed);
-                b.sent.fetch_add(len, Relaxed);
+            match conn.send_datagram(d.into()) {
+                Ok(()) => {
+                    c.datagrams_sent.fetch_add(1, Relaxed);
+                    c.bytes_sent.fetch_add(len, Relaxed);
+                    b.sent.fetch_add(len, Relaxed);
+                }
+                Err(quinn::SendDatagramError::ConnectionLost(_)) => return,
+                Err(_) => {}
             }
             continue;
         }
@@ -551,13 +573,15 @@ async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Cou
                 c.bytes_sent.fetch_add(size as u64, Relaxed);
                 b.sent.fetch_add(size as u64, Relaxed);
             }
-            Err(quinn::WriteError::Stopped(_)) => {
-                c.stopped.fetch_add(1, Relaxed);
-                let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
-                return;
-            }
+            Err(quinn::WriteError::Stopped(_)) => return stopped(send, c),
             Err(_) => return,
         }
     }
     finish(send, c).await;
+}
+
+/// The client stopped the stream: count it and reset with picoquic's code.
+fn stopped(mut send: SendStream, c: &Counters) {
+    c.stopped.fetch_add(1, Relaxed);
+    let _ = send.reset(VarInt::from_u32(error_code::STOPPED));
 }

@@ -122,7 +122,7 @@ pub(super) async fn run(
         ("Connections".into(), spec.connections.to_string()),
         ("Packets".into(), crate::quic::packet_sizes(spec.max_mtu)),
     ];
-    observer.on_start("goodput quic", &banner);
+    observer.on_start(goodput_core::quic::CLIENT_TITLE, &banner);
     for n in &notices {
         observer.on_notice(n);
     }

@@ -205,6 +205,10 @@ pub struct RecordSink {
     pub(crate) next_index: Arc<std::sync::atomic::AtomicU64>,
     /// The run's start, once its loop runs: the records' time base.
     pub(crate) zero: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// The run loop ends only when every holder of a token from here has
+    /// let go, so the last records of a service that stops with the
+    /// server are not lost.
+    pub(crate) others: tokio_util::task::TaskTracker,
 }
 
 impl RecordSink {
@@ -216,6 +220,11 @@ impl RecordSink {
     /// The instant the run's times count from, if its loop has started.
     pub(crate) fn zero(&self) -> Option<std::time::Instant> {
         self.zero.get().copied()
+    }
+
+    /// Keeps the run loop reading records until the token is dropped.
+    pub(crate) fn hold(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.others.token()
     }
 
     /// A connection ended.

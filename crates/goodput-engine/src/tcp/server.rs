@@ -44,6 +44,8 @@ pub struct BoundServer {
     events: (mpsc::UnboundedSender<Event>, mpsc::UnboundedReceiver<Event>),
     next_index: Arc<AtomicU64>,
     zero: Arc<std::sync::OnceLock<std::time::Instant>>,
+    /// Services reporting through `records()` (see `RecordSink::hold`).
+    others: TaskTracker,
 }
 
 /// Binds every listen address of `spec`. Must be called inside a tokio
@@ -89,6 +91,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
         events: mpsc::unbounded_channel(),
         next_index: Arc::new(AtomicU64::new(0)),
         zero: Arc::default(),
+        others: TaskTracker::new(),
     })
 }
 
@@ -139,6 +142,7 @@ impl BoundServer {
             tx: self.events.0.clone(),
             next_index: self.next_index.clone(),
             zero: self.zero.clone(),
+            others: self.others.clone(),
         }
     }
 
@@ -207,10 +211,13 @@ impl BoundServer {
         let done = {
             let tracker = tracker.clone();
             let cancel = cancel.clone();
+            let others = self.others.clone();
             async move {
                 cancel.cancelled().await;
                 tracker.close();
                 tracker.wait().await;
+                others.close();
+                others.wait().await;
             }
         };
         let spec = &ctx.spec;

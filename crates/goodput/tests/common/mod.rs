@@ -339,3 +339,24 @@ pub fn services_server(ports: &[(&str, u16)]) -> Reaped {
     }
     server
 }
+
+/// `goodput server` with only its QUIC perf service on loopback (and its
+/// TCP port, which every server has) plus `extra` flags, bound; its UDP
+/// port.
+pub fn quic_server(extra: &[&str]) -> (Reaped, u16) {
+    let port = free_udp_port();
+    let mut cmd = goodput();
+    cmd.args([
+        "server",
+        "--listen",
+        "127.0.0.1",
+        "-p",
+        &free_tcp_port().to_string(),
+        "--no-udp",
+    ])
+    .args(["--quic", "--quic-listen", &format!("127.0.0.1:{port}")])
+    .args(extra);
+    let srv = Reaped::spawn(cmd);
+    wait_udp_bound(port);
+    (srv, port)
+}

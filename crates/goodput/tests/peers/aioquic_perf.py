@@ -97,6 +97,12 @@ class PerfServer(QuicConnectionProtocol):
             self.transmit()
             return
         size = int.from_bytes(got, "big")
+        if size > 1 << 30:
+            # Unlimited (or absurd): not served by this peer.
+            if not is_uni(event.stream_id):
+                self._quic.reset_stream(event.stream_id, 1)
+                self.transmit()
+            return
         if is_uni(event.stream_id):
             if size == 0 and not self.empty_uni:
                 return
