@@ -199,13 +199,17 @@ pub struct QuicHandshakeStats {
 }
 
 /// quinn's connection statistics (what it can provide of picoquic's), in
-/// each QUIC connection's record (all zero when it never connected).
+/// each QUIC connection's record (absent when it never connected).
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QuicPathStats {
     /// Smoothed RTT, microseconds.
     pub rtt_us: u64,
-    /// Minimum RTT, microseconds.
-    pub min_rtt_us: u64,
+    /// Minimum RTT, microseconds; absent where quinn's minimum read 0,
+    /// which it does on a fast path when an acknowledgement is stamped
+    /// with a receive time taken before the packet it acknowledges was
+    /// sent (its batches share one clock reading): not an RTT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_rtt_us: Option<u64>,
     /// Congestion window, bytes.
     pub cwnd_bytes: u64,
     /// Congestion events.

@@ -80,7 +80,7 @@ pub fn quic_summary(r: &TestResult, d: &QuicDetail) -> String {
             "  Connection {}: RTT {} µs (min {} µs), cwnd {} B, {} packets sent, {} lost ({} B), {} congestion events, MTU {} B\n",
             c.index,
             p.rtt_us,
-            p.min_rtt_us,
+            p.min_rtt_us.map_or("-".into(), |us| us.to_string()),
             p.cwnd_bytes,
             p.sent_packets,
             p.lost_packets,
@@ -151,7 +151,7 @@ pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
             String::new(),
             "0".into(),
             o(p.map(|p| p.rtt_us)),
-            o(p.map(|p| p.min_rtt_us)),
+            o(p.and_then(|p| p.min_rtt_us)),
             o(p.map(|p| p.cwnd_bytes)),
             // quinn's default congestion controller is Cubic (picoquic's 2).
             "2".into(),

@@ -385,7 +385,9 @@ fn client_reports_add_up_and_name_what_they_count() {
         second[at("CNX_ID")],
         v["connections"][0]["connection_id"].as_str().unwrap()
     );
-    assert!(first[at("minrtt")].parse::<u64>().unwrap() > 0, "{first:?}");
+    // quinn's minimum reads 0 on a fast path (an artefact): left empty then.
+    assert_ne!(first[at("minrtt")], "0", "{first:?}");
+    assert!(first[at("srtt")].parse::<u64>().unwrap() > 0, "{first:?}");
     assert_eq!(second[at("minrtt")], "", "{second:?}");
 }
 

@@ -137,7 +137,7 @@ pub(crate) fn path_stats(c: &Connection) -> QuicPathStats {
     let s = c.stats();
     QuicPathStats {
         rtt_us: s.path.rtt.as_micros() as u64,
-        min_rtt_us: s.path.min_rtt.as_micros() as u64,
+        min_rtt_us: Some(s.path.min_rtt.as_micros() as u64).filter(|&us| us > 0),
         cwnd_bytes: s.path.cwnd,
         congestion_events: s.path.congestion_events,
         lost_packets: s.path.lost_packets,
