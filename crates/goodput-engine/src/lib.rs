@@ -15,6 +15,7 @@ pub mod iperf3;
 mod lowat;
 pub mod media;
 mod observer;
+mod own_runtime;
 pub mod quic;
 pub mod run;
 pub mod services;

@@ -245,6 +245,10 @@ fn max_mtu_caps_the_packets_both_ways() {
             &["server", "--quic", "--quic-max-mtu", "65528"][..],
             "--quic-max-mtu must be 1200-65527 B (QUIC's range), not 65528",
         ),
+        (
+            &["server", "--quic", "--quic-threads", "0"][..],
+            "--quic-threads must be 1-1024",
+        ),
     ] {
         let (code, _, err) = common::run(args);
         assert_eq!(code, Some(2), "{args:?}");

@@ -127,6 +127,11 @@ pub struct ServerSpec {
     /// (1200-65527); default: path MTU discovery up to 6,500 bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quic_max_mtu: Option<u16>,
+    /// Threads of the QUIC service (1-1024; its own runtime). One, as
+    /// quinn perf and picoquic run, is fastest for a few connections: quinn
+    /// moves each packet through tasks that would otherwise wake each other
+    /// across threads. More serve many connections on many cores.
+    pub quic_threads: usize,
     /// Do not serve UDP media streams on `port`.
     pub no_udp: bool,
     /// Most media streams open at once (per listening socket).
@@ -201,6 +206,7 @@ impl Default for ServerSpec {
             quic_max_handshakes: 1_000,
             quic_no_retry: false,
             quic_max_mtu: None,
+            quic_threads: 1,
             no_udp: false,
             udp_max_streams: 10_000,
             udp_max_bitrate: BitRate(100_000_000_000),
@@ -319,6 +325,9 @@ impl ServerSpec {
             return Err(SpecError::new(field, "must be at least 1"));
         }
         super::quic::check_mtu("quic_max_mtu", self.quic_max_mtu)?;
+        if !(1..=1024).contains(&self.quic_threads) {
+            return Err(SpecError::new("quic_threads", "must be 1-1024"));
+        }
         for (field, v) in [
             ("max_transfer", self.max_transfer),
             ("quic_max_response", self.quic_max_response),

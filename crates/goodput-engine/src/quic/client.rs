@@ -21,6 +21,7 @@ use quinn::{Connection, Endpoint, RecvStream, SendStream, VarInt};
 use tokio_util::sync::CancellationToken;
 
 use super::{conn_error, filler, frame_due, get_varint, path_stats, read_batch, record};
+use crate::own_runtime::OwnRuntime;
 use crate::timer::PreciseTimer;
 use crate::tls::Trust;
 use crate::{EngineError, Observer};
@@ -211,18 +212,26 @@ pub async fn run_quic(
         _ => 100,
     };
     let cfg = super::client_config(&spec.trust, max_streams, spec.max_mtu)?;
+    // The endpoint and the connections on a runtime of their own, a thread
+    // per connection up to the cores (see `own_runtime`).
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let own = OwnRuntime::new("goodput-quic", (spec.connections as usize).min(cores))?;
     let bind: SocketAddr = if spec.target.is_ipv4() {
         (Ipv4Addr::UNSPECIFIED, 0).into()
     } else {
         (Ipv6Addr::UNSPECIFIED, 0).into()
     };
     let sock = super::udp_socket(bind).map_err(|source| EngineError::Listen { addr: bind, source })?;
-    let mut endpoint = Endpoint::new(
-        super::endpoint_config(spec.max_mtu),
-        None,
-        sock,
-        Arc::new(quinn::TokioRuntime),
-    )
+    // Made inside the own runtime, so its socket and driver live there.
+    let mut endpoint = {
+        let _inside = own.handle().enter();
+        Endpoint::new(
+            super::endpoint_config(spec.max_mtu),
+            None,
+            sock,
+            Arc::new(quinn::TokioRuntime),
+        )
+    }
     .map_err(|source| EngineError::Listen { addr: bind, source })?;
     endpoint.set_default_client_config(cfg);
     let spec = Arc::new(spec);
@@ -237,7 +246,7 @@ pub async fn run_quic(
     let (found, closed) = tokio::sync::watch::channel(None);
     let probe = {
         let target = spec.target;
-        tokio::spawn(async move {
+        own.handle().spawn(async move {
             let reason = refused(target).await;
             let _ = found.send(Some(reason));
         })
@@ -246,7 +255,7 @@ pub async fn run_quic(
     for index in 0..spec.connections {
         let tally = tallies[index as usize].clone();
         let (spec, endpoint, stop, closed) = (spec.clone(), endpoint.clone(), stop.clone(), closed.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(own.handle().spawn(async move {
             one_connection(index as u64, &spec, &endpoint, &tally, &stop, start, &closed).await
         }));
     }

@@ -115,11 +115,18 @@ pub(crate) async fn run(
         }
         false => None,
     };
+    // The QUIC service on a runtime of its own (see `own_runtime`), bound
+    // inside it so its endpoints' drivers run there.
     let quic = match spec.quic {
         true => {
-            let q = crate::quic::bind_quic(quic_spec(spec)).map_err(setup)?;
+            let own =
+                crate::own_runtime::OwnRuntime::new("goodput-quic", spec.quic_threads).map_err(setup)?;
+            let q = {
+                let _inside = own.handle().enter();
+                crate::quic::bind_quic(quic_spec(spec)).map_err(setup)?
+            };
             banner.push(("QUIC perf service".into(), quic_banner(spec, &q.local_addrs())));
-            Some(q)
+            Some((own, q))
         }
         false => None,
     };
@@ -245,7 +252,11 @@ pub(crate) async fn run(
     let quic_records = bound.records();
     let quic_run = async {
         match quic {
-            Some(q) => Some(q.run(cancel.clone(), Some(quic_records)).await),
+            Some((own, q)) => own
+                .handle()
+                .spawn(q.run(cancel.clone(), Some(quic_records)))
+                .await
+                .ok(),
             None => None,
         }
     };
@@ -340,7 +351,7 @@ fn quic_spec(spec: &ServerSpec) -> crate::quic::QuicServerSpec {
 fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
     format!(
         "{} (ALPN perf; {}; {}; at most {} connections, {} per client, {} in their handshake \
-         for up to {} ms; responses up to {} B; {})",
+         for up to {} ms; responses up to {} B; {}; {} thread{})",
         list(addrs),
         match &spec.cert {
             Some(p) => format!("certificate from {}", p.display()),
@@ -355,7 +366,9 @@ fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
         spec.quic_max_handshakes,
         spec.hello_timeout.0.as_millis(),
         spec.quic_max_response.0,
-        crate::quic::packet_sizes(spec.quic_max_mtu)
+        crate::quic::packet_sizes(spec.quic_max_mtu),
+        spec.quic_threads,
+        if spec.quic_threads == 1 { "" } else { "s" }
     )
 }
 

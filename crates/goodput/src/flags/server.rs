@@ -88,6 +88,10 @@ pub struct ServerArgs {
     /// (1200-65527); default: path MTU discovery up to 6500.
     #[arg(long, value_name = "BYTES")]
     pub quic_max_mtu: Option<u16>,
+    /// Threads of the QUIC service. One (as quinn perf and picoquic run) is
+    /// fastest for a few connections; more serve many on many cores.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub quic_threads: usize,
     /// Do not serve UDP media streams (`goodput udp`) on UDP --port.
     #[arg(long)]
     pub no_udp: bool,
@@ -277,6 +281,7 @@ impl ServerArgs {
             quic_max_handshakes: self.quic_max_handshakes,
             quic_no_retry: self.quic_no_retry,
             quic_max_mtu: self.quic_max_mtu,
+            quic_threads: self.quic_threads,
             no_udp: self.no_udp,
             udp_max_streams: self.udp_max_streams,
             udp_max_bitrate: self.udp_max_bitrate,
