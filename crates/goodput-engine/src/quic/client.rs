@@ -1108,10 +1108,11 @@ async fn timed_download(
 }
 
 /// DATAGRAM frames by the request stream they answer: frame numbers and
-/// arrival times.
+/// arrival times, kept only for the requests this client made and up to
+/// the frames each asked for (the stream ids come from the server).
 #[derive(Default)]
 struct Datagrams {
-    by_stream: Mutex<HashMap<u64, Vec<(u64, Instant)>>>,
+    by_stream: Mutex<HashMap<u64, (usize, Vec<(u64, Instant)>)>>,
 }
 
 impl Datagrams {
@@ -1124,19 +1125,26 @@ impl Datagrams {
             let Some((frame, _)) = get_varint(&d[a..]) else {
                 continue;
             };
-            self.by_stream
-                .lock()
-                .expect("not poisoned")
-                .entry(stream)
-                .or_default()
-                .push((frame, now));
+            if let Some((most, got)) = self.by_stream.lock().expect("not poisoned").get_mut(&stream) {
+                if got.len() < *most {
+                    got.push((frame, now));
+                }
+            }
         }
+    }
+    /// Datagrams for request `stream`, up to `frames` of them, are kept.
+    fn expect(&self, stream: u64, frames: u32) {
+        self.by_stream
+            .lock()
+            .expect("not poisoned")
+            .insert(stream, (frames as usize, Vec::new()));
     }
     fn take(&self, stream: u64) -> Vec<(u64, Instant)> {
         self.by_stream
             .lock()
             .expect("not poisoned")
             .remove(&stream)
+            .map(|(_, got)| got)
             .unwrap_or_default()
     }
 }
@@ -1177,6 +1185,9 @@ async fn media_group(
     };
     let mut header = Vec::with_capacity(MEDIA_HEADER_LEN);
     Request::Media(req).encode(&mut header);
+    if m.datagram {
+        datagrams.expect(send.id().index(), frames);
+    }
     let start = Instant::now();
     send.write_chunk(header.into())
         .await
