@@ -1112,8 +1112,12 @@ async fn timed_download(
 /// the frames each asked for (the stream ids come from the server).
 #[derive(Default)]
 struct Datagrams {
-    by_stream: Mutex<HashMap<u64, (usize, Vec<(u64, Instant)>)>>,
+    by_stream: Mutex<HashMap<u64, Expected>>,
 }
+
+/// One request's datagrams: the most it asked for, and the frame numbers
+/// and arrival times of those that came.
+type Expected = (usize, Vec<(u64, Instant)>);
 
 impl Datagrams {
     async fn read_all(&self, conn: &Connection) {
