@@ -325,6 +325,42 @@ async fn media_frames_leave_on_time_not_on_the_next_millisecond() {
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn datagrams_name_their_request_by_its_wire_stream_id() {
+    let server = Server::start(server_spec(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+    let conn = raw_connection(server.addr).await;
+    // Stream 0: a small request; stream 4 (the second bidirectional one):
+    // three datagram frames. picoquic reads the stream ID from each frame.
+    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+    send.write_all(&8u64.to_be_bytes()).await.unwrap();
+    send.finish().unwrap();
+    recv.read_to_end(100).await.unwrap();
+    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    assert_eq!(u64::from(send.id()), 4);
+    let mut header = Vec::new();
+    goodput_core::quic::Request::Media(goodput_core::quic::MediaRequest {
+        datagram: true,
+        frame_size: 100,
+        priority: 0,
+        frequency: 100,
+        frames: 3,
+        first_frame_size: 100,
+    })
+    .encode(&mut header);
+    send.write_all(&header).await.unwrap();
+    send.finish().unwrap();
+    for k in 0..3u8 {
+        let d = tokio::time::timeout(Duration::from_secs(2), conn.read_datagram())
+            .await
+            .expect("a datagram frame")
+            .unwrap();
+        // Varints 4 (the stream) and k (the frame), one byte each.
+        assert_eq!((d[0], d[1]), (4, k), "{:?}", &d[..4]);
+    }
+    conn.close(0u32.into(), b"");
+    server.stop().await;
+}
+
 /// Tests that count or time frame clocks run one at a time.
 static MEDIA: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -1190,7 +1190,7 @@ async fn media_group(
     let mut header = Vec::with_capacity(MEDIA_HEADER_LEN);
     Request::Media(req).encode(&mut header);
     if m.datagram {
-        datagrams.expect(send.id().index(), frames);
+        datagrams.expect(u64::from(send.id()), frames);
     }
     let start = Instant::now();
     send.write_chunk(header.into())
@@ -1219,7 +1219,7 @@ async fn media_group(
         }
         // Datagrams may still be in the reader's hands for a moment.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        for (k, at) in datagrams.take(send.id().index()) {
+        for (k, at) in datagrams.take(u64::from(send.id())) {
             tally.frame(desc, delay_us(k, at));
         }
         tally.down.fetch_add(rest, Relaxed);

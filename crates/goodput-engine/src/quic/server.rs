@@ -530,7 +530,9 @@ fn now_us() -> u64 {
 async fn media(conn: &Connection, mut send: SendStream, m: MediaRequest, c: &Counters, b: &ConnBytes) {
     let start = Instant::now();
     let frames = m.frames.max(1);
-    let stream_id = send.id().index();
+    // The request's stream ID as on the wire (picoquic matches datagrams
+    // by it), not quinn's per-kind index: they agree only for stream 0.
+    let stream_id = u64::from(send.id());
     let timer = PreciseTimer::new();
     for k in 0..frames {
         // A connection that ends ends its media too (datagrams would
