@@ -281,13 +281,19 @@ async fn media_frames_arrive_on_their_clock() {
     );
 }
 
-/// A media request on a raw stream: its frames' server timestamps (µs).
-async fn media_timestamps(server: SocketAddr, frequency: u8, frames: u32, size: u32) -> Vec<u64> {
-    let conn = raw_connection(server).await;
-    let (mut send, mut recv) = conn.open_bi().await.unwrap();
+/// Opens a bidirectional stream on `conn` and sends a picoquic media
+/// request on it (FIN after the header).
+async fn media_request(
+    conn: &quinn::Connection,
+    datagram: bool,
+    frequency: u8,
+    frames: u32,
+    size: u32,
+) -> (quinn::SendStream, quinn::RecvStream) {
+    let (mut send, recv) = conn.open_bi().await.unwrap();
     let mut header = Vec::new();
     goodput_core::quic::Request::Media(goodput_core::quic::MediaRequest {
-        datagram: false,
+        datagram,
         frame_size: size,
         priority: 0,
         frequency,
@@ -297,6 +303,13 @@ async fn media_timestamps(server: SocketAddr, frequency: u8, frames: u32, size: 
     .encode(&mut header);
     send.write_all(&header).await.unwrap();
     send.finish().unwrap();
+    (send, recv)
+}
+
+/// A media request on a raw stream: its frames' server timestamps (µs).
+async fn media_timestamps(server: SocketAddr, frequency: u8, frames: u32, size: u32) -> Vec<u64> {
+    let conn = raw_connection(server).await;
+    let (_send, mut recv) = media_request(&conn, false, frequency, frames, size).await;
     let body = recv.read_to_end(1 << 24).await.unwrap();
     conn.close(0u32.into(), b"");
     assert_eq!(body.len(), (frames * size) as usize);
@@ -335,20 +348,8 @@ async fn datagrams_name_their_request_by_its_wire_stream_id() {
     send.write_all(&8u64.to_be_bytes()).await.unwrap();
     send.finish().unwrap();
     recv.read_to_end(100).await.unwrap();
-    let (mut send, _recv) = conn.open_bi().await.unwrap();
+    let (send, _recv) = media_request(&conn, true, 100, 3, 100).await;
     assert_eq!(u64::from(send.id()), 4);
-    let mut header = Vec::new();
-    goodput_core::quic::Request::Media(goodput_core::quic::MediaRequest {
-        datagram: true,
-        frame_size: 100,
-        priority: 0,
-        frequency: 100,
-        frames: 3,
-        first_frame_size: 100,
-    })
-    .encode(&mut header);
-    send.write_all(&header).await.unwrap();
-    send.finish().unwrap();
     for k in 0..3u8 {
         let d = tokio::time::timeout(Duration::from_secs(2), conn.read_datagram())
             .await
@@ -382,19 +383,7 @@ async fn media_streams_end_with_their_connection() {
     // client goes away.
     let conn = raw_connection(server.addr).await;
     for _ in 0..20 {
-        let (mut send, _recv) = conn.open_bi().await.unwrap();
-        let mut header = Vec::new();
-        goodput_core::quic::Request::Media(goodput_core::quic::MediaRequest {
-            datagram: true,
-            frame_size: 100,
-            priority: 0,
-            frequency: 1,
-            frames: 100_000,
-            first_frame_size: 100,
-        })
-        .encode(&mut header);
-        send.write_all(&header).await.unwrap();
-        send.finish().unwrap();
+        media_request(&conn, true, 1, 100_000, 100).await;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while timerfds() < before + 20 && Instant::now() < deadline {

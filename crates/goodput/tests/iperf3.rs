@@ -23,20 +23,7 @@ use serde_json::Value;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn have_iperf3() -> bool {
-    let ok = Command::new("iperf3")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "iperf3 is required in CI (apt-get install iperf3)"
-        );
-        eprintln!("iperf3 not installed: skipping (install it with apt-get install iperf3)");
-    }
-    ok
+    common::works("iperf3", &["--version"], "apt-get install iperf3")
 }
 
 fn goodput() -> Command {

@@ -19,20 +19,7 @@ use common::{free_udp_port, goodput, wait_udp_bound, Reaped};
 const PEER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers/aioquic_perf.py");
 
 fn have_aioquic() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import aioquic"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "aioquic is required in CI (pip install aioquic==1.7.2)"
-        );
-        eprintln!("aioquic not installed: skipping (pip install aioquic==1.7.2)");
-    }
-    ok
+    common::works("python3", &["-c", "import aioquic"], "pip install aioquic==1.7.2")
 }
 
 /// The aioquic perf server on a free port.

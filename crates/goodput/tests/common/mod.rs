@@ -360,3 +360,22 @@ pub fn quic_server(extra: &[&str]) -> (Reaped, u16) {
     wait_udp_bound(port);
     (srv, port)
 }
+
+/// Whether `program args` runs and succeeds (a probe such as `python3 -c
+/// "import aioquic"`); in CI a failing probe fails the test instead.
+pub fn works(program: &str, args: &[&str], install: &str) -> bool {
+    let ok = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{program} {args:?} must work in CI ({install})"
+        );
+        eprintln!("{program} {args:?} does not work here: skipping ({install})");
+    }
+    ok
+}
