@@ -146,21 +146,8 @@ fn bad_input_is_a_usage_error() {
 
 #[test]
 fn quic_listen_takes_an_address_and_port_as_the_other_listen_flags_do() {
-    let port = free_udp_port();
-    let mut srv = Command::new(env!("CARGO_BIN_EXE_goodput"));
-    srv.args([
-        "server",
-        "--listen",
-        "127.0.0.1",
-        "-p",
-        &free_udp_port().to_string(),
-        "--no-udp",
-        "--quic",
-        "--quic-listen",
-        &format!("127.0.0.1:{port}"),
-    ]);
-    let _srv = Reaped::spawn(srv);
-    wait_udp_bound(port);
+    // The helper's server takes `--quic-listen 127.0.0.1:PORT`.
+    let (_srv, port) = common::quic_server(&[]);
     let out = goodput()
         .args([
             "quic",
