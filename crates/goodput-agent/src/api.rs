@@ -538,6 +538,8 @@ fn targets(spec: &TestSpec) -> Vec<String> {
         TestSpec::Quic(s) => s.host.iter().map(|t| host(t)).collect(),
         TestSpec::Iperf3(s) => s.host.iter().map(|t| host(t)).collect(),
         TestSpec::Ttcp(s) => s.host.iter().map(|t| host(t)).collect(),
+        TestSpec::Trace(s) => vec![host(&s.host)],
+        TestSpec::Ping(s) => vec![host(&s.host)],
         TestSpec::Server(_) => Vec::new(),
     }
 }

@@ -538,6 +538,45 @@ const TTCP: [Figure; 2] = [
     }),
 ];
 
+const TRACE: [Figure; 3] = [
+    fig(
+        "reached",
+        Quantity::Count,
+        "1 when the destination answered, else 0",
+        |r| r.trace.as_ref().map(|t| f64::from(u8::from(t.reached))),
+    ),
+    fig(
+        "hops",
+        Quantity::Count,
+        "hops to the destination (when reached)",
+        |r| r.trace.as_ref()?.hop_count.map(f64::from),
+    ),
+    fig("pmtu", Quantity::Bytes, "path MTU found (with --pmtu)", |r| {
+        r.trace.as_ref()?.pmtu.map(f64::from)
+    }),
+];
+
+const PING: [Figure; 6] = [
+    fig("loss", Quantity::Share, "requests with no reply, percent", |r| {
+        r.ping.as_ref().map(|p| p.loss_percent)
+    }),
+    fig("rtt.min", Quantity::Time, "smallest round trip", |r| {
+        r.ping.as_ref()?.rtt.map(|x| us(x.min_us))
+    }),
+    fig("rtt.avg", Quantity::Time, "mean round trip", |r| {
+        r.ping.as_ref()?.rtt.map(|x| us(x.avg_us))
+    }),
+    fig("rtt.max", Quantity::Time, "largest round trip", |r| {
+        r.ping.as_ref()?.rtt.map(|x| us(x.max_us))
+    }),
+    fig("rtt.p50", Quantity::Time, "median round trip", |r| {
+        pct(&r.ping.as_ref()?.percentiles, |p| p.p50_us)
+    }),
+    fig("rtt.p99", Quantity::Time, "99th percentile round trip", |r| {
+        pct(&r.ping.as_ref()?.percentiles, |p| p.p99_us)
+    }),
+];
+
 /// The figures a kind's assertions may name: its own, then the common
 /// counts.
 pub fn figures(kind: &str) -> Vec<&'static Figure> {
@@ -549,6 +588,8 @@ pub fn figures(kind: &str) -> Vec<&'static Figure> {
         "quic" => &QUIC,
         "iperf3" => &IPERF3,
         "ttcp" => &TTCP,
+        "trace" => &TRACE,
+        "ping" => &PING,
         _ => &[],
     };
     own.iter().chain(COMMON.iter()).collect()

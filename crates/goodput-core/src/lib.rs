@@ -15,6 +15,7 @@ pub mod iperf3;
 pub mod media;
 pub mod mesh;
 pub mod metrics;
+pub mod path;
 pub mod pattern;
 pub mod plan;
 pub mod quic;

@@ -252,6 +252,18 @@ impl PairTask {
                 .or(Some(ms(s.length.0).saturating_mul(s.iterations.max(1)))),
             TestSpec::Iperf3(s) => s.bytes.is_none().then(|| ms(s.time.0) + ms(s.omit.0)),
             TestSpec::Quic(s) => Some(ms(s.duration.0)),
+            // Every probe waiting its full time, a round per `in_flight`
+            // probes, and a black-hole search's 16 more.
+            TestSpec::Trace(s) => {
+                let rounds =
+                    (u64::from(s.max_hops) * u64::from(s.probes)).div_ceil(u64::from(s.in_flight.max(1)));
+                Some(ms(s.wait.0).saturating_mul(rounds + if s.pmtu { 20 } else { 1 }))
+            }
+            TestSpec::Ping(s) => Some(
+                ms(s.interval.0)
+                    .saturating_mul(s.count)
+                    .saturating_add(ms(s.timeout.0)),
+            ),
             _ => None,
         };
         own.map_or(60_000, |m| m.saturating_add(MARGIN))

@@ -83,6 +83,12 @@ pub struct TestResult {
     /// admitted connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<AdmissionCounters>,
+    /// Trace runs: the hops, the path MTU and the path's checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<crate::path::TraceDetail>,
+    /// Ping runs: every request and the round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ping: Option<crate::path::PingDetail>,
 }
 
 /// How a server's TCP services admitted connections over its life, and the
@@ -617,6 +623,10 @@ pub enum TestKind {
     MediaClient,
     /// `goodput quic`, a QUIC perf client.
     QuicClient,
+    /// `goodput trace`, a traceroute.
+    Trace,
+    /// `goodput ping`, ICMP echo or TCP connect round trips.
+    Ping,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -637,6 +647,9 @@ pub enum WireProtocol {
     Media,
     /// The QUIC performance protocol (ALPN `perf`).
     Quic,
+    /// Path probes and what answers them: TTL-limited UDP, TCP SYN or ICMP
+    /// echo, ICMP errors back (trace, ping).
+    Probes,
 }
 
 /// How the client ends a successful connection.

@@ -39,11 +39,12 @@ impl RunClass {
     }
 
     /// The class a test kind has unless a task says otherwise: the kinds
-    /// that fill a path are exclusive, STAMP is background, the rest normal.
+    /// that fill a path are exclusive; STAMP and the path tools (trace,
+    /// ping: a few small probes) are background; the rest normal.
     pub fn of_kind(kind: &str) -> Self {
         match kind {
             "tcp" | "iperf3" | "udp" | "quic" | "ttcp" => RunClass::Exclusive,
-            "stamp" => RunClass::Background,
+            "stamp" | "trace" | "ping" => RunClass::Background,
             _ => RunClass::Normal,
         }
     }

@@ -488,6 +488,8 @@ pub async fn run_echo(
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
     })
 }
 

@@ -16,6 +16,7 @@ mod lowat;
 pub mod media;
 mod observer;
 mod own_runtime;
+pub mod path;
 pub mod quic;
 pub mod run;
 pub mod services;

@@ -26,6 +26,10 @@ pub trait Observer: Send {
     /// A STAMP packet's fate was decided. Only called when
     /// [`Observer::wants_packets`] says so.
     fn on_packet(&mut self, _packet: &StampPacket) {}
+    /// A trace's hop is complete (hops come in order).
+    fn on_hop(&mut self, _hop: &goodput_core::path::TraceHop) {}
+    /// A ping's request was answered, refused, failed or timed out.
+    fn on_ping(&mut self, _reply: &goodput_core::path::PingReply) {}
     /// Whether to report every packet (costs an event per packet).
     fn wants_packets(&self) -> bool {
         false

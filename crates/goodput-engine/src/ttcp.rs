@@ -241,6 +241,8 @@ pub fn run_ttcp(
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
         ttcp: Some(TtcpDetail {
             transmit,
             udp: spec.udp,

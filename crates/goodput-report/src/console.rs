@@ -174,6 +174,20 @@ impl View for ConsoleView {
         Ok(())
     }
 
+    fn hop(&mut self, hop: &goodput_core::path::TraceHop) -> io::Result<()> {
+        if self.verbosity.banner() {
+            self.say(&crate::path::hop_line(hop));
+        }
+        Ok(())
+    }
+
+    fn ping_reply(&mut self, r: &goodput_core::path::PingReply) -> io::Result<()> {
+        if self.verbosity.banner() {
+            self.say(&crate::path::ping_line(r));
+        }
+        Ok(())
+    }
+
     fn notice(&mut self, text: &str) -> io::Result<()> {
         if self.verbosity.0 > 0 {
             match &self.bar {
@@ -254,6 +268,14 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
                 .map_or("no reason given", |e| e.message.as_str())
         )),
         EndReason::Completed => t.push('\n'),
+    }
+    if let Some(d) = &result.trace {
+        t.push_str(&crate::path::trace_summary(result, d));
+        return t;
+    }
+    if let Some(d) = &result.ping {
+        t.push_str(&crate::path::ping_summary(result, d));
+        return t;
     }
     if let Some(d) = &result.echo {
         t.push_str(&crate::echo::summary(result, d));

@@ -307,6 +307,12 @@ impl View for JsonStream {
     fn connection(&mut self, r: &ConnectionRecord) -> io::Result<()> {
         self.line(json!({"event": "connection", "connection": r}))
     }
+    fn hop(&mut self, hop: &goodput_core::path::TraceHop) -> io::Result<()> {
+        self.line(json!({"event": "hop", "hop": hop}))
+    }
+    fn ping_reply(&mut self, r: &goodput_core::path::PingReply) -> io::Result<()> {
+        self.line(json!({"event": "ping", "reply": r}))
+    }
     fn finish(&mut self, result: &TestResult) -> io::Result<()> {
         self.line(json!({
             "event": "end",

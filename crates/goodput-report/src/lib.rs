@@ -9,6 +9,7 @@ mod files;
 mod format;
 mod iperf3;
 mod media;
+mod path;
 mod quic;
 mod server;
 mod stamp;
@@ -24,6 +25,7 @@ pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
 };
+pub use path::{hop_line, ping_line};
 pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};
 pub use server::server_service_lines;
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
@@ -56,6 +58,14 @@ pub trait View {
     }
     /// A STAMP packet's fate was decided.
     fn packet(&mut self, _p: &StampPacket) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A trace's hop is complete.
+    fn hop(&mut self, _hop: &goodput_core::path::TraceHop) -> std::io::Result<()> {
+        Ok(())
+    }
+    /// A ping's request has its fate.
+    fn ping_reply(&mut self, _reply: &goodput_core::path::PingReply) -> std::io::Result<()> {
         Ok(())
     }
     /// A notice for the user.

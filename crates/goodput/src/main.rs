@@ -6,7 +6,7 @@ mod flags;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::Parser;
-use cmd::{agent, echo, iperf3, quic, run, server, stamp, tcp, ttcp, udp};
+use cmd::{agent, echo, iperf3, path, quic, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -61,6 +61,8 @@ fn main() -> ExitCode {
         Command::Echo(args) => runtime().and_then(|rt| on_worker(&rt, echo::echo(*args))),
         Command::Udp(args) => runtime().and_then(|rt| on_worker(&rt, udp::udp(*args))),
         Command::Quic(args) => runtime().and_then(|rt| on_worker(&rt, quic::quic(*args))),
+        Command::Trace(args) => runtime().and_then(|rt| on_worker(&rt, path::trace(*args))),
+        Command::Ping(args) => runtime().and_then(|rt| on_worker(&rt, path::ping(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

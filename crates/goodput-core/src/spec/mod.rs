@@ -18,6 +18,7 @@ pub mod quic;
 pub mod server;
 pub mod stamp;
 pub mod tcp;
+pub mod trace;
 pub mod ttcp;
 pub mod udp;
 
@@ -27,6 +28,7 @@ pub use quic::QuicSpec;
 pub use server::ServerSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
+pub use trace::{PingSpec, TraceSpec};
 pub use ttcp::{TtcpRole, TtcpSpec};
 pub use udp::UdpSpec;
 
@@ -53,6 +55,10 @@ pub enum TestSpec {
     Udp(UdpSpec),
     /// A QUIC perf test (`goodput quic`).
     Quic(QuicSpec),
+    /// A traceroute, with path MTU discovery (`goodput trace`).
+    Trace(TraceSpec),
+    /// Round trips by ICMP echo or TCP connect (`goodput ping`).
+    Ping(PingSpec),
 }
 
 impl TestSpec {
@@ -67,6 +73,8 @@ impl TestSpec {
             TestSpec::Ttcp(_) => "ttcp",
             TestSpec::Udp(_) => "udp",
             TestSpec::Quic(_) => "quic",
+            TestSpec::Trace(_) => "trace",
+            TestSpec::Ping(_) => "ping",
         }
     }
 
@@ -81,6 +89,8 @@ impl TestSpec {
             TestSpec::Ttcp(s) => &s.assert,
             TestSpec::Udp(s) => &s.assert,
             TestSpec::Quic(s) => &s.assert,
+            TestSpec::Trace(s) => &s.assert,
+            TestSpec::Ping(s) => &s.assert,
         }
     }
 
@@ -95,6 +105,8 @@ impl TestSpec {
             TestSpec::Ttcp(s) => s.validate().map_err(|e| e.within("ttcp")),
             TestSpec::Udp(s) => s.validate().map_err(|e| e.within("udp")),
             TestSpec::Quic(s) => s.validate().map_err(|e| e.within("quic")),
+            TestSpec::Trace(s) => s.validate().map_err(|e| e.within("trace")),
+            TestSpec::Ping(s) => s.validate().map_err(|e| e.within("ping")),
         }
     }
 }

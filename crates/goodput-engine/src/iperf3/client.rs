@@ -591,6 +591,8 @@ pub(crate) fn build_result(
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
         ttcp: None,
         iperf3: Some(Iperf3Detail {
             protocol: match p.protocol {

@@ -209,6 +209,8 @@ pub async fn run_media(
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
     })
 }
 

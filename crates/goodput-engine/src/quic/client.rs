@@ -462,6 +462,8 @@ pub async fn run_quic(
         quic: Some(detail),
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
     })
 }
 

@@ -5,6 +5,7 @@
 
 mod echo;
 mod iperf3;
+mod path;
 mod quic;
 mod server;
 mod stamp;
@@ -82,6 +83,8 @@ pub async fn run(
         TestSpec::Quic(s) => quic::run(s, observer, cancel, max_records).await,
         TestSpec::Ttcp(s) => ttcp::run(s, context.ttcp_data, context.ttcp_lines, cancel).await,
         TestSpec::Server(s) => server::run(s, context.iperf3_observer, observer, cancel, max_records).await,
+        TestSpec::Trace(s) => path::trace(spec, s, observer, cancel).await,
+        TestSpec::Ping(s) => path::ping(spec, s, observer, cancel, max_records).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -276,6 +279,8 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Echo(_) => (TestKind::EchoClient, WireProtocol::Raw),
         TestSpec::Udp(_) => (TestKind::MediaClient, WireProtocol::Media),
         TestSpec::Quic(_) => (TestKind::QuicClient, WireProtocol::Quic),
+        TestSpec::Trace(_) => (TestKind::Trace, WireProtocol::Probes),
+        TestSpec::Ping(_) => (TestKind::Ping, WireProtocol::Probes),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit
@@ -292,6 +297,19 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
 /// [`EndReason::Failed`] with `reason`, and the spec it was to run — so a
 /// scheduler archives and alerts on it like any other result.
 pub fn failed(spec: &TestSpec, stage: FailureStage, reason: impl Into<String>) -> TestResult {
+    TestResult {
+        end: EndReason::Failed,
+        error: Some(RunFailure {
+            stage,
+            message: reason.into(),
+        }),
+        ..empty(spec, crate::tcp::unix_ms_now(), 0)
+    }
+}
+
+/// A result of `spec`'s kind with nothing in it yet: no intervals, no
+/// connections, ended [`EndReason::Completed`] after `duration_ns`.
+pub(crate) fn empty(spec: &TestSpec, started_unix_ms: u64, duration_ns: u64) -> TestResult {
     let (kind, wire) = result_kind(spec);
     TestResult {
         assertions: Vec::new(),
@@ -299,18 +317,15 @@ pub fn failed(spec: &TestSpec, stage: FailureStage, reason: impl Into<String>) -
         tool: crate::tool_info(),
         kind,
         spec: Some(spec.clone()),
-        started_unix_ms: crate::tcp::unix_ms_now(),
+        started_unix_ms,
         settings: TcpSettings::bare(wire, Vec::new(), 0),
         intervals: Vec::new(),
         intervals_omitted: 0,
         connections: Vec::new(),
-        summary: Summary::from_records(&[], 0),
+        summary: Summary::from_records(&[], duration_ns),
         connections_omitted: 0,
-        end: EndReason::Failed,
-        error: Some(RunFailure {
-            stage,
-            message: reason.into(),
-        }),
+        end: EndReason::Completed,
+        error: None,
         services: None,
         iperf3: None,
         stamp: None,
@@ -322,5 +337,7 @@ pub fn failed(spec: &TestSpec, stage: FailureStage, reason: impl Into<String>) -
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
     }
 }

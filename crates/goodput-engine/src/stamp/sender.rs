@@ -290,6 +290,8 @@ pub async fn run_sender(
         quic: None,
         quic_server: None,
         admission: None,
+        trace: None,
+        ping: None,
         ttcp: None,
     })
 }

@@ -93,6 +93,7 @@ pub async fn run_client(
             | WireProtocol::Raw
             | WireProtocol::Media
             | WireProtocol::Quic
+            | WireProtocol::Probes
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -705,7 +706,8 @@ async fn negotiate(
         | WireProtocol::Stamp
         | WireProtocol::Raw
         | WireProtocol::Media
-        | WireProtocol::Quic => {
+        | WireProtocol::Quic
+        | WireProtocol::Probes => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = ConnId::from_text(cts::decode_connection_id(&id));
@@ -749,7 +751,8 @@ async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Fa
         | WireProtocol::Stamp
         | WireProtocol::Raw
         | WireProtocol::Media
-        | WireProtocol::Quic => {
+        | WireProtocol::Quic
+        | WireProtocol::Probes => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

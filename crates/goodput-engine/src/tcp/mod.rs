@@ -422,6 +422,8 @@ impl Driven {
             quic: None,
             quic_server: None,
             admission: None,
+            trace: None,
+            ping: None,
             ttcp: None,
             iperf3: None,
         }

@@ -58,6 +58,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
             | WireProtocol::Raw
             | WireProtocol::Media
             | WireProtocol::Quic
+            | WireProtocol::Probes
     ) {
         return Err(EngineError::Config(format!(
             "the {:?} wire is not a TCP test protocol",
@@ -491,7 +492,8 @@ async fn accept_phase(
         | WireProtocol::Stamp
         | WireProtocol::Raw
         | WireProtocol::Media
-        | WireProtocol::Quic => {
+        | WireProtocol::Quic
+        | WireProtocol::Probes => {
             if let Some(r) = refusal {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit(r)));
@@ -544,7 +546,8 @@ async fn accept_phase(
             | WireProtocol::Stamp
             | WireProtocol::Raw
             | WireProtocol::Media
-            | WireProtocol::Quic => {
+            | WireProtocol::Quic
+            | WireProtocol::Probes => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -626,7 +629,8 @@ async fn finish_phase(
         | WireProtocol::Stamp
         | WireProtocol::Raw
         | WireProtocol::Media
-        | WireProtocol::Quic => Ok(()),
+        | WireProtocol::Quic
+        | WireProtocol::Probes => Ok(()),
     };
     match (result, trailer) {
         (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {

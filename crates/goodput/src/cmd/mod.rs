@@ -4,6 +4,7 @@
 pub(crate) mod agent;
 pub(crate) mod echo;
 pub(crate) mod iperf3;
+pub(crate) mod path;
 pub(crate) mod quic;
 pub(crate) mod run;
 pub(crate) mod server;

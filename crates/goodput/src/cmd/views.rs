@@ -136,6 +136,12 @@ impl Observer for Views {
     fn wants_established(&self) -> bool {
         self.console.wants_established() || self.files.iter().any(|v| v.wants_established())
     }
+    fn on_hop(&mut self, hop: &goodput_core::path::TraceHop) {
+        self.each(|v| v.hop(hop));
+    }
+    fn on_ping(&mut self, r: &goodput_core::path::PingReply) {
+        self.each(|v| v.ping_reply(r));
+    }
     fn on_packet(&mut self, p: &StampPacket) {
         self.each(|v| if v.wants_packets() { v.packet(p) } else { Ok(()) });
     }

@@ -4,6 +4,7 @@
 mod agent;
 mod echo;
 mod iperf3;
+mod path;
 mod quic;
 mod server;
 mod stamp;
@@ -14,6 +15,7 @@ mod udp;
 pub use agent::*;
 pub use echo::*;
 pub use iperf3::*;
+pub use path::*;
 pub use quic::*;
 pub use server::*;
 pub use stamp::*;
@@ -73,6 +75,15 @@ pub enum Command {
     /// picoquic scenario, or --upload / --download / --rps / --latency /
     /// --handshakes. With no HOST, an embedded goodput server on loopback.
     Quic(Box<QuicArgs>),
+    /// Traceroute without root: UDP probes of rising TTL (or TCP SYN, or
+    /// ICMP echo where allowed), ICMP answers read from the socket's error
+    /// queue; --pmtu finds the path MTU and the hop where it drops. Prints
+    /// each hop, tracepath's summary and a checksum of the path.
+    Trace(Box<TraceArgs>),
+    /// Round trips where no STAMP reflector runs: ICMP echo on an
+    /// unprivileged ICMP socket, or TCP connect time to a port (tcpping's
+    /// way) where ICMP sockets are not allowed.
+    Ping(Box<PingArgs>),
     /// Run the tests a spec document describes (JSON or TOML; `-` reads
     /// standard input): one test, or several under `tests`, in order. Make
     /// one with a command's --print-spec.

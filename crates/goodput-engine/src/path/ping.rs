@@ -1,0 +1,339 @@
+//! `goodput ping`: ICMP echo on an unprivileged ICMP socket, or the time a
+//! TCP connect takes (SYN to SYN-ACK or reset) where ICMP sockets are not
+//! open to the user or ICMP is filtered.
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use goodput_core::path::{PingMethod, PingReply};
+use socket2::{Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::sock;
+use crate::Observer;
+
+/// What a ping is asked to do (a validated spec, resolved).
+#[derive(Debug, Clone)]
+pub struct PingPlan {
+    /// The address pinged.
+    pub dest: IpAddr,
+    /// Local address to send from.
+    pub bind: Option<IpAddr>,
+    /// ICMP, TCP, or ICMP where allowed.
+    pub method: PingMethod,
+    /// TCP's port.
+    pub port: u16,
+    /// Requests.
+    pub count: u64,
+    /// Time between requests.
+    pub interval: Duration,
+    /// How long a request waits.
+    pub timeout: Duration,
+    /// ICMP echo data bytes.
+    pub payload: u32,
+}
+
+/// What a ping measured.
+#[derive(Debug, Clone, Default)]
+pub struct PingOutcome {
+    /// ICMP or TCP.
+    pub method: PingMethod,
+    /// Why `auto` used TCP.
+    pub fallback: Option<String>,
+    /// Every request, in sequence order.
+    pub replies: Vec<PingReply>,
+    /// Replies beyond the first for a request.
+    pub duplicates: u64,
+    /// Stopped by the caller before the end.
+    pub interrupted: bool,
+}
+
+/// Runs a ping; the observer sees each request's fate when it is known.
+pub async fn ping(
+    plan: PingPlan,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<PingOutcome, String> {
+    let icmp = match plan.method {
+        PingMethod::Tcp => Err(String::new()),
+        _ => sock::icmp_socket(plan.dest, plan.bind),
+    };
+    match (icmp, plan.method) {
+        (Ok(s), _) => icmp_ping(s, &plan, observer, cancel).await,
+        (Err(why), PingMethod::Icmp) => Err(why),
+        (Err(why), _) => {
+            let fallback = (!why.is_empty())
+                .then(|| format!("{why}; timing TCP connects to port {} instead", plan.port));
+            if let Some(f) = &fallback {
+                observer.on_notice(f);
+            }
+            let mut out = tcp_ping(&plan, observer, cancel).await?;
+            out.fallback = fallback;
+            Ok(out)
+        }
+    }
+}
+
+/// The requests' fates so far.
+struct Book {
+    replies: Vec<Option<PingReply>>,
+    decided: u64,
+    duplicates: u64,
+}
+
+impl Book {
+    fn new(count: u64) -> Self {
+        Self {
+            replies: vec![None; usize::try_from(count).unwrap_or(usize::MAX)],
+            decided: 0,
+            duplicates: 0,
+        }
+    }
+
+    /// Records the fate of request `seq` (1-based), once.
+    fn decide(&mut self, r: PingReply, observer: &mut dyn Observer) {
+        let Some(slot) = usize::try_from(r.seq - 1)
+            .ok()
+            .and_then(|i| self.replies.get_mut(i))
+        else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        observer.on_ping(&r);
+        *slot = Some(r);
+        self.decided += 1;
+    }
+
+    fn finish(self, method: PingMethod, interrupted: bool) -> PingOutcome {
+        PingOutcome {
+            method,
+            fallback: None,
+            replies: self.replies.into_iter().flatten().collect(),
+            duplicates: self.duplicates,
+            interrupted,
+        }
+    }
+}
+
+fn lost(seq: u64) -> PingReply {
+    PingReply {
+        seq,
+        rtt_us: None,
+        ttl: None,
+        bytes: None,
+        refused: false,
+        error: None,
+    }
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e3
+}
+
+async fn icmp_ping(
+    s: Socket,
+    plan: &PingPlan,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<PingOutcome, String> {
+    let v6 = plan.dest.is_ipv6();
+    let fd = sock::register(s, Interest::READABLE | Interest::ERROR)
+        .map_err(|e| format!("cannot register the ICMP socket: {e}"))?;
+    let mut book = Book::new(plan.count);
+    // In flight by 16-bit wire sequence: (request number, sent at).
+    let mut flying: HashMap<u16, (u64, Instant)> = HashMap::new();
+    // Wire sequences answered and not yet reused, for duplicates.
+    let mut answered: HashSet<u16> = HashSet::new();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let to = SocketAddr::new(plan.dest, 0);
+    let mut interrupted = false;
+    while book.decided < plan.count {
+        let next_send = (sent < plan.count).then(|| start + plan.interval.saturating_mul(sent as u32));
+        let next_loss = flying.values().map(|(_, at)| *at + plan.timeout).min();
+        let wake = [next_send, next_loss].into_iter().flatten().min();
+        tokio::select! {
+            g = fd.ready(Interest::READABLE | Interest::ERROR) => {
+                let mut g = g.map_err(|e| format!("waiting for replies: {e}"))?;
+                g.clear_ready();
+                for errqueue in [true, false] {
+                    while let Some(h) = sock::receive(fd.get_ref(), errqueue).map_err(|e| format!("reading replies: {e}"))? {
+                        let at = Instant::now();
+                        let Some(wire) = sock::echo_seq(&h) else { continue };
+                        if !errqueue && !sock::is_echo_reply(&h, v6) {
+                            continue;
+                        }
+                        let Some((n, sent_at)) = flying.get(&wire).copied() else {
+                            // A reply to a request already answered.
+                            if !errqueue && answered.contains(&wire) {
+                                book.duplicates += 1;
+                            }
+                            continue;
+                        };
+                        flying.remove(&wire);
+                        if h.error.is_none() {
+                            answered.insert(wire);
+                        }
+                        let reply = match &h.error {
+                            None => PingReply {
+                                seq: n,
+                                rtt_us: Some(micros(at.saturating_duration_since(sent_at))),
+                                ttl: h.ttl,
+                                bytes: u32::try_from(h.len).ok(),
+                                refused: false,
+                                error: None,
+                            },
+                            Some(e) => PingReply {
+                                error: Some(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender)),
+                                ..lost(n)
+                            },
+                        };
+                        book.decide(reply, observer);
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                let now = Instant::now();
+                if next_send.is_some_and(|t| t <= now) {
+                    sent += 1;
+                    let wire = sent as u16;
+                    answered.remove(&wire);
+                    let packet = sock::echo_request(v6, wire, plan.payload as usize);
+                    // A failed send may only report an earlier reply's ICMP
+                    // error (IP_RECVERR); the failed call clears it.
+                    let first = fd.get_ref().send_to(&packet, &to.into());
+                    match first.or_else(|_| fd.get_ref().send_to(&packet, &to.into())) {
+                        Ok(_) => {
+                            flying.insert(wire, (sent, Instant::now()));
+                        }
+                        Err(e) => book.decide(PingReply { error: Some(format!("send: {e}")), ..lost(sent) }, observer),
+                    }
+                }
+                let late: Vec<u16> = flying.iter().filter(|(_, (_, at))| *at + plan.timeout <= now).map(|(w, _)| *w).collect();
+                for w in late {
+                    if let Some((n, _)) = flying.remove(&w) {
+                        book.decide(lost(n), observer);
+                    }
+                }
+            }
+            _ = cancel.cancelled() => {
+                interrupted = true;
+                break;
+            }
+        }
+    }
+    Ok(book.finish(PingMethod::Icmp, interrupted))
+}
+
+/// An ICMP error in ping's words.
+fn icmp_error_text(origin: u8, t: u8, code: u8, from: Option<IpAddr>) -> String {
+    let what = match (origin, t, code) {
+        (sock::ORIGIN_ICMP, 11, _) | (sock::ORIGIN_ICMP6, 3, _) => "time to live exceeded".to_owned(),
+        (sock::ORIGIN_ICMP, 3, 0) | (sock::ORIGIN_ICMP6, 1, 0) => "destination net unreachable".to_owned(),
+        (sock::ORIGIN_ICMP, 3, 1) | (sock::ORIGIN_ICMP6, 1, 3) => "destination host unreachable".to_owned(),
+        (sock::ORIGIN_ICMP, 3, 4) | (sock::ORIGIN_ICMP6, 2, _) => "fragmentation needed".to_owned(),
+        (sock::ORIGIN_ICMP, 3, 13) | (sock::ORIGIN_ICMP6, 1, 1) => "administratively prohibited".to_owned(),
+        (_, t, c) => format!("ICMP error type {t} code {c}"),
+    };
+    match from {
+        Some(ip) => format!("{what} from {ip}"),
+        None => what,
+    }
+}
+
+async fn tcp_ping(
+    plan: &PingPlan,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<PingOutcome, String> {
+    let to = SocketAddr::new(plan.dest, plan.port);
+    let mut book = Book::new(plan.count);
+    let mut tasks: JoinSet<PingReply> = JoinSet::new();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut interrupted = false;
+    while book.decided < plan.count {
+        let next_send = (sent < plan.count).then(|| start + plan.interval.saturating_mul(sent as u32));
+        tokio::select! {
+            Some(r) = tasks.join_next(), if !tasks.is_empty() => {
+                let r = r.map_err(|e| format!("a connect task failed: {e}"))?;
+                book.decide(r, observer);
+            }
+            _ = tokio::time::sleep_until(next_send.unwrap_or_else(Instant::now)), if next_send.is_some() => {
+                sent += 1;
+                let (n, bind, timeout) = (sent, plan.bind, plan.timeout);
+                tasks.spawn(async move { connect_time(n, to, bind, timeout).await });
+            }
+            _ = cancel.cancelled() => {
+                interrupted = true;
+                break;
+            }
+        }
+    }
+    Ok(book.finish(PingMethod::Tcp, interrupted))
+}
+
+/// One connect, timed: a SYN-ACK or a reset is an answer.
+async fn connect_time(seq: u64, to: SocketAddr, bind: Option<IpAddr>, timeout: Duration) -> PingReply {
+    let fail = |e: String| PingReply {
+        error: Some(e),
+        ..lost(seq)
+    };
+    let s = match sock::probe_socket(to.ip(), bind, Type::STREAM, Protocol::TCP) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("socket: {e}")),
+    };
+    let sent = Instant::now();
+    match s.connect(&to.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return fail(e.to_string()),
+    }
+    let Ok(fd) = sock::register(s, Interest::WRITABLE | Interest::ERROR) else {
+        return fail("cannot register the socket".into());
+    };
+    let fate = async {
+        loop {
+            let mut g = match fd.ready(Interest::WRITABLE | Interest::ERROR).await {
+                Ok(g) => g,
+                Err(e) => return fail(e.to_string()),
+            };
+            let rtt = Some(micros(sent.elapsed()));
+            // An ICMP error about the SYN, queued by IP_RECVERR.
+            if let Ok(Some(h)) = sock::receive(fd.get_ref(), true) {
+                if let Some(e) = h.error {
+                    return fail(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender));
+                }
+            }
+            match fd.get_ref().take_error() {
+                Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    return PingReply {
+                        rtt_us: rtt,
+                        refused: true,
+                        ..lost(seq)
+                    };
+                }
+                Ok(Some(e)) => return fail(e.to_string()),
+                Err(e) => return fail(e.to_string()),
+                Ok(None) if g.ready().is_writable() => {
+                    // Leave with a reset, not a FIN and a TIME_WAIT.
+                    let _ = fd.get_ref().set_linger(Some(Duration::ZERO));
+                    return PingReply {
+                        rtt_us: rtt,
+                        ..lost(seq)
+                    };
+                }
+                Ok(None) => g.clear_ready(),
+            }
+        }
+    };
+    tokio::time::timeout(timeout, fate)
+        .await
+        .unwrap_or_else(|_| lost(seq))
+}

@@ -1,0 +1,288 @@
+//! Probe sockets without privilege: an ordinary UDP or TCP socket, or an
+//! unprivileged ICMP echo socket, with `IP_RECVERR` / `IPV6_RECVERR` so the
+//! ICMP errors that probes provoke are queued on the socket, and read back
+//! with `recvmsg(MSG_ERRQUEUE)` as tracepath does. Nothing here needs root
+//! or a capability.
+
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::AsRawFd;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// What a socket's error queue or a reply said about one probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Heard {
+    /// The original destination (error queue) or the sender (a reply).
+    pub peer: Option<SocketAddr>,
+    /// The first bytes of the data: the probe's own payload or header as
+    /// quoted back (error queue), or the reply.
+    pub head: [u8; 8],
+    /// How many of `head` are real.
+    pub head_len: usize,
+    /// Bytes received in all.
+    pub len: usize,
+    /// From the error queue: the extended error.
+    pub error: Option<ExtError>,
+    /// TTL (hop limit) the packet arrived with.
+    pub ttl: Option<u8>,
+}
+
+/// `struct sock_extended_err` and its offender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExtError {
+    pub errno: i32,
+    pub origin: u8,
+    pub icmp_type: u8,
+    pub icmp_code: u8,
+    pub info: u32,
+    /// Who sent the ICMP error (none for a local error).
+    pub offender: Option<IpAddr>,
+}
+
+/// `SO_EE_ORIGIN_LOCAL`: the kernel itself (a send too big for the
+/// interface, `info` its MTU).
+pub(crate) const ORIGIN_LOCAL: u8 = libc::SO_EE_ORIGIN_LOCAL;
+/// `SO_EE_ORIGIN_ICMP`.
+pub(crate) const ORIGIN_ICMP: u8 = libc::SO_EE_ORIGIN_ICMP;
+/// `SO_EE_ORIGIN_ICMP6`.
+pub(crate) const ORIGIN_ICMP6: u8 = libc::SO_EE_ORIGIN_ICMP6;
+
+fn set_int(s: &Socket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid descriptor and a c_int option of the stated size.
+    let r = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// A probe socket of `ty` for `dest`'s family, non-blocking, bound to
+/// `bind` (or any address), with its errors queued and arrival TTLs told.
+pub(crate) fn probe_socket(
+    dest: IpAddr,
+    bind: Option<IpAddr>,
+    ty: Type,
+    proto: Protocol,
+) -> io::Result<Socket> {
+    let v6 = dest.is_ipv6();
+    let s = Socket::new(if v6 { Domain::IPV6 } else { Domain::IPV4 }, ty, Some(proto))?;
+    s.set_nonblocking(true)?;
+    if let Some(b) = bind {
+        s.bind(&SocketAddr::new(b, 0).into())?;
+    }
+    if v6 {
+        set_int(&s, libc::SOL_IPV6, libc::IPV6_RECVERR, 1)?;
+        set_int(&s, libc::SOL_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
+    } else {
+        set_int(&s, libc::SOL_IP, libc::IP_RECVERR, 1)?;
+        set_int(&s, libc::SOL_IP, libc::IP_RECVTTL, 1)?;
+    }
+    Ok(s)
+}
+
+/// Sets the TTL (hop limit) of what `s` sends next.
+pub(crate) fn set_ttl(s: &Socket, v6: bool, ttl: u8) -> io::Result<()> {
+    match v6 {
+        true => set_int(s, libc::SOL_IPV6, libc::IPV6_UNICAST_HOPS, ttl.into()),
+        false => set_int(s, libc::SOL_IP, libc::IP_TTL, ttl.into()),
+    }
+}
+
+/// With `probe`, packets leave with DF set and the kernel's cached path
+/// MTU ignored (`IP_PMTUDISC_PROBE`), so each run finds the drop afresh and
+/// a size over the interface's MTU fails at once; without, never DF.
+pub(crate) fn set_pmtu_probe(s: &Socket, v6: bool, probe: bool) -> io::Result<()> {
+    match (v6, probe) {
+        (true, true) => set_int(
+            s,
+            libc::SOL_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_PROBE,
+        ),
+        (true, false) => set_int(
+            s,
+            libc::SOL_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DONT,
+        ),
+        (false, true) => set_int(s, libc::SOL_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_PROBE),
+        (false, false) => set_int(s, libc::SOL_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DONT),
+    }
+}
+
+/// Reads an address the kernel wrote at `p`, of at most `len` bytes.
+///
+/// # Safety
+/// `p` must be valid for reads of `len` bytes.
+unsafe fn read_addr(p: *const u8, len: usize) -> Option<SocketAddr> {
+    if len < size_of::<libc::sa_family_t>() {
+        return None;
+    }
+    let family = std::ptr::read_unaligned(p.cast::<libc::sa_family_t>());
+    match libc::c_int::from(family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in>());
+            let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(SocketAddrV4::new(ip, u16::from_be(a.sin_port)).into())
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            let a = std::ptr::read_unaligned(p.cast::<libc::sockaddr_in6>());
+            let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(SocketAddrV6::new(ip, u16::from_be(a.sin6_port), a.sin6_flowinfo, a.sin6_scope_id).into())
+        }
+        _ => None,
+    }
+}
+
+/// One message from `s`: its error queue (`errqueue`) or its ordinary
+/// receive queue; `None` when that queue is empty.
+pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
+    let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
+    let mut buf = [0u8; 2048];
+    // u64s, so the control buffer is aligned for cmsghdr.
+    let mut control = [0u64; 64];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid; every pointer set below points
+    // at a live buffer of the length given with it.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = name.as_mut_ptr().cast();
+    msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = size_of::<[u64; 64]>();
+    let flags = libc::MSG_DONTWAIT | if errqueue { libc::MSG_ERRQUEUE } else { 0 };
+    // SAFETY: msg describes the buffers above, all alive for the call.
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, flags) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock => Ok(None),
+            _ => Err(e),
+        };
+    }
+    let len = n as usize;
+    let mut head = [0u8; 8];
+    let head_len = len.min(8);
+    head[..head_len].copy_from_slice(&buf[..head_len]);
+    // SAFETY: the kernel wrote msg_namelen bytes of address.
+    let peer = unsafe {
+        read_addr(
+            name.as_ptr().cast(),
+            (msg.msg_namelen as usize).min(size_of::<libc::sockaddr_storage>()),
+        )
+    };
+    let mut heard = Heard {
+        peer,
+        head,
+        head_len,
+        len,
+        error: None,
+        ttl: None,
+    };
+    // SAFETY: the CMSG_* walk stays within msg_controllen, which the
+    // kernel set to what it wrote; each read checks the message's length.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            let (level, ty) = ((*c).cmsg_level, (*c).cmsg_type);
+            let data = libc::CMSG_DATA(c);
+            let data_len = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            let is_err = (level == libc::SOL_IP && ty == libc::IP_RECVERR)
+                || (level == libc::SOL_IPV6 && ty == libc::IPV6_RECVERR);
+            let is_ttl = (level == libc::SOL_IP && ty == libc::IP_TTL)
+                || (level == libc::SOL_IPV6 && ty == libc::IPV6_HOPLIMIT);
+            if is_err && data_len >= size_of::<libc::sock_extended_err>() {
+                let ee = std::ptr::read_unaligned(data.cast::<libc::sock_extended_err>());
+                let rest = data_len - size_of::<libc::sock_extended_err>();
+                let offender =
+                    read_addr(data.add(size_of::<libc::sock_extended_err>()), rest).map(|a| a.ip());
+                heard.error = Some(ExtError {
+                    errno: ee.ee_errno as i32,
+                    origin: ee.ee_origin,
+                    icmp_type: ee.ee_type,
+                    icmp_code: ee.ee_code,
+                    info: ee.ee_info,
+                    offender,
+                });
+            } else if is_ttl && data_len >= size_of::<libc::c_int>() {
+                let t = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                heard.ttl = u8::try_from(t).ok();
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok(Some(heard))
+}
+
+/// Whether this process may open an unprivileged ICMP echo socket, and if
+/// not, why (the sysctl that decides it).
+pub(crate) fn icmp_socket(dest: IpAddr, bind: Option<IpAddr>) -> Result<Socket, String> {
+    let proto = if dest.is_ipv6() {
+        Protocol::ICMPV6
+    } else {
+        Protocol::ICMPV4
+    };
+    probe_socket(dest, bind, Type::DGRAM, proto).map_err(|e| {
+        if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) {
+            let range = std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range")
+                .map(|r| r.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(|_| "unreadable".into());
+            // SAFETY: getgid only reads the process's credentials.
+            let gid = unsafe { libc::getgid() };
+            format!(
+                "ICMP echo sockets are not open to this user: group {gid} is outside net.ipv4.ping_group_range ({range}); \
+                 an administrator can widen it with sysctl -w net.ipv4.ping_group_range='0 2147483647'"
+            )
+        } else {
+            format!("cannot open an ICMP echo socket: {e}")
+        }
+    })
+}
+
+/// An ICMP echo request: type, code 0, checksum 0 (the kernel fills it and
+/// the identifier in on an ICMP socket), the sequence, then `payload`
+/// bytes of pattern.
+pub(crate) fn echo_request(v6: bool, seq: u16, payload: usize) -> Vec<u8> {
+    let mut p = vec![0u8; 8 + payload];
+    p[0] = if v6 { 128 } else { 8 };
+    p[6..8].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in p[8..].iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    p
+}
+
+/// The sequence of an ICMP echo message (request quoted back or reply).
+pub(crate) fn echo_seq(h: &Heard) -> Option<u16> {
+    (h.head_len >= 8).then(|| u16::from_be_bytes([h.head[6], h.head[7]]))
+}
+
+/// Whether `h` is an echo reply (not a request we sent, quoted back).
+pub(crate) fn is_echo_reply(h: &Heard, v6: bool) -> bool {
+    h.head_len >= 8 && h.head[0] == if v6 { 129 } else { 0 }
+}
+
+/// `s` registered with the reactor for `interest`.
+pub(crate) fn register(
+    s: Socket,
+    interest: tokio::io::Interest,
+) -> io::Result<tokio::io::unix::AsyncFd<Socket>> {
+    // SAFETY: the Socket owns its descriptor and keeps it open, the same
+    // descriptor, for as long as the AsyncFd that owns the Socket.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(s, interest) }.map_err(io::Error::from)
+}

@@ -1,0 +1,857 @@
+//! `goodput trace`: probes of rising TTL, several hops in flight at once,
+//! answers read from the socket's error queue (UDP, ICMP echo) or from a
+//! connect's fate (TCP SYN); path MTU discovery lowers the size as routers
+//! tell, and looks for a black hole where none tells.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use goodput_core::path::{back_hops, BlackHole, MtuDrop, ProbeAnswer, ProbeMethod, TraceHop, TraceProbe};
+use goodput_core::spec::trace::MAX_UDP_PROBES;
+use socket2::{Protocol, Socket, Type};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::sock::{self, ExtError, Heard, ORIGIN_ICMP, ORIGIN_ICMP6, ORIGIN_LOCAL};
+use crate::Observer;
+
+/// How long a reverse name may take before the hop is shown without it.
+const NAME_WAIT: Duration = Duration::from_secs(2);
+
+/// The reverse name of `ip` (getnameinfo with NI_NAMEREQD, so no name is
+/// no answer), or none after [`NAME_WAIT`].
+pub async fn reverse_name(ip: IpAddr) -> Option<String> {
+    let lookup = tokio::task::spawn_blocking(move || {
+        let addr = socket2::SockAddr::from(SocketAddr::new(ip, 0));
+        let mut host = [0 as libc::c_char; 1025];
+        // SAFETY: addr is a valid sockaddr of the length given; host is a
+        // writable buffer of the length given; no service is asked for.
+        let r = unsafe {
+            libc::getnameinfo(
+                addr.as_ptr(),
+                addr.len(),
+                host.as_mut_ptr(),
+                host.len() as libc::socklen_t,
+                std::ptr::null_mut(),
+                0,
+                libc::NI_NAMEREQD,
+            )
+        };
+        // SAFETY: on success getnameinfo wrote a NUL-terminated name.
+        (r == 0).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(host.as_ptr()) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    });
+    tokio::time::timeout(NAME_WAIT, lookup).await.ok()?.ok()?
+}
+
+/// What a trace is asked to do (a validated spec, resolved).
+#[derive(Debug, Clone)]
+pub struct TracePlan {
+    /// The address probed.
+    pub dest: IpAddr,
+    /// Local address to send from.
+    pub bind: Option<IpAddr>,
+    /// How probes are sent.
+    pub method: ProbeMethod,
+    /// UDP's first port or TCP's port.
+    pub port: u16,
+    /// First TTL.
+    pub first: u8,
+    /// Last TTL.
+    pub max: u8,
+    /// Probes per hop.
+    pub probes: u32,
+    /// How long a probe waits.
+    pub wait: Duration,
+    /// Probes in flight at once.
+    pub in_flight: u32,
+    /// IP packet size of the first probes.
+    pub size: u32,
+    /// Path MTU discovery.
+    pub pmtu: bool,
+    /// Look up the hops' reverse names.
+    pub names: bool,
+}
+
+/// What a trace found.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOutcome {
+    /// The hops, first to last probed.
+    pub hops: Vec<TraceHop>,
+    /// The interface's MTU, when a probe was too big for it.
+    pub local_mtu: Option<u32>,
+    /// The size the last probes had (the path MTU, with discovery).
+    pub size: u32,
+    /// A black hole, when discovery found one.
+    pub black_hole: Option<BlackHole>,
+    /// Stopped by the caller before the end.
+    pub interrupted: bool,
+}
+
+/// IP and UDP (or ICMP) headers of a probe, bytes.
+pub fn header_bytes(v6: bool) -> u32 {
+    if v6 {
+        48
+    } else {
+        28
+    }
+}
+
+/// The smallest MTU a link of the family may have (IPv4's 68, IPv6's 1280).
+fn min_mtu(v6: bool) -> u32 {
+    if v6 {
+        1280
+    } else {
+        68
+    }
+}
+
+/// How an answer counts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// An answer of the hop.
+    Counted(ProbeAnswer),
+    /// "Fragmentation needed" / "packet too big", with the next MTU.
+    MtuTold(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Answer {
+    at: Instant,
+    kind: Kind,
+    from: Option<IpAddr>,
+    reply_ttl: Option<u8>,
+    code: Option<String>,
+}
+
+/// traceroute's marks of ICMPv4 unreachable codes.
+fn mark_v4(code: u8) -> String {
+    match code {
+        0 => "!N".into(),
+        1 => "!H".into(),
+        2 => "!P".into(),
+        9 | 10 | 13 => "!X".into(),
+        c => format!("!{c}"),
+    }
+}
+
+/// And of ICMPv6's.
+fn mark_v6(code: u8) -> String {
+    match code {
+        0 => "!N".into(),
+        1 => "!X".into(),
+        3 => "!H".into(),
+        c => format!("!{c}"),
+    }
+}
+
+/// What an ICMP error says about the probe it quotes; `None` for errors
+/// that are not about reaching (a redirect, a local error).
+fn classify(e: &ExtError) -> Option<(Kind, Option<String>)> {
+    let counted = |a| Some((Kind::Counted(a), None));
+    match (e.origin, e.icmp_type, e.icmp_code) {
+        (ORIGIN_ICMP, 11, _) | (ORIGIN_ICMP6, 3, _) => counted(ProbeAnswer::TimeExceeded),
+        (ORIGIN_ICMP, 3, 3) | (ORIGIN_ICMP6, 1, 4) => counted(ProbeAnswer::Reached),
+        (ORIGIN_ICMP, 3, 4) | (ORIGIN_ICMP6, 2, _) => Some((Kind::MtuTold(e.info), None)),
+        (ORIGIN_ICMP, 3, c) => Some((Kind::Counted(ProbeAnswer::Unreachable), Some(mark_v4(c)))),
+        (ORIGIN_ICMP6, 1, c) => Some((Kind::Counted(ProbeAnswer::Unreachable), Some(mark_v6(c)))),
+        _ => None,
+    }
+}
+
+/// Sends probes and hears their answers.
+enum Prober {
+    /// UDP or ICMP echo: one socket, answers matched by port or sequence.
+    Dgram {
+        fd: AsyncFd<Socket>,
+        icmp: bool,
+        heard: VecDeque<(u32, Answer)>,
+        local_mtu: Option<u32>,
+    },
+    /// TCP: a socket per probe, each in its own task.
+    Tcp { tasks: JoinSet<(u32, Answer)> },
+}
+
+/// Why a probe could not be sent.
+enum SendError {
+    /// Bigger than the interface's MTU (the kernel says which).
+    TooBig(u32),
+    Io(io::Error),
+}
+
+struct Tracer {
+    plan: TracePlan,
+    v6: bool,
+    prober: Prober,
+    /// Reverse names looked up, by address.
+    names: HashMap<String, Option<String>>,
+}
+
+impl Tracer {
+    fn new(plan: TracePlan) -> Result<Self, String> {
+        let v6 = plan.dest.is_ipv6();
+        let prober = match plan.method {
+            ProbeMethod::Tcp => Prober::Tcp {
+                tasks: JoinSet::new(),
+            },
+            m => {
+                let s = match m {
+                    ProbeMethod::Icmp => sock::icmp_socket(plan.dest, plan.bind)?,
+                    _ => sock::probe_socket(plan.dest, plan.bind, Type::DGRAM, Protocol::UDP)
+                        .map_err(|e| format!("cannot open a UDP socket: {e}"))?,
+                };
+                sock::set_pmtu_probe(&s, v6, plan.pmtu)
+                    .map_err(|e| format!("cannot set the socket's DF mode: {e}"))?;
+                let fd = sock::register(s, Interest::READABLE | Interest::ERROR)
+                    .map_err(|e| format!("cannot register the probe socket: {e}"))?;
+                Prober::Dgram {
+                    fd,
+                    icmp: m == ProbeMethod::Icmp,
+                    heard: VecDeque::new(),
+                    local_mtu: None,
+                }
+            }
+        };
+        Ok(Self {
+            plan,
+            v6,
+            prober,
+            names: HashMap::new(),
+        })
+    }
+
+    /// UDP's destination port of probe `seq`.
+    fn port_of(&self, seq: u32) -> u16 {
+        self.plan
+            .port
+            .saturating_add(u16::try_from(seq).unwrap_or(u16::MAX))
+    }
+
+    fn send(&mut self, seq: u32, ttl: u8, size: u32) -> Result<(), SendError> {
+        let v6 = self.v6;
+        let payload = size.saturating_sub(header_bytes(v6)) as usize;
+        let dest = self.plan.dest;
+        let port = self.port_of(seq);
+        match &mut self.prober {
+            Prober::Dgram {
+                fd, icmp, local_mtu, ..
+            } => {
+                sock::set_ttl(fd.get_ref(), v6, ttl).map_err(SendError::Io)?;
+                let (data, to) = match icmp {
+                    true => (
+                        sock::echo_request(v6, seq as u16, payload),
+                        SocketAddr::new(dest, 0),
+                    ),
+                    false => (vec![0x47u8; payload], SocketAddr::new(dest, port)),
+                };
+                *local_mtu = None;
+                // A send fails with the error an earlier probe's ICMP left
+                // on the socket (IP_RECVERR sets it); the failed call clears
+                // it, so the next try goes. A probe too big for the
+                // interface fails with the MTU queued as a local error.
+                let mut last = None;
+                for _ in 0..4 {
+                    let Prober::Dgram { fd, .. } = &self.prober else {
+                        break;
+                    };
+                    match fd.get_ref().send_to(&data, &to.into()) {
+                        Ok(_) => return Ok(()),
+                        Err(e) => {
+                            self.pump().map_err(SendError::Io)?;
+                            if let Prober::Dgram {
+                                local_mtu: Some(m), ..
+                            } = &self.prober
+                            {
+                                if *m < size && e.raw_os_error() == Some(libc::EMSGSIZE) {
+                                    return Err(SendError::TooBig(*m));
+                                }
+                            }
+                            last = Some(e);
+                        }
+                    }
+                }
+                Err(SendError::Io(last.unwrap_or_else(|| io::Error::other("no send"))))
+            }
+            Prober::Tcp { tasks } => {
+                let s = sock::probe_socket(dest, self.plan.bind, Type::STREAM, Protocol::TCP)
+                    .map_err(SendError::Io)?;
+                sock::set_ttl(&s, v6, ttl).map_err(SendError::Io)?;
+                let to = SocketAddr::new(dest, self.plan.port);
+                match s.connect(&to.into()) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+                    Err(e) => return Err(SendError::Io(e)),
+                }
+                let wait = self.plan.wait;
+                tasks.spawn(async move { (seq, tcp_answer(s, dest, wait).await) });
+                Ok(())
+            }
+        }
+    }
+
+    /// Reads every queued message of the datagram socket into answers.
+    fn pump(&mut self) -> io::Result<()> {
+        let (port, dest, v6) = (self.plan.port, self.plan.dest, self.v6);
+        let Prober::Dgram {
+            fd,
+            icmp,
+            heard,
+            local_mtu,
+        } = &mut self.prober
+        else {
+            return Ok(());
+        };
+        for errqueue in [true, false] {
+            while let Some(h) = sock::receive(fd.get_ref(), errqueue)? {
+                let at = Instant::now();
+                if let Some(e) = &h.error {
+                    if e.origin == ORIGIN_LOCAL {
+                        if e.errno == libc::EMSGSIZE {
+                            *local_mtu = Some(e.info);
+                        }
+                        continue;
+                    }
+                }
+                if let Some(a) = dgram_answer(&h, *icmp, v6, port, dest, at) {
+                    heard.push_back(a);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next answer, whenever it comes.
+    async fn next(&mut self) -> io::Result<(u32, Answer)> {
+        loop {
+            if let Prober::Dgram { heard, .. } = &mut self.prober {
+                if let Some(a) = heard.pop_front() {
+                    return Ok(a);
+                }
+            }
+            match &mut self.prober {
+                Prober::Tcp { tasks } => match tasks.join_next().await {
+                    Some(Ok(a)) => return Ok(a),
+                    Some(Err(e)) => return Err(io::Error::other(format!("a TCP probe's task failed: {e}"))),
+                    None => std::future::pending::<()>().await,
+                },
+                Prober::Dgram { fd, .. } => {
+                    let mut g = fd.ready(Interest::READABLE | Interest::ERROR).await?;
+                    g.clear_ready();
+                }
+            }
+            self.pump()?;
+        }
+    }
+}
+
+/// The answer a datagram socket's message gives, and to which probe.
+fn dgram_answer(
+    h: &Heard,
+    icmp: bool,
+    v6: bool,
+    port: u16,
+    dest: IpAddr,
+    at: Instant,
+) -> Option<(u32, Answer)> {
+    let seq_of_port = |p: u16| p.checked_sub(port).map(u32::from).filter(|s| *s < MAX_UDP_PROBES);
+    match &h.error {
+        Some(e) => {
+            let (kind, code) = classify(e)?;
+            let seq = match icmp {
+                true => u32::from(sock::echo_seq(h)?),
+                false => seq_of_port(h.peer?.port())?,
+            };
+            Some((
+                seq,
+                Answer {
+                    at,
+                    kind,
+                    from: e.offender,
+                    reply_ttl: h.ttl,
+                    code,
+                },
+            ))
+        }
+        None => {
+            let peer = h.peer?;
+            let seq = match icmp {
+                true if sock::is_echo_reply(h, v6) => u32::from(sock::echo_seq(h)?),
+                true => return None,
+                // A UDP reply: the destination answered from the probed port.
+                false if peer.ip() == dest => seq_of_port(peer.port())?,
+                false => return None,
+            };
+            Some((
+                seq,
+                Answer {
+                    at,
+                    kind: Kind::Counted(ProbeAnswer::Reached),
+                    from: Some(peer.ip()),
+                    reply_ttl: h.ttl,
+                    code: None,
+                },
+            ))
+        }
+    }
+}
+
+/// A TCP probe's fate: an ICMP error from its error queue, the SYN-ACK
+/// (connected) or a reset (refused) from the destination, or nothing.
+async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
+    let none = |at| Answer {
+        at,
+        kind: Kind::Counted(ProbeAnswer::NoReply),
+        from: None,
+        reply_ttl: None,
+        code: None,
+    };
+    let Ok(fd) = sock::register(s, Interest::WRITABLE | Interest::ERROR) else {
+        return none(Instant::now());
+    };
+    let fate = async {
+        loop {
+            let mut g = fd.ready(Interest::WRITABLE | Interest::ERROR).await?;
+            let at = Instant::now();
+            if let Some(h) = sock::receive(fd.get_ref(), true)? {
+                if let Some((kind, code)) = h.error.as_ref().and_then(classify) {
+                    let from = h.error.and_then(|e| e.offender);
+                    return Ok::<_, io::Error>(Answer {
+                        at,
+                        kind,
+                        from,
+                        reply_ttl: h.ttl,
+                        code,
+                    });
+                }
+            }
+            let reached = |code| Answer {
+                at,
+                kind: Kind::Counted(ProbeAnswer::Reached),
+                from: Some(dest),
+                reply_ttl: None,
+                code,
+            };
+            match fd.get_ref().take_error()? {
+                Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    return Ok(reached(Some("reset".into())))
+                }
+                Some(e) => {
+                    return Ok(Answer {
+                        at,
+                        kind: Kind::Counted(ProbeAnswer::Unreachable),
+                        from: None,
+                        reply_ttl: None,
+                        code: Some(format!("!<{e}>")),
+                    })
+                }
+                None if g.ready().is_writable() => {
+                    // Connected: leave with a reset, not a FIN and TIME_WAIT.
+                    let _ = fd.get_ref().set_linger(Some(Duration::ZERO));
+                    return Ok(reached(None));
+                }
+                None => g.clear_ready(),
+            }
+        }
+    };
+    match tokio::time::timeout(wait, fate).await {
+        Ok(Ok(a)) => a,
+        _ => none(Instant::now()),
+    }
+}
+
+/// A probe on its way.
+struct Flight {
+    ttl: u8,
+    size: u32,
+    sent: Instant,
+}
+
+/// The probes of one hop so far.
+#[derive(Default)]
+struct HopState {
+    probes: Vec<TraceProbe>,
+    pending: u32,
+    mtu: Option<MtuDrop>,
+}
+
+/// Runs a trace; the observer sees each hop when it is complete, in order.
+pub async fn trace(
+    plan: TracePlan,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<TraceOutcome, String> {
+    let mut t = Tracer::new(plan.clone())?;
+    let mut out = TraceOutcome {
+        size: plan.size,
+        ..TraceOutcome::default()
+    };
+    let mut seq = 0u32;
+    let mut hops: BTreeMap<u8, HopState> = BTreeMap::new();
+    let mut from = plan.first;
+    loop {
+        let reached = sweep(&mut t, &mut seq, &mut hops, from, &mut out, observer, cancel).await?;
+        if reached || out.interrupted || !plan.pmtu || out.black_hole.is_some() {
+            break;
+        }
+        // Not reached with discovery on: do small probes get further than
+        // the big ones did?
+        let Some(h) = silent_tail(&hops) else { break };
+        let Some((found_at, passed)) = black_hole_search(&mut t, &mut seq, h, out.size, cancel).await? else {
+            break;
+        };
+        observer.on_notice(&format!(
+            "no answer and no ICMP to {}-byte probes from hop {h}, but {passed}-byte probes reach hop {found_at}: \
+             a path MTU black hole; tracing again from hop {h} at {passed} bytes",
+            out.size
+        ));
+        out.black_hole = Some(BlackHole {
+            hop: h,
+            lost_bytes: out.size,
+            passed_bytes: passed,
+        });
+        out.size = passed;
+        hops.retain(|k, _| *k < h);
+        from = h;
+    }
+    out.hops = hops
+        .into_iter()
+        .filter(|(_, s)| !s.probes.is_empty())
+        .map(|(ttl, s)| hop_of(ttl, s, &t.names))
+        .collect();
+    Ok(out)
+}
+
+/// The first hop of the trailing run of silent hops, when something
+/// before it answered or it is the first.
+fn silent_tail(hops: &BTreeMap<u8, HopState>) -> Option<u8> {
+    let silent = |s: &HopState| s.probes.iter().all(|p| p.answer == ProbeAnswer::NoReply);
+    let mut first = None;
+    for (ttl, s) in hops.iter().rev() {
+        if !silent(s) {
+            break;
+        }
+        first = Some(*ttl);
+    }
+    first
+}
+
+/// The hop's record (with the names looked up, if any were).
+fn hop_of(ttl: u8, s: HopState, names: &HashMap<String, Option<String>>) -> TraceHop {
+    let mut addresses: Vec<String> = Vec::new();
+    for p in &s.probes {
+        if let Some(a) = &p.from {
+            if !addresses.contains(a) {
+                addresses.push(a.clone());
+            }
+        }
+    }
+    let back = s.probes.iter().rev().find_map(|p| p.reply_ttl).map(back_hops);
+    let names = match names.is_empty() {
+        true => Vec::new(),
+        false => addresses
+            .iter()
+            .map(|a| names.get(a).cloned().flatten())
+            .collect(),
+    };
+    TraceHop {
+        hop: ttl,
+        probes: s.probes,
+        addresses,
+        names,
+        back_hops: back,
+        mtu: s.mtu,
+    }
+}
+
+/// Probes hops `from`.. until the destination answers, the last hop is
+/// done or the caller stops; true when reached.
+#[allow(clippy::too_many_arguments)]
+async fn sweep(
+    t: &mut Tracer,
+    seq: &mut u32,
+    hops: &mut BTreeMap<u8, HopState>,
+    from: u8,
+    out: &mut TraceOutcome,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<bool, String> {
+    let plan = t.plan.clone();
+    let mut flights: HashMap<u32, Flight> = HashMap::new();
+    let mut stop = plan.max;
+    let mut next_emit = from;
+    let mut reached = false;
+    loop {
+        // Send while there is room: the lowest hop still short of probes.
+        while flights.len() < plan.in_flight as usize {
+            let Some(ttl) = (from..=stop).find(|ttl| {
+                let s = hops.get(ttl);
+                s.map_or(0, |s| s.probes.len() as u32 + s.pending) < plan.probes
+            }) else {
+                break;
+            };
+            if *seq >= MAX_UDP_PROBES {
+                return Err(format!(
+                    "sent {MAX_UDP_PROBES} probes without finishing: giving up"
+                ));
+            }
+            let this = *seq;
+            *seq += 1;
+            match t.send(this, ttl, out.size) {
+                Ok(()) => {
+                    hops.entry(ttl).or_default().pending += 1;
+                    flights.insert(
+                        this,
+                        Flight {
+                            ttl,
+                            size: out.size,
+                            sent: Instant::now(),
+                        },
+                    );
+                }
+                Err(SendError::TooBig(mtu)) => {
+                    out.local_mtu = Some(mtu);
+                    out.size = mtu;
+                }
+                Err(SendError::Io(e)) => return Err(format!("cannot send a probe to {}: {e}", plan.dest)),
+            }
+        }
+        // Hand on the hops that are complete, in order.
+        while next_emit <= stop {
+            let done = hops
+                .get(&next_emit)
+                .is_some_and(|s| s.pending == 0 && s.probes.len() as u32 >= plan.probes);
+            if !done {
+                break;
+            }
+            let s = &hops[&next_emit];
+            if plan.names {
+                for p in &s.probes {
+                    if let Some(a) = p.from.as_ref().filter(|a| !t.names.contains_key(*a)) {
+                        let name = match a.parse() {
+                            Ok(ip) => reverse_name(ip).await,
+                            Err(_) => None,
+                        };
+                        t.names.insert(a.clone(), name);
+                    }
+                }
+            }
+            let state = HopState {
+                probes: s.probes.clone(),
+                pending: 0,
+                mtu: s.mtu.clone(),
+            };
+            observer.on_hop(&hop_of(next_emit, state, &t.names));
+            if next_emit == u8::MAX {
+                break;
+            }
+            next_emit += 1;
+        }
+        if next_emit > stop || flights.is_empty() {
+            return Ok(reached);
+        }
+        let deadline = flights.values().map(|f| f.sent).min().map(|s| s + plan.wait);
+        tokio::select! {
+            a = t.next() => {
+                let (n, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
+                let Some(f) = flights.remove(&n) else { continue };
+                let s = hops.entry(f.ttl).or_default();
+                s.pending -= 1;
+                match a.kind {
+                    Kind::MtuTold(mtu) if plan.pmtu && mtu < f.size && mtu >= min_mtu(t.v6) => {
+                        // The probe goes again at the size the router allows.
+                        if mtu < out.size {
+                            out.size = mtu;
+                            if s.mtu.is_none() {
+                                s.mtu = Some(MtuDrop {
+                                    hop: f.ttl,
+                                    reported_by: a.from.map_or_else(|| "?".into(), |ip| ip.to_string()),
+                                    from_bytes: f.size,
+                                    mtu,
+                                });
+                            }
+                        }
+                    }
+                    kind => {
+                        let (answer, code) = match kind {
+                            Kind::Counted(x) => (x, a.code),
+                            Kind::MtuTold(m) => (ProbeAnswer::Unreachable, Some(format!("!F-{m}"))),
+                        };
+                        s.probes.push(TraceProbe {
+                            answer,
+                            from: a.from.map(|ip| ip.to_string()),
+                            rtt_us: Some(a.at.saturating_duration_since(f.sent).as_nanos() as f64 / 1e3),
+                            size: f.size,
+                            reply_ttl: a.reply_ttl,
+                            code,
+                        });
+                        if answer == ProbeAnswer::Reached || (answer == ProbeAnswer::Unreachable && plan.method != ProbeMethod::Tcp) {
+                            // traceroute stops at the destination and at
+                            // an unreachable (nothing beyond gets through).
+                            if answer == ProbeAnswer::Reached {
+                                reached = true;
+                            }
+                            stop = stop.min(f.ttl);
+                        }
+                    }
+                }
+            }
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)) => {
+                let now = Instant::now();
+                let late: Vec<u32> = flights
+                    .iter()
+                    .filter(|(_, f)| f.sent + plan.wait <= now)
+                    .map(|(n, _)| *n)
+                    .collect();
+                for n in late {
+                    let f = flights.remove(&n).expect("listed above");
+                    let s = hops.entry(f.ttl).or_default();
+                    s.pending -= 1;
+                    s.probes.push(TraceProbe {
+                        answer: ProbeAnswer::NoReply,
+                        from: None,
+                        rtt_us: None,
+                        size: f.size,
+                        reply_ttl: None,
+                        code: None,
+                    });
+                }
+            }
+            _ = cancel.cancelled() => {
+                out.interrupted = true;
+                return Ok(reached);
+            }
+        }
+        // Probes past the destination are not waited for.
+        flights.retain(|_, f| f.ttl <= stop);
+        hops.retain(|ttl, _| *ttl <= stop);
+    }
+}
+
+/// After big probes got nothing from hop `h` on: one small probe at each of
+/// a few hops from `h`; if one answers, a binary search at that hop for
+/// the largest size that still does. Returns the hop and that size.
+async fn black_hole_search(
+    t: &mut Tracer,
+    seq: &mut u32,
+    h: u8,
+    big: u32,
+    cancel: &CancellationToken,
+) -> Result<Option<(u8, u32)>, String> {
+    let small = header_bytes(t.v6) + 32;
+    if big <= small {
+        return Ok(None);
+    }
+    let last = h.saturating_add(3).min(t.plan.max);
+    let mut answered = None;
+    for ttl in h..=last {
+        if one_probe(t, seq, ttl, small, cancel).await? {
+            answered = Some(ttl);
+            break;
+        }
+    }
+    let Some(at) = answered else { return Ok(None) };
+    let (mut lo, mut hi) = (small, big);
+    for _ in 0..16 {
+        if hi - lo <= 1 || cancel.is_cancelled() {
+            break;
+        }
+        let mid = lo + (hi - lo) / 2;
+        if one_probe(t, seq, at, mid, cancel).await? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some((at, lo)))
+}
+
+/// Sends one probe and says whether it was answered (other than by an MTU
+/// complaint) within the wait.
+async fn one_probe(
+    t: &mut Tracer,
+    seq: &mut u32,
+    ttl: u8,
+    size: u32,
+    cancel: &CancellationToken,
+) -> Result<bool, String> {
+    if *seq >= MAX_UDP_PROBES {
+        return Ok(false);
+    }
+    let n = *seq;
+    *seq += 1;
+    match t.send(n, ttl, size) {
+        Ok(()) => {}
+        Err(SendError::TooBig(_)) => return Ok(false),
+        Err(SendError::Io(e)) => return Err(format!("cannot send a probe: {e}")),
+    }
+    let until = Instant::now() + t.plan.wait;
+    loop {
+        tokio::select! {
+            a = t.next() => {
+                let (m, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
+                if m == n {
+                    return Ok(matches!(a.kind, Kind::Counted(x) if x != ProbeAnswer::NoReply));
+                }
+            }
+            _ = tokio::time::sleep_until(until) => return Ok(false),
+            _ = cancel.cancelled() => return Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(origin: u8, t: u8, c: u8) -> ExtError {
+        ExtError {
+            errno: 0,
+            origin,
+            icmp_type: t,
+            icmp_code: c,
+            info: 1500,
+            offender: None,
+        }
+    }
+
+    #[test]
+    fn icmp_errors_classify_as_traceroute_reads_them() {
+        let k = |e| classify(&e).map(|(k, c)| (k, c));
+        assert_eq!(
+            k(err(ORIGIN_ICMP, 11, 0)),
+            Some((Kind::Counted(ProbeAnswer::TimeExceeded), None))
+        );
+        assert_eq!(
+            k(err(ORIGIN_ICMP6, 3, 0)),
+            Some((Kind::Counted(ProbeAnswer::TimeExceeded), None))
+        );
+        assert_eq!(
+            k(err(ORIGIN_ICMP, 3, 3)),
+            Some((Kind::Counted(ProbeAnswer::Reached), None))
+        );
+        assert_eq!(
+            k(err(ORIGIN_ICMP6, 1, 4)),
+            Some((Kind::Counted(ProbeAnswer::Reached), None))
+        );
+        assert_eq!(k(err(ORIGIN_ICMP, 3, 4)), Some((Kind::MtuTold(1500), None)));
+        assert_eq!(k(err(ORIGIN_ICMP6, 2, 0)), Some((Kind::MtuTold(1500), None)));
+        assert_eq!(
+            k(err(ORIGIN_ICMP, 3, 13)),
+            Some((Kind::Counted(ProbeAnswer::Unreachable), Some("!X".into())))
+        );
+        assert_eq!(
+            k(err(ORIGIN_ICMP6, 1, 3)),
+            Some((Kind::Counted(ProbeAnswer::Unreachable), Some("!H".into())))
+        );
+        assert_eq!(k(err(ORIGIN_ICMP, 5, 0)), None);
+        assert_eq!(k(err(ORIGIN_LOCAL, 0, 0)), None);
+    }
+}
