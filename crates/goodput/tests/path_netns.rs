@@ -269,17 +269,19 @@ fn hops_of(doc: &Value) -> Vec<(u64, Option<String>)> {
         .collect()
 }
 
-/// tracepath's hops (the last line of each hop number: the one after a
-/// `pmtu` line is the hop's own answer), the hop whose line says
-/// `pmtu N` with N, and its Resume line's pmtu and hops.
-fn tracepath_view(
-    out: &str,
-) -> (
+/// tracepath's hops, the hop that said `pmtu N` with N, and its Resume
+/// line's pmtu and hops.
+type TracepathView = (
     Vec<(u64, Option<String>)>,
     Option<(u64, u64)>,
     Option<u64>,
     Option<u64>,
-) {
+);
+
+/// tracepath's hops (the last line of each hop number: the one after a
+/// `pmtu` line is the hop's own answer), the hop whose line says
+/// `pmtu N` with N, and its Resume line's pmtu and hops.
+fn tracepath_view(out: &str) -> TracepathView {
     let mut hops: Vec<(u64, Option<String>)> = Vec::new();
     let mut drop = None;
     let (mut pmtu, mut count) = (None, None);

@@ -824,7 +824,7 @@ mod tests {
 
     #[test]
     fn icmp_errors_classify_as_traceroute_reads_them() {
-        let k = |e| classify(&e).map(|(k, c)| (k, c));
+        let k = |e| classify(&e);
         assert_eq!(
             k(err(ORIGIN_ICMP, 11, 0)),
             Some((Kind::Counted(ProbeAnswer::TimeExceeded), None))
