@@ -6,7 +6,7 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::api::{Health, OnDemand, ScheduleView, SeriesView, TaskView};
+use crate::api::{Health, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
 use crate::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.
@@ -26,6 +26,7 @@ pub fn document() -> Value {
         schema("Run", g.subschema_for::<goodput_archive::Run>()),
         schema("OnDemand", g.subschema_for::<OnDemand>()),
         schema("SeriesView", g.subschema_for::<SeriesView>()),
+        schema("PathsView", g.subschema_for::<PathsView>()),
         schema("MeshConfig", g.subschema_for::<goodput_core::mesh::MeshConfig>()),
     ];
     let mut schemas = serde_json::Map::new();
@@ -87,9 +88,13 @@ pub fn document() -> Value {
                     "responses": {"204": {"description": "stored"}, "400": error.clone(), "401": error.clone(), "403": error.clone()}}},
             "/api/v1/series": {"get": {"summary": "a measurement's series of one metric: every run's value, or per-step aggregates (whole hours read stored aggregates)",
                 "parameters": [q("key", "string", "measurement key (or source, dest and kind to find the latest one)"), q("source", "string", ""), q("dest", "string", ""), q("kind", "string", ""),
-                    {"name": "metric", "in": "query", "required": true, "schema": {"type": "string", "enum": ["throughput_up", "throughput_down", "loss", "delay_median", "delay_p95", "jitter", "errors"]}},
+                    {"name": "metric", "in": "query", "required": true, "schema": {"type": "string", "enum": ["throughput_up", "throughput_down", "loss", "delay_median", "delay_p95", "jitter", "errors", "hops"]}},
                     q("from_ms", "integer", "start (default a day before to_ms)"), q("to_ms", "integer", "end (default now)"), q("step_ms", "integer", "aggregate per step")],
                 "responses": {"200": body("SeriesView"), "400": error.clone(), "404": error.clone()}}},
+            "/api/v1/paths": {"get": {"summary": "the paths a measurement's traces took over a window: each with its runs, first and last time, hop count and hop list, and whether (and how often) the path changed",
+                "parameters": [q("key", "string", "measurement key (or source, dest and kind, default trace, to find the latest one)"), q("source", "string", ""), q("dest", "string", ""), q("kind", "string", ""),
+                    q("from_ms", "integer", "start (default a day before to_ms)"), q("to_ms", "integer", "end (default now)")],
+                "responses": {"200": body("PathsView"), "404": error.clone()}}},
             "/api/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
             "/metrics": {"get": {"summary": "OpenMetrics text: latest figures per measurement with pair labels, runs by state, archive size, clock error",
                 "responses": {"200": {"description": "application/openmetrics-text"}}}}

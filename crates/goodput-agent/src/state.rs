@@ -334,7 +334,7 @@ impl Shared {
             });
         if at >= e.at_ms {
             e.at_ms = at;
-            e.figures = run.figures;
+            e.figures = run.figures.clone();
         }
     }
 

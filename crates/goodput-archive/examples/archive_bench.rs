@@ -54,7 +54,7 @@ async fn main() {
                 measurement_key: key.clone(),
                 spec: doc["spec"].clone(),
                 result: docs.then(|| doc.clone()),
-                figures,
+                figures: figures.clone(),
             })
             .collect();
         archive.put(&chunk).await.unwrap();

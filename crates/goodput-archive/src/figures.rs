@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 /// A run's figures in the archive's columns; absent where the kind does
 /// not measure it.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Figures {
     /// Good-put client → server, bits/s (a timed TCP test: at the receiver).
     pub throughput_up_bps: Option<f64>,
@@ -28,12 +28,19 @@ pub struct Figures {
     /// Largest delay, µs.
     pub delay_max_us: Option<f64>,
     /// Jitter, µs: RFC 3550 interarrival jitter for UDP streams; for STAMP
-    /// the 95th percentile less the median of the round trip (owping's).
+    /// the 95th percentile less the median of the round trip (owping's);
+    /// for ping its mdev.
     pub jitter_us: Option<f64>,
     /// TCP retransmits (iperf3 tests).
     pub retransmits: Option<f64>,
     /// Failed connections, sessions or streams.
     pub errors: Option<f64>,
+    /// Hops to the destination (traces that reached it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hops: Option<f64>,
+    /// The path's checksum (traces; `goodput_core::path::path_checksum`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_checksum: Option<String>,
 }
 
 /// The figures of a result.
@@ -95,6 +102,20 @@ pub fn figures_of(r: &TestResult) -> Figures {
             f.delay_median_us = Some(p.p50_us);
             f.delay_max_us = Some(p.max_us);
         }
+    }
+    if let Some(t) = &r.trace {
+        f.hops = t.hop_count.map(f64::from);
+        f.path_checksum = Some(t.path_checksum.clone());
+    }
+    if let Some(p) = &r.ping {
+        f.loss_pct = Some(p.loss_percent);
+        f.duplicates = Some(p.duplicates as f64);
+        if let Some(rtt) = &p.rtt {
+            f.delay_min_us = Some(rtt.min_us);
+            f.delay_max_us = Some(rtt.max_us);
+            f.jitter_us = Some(rtt.mdev_us);
+        }
+        f.delay_median_us = p.percentiles.map(|q| q.p50_us);
     }
     if let Some(q) = &r.quic {
         if q.duration_s > 0.0 {

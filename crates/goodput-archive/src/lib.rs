@@ -24,6 +24,7 @@ use sqlx::sqlite::{
 use sqlx::{Row, SqlitePool};
 
 pub use figures::{figures_of, measurement_key, Figures};
+
 pub use migrations::SCHEMA_VERSION;
 
 /// What went wrong with the archive.
@@ -171,11 +172,13 @@ pub enum Metric {
     Jitter,
     /// Failed connections.
     Errors,
+    /// Hops to the destination (traces).
+    Hops,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 7] = [
+    pub const ALL: [Metric; 8] = [
         Metric::ThroughputUp,
         Metric::ThroughputDown,
         Metric::Loss,
@@ -183,6 +186,7 @@ impl Metric {
         Metric::DelayP95,
         Metric::Jitter,
         Metric::Errors,
+        Metric::Hops,
     ];
 
     fn column(self) -> &'static str {
@@ -194,6 +198,7 @@ impl Metric {
             Metric::DelayP95 => "delay_p95_us",
             Metric::Jitter => "jitter_us",
             Metric::Errors => "errors",
+            Metric::Hops => "hops",
         }
     }
 }
@@ -213,6 +218,38 @@ pub struct Point {
     /// Largest value.
     pub max: f64,
 }
+
+/// A path a measurement's traces took over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PathSeen {
+    /// Its checksum (`goodput_core::path::path_checksum`).
+    pub path_checksum: String,
+    /// Traces that took it.
+    pub runs: u64,
+    /// The first of them (ms).
+    pub first_ms: u64,
+    /// The last of them (ms).
+    pub last_ms: u64,
+    /// Hops to the destination on it (none when it was not reached).
+    pub hops: Option<f64>,
+    /// The newest run that took it: its document holds the hop list.
+    pub last_run: String,
+}
+
+/// The paths of a measurement over a window, and how often it moved
+/// from one to another.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct PathHistory {
+    /// Each path, the first taken first.
+    pub paths: Vec<PathSeen>,
+    /// Times a trace found a path other than the one before it.
+    pub changes: u64,
+    /// Traces read (at most [`PATH_RUNS`], the newest).
+    pub runs: u64,
+}
+
+/// Most traces [`Archive::paths`] reads for one window.
+pub const PATH_RUNS: u32 = 100_000;
 
 /// How much the archive keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,14 +288,15 @@ pub struct Archive {
 
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
-     delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors";
+     delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
+     path_checksum";
 
 /// The same, each named by its table (`runs` is `r`).
 const R_COLUMNS: &str =
     "r.id, r.task, r.source, r.dest, r.kind, r.class, r.state, r.reason, r.scheduled_ms, \
      r.start_ms, r.end_ms, r.measurement_key, r.throughput_up_bps, r.throughput_down_bps, r.loss_pct, \
      r.duplicates, r.reordered, r.delay_min_us, r.delay_median_us, r.delay_p95_us, r.delay_max_us, \
-     r.jitter_us, r.retransmits, r.errors";
+     r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum";
 
 impl Archive {
     /// Opens (or creates) the archive file and brings its schema up to
@@ -328,7 +366,7 @@ impl Archive {
             let sql = upsert_sql(
                 "runs",
                 COLUMNS,
-                24,
+                26,
                 chunk.len(),
                 "task = excluded.task, source = excluded.source, dest = excluded.dest, \
                  kind = excluded.kind, class = excluded.class, state = excluded.state, reason = excluded.reason, \
@@ -338,7 +376,8 @@ impl Archive {
                  loss_pct = excluded.loss_pct, duplicates = excluded.duplicates, reordered = excluded.reordered, \
                  delay_min_us = excluded.delay_min_us, delay_median_us = excluded.delay_median_us, \
                  delay_p95_us = excluded.delay_p95_us, delay_max_us = excluded.delay_max_us, \
-                 jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors",
+                 jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors, \
+                 hops = excluded.hops, path_checksum = excluded.path_checksum",
             );
             let mut q = sqlx::query(&sql);
             for r in chunk {
@@ -367,7 +406,9 @@ impl Archive {
                     .bind(f.delay_max_us)
                     .bind(f.jitter_us)
                     .bind(f.retransmits)
-                    .bind(f.errors);
+                    .bind(f.errors)
+                    .bind(f.hops)
+                    .bind(&f.path_checksum);
             }
             q.execute(&mut *tx).await?;
             let sql = upsert_sql(
@@ -531,6 +572,55 @@ impl Archive {
         Ok(rows.iter().map(point_of).collect())
     }
 
+    /// The paths a measurement's finished traces took over `[from, to)`.
+    pub async fn paths(&self, key: &str, from_ms: u64, to_ms: u64) -> Result<PathHistory, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT id, start_ms, hops, path_checksum FROM (SELECT id, start_ms, hops, path_checksum FROM runs \
+             WHERE measurement_key = $1 AND state = 'finished' AND path_checksum IS NOT NULL \
+             AND start_ms >= $2 AND start_ms < $3 ORDER BY start_ms DESC LIMIT $4) ORDER BY start_ms",
+        )
+        .bind(key)
+        .bind(ms(from_ms))
+        .bind(ms(to_ms))
+        .bind(i64::from(PATH_RUNS))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut h = PathHistory::default();
+        let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        let mut last: Option<String> = None;
+        for r in rows {
+            let sum: String = r.try_get("path_checksum")?;
+            let at = r.try_get::<i64, _>("start_ms")?.max(0) as u64;
+            let id: String = r.try_get("id")?;
+            let hops: Option<f64> = r.try_get("hops")?;
+            h.runs += 1;
+            if last.as_ref().is_some_and(|l| *l != sum) {
+                h.changes += 1;
+            }
+            match index.get(&sum).map(|i| &mut h.paths[*i]) {
+                Some(p) => {
+                    p.runs += 1;
+                    p.last_ms = at;
+                    p.hops = hops;
+                    p.last_run = id;
+                }
+                None => {
+                    index.insert(sum.clone(), h.paths.len());
+                    h.paths.push(PathSeen {
+                        path_checksum: sum.clone(),
+                        runs: 1,
+                        first_ms: at,
+                        last_ms: at,
+                        hops,
+                        last_run: id,
+                    });
+                }
+            }
+            last = Some(sum);
+        }
+        Ok(h)
+    }
+
     /// Runs stored in each state.
     pub async fn count_by_state(&self) -> Result<Vec<(RunState, u64)>, ArchiveError> {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
@@ -692,6 +782,8 @@ fn run_of(r: &sqlx::sqlite::SqliteRow, with_result: bool) -> Result<Run, Archive
             jitter_us: r.get("jitter_us"),
             retransmits: r.get("retransmits"),
             errors: r.get("errors"),
+            hops: r.get("hops"),
+            path_checksum: r.get("path_checksum"),
         },
     })
 }

@@ -6,9 +6,10 @@
 /// (version, SQL statements separated by `;`). The documents (spec and
 /// result, several KB) live in their own table, so that lists and series
 /// read only the small rows of `runs`.
-pub(crate) const STEPS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE runs (
+pub(crate) const STEPS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE runs (
         id TEXT PRIMARY KEY,
         task TEXT NOT NULL,
         source TEXT NOT NULL,
@@ -52,7 +53,16 @@ pub(crate) const STEPS: &[(i64, &str)] = &[(
         hi DOUBLE PRECISION,
         PRIMARY KEY (measurement_key, metric, bucket_ms)
     )",
-)];
+    ),
+    (
+        2,
+        // Traces: the hop count, and the path's checksum, so that "the path
+        // changed" is a comparison of rows, not of documents.
+        "ALTER TABLE runs ADD COLUMN hops DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN path_checksum TEXT;
+    CREATE INDEX runs_key_path ON runs (measurement_key, start_ms, path_checksum)",
+    ),
+];
 
 /// The newest schema this build knows.
 pub const SCHEMA_VERSION: i64 = STEPS[STEPS.len() - 1].0;

@@ -277,3 +277,105 @@ async fn a_newer_archive_is_refused_with_a_clear_message() {
         Ok(_) => panic!("a newer archive was opened"),
     }
 }
+
+#[test]
+fn traces_and_pings_have_figures() {
+    let (doc, r) = fixture("trace");
+    let f = figures_of(&r);
+    assert_eq!(f.hops, Some(4.0));
+    assert_eq!(f.path_checksum.as_deref(), doc["trace"]["path_checksum"].as_str());
+    assert_eq!(f.throughput_up_bps, None, "a trace moves no data");
+    let (doc, r) = fixture("ping");
+    let f = figures_of(&r);
+    let p = &doc["ping"];
+    assert_eq!(f.loss_pct, p["loss_percent"].as_f64());
+    assert_eq!(f.delay_min_us, p["rtt"]["min_us"].as_f64());
+    assert_eq!(f.delay_max_us, p["rtt"]["max_us"].as_f64());
+    assert_eq!(f.delay_median_us, p["percentiles"]["p50_us"].as_f64());
+    assert_eq!(f.jitter_us, p["rtt"]["mdev_us"].as_f64());
+}
+
+#[tokio::test]
+async fn a_measurements_paths_and_their_changes_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    let (doc, r) = fixture("trace");
+    // A second path: hop 2 is another router (and so another checksum).
+    let mut moved_doc = doc.clone();
+    moved_doc["trace"]["hops"][1]["addresses"] = serde_json::json!(["10.81.5.2"]);
+    let mut moved: TestResult = serde_json::from_value(moved_doc.clone()).unwrap();
+    let t = moved.trace.as_mut().unwrap();
+    t.path_checksum = goodput_core::path::path_checksum(&t.hops);
+    moved_doc["trace"]["path_checksum"] = t.path_checksum.clone().into();
+    assert_ne!(t.path_checksum, r.trace.as_ref().unwrap().path_checksum);
+    // first, first, moved, moved, first: two paths, two changes.
+    let which = [false, false, true, true, false];
+    let runs: Vec<Run> = which
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (d, x) = if *m { (&moved_doc, &moved) } else { (&doc, &r) };
+            run(&format!("tr{i}"), i as u64 * 300_000, RunState::Finished, d, x)
+        })
+        .collect();
+    a.put(&runs).await.unwrap();
+    let key = &runs[0].measurement_key;
+    let h = a.paths(key, 0, 3_600_000).await.unwrap();
+    assert_eq!((h.runs, h.changes, h.paths.len()), (5, 2, 2), "{h:?}");
+    assert_eq!(h.paths[0].runs, 3);
+    assert_eq!((h.paths[0].first_ms, h.paths[0].last_ms), (5, 1_200_005));
+    assert_eq!(h.paths[0].last_run, "tr4");
+    assert_eq!(h.paths[1].runs, 2);
+    assert_eq!(h.paths[1].last_run, "tr3");
+    assert_eq!(h.paths[0].hops, Some(4.0));
+    // A window with one path: no change.
+    let calm = a.paths(key, 0, 600_000).await.unwrap();
+    assert_eq!((calm.runs, calm.changes, calm.paths.len()), (2, 0, 1));
+    // The hop count is a series like the others.
+    let hops = a.series(key, Metric::Hops, 0, 3_600_000, None).await.unwrap();
+    assert_eq!(hops.len(), 5);
+    assert!(hops.iter().all(|p| p.mean == 4.0));
+    // And the figures read back from the row.
+    let back = a.get("tr2").await.unwrap().unwrap();
+    assert_eq!(
+        back.figures.path_checksum,
+        moved.trace.unwrap().path_checksum.into()
+    );
+}
+
+#[tokio::test]
+async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("archive.db");
+    let (tcp, tr) = fixture("tcp-duplex");
+    let a = Archive::open(&path).await.unwrap();
+    a.put(&[run("old", 0, RunState::Finished, &tcp, &tr)])
+        .await
+        .unwrap();
+    drop(a);
+    {
+        // Back to the first step's schema, as an agent before traces left it.
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        for s in [
+            "DROP INDEX runs_key_path",
+            "ALTER TABLE runs DROP COLUMN hops",
+            "ALTER TABLE runs DROP COLUMN path_checksum",
+            "DELETE FROM archive_schema WHERE version > 1",
+        ] {
+            sqlx::query(s).execute(&mut c).await.unwrap();
+        }
+    }
+    let a = Archive::open(&path).await.unwrap();
+    assert_eq!(a.schema_version().await.unwrap(), goodput_archive::SCHEMA_VERSION);
+    let old = a.get("old").await.unwrap().unwrap();
+    assert_eq!(old.figures.throughput_up_bps, figures_of(&tr).throughput_up_bps);
+    assert_eq!(old.figures.hops, None);
+    let (doc, r) = fixture("trace");
+    a.put(&[run("new", 60_000, RunState::Finished, &doc, &r)])
+        .await
+        .unwrap();
+    assert_eq!(a.get("new").await.unwrap().unwrap().figures.hops, Some(4.0));
+}
