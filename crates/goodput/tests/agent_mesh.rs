@@ -475,3 +475,99 @@ fn agents_call_each_other_over_tls_with_pinned_certificates() {
         "{err}"
     );
 }
+
+#[test]
+fn agents_trace_each_other_in_the_background_and_keep_the_paths() {
+    let ports = Ports::pick();
+    let ips = ["127.0.0.5", "127.0.0.6"];
+    let mut t = format!("[agent]\napi_port = {}\n\n", ports.api);
+    for (n, ip) in ["a", "b"].iter().zip(ips) {
+        t += &format!("[addresses.{n}]\naddress = \"{ip}\"\n");
+    }
+    t += r#"
+[groups.pair]
+type = "mesh"
+addresses = ["a", "b"]
+
+[tests.path]
+kind = "trace"
+host = "{{dest}}"
+max_hops = 4
+wait = "300ms"
+
+[schedules.often]
+repeat = "PT3S"
+
+[tasks.path]
+group = "pair"
+test = "path"
+schedule = "often"
+"#;
+    let config = common::tmp("agent-trace", "mesh.toml");
+    std::fs::write(&config, t).unwrap();
+    let mut agents: Vec<Agent> = ["a", "b"]
+        .iter()
+        .zip(ips)
+        .map(|(n, ip)| Agent::start("agent-trace", n, ip, &config, ports, &[]))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let finished = |a: &Agent| {
+        a.runs(ports)
+            .into_iter()
+            .filter(|r| r["kind"] == "trace" && state(r) == "finished" && r["source"] == a.name.as_str())
+            .count()
+    };
+    while agents.iter().any(|a| finished(a) < 3) {
+        assert!(
+            Instant::now() < deadline,
+            "traces did not finish: {}",
+            agents[0].log_text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let tasks = get_json(ips[0], ports.api, "/api/v1/tasks");
+    assert!(
+        tasks.to_string().contains("\"background\""),
+        "a trace is a background test: {tasks}"
+    );
+    // One path on loopback: b at hop 1, never changed.
+    let paths = get_json(ips[0], ports.api, "/api/v1/paths?source=a&dest=b");
+    assert_eq!(paths["changed"], false, "{paths}");
+    assert_eq!(paths["changes"], 0, "{paths}");
+    let p = &paths["paths"].as_array().unwrap()[0];
+    assert_eq!(paths["paths"].as_array().unwrap().len(), 1, "{paths}");
+    assert!(p["runs"].as_u64().unwrap() >= 3, "{paths}");
+    assert_eq!(p["hops"], 1.0, "{paths}");
+    assert_eq!(p["hops_addresses"], serde_json::json!([["127.0.0.6"]]), "{paths}");
+    let run = get_json(
+        ips[0],
+        ports.api,
+        &format!("/api/v1/runs/{}", p["last_run"].as_str().unwrap()),
+    );
+    assert_eq!(
+        run["result"]["trace"]["path_checksum"], p["path_checksum"],
+        "{run}"
+    );
+    assert_eq!(run["figures"]["path_checksum"], p["path_checksum"], "{run}");
+    let hops = get_json(
+        ips[0],
+        ports.api,
+        "/api/v1/series?source=a&dest=b&kind=trace&metric=hops",
+    );
+    assert!(
+        hops["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["mean"] == 1.0),
+        "{hops}"
+    );
+    let (_, metrics) = http(ips[1], ports.api, "GET", "/metrics", None, "");
+    assert!(
+        metrics.contains("goodput_hops{task=\"path\",source=\"b\",dest=\"a\",kind=\"trace\"} 1 "),
+        "{metrics}"
+    );
+    for a in &mut agents {
+        a.stop(libc::SIGTERM);
+    }
+}

@@ -239,7 +239,9 @@ pub(crate) fn one_line(s: &str) -> String {
 /// One spec from a JSON value, with the path of a bad field.
 pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
     let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "server"];
+    let known = [
+        "tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "trace", "ping", "server",
+    ];
     match kind.as_deref() {
         None => {
             return Err(SpecError::new(
@@ -270,6 +272,8 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         "ttcp" => serde_path_to_error::deserialize::<_, TtcpSpec>(body).map(TestSpec::Ttcp),
         "udp" => serde_path_to_error::deserialize::<_, UdpSpec>(body).map(TestSpec::Udp),
         "quic" => serde_path_to_error::deserialize::<_, QuicSpec>(body).map(TestSpec::Quic),
+        "trace" => serde_path_to_error::deserialize::<_, TraceSpec>(body).map(TestSpec::Trace),
+        "ping" => serde_path_to_error::deserialize::<_, PingSpec>(body).map(TestSpec::Ping),
         _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
     };
     spec.map_err(|e| {
@@ -377,7 +381,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, server"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
