@@ -586,6 +586,26 @@ fn a_black_hole_is_found_where_the_mtu_drop_sends_no_icmp() {
         console.contains("Black hole : from hop 3 probes of 9000 bytes"),
         "{console}"
     );
+    // Found after three silent hops, not after the last one.
+    assert!(!console.contains(" 7  * * *"), "{console}");
+
+    // A network no router has a route to is "!N" at r1, not a black hole
+    // (r1's unreachables are rate-limited, big or small: the first five
+    // in a second get through).
+    let (out, doc) = chain.goodput(
+        "nowhere",
+        &["trace", "10.81.9.9", "--pmtu", "-w", "300ms", "-m", "6"],
+    );
+    let t = &doc["trace"];
+    assert!(t["black_hole"].is_null(), "{}", text(&out));
+    assert_eq!(t["reached"], false);
+    assert_eq!(
+        t["hops"].as_array().unwrap().len(),
+        1,
+        "an unreachable ends the trace: {t}"
+    );
+    assert_eq!(t["hops"][0]["probes"][0]["code"], "!N", "{t}");
+    assert!(text(&out).contains(" 1  10.81.1.2  "), "{}", text(&out));
 }
 
 #[test]

@@ -495,17 +495,40 @@ pub async fn trace(
     };
     let mut seq = 0u32;
     let mut hops: BTreeMap<u8, HopState> = BTreeMap::new();
-    let mut from = plan.first;
+    let mut next_emit = plan.first;
+    // The size a black-hole search found nothing wrong with.
+    let mut cleared: Option<u32> = None;
     loop {
-        let reached = sweep(&mut t, &mut seq, &mut hops, from, &mut out, observer, cancel).await?;
-        if reached || out.interrupted || !plan.pmtu || out.black_hole.is_some() {
-            break;
-        }
-        // Not reached with discovery on: do small probes get further than
-        // the big ones did?
-        let Some(h) = silent_tail(&hops) else { break };
+        let watch = plan.pmtu && out.black_hole.is_none() && cleared != Some(out.size);
+        let end = sweep(
+            &mut t,
+            &mut seq,
+            &mut hops,
+            &mut next_emit,
+            &mut out,
+            observer,
+            cancel,
+            watch,
+        )
+        .await?;
+        // With discovery on, silence from some hop on may be a black hole:
+        // do small probes get further than the big ones did?
+        let h = match end {
+            SweepEnd::Reached | SweepEnd::Interrupted => break,
+            SweepEnd::Silent(h) => h,
+            SweepEnd::Done if watch => match silent_tail(&hops) {
+                Some(h) => h,
+                None => break,
+            },
+            SweepEnd::Done => break,
+        };
         let Some((found_at, passed)) = black_hole_search(&mut t, &mut seq, h, out.size, cancel).await? else {
-            break;
+            if matches!(end, SweepEnd::Done) {
+                break;
+            }
+            // Silent routers, not a black hole: go on where the sweep was.
+            cleared = Some(out.size);
+            continue;
         };
         observer.on_notice(&format!(
             "no answer and no ICMP to {}-byte probes from hop {h}, but {passed}-byte probes reach hop {found_at}: \
@@ -519,7 +542,7 @@ pub async fn trace(
         });
         out.size = passed;
         hops.retain(|k, _| *k < h);
-        from = h;
+        next_emit = h;
     }
     out.hops = hops
         .into_iter()
@@ -571,23 +594,47 @@ fn hop_of(ttl: u8, s: HopState, names: &HashMap<String, Option<String>>) -> Trac
     }
 }
 
-/// Probes hops `from`.. until the destination answers, the last hop is
-/// done or the caller stops; true when reached.
+/// How a sweep ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SweepEnd {
+    /// The destination answered.
+    Reached,
+    /// The last hop is done, or an unreachable stopped it.
+    Done,
+    /// [`SILENT_RUN`] hops in a row from this one answered nothing (only
+    /// when watching for a black hole).
+    Silent(u8),
+    /// The caller stopped it.
+    Interrupted,
+}
+
+/// Silent hops in a row that make a discovering trace look for a black
+/// hole before it goes on.
+const SILENT_RUN: u8 = 3;
+
+/// Probes hops from `next_emit` on until the destination answers, the
+/// last hop is done, the caller stops, or (with `watch`) a run of silent
+/// hops calls for a black-hole search. Hops are handed to the observer as
+/// they complete, in order; `next_emit` is the next to hand on.
 #[allow(clippy::too_many_arguments)]
 async fn sweep(
     t: &mut Tracer,
     seq: &mut u32,
     hops: &mut BTreeMap<u8, HopState>,
-    from: u8,
+    next_emit: &mut u8,
     out: &mut TraceOutcome,
     observer: &mut dyn Observer,
     cancel: &CancellationToken,
-) -> Result<bool, String> {
+    watch: bool,
+) -> Result<SweepEnd, String> {
     let plan = t.plan.clone();
+    let from = *next_emit;
     let mut flights: HashMap<u32, Flight> = HashMap::new();
     let mut stop = plan.max;
-    let mut next_emit = from;
     let mut reached = false;
+    let mut silent = 0u8;
+    // Probes still out when the sweep stops early are forgotten.
+    let forget = |hops: &mut BTreeMap<u8, HopState>| hops.values_mut().for_each(|s| s.pending = 0);
     loop {
         // Send while there is room: the lowest hop still short of probes.
         while flights.len() < plan.in_flight as usize {
@@ -624,14 +671,14 @@ async fn sweep(
             }
         }
         // Hand on the hops that are complete, in order.
-        while next_emit <= stop {
+        while *next_emit <= stop {
             let done = hops
-                .get(&next_emit)
+                .get(next_emit)
                 .is_some_and(|s| s.pending == 0 && s.probes.len() as u32 >= plan.probes);
             if !done {
                 break;
             }
-            let s = &hops[&next_emit];
+            let s = &hops[next_emit];
             if plan.names {
                 for p in &s.probes {
                     if let Some(a) = p.from.as_ref().filter(|a| !t.names.contains_key(*a)) {
@@ -648,14 +695,25 @@ async fn sweep(
                 pending: 0,
                 mtu: s.mtu.clone(),
             };
-            observer.on_hop(&hop_of(next_emit, state, &t.names));
-            if next_emit == u8::MAX {
+            let hop = hop_of(*next_emit, state, &t.names);
+            silent = if hop.silent() { silent + 1 } else { 0 };
+            observer.on_hop(&hop);
+            let this = *next_emit;
+            if this == u8::MAX {
                 break;
             }
-            next_emit += 1;
+            *next_emit += 1;
+            if watch && silent >= SILENT_RUN && this < stop {
+                forget(hops);
+                return Ok(SweepEnd::Silent(this + 1 - SILENT_RUN));
+            }
         }
-        if next_emit > stop || flights.is_empty() {
-            return Ok(reached);
+        if *next_emit > stop || flights.is_empty() {
+            return Ok(if reached {
+                SweepEnd::Reached
+            } else {
+                SweepEnd::Done
+            });
         }
         let deadline = flights.values().map(|f| f.sent).min().map(|s| s + plan.wait);
         tokio::select! {
@@ -726,7 +784,7 @@ async fn sweep(
             }
             _ = cancel.cancelled() => {
                 out.interrupted = true;
-                return Ok(reached);
+                return Ok(SweepEnd::Interrupted);
             }
         }
         // Probes past the destination are not waited for.
@@ -758,6 +816,11 @@ async fn black_hole_search(
         }
     }
     let Some(at) = answered else { return Ok(None) };
+    // The big size once more at that hop: if it passes now, the silence
+    // was loss or an ICMP rate limit, not the size.
+    if one_probe(t, seq, at, big, cancel).await? {
+        return Ok(None);
+    }
     let (mut lo, mut hi) = (small, big);
     for _ in 0..16 {
         if hi - lo <= 1 || cancel.is_cancelled() {
@@ -773,8 +836,9 @@ async fn black_hole_search(
     Ok(Some((at, lo)))
 }
 
-/// Sends one probe and says whether it was answered (other than by an MTU
-/// complaint) within the wait.
+/// Sends one probe and says whether it got through to where it was aimed:
+/// answered by the hop (time exceeded) or the destination within the
+/// wait. An unreachable or an MTU complaint is not getting through.
 async fn one_probe(
     t: &mut Tracer,
     seq: &mut u32,
@@ -798,7 +862,10 @@ async fn one_probe(
             a = t.next() => {
                 let (m, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
                 if m == n {
-                    return Ok(matches!(a.kind, Kind::Counted(x) if x != ProbeAnswer::NoReply));
+                    return Ok(matches!(
+                        a.kind,
+                        Kind::Counted(ProbeAnswer::TimeExceeded | ProbeAnswer::Reached)
+                    ));
                 }
             }
             _ = tokio::time::sleep_until(until) => return Ok(false),
