@@ -40,6 +40,24 @@ fn trace_reaches_loopback_at_hop_one_on_both_families() {
         );
         assert!(out.contains("Resume: hops 1 back 1"), "{out}");
     }
+    // A reverse name from /etc/hosts (no DNS query for loopback).
+    let json = tmp("path", "names.json");
+    let (code, out, err) = run(&[
+        "trace",
+        "127.0.0.1",
+        "--names",
+        "-q",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let name = &result_doc(&json)["trace"]["hops"][0]["names"][0];
+    assert!(name.as_str().is_some_and(|n| !n.is_empty()), "{name}");
+    assert!(
+        out.contains(&format!(" 1  {} (127.0.0.1)", name.as_str().unwrap())),
+        "{out}"
+    );
 }
 
 #[test]

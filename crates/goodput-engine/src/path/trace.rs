@@ -889,6 +889,94 @@ mod tests {
         }
     }
 
+    fn heard(peer: SocketAddr, error: Option<ExtError>, head: [u8; 8]) -> Heard {
+        Heard {
+            peer: Some(peer),
+            head,
+            head_len: 8,
+            len: 8,
+            error,
+            ttl: Some(62),
+        }
+    }
+
+    #[test]
+    fn answers_name_their_probe_or_nothing() {
+        let dest: IpAddr = "192.0.2.9".parse().unwrap();
+        let at = Instant::now();
+        let te = Some(ExtError {
+            offender: Some("192.0.2.1".parse().unwrap()),
+            ..err(ORIGIN_ICMP, 11, 0)
+        });
+        // UDP: the probe is the quoted destination port less the first.
+        let a = dgram_answer(
+            &heard(SocketAddr::new(dest, 33440), te, [0; 8]),
+            false,
+            false,
+            33434,
+            dest,
+            at,
+        );
+        let (seq, a) = a.unwrap();
+        assert_eq!(seq, 6);
+        assert_eq!(a.kind, Kind::Counted(ProbeAnswer::TimeExceeded));
+        assert_eq!(a.from, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(a.reply_ttl, Some(62));
+        // A port below the first, or past the probes there can be: not ours.
+        assert!(dgram_answer(
+            &heard(SocketAddr::new(dest, 33433), te, [0; 8]),
+            false,
+            false,
+            33434,
+            dest,
+            at
+        )
+        .is_none());
+        let far = 33434 + MAX_UDP_PROBES as u16;
+        assert!(dgram_answer(
+            &heard(SocketAddr::new(dest, far), te, [0; 8]),
+            false,
+            false,
+            33434,
+            dest,
+            at
+        )
+        .is_none());
+        // Data from somewhere else than the destination is nobody's answer.
+        let other: IpAddr = "198.51.100.1".parse().unwrap();
+        assert!(dgram_answer(
+            &heard(SocketAddr::new(other, 33434), None, [0; 8]),
+            false,
+            false,
+            33434,
+            dest,
+            at
+        )
+        .is_none());
+        // ICMP: the echo sequence, from the quoted request or the reply.
+        let reply = [0, 0, 0, 0, 0, 0, 0, 7];
+        let (seq, a) = dgram_answer(
+            &heard(SocketAddr::new(dest, 0), None, reply),
+            true,
+            false,
+            0,
+            dest,
+            at,
+        )
+        .unwrap();
+        assert_eq!((seq, a.kind), (7, Kind::Counted(ProbeAnswer::Reached)));
+        let request = [8, 0, 0, 0, 0, 0, 0, 7];
+        assert!(dgram_answer(
+            &heard(SocketAddr::new(dest, 0), None, request),
+            true,
+            false,
+            0,
+            dest,
+            at
+        )
+        .is_none());
+    }
+
     #[test]
     fn icmp_errors_classify_as_traceroute_reads_them() {
         let k = |e| classify(&e);
