@@ -516,19 +516,17 @@ fn the_path_checksum_follows_the_route_not_the_rtts() {
     );
     chain.sh("r2", "tc", &["qdisc", "del", "dev", "l3", "root"]);
 
+    // r1's way to r3's and the server's networks.
+    let route_r1_via = |via: &str| {
+        for to in [3, 4] {
+            chain.ip(
+                "r1",
+                &["route", "replace", &format!("10.81.{to}.0/24"), "via", via],
+            );
+        }
+    };
     // The route moves: r1 sends towards r3 and the server through r4.
-    for to in [3, 4] {
-        chain.ip(
-            "r1",
-            &[
-                "route",
-                "replace",
-                &format!("10.81.{to}.0/24"),
-                "via",
-                "10.81.5.2",
-            ],
-        );
-    }
+    route_r1_via("10.81.5.2");
     let moved = trace("moved");
     assert_eq!(
         hops_of(&moved),
@@ -549,18 +547,7 @@ fn the_path_checksum_follows_the_route_not_the_rtts() {
         "a new router must change the checksum"
     );
     // And back: the first path's checksum again.
-    for to in [3, 4] {
-        chain.ip(
-            "r1",
-            &[
-                "route",
-                "replace",
-                &format!("10.81.{to}.0/24"),
-                "via",
-                "10.81.2.2",
-            ],
-        );
-    }
+    route_r1_via("10.81.2.2");
     let back = trace("back");
     assert_eq!(back["trace"]["path_checksum"], sum.as_str());
 }
