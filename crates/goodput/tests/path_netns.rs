@@ -654,6 +654,58 @@ fn ping_counts_exactly_and_runs_without_root() {
     assert_eq!(answered, vec![1, 3, 5, 7, 9]);
     chain.sh("r2", "nft", &["delete", "table", "inet", "halve"]);
 
+    // Ctrl-C keeps what was measured: the replies so far, the hops so far.
+    let json = tmp("path-netns", &format!("{}-int.json", chain.tag));
+    let mut cmd = chain.exec("c", env!("CARGO_BIN_EXE_goodput"));
+    cmd.args([
+        "ping",
+        "10.81.4.2",
+        "-M",
+        "icmp",
+        "-c",
+        "1000",
+        "-i",
+        "50ms",
+        "-v",
+        "0",
+        "--json",
+    ])
+    .arg(&json);
+    let child = Reaped::spawn(cmd);
+    std::thread::sleep(Duration::from_millis(1000));
+    let (code, out, err) = child.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{out}{err}");
+    let doc = result_doc(&json);
+    assert_eq!(doc["end"], "interrupted");
+    let p = &doc["ping"];
+    let got = p["received"].as_u64().unwrap();
+    assert!((10..=25).contains(&got), "about 20 answered in a second: {p}");
+    assert_eq!(p["lost"], 0, "a request still waiting is not lost: {p}");
+    // UDP past r2 dropped: hop 1 is silent for 20 s, hop 2 answered.
+    chain.nft(
+        "r2",
+        "table inet nothrough {\n chain relay {\n  type filter hook forward priority 0;\n  meta l4proto udp drop\n }\n}\n",
+    );
+    let json = tmp("path-netns", &format!("{}-int-trace.json", chain.tag));
+    let mut cmd = chain.exec("c", env!("CARGO_BIN_EXE_goodput"));
+    cmd.args(["trace", "10.81.4.2", "-w", "20s", "-m", "4", "--json"])
+        .arg(&json);
+    let child = Reaped::spawn(cmd);
+    std::thread::sleep(Duration::from_millis(1000));
+    let started = std::time::Instant::now();
+    let (code, out, err) = child.stop(libc::SIGINT);
+    assert!(started.elapsed() < Duration::from_secs(5), "it stopped at once");
+    assert_eq!(code, Some(130), "{out}{err}");
+    let doc = result_doc(&json);
+    assert_eq!(doc["end"], "interrupted");
+    assert_eq!(
+        hops_of(&doc),
+        vec![(2, some("10.81.2.2"))],
+        "hop 2 answered, hop 1 was still waiting: {}",
+        doc["trace"]
+    );
+    chain.sh("r2", "nft", &["delete", "table", "inet", "nothrough"]);
+
     // As nobody, where ICMP sockets are not open to nobody's group: auto
     // times TCP connects instead and says why; a trace (UDP) needs nothing.
     chain.sh("c", "sysctl", &["-qw", "net.ipv4.ping_group_range=1 0"]);
