@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -396,11 +396,60 @@ bench_agent() {
   kill $pid; wait $pid 2>/dev/null || true
 }
 
+# A chain of namespaces, client -> r1 -> r2 -> r3 -> server, r1 silent (its
+# time-exceeded dropped), MTU 1500 between r2 and r3 and 9000 elsewhere, no
+# ICMP rate limit: the path tests' chain. Times a whole trace, goodput
+# against traceroute (hops) and tracepath (hops and path MTU), each with its
+# defaults and with a 1 s wait.
+bench_trace() {
+  [ "$(id -u)" = 0 ] || { echo "trace: needs root for the namespaces (skipped)"; return; }
+  command -v tracepath >/dev/null && command -v traceroute >/dev/null && command -v nft >/dev/null \
+    || { echo "trace: needs tracepath, traceroute and nft (skipped)"; return; }
+  local p=gpb$$ n
+  ns() { ip netns exec "$p-$1" "${@:2}"; }
+  chain_down() { for n in c r1 r2 r3 s; do ip netns del "$p-$n" 2>/dev/null || true; done; }
+  chain_down
+  for n in c r1 r2 r3 s; do
+    ip netns add "$p-$n"; ns "$n" ip link set lo up
+    ns "$n" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.icmp_ratelimit=0
+  done
+  local i=1 a b mtu
+  for link in "c r1 9000" "r1 r2 9000" "r2 r3 1500" "r3 s 9000"; do
+    set -- $link; a=$1; b=$2; mtu=$3
+    ip link add "$p-x" type veth peer name "$p-y"
+    ip link set "$p-x" netns "$p-$a"; ip link set "$p-y" netns "$p-$b"
+    ns "$a" ip link set "$p-x" name l$i mtu "$mtu" up; ns "$b" ip link set "$p-y" name l$i mtu "$mtu" up
+    ns "$a" ip addr add 10.82.$i.1/24 dev l$i; ns "$b" ip addr add 10.82.$i.2/24 dev l$i
+    i=$((i + 1))
+  done
+  ns c ip route add default via 10.82.1.2; ns s ip route add default via 10.82.4.1
+  ns r1 ip route add 10.82.3.0/24 via 10.82.2.2; ns r1 ip route add 10.82.4.0/24 via 10.82.2.2
+  ns r2 ip route add 10.82.1.0/24 via 10.82.2.1; ns r2 ip route add 10.82.4.0/24 via 10.82.3.2
+  ns r3 ip route add 10.82.1.0/24 via 10.82.3.1; ns r3 ip route add 10.82.2.0/24 via 10.82.3.1
+  printf 'table inet silent {\n chain out {\n  type filter hook output priority 0;\n  icmp type time-exceeded drop\n }\n}\n' > "$work/silent.nft"
+  ns r1 nft -f "$work/silent.nft"
+  ns c ping -c 1 -W 2 10.82.4.2 >/dev/null 2>&1 || true
+  local gp; gp=$(readlink -f "$GP")
+  wall() { local t0 t1; t0=$(date +%s.%N); ns c "$@" >/dev/null 2>&1 || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}'; }
+  pair() {
+    local name=$1 a=$2 b=$3 ra=() rb=() ma mb
+    for _ in $(seq "$ROUNDS"); do ra+=("$(eval "wall $a")"); rb+=("$(eval "wall $b")"); done
+    ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+    printf '%-52s %14s s %14s s %8s\n' "$name" "$ma" "$mb" "$(ratio "$ma" "$mb")"
+  }
+  printf '%-52s %16s %16s %8s\n' "trace to hop 4, hop 1 silent (wall time)" "A (median)" "B (median)" "A/B"
+  pair "goodput trace / traceroute -n (defaults)" "$gp trace -v 0 10.82.4.2" "traceroute -n 10.82.4.2"
+  pair "goodput trace / traceroute -n -w 1" "$gp trace -v 0 -w 1s 10.82.4.2" "traceroute -n -w 1 10.82.4.2"
+  pair "goodput trace --pmtu / tracepath -n (defaults)" "$gp trace -v 0 --pmtu 10.82.4.2" "tracepath -n 10.82.4.2"
+  chain_down
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent; bench_trace ;;
+    trace) bench_trace ;;
     quic) header; bench_quic ;;
     quic-parity) header; bench_quic_parity ;;
     udp) header; bench_udp ;;

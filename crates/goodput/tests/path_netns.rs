@@ -384,6 +384,10 @@ fn trace_and_compare(v6: bool) {
     assert_eq!(doc["kind"], "trace");
     assert_eq!(hops_of(&doc), expected(v6), "{console}");
     assert_eq!(t["reached"], true);
+    // The silent hop gave up at ten times the next hop's RTT, as
+    // traceroute's NEAR does, not after the whole 500 ms.
+    let took = doc["summary"]["duration_s"].as_f64().unwrap();
+    assert!(took < 0.25, "{took} s");
     assert_eq!(t["hop_count"], 4);
     assert_eq!(t["back_hops"], 4);
     assert_eq!(t["local_mtu"], 9000);
@@ -427,6 +431,10 @@ fn trace_and_compare(v6: bool) {
     let (out, icmp) = chain.goodput("icmp", &["trace", dest, "-M", "icmp", "--pmtu", "-w", "500ms"]);
     assert_eq!(hops_of(&icmp), expected(v6), "{}", text(&out));
     assert_eq!(icmp["trace"]["pmtu"], 1500);
+    // Without the early give-up, the silent hop costs the whole wait.
+    let (_, patient) = chain.goodput("patient", &["trace", dest, "-w", "500ms", "--wait-near", "0"]);
+    assert!(patient["summary"]["duration_s"].as_f64().unwrap() >= 0.5);
+    assert_eq!(hops_of(&patient), expected(v6));
     let (out, tcp) = chain.goodput("tcp", &["trace", dest, "-M", "tcp", "-p", "9", "-w", "500ms"]);
     assert_eq!(hops_of(&tcp), expected(v6), "{}", text(&out));
     assert_eq!(
@@ -681,7 +689,8 @@ fn ping_counts_exactly_and_runs_without_root() {
     let got = p["received"].as_u64().unwrap();
     assert!((10..=25).contains(&got), "about 20 answered in a second: {p}");
     assert_eq!(p["lost"], 0, "a request still waiting is not lost: {p}");
-    // UDP past r2 dropped: hop 1 is silent for 20 s, hop 2 answered.
+    // UDP past r2 dropped: hops 3 and 4 are silent for 20 s; hop 2
+    // answered, and silent hop 1 gave up at ten times hop 2's RTT.
     chain.nft(
         "r2",
         "table inet nothrough {\n chain relay {\n  type filter hook forward priority 0;\n  meta l4proto udp drop\n }\n}\n",
@@ -700,8 +709,8 @@ fn ping_counts_exactly_and_runs_without_root() {
     assert_eq!(doc["end"], "interrupted");
     assert_eq!(
         hops_of(&doc),
-        vec![(2, some("10.81.2.2"))],
-        "hop 2 answered, hop 1 was still waiting: {}",
+        vec![(1, None), (2, some("10.81.2.2"))],
+        "hops 3 and 4 were still waiting: {}",
         doc["trace"]
     );
     chain.sh("r2", "nft", &["delete", "table", "inet", "nothrough"]);

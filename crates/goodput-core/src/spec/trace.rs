@@ -36,8 +36,14 @@ pub struct TraceSpec {
     pub max_hops: u8,
     /// Probes per hop.
     pub probes: u32,
-    /// How long a probe waits for its answer.
+    /// How long a probe waits for its answer at most.
     pub wait: HumanDuration,
+    /// A probe stops waiting after this many times the RTT of an answer
+    /// from its own hop (traceroute's HERE; 0: not early).
+    pub wait_here: f64,
+    /// And after this many times the RTT of an answer from a later hop
+    /// (traceroute's NEAR; 0: not early).
+    pub wait_near: f64,
     /// Probes in flight at once (over several hops).
     pub in_flight: u32,
     /// IP packet size of the probes, bytes (default 60 for IPv4 and 80
@@ -71,6 +77,8 @@ impl Default for TraceSpec {
             max_hops: 30,
             probes: 3,
             wait: HumanDuration(Duration::from_secs(1)),
+            wait_here: 3.0,
+            wait_near: 10.0,
             in_flight: 16,
             size: None,
             pmtu: false,
@@ -112,6 +120,14 @@ impl TraceSpec {
         }
         if self.wait.0 < Duration::from_millis(1) || self.wait.0 > Duration::from_secs(60) {
             return Err(SpecError::new("wait", "must be 1ms-60s"));
+        }
+        for (field, v) in [("wait_here", self.wait_here), ("wait_near", self.wait_near)] {
+            if !(v.is_finite() && (0.0..=1000.0).contains(&v)) {
+                return Err(SpecError::new(
+                    field,
+                    "must be a factor of 0-1000 (0: wait the whole `wait`)",
+                ));
+            }
         }
         if let Some(s) = self.size {
             if !(MIN_PROBE_BYTES..=MAX_PROBE_BYTES).contains(&s) {

@@ -79,7 +79,16 @@ pub struct TracePlan {
     pub pmtu: bool,
     /// Look up the hops' reverse names.
     pub names: bool,
+    /// A probe gives up after this many times the RTT of an answer from
+    /// its own hop (0: never early).
+    pub wait_here: f64,
+    /// And after this many times the RTT of an answer from a later hop.
+    pub wait_near: f64,
 }
+
+/// The least a probe waits, however fast the other answers came: below
+/// this, a busy machine's scheduling could pass for a silent router.
+const MIN_WAIT: Duration = Duration::from_millis(10);
 
 /// What a trace found.
 #[derive(Debug, Clone, Default)]
@@ -474,6 +483,37 @@ struct Flight {
     sent: Instant,
 }
 
+/// When a probe stops waiting: after the plan's wait, or earlier, as
+/// traceroute's `-w MAX,HERE,NEAR` does, after `wait_here` times the RTT
+/// of an answer from its own hop or `wait_near` times that of an answer
+/// from a later hop (so a silent router costs little when the hops beyond
+/// it answer), never before [`MIN_WAIT`].
+fn give_up_at(f: &Flight, hops: &BTreeMap<u8, HopState>, plan: &TracePlan) -> Instant {
+    let answered = |s: &HopState| {
+        s.probes
+            .iter()
+            .filter(|p| p.answer != ProbeAnswer::NoReply)
+            .filter_map(|p| p.rtt_us)
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))))
+    };
+    let mut wait = plan.wait;
+    let mut shorten = |factor: f64, rtt_us: Option<f64>| {
+        if let Some(r) = rtt_us.filter(|_| factor > 0.0) {
+            let w = Duration::from_secs_f64((factor * r / 1e6).clamp(0.0, 3600.0)).max(MIN_WAIT);
+            wait = wait.min(w);
+        }
+    };
+    shorten(plan.wait_here, hops.get(&f.ttl).and_then(answered));
+    let later = hops
+        .range(f.ttl.saturating_add(1)..)
+        .filter_map(|(_, s)| answered(s))
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))));
+    if f.ttl < u8::MAX {
+        shorten(plan.wait_near, later);
+    }
+    f.sent + wait
+}
+
 /// The probes of one hop so far.
 #[derive(Default)]
 struct HopState {
@@ -715,7 +755,7 @@ async fn sweep(
                 SweepEnd::Done
             });
         }
-        let deadline = flights.values().map(|f| f.sent).min().map(|s| s + plan.wait);
+        let deadline = flights.values().map(|f| give_up_at(f, hops, &plan)).min();
         tokio::select! {
             a = t.next() => {
                 let (n, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
@@ -765,7 +805,7 @@ async fn sweep(
                 let now = Instant::now();
                 let late: Vec<u32> = flights
                     .iter()
-                    .filter(|(_, f)| f.sent + plan.wait <= now)
+                    .filter(|(_, f)| give_up_at(f, hops, &plan) <= now)
                     .map(|(n, _)| *n)
                     .collect();
                 for n in late {

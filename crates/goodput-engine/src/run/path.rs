@@ -48,6 +48,8 @@ pub(super) async fn trace(
         size,
         pmtu: spec.pmtu,
         names: spec.names,
+        wait_here: spec.wait_here,
+        wait_near: spec.wait_near,
     };
     let probes = match spec.method {
         ProbeMethod::Udp => format!("UDP to ports {}+", plan.port),
@@ -67,12 +69,20 @@ pub(super) async fn trace(
             (
                 "Probes".into(),
                 format!(
-                    "{probes}, {} per hop, {size_text}, hops {}-{}, wait {} ms, up to {} in flight",
+                    "{probes}, {} per hop, {size_text}, hops {}-{}, up to {} in flight",
                     spec.probes,
                     spec.first_hop,
                     spec.max_hops,
-                    spec.wait.0.as_millis(),
                     spec.in_flight
+                ),
+            ),
+            (
+                "Wait".into(),
+                format!(
+                    "{} ms at most; {}× an answer's RTT from the same hop, {}× from a later hop (at least 10 ms)",
+                    spec.wait.0.as_millis(),
+                    spec.wait_here,
+                    spec.wait_near
                 ),
             ),
         ],

@@ -21,6 +21,8 @@ pub(crate) async fn trace(args: TraceArgs) -> Result<u8, Stop> {
         max_hops: args.max_hops,
         probes: args.probes,
         wait: args.wait,
+        wait_here: args.wait_here,
+        wait_near: args.wait_near,
         in_flight: args.in_flight,
         size: args.size,
         pmtu: args.pmtu,

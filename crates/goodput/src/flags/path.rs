@@ -38,9 +38,18 @@ pub struct TraceArgs {
     /// Probes per hop (1-10).
     #[arg(long, short = 'q', default_value_t = 3, value_name = "N")]
     pub probes: u32,
-    /// How long a probe waits for its answer.
+    /// How long a probe waits for its answer at most.
     #[arg(long, short = 'w', default_value = "1s", value_name = "DURATION")]
     pub wait: HumanDuration,
+    /// Stop waiting after this many times the RTT of an answer from the
+    /// probe's own hop (traceroute's HERE; 0: wait the whole --wait).
+    #[arg(long, default_value_t = 3.0, value_name = "FACTOR")]
+    pub wait_here: f64,
+    /// Stop waiting after this many times the RTT of an answer from a
+    /// later hop (traceroute's NEAR), so a silent router costs little when
+    /// the hops beyond it answer; at least 10 ms either way.
+    #[arg(long, default_value_t = 10.0, value_name = "FACTOR")]
+    pub wait_near: f64,
     /// Probes in flight at once, over several hops (traceroute's -N).
     #[arg(long, short = 'N', default_value_t = 16, value_name = "N")]
     pub in_flight: u32,
