@@ -93,8 +93,13 @@ pub struct BlackHole {
     pub hop: u8,
     /// The size lost, bytes.
     pub lost_bytes: u32,
-    /// The largest size found to pass, bytes (a binary search).
+    /// The largest size found to pass, bytes (a search over the sizes
+    /// between).
     pub passed_bytes: u32,
+    /// Whether the search finished: false when the hop's answers ran out
+    /// (an ICMP rate limit) or it ran out of time, so that bigger sizes
+    /// than `passed_bytes` may pass too.
+    pub exact: bool,
 }
 
 /// One hop (one TTL).
@@ -175,7 +180,8 @@ pub struct TraceDetail {
     /// The outgoing interface's MTU, bytes (with `pmtu_discovery`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local_mtu: Option<u32>,
-    /// The path MTU found, bytes (with `pmtu_discovery`).
+    /// The path MTU found, bytes (with `pmtu_discovery`); after a black-hole
+    /// search that did not finish, the largest size proven to pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pmtu: Option<u32>,
     /// A black hole found (with `pmtu_discovery`).

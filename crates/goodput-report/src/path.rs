@@ -63,11 +63,21 @@ pub(crate) fn trace_summary(result: &TestResult, d: &TraceDetail) -> String {
     }
     if let Some(b) = &d.black_hole {
         t.push_str(&format!(
-            "  Black hole : from hop {} probes of {} bytes got neither an answer nor an ICMP; {} bytes pass\n",
-            b.hop, b.lost_bytes, b.passed_bytes
+            "  Black hole : from hop {} probes of {} bytes got neither an answer nor an ICMP; {}{} bytes pass{}\n",
+            b.hop,
+            b.lost_bytes,
+            if b.exact { "" } else { "at least " },
+            b.passed_bytes,
+            if b.exact { "" } else { " (the search stopped early: the hop's answers ran out)" }
         ));
     }
-    let pmtu = d.pmtu.map_or(String::new(), |p| format!("pmtu {p} "));
+    // After a search that stopped early the size is a floor.
+    let floor = if d.black_hole.as_ref().is_some_and(|b| !b.exact) {
+        ">="
+    } else {
+        ""
+    };
+    let pmtu = d.pmtu.map_or(String::new(), |p| format!("pmtu {floor}{p} "));
     match (d.hop_count, d.back_hops) {
         (Some(h), Some(b)) => t.push_str(&format!("     Resume: {pmtu}hops {h} back {b}\n")),
         (Some(h), None) => t.push_str(&format!("     Resume: {pmtu}hops {h}\n")),

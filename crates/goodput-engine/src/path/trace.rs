@@ -562,7 +562,9 @@ pub async fn trace(
             },
             SweepEnd::Done => break,
         };
-        let Some((found_at, passed)) = black_hole_search(&mut t, &mut seq, h, out.size, cancel).await? else {
+        let Some((found_at, passed, exact)) =
+            black_hole_search(&mut t, &mut seq, h, out.size, cancel).await?
+        else {
             if matches!(end, SweepEnd::Done) {
                 break;
             }
@@ -575,10 +577,16 @@ pub async fn trace(
              a path MTU black hole; tracing again from hop {h} at {passed} bytes",
             out.size
         ));
+        if !exact {
+            observer.on_notice(&format!(
+                "the search for the largest size stopped at {passed} bytes (the hop's answers ran out: an ICMP rate limit?); bigger probes may pass too"
+            ));
+        }
         out.black_hole = Some(BlackHole {
             hop: h,
             lost_bytes: out.size,
             passed_bytes: passed,
+            exact,
         });
         out.size = passed;
         hops.retain(|k, _| *k < h);
@@ -833,85 +841,177 @@ async fn sweep(
     }
 }
 
-/// After big probes got nothing from hop `h` on: one small probe at each of
-/// a few hops from `h`; if one answers, a binary search at that hop for
-/// the largest size that still does. Returns the hop and that size.
+/// Probes a black-hole search sends at once: a few, so that a router's
+/// ICMP rate limit (Linux: a burst of 6 per destination) does not pass
+/// for a size that does not get through.
+const SEARCH_WIDTH: u32 = 4;
+
+/// The longest a black-hole search goes on for.
+const SEARCH_TIME: Duration = Duration::from_secs(10);
+
+/// After big probes got nothing from hop `h` on: a small probe at each of
+/// a few hops from `h`; where one gets through, the big size once more (if
+/// it passes now, the silence was loss or a rate limit), then rounds of
+/// [`SEARCH_WIDTH`] sizes spread over what is left of the range, for the
+/// largest size that still gets through. Returns the hop, that size, and
+/// whether the search finished (a rate-limited hop can stop it, or
+/// [`SEARCH_TIME`]; the size then passed, but a bigger one may too).
 async fn black_hole_search(
     t: &mut Tracer,
     seq: &mut u32,
     h: u8,
     big: u32,
     cancel: &CancellationToken,
-) -> Result<Option<(u8, u32)>, String> {
+) -> Result<Option<(u8, u32, bool)>, String> {
     let small = header_bytes(t.v6) + 32;
     if big <= small {
         return Ok(None);
     }
     let last = h.saturating_add(3).min(t.plan.max);
-    let mut answered = None;
-    for ttl in h..=last {
-        if one_probe(t, seq, ttl, small, cancel).await? {
-            answered = Some(ttl);
-            break;
-        }
-    }
-    let Some(at) = answered else { return Ok(None) };
-    // The big size once more at that hop: if it passes now, the silence
-    // was loss or an ICMP rate limit, not the size.
-    if one_probe(t, seq, at, big, cancel).await? {
+    let first: Vec<(u8, u32)> = (h..=last).map(|ttl| (ttl, small)).collect();
+    let passed = probe_round(t, seq, &first, cancel).await?;
+    let Some(at) = first
+        .iter()
+        .zip(&passed)
+        .find(|(_, p)| **p)
+        .map(|((ttl, _), _)| *ttl)
+    else {
+        return Ok(None);
+    };
+    // Each round carries a small probe too: its answer times the round
+    // (the others give up at `wait_here` times its RTT), and without it the
+    // round says nothing (loss, or the hop's ICMP rate limit).
+    let reference = (at, small);
+    let Some(again) = checked_round(t, seq, &[(at, big)], reference, cancel).await? else {
+        return Ok(None);
+    };
+    if again.first().is_some_and(|(_, ok)| *ok) {
         return Ok(None);
     }
     let (mut lo, mut hi) = (small, big);
-    for _ in 0..16 {
+    let began = Instant::now();
+    for _ in 0..12 {
         if hi - lo <= 1 || cancel.is_cancelled() {
             break;
         }
-        let mid = lo + (hi - lo) / 2;
-        if one_probe(t, seq, at, mid, cancel).await? {
-            lo = mid;
-        } else {
-            hi = mid;
+        if began.elapsed() > SEARCH_TIME {
+            return Ok(Some((at, lo, false)));
+        }
+        let n = SEARCH_WIDTH.min(hi - lo - 1);
+        let sizes: Vec<(u8, u32)> = (1..=n)
+            .map(|i| {
+                (
+                    at,
+                    lo + (u64::from(hi - lo) * u64::from(i) / u64::from(n + 1)) as u32,
+                )
+            })
+            .collect();
+        // A round that cannot be read leaves what is proven: `lo` passed.
+        let Some(passed) = checked_round(t, seq, &sizes, reference, cancel).await? else {
+            return Ok(Some((at, lo, false)));
+        };
+        for ((_, size), ok) in &passed {
+            match ok {
+                true => lo = lo.max(*size),
+                false => hi = hi.min(*size),
+            }
+        }
+        // A size that failed below one that passed: loss; keep the range
+        // sane and go on above what passed.
+        if hi <= lo {
+            hi = sizes
+                .iter()
+                .map(|(_, s)| *s)
+                .filter(|s| *s > lo)
+                .min()
+                .unwrap_or(lo + 1);
         }
     }
-    Ok(Some((at, lo)))
+    Ok(Some((at, lo, hi - lo <= 1)))
 }
 
-/// Sends one probe and says whether it got through to where it was aimed:
-/// answered by the hop (time exceeded) or the destination within the
-/// wait. An unreachable or an MTU complaint is not getting through.
-async fn one_probe(
+/// [`probe_round`] with `reference` (a probe known to get through) sent
+/// last. Routers limit their ICMP in the order probes arrive, so an
+/// answered reference says no probe before it went unanswered for want of
+/// the router's tokens: a silent one was lost to its size. A round whose
+/// reference is not answered is tried again after the plan's wait with
+/// only its middle probe (fewer answers to ask of a rate-limited router),
+/// twice at most. Each probe with whether it got through; `None` when no
+/// try could be read.
+async fn checked_round(
     t: &mut Tracer,
     seq: &mut u32,
-    ttl: u8,
-    size: u32,
+    probes: &[(u8, u32)],
+    reference: (u8, u32),
     cancel: &CancellationToken,
-) -> Result<bool, String> {
-    if *seq >= MAX_UDP_PROBES {
-        return Ok(false);
+) -> Result<Option<Vec<((u8, u32), bool)>>, String> {
+    let mut these = probes.to_vec();
+    for attempt in 0..3 {
+        if attempt > 0 {
+            // Routers earn back a token a second or so: wait longer each
+            // time.
+            tokio::select! {
+                _ = tokio::time::sleep(t.plan.wait.saturating_mul(attempt)) => {}
+                _ = cancel.cancelled() => return Ok(None),
+            }
+            these = vec![probes[probes.len() / 2]];
+        }
+        let mut all = these.clone();
+        all.push(reference);
+        let passed = probe_round(t, seq, &all, cancel).await?;
+        if passed.last() == Some(&true) {
+            return Ok(Some(these.iter().copied().zip(passed).collect()));
+        }
     }
-    let n = *seq;
-    *seq += 1;
-    match t.send(n, ttl, size) {
-        Ok(()) => {}
-        Err(SendError::TooBig(_)) => return Ok(false),
-        Err(SendError::Io(e)) => return Err(format!("cannot send a probe: {e}")),
+    Ok(None)
+}
+
+/// Sends probes of (TTL, size) at once and says which got through to where
+/// they were aimed: answered by the hop (time exceeded) or the destination.
+/// An unreachable or an MTU complaint is not getting through. The round
+/// waits for every answer, at most the plan's wait, and no longer than
+/// `wait_here` times the first answer's RTT (at least [`MIN_WAIT`]).
+async fn probe_round(
+    t: &mut Tracer,
+    seq: &mut u32,
+    probes: &[(u8, u32)],
+    cancel: &CancellationToken,
+) -> Result<Vec<bool>, String> {
+    let mut passed = vec![false; probes.len()];
+    let mut out: HashMap<u32, usize> = HashMap::new();
+    let start = Instant::now();
+    for (i, (ttl, size)) in probes.iter().enumerate() {
+        if *seq >= MAX_UDP_PROBES {
+            break;
+        }
+        let n = *seq;
+        *seq += 1;
+        match t.send(n, *ttl, *size) {
+            Ok(()) => {
+                out.insert(n, i);
+            }
+            Err(SendError::TooBig(_)) => {}
+            Err(SendError::Io(e)) => return Err(format!("cannot send a probe: {e}")),
+        }
     }
-    let until = Instant::now() + t.plan.wait;
-    loop {
+    let mut until = start + t.plan.wait;
+    while !out.is_empty() {
         tokio::select! {
             a = t.next() => {
                 let (m, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
-                if m == n {
-                    return Ok(matches!(
-                        a.kind,
-                        Kind::Counted(ProbeAnswer::TimeExceeded | ProbeAnswer::Reached)
-                    ));
+                let Some(i) = out.remove(&m) else { continue };
+                passed[i] = matches!(a.kind, Kind::Counted(ProbeAnswer::TimeExceeded | ProbeAnswer::Reached));
+                if t.plan.wait_here > 0.0 {
+                    let rtt = a.at.saturating_duration_since(start).as_secs_f64();
+                    let w = Duration::from_secs_f64((t.plan.wait_here * rtt).clamp(0.0, 3600.0)).max(MIN_WAIT);
+                    until = until.min(start + w);
                 }
             }
-            _ = tokio::time::sleep_until(until) => return Ok(false),
-            _ = cancel.cancelled() => return Ok(false),
+            _ = tokio::time::sleep_until(until) => break,
+            _ = cancel.cancelled() => break,
         }
     }
+    Ok(passed)
 }
 
 #[cfg(test)]
