@@ -597,7 +597,7 @@ pub fn figures(kind: &str) -> Vec<&'static Figure> {
 
 /// Reads a value as written for `quantity`, in the quantity's base unit;
 /// the unit is required (none for a count).
-fn value_of(text: &str, quantity: Quantity) -> Result<f64, String> {
+pub(crate) fn value_of(text: &str, quantity: Quantity) -> Result<f64, String> {
     let number_end = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+' || c == 'e'))
         .unwrap_or(text.len());

@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod assertion;
+pub mod check;
 pub mod cron;
 pub mod cts;
 pub mod echo;

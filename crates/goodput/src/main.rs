@@ -6,7 +6,7 @@ mod flags;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::Parser;
-use cmd::{agent, echo, iperf3, path, quic, run, server, stamp, tcp, ttcp, udp};
+use cmd::{agent, check, echo, iperf3, path, quic, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -30,7 +30,15 @@ pub static MALLOC_CONF: &[u8; 85] =
     b"background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A plugin's bad flag is UNKNOWN (3), not CRITICAL (2), to Nagios.
+        Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("check") => {
+            let _ = e.print();
+            return ExitCode::from(3);
+        }
+        Err(e) => e.exit(),
+    };
     let outcome = match cli.command {
         Command::Schema { spec, mesh, openapi } => {
             let schema = match (spec, mesh, openapi) {
@@ -52,6 +60,7 @@ fn main() -> ExitCode {
         }
         Command::Man { command } => man_page(command.as_deref()),
         Command::Agent(args) => agent::agent(&args),
+        Command::Check(args) => check::check(&args),
         Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp::tcp(*args))),
         Command::Run(args) => runtime().and_then(|rt| on_worker(&rt, run::run_document(*args))),
         Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server::server(*args))),

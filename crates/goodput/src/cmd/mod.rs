@@ -2,6 +2,7 @@
 //! embedded loopback server, name resolution and the spec helpers.
 
 pub(crate) mod agent;
+pub(crate) mod check;
 pub(crate) mod echo;
 pub(crate) mod iperf3;
 pub(crate) mod path;

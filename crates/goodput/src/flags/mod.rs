@@ -2,6 +2,7 @@
 //! `--help` is generated from these definitions.
 
 mod agent;
+mod check;
 mod echo;
 mod iperf3;
 mod path;
@@ -13,6 +14,7 @@ mod ttcp;
 mod udp;
 
 pub use agent::*;
+pub use check::*;
 pub use echo::*;
 pub use iperf3::*;
 pub use path::*;
@@ -84,6 +86,11 @@ pub enum Command {
     /// unprivileged ICMP socket, or TCP connect time to a port (tcpping's
     /// way) where ICMP sockets are not allowed.
     Ping(Box<PingArgs>),
+    /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
+    /// archive against --warning and --critical ranges; one line with
+    /// performance data, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
+    /// agent down, no data, a bad flag).
+    Check(Box<CheckArgs>),
     /// Run the tests a spec document describes (JSON or TOML; `-` reads
     /// standard input): one test, or several under `tests`, in order. Make
     /// one with a command's --print-spec.
