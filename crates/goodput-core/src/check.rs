@@ -147,15 +147,19 @@ impl CheckMetric {
     /// printed unit.
     fn value(&self, text: &str) -> Result<f64, String> {
         let t = text.trim();
-        if let Ok(bare) = t.parse::<f64>() {
-            return Ok(bare * self.scale);
+        let v = match t.parse::<f64>() {
+            Ok(bare) => bare * self.scale,
+            Err(_) => match (crate::assertion::value_of(t, self.quantity)?, self.quantity) {
+                // value_of gives seconds; the archive keeps microseconds.
+                (base, Quantity::Time) => base * 1e6,
+                (base, _) => base,
+            },
+        };
+        if v.is_finite() {
+            Ok(v)
+        } else {
+            Err(format!("'{t}' is not a finite number"))
         }
-        let base = crate::assertion::value_of(t, self.quantity)?;
-        Ok(match self.quantity {
-            // value_of gives seconds; the archive keeps microseconds.
-            Quantity::Time => base * 1e6,
-            _ => base,
-        })
     }
 
     /// A value in performance-data units.
@@ -197,7 +201,7 @@ impl Range {
             "" => return Err(format!("'{text}' has no end: write START:END, START: or END")),
             e => metric.value(e).map_err(|e| format!("'{text}': {e}"))?,
         };
-        if !(start <= end) {
+        if start > end {
             return Err(format!("'{text}': the start is above the end"));
         }
         Ok(Self { start, end, inside })
@@ -295,6 +299,8 @@ mod tests {
         assert!(Range::parse("5:1", &loss).is_err());
         assert!(Range::parse("", &loss).is_err());
         assert!(Range::parse("x", &loss).is_err());
+        assert!(Range::parse("NaN", &loss).is_err());
+        assert!(Range::parse("inf:", &loss).is_err());
     }
 
     #[test]
