@@ -577,7 +577,8 @@ impl Archive {
         let rows = sqlx::query(
             "SELECT id, start_ms, hops, path_checksum FROM (SELECT id, start_ms, hops, path_checksum FROM runs \
              WHERE measurement_key = $1 AND state = 'finished' AND path_checksum IS NOT NULL \
-             AND start_ms >= $2 AND start_ms < $3 ORDER BY start_ms DESC LIMIT $4) ORDER BY start_ms",
+             AND start_ms >= $2 AND start_ms < $3 ORDER BY start_ms DESC, id DESC LIMIT $4) AS recent \
+             ORDER BY start_ms, id",
         )
         .bind(key)
         .bind(ms(from_ms))

@@ -262,12 +262,15 @@ impl Statistic {
     /// Over a series' points (at, count, min, mean, max), oldest first;
     /// none when it has no runs.
     pub fn of(self, points: &[(u64, u64, f64, f64, f64)]) -> Option<f64> {
-        let runs: u64 = points.iter().map(|p| p.1).sum();
+        let runs = points.iter().fold(0u64, |n, p| n.saturating_add(p.1));
         if runs == 0 {
             return None;
         }
         Some(match self {
-            Statistic::Mean => points.iter().map(|p| p.3 * p.1 as f64).sum::<f64>() / runs as f64,
+            Statistic::Mean => {
+                points.iter().map(|p| p.3 * p.1 as f64).sum::<f64>()
+                    / points.iter().map(|p| p.1 as f64).sum::<f64>()
+            }
             Statistic::Min => points.iter().map(|p| p.2).fold(f64::INFINITY, f64::min),
             Statistic::Max => points.iter().map(|p| p.4).fold(f64::NEG_INFINITY, f64::max),
             Statistic::Last => points.iter().rev().find(|p| p.1 > 0)?.3,

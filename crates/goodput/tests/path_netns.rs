@@ -609,6 +609,31 @@ fn a_black_hole_is_found_where_the_mtu_drop_sends_no_icmp() {
     );
     assert_eq!(t["hops"][0]["probes"][0]["code"], "!N", "{t}");
     assert!(text(&out).contains(" 1  10.81.1.2  "), "{}", text(&out));
+
+    // Every router silent (r2 still says "fragmentation needed"): three
+    // silent hops, then the destination; no black hole, the MTU drop at
+    // hop 3, and no hop past the destination.
+    chain.sh("r2", "nft", &["delete", "table", "inet", "mute"]);
+    for r in ["r2", "r3"] {
+        chain.nft(
+            r,
+            "table inet silent {\n chain out {\n  type filter hook output priority 0;\n  icmp type time-exceeded drop\n }\n}\n",
+        );
+    }
+    let (out, doc) = chain.goodput("all-silent", &["trace", "10.81.4.2", "--pmtu", "-w", "300ms"]);
+    let t = &doc["trace"];
+    assert_eq!(
+        hops_of(&doc),
+        vec![(1, None), (2, None), (3, None), (4, some("10.81.4.2"))],
+        "{}",
+        text(&out)
+    );
+    assert!(t["black_hole"].is_null(), "{}", text(&out));
+    assert_eq!(
+        (t["pmtu"].as_u64(), t["hop_count"].as_u64()),
+        (Some(1500), Some(4))
+    );
+    assert_eq!(t["hops"][2]["mtu"]["reported_by"], "10.81.2.2", "{t}");
 }
 
 #[test]
@@ -627,6 +652,33 @@ fn ping_counts_exactly_and_runs_without_root() {
     );
     assert_eq!(p["method"], "icmp");
     assert_eq!(p["replies"][0]["ttl"], 61, "three routers on the way back");
+    // A big reply is counted whole (r2's MTU 1500 fragments it).
+    let (out, big) = chain.goodput(
+        "big",
+        &[
+            "ping",
+            "fd81:4::2",
+            "-M",
+            "icmp",
+            "-c",
+            "3",
+            "-i",
+            "50ms",
+            "-s",
+            "4000",
+        ],
+    );
+    let answered: Vec<u64> = big["ping"]["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["bytes"].as_u64())
+        .collect();
+    assert!(
+        !answered.is_empty() && answered.iter().all(|b| *b == 4008),
+        "{}",
+        text(&out)
+    );
     let rtt = &p["rtt"];
     assert!(rtt["min_us"].as_f64().unwrap() <= rtt["avg_us"].as_f64().unwrap());
     assert!(rtt["avg_us"].as_f64().unwrap() <= rtt["max_us"].as_f64().unwrap());

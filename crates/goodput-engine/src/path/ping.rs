@@ -2,7 +2,7 @@
 //! TCP connect takes (SYN to SYN-ACK or reset) where ICMP sockets are not
 //! open to the user or ICMP is filtered.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -148,6 +148,10 @@ async fn icmp_ping(
     let mut book = Book::new(plan.count);
     // In flight by 16-bit wire sequence: (request number, sent at).
     let mut flying: HashMap<u16, (u64, Instant)> = HashMap::new();
+    // The same in send order, which is deadline order (one timeout for
+    // all): (wire sequence, request number, sent at); entries whose
+    // request was answered are skipped when they come up.
+    let mut deadlines: VecDeque<(u16, u64, Instant)> = VecDeque::new();
     // Wire sequences answered and not yet reused, for duplicates.
     let mut answered: HashSet<u16> = HashSet::new();
     let start = Instant::now();
@@ -156,46 +160,50 @@ async fn icmp_ping(
     let mut interrupted = false;
     while book.decided < plan.count {
         let next_send = (sent < plan.count).then(|| start + plan.interval.saturating_mul(sent as u32));
-        let next_loss = flying.values().map(|(_, at)| *at + plan.timeout).min();
+        while deadlines
+            .front()
+            .is_some_and(|(w, n, _)| flying.get(w).map(|f| f.0) != Some(*n))
+        {
+            deadlines.pop_front();
+        }
+        let next_loss = deadlines.front().map(|(_, _, at)| *at + plan.timeout);
         let wake = [next_send, next_loss].into_iter().flatten().min();
         tokio::select! {
             g = fd.ready(Interest::READABLE | Interest::ERROR) => {
                 let mut g = g.map_err(|e| format!("waiting for replies: {e}"))?;
                 g.clear_ready();
-                for errqueue in [true, false] {
-                    while let Some(h) = sock::receive(fd.get_ref(), errqueue).map_err(|e| format!("reading replies: {e}"))? {
-                        let at = Instant::now();
-                        let Some(wire) = sock::echo_seq(&h) else { continue };
-                        if !errqueue && !sock::is_echo_reply(&h, v6) {
-                            continue;
-                        }
-                        let Some((n, sent_at)) = flying.get(&wire).copied() else {
-                            // A reply to a request already answered.
-                            if !errqueue && answered.contains(&wire) {
-                                book.duplicates += 1;
-                            }
-                            continue;
-                        };
-                        flying.remove(&wire);
-                        if h.error.is_none() {
-                            answered.insert(wire);
-                        }
-                        let reply = match &h.error {
-                            None => PingReply {
-                                seq: n,
-                                rtt_us: Some(micros(at.saturating_duration_since(sent_at))),
-                                ttl: h.ttl,
-                                bytes: u32::try_from(h.len).ok(),
-                                refused: false,
-                                error: None,
-                            },
-                            Some(e) => PingReply {
-                                error: Some(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender)),
-                                ..lost(n)
-                            },
-                        };
-                        book.decide(reply, observer);
+                while let Some(h) = sock::receive_any(fd.get_ref()).map_err(|e| format!("reading replies: {e}"))? {
+                    let at = Instant::now();
+                    let Some(wire) = sock::echo_seq(&h) else { continue };
+                    if h.error.is_none() && !sock::is_echo_reply(&h, v6) {
+                        continue;
                     }
+                    let Some((n, sent_at)) = flying.get(&wire).copied() else {
+                        // A reply to a request already answered.
+                        if h.error.is_none() && answered.contains(&wire) {
+                            book.duplicates += 1;
+                        }
+                        continue;
+                    };
+                    flying.remove(&wire);
+                    if h.error.is_none() {
+                        answered.insert(wire);
+                    }
+                    let reply = match &h.error {
+                        None => PingReply {
+                            seq: n,
+                            rtt_us: Some(micros(at.saturating_duration_since(sent_at))),
+                            ttl: h.ttl,
+                            bytes: u32::try_from(h.len).ok(),
+                            refused: false,
+                            error: None,
+                        },
+                        Some(e) => PingReply {
+                            error: Some(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender)),
+                            ..lost(n)
+                        },
+                    };
+                    book.decide(reply, observer);
                 }
             }
             _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
@@ -210,14 +218,24 @@ async fn icmp_ping(
                     let first = fd.get_ref().send_to(&packet, &to.into());
                     match first.or_else(|_| fd.get_ref().send_to(&packet, &to.into())) {
                         Ok(_) => {
-                            flying.insert(wire, (sent, Instant::now()));
+                            let at = Instant::now();
+                            // More than 65,536 requests within one timeout:
+                            // the oldest with this sequence gives way, lost.
+                            if let Some((old, _)) = flying.insert(wire, (sent, at)) {
+                                book.decide(lost(old), observer);
+                            }
+                            deadlines.push_back((wire, sent, at));
                         }
                         Err(e) => book.decide(PingReply { error: Some(format!("send: {e}")), ..lost(sent) }, observer),
                     }
                 }
-                let late: Vec<u16> = flying.iter().filter(|(_, (_, at))| *at + plan.timeout <= now).map(|(w, _)| *w).collect();
-                for w in late {
-                    if let Some((n, _)) = flying.remove(&w) {
+                while let Some(&(w, n, at)) = deadlines.front() {
+                    if at + plan.timeout > now {
+                        break;
+                    }
+                    deadlines.pop_front();
+                    if flying.get(&w).map(|f| f.0) == Some(n) {
+                        flying.remove(&w);
                         book.decide(lost(n), observer);
                     }
                 }

@@ -149,7 +149,8 @@ unsafe fn read_addr(p: *const u8, len: usize) -> Option<SocketAddr> {
 /// receive queue; `None` when that queue is empty.
 pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
     let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
-    let mut buf = [0u8; 2048];
+    // Whole datagrams: an ICMP socket reports only what it copied.
+    let mut buf = vec![0u8; 65_536];
     // u64s, so the control buffer is aligned for cmsghdr.
     let mut control = [0u64; 64];
     let mut iov = libc::iovec {
@@ -227,6 +228,47 @@ pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
         }
     }
     Ok(Some(heard))
+}
+
+/// The next message of either queue of `s`, the error queue first (an
+/// error's `Heard` has `error`); `None` when both are empty.
+///
+/// With `IP_RECVERR` each queued ICMP error also sets the socket's pending
+/// error, which reading the error queue clears; one that arrives between
+/// the two reads makes the ordinary read fail with it (`EHOSTUNREACH`,
+/// `ECONNREFUSED`, …). That failure only says "look at the error queue":
+/// it is not the socket failing.
+pub(crate) fn receive_any(s: &Socket) -> io::Result<Option<Heard>> {
+    for _ in 0..64 {
+        if let Some(h) = receive(s, true)? {
+            return Ok(Some(h));
+        }
+        match receive(s, false) {
+            Ok(h) => return Ok(h),
+            Err(e) if is_pending_icmp(&e) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(None)
+}
+
+/// The errors an ICMP error leaves pending on a socket.
+fn is_pending_icmp(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::ECONNREFUSED
+                | libc::EMSGSIZE
+                | libc::EPROTO
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EACCES
+                | libc::EPERM
+                | libc::ENOPROTOOPT
+        )
+    )
 }
 
 /// Whether this process may open an unprivileged ICMP echo socket, and if

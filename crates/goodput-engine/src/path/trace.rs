@@ -202,6 +202,8 @@ struct Tracer {
     prober: Prober,
     /// Reverse names looked up, by address.
     names: HashMap<String, Option<String>>,
+    /// Lookups under way, by address.
+    lookups: HashMap<String, tokio::task::JoinHandle<Option<String>>>,
 }
 
 impl Tracer {
@@ -234,7 +236,38 @@ impl Tracer {
             v6,
             prober,
             names: HashMap::new(),
+            lookups: HashMap::new(),
         })
+    }
+
+    /// Starts looking up `ip`'s reverse name, once.
+    fn look_up(&mut self, ip: IpAddr) {
+        let key = ip.to_string();
+        if !self.names.contains_key(&key) && !self.lookups.contains_key(&key) {
+            self.lookups.insert(key, tokio::spawn(reverse_name(ip)));
+        }
+    }
+
+    /// Whether the names of a hop's answering addresses are in (taking in
+    /// the lookups that have ended).
+    async fn names_ready(&mut self, s: &HopState) -> bool {
+        let mut ready = true;
+        for a in s.probes.iter().filter_map(|p| p.from.as_ref()) {
+            if self.names.contains_key(a) {
+                continue;
+            }
+            match self.lookups.get(a) {
+                Some(h) if h.is_finished() => {
+                    let h = self.lookups.remove(a).expect("just seen");
+                    self.names.insert(a.clone(), h.await.ok().flatten());
+                }
+                Some(_) => ready = false,
+                None => {
+                    self.names.insert(a.clone(), None);
+                }
+            }
+        }
+        ready
     }
 
     /// UDP's destination port of probe `seq`.
@@ -318,20 +351,18 @@ impl Tracer {
         else {
             return Ok(());
         };
-        for errqueue in [true, false] {
-            while let Some(h) = sock::receive(fd.get_ref(), errqueue)? {
-                let at = Instant::now();
-                if let Some(e) = &h.error {
-                    if e.origin == ORIGIN_LOCAL {
-                        if e.errno == libc::EMSGSIZE {
-                            *local_mtu = Some(e.info);
-                        }
-                        continue;
+        while let Some(h) = sock::receive_any(fd.get_ref())? {
+            let at = Instant::now();
+            if let Some(e) = &h.error {
+                if e.origin == ORIGIN_LOCAL {
+                    if e.errno == libc::EMSGSIZE {
+                        *local_mtu = Some(e.info);
                     }
+                    continue;
                 }
-                if let Some(a) = dgram_answer(&h, *icmp, v6, port, dest, at) {
-                    heard.push_back(a);
-                }
+            }
+            if let Some(a) = dgram_answer(&h, *icmp, v6, port, dest, at) {
+                heard.push_back(a);
             }
         }
         Ok(())
@@ -678,8 +709,22 @@ async fn sweep(
     let plan = t.plan.clone();
     let from = *next_emit;
     let mut flights: HashMap<u32, Flight> = HashMap::new();
-    let mut stop = plan.max;
-    let mut reached = false;
+    // Where an earlier sweep already heard the destination (or an
+    // unreachable), this one stops too.
+    let ends = |s: &HopState| {
+        s.probes.iter().any(|p| {
+            p.answer == ProbeAnswer::Reached
+                || (p.answer == ProbeAnswer::Unreachable && plan.method != ProbeMethod::Tcp)
+        })
+    };
+    let mut stop = hops
+        .iter()
+        .find(|(_, s)| ends(s))
+        .map_or(plan.max, |(ttl, _)| *ttl);
+    let mut reached = hops
+        .iter()
+        .any(|(ttl, s)| *ttl <= stop && s.probes.iter().any(|p| p.answer == ProbeAnswer::Reached));
+    hops.retain(|ttl, _| *ttl <= stop);
     let mut silent = 0u8;
     // Probes still out when the sweep stops early are forgotten.
     let forget = |hops: &mut BTreeMap<u8, HopState>| hops.values_mut().for_each(|s| s.pending = 0);
@@ -727,16 +772,10 @@ async fn sweep(
                 break;
             }
             let s = &hops[next_emit];
-            if plan.names {
-                for p in &s.probes {
-                    if let Some(a) = p.from.as_ref().filter(|a| !t.names.contains_key(*a)) {
-                        let name = match a.parse() {
-                            Ok(ip) => reverse_name(ip).await,
-                            Err(_) => None,
-                        };
-                        t.names.insert(a.clone(), name);
-                    }
-                }
+            if plan.names && !t.names_ready(s).await {
+                // Its names are still being looked up (beside the probes,
+                // which go on): hand it on when they are in.
+                break;
             }
             let state = HopState {
                 probes: s.probes.clone(),
@@ -751,9 +790,25 @@ async fn sweep(
                 break;
             }
             *next_emit += 1;
-            if watch && silent >= SILENT_RUN && this < stop {
+            // Silence before a destination that answered at this size is
+            // silent routers, not a black hole.
+            if watch && silent >= SILENT_RUN && this < stop && !reached {
                 forget(hops);
                 return Ok(SweepEnd::Silent(this + 1 - SILENT_RUN));
+            }
+        }
+        let naming = plan.names
+            && *next_emit <= stop
+            && hops
+                .get(next_emit)
+                .is_some_and(|s| s.pending == 0 && s.probes.len() as u32 >= plan.probes);
+        if naming && flights.is_empty() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(10)) => continue,
+                _ = cancel.cancelled() => {
+                    out.interrupted = true;
+                    return Ok(SweepEnd::Interrupted);
+                }
             }
         }
         if *next_emit > stop || flights.is_empty() {
@@ -763,7 +818,11 @@ async fn sweep(
                 SweepEnd::Done
             });
         }
-        let deadline = flights.values().map(|f| give_up_at(f, hops, &plan)).min();
+        let mut deadline = flights.values().map(|f| give_up_at(f, hops, &plan)).min();
+        if naming {
+            // Look again for the names soon.
+            deadline = deadline.map(|d| d.min(Instant::now() + Duration::from_millis(10)));
+        }
         tokio::select! {
             a = t.next() => {
                 let (n, a) = a.map_err(|e| format!("reading the probes' answers: {e}"))?;
@@ -773,15 +832,28 @@ async fn sweep(
                 match a.kind {
                     Kind::MtuTold(mtu) if plan.pmtu && mtu < f.size && mtu >= min_mtu(t.v6) => {
                         // The probe goes again at the size the router allows.
+                        let drop = MtuDrop {
+                            hop: f.ttl,
+                            reported_by: a.from.map_or_else(|| "?".into(), |ip| ip.to_string()),
+                            from_bytes: f.size,
+                            mtu,
+                        };
                         if mtu < out.size {
                             out.size = mtu;
                             if s.mtu.is_none() {
-                                s.mtu = Some(MtuDrop {
-                                    hop: f.ttl,
-                                    reported_by: a.from.map_or_else(|| "?".into(), |ip| ip.to_string()),
-                                    from_bytes: f.size,
-                                    mtu,
-                                });
+                                s.mtu = Some(drop);
+                            }
+                        } else if mtu == out.size && s.mtu.is_none() {
+                            // The same drop, told to a probe of a lower
+                            // hop than the one first told (answers cross):
+                            // it belongs to the lowest hop that met it.
+                            let higher = hops
+                                .range(f.ttl.saturating_add(1)..)
+                                .find(|(_, h)| h.mtu.as_ref().is_some_and(|m| m.mtu == mtu))
+                                .map(|(ttl, _)| *ttl);
+                            if let Some(h) = higher {
+                                hops.get_mut(&h).expect("found above").mtu = None;
+                                hops.entry(f.ttl).or_default().mtu = Some(drop);
                             }
                         }
                     }
@@ -790,6 +862,12 @@ async fn sweep(
                             Kind::Counted(x) => (x, a.code),
                             Kind::MtuTold(m) => (ProbeAnswer::Unreachable, Some(format!("!F-{m}"))),
                         };
+                        if plan.names {
+                            if let Some(ip) = a.from {
+                                t.look_up(ip);
+                            }
+                        }
+                        let s = hops.entry(f.ttl).or_default();
                         s.probes.push(TraceProbe {
                             answer,
                             from: a.from.map(|ip| ip.to_string()),

@@ -19,6 +19,12 @@ pub(crate) fn check(args: &CheckArgs) -> Result<u8, Stop> {
     } else {
         format!(" | {perf}")
     };
+    // `|` starts the performance data: none in the text (an agent's
+    // message, a key), and one line.
+    let text: String = text
+        .chars()
+        .map(|c| if c == '|' || c.is_control() { '/' } else { c })
+        .collect();
     goodput_report::console_line(&format!("GOODPUT {name} {state} - {text}{perf}"));
     Ok(state.code())
 }
@@ -107,7 +113,7 @@ fn evaluate(args: &CheckArgs) -> Result<(State, String, String), String> {
             ))
         })
         .collect();
-    let runs: u64 = points.iter().map(|p| p.1).sum();
+    let runs = points.iter().fold(0u64, |n, p| n.saturating_add(p.1));
     let stat = match args.stat {
         StatArg::Mean => Statistic::Mean,
         StatArg::Min => Statistic::Min,
