@@ -70,7 +70,7 @@ pub(crate) fn bound_addrs(sockets: &[Socket]) -> Vec<SocketAddr> {
 /// Control-message space per datagram (timestamp, TTL, pktinfo with room).
 const CTRL_LEN: usize = 256;
 
-fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+pub(crate) fn setsockopt_int(fd: RawFd, level: i32, name: i32, v: i32) -> io::Result<()> {
     // SAFETY: passes a pointer to a live i32 and its exact size.
     let r = unsafe {
         libc::setsockopt(

@@ -147,7 +147,7 @@ async fn icmp_ping(
         .map_err(|e| format!("cannot register the ICMP socket: {e}"))?;
     let mut book = Book::new(plan.count);
     // In flight by 16-bit wire sequence: (request number, sent at).
-    let mut flying: HashMap<u16, (u64, Instant)> = HashMap::new();
+    let mut flying: HashMap<u16, (u64, Instant, i64)> = HashMap::new();
     // The same in send order, which is deadline order (one timeout for
     // all): (wire sequence, request number, sent at); entries whose
     // request was answered are skipped when they come up.
@@ -178,7 +178,7 @@ async fn icmp_ping(
                     if h.error.is_none() && !sock::is_echo_reply(&h, v6) {
                         continue;
                     }
-                    let Some((n, sent_at)) = flying.get(&wire).copied() else {
+                    let Some((n, sent_at, sent_ns)) = flying.get(&wire).copied() else {
                         // A reply to a request already answered.
                         if h.error.is_none() && answered.contains(&wire) {
                             book.duplicates += 1;
@@ -192,7 +192,7 @@ async fn icmp_ping(
                     let reply = match &h.error {
                         None => PingReply {
                             seq: n,
-                            rtt_us: Some(micros(at.saturating_duration_since(sent_at))),
+                            rtt_us: Some(micros(sock::rtt(sent_at, sent_ns, at, h.stamp_ns))),
                             ttl: h.ttl,
                             bytes: u32::try_from(h.len).ok(),
                             refused: false,
@@ -215,13 +215,13 @@ async fn icmp_ping(
                     let packet = sock::echo_request(v6, wire, plan.payload as usize);
                     // A failed send may only report an earlier reply's ICMP
                     // error (IP_RECVERR); the failed call clears it.
+                    let (at, sent_ns) = (Instant::now(), sock::wall_ns());
                     let first = fd.get_ref().send_to(&packet, &to.into());
                     match first.or_else(|_| fd.get_ref().send_to(&packet, &to.into())) {
                         Ok(_) => {
-                            let at = Instant::now();
                             // More than 65,536 requests within one timeout:
                             // the oldest with this sequence gives way, lost.
-                            if let Some((old, _)) = flying.insert(wire, (sent, at)) {
+                            if let Some((old, ..)) = flying.insert(wire, (sent, at, sent_ns)) {
                                 book.decide(lost(old), observer);
                             }
                             deadlines.push_back((wire, sent, at));

@@ -27,6 +27,32 @@ pub(crate) struct Heard {
     pub error: Option<ExtError>,
     /// TTL (hop limit) the packet arrived with.
     pub ttl: Option<u8>,
+    /// When the kernel received it (`SO_TIMESTAMPNS`, Unix ns).
+    pub stamp_ns: Option<i64>,
+}
+
+/// Now, Unix ns: the clock of the kernel's receive timestamps.
+pub(crate) fn wall_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// A round trip from a send (`sent`, `sent_ns`) to an answer read at `at`
+/// with the kernel's receive stamp: from the stamp when it is sane (the
+/// reading was not held up by the scheduler), else from the monotonic
+/// clock (a wall clock stepped meanwhile).
+pub(crate) fn rtt(
+    sent: tokio::time::Instant,
+    sent_ns: i64,
+    at: tokio::time::Instant,
+    stamp_ns: Option<i64>,
+) -> std::time::Duration {
+    let read = at.saturating_duration_since(sent);
+    match stamp_ns.map(|s| s - sent_ns) {
+        Some(d) if d >= 0 && (d as u128) <= read.as_nanos() => std::time::Duration::from_nanos(d as u64),
+        _ => read,
+    }
 }
 
 /// `struct sock_extended_err` and its offender.
@@ -50,21 +76,7 @@ pub(crate) const ORIGIN_ICMP: u8 = libc::SO_EE_ORIGIN_ICMP;
 pub(crate) const ORIGIN_ICMP6: u8 = libc::SO_EE_ORIGIN_ICMP6;
 
 fn set_int(s: &Socket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: a valid descriptor and a c_int option of the stated size.
-    let r = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::datagram::setsockopt_int(s.as_raw_fd(), level, name, value)
 }
 
 /// A probe socket of `ty` for `dest`'s family, non-blocking, bound to
@@ -81,13 +93,12 @@ pub(crate) fn probe_socket(
     if let Some(b) = bind {
         s.bind(&SocketAddr::new(b, 0).into())?;
     }
-    if v6 {
-        set_int(&s, libc::SOL_IPV6, libc::IPV6_RECVERR, 1)?;
-        set_int(&s, libc::SOL_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
-    } else {
-        set_int(&s, libc::SOL_IP, libc::IP_RECVERR, 1)?;
-        set_int(&s, libc::SOL_IP, libc::IP_RECVTTL, 1)?;
+    match v6 {
+        true => set_int(&s, libc::SOL_IPV6, libc::IPV6_RECVERR, 1)?,
+        false => set_int(&s, libc::SOL_IP, libc::IP_RECVERR, 1)?,
     }
+    // Arrival TTLs and the kernel's receive timestamps, on errors too.
+    crate::datagram::enable_ancillary(s.as_raw_fd(), v6, false)?;
     Ok(s)
 }
 
@@ -194,6 +205,7 @@ pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
         len,
         error: None,
         ttl: None,
+        stamp_ns: None,
     };
     // SAFETY: the CMSG_* walk stays within msg_controllen, which the
     // kernel set to what it wrote; each read checks the message's length.
@@ -220,6 +232,15 @@ pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
                     info: ee.ee_info,
                     offender,
                 });
+            } else if level == libc::SOL_SOCKET
+                && ty == libc::SCM_TIMESTAMPNS
+                && data_len >= size_of::<libc::timespec>()
+            {
+                let ts = std::ptr::read_unaligned(data.cast::<libc::timespec>());
+                heard.stamp_ns = ts
+                    .tv_sec
+                    .checked_mul(1_000_000_000)
+                    .and_then(|s| s.checked_add(ts.tv_nsec));
             } else if is_ttl && data_len >= size_of::<libc::c_int>() {
                 let t = std::ptr::read_unaligned(data.cast::<libc::c_int>());
                 heard.ttl = u8::try_from(t).ok();

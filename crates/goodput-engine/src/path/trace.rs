@@ -135,6 +135,8 @@ enum Kind {
 #[derive(Debug, Clone)]
 struct Answer {
     at: Instant,
+    /// The kernel's receive timestamp (Unix ns), for a datagram's answer.
+    stamp_ns: Option<i64>,
     kind: Kind,
     from: Option<IpAddr>,
     reply_ttl: Option<u8>,
@@ -277,7 +279,9 @@ impl Tracer {
             .saturating_add(u16::try_from(seq).unwrap_or(u16::MAX))
     }
 
-    fn send(&mut self, seq: u32, ttl: u8, size: u32) -> Result<(), SendError> {
+    /// Sends probe `seq`; when it went, on both clocks (taken just before
+    /// the system call that sends it).
+    fn send(&mut self, seq: u32, ttl: u8, size: u32) -> Result<(Instant, i64), SendError> {
         let v6 = self.v6;
         let payload = size.saturating_sub(header_bytes(v6)) as usize;
         let dest = self.plan.dest;
@@ -304,8 +308,9 @@ impl Tracer {
                     let Prober::Dgram { fd, .. } = &self.prober else {
                         break;
                     };
+                    let when = (Instant::now(), sock::wall_ns());
                     match fd.get_ref().send_to(&data, &to.into()) {
-                        Ok(_) => return Ok(()),
+                        Ok(_) => return Ok(when),
                         Err(e) => {
                             self.pump().map_err(SendError::Io)?;
                             if let Prober::Dgram {
@@ -327,6 +332,7 @@ impl Tracer {
                     .map_err(SendError::Io)?;
                 sock::set_ttl(&s, v6, ttl).map_err(SendError::Io)?;
                 let to = SocketAddr::new(dest, self.plan.port);
+                let when = (Instant::now(), sock::wall_ns());
                 match s.connect(&to.into()) {
                     Ok(()) => {}
                     Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
@@ -334,7 +340,7 @@ impl Tracer {
                 }
                 let wait = self.plan.wait;
                 tasks.spawn(async move { (seq, tcp_answer(s, dest, wait).await) });
-                Ok(())
+                Ok(when)
             }
         }
     }
@@ -413,6 +419,7 @@ fn dgram_answer(
                 seq,
                 Answer {
                     at,
+                    stamp_ns: h.stamp_ns,
                     kind,
                     from: e.offender,
                     reply_ttl: h.ttl,
@@ -433,6 +440,7 @@ fn dgram_answer(
                 seq,
                 Answer {
                     at,
+                    stamp_ns: h.stamp_ns,
                     kind: Kind::Counted(ProbeAnswer::Reached),
                     from: Some(peer.ip()),
                     reply_ttl: h.ttl,
@@ -448,6 +456,7 @@ fn dgram_answer(
 async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
     let none = |at| Answer {
         at,
+        stamp_ns: None,
         kind: Kind::Counted(ProbeAnswer::NoReply),
         from: None,
         reply_ttl: None,
@@ -465,6 +474,7 @@ async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
                     let from = h.error.and_then(|e| e.offender);
                     return Ok::<_, io::Error>(Answer {
                         at,
+                        stamp_ns: None,
                         kind,
                         from,
                         reply_ttl: h.ttl,
@@ -474,6 +484,7 @@ async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
             }
             let reached = |code| Answer {
                 at,
+                stamp_ns: None,
                 kind: Kind::Counted(ProbeAnswer::Reached),
                 from: Some(dest),
                 reply_ttl: None,
@@ -486,6 +497,7 @@ async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
                 Some(e) => {
                     return Ok(Answer {
                         at,
+                        stamp_ns: None,
                         kind: Kind::Counted(ProbeAnswer::Unreachable),
                         from: None,
                         reply_ttl: None,
@@ -512,6 +524,8 @@ struct Flight {
     ttl: u8,
     size: u32,
     sent: Instant,
+    /// The same moment on the kernel's timestamp clock (Unix ns).
+    sent_ns: i64,
 }
 
 /// When a probe stops waiting: after the plan's wait, or earlier, as
@@ -745,14 +759,15 @@ async fn sweep(
             let this = *seq;
             *seq += 1;
             match t.send(this, ttl, out.size) {
-                Ok(()) => {
+                Ok((sent, sent_ns)) => {
                     hops.entry(ttl).or_default().pending += 1;
                     flights.insert(
                         this,
                         Flight {
                             ttl,
                             size: out.size,
-                            sent: Instant::now(),
+                            sent,
+                            sent_ns,
                         },
                     );
                 }
@@ -871,7 +886,7 @@ async fn sweep(
                         s.probes.push(TraceProbe {
                             answer,
                             from: a.from.map(|ip| ip.to_string()),
-                            rtt_us: Some(a.at.saturating_duration_since(f.sent).as_nanos() as f64 / 1e3),
+                            rtt_us: Some(sock::rtt(f.sent, f.sent_ns, a.at, a.stamp_ns).as_nanos() as f64 / 1e3),
                             size: f.size,
                             reply_ttl: a.reply_ttl,
                             code,
@@ -1065,7 +1080,7 @@ async fn probe_round(
         let n = *seq;
         *seq += 1;
         match t.send(n, *ttl, *size) {
-            Ok(()) => {
+            Ok(_) => {
                 out.insert(n, i);
             }
             Err(SendError::TooBig(_)) => {}
@@ -1109,6 +1124,7 @@ mod tests {
 
     fn heard(peer: SocketAddr, error: Option<ExtError>, head: [u8; 8]) -> Heard {
         Heard {
+            stamp_ns: None,
             peer: Some(peer),
             head,
             head_len: 8,
