@@ -349,3 +349,39 @@ pub(crate) fn register(
     // descriptor, for as long as the AsyncFd that owns the Socket.
     unsafe { tokio::io::unix::AsyncFd::register_with_interest(s, interest) }.map_err(io::Error::from)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn a_round_trip_takes_the_kernel_stamp_when_it_fits() {
+        let sent = Instant::now();
+        let at = sent + Duration::from_micros(500);
+        let sent_ns = 1_000_000_000;
+        // Arrived 120 µs after the send, read 500 µs after it.
+        assert_eq!(
+            rtt(sent, sent_ns, at, Some(sent_ns + 120_000)),
+            Duration::from_micros(120)
+        );
+        // No stamp, one before the send, or one after the read: the reading.
+        assert_eq!(rtt(sent, sent_ns, at, None), Duration::from_micros(500));
+        assert_eq!(
+            rtt(sent, sent_ns, at, Some(sent_ns - 1)),
+            Duration::from_micros(500)
+        );
+        assert_eq!(
+            rtt(sent, sent_ns, at, Some(sent_ns + 600_000)),
+            Duration::from_micros(500)
+        );
+    }
+
+    #[test]
+    fn echo_requests_carry_their_sequence() {
+        let p = echo_request(false, 0x1234, 56);
+        assert_eq!((p.len(), p[0], p[6], p[7]), (64, 8, 0x12, 0x34));
+        assert_eq!(echo_request(true, 1, 0)[0], 128);
+    }
+}
