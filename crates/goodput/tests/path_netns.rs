@@ -376,6 +376,28 @@ fn trace_and_compare(v6: bool) {
             .unwrap();
         let tr = String::from_utf8_lossy(&o.stdout).into_owned();
         assert_eq!(traceroute_view(&tr), expected(v6), "traceroute:\n{tr}");
+        // And traceroute's own path MTU discovery: `F=N` where the size
+        // changed, the interface's 9000 at hop 1 and 1500 at hop 3, as
+        // goodput has it.
+        let o = chain
+            .exec("c", "traceroute")
+            .args([fam, "-n", "--mtu", "-w", "1", dest])
+            .output()
+            .unwrap();
+        let tr = String::from_utf8_lossy(&o.stdout).into_owned();
+        let sizes: Vec<(u64, u64)> = tr
+            .lines()
+            .skip(1)
+            .flat_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let hop: u64 = w.first().and_then(|h| h.parse().ok()).unwrap_or(0);
+                w.iter()
+                    .filter_map(|x| x.strip_prefix("F=")?.parse().ok())
+                    .map(|f| (hop, f))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(sizes, vec![(1, 9000), (3, 1500)], "traceroute --mtu:\n{tr}");
     }
     let (out, doc) = chain.goodput("trace", &["trace", dest, "--pmtu", "-w", "500ms"]);
     let console = text(&out);
