@@ -313,45 +313,23 @@ async fn connect_time(seq: u64, to: SocketAddr, bind: Option<IpAddr>, timeout: D
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return fail(e.to_string()),
     }
-    let Ok(fd) = sock::register(s, Interest::WRITABLE | Interest::ERROR) else {
-        return fail("cannot register the socket".into());
-    };
-    let fate = async {
-        loop {
-            let mut g = match fd.ready(Interest::WRITABLE | Interest::ERROR).await {
-                Ok(g) => g,
-                Err(e) => return fail(e.to_string()),
-            };
-            let rtt = Some(micros(sent.elapsed()));
-            // An ICMP error about the SYN, queued by IP_RECVERR.
-            if let Ok(Some(h)) = sock::receive(fd.get_ref(), true) {
-                if let Some(e) = h.error {
-                    return fail(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender));
-                }
-            }
-            match fd.get_ref().take_error() {
-                Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    return PingReply {
-                        rtt_us: rtt,
-                        refused: true,
-                        ..lost(seq)
-                    };
-                }
-                Ok(Some(e)) => return fail(e.to_string()),
-                Err(e) => return fail(e.to_string()),
-                Ok(None) if g.ready().is_writable() => {
-                    // Leave with a reset, not a FIN and a TIME_WAIT.
-                    let _ = fd.get_ref().set_linger(Some(Duration::ZERO));
-                    return PingReply {
-                        rtt_us: rtt,
-                        ..lost(seq)
-                    };
-                }
-                Ok(None) => g.clear_ready(),
-            }
-        }
-    };
-    tokio::time::timeout(timeout, fate)
-        .await
-        .unwrap_or_else(|_| lost(seq))
+    let (fate, at) = sock::connect_fate(s, timeout).await;
+    let rtt = Some(micros(at.saturating_duration_since(sent)));
+    match fate {
+        sock::ConnectFate::Connected => PingReply {
+            rtt_us: rtt,
+            ..lost(seq)
+        },
+        sock::ConnectFate::Refused => PingReply {
+            rtt_us: rtt,
+            refused: true,
+            ..lost(seq)
+        },
+        sock::ConnectFate::Icmp(h) => match h.error {
+            Some(e) => fail(icmp_error_text(e.origin, e.icmp_type, e.icmp_code, e.offender)),
+            None => lost(seq),
+        },
+        sock::ConnectFate::Failed(e) => fail(e.to_string()),
+        sock::ConnectFate::Silent => lost(seq),
+    }
 }

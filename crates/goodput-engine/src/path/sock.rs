@@ -292,6 +292,62 @@ fn is_pending_icmp(e: &io::Error) -> bool {
     )
 }
 
+/// What became of a non-blocking connect (a TCP probe, a TCP ping).
+pub(crate) enum ConnectFate {
+    /// A SYN-ACK: connected. The socket is closed with a reset (no FIN,
+    /// no TIME_WAIT).
+    Connected,
+    /// A reset: the port is closed, but the host answered.
+    Refused,
+    /// An ICMP error about the SYN, from the error queue (`error` is set).
+    Icmp(Heard),
+    /// Any other failure.
+    Failed(io::Error),
+    /// Nothing within the wait.
+    Silent,
+}
+
+/// Waits up to `wait` for the fate of `s`'s connect (already started),
+/// and when it was known.
+pub(crate) async fn connect_fate(
+    s: Socket,
+    wait: std::time::Duration,
+) -> (ConnectFate, tokio::time::Instant) {
+    use tokio::io::Interest;
+    let fd = match register(s, Interest::WRITABLE | Interest::ERROR) {
+        Ok(fd) => fd,
+        Err(e) => return (ConnectFate::Failed(e), tokio::time::Instant::now()),
+    };
+    let fate = async {
+        loop {
+            let mut g = match fd.ready(Interest::WRITABLE | Interest::ERROR).await {
+                Ok(g) => g,
+                Err(e) => return (ConnectFate::Failed(e), tokio::time::Instant::now()),
+            };
+            let at = tokio::time::Instant::now();
+            if let Ok(Some(h)) = receive(fd.get_ref(), true) {
+                if h.error.is_some() {
+                    return (ConnectFate::Icmp(h), at);
+                }
+            }
+            match fd.get_ref().take_error() {
+                Ok(Some(e)) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                    return (ConnectFate::Refused, at)
+                }
+                Ok(Some(e)) | Err(e) => return (ConnectFate::Failed(e), at),
+                Ok(None) if g.ready().is_writable() => {
+                    let _ = fd.get_ref().set_linger(Some(std::time::Duration::ZERO));
+                    return (ConnectFate::Connected, at);
+                }
+                Ok(None) => g.clear_ready(),
+            }
+        }
+    };
+    tokio::time::timeout(wait, fate)
+        .await
+        .unwrap_or_else(|_| (ConnectFate::Silent, tokio::time::Instant::now()))
+}
+
 /// Whether this process may open an unprivileged ICMP echo socket, and if
 /// not, why (the sysctl that decides it).
 pub(crate) fn icmp_socket(dest: IpAddr, bind: Option<IpAddr>) -> Result<Socket, String> {

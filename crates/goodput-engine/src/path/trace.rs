@@ -454,68 +454,44 @@ fn dgram_answer(
 /// A TCP probe's fate: an ICMP error from its error queue, the SYN-ACK
 /// (connected) or a reset (refused) from the destination, or nothing.
 async fn tcp_answer(s: Socket, dest: IpAddr, wait: Duration) -> Answer {
-    let none = |at| Answer {
+    let (fate, at) = sock::connect_fate(s, wait).await;
+    let answer = |kind, from, reply_ttl, code| Answer {
         at,
         stamp_ns: None,
-        kind: Kind::Counted(ProbeAnswer::NoReply),
-        from: None,
-        reply_ttl: None,
-        code: None,
+        kind,
+        from,
+        reply_ttl,
+        code,
     };
-    let Ok(fd) = sock::register(s, Interest::WRITABLE | Interest::ERROR) else {
-        return none(Instant::now());
-    };
-    let fate = async {
-        loop {
-            let mut g = fd.ready(Interest::WRITABLE | Interest::ERROR).await?;
-            let at = Instant::now();
-            if let Some(h) = sock::receive(fd.get_ref(), true)? {
-                if let Some((kind, code)) = h.error.as_ref().and_then(classify) {
-                    let from = h.error.and_then(|e| e.offender);
-                    return Ok::<_, io::Error>(Answer {
-                        at,
-                        stamp_ns: None,
-                        kind,
-                        from,
-                        reply_ttl: h.ttl,
-                        code,
-                    });
-                }
-            }
-            let reached = |code| Answer {
-                at,
-                stamp_ns: None,
-                kind: Kind::Counted(ProbeAnswer::Reached),
-                from: Some(dest),
-                reply_ttl: None,
-                code,
-            };
-            match fd.get_ref().take_error()? {
-                Some(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                    return Ok(reached(Some("reset".into())))
-                }
-                Some(e) => {
-                    return Ok(Answer {
-                        at,
-                        stamp_ns: None,
-                        kind: Kind::Counted(ProbeAnswer::Unreachable),
-                        from: None,
-                        reply_ttl: None,
-                        code: Some(format!("!<{e}>")),
-                    })
-                }
-                None if g.ready().is_writable() => {
-                    // Connected: leave with a reset, not a FIN and TIME_WAIT.
-                    let _ = fd.get_ref().set_linger(Some(Duration::ZERO));
-                    return Ok(reached(None));
-                }
-                None => g.clear_ready(),
-            }
-        }
-    };
-    match tokio::time::timeout(wait, fate).await {
-        Ok(Ok(a)) => a,
-        _ => none(Instant::now()),
+    match fate {
+        sock::ConnectFate::Connected => answer(Kind::Counted(ProbeAnswer::Reached), Some(dest), None, None),
+        sock::ConnectFate::Refused => answer(
+            Kind::Counted(ProbeAnswer::Reached),
+            Some(dest),
+            None,
+            Some("reset".into()),
+        ),
+        sock::ConnectFate::Icmp(h) => match (h.error.as_ref().and_then(classify), h.error) {
+            (Some((kind, code)), e) => answer(kind, e.and_then(|e| e.offender), h.ttl, code),
+            // An error that says nothing of reaching: the connect failed
+            // with its errno.
+            (None, e) => answer(
+                Kind::Counted(ProbeAnswer::Unreachable),
+                None,
+                None,
+                Some(format!(
+                    "!<{}>",
+                    io::Error::from_raw_os_error(e.map_or(0, |e| e.errno))
+                )),
+            ),
+        },
+        sock::ConnectFate::Failed(e) => answer(
+            Kind::Counted(ProbeAnswer::Unreachable),
+            None,
+            None,
+            Some(format!("!<{e}>")),
+        ),
+        sock::ConnectFate::Silent => answer(Kind::Counted(ProbeAnswer::NoReply), None, None, None),
     }
 }
 
