@@ -136,6 +136,9 @@ pub(crate) fn router(shared: Ctx) -> Router {
         .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
         .route("/api/v1/series", get(series))
         .route("/api/v1/paths", get(paths))
+        .route("/api/v1/grid", get(grid))
+        .route("/api/v1/alerts", get(alerts))
+        .merge(crate::dashboard::routes())
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(|| async {
@@ -224,11 +227,16 @@ pub(crate) struct Health {
 }
 
 async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
+    health_view(&s).await.map(Json)
+}
+
+/// The agent's health (the API's and the host page's).
+pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
     let archive_bytes = s.archive.size_bytes().await.map_err(internal)?;
     let archive_runs = s.archive.count().await.map_err(internal)?;
     let inner = s.lock();
     let now = clock::now_ms();
-    Ok(Json(Health {
+    Ok(Health {
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: now.saturating_sub(s.started_ms) / 1000,
         now: ms_rfc3339(now),
@@ -247,7 +255,7 @@ async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
             .map(|(t, e)| format!("{}: {e}", ms_rfc3339(*t))),
         beacon_error: inner.beacon_error.clone(),
         counters: inner.counters,
-    }))
+    })
 }
 
 async fn config(State(s): State<Ctx>) -> Json<serde_json::Value> {
@@ -317,13 +325,13 @@ struct Range {
 /// an exclusive run would fit.
 #[derive(Serialize, schemars::JsonSchema)]
 pub(crate) struct ScheduleView {
-    from_ms: u64,
-    to_ms: u64,
-    bookings: Vec<SlotView>,
+    pub(crate) from_ms: u64,
+    pub(crate) to_ms: u64,
+    pub(crate) bookings: Vec<SlotView>,
     /// Free for an exclusive run: `[start, end)` pairs (ms).
-    free: Vec<(u64, u64)>,
+    pub(crate) free: Vec<(u64, u64)>,
     /// The runs booked here, in full.
-    runs: Vec<Booked>,
+    pub(crate) runs: Vec<Booked>,
 }
 
 async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<ScheduleView>, Failure> {
@@ -333,6 +341,11 @@ async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<S
     if to < from || to - from > 31 * 86_400_000 {
         return Err(bad("to_ms must be after from_ms, at most 31 days on"));
     }
+    Ok(Json(schedule_view(&s, from, to)))
+}
+
+/// The calendar over `[from, to)`.
+pub(crate) fn schedule_view(s: &Ctx, from: u64, to: u64) -> ScheduleView {
     let inner = s.lock();
     let slot = |b: &Booked| SlotView {
         id: b.id.clone(),
@@ -346,13 +359,13 @@ async fn schedule(State(s): State<Ctx>, Query(q): Query<Range>) -> Result<Json<S
         .values()
         .filter(|b| b.start_ms < to && from < b.end_ms)
         .collect();
-    Ok(Json(ScheduleView {
+    ScheduleView {
         from_ms: from,
         to_ms: to,
         bookings: within.iter().map(|b| slot(b)).collect(),
         free: inner.calendar.free(from, to, RunClass::Exclusive),
         runs: within.into_iter().cloned().collect(),
-    }))
+    }
 }
 
 /// A peer books a run on this agent's calendar. A mesh run's spec and
@@ -934,6 +947,233 @@ async fn paths(State(s): State<Ctx>, Query(q): Query<PathsQuery>) -> Result<Json
         runs: h.runs,
         paths: out,
     }))
+}
+
+#[derive(Deserialize)]
+struct GridQuery {
+    metric: Option<String>,
+    /// `local`: only this agent's measurements (what peers ask each other).
+    scope: Option<String>,
+}
+
+/// An agent asked for its half of the grid.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct AgentSeen {
+    /// Its address name.
+    pub(crate) name: String,
+    /// Whether it answered.
+    pub(crate) answered: bool,
+    /// Why not.
+    pub(crate) error: Option<String>,
+    /// When its rules were last evaluated (ms; 0: not yet).
+    pub(crate) evaluated_ms: u64,
+}
+
+/// The grid of one metric: each measurement's state in each direction,
+/// from this agent's evaluation and (unless `scope=local`) every other
+/// agent's of the mesh.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct GridView {
+    /// The metric family.
+    pub(crate) metric: goodput_core::alert::Family,
+    /// Rows and columns: the address names of the pairs measuring it.
+    pub(crate) hosts: Vec<String>,
+    /// Every half-cell.
+    pub(crate) cells: Vec<crate::alerts::HalfCell>,
+    /// The rules' thresholds, one line each.
+    pub(crate) legend: Vec<String>,
+    /// The agents asked.
+    pub(crate) agents: Vec<AgentSeen>,
+}
+
+/// Most bytes read of a peer's grid.
+const MAX_GRID: u64 = 16 << 20;
+
+/// The grid of a metric family (see [`GridView`]).
+pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, local: bool) -> GridView {
+    use goodput_core::alert::Status;
+    let loaded = s.loaded();
+    let (mut cells, legend, evaluated) = {
+        let st = s.alerting();
+        let cells: Vec<crate::alerts::HalfCell> =
+            st.cells.iter().filter(|c| c.metric == family).cloned().collect();
+        (cells, st.legend.clone(), st.evaluated_ms)
+    };
+    let me = loaded.mine.first().cloned().unwrap_or_default();
+    let mut agents = vec![AgentSeen {
+        name: me,
+        answered: true,
+        error: None,
+        evaluated_ms: evaluated,
+    }];
+    // Every pair of the mesh that measures the family, by its source.
+    let pairs: Vec<&goodput_core::mesh::PairTask> = loaded
+        .pairs
+        .iter()
+        .filter(|p| family.measured_by(p.spec.kind()))
+        .collect();
+    if !local {
+        let mut sources: Vec<String> = pairs
+            .iter()
+            .map(|p| p.source.clone())
+            .filter(|n| !loaded.mine.contains(n))
+            .collect();
+        sources.sort();
+        sources.dedup();
+        let mut asks = tokio::task::JoinSet::new();
+        for name in sources {
+            let Some(peer) = loaded.peer(&name) else {
+                continue;
+            };
+            let client = s.client(&peer);
+            let url = format!("{}/api/v1/grid?metric={}&scope=local", peer.url, family.name());
+            asks.spawn(async move {
+                let got: Result<GridView, String> = async {
+                    let r = client
+                        .get(&url)
+                        .timeout(std::time::Duration::from_secs(3))
+                        .send()
+                        .await
+                        .map_err(|e| {
+                            if e.is_timeout() {
+                                "no answer in time".to_string()
+                            } else {
+                                e.to_string()
+                            }
+                        })?;
+                    if !r.status().is_success() {
+                        return Err(format!("HTTP {}", r.status()));
+                    }
+                    let bytes = r.bytes().await.map_err(|e| e.to_string())?;
+                    if bytes.len() as u64 > MAX_GRID {
+                        return Err(format!("its grid is larger than {MAX_GRID} bytes"));
+                    }
+                    serde_json::from_slice(&bytes).map_err(|e| format!("its grid does not read: {e}"))
+                }
+                .await;
+                (name, got)
+            });
+        }
+        while let Some(Ok((name, got))) = asks.join_next().await {
+            match got {
+                Ok(g) => {
+                    let at = g.agents.first().map_or(0, |a| a.evaluated_ms);
+                    // A peer speaks for the measurements it runs, only.
+                    cells.extend(
+                        g.cells
+                            .into_iter()
+                            .filter(|c| c.source == name && c.metric == family),
+                    );
+                    agents.push(AgentSeen {
+                        name,
+                        answered: true,
+                        error: None,
+                        evaluated_ms: at,
+                    });
+                }
+                Err(e) => agents.push(AgentSeen {
+                    name,
+                    answered: false,
+                    error: Some(e),
+                    evaluated_ms: 0,
+                }),
+            }
+        }
+        agents.sort_by(|a, b| a.name.cmp(&b.name));
+    }
+    // Pairs no answer covered: no data, and why.
+    for p in &pairs {
+        if !local || loaded.mine.contains(&p.source) {
+            for &d in family.directions() {
+                let have = cells.iter().any(|c| {
+                    c.task == p.task && c.source == p.source && c.dest == p.dest && c.direction == d
+                });
+                if have || (local && !loaded.mine.contains(&p.source)) {
+                    continue;
+                }
+                let why = match agents.iter().find(|a| a.name == p.source) {
+                    Some(a) if !a.answered => format!(
+                        "the agent at {} did not answer: {}",
+                        p.source,
+                        a.error.as_deref().unwrap_or("")
+                    ),
+                    Some(a) if a.evaluated_ms == 0 => {
+                        format!("{}'s agent has not evaluated its rules yet", p.source)
+                    }
+                    _ => format!("no agent runs {}'s tests", p.source),
+                };
+                cells.push(crate::alerts::HalfCell {
+                    task: p.task.clone(),
+                    kind: p.spec.kind().into(),
+                    source: p.source.clone(),
+                    dest: p.dest.clone(),
+                    metric: family,
+                    direction: d,
+                    status: Status::NoData,
+                    value: None,
+                    at_ms: None,
+                    why: Some(why),
+                });
+            }
+        }
+    }
+    let mut hosts: Vec<String> = pairs
+        .iter()
+        .flat_map(|p| std::iter::once(p.source.clone()).chain(p.dest.clone()))
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    cells.sort_by(|a, b| {
+        (&a.source, &a.dest, &a.task, a.direction).cmp(&(&b.source, &b.dest, &b.task, b.direction))
+    });
+    GridView {
+        metric: family,
+        hosts,
+        cells,
+        legend,
+        agents,
+    }
+}
+
+async fn grid(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Result<Json<GridView>, Failure> {
+    let family = goodput_core::alert::Family::named(q.metric.as_deref().unwrap_or("loss")).map_err(bad)?;
+    let local = match q.scope.as_deref() {
+        None | Some("mesh") => false,
+        Some("local") => true,
+        Some(o) => return Err(bad(format!("scope: '{o}' is not mesh or local"))),
+    };
+    Ok(Json(grid_view(&s, family, local).await))
+}
+
+#[derive(Deserialize)]
+struct AlertsQuery {
+    /// `open` (default) or `all`.
+    state: Option<String>,
+    from_ms: Option<u64>,
+    to_ms: Option<u64>,
+    limit: Option<u32>,
+}
+
+async fn alerts(
+    State(s): State<Ctx>,
+    Query(q): Query<AlertsQuery>,
+) -> Result<Json<Vec<goodput_archive::AlertRecord>>, Failure> {
+    let open = match q.state.as_deref() {
+        None | Some("open") => true,
+        Some("all") => false,
+        Some(o) => return Err(bad(format!("state: '{o}' is not open or all"))),
+    };
+    let now = clock::now_ms();
+    let to = q.to_ms.unwrap_or(u64::MAX);
+    let from = q.from_ms.unwrap_or(if open {
+        0
+    } else {
+        now.saturating_sub(7 * 86_400_000)
+    });
+    let limit = q.limit.unwrap_or(1000).min(10_000);
+    Ok(Json(
+        s.archive.alerts(open, from, to, limit).await.map_err(internal)?,
+    ))
 }
 
 async fn openapi() -> Json<serde_json::Value> {

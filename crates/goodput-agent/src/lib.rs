@@ -16,12 +16,18 @@
 //! - `limits`: what a requester may ask of this agent, each refusal naming
 //!   its limit;
 //! - `minutes`: background STAMP streams kept as per-minute summaries
-//!   with mergeable histograms.
+//!   with mergeable histograms;
+//! - `alerts`: the soft-failure rules evaluated over the measurements
+//!   this agent runs, alerts stored and sent to Alertmanager and webhooks;
+//! - `dashboard`: the web pages (grid, pair explorer, host page) on the
+//!   API's server.
 #![warn(missing_docs, unreachable_pub)]
 
+mod alerts;
 mod api;
 mod clock;
 mod config;
+mod dashboard;
 mod exec;
 mod limits;
 mod minutes;
@@ -179,6 +185,8 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     tasks.spawn(exec::executor(shared.clone()));
     tasks.spawn(config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));
+    tasks.spawn(alerts::evaluator(shared.clone()));
+    tasks.spawn(alerts::deliverer(shared.clone()));
     log(&format!(
         "started: {} ({} task pairs led here), archive {}",
         shared.identity_line(),

@@ -106,6 +106,9 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
     let q = |p: f64| (!m.rtt_us.is_empty()).then(|| m.rtt_us.value_at_quantile(p) as f64);
     r.figures = Figures {
         loss_pct: (m.sent > 0).then(|| m.lost as f64 * 100.0 / m.sent as f64),
+        // A minute's loss is not split by direction: the round trip's
+        // counts as the measuring host's direction.
+        loss_forward_pct: (m.sent > 0).then(|| m.lost as f64 * 100.0 / m.sent as f64),
         duplicates: Some(m.duplicates as f64),
         reordered: Some(m.reordered as f64),
         delay_min_us: (!m.rtt_us.is_empty()).then(|| m.rtt_us.min() as f64),

@@ -166,7 +166,10 @@ pub(crate) struct Shared {
     own: [Option<std::net::IpAddr>; 2],
     /// Wakes the executor when a run is booked.
     pub(crate) wake: Notify,
+    /// Wakes the alerts' deliverer when something is queued.
+    pub(crate) wake_delivery: Notify,
     inner: Mutex<Inner>,
+    alerting: Mutex<crate::alerts::AlertState>,
 }
 
 /// An HTTP client for peers, from `from`, checking a pinned certificate.
@@ -211,6 +214,8 @@ impl Shared {
             pinned: Mutex::new(HashMap::new()),
             own,
             wake: Notify::new(),
+            wake_delivery: Notify::new(),
+            alerting: Mutex::new(crate::alerts::AlertState::default()),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
                 config_error: None,
@@ -231,6 +236,11 @@ impl Shared {
     /// good: the data is still consistent at every unlock).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The alerting state, locked (never across an await).
+    pub(crate) fn alerting(&self) -> MutexGuard<'_, crate::alerts::AlertState> {
+        self.alerting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The HTTP client for calls to a peer.

@@ -15,6 +15,18 @@ pub struct Figures {
     pub throughput_down_bps: Option<f64>,
     /// Packets or datagrams lost, percent.
     pub loss_pct: Option<f64>,
+    /// Lost on the way source → destination, percent of those sent: a UDP
+    /// upload's loss; STAMP's forward loss when the reflector numbers its
+    /// replies. A round-trip loss that cannot be split (ping, STAMP
+    /// against a stateless reflector) counts here too, as the direction of
+    /// the host that measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_forward_pct: Option<f64>,
+    /// Lost on the way destination → source, percent of those that set
+    /// out: a UDP download's loss; STAMP's lost replies, of the requests
+    /// the reflector got.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_backward_pct: Option<f64>,
     /// Duplicates.
     pub duplicates: Option<f64>,
     /// Reordered packets or datagrams.
@@ -72,6 +84,11 @@ pub fn figures_of(r: &TestResult) -> Figures {
             }
         }
         f.loss_pct = Some(t.loss_percent);
+        if m.upload {
+            f.loss_forward_pct = f.loss_pct;
+        } else {
+            f.loss_backward_pct = f.loss_pct;
+        }
         f.duplicates = Some(t.duplicates as f64);
         f.reordered = Some(t.reordered as f64);
         f.jitter_us = Some(t.jitter_us);
@@ -79,6 +96,14 @@ pub fn figures_of(r: &TestResult) -> Figures {
     if let Some(st) = &r.stamp {
         let t = &st.total;
         f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
+        match (t.lost_forward, t.lost_backward) {
+            (Some(fwd), Some(back)) if t.sent > 0 => {
+                f.loss_forward_pct = Some(fwd as f64 * 100.0 / t.sent as f64);
+                let reached = t.sent.saturating_sub(fwd);
+                f.loss_backward_pct = (reached > 0).then(|| back as f64 * 100.0 / reached as f64);
+            }
+            _ => f.loss_forward_pct = f.loss_pct,
+        }
         f.duplicates = Some(t.duplicates as f64);
         f.reordered = Some(t.reordered as f64);
         if let Some(d) = &t.rtt {
@@ -109,6 +134,7 @@ pub fn figures_of(r: &TestResult) -> Figures {
     }
     if let Some(p) = &r.ping {
         f.loss_pct = Some(p.loss_percent);
+        f.loss_forward_pct = f.loss_pct;
         f.duplicates = Some(p.duplicates as f64);
         if let Some(rtt) = &p.rtt {
             f.delay_min_us = Some(rtt.min_us);

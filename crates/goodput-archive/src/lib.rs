@@ -164,6 +164,10 @@ pub enum Metric {
     ThroughputDown,
     /// Loss, percent.
     Loss,
+    /// Loss source → destination, percent.
+    LossForward,
+    /// Loss destination → source, percent.
+    LossBackward,
     /// Median delay.
     DelayMedian,
     /// 95th percentile delay.
@@ -172,20 +176,31 @@ pub enum Metric {
     Jitter,
     /// Failed connections.
     Errors,
+    /// TCP retransmits.
+    Retransmits,
+    /// Smallest delay.
+    DelayMin,
+    /// Largest delay.
+    DelayMax,
     /// Hops to the destination (traces).
     Hops,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 8] = [
+    pub const ALL: [Metric; 13] = [
         Metric::ThroughputUp,
         Metric::ThroughputDown,
         Metric::Loss,
+        Metric::LossForward,
+        Metric::LossBackward,
         Metric::DelayMedian,
         Metric::DelayP95,
         Metric::Jitter,
         Metric::Errors,
+        Metric::Retransmits,
+        Metric::DelayMin,
+        Metric::DelayMax,
         Metric::Hops,
     ];
 
@@ -194,10 +209,15 @@ impl Metric {
             Metric::ThroughputUp => "throughput_up_bps",
             Metric::ThroughputDown => "throughput_down_bps",
             Metric::Loss => "loss_pct",
+            Metric::LossForward => "loss_forward_pct",
+            Metric::LossBackward => "loss_backward_pct",
             Metric::DelayMedian => "delay_median_us",
             Metric::DelayP95 => "delay_p95_us",
             Metric::Jitter => "jitter_us",
             Metric::Errors => "errors",
+            Metric::Retransmits => "retransmits",
+            Metric::DelayMin => "delay_min_us",
+            Metric::DelayMax => "delay_max_us",
             Metric::Hops => "hops",
         }
     }
@@ -248,6 +268,42 @@ pub struct PathHistory {
     pub runs: u64,
 }
 
+/// An alert: one episode of a rule's state (warning, critical, no data)
+/// for one measurement and direction, open while `end_ms` is none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AlertRecord {
+    /// `rule/task/source/dest/direction/start_ms`.
+    pub id: String,
+    /// The rule's name.
+    pub rule: String,
+    /// The measurement's task.
+    pub task: String,
+    /// The end that runs the test.
+    pub source: String,
+    /// The other end.
+    pub dest: Option<String>,
+    /// `forward` (source → destination), `backward` or `round_trip`.
+    pub direction: String,
+    /// The metric family (throughput, loss, delay, jitter, path, no_data).
+    pub metric: String,
+    /// `warning`, `critical` or `no_data`.
+    pub severity: String,
+    /// The window's value when it began, or its latest (archive units:
+    /// bits/s, %, µs, changes).
+    pub value: Option<f64>,
+    /// The threshold passed, as written (with the baseline it was
+    /// measured against).
+    pub threshold: String,
+    /// The measurement.
+    pub measurement_key: String,
+    /// When it began (ms).
+    pub start_ms: u64,
+    /// When it was last evaluated (ms).
+    pub updated_ms: u64,
+    /// When it ended (ms); none while it lasts.
+    pub end_ms: Option<u64>,
+}
+
 /// Most traces [`Archive::paths`] reads for one window.
 pub const PATH_RUNS: u32 = 100_000;
 
@@ -289,14 +345,14 @@ pub struct Archive {
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
-     path_checksum";
+     path_checksum, loss_forward_pct, loss_backward_pct";
 
 /// The same, each named by its table (`runs` is `r`).
 const R_COLUMNS: &str =
     "r.id, r.task, r.source, r.dest, r.kind, r.class, r.state, r.reason, r.scheduled_ms, \
      r.start_ms, r.end_ms, r.measurement_key, r.throughput_up_bps, r.throughput_down_bps, r.loss_pct, \
      r.duplicates, r.reordered, r.delay_min_us, r.delay_median_us, r.delay_p95_us, r.delay_max_us, \
-     r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum";
+     r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum, r.loss_forward_pct, r.loss_backward_pct";
 
 impl Archive {
     /// Opens (or creates) the archive file and brings its schema up to
@@ -366,7 +422,7 @@ impl Archive {
             let sql = upsert_sql(
                 "runs",
                 COLUMNS,
-                26,
+                28,
                 chunk.len(),
                 "task = excluded.task, source = excluded.source, dest = excluded.dest, \
                  kind = excluded.kind, class = excluded.class, state = excluded.state, reason = excluded.reason, \
@@ -377,7 +433,8 @@ impl Archive {
                  delay_min_us = excluded.delay_min_us, delay_median_us = excluded.delay_median_us, \
                  delay_p95_us = excluded.delay_p95_us, delay_max_us = excluded.delay_max_us, \
                  jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors, \
-                 hops = excluded.hops, path_checksum = excluded.path_checksum",
+                 hops = excluded.hops, path_checksum = excluded.path_checksum, \
+                 loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct",
             );
             let mut q = sqlx::query(&sql);
             for r in chunk {
@@ -408,7 +465,9 @@ impl Archive {
                     .bind(f.retransmits)
                     .bind(f.errors)
                     .bind(f.hops)
-                    .bind(&f.path_checksum);
+                    .bind(&f.path_checksum)
+                    .bind(f.loss_forward_pct)
+                    .bind(f.loss_backward_pct);
             }
             q.execute(&mut *tx).await?;
             let sql = upsert_sql(
@@ -434,23 +493,15 @@ impl Archive {
             .collect();
         touched.sort_unstable();
         touched.dedup();
+        // Every metric's aggregate in one statement per hour touched.
+        let sql = rollup_sql();
         for (key, hour) in touched {
-            for m in Metric::ALL {
-                let col = m.column();
-                sqlx::query(&format!(
-                    "INSERT INTO rollups (measurement_key, metric, bucket_ms, n, total, lo, hi) \
-                     SELECT $1, $2, $3, COUNT({col}), SUM({col}), MIN({col}), MAX({col}) FROM runs \
-                     WHERE measurement_key = $1 AND state = 'finished' AND start_ms >= $3 AND start_ms < $4 \
-                     ON CONFLICT (measurement_key, metric, bucket_ms) DO UPDATE SET n = excluded.n, \
-                     total = excluded.total, lo = excluded.lo, hi = excluded.hi"
-                ))
+            sqlx::query(sql)
                 .bind(key)
-                .bind(col)
                 .bind(ms(hour))
                 .bind(ms(hour.saturating_add(HOUR)))
                 .execute(&mut *tx)
                 .await?;
-            }
         }
         tx.commit().await?;
         Ok(())
@@ -622,6 +673,90 @@ impl Archive {
         Ok(h)
     }
 
+    /// When the newest finished run of a measurement started (ms).
+    pub async fn last_finished(&self, key: &str) -> Result<Option<u64>, ArchiveError> {
+        let t: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(start_ms) FROM runs WHERE measurement_key = $1 AND state = 'finished'",
+        )
+        .bind(key)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(opt_ms(t))
+    }
+
+    /// Stores alerts in one transaction, each replacing the row of its id.
+    pub async fn put_alerts(&self, alerts: &[AlertRecord]) -> Result<(), ArchiveError> {
+        let mut tx = self.pool.begin().await?;
+        for a in alerts {
+            sqlx::query(
+                "INSERT INTO alerts (id, rule, task, source, dest, direction, metric, severity, value, threshold, \
+                 measurement_key, start_ms, updated_ms, end_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+                 $11, $12, $13, $14) ON CONFLICT (id) DO UPDATE SET severity = excluded.severity, \
+                 value = excluded.value, threshold = excluded.threshold, updated_ms = excluded.updated_ms, \
+                 end_ms = excluded.end_ms",
+            )
+            .bind(&a.id)
+            .bind(&a.rule)
+            .bind(&a.task)
+            .bind(&a.source)
+            .bind(&a.dest)
+            .bind(&a.direction)
+            .bind(&a.metric)
+            .bind(&a.severity)
+            .bind(a.value)
+            .bind(&a.threshold)
+            .bind(&a.measurement_key)
+            .bind(ms(a.start_ms))
+            .bind(ms(a.updated_ms))
+            .bind(a.end_ms.map(ms))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Alerts, newest first: the open ones, or with `from_ms` every one
+    /// that was open at some time in `[from, to)`.
+    pub async fn alerts(
+        &self,
+        open_only: bool,
+        from_ms: u64,
+        to_ms: u64,
+        limit: u32,
+    ) -> Result<Vec<AlertRecord>, ArchiveError> {
+        let rows = sqlx::query(
+            "SELECT id, rule, task, source, dest, direction, metric, severity, value, threshold, measurement_key, \
+             start_ms, updated_ms, end_ms FROM alerts WHERE ($1 = 0 OR end_ms IS NULL) AND start_ms < $3 \
+             AND (end_ms IS NULL OR end_ms >= $2) ORDER BY start_ms DESC, id LIMIT $4",
+        )
+        .bind(i64::from(open_only))
+        .bind(ms(from_ms))
+        .bind(ms(to_ms))
+        .bind(i64::from(limit.max(1)))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| AlertRecord {
+                id: r.get("id"),
+                rule: r.get("rule"),
+                task: r.get("task"),
+                source: r.get("source"),
+                dest: r.get("dest"),
+                direction: r.get("direction"),
+                metric: r.get("metric"),
+                severity: r.get("severity"),
+                value: r.get("value"),
+                threshold: r.get("threshold"),
+                measurement_key: r.get("measurement_key"),
+                start_ms: r.get::<i64, _>("start_ms").max(0) as u64,
+                updated_ms: r.get::<i64, _>("updated_ms").max(0) as u64,
+                end_ms: opt_ms(r.get("end_ms")),
+            })
+            .collect())
+    }
+
     /// Runs stored in each state.
     pub async fn count_by_state(&self) -> Result<Vec<(RunState, u64)>, ArchiveError> {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
@@ -671,6 +806,10 @@ impl Archive {
             .execute(&self.pool)
             .await?
             .rows_affected();
+        sqlx::query("DELETE FROM alerts WHERE end_ms IS NOT NULL AND end_ms < $1")
+            .bind(ms(cutoff))
+            .execute(&self.pool)
+            .await?;
         sqlx::query("DELETE FROM rollups WHERE bucket_ms < $1")
             .bind(ms(cutoff / HOUR * HOUR))
             .execute(&self.pool)
@@ -699,6 +838,33 @@ impl Archive {
         }
         Ok(pruned)
     }
+}
+
+/// The statement that works out one measurement's (`$1`) hourly
+/// aggregates of every metric for the hour `[$2, $3)` from its runs.
+fn rollup_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let selects: Vec<String> = Metric::ALL
+            .iter()
+            .map(|m| {
+                let col = m.column();
+                format!(
+                    "SELECT '{col}' AS metric, COUNT({col}) AS n, SUM({col}) AS total, MIN({col}) AS lo, \
+                     MAX({col}) AS hi FROM hour_runs"
+                )
+            })
+            .collect();
+        format!(
+            "WITH hour_runs AS (SELECT * FROM runs WHERE measurement_key = $1 AND state = 'finished' \
+             AND start_ms >= $2 AND start_ms < $3) \
+             INSERT INTO rollups (measurement_key, metric, bucket_ms, n, total, lo, hi) \
+             SELECT $1, metric, $2, n, total, lo, hi FROM ({}) AS each_metric WHERE true \
+             ON CONFLICT (measurement_key, metric, bucket_ms) DO UPDATE SET n = excluded.n, \
+             total = excluded.total, lo = excluded.lo, hi = excluded.hi",
+            selects.join(" UNION ALL ")
+        )
+    })
 }
 
 /// An hour, the stored aggregates' step (ms).
@@ -785,6 +951,8 @@ fn run_of(r: &sqlx::sqlite::SqliteRow, with_result: bool) -> Result<Run, Archive
             errors: r.get("errors"),
             hops: r.get("hops"),
             path_checksum: r.get("path_checksum"),
+            loss_forward_pct: r.get("loss_forward_pct"),
+            loss_backward_pct: r.get("loss_backward_pct"),
         },
     })
 }

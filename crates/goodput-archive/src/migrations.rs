@@ -62,6 +62,32 @@ pub(crate) const STEPS: &[(i64, &str)] = &[
     ALTER TABLE runs ADD COLUMN path_checksum TEXT;
     CREATE INDEX runs_key_path ON runs (measurement_key, start_ms, path_checksum)",
     ),
+    (
+        3,
+        // Loss by direction, and the alerts: one row per episode of a
+        // rule's state for one measurement and direction, open while
+        // `end_ms` is null.
+        "ALTER TABLE runs ADD COLUMN loss_forward_pct DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN loss_backward_pct DOUBLE PRECISION;
+    CREATE TABLE alerts (
+        id TEXT PRIMARY KEY,
+        rule TEXT NOT NULL,
+        task TEXT NOT NULL,
+        source TEXT NOT NULL,
+        dest TEXT,
+        direction TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        value DOUBLE PRECISION,
+        threshold TEXT NOT NULL,
+        measurement_key TEXT NOT NULL,
+        start_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        end_ms BIGINT
+    );
+    CREATE INDEX alerts_open ON alerts (end_ms, start_ms);
+    CREATE INDEX alerts_time ON alerts (start_ms)",
+    ),
 ];
 
 /// The newest schema this build knows.

@@ -360,6 +360,9 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "DROP TABLE alerts",
+            "ALTER TABLE runs DROP COLUMN loss_forward_pct",
+            "ALTER TABLE runs DROP COLUMN loss_backward_pct",
             "DROP INDEX runs_key_path",
             "ALTER TABLE runs DROP COLUMN hops",
             "ALTER TABLE runs DROP COLUMN path_checksum",
@@ -378,4 +381,69 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
         .await
         .unwrap();
     assert_eq!(a.get("new").await.unwrap().unwrap().figures.hops, Some(4.0));
+}
+
+#[test]
+fn loss_splits_by_direction_where_the_test_tells_them_apart() {
+    let (_, mut r) = fixture("stamp");
+    let t = &mut r.stamp.as_mut().unwrap().total;
+    t.sent = 1000;
+    t.lost = 10;
+    t.lost_forward = Some(4);
+    t.lost_backward = Some(6);
+    let f = figures_of(&r);
+    assert_eq!(f.loss_pct, Some(1.0));
+    assert_eq!(f.loss_forward_pct, Some(0.4));
+    // Of the 996 requests that reached the reflector, 6 replies were lost.
+    assert_eq!(f.loss_backward_pct, Some(6.0 * 100.0 / 996.0));
+    // A reflector that does not number its replies: the round trip counts
+    // as the measuring host's direction, the other is unknown.
+    let t = &mut r.stamp.as_mut().unwrap().total;
+    t.lost_forward = None;
+    t.lost_backward = None;
+    let f = figures_of(&r);
+    assert_eq!((f.loss_forward_pct, f.loss_backward_pct), (Some(1.0), None));
+    let (_, r) = fixture("udp");
+    let f = figures_of(&r);
+    // A download: the loss is the way back.
+    assert_eq!((f.loss_forward_pct, f.loss_backward_pct), (None, f.loss_pct));
+}
+
+#[tokio::test]
+async fn alerts_are_stored_updated_ended_and_listed() {
+    use goodput_archive::AlertRecord;
+    let dir = tempfile::tempdir().unwrap();
+    let a = Archive::open(&dir.path().join("a.sqlite")).await.unwrap();
+    let alert = |id: &str, start: u64| AlertRecord {
+        id: id.into(),
+        rule: "loss".into(),
+        task: "lat".into(),
+        source: "a".into(),
+        dest: Some("b".into()),
+        direction: "forward".into(),
+        metric: "loss".into(),
+        severity: "warning".into(),
+        value: Some(0.5),
+        threshold: "loss = 0.500% (outside ~:0)".into(),
+        measurement_key: "k".into(),
+        start_ms: start,
+        updated_ms: start,
+        end_ms: None,
+    };
+    a.put_alerts(&[alert("one", 1000), alert("two", 2000)]).await.unwrap();
+    let open = a.alerts(true, 0, u64::MAX, 10).await.unwrap();
+    assert_eq!(open.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), ["two", "one"]);
+    let mut ended = alert("one", 1000);
+    ended.end_ms = Some(5000);
+    ended.value = Some(0.0);
+    a.put_alerts(&[ended.clone()]).await.unwrap();
+    let open = a.alerts(true, 0, u64::MAX, 10).await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].id, "two");
+    // Every alert open at some time in [4000, 6000): both.
+    let all = a.alerts(false, 4000, 6000, 10).await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all.iter().find(|x| x.id == "one").unwrap(), &ended);
+    // One that ended before the window is not in it.
+    assert_eq!(a.alerts(false, 5001, 6000, 10).await.unwrap().len(), 1);
 }

@@ -69,7 +69,7 @@ pub struct CheckMetric {
 }
 
 /// Every metric, by its API name.
-pub const METRICS: [CheckMetric; 8] = [
+pub const METRICS: [CheckMetric; 10] = [
     rate("throughput_up"),
     rate("throughput_down"),
     CheckMetric {
@@ -81,6 +81,8 @@ pub const METRICS: [CheckMetric; 8] = [
         uom_scale: 1.0,
         kind: "stamp",
     },
+    loss("loss_forward"),
+    loss("loss_backward"),
     time("delay_median"),
     time("delay_p95"),
     time("jitter"),
@@ -97,6 +99,18 @@ const fn rate(name: &'static str) -> CheckMetric {
         uom: "",
         uom_scale: 1.0,
         kind: "tcp",
+    }
+}
+
+const fn loss(name: &'static str) -> CheckMetric {
+    CheckMetric {
+        name,
+        quantity: Quantity::Share,
+        unit: "%",
+        scale: 1.0,
+        uom: "%",
+        uom_scale: 1.0,
+        kind: "stamp",
     }
 }
 

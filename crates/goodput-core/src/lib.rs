@@ -7,6 +7,7 @@
 //! test without opening a socket.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod alert;
 pub mod assertion;
 pub mod check;
 pub mod cron;

@@ -59,6 +59,8 @@ pub struct MeshConfig {
     pub tasks: BTreeMap<String, Task>,
     /// What every agent of the mesh serves.
     pub agent: AgentSection,
+    /// Soft-failure rules, where alerts go, maintenance windows.
+    pub alerts: crate::alert::AlertsSection,
 }
 
 /// What every agent of the mesh serves (its own flags may change it).
@@ -302,6 +304,7 @@ impl MeshConfig {
         if self.agent.api_port == 0 {
             return Err(SpecError::new("agent.api_port", "must be a port, 1 to 65535"));
         }
+        self.alerts.validate(self)?;
         for (name, a) in &self.addresses {
             if a.address.trim().is_empty() {
                 return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
@@ -575,9 +578,16 @@ impl Schedule {
 }
 
 /// An ISO 8601 duration (`PT6H`, `P1DT12H`, `PT90S`, `P2W`) or goodput's
-/// own (`6h`, `90s`), in milliseconds.
+/// own (`6h`, `90s`, `7d`, `2w`), in milliseconds.
 pub fn duration_ms(text: &str) -> Result<Ms, String> {
     let t = text.trim();
+    for (suffix, len) in [('d', 86_400_000u64), ('w', 7 * 86_400_000)] {
+        if let Some(n) = t.strip_suffix(suffix).and_then(|n| n.trim().parse::<u64>().ok()) {
+            return n
+                .checked_mul(len)
+                .ok_or_else(|| format!("'{t}' is too long a duration"));
+        }
+    }
     let Some(rest) = t.strip_prefix('P').or_else(|| t.strip_prefix('p')) else {
         return t
             .parse::<crate::units::HumanDuration>()

@@ -3,6 +3,7 @@
 //! two outputs can disagree about a number.
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod chart;
 mod console;
 mod echo;
 mod files;

@@ -1,0 +1,1027 @@
+//! The web dashboard, on the API's own server under `/ui`: pages built on
+//! the server as HTML with inline SVG (the charts of
+//! `goodput_report::chart`), so they need no script, no asset from
+//! anywhere, and draw as fast as the archive answers.
+//!
+//! - `/ui/grid?metric=…`: the mesh's grid for one metric family, rows the
+//!   sources, columns the destinations, each cell split into its two
+//!   directions (upper left: row → column; lower right: column → row) and
+//!   coloured by state, with a tooltip of the value and its time and a
+//!   legend of every threshold; a click opens the pair.
+//! - `/ui/pair?source=…&dest=…&range=…`: a pair's history, both
+//!   directions, over 1 day to 1 year (aggregated in the archive), with
+//!   failed runs and non-starts marked on the time axis; each point leads
+//!   to the raw results behind it (`/ui/runs`).
+//! - `/ui/host`: this agent's health, its calendar as a timeline, and its
+//!   recent non-starts with their reasons.
+//! - `/ui/alerts`: open and recent alerts.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use axum::Router;
+use goodput_archive::{measurement_key, Metric, Run, RunFilter, RunState};
+use goodput_core::alert::{Direction, Family, Status};
+use goodput_core::mesh::{ms_rfc3339, PairTask};
+use goodput_report::chart::{self, escape, palette, Band, Chart, Mark, Point, Series, Style};
+use serde::Deserialize;
+
+use crate::alerts::HalfCell;
+use crate::clock;
+use crate::state::Shared;
+
+type Ctx = Arc<Shared>;
+
+/// The dashboard's routes.
+pub(crate) fn routes() -> Router<Ctx> {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/grid") }))
+        .route("/ui", get(|| async { Redirect::to("/ui/grid") }))
+        .route("/ui/", get(|| async { Redirect::to("/ui/grid") }))
+        .route("/ui/grid", get(grid_page))
+        .route("/ui/pair", get(pair_page))
+        .route("/ui/runs", get(runs_page))
+        .route("/ui/host", get(host_page))
+        .route("/ui/alerts", get(alerts_page))
+}
+
+/// A state's colour (Okabe and Ito's palette: told apart with any colour
+/// vision) and its words.
+pub(crate) fn status_style(s: Status) -> (&'static str, &'static str) {
+    match s {
+        Status::Ok => (palette::GREEN, "OK"),
+        Status::Warning => (palette::ORANGE, "warning"),
+        Status::Critical => (palette::VERMILLION, "critical"),
+        Status::NoData => ("#BBBBBB", "no data"),
+        Status::NotRun => ("#FFFFFF", "not run"),
+        Status::Maintenance => (palette::SKY, "maintenance"),
+    }
+}
+
+const CSS: &str = "
+body{font-family:sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f3b57;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center;flex-wrap:wrap}
+header a{color:#fff;text-decoration:none;padding:3px 8px;border-radius:3px}
+header a.on{background:#fff;color:#1f3b57}
+header .who{margin-left:auto;font-size:13px;opacity:.85}
+main{padding:12px 16px}
+table{border-collapse:collapse}
+td,th{padding:3px 6px;font-size:13px}
+table.grid th{font-weight:normal}
+table.grid th.col{writing-mode:vertical-rl;transform:rotate(180deg);height:90px;text-align:left}
+table.grid td.cell{padding:1px}
+table.list{background:#fff}
+table.list td,table.list th{border:1px solid #ddd;text-align:left}
+.swatch{display:inline-block;width:14px;height:14px;border:1px solid #888;vertical-align:middle;margin-right:4px}
+.legend li{margin:2px 0}
+.warn{color:#a33}
+.charts svg{background:#fff;border:1px solid #ddd;margin:6px 0;display:block}
+.ranges a{margin-right:8px}
+.ranges a.on{font-weight:bold}
+code{font-size:12px}
+";
+
+/// A whole page.
+fn page(title: &str, nav: &str, who: &str, body: &str) -> Html<String> {
+    let mut links = String::new();
+    for (href, name) in [
+        ("/ui/grid?metric=throughput", "Throughput"),
+        ("/ui/grid?metric=loss", "Loss"),
+        ("/ui/grid?metric=delay", "Delay"),
+        ("/ui/grid?metric=jitter", "Jitter"),
+        ("/ui/grid?metric=path", "Path"),
+        ("/ui/alerts", "Alerts"),
+        ("/ui/host", "Host"),
+    ] {
+        let on = if name.eq_ignore_ascii_case(nav) {
+            " class=\"on\""
+        } else {
+            ""
+        };
+        let _ = write!(links, "<a href=\"{href}\"{on}>{name}</a>");
+    }
+    Html(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · goodput</title><style>{CSS}</style></head><body><header><strong>goodput</strong>{links}<span class=\"who\">{}</span></header><main>{body}</main></body></html>",
+        escape(title),
+        escape(who)
+    ))
+}
+
+fn who(s: &Shared) -> String {
+    let l = s.loaded();
+    format!(
+        "agent {} · {}",
+        l.mine.join(", "),
+        ms_rfc3339(clock::now_ms())
+            .get(..19)
+            .unwrap_or("")
+            .replace('T', " ")
+            + " UTC"
+    )
+}
+
+/// A value in a family's display unit, with the unit.
+fn show(f: Family, v: f64) -> String {
+    match f {
+        Family::Path => format!("{v} path changes"),
+        _ => f.unit().show(v),
+    }
+}
+
+#[derive(Deserialize)]
+struct GridQuery {
+    metric: Option<String>,
+}
+
+fn bad_request(text: String) -> Response {
+    (StatusCode::BAD_REQUEST, Html(format!("<p>{}</p>", escape(&text)))).into_response()
+}
+
+async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response {
+    let family = match Family::named(q.metric.as_deref().unwrap_or("loss")) {
+        Ok(f) => f,
+        Err(e) => return bad_request(e),
+    };
+    let g = crate::api::grid_view(&s, family, false).await;
+    let loaded = s.loaded();
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>{} grid</h1><p>Rows run the test; columns are its other end. {}</p>",
+        capital(family.name()),
+        if family.directional() {
+            "Each cell's upper-left half is the direction row → column, its lower-right half column → row."
+        } else {
+            "Each cell is the pair's round trip (or the path the row traced)."
+        }
+    );
+    if g.hosts.is_empty() {
+        body.push_str("<p>No task of this mesh measures this metric.</p>");
+    } else {
+        body.push_str("<table class=\"grid\" id=\"grid\"><tr><th></th>");
+        for h in &g.hosts {
+            let _ = write!(body, "<th class=\"col\">{}</th>", escape(h));
+        }
+        body.push_str("</tr>");
+        for row in &g.hosts {
+            let _ = write!(body, "<tr><th class=\"row\">{}</th>", escape(row));
+            for col in &g.hosts {
+                let here: Vec<&HalfCell> = g
+                    .cells
+                    .iter()
+                    .filter(|c| &c.source == row && c.dest.as_deref() == Some(col.as_str()))
+                    .collect();
+                body.push_str("<td class=\"cell\">");
+                if row != col {
+                    body.push_str(&cell_svg(&s, &loaded, family, row, col, &here));
+                }
+                body.push_str("</td>");
+            }
+            body.push_str("</tr>");
+        }
+        body.push_str("</table>");
+    }
+    body.push_str("<h2>Legend</h2><ul class=\"legend\" id=\"legend\">");
+    for st in [
+        Status::Ok,
+        Status::Warning,
+        Status::Critical,
+        Status::NoData,
+        Status::NotRun,
+        Status::Maintenance,
+    ] {
+        let (color, words) = status_style(st);
+        let _ = write!(
+            body,
+            "<li><span class=\"swatch\" style=\"background:{color}\"></span>{words}</li>"
+        );
+    }
+    body.push_str("</ul><ul class=\"legend\" id=\"rules\">");
+    for l in g.legend.iter().filter(|l| {
+        l.starts_with("no_data")
+            || l.split(": ")
+                .nth(1)
+                .is_some_and(|rest| rest.contains(&format!(" of {} over", family.name())))
+    }) {
+        let _ = write!(body, "<li>{}</li>", escape(l));
+    }
+    body.push_str("</ul>");
+    let quiet: Vec<&crate::api::AgentSeen> = g.agents.iter().filter(|a| !a.answered).collect();
+    if !quiet.is_empty() {
+        body.push_str("<p class=\"warn\">");
+        for a in quiet {
+            let _ = write!(
+                body,
+                "The agent at {} did not answer ({}). ",
+                escape(&a.name),
+                escape(a.error.as_deref().unwrap_or(""))
+            );
+        }
+        body.push_str("</p>");
+    }
+    let open = s.alerting().open();
+    let open: Vec<_> = open.into_iter().filter(|a| a.metric == family.name()).collect();
+    if !open.is_empty() {
+        body.push_str("<h2>Open alerts here</h2>");
+        body.push_str(&alerts_table(&open));
+    }
+    let mut html = page(&format!("{} grid", family.name()), family.name(), &who(&s), &body).0;
+    // Refresh with the evaluations.
+    let every_s = loaded
+        .config
+        .alerts
+        .every_ms()
+        .unwrap_or(60_000)
+        .div_ceil(1000)
+        .max(5);
+    html = html.replacen(
+        "<meta charset=\"utf-8\">",
+        &format!("<meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"{every_s}\">"),
+        1,
+    );
+    Html(html).into_response()
+}
+
+fn capital(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// Where a pair's page is: here when this agent runs the row's tests,
+/// else on the agent that does.
+fn pair_href(s: &Shared, loaded: &crate::config::Loaded, source: &str, dest: &str) -> String {
+    let path = format!("/ui/pair?source={}&dest={}", urlencode(source), urlencode(dest));
+    if loaded.mine.iter().any(|m| m == source) {
+        return path;
+    }
+    let _ = s;
+    match loaded.peer(source) {
+        Some(p) => format!("{}{path}", p.url),
+        None => path,
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}
+
+/// One cell: two triangles (or one square for a round trip).
+fn cell_svg(
+    s: &Shared,
+    loaded: &crate::config::Loaded,
+    family: Family,
+    row: &str,
+    col: &str,
+    here: &[&HalfCell],
+) -> String {
+    const SIZE: u32 = 34;
+    let href = escape(&pair_href(s, loaded, row, col));
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SIZE}\" height=\"{SIZE}\" viewBox=\"0 0 {SIZE} {SIZE}\" class=\"cellsvg\">"
+    );
+    let halves: Vec<(Direction, &str)> = if family.directional() {
+        vec![
+            (Direction::Forward, "0,0 34,0 0,34"),
+            (Direction::Backward, "34,0 34,34 0,34"),
+        ]
+    } else {
+        vec![(family.directions()[0], "0,0 34,0 34,34 0,34")]
+    };
+    for (d, shape) in halves {
+        let mine: Vec<&&HalfCell> = here.iter().filter(|c| c.direction == d).collect();
+        let status = mine.iter().map(|c| c.status).max().unwrap_or(Status::NotRun);
+        let (color, words) = status_style(status);
+        let (from, to) = match d {
+            Direction::Backward => (col, row),
+            _ => (row, col),
+        };
+        let arrow = if d == Direction::RoundTrip && family != Family::Path {
+            "↔"
+        } else {
+            "→"
+        };
+        let mut title = format!("{from} {arrow} {to}: {words}");
+        for c in &mine {
+            let _ = write!(title, "\n{} ({}): {}", c.task, c.kind, status_style(c.status).1);
+            if let (Some(v), Some(t)) = (c.value, c.at_ms) {
+                let _ = write!(title, ", last {} at {}", show(family, v), ms_rfc3339(t));
+            }
+            if let Some(w) = &c.why {
+                let _ = write!(title, "; {w}");
+            }
+        }
+        if mine.is_empty() {
+            title.push_str("\nno test of this pair measures it");
+        }
+        let _ = write!(
+            out,
+            "<a href=\"{href}\"><polygon points=\"{shape}\" fill=\"{color}\" stroke=\"#666\" stroke-width=\"0.6\" class=\"half\" \
+             data-source=\"{}\" data-dest=\"{}\" data-direction=\"{}\" data-from=\"{}\" data-to=\"{}\" data-status=\"{}\"><title>{}</title></polygon></a>",
+            escape(row),
+            escape(col),
+            d.name(),
+            escape(from),
+            escape(to),
+            status.name(),
+            escape(&title)
+        );
+    }
+    out.push_str("</svg>");
+    out
+}
+
+fn alerts_table(alerts: &[goodput_archive::AlertRecord]) -> String {
+    let mut t = String::from(
+        "<table class=\"list alerts\"><tr><th>severity</th><th>metric</th><th>pair</th><th>direction</th><th>rule</th><th>started</th><th>ended</th><th>what</th></tr>",
+    );
+    for a in alerts {
+        let sev = match a.severity.as_str() {
+            "critical" => Status::Critical,
+            "warning" => Status::Warning,
+            _ => Status::NoData,
+        };
+        let (color, _) = status_style(sev);
+        let _ = write!(
+            t,
+            "<tr class=\"alert\" data-severity=\"{}\" data-metric=\"{}\"><td><span class=\"swatch\" style=\"background:{color}\"></span>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&a.severity),
+            escape(&a.metric),
+            escape(&a.severity),
+            escape(&a.metric),
+            escape(&a.source),
+            escape(a.dest.as_deref().unwrap_or("-")),
+            escape(&a.direction),
+            escape(&a.rule),
+            ms_rfc3339(a.start_ms),
+            a.end_ms.map(ms_rfc3339).unwrap_or_else(|| "open".into()),
+            escape(&a.threshold)
+        );
+    }
+    t.push_str("</table>");
+    t
+}
+
+#[derive(Deserialize)]
+struct PairQuery {
+    source: String,
+    dest: String,
+    range: Option<String>,
+}
+
+/// The ranges offered and their lengths (ms).
+const RANGES: [(&str, u64); 5] = [
+    ("1d", 86_400_000),
+    ("3d", 3 * 86_400_000),
+    ("1w", 7 * 86_400_000),
+    ("1m", 30 * 86_400_000),
+    ("1y", 365 * 86_400_000),
+];
+
+const HOUR: u64 = 3_600_000;
+
+/// The time range and step of a chart: about 300 points; ranges of three
+/// days and more in whole hours, so the archive answers from its hourly
+/// aggregates.
+pub(crate) fn span_of(range_ms: u64, now: u64) -> (u64, u64, u64) {
+    let raw = (range_ms / 300).max(1000);
+    if range_ms >= 3 * 86_400_000 {
+        let step = raw.div_ceil(HOUR) * HOUR;
+        let to = (now / HOUR + 1) * HOUR;
+        (to.saturating_sub(range_ms.div_ceil(HOUR) * HOUR), to, step)
+    } else {
+        (now.saturating_sub(range_ms), now.saturating_add(1), raw)
+    }
+}
+
+async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response {
+    let range_name = q.range.as_deref().unwrap_or("1d");
+    let Some(&(_, range_ms)) = RANGES.iter().find(|(n, _)| *n == range_name) else {
+        return bad_request(format!("range: '{range_name}' is not one of 1d, 3d, 1w, 1m, 1y"));
+    };
+    let loaded = s.loaded();
+    let now = clock::now_ms();
+    let (from, to, step) = span_of(range_ms, now);
+    // The measurements between the two, run here.
+    let ms: Vec<&PairTask> = loaded
+        .pairs
+        .iter()
+        .filter(|p| {
+            loaded.mine.contains(&p.source)
+                && ((p.source == q.source && p.dest.as_deref() == Some(q.dest.as_str()))
+                    || (p.source == q.dest && p.dest.as_deref() == Some(q.source.as_str())))
+        })
+        .collect();
+    let mut body = format!(
+        "<h1>{} ⇄ {}</h1><p class=\"ranges\">",
+        escape(&q.source),
+        escape(&q.dest)
+    );
+    for (n, _) in RANGES {
+        let on = if n == range_name { " class=\"on\"" } else { "" };
+        let _ = write!(
+            body,
+            "<a href=\"/ui/pair?source={}&amp;dest={}&amp;range={n}\"{on}>{n}</a>",
+            urlencode(&q.source),
+            urlencode(&q.dest)
+        );
+    }
+    let _ = write!(
+        body,
+        "</p><p>{} to {} UTC, one point per {} (the mean of the runs in it; the band spans their smallest to largest).</p>",
+        ms_rfc3339(from).get(..16).unwrap_or("").replace('T', " "),
+        ms_rfc3339(to).get(..16).unwrap_or("").replace('T', " "),
+        goodput_core::alert::span_text(step)
+    );
+    if ms.is_empty() {
+        let _ = write!(
+            body,
+            "<p>This agent runs no test between {} and {}.",
+            escape(&q.source),
+            escape(&q.dest)
+        );
+        for other in [&q.source, &q.dest] {
+            if let Some(p) = loaded.peer(other) {
+                let _ = write!(
+                    body,
+                    " <a href=\"{}/ui/pair?source={}&amp;dest={}&amp;range={range_name}\">{}'s agent</a> may.",
+                    escape(&p.url),
+                    urlencode(&q.source),
+                    urlencode(&q.dest),
+                    escape(other)
+                );
+            }
+        }
+        body.push_str("</p>");
+    }
+    for p in ms {
+        match measurement_section(&s, p, from, to, step).await {
+            Ok(html) => body.push_str(&html),
+            Err(e) => {
+                let _ = write!(body, "<p class=\"warn\">{}</p>", escape(&e));
+            }
+        }
+    }
+    page(&format!("{} ⇄ {}", q.source, q.dest), "", &who(&s), &body).into_response()
+}
+
+/// The charts of one measurement.
+async fn measurement_section(
+    s: &Shared,
+    p: &PairTask,
+    from: u64,
+    to: u64,
+    step: u64,
+) -> Result<String, String> {
+    let key = measurement_key(&p.spec, &p.source, p.dest.as_deref());
+    let kind = p.spec.kind();
+    let dest = p.dest.clone().unwrap_or_default();
+    let a = &s.archive;
+    let mut out = format!(
+        "<section class=\"measurement charts\" data-task=\"{}\"><h2>{}: {} → {} ({})</h2>",
+        escape(&p.task),
+        escape(&p.task),
+        escape(&p.source),
+        escape(&dest),
+        escape(kind)
+    );
+    // Failures and non-starts, marked on every chart.
+    let mut marks = Vec::new();
+    for state in [RunState::Failed, RunState::NonStart, RunState::Missed] {
+        let f = RunFilter {
+            source: Some(p.source.clone()),
+            dest: p.dest.clone(),
+            kind: Some(kind.into()),
+            state: Some(state),
+            from_ms: Some(from),
+            to_ms: Some(to),
+            limit: 500,
+        };
+        for r in a
+            .runs(&f)
+            .await
+            .map_err(|e| e.to_string())?
+            .iter()
+            .filter(|r| r.task == p.task)
+        {
+            marks.push(Mark {
+                at_ms: r.start_ms.unwrap_or(r.scheduled_ms),
+                color: if state == RunState::Failed {
+                    palette::VERMILLION
+                } else {
+                    palette::PURPLE
+                },
+                title: format!(
+                    "{} {}: {}",
+                    state.as_str(),
+                    ms_rfc3339(r.scheduled_ms),
+                    r.reason.as_deref().unwrap_or("no reason given")
+                ),
+            });
+        }
+    }
+    let series = |metric: Metric| {
+        let key = key.clone();
+        async move {
+            a.series(&key, metric, from, to, Some(step))
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let link = |at: u64| {
+        format!(
+            "/ui/runs?source={}&dest={}&kind={}&from_ms={at}&to_ms={}",
+            urlencode(&p.source),
+            urlencode(&dest),
+            kind,
+            at.saturating_add(step)
+        )
+    };
+    let line =
+        |name: &str, color: &'static str, pts: &[goodput_archive::Point], scale: f64, unit: &str| Series {
+            name: name.into(),
+            color,
+            style: Style::LineDots,
+            points: pts
+                .iter()
+                .map(|x| Point {
+                    at_ms: x.at_ms,
+                    value: x.mean / scale,
+                    title: Some(format!(
+                        "{name} {}: {:.3} {unit} (mean of {} run{}; {:.3} to {:.3})",
+                        ms_rfc3339(x.at_ms),
+                        x.mean / scale,
+                        x.count,
+                        if x.count == 1 { "" } else { "s" },
+                        x.min / scale,
+                        x.max / scale
+                    )),
+                    link: Some(link(x.at_ms)),
+                })
+                .collect(),
+        };
+    let new_chart = |title: &str, unit: &str| {
+        let mut c = Chart::new(title, unit, from, to);
+        c.marks = marks.clone();
+        c.gap_ms = step.saturating_mul(3).max(p.repeat.every.saturating_mul(3));
+        c
+    };
+    if Family::Throughput.measured_by(kind) {
+        let mut c = new_chart("Throughput", "Mbit/s");
+        let up = series(Metric::ThroughputUp).await?;
+        let down = series(Metric::ThroughputDown).await?;
+        c.series.push(line(
+            &format!("{} → {}", p.source, dest),
+            palette::BLUE,
+            &up,
+            1e6,
+            "Mbit/s",
+        ));
+        if !down.is_empty() {
+            c.series.push(line(
+                &format!("{} → {}", dest, p.source),
+                palette::ORANGE,
+                &down,
+                1e6,
+                "Mbit/s",
+            ));
+        }
+        out.push_str(&chart::svg(&c));
+        let re = series(Metric::Retransmits).await?;
+        if re.iter().any(|x| x.max > 0.0) || kind == "iperf3" {
+            let mut c = new_chart("TCP retransmits", "segments");
+            c.series
+                .push(line("retransmits", palette::VERMILLION, &re, 1.0, "segments"));
+            out.push_str(&chart::svg(&c));
+        }
+    }
+    if Family::Delay.measured_by(kind) {
+        let mut c = new_chart("Round-trip delay", "ms");
+        let lo = series(Metric::DelayMin).await?;
+        let hi = series(Metric::DelayMax).await?;
+        let med = series(Metric::DelayMedian).await?;
+        let p95 = series(Metric::DelayP95).await?;
+        let loss = series(Metric::Loss).await?;
+        let band: Vec<(u64, f64, f64)> = lo
+            .iter()
+            .filter_map(|l| {
+                hi.iter()
+                    .find(|h| h.at_ms == l.at_ms)
+                    .map(|h| (l.at_ms, l.min / 1e3, h.max / 1e3))
+            })
+            .collect();
+        c.bands.push(Band {
+            name: "min to max".into(),
+            color: palette::SKY,
+            points: band,
+        });
+        c.series.push(line("median", palette::BLUE, &med, 1e3, "ms"));
+        if !p95.is_empty() {
+            c.series.push(line("p95", palette::PURPLE, &p95, 1e3, "ms"));
+        }
+        for x in loss.iter().filter(|x| x.max > 0.0) {
+            c.marks.push(Mark {
+                at_ms: x.at_ms,
+                color: palette::ORANGE,
+                title: format!(
+                    "loss at {}: up to {:.3}% (mean {:.3}%)",
+                    ms_rfc3339(x.at_ms),
+                    x.max,
+                    x.mean
+                ),
+            });
+        }
+        out.push_str(&chart::svg(&c));
+    }
+    if Family::Loss.measured_by(kind) {
+        let mut c = new_chart("Loss", "%");
+        let f = series(Metric::LossForward).await?;
+        let b = series(Metric::LossBackward).await?;
+        c.series.push(line(
+            &format!("{} → {}", p.source, dest),
+            palette::BLUE,
+            &f,
+            1.0,
+            "%",
+        ));
+        if !b.is_empty() {
+            c.series.push(line(
+                &format!("{} → {}", dest, p.source),
+                palette::ORANGE,
+                &b,
+                1.0,
+                "%",
+            ));
+        }
+        out.push_str(&chart::svg(&c));
+    }
+    if Family::Jitter.measured_by(kind) {
+        let mut c = new_chart("Jitter", "ms");
+        let j = series(Metric::Jitter).await?;
+        c.series.push(line("jitter", palette::GREEN, &j, 1e3, "ms"));
+        out.push_str(&chart::svg(&c));
+    }
+    if Family::Path.measured_by(kind) {
+        let mut c = new_chart("Hops to the destination", "hops");
+        let h = series(Metric::Hops).await?;
+        c.series.push(line("hops", palette::BLUE, &h, 1.0, "hops"));
+        out.push_str(&chart::svg(&c));
+        let paths = a.paths(&key, from, to).await.map_err(|e| e.to_string())?;
+        let _ = write!(
+            out,
+            "<p>{} distinct path{}, {} change{} in {} trace{}.</p><table class=\"list paths\"><tr><th>path checksum</th><th>hops</th><th>traces</th><th>first</th><th>last</th></tr>",
+            paths.paths.len(),
+            if paths.paths.len() == 1 { "" } else { "s" },
+            paths.changes,
+            if paths.changes == 1 { "" } else { "s" },
+            paths.runs,
+            if paths.runs == 1 { "" } else { "s" }
+        );
+        for x in &paths.paths {
+            let _ = write!(
+                out,
+                "<tr><td><a href=\"/api/v1/runs/{}\"><code>{}</code></a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&x.last_run),
+                escape(&x.path_checksum),
+                x.hops.map_or("not reached".into(), |h| h.to_string()),
+                x.runs,
+                ms_rfc3339(x.first_ms),
+                ms_rfc3339(x.last_ms)
+            );
+        }
+        out.push_str("</table>");
+    }
+    if !marks.is_empty() {
+        let _ = write!(
+            out,
+            "<p>{} run{} failed or did not start in this range (marked ▲ under the charts; hover for the reason).</p>",
+            marks.len(),
+            if marks.len() == 1 { "" } else { "s" }
+        );
+    }
+    out.push_str("</section>");
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct RunsQuery {
+    source: Option<String>,
+    dest: Option<String>,
+    kind: Option<String>,
+    from_ms: Option<u64>,
+    to_ms: Option<u64>,
+}
+
+async fn runs_page(State(s): State<Ctx>, Query(q): Query<RunsQuery>) -> Response {
+    let f = RunFilter {
+        source: q.source.clone(),
+        dest: q.dest.clone().filter(|d| !d.is_empty()),
+        kind: q.kind.clone(),
+        from_ms: q.from_ms,
+        to_ms: q.to_ms,
+        limit: 1000,
+        ..RunFilter::default()
+    };
+    // A point's runs are those that started in its step; the filter reads
+    // the due time, so look a little earlier and keep the starts.
+    let mut wide = f.clone();
+    wide.from_ms = f.from_ms.map(|t| t.saturating_sub(3_600_000));
+    let runs: Vec<Run> = match s.archive.runs(&wide).await {
+        Ok(r) => r
+            .into_iter()
+            .filter(|r| {
+                let t = r.start_ms.unwrap_or(r.scheduled_ms);
+                f.from_ms.is_none_or(|a| t >= a) && f.to_ms.is_none_or(|b| t < b)
+            })
+            .collect(),
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let mut body = format!(
+        "<h1>Runs</h1><p>{} run{}.</p>",
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" }
+    );
+    body.push_str("<table class=\"list runs\"><tr><th>run</th><th>state</th><th>started</th><th>figures</th><th>reason</th></tr>");
+    for r in &runs {
+        let figures = serde_json::to_value(&r.figures)
+            .ok()
+            .and_then(|v| v.as_object().cloned())
+            .map(|o| {
+                o.iter()
+                    .filter(|(_, v)| !v.is_null())
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default();
+        let _ = write!(
+            body,
+            "<tr><td><a href=\"/api/v1/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td></tr>",
+            escape(&r.id),
+            escape(&r.id),
+            r.state.as_str(),
+            r.start_ms.map(ms_rfc3339).unwrap_or_default(),
+            escape(&figures),
+            escape(r.reason.as_deref().unwrap_or(""))
+        );
+    }
+    body.push_str("</table>");
+    page("runs", "", &who(&s), &body).into_response()
+}
+
+async fn alerts_page(State(s): State<Ctx>) -> Response {
+    let now = clock::now_ms();
+    let all = match s
+        .archive
+        .alerts(false, now.saturating_sub(7 * 86_400_000), u64::MAX, 1000)
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let (open, ended): (Vec<_>, Vec<_>) = all.into_iter().partition(|a| a.end_ms.is_none());
+    let mut body = format!("<h1>Alerts</h1><h2>Open ({})</h2>", open.len());
+    body.push_str(&alerts_table(&open));
+    let _ = write!(body, "<h2>Ended in the last 7 days ({})</h2>", ended.len());
+    body.push_str(&alerts_table(&ended));
+    page("alerts", "alerts", &who(&s), &body).into_response()
+}
+
+async fn host_page(State(s): State<Ctx>) -> Response {
+    let health = match crate::api::health_view(&s).await {
+        Ok(h) => serde_json::to_value(h).unwrap_or_default(),
+        Err(_) => serde_json::Value::Null,
+    };
+    let now = clock::now_ms();
+    let (from, to) = (now.saturating_sub(30 * 60_000), now.saturating_add(90 * 60_000));
+    let cal = crate::api::schedule_view(&s, from, to);
+    let mut body = String::from("<h1>This agent</h1><table class=\"list health\" id=\"health\">");
+    let row = |body: &mut String, k: &str, v: String| {
+        let _ = write!(body, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
+    };
+    let get = |k: &str| health.get(k).cloned().unwrap_or_default();
+    let text = |v: serde_json::Value| match v {
+        serde_json::Value::String(s) => s,
+        serde_json::Value::Null => "none".into(),
+        o => o.to_string(),
+    };
+    row(&mut body, "identity", text(get("identity")));
+    row(&mut body, "version", text(get("version")));
+    row(&mut body, "up for", format!("{} s", text(get("uptime_s"))));
+    let clock = get("clock");
+    row(
+        &mut body,
+        "clock",
+        format!(
+            "{}, estimated error {} µs, maximum error {} µs",
+            if clock["synchronised"] == true {
+                "synchronised"
+            } else {
+                "NOT synchronised"
+            },
+            clock["estimated_error_us"],
+            clock["maximum_error_us"]
+        ),
+    );
+    let ret = s.options.retention;
+    row(
+        &mut body,
+        "archive",
+        format!(
+            "{} runs in {} (kept: {} days, at most {})",
+            text(get("archive_runs")),
+            goodput_core::units::format_size(get("archive_bytes").as_u64().unwrap_or(0)),
+            ret.max_age_ms / 86_400_000,
+            goodput_core::units::format_size(ret.max_bytes)
+        ),
+    );
+    row(
+        &mut body,
+        "queues",
+        format!(
+            "{} runs booked, {} running, {} held for peers",
+            text(get("booked")),
+            text(get("running")),
+            text(get("held_for_peers"))
+        ),
+    );
+    row(&mut body, "configuration", text(get("config_source")));
+    row(&mut body, "loaded", text(get("config_loaded")));
+    row(&mut body, "last load's error", text(get("config_error")));
+    row(&mut body, "beacon error", text(get("beacon_error")));
+    {
+        let st = s.alerting();
+        row(
+            &mut body,
+            "alerts",
+            format!(
+                "{} open; rules last evaluated {}{}",
+                st.open().len(),
+                if st.evaluated_ms == 0 {
+                    "never".into()
+                } else {
+                    ms_rfc3339(st.evaluated_ms)
+                },
+                st.error
+                    .as_ref()
+                    .map(|e| format!(" (error: {e})"))
+                    .unwrap_or_default()
+            ),
+        );
+        let d = st.delivery;
+        row(
+            &mut body,
+            "alert deliveries",
+            format!(
+                "{} sent, {} queued (at most {}), {} failed attempts, {} given up, {} dropped",
+                d.sent,
+                d.queued,
+                crate::alerts::MAX_QUEUE,
+                d.failed_attempts,
+                d.given_up,
+                d.dropped
+            ),
+        );
+    }
+    row(&mut body, "counters", text(get("counters")));
+    body.push_str("</table><h2>Schedule</h2>");
+    body.push_str(&timeline(&cal, now));
+    // Non-starts of the last day, with their reasons.
+    let mut non = Vec::new();
+    for state in [RunState::NonStart, RunState::Missed] {
+        let f = RunFilter {
+            state: Some(state),
+            from_ms: Some(now.saturating_sub(86_400_000)),
+            limit: 200,
+            ..RunFilter::default()
+        };
+        non.extend(s.archive.runs(&f).await.unwrap_or_default());
+    }
+    non.sort_by(|a, b| b.scheduled_ms.cmp(&a.scheduled_ms));
+    let _ = write!(body, "<h2>Runs that did not start (last day: {})</h2>", non.len());
+    body.push_str(
+        "<table class=\"list nonstarts\"><tr><th>run</th><th>due</th><th>state</th><th>reason</th></tr>",
+    );
+    for r in non.iter().take(200) {
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&r.id),
+            ms_rfc3339(r.scheduled_ms),
+            r.state.as_str(),
+            escape(r.reason.as_deref().unwrap_or(""))
+        );
+    }
+    body.push_str("</table>");
+    page("host", "host", &who(&s), &body).into_response()
+}
+
+/// The calendar as a timeline: a lane per class, the free slots for an
+/// exclusive run, and a line at now.
+fn timeline(cal: &crate::api::ScheduleView, now: u64) -> String {
+    let (w, lane) = (900.0f64, 22.0f64);
+    let left = 110.0;
+    let span = cal.to_ms.saturating_sub(cal.from_ms).max(1) as f64;
+    let x = |t: u64| left + (t.clamp(cal.from_ms, cal.to_ms) - cal.from_ms) as f64 / span * (w - left - 10.0);
+    let lanes = ["exclusive", "normal", "background", "free"];
+    let h = 30.0 + lane * lanes.len() as f64 + 20.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"11\" class=\"timeline\" id=\"timeline\">"
+    );
+    for (i, name) in lanes.iter().enumerate() {
+        let y = 20.0 + lane * i as f64;
+        let _ = write!(s, "<text x=\"4\" y=\"{:.1}\">{name}</text><line x1=\"{left}\" x2=\"{:.1}\" y1=\"{:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/>", y + 14.0, w - 10.0, y + lane, y + lane);
+    }
+    for r in &cal.runs {
+        let i = match r.class {
+            goodput_core::schedule::RunClass::Exclusive => 0,
+            goodput_core::schedule::RunClass::Normal => 1,
+            goodput_core::schedule::RunClass::Background => 2,
+        };
+        let y = 22.0 + lane * i as f64;
+        let (a, b) = (x(r.start_ms), x(r.end_ms));
+        let color = if r.started { palette::BLUE } else { palette::SKY };
+        let _ = write!(
+            s,
+            "<rect x=\"{a:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{color}\" class=\"booking\"><title>{} ({}): {} to {}{}</title></rect>",
+            (b - a).max(1.5),
+            lane - 6.0,
+            escape(&r.id),
+            if r.runs_here { "runs here" } else { "held for a peer" },
+            ms_rfc3339(r.start_ms),
+            ms_rfc3339(r.end_ms),
+            if r.started { ", under way" } else { "" }
+        );
+    }
+    for (a0, b0) in &cal.free {
+        let y = 22.0 + lane * 3.0;
+        let (a, b) = (x(*a0), x(*b0));
+        let _ = write!(
+            s,
+            "<rect x=\"{a:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\" fill-opacity=\"0.5\" class=\"free\"><title>free for an exclusive run: {} to {}</title></rect>",
+            (b - a).max(1.0),
+            lane - 6.0,
+            palette::GREEN,
+            ms_rfc3339(*a0),
+            ms_rfc3339(*b0)
+        );
+    }
+    let nx = x(now);
+    let _ = write!(
+        s,
+        "<line x1=\"{nx:.1}\" x2=\"{nx:.1}\" y1=\"14\" y2=\"{:.1}\" stroke=\"{}\" stroke-width=\"1.5\"/><text x=\"{nx:.1}\" y=\"11\" text-anchor=\"middle\">now</text>",
+        h - 18.0,
+        palette::VERMILLION
+    );
+    let span_ms = cal.to_ms - cal.from_ms;
+    for i in 0..=8u64 {
+        let t = cal.from_ms + span_ms * i / 8;
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            x(t),
+            h - 4.0,
+            chart::time_label(t, span_ms)
+        );
+    }
+    s.push_str("</svg>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_ranges_are_whole_hours_and_short_ones_end_now() {
+        let now = 1_700_000_123_456;
+        for (_, r) in RANGES {
+            let (from, to, step) = span_of(r, now);
+            assert!(to > now && from < now);
+            assert!((to - from) / step <= 320, "{r}: {} points", (to - from) / step);
+            if r >= 3 * 86_400_000 {
+                assert_eq!((from % HOUR, to % HOUR, step % HOUR), (0, 0, 0));
+            }
+        }
+    }
+
+    #[test]
+    fn names_in_links_are_encoded() {
+        assert_eq!(urlencode("a b&c/ü"), "a%20b%26c%2F%C3%BC");
+    }
+}
