@@ -430,9 +430,14 @@ async fn alerts_are_stored_updated_ended_and_listed() {
         updated_ms: start,
         end_ms: None,
     };
-    a.put_alerts(&[alert("one", 1000), alert("two", 2000)]).await.unwrap();
+    a.put_alerts(&[alert("one", 1000), alert("two", 2000)])
+        .await
+        .unwrap();
     let open = a.alerts(true, 0, u64::MAX, 10).await.unwrap();
-    assert_eq!(open.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), ["two", "one"]);
+    assert_eq!(
+        open.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+        ["two", "one"]
+    );
     let mut ended = alert("one", 1000);
     ended.end_ms = Some(5000);
     ended.value = Some(0.0);

@@ -171,6 +171,13 @@ impl Agent {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Sends it a signal (SIGHUP: read the configuration again).
+    pub fn signal(&self, signal: i32) {
+        let pid = self.child.as_ref().unwrap().pid() as i32;
+        // SAFETY: signals a child process this test started.
+        unsafe { libc::kill(pid, signal) };
+    }
+
     /// Stops it with `signal` and waits for it.
     pub fn stop(&mut self, signal: i32) {
         if let Some(c) = self.child.take() {

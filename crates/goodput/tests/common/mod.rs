@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod agents;
+pub mod alerting;
 
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};

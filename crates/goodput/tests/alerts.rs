@@ -1,0 +1,359 @@
+//! Soft-failure alerts end to end on loopback: an agent whose archive the
+//! test seeds evaluates its rules (every second, a new state held for two
+//! evaluations), opens exactly the alerts the figures call for, sends them
+//! to a real Alertmanager (Debian's `prometheus-alertmanager`) and to a
+//! webhook that refuses its first POSTs (so the agent retries), shows them
+//! on the grid and its pages; after a restart with good figures the
+//! alerts end and Alertmanager lets them go; a maintenance window turns
+//! the pair's cells to maintenance.
+
+mod common;
+
+use common::agents::{get_json, http, Agent, Ports};
+use common::alerting::{Alertmanager, Hook};
+use goodput_archive::{measurement_key, Archive, Figures, Run, RunState};
+use goodput_core::mesh::MeshConfig;
+use goodput_core::schedule::RunClass;
+use std::time::{Duration, Instant};
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn config_text(api: u16, am: &str, hook: &str, extra: &str) -> String {
+    format!(
+        r#"[agent]
+api_port = {api}
+
+[addresses.a]
+address = "127.0.0.7"
+[addresses.b]
+address = "127.0.0.8"
+no_agent = true
+
+[groups.ab]
+type = "disjoint"
+a = ["a"]
+b = ["b"]
+unidirectional = true
+
+[tests.lat]
+kind = "stamp"
+host = "{{{{dest}}}}"
+
+[tests.tp]
+kind = "tcp"
+hosts = ["{{{{dest}}}}"]
+duration = "1s"
+
+# Nothing runs during the test: the archive is seeded.
+[schedules.later]
+repeat = "1d"
+start = "2099-01-01T00:00:00Z"
+
+[tasks.lat]
+group = "ab"
+test = "lat"
+schedule = "later"
+
+[tasks.tp]
+group = "ab"
+test = "tp"
+schedule = "later"
+
+[alerts]
+every = "1s"
+hold = 2
+
+[alerts.rules.loss]
+metric = "loss"
+window = "1h"
+statistic = "last"
+warning = "~:0"
+critical = "@1:"
+
+[[alerts.send_to]]
+alertmanager = "{am}"
+
+[[alerts.send_to]]
+webhook = "{hook}"
+{extra}"#
+    )
+}
+
+/// Runs of the config's two measurements a → b with these figures.
+fn seed(archive: &std::path::Path, config: &str, runs: &[(&str, &str, u64, Figures)]) {
+    let c = MeshConfig::read(config, true).unwrap();
+    let pairs = c.tasks_for(&["a".into()]).unwrap();
+    let out: Vec<Run> = runs
+        .iter()
+        .map(|(id, task, at, f)| {
+            let p = pairs.iter().find(|p| p.task == *task).unwrap();
+            Run {
+                id: (*id).into(),
+                task: (*task).into(),
+                source: "a".into(),
+                dest: Some("b".into()),
+                kind: p.spec.kind().into(),
+                class: RunClass::of_kind(p.spec.kind()),
+                state: RunState::Finished,
+                reason: None,
+                scheduled_ms: *at,
+                start_ms: Some(*at),
+                end_ms: Some(at + 1000),
+                measurement_key: measurement_key(&p.spec, "a", Some("b")),
+                spec: serde_json::to_value(&p.spec).unwrap(),
+                result: None,
+                figures: f.clone(),
+            }
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let a = Archive::open(archive).await.unwrap();
+        a.put(&out).await.unwrap();
+    });
+}
+
+fn stamp(fwd: f64, back: f64) -> Figures {
+    Figures {
+        loss_pct: Some(fwd + back),
+        loss_forward_pct: Some(fwd),
+        loss_backward_pct: Some(back),
+        delay_median_us: Some(400.0),
+        delay_min_us: Some(300.0),
+        delay_max_us: Some(900.0),
+        jitter_us: Some(50.0),
+        errors: Some(0.0),
+        ..Figures::default()
+    }
+}
+
+fn tcp(mbit: f64) -> Figures {
+    Figures {
+        throughput_up_bps: Some(mbit * 1e6),
+        errors: Some(0.0),
+        ..Figures::default()
+    }
+}
+
+fn wait_for<T: PartialEq + std::fmt::Debug>(what: &str, secs: u64, want: &T, mut got: impl FnMut() -> T) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let g = got();
+        if &g == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: still {g:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The grid's half-cells of a metric: (source>dest, direction, status).
+fn grid(ports: Ports, metric: &str) -> Vec<(String, String, String)> {
+    let g = get_json("127.0.0.7", ports.api, &format!("/api/v1/grid?metric={metric}"));
+    let mut v: Vec<_> = g["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                format!(
+                    "{}>{}",
+                    c["source"].as_str().unwrap(),
+                    c["dest"].as_str().unwrap()
+                ),
+                c["direction"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn s(a: &str, b: &str, c: &str) -> (String, String, String) {
+    (a.into(), b.into(), c.into())
+}
+
+#[test]
+fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
+    let Some(am) = Alertmanager::start("alerts", "127.0.0.1") else {
+        return;
+    };
+    let hook = Hook::start("127.0.0.1", 2);
+    let ports = Ports::pick();
+    let text = config_text(ports.api, &am.url, &hook.url, "");
+    let config = common::tmp("alerts", "mesh.toml");
+    std::fs::write(&config, &text).unwrap();
+    let archive = common::tmp("alerts", "a.sqlite");
+    let now = now_ms();
+    // Throughput: a week of 900 Mbit/s, then 100 (below 30% of the
+    // pair's median: critical). Loss: 0.5% on the way there (warning),
+    // 2% on the way back (critical). Delay steady: no alert.
+    let mut runs: Vec<(&str, &str, u64, Figures)> = vec![
+        ("tp-1", "tp", now - 5 * 86_400_000, tcp(900.0)),
+        ("tp-2", "tp", now - 3 * 86_400_000, tcp(910.0)),
+        ("tp-3", "tp", now - 86_400_000, tcp(890.0)),
+        ("tp-4", "tp", now - 60_000, tcp(100.0)),
+        ("lat-1", "lat", now - 20 * 60_000, stamp(0.0, 0.0)),
+        ("lat-2", "lat", now - 60_000, stamp(0.5, 2.0)),
+    ];
+    seed(&archive, &text, &runs);
+    let started = now_ms();
+    let mut agent = Agent::start("alerts", "a", "127.0.0.7", &config, ports, &[]);
+
+    let want = vec![
+        (
+            "goodput_loss".to_string(),
+            "a".to_string(),
+            "b".to_string(),
+            "warning".to_string(),
+        ),
+        ("goodput_loss".into(), "b".into(), "a".into(), "critical".into()),
+        (
+            "goodput_throughput".into(),
+            "a".into(),
+            "b".into(),
+            "critical".into(),
+        ),
+    ];
+    wait_for("Alertmanager's alerts", 30, &want, || am.summary());
+    let open = get_json("127.0.0.7", ports.api, "/api/v1/alerts");
+    let open = open.as_array().unwrap();
+    assert_eq!(open.len(), 3, "{open:?}");
+    for a in open {
+        // Two evaluations a second apart before a state is taken.
+        let start = a["start_ms"].as_u64().unwrap();
+        assert!(
+            start >= started + 2000,
+            "{a}: opened {} ms after the start",
+            start - started
+        );
+        assert!(a["end_ms"].is_null());
+    }
+    let tp = open.iter().find(|a| a["metric"] == "throughput").unwrap();
+    assert_eq!(tp["value"].as_f64(), Some(100e6));
+    assert!(
+        tp["threshold"]
+            .as_str()
+            .unwrap()
+            .contains("baseline 895.000 Mbit/s")
+            && tp["threshold"].as_str().unwrap().contains("(outside 0.3x:)"),
+        "{tp}"
+    );
+    // Alertmanager holds the labels that name the pair, direction and rule.
+    let held = am.alerts();
+    let back = held
+        .iter()
+        .find(|a| a["labels"]["severity"] == "critical" && a["labels"]["alertname"] == "goodput_loss")
+        .unwrap();
+    assert_eq!(back["labels"]["direction"], "backward");
+    assert_eq!(back["labels"]["source"], "a");
+    assert_eq!(back["labels"]["rule"], "loss");
+    assert_eq!(back["labels"]["task"], "lat");
+    // The webhook refused twice; each start still arrived once.
+    wait_for("webhook starts", 30, &3, || hook.events().len());
+    let ev = hook.events();
+    assert_eq!(
+        ev,
+        vec![
+            (
+                "start".to_string(),
+                "loss a>b".to_string(),
+                "warning".to_string(),
+                "loss".to_string()
+            ),
+            (
+                "start".into(),
+                "loss b>a".into(),
+                "critical".into(),
+                "loss".into()
+            ),
+            (
+                "start".into(),
+                "throughput a>b".into(),
+                "critical".into(),
+                "throughput".into()
+            ),
+        ]
+    );
+    assert!(
+        *hook.attempts.lock().unwrap() >= 5,
+        "the refused POSTs were retried"
+    );
+    // The grid: exactly those half-cells.
+    assert_eq!(
+        grid(ports, "loss"),
+        vec![s("a>b", "backward", "critical"), s("a>b", "forward", "warning")]
+    );
+    let tpg = grid(ports, "throughput");
+    assert_eq!(tpg[1], s("a>b", "forward", "critical"), "{tpg:?}");
+    assert_eq!(tpg[0].2, "no_data", "nothing measures b → a: {tpg:?}");
+    assert_eq!(grid(ports, "delay"), vec![s("a>b", "round_trip", "ok")]);
+    // The page shows them, coloured, with the value in the tooltip.
+    let (st, page) = http("127.0.0.7", ports.api, "GET", "/ui/grid?metric=loss", None, "");
+    assert_eq!(st, 200);
+    assert!(
+        page.contains(r#"data-direction="forward" data-from="a" data-to="b" data-status="warning""#),
+        "{page}"
+    );
+    assert!(page.contains(r#"data-direction="backward" data-from="b" data-to="a" data-status="critical""#));
+    assert!(page.contains("last 0.500%"), "{page}");
+    assert!(
+        page.contains("loss: last of loss over 1h; warning outside ~:0 (%); critical outside @1:"),
+        "{page}"
+    );
+
+    // Good figures while the agent is down; after the restart the open
+    // alerts go on from the archive and end after two good evaluations.
+    agent.stop(libc::SIGTERM);
+    let now = now_ms();
+    runs = vec![
+        ("tp-5", "tp", now - 1000, tcp(905.0)),
+        ("lat-3", "lat", now - 1000, stamp(0.0, 0.0)),
+    ];
+    seed(&archive, &text, &runs);
+    let mut agent = Agent::start("alerts", "a", "127.0.0.7", &config, ports, &[]);
+    wait_for("Alertmanager's alerts to resolve", 30, &vec![], || am.summary());
+    wait_for("webhook ends", 30, &6, || hook.events().len());
+    assert_eq!(hook.events().iter().filter(|e| e.0 == "end").count(), 3);
+    let all = get_json("127.0.0.7", ports.api, "/api/v1/alerts?state=all");
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 3, "the same three alerts, ended: {all:?}");
+    assert!(all.iter().all(|a| a["end_ms"].as_u64().is_some()), "{all:?}");
+    assert_eq!(
+        grid(ports, "loss"),
+        vec![s("a>b", "backward", "ok"), s("a>b", "forward", "ok")]
+    );
+
+    // A maintenance window over the pair: its cells say so.
+    let start = goodput_core::mesh::ms_rfc3339(now_ms() - 60_000);
+    let end = goodput_core::mesh::ms_rfc3339(now_ms() + 3_600_000);
+    let extra = format!(
+        "\n[[alerts.maintenance]]\nhosts = [\"b\"]\nstart = \"{start}\"\nend = \"{end}\"\nreason = \"fibre work\"\n"
+    );
+    std::fs::write(&config, config_text(ports.api, &am.url, &hook.url, &extra)).unwrap();
+    agent.signal(libc::SIGHUP);
+    wait_for(
+        "maintenance",
+        30,
+        &vec![
+            s("a>b", "backward", "maintenance"),
+            s("a>b", "forward", "maintenance"),
+        ],
+        || grid(ports, "loss"),
+    );
+    let (_, page) = http("127.0.0.7", ports.api, "GET", "/ui/grid?metric=loss", None, "");
+    assert!(
+        page.contains("maintenance until") && page.contains("fibre work"),
+        "{page}"
+    );
+    agent.stop(libc::SIGTERM);
+}
