@@ -276,7 +276,9 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                     if maintenance.is_some() {
                         continue;
                     }
-                    let window = r.window.ms(every);
+                    // At least the task's repeat interval: every
+                    // evaluation sees the latest run.
+                    let window = r.window.ms(every).max(every);
                     let from = now.saturating_sub(window);
                     let value = if family == Family::Path {
                         let h = archive

@@ -47,6 +47,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/ui/runs", get(runs_page))
         .route("/ui/host", get(host_page))
         .route("/ui/alerts", get(alerts_page))
+        // Browsers ask for it on every page of the API too: nothing.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
 }
 
 /// A state's colour (Okabe and Ito's palette: told apart with any colour
@@ -105,7 +107,7 @@ fn page(title: &str, nav: &str, who: &str, body: &str) -> Html<String> {
         let _ = write!(links, "<a href=\"{href}\"{on}>{name}</a>");
     }
     Html(format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><link rel=\"icon\" href=\"data:,\">\
          <title>{} · goodput</title><style>{CSS}</style></head><body><header><strong>goodput</strong>{links}<span class=\"who\">{}</span></header><main>{body}</main></body></html>",
         escape(title),
         escape(who)
@@ -231,14 +233,14 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         body.push_str(&alerts_table(&open));
     }
     let mut html = page(&format!("{} grid", family.name()), family.name(), &who(&s), &body).0;
-    // Refresh with the evaluations.
+    // Refresh with the evaluations, at most once a minute.
     let every_s = loaded
         .config
         .alerts
         .every_ms()
         .unwrap_or(60_000)
         .div_ceil(1000)
-        .max(5);
+        .max(60);
     html = html.replacen(
         "<meta charset=\"utf-8\">",
         &format!("<meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"{every_s}\">"),

@@ -366,7 +366,9 @@ pub struct RuleConfig {
     /// `no_data` (no finished run for longer than its window).
     pub metric: String,
     /// How far back it looks (`30m`, `1d`; for `no_data` a count of the
-    /// task's repeat interval is written `3 repeats`).
+    /// task's repeat interval is written `3 repeats`). A window shorter
+    /// than a task's repeat interval is taken as that interval, so that
+    /// each evaluation sees the task's latest run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
     /// How the window's runs become one value (mean, median, min, max,

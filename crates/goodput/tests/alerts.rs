@@ -11,17 +11,8 @@ mod common;
 
 use common::agents::{get_json, http, Agent, Ports};
 use common::alerting::{Alertmanager, Hook};
-use goodput_archive::{measurement_key, Archive, Figures, Run, RunState};
-use goodput_core::mesh::MeshConfig;
-use goodput_core::schedule::RunClass;
+use common::seed::{now_ms, seed, stamp, tcp, Seed};
 use std::time::{Duration, Instant};
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 fn config_text(api: u16, am: &str, hook: &str, extra: &str) -> String {
     format!(
@@ -84,65 +75,6 @@ webhook = "{hook}"
     )
 }
 
-/// Runs of the config's two measurements a → b with these figures.
-fn seed(archive: &std::path::Path, config: &str, runs: &[(&str, &str, u64, Figures)]) {
-    let c = MeshConfig::read(config, true).unwrap();
-    let pairs = c.tasks_for(&["a".into()]).unwrap();
-    let out: Vec<Run> = runs
-        .iter()
-        .map(|(id, task, at, f)| {
-            let p = pairs.iter().find(|p| p.task == *task).unwrap();
-            Run {
-                id: (*id).into(),
-                task: (*task).into(),
-                source: "a".into(),
-                dest: Some("b".into()),
-                kind: p.spec.kind().into(),
-                class: RunClass::of_kind(p.spec.kind()),
-                state: RunState::Finished,
-                reason: None,
-                scheduled_ms: *at,
-                start_ms: Some(*at),
-                end_ms: Some(at + 1000),
-                measurement_key: measurement_key(&p.spec, "a", Some("b")),
-                spec: serde_json::to_value(&p.spec).unwrap(),
-                result: None,
-                figures: f.clone(),
-            }
-        })
-        .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let a = Archive::open(archive).await.unwrap();
-        a.put(&out).await.unwrap();
-    });
-}
-
-fn stamp(fwd: f64, back: f64) -> Figures {
-    Figures {
-        loss_pct: Some(fwd + back),
-        loss_forward_pct: Some(fwd),
-        loss_backward_pct: Some(back),
-        delay_median_us: Some(400.0),
-        delay_min_us: Some(300.0),
-        delay_max_us: Some(900.0),
-        jitter_us: Some(50.0),
-        errors: Some(0.0),
-        ..Figures::default()
-    }
-}
-
-fn tcp(mbit: f64) -> Figures {
-    Figures {
-        throughput_up_bps: Some(mbit * 1e6),
-        errors: Some(0.0),
-        ..Figures::default()
-    }
-}
-
 fn wait_for<T: PartialEq + std::fmt::Debug>(what: &str, secs: u64, want: &T, mut got: impl FnMut() -> T) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
@@ -197,13 +129,14 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     // Throughput: a week of 900 Mbit/s, then 100 (below 30% of the
     // pair's median: critical). Loss: 0.5% on the way there (warning),
     // 2% on the way back (critical). Delay steady: no alert.
-    let mut runs: Vec<(&str, &str, u64, Figures)> = vec![
-        ("tp-1", "tp", now - 5 * 86_400_000, tcp(900.0)),
-        ("tp-2", "tp", now - 3 * 86_400_000, tcp(910.0)),
-        ("tp-3", "tp", now - 86_400_000, tcp(890.0)),
-        ("tp-4", "tp", now - 60_000, tcp(100.0)),
-        ("lat-1", "lat", now - 20 * 60_000, stamp(0.0, 0.0)),
-        ("lat-2", "lat", now - 60_000, stamp(0.5, 2.0)),
+    let ab = |id: &str, task: &'static str, at: u64, f| Seed::ok(id, task, "a", "b", at, f);
+    let mut runs = vec![
+        ab("tp-1", "tp", now - 5 * 86_400_000, tcp(900.0)),
+        ab("tp-2", "tp", now - 3 * 86_400_000, tcp(910.0)),
+        ab("tp-3", "tp", now - 86_400_000, tcp(890.0)),
+        ab("tp-4", "tp", now - 60_000, tcp(100.0)),
+        ab("lat-1", "lat", now - 20 * 60_000, stamp(0.0, 0.0, 400.0)),
+        ab("lat-2", "lat", now - 60_000, stamp(0.5, 2.0, 400.0)),
     ];
     seed(&archive, &text, &runs);
     let started = now_ms();
@@ -316,8 +249,8 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     agent.stop(libc::SIGTERM);
     let now = now_ms();
     runs = vec![
-        ("tp-5", "tp", now - 1000, tcp(905.0)),
-        ("lat-3", "lat", now - 1000, stamp(0.0, 0.0)),
+        ab("tp-5", "tp", now - 1000, tcp(905.0)),
+        ab("lat-3", "lat", now - 1000, stamp(0.0, 0.0, 400.0)),
     ];
     seed(&archive, &text, &runs);
     let mut agent = Agent::start("alerts", "a", "127.0.0.7", &config, ports, &[]);

@@ -5,6 +5,8 @@
 
 pub mod agents;
 pub mod alerting;
+pub mod seed;
+pub mod webdriver;
 
 use std::io::Read;
 use std::net::{TcpListener, UdpSocket};
