@@ -6,7 +6,7 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::api::{Health, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
+use crate::api::{GridView, Health, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
 use crate::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.
@@ -27,6 +27,8 @@ pub fn document() -> Value {
         schema("OnDemand", g.subschema_for::<OnDemand>()),
         schema("SeriesView", g.subschema_for::<SeriesView>()),
         schema("PathsView", g.subschema_for::<PathsView>()),
+        schema("GridView", g.subschema_for::<GridView>()),
+        schema("Alerts", g.subschema_for::<Vec<goodput_archive::AlertRecord>>()),
         schema("MeshConfig", g.subschema_for::<goodput_core::mesh::MeshConfig>()),
     ];
     let mut schemas = serde_json::Map::new();
@@ -88,13 +90,22 @@ pub fn document() -> Value {
                     "responses": {"204": {"description": "stored"}, "400": error.clone(), "401": error.clone(), "403": error.clone()}}},
             "/api/v1/series": {"get": {"summary": "a measurement's series of one metric: every run's value, or per-step aggregates (whole hours read stored aggregates)",
                 "parameters": [q("key", "string", "measurement key (or source, dest and kind to find the latest one)"), q("source", "string", ""), q("dest", "string", ""), q("kind", "string", ""),
-                    {"name": "metric", "in": "query", "required": true, "schema": {"type": "string", "enum": ["throughput_up", "throughput_down", "loss", "delay_median", "delay_p95", "jitter", "errors", "hops"]}},
+                    {"name": "metric", "in": "query", "required": true, "schema": {"type": "string", "enum": goodput_archive::Metric::ALL.iter().map(|m| serde_json::to_value(m).unwrap_or_default()).collect::<Vec<_>>()}},
                     q("from_ms", "integer", "start (default a day before to_ms)"), q("to_ms", "integer", "end (default now)"), q("step_ms", "integer", "aggregate per step")],
                 "responses": {"200": body("SeriesView"), "400": error.clone(), "404": error.clone()}}},
             "/api/v1/paths": {"get": {"summary": "the paths a measurement's traces took over a window: each with its runs, first and last time, hop count and hop list, and whether (and how often) the path changed",
                 "parameters": [q("key", "string", "measurement key (or source, dest and kind, default trace, to find the latest one)"), q("source", "string", ""), q("dest", "string", ""), q("kind", "string", ""),
                     q("from_ms", "integer", "start (default a day before to_ms)"), q("to_ms", "integer", "end (default now)")],
                 "responses": {"200": body("PathsView"), "404": error.clone()}}},
+            "/api/v1/grid": {"get": {"summary": "the mesh's grid of one metric family: each measurement's state (ok, warning, critical, no_data, not_run, maintenance) in each direction, with its latest value and why, from this agent's evaluation of its rules and every other agent's (scope=local: this agent's only); the legend of the rules; which agents answered",
+                "parameters": [q("metric", "string", "throughput, loss, delay, jitter or path (default loss)"), q("scope", "string", "mesh (default) or local")],
+                "responses": {"200": body("GridView"), "400": error.clone()}}},
+            "/api/v1/alerts": {"get": {"summary": "alerts from the archive, newest first: the open ones, or (state=all) every one open at some time in a range",
+                "parameters": [q("state", "string", "open (default) or all"), q("from_ms", "integer", "start (state=all; default 7 days ago)"), q("to_ms", "integer", "end"), q("limit", "integer", "at most this many (default 1000, at most 10000)")],
+                "responses": {"200": body("Alerts"), "400": error.clone()}}},
+            "/ui/grid": {"get": {"summary": "the dashboard: the grid page (HTML); /ui/pair, /ui/runs, /ui/host and /ui/alerts are its other pages",
+                "parameters": [q("metric", "string", "throughput, loss, delay, jitter or path")],
+                "responses": {"200": {"description": "text/html"}}}},
             "/api/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
             "/metrics": {"get": {"summary": "OpenMetrics text: latest figures per measurement with pair labels, runs by state, archive size, clock error",
                 "responses": {"200": {"description": "application/openmetrics-text"}}}}
