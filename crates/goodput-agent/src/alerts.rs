@@ -143,6 +143,9 @@ fn metric_of(name: &str) -> Option<Metric> {
     serde_json::from_value(serde_json::Value::String(name.into())).ok()
 }
 
+/// An hour (ms): the archive's stored aggregates' step.
+const HOUR: u64 = 3_600_000;
+
 /// Runs the evaluations until the agent stops.
 pub(crate) async fn evaluator(shared: Arc<Shared>) {
     loop {
@@ -262,6 +265,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                 ));
             }
         }
+        let last_run = archive.last_finished(&key).await.map_err(|e| e.to_string())?;
         for family in Family::ALL.into_iter().filter(|f| f.measured_by(kind)) {
             for &d in family.directions() {
                 let Some(metric) = family.archive_metric(d).and_then(metric_of) else {
@@ -336,6 +340,21 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                     }
                     seen.push((k, state, Some(v), text, family.name().into(), key.clone()));
                 }
+                // A direction (or figure) this test has not measured in a
+                // week, though it ran: not run, rather than no data.
+                let mut not_run = false;
+                if newest.is_none() && maintenance.is_none() {
+                    if let Some(last) = last_run {
+                        const WEEK: u64 = 7 * 86_400_000;
+                        let from = now.saturating_sub(WEEK) / HOUR * HOUR;
+                        let to = (now / HOUR + 1) * HOUR;
+                        let any = archive
+                            .series(&key, metric, from, to, Some(HOUR))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        not_run = any.is_empty() && last.saturating_add(WEEK) > now;
+                    }
+                }
                 cells.push((
                     HalfCell {
                         task: p.task.clone(),
@@ -362,6 +381,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                     keys,
                     no_data_key.clone(),
                     maintenance.is_some(),
+                    not_run,
                 ));
             }
         }
@@ -451,9 +471,14 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
         // before any rule has had a value, or when the no-data rule says so.
         st.cells = cells
             .into_iter()
-            .map(|(mut c, keys, nd, maintenance)| {
+            .map(|(mut c, keys, nd, maintenance, not_run)| {
                 if maintenance {
                     c.status = Status::Maintenance;
+                    return c;
+                }
+                if not_run {
+                    c.status = Status::NotRun;
+                    c.why = Some("this test has not measured it in the last 7 days".into());
                     return c;
                 }
                 let taken: Vec<(Status, &TrackKey)> = keys
@@ -562,7 +587,6 @@ async fn baseline(
     from: u64,
     to: u64,
 ) -> Result<Option<f64>, String> {
-    const HOUR: u64 = 3_600_000;
     let hourly = archive
         .series(
             key,

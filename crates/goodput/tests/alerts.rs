@@ -228,7 +228,7 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     );
     let tpg = grid(ports, "throughput");
     assert_eq!(tpg[1], s("a>b", "forward", "critical"), "{tpg:?}");
-    assert_eq!(tpg[0].2, "no_data", "nothing measures b → a: {tpg:?}");
+    assert_eq!(tpg[0].2, "not_run", "the test does not measure b → a: {tpg:?}");
     assert_eq!(grid(ports, "delay"), vec![s("a>b", "round_trip", "ok")]);
     // The page shows them, coloured, with the value in the tooltip.
     let (st, page) = http("127.0.0.7", ports.api, "GET", "/ui/grid?metric=loss", None, "");
