@@ -217,6 +217,11 @@ pub(crate) async fn beacon(shared: Arc<Shared>) {
         stamp: true,
         stamp_port: shared.options.stamp_port,
         stamp_listen: ips.clone(),
+        // Its own sequence numbers in each session's replies (RFC 8762's
+        // stateful mode): a sender then tells the loss on the way here
+        // from the loss on the way back, so the mesh's STAMP loss has a
+        // direction.
+        stamp_stateful: true,
         iperf3: shared.options.iperf3_port.is_some(),
         iperf3_port: shared.options.iperf3_port.unwrap_or(5201),
         // The iperf3 service has one address: this host's only one, or all.

@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod alerting;
+pub mod netns;
 pub mod seed;
 pub mod webdriver;
 
