@@ -914,7 +914,7 @@ async fn host_page(State(s): State<Ctx>) -> Response {
         };
         non.extend(s.archive.runs(&f).await.unwrap_or_default());
     }
-    non.sort_by(|a, b| b.scheduled_ms.cmp(&a.scheduled_ms));
+    non.sort_by_key(|r| std::cmp::Reverse(r.scheduled_ms));
     let _ = write!(body, "<h2>Runs that did not start (last day: {})</h2>", non.len());
     body.push_str(
         "<table class=\"list nonstarts\"><tr><th>run</th><th>due</th><th>state</th><th>reason</th></tr>",

@@ -591,7 +591,7 @@ impl Rule {
 /// `90s`, `1500ms`.
 pub fn span_text(ms: Ms) -> String {
     for (unit, len) in [("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)] {
-        if ms >= len && ms % len == 0 {
+        if ms >= len && ms.is_multiple_of(len) {
             return format!("{}{unit}", ms / len);
         }
     }
@@ -758,19 +758,19 @@ impl AlertsSection {
         }
         for r in self.rules()? {
             let place = format!("alerts.rules.{}", r.name);
-            for g in r.groups.iter().filter(|g| !config.groups.contains_key(*g)) {
+            if let Some(g) = r.groups.iter().find(|g| !config.groups.contains_key(*g)) {
                 return Err(SpecError::new(
                     &format!("{place}.groups"),
                     format!("no group named '{g}'"),
                 ));
             }
-            for t in r.tests.iter().filter(|t| !config.tests.contains_key(*t)) {
+            if let Some(t) = r.tests.iter().find(|t| !config.tests.contains_key(*t)) {
                 return Err(SpecError::new(
                     &format!("{place}.tests"),
                     format!("no test named '{t}'"),
                 ));
             }
-            for t in r.tasks.iter().filter(|t| !config.tasks.contains_key(*t)) {
+            if let Some(t) = r.tasks.iter().find(|t| !config.tasks.contains_key(*t)) {
                 return Err(SpecError::new(
                     &format!("{place}.tasks"),
                     format!("no task named '{t}'"),
