@@ -698,7 +698,9 @@ pub(crate) async fn deliverer(shared: Arc<Shared>) {
                         "alerts: gave up sending to {} after {ATTEMPTS} attempts: {e}",
                         out.url
                     ));
-                    shared.alerting().delivery.queued = shared.alerting().queue.len();
+                    // One lock at a time: the mutex is not reentrant.
+                    let mut st = shared.alerting();
+                    st.delivery.queued = st.queue.len();
                     continue;
                 }
                 let backoff = 1000u64 << (out.attempts - 1).min(10);

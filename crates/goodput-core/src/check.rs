@@ -72,15 +72,7 @@ pub struct CheckMetric {
 pub const METRICS: [CheckMetric; 10] = [
     rate("throughput_up"),
     rate("throughput_down"),
-    CheckMetric {
-        name: "loss",
-        quantity: Quantity::Share,
-        unit: "%",
-        scale: 1.0,
-        uom: "%",
-        uom_scale: 1.0,
-        kind: "stamp",
-    },
+    loss("loss"),
     loss("loss_forward"),
     loss("loss_backward"),
     time("delay_median"),

@@ -216,6 +216,36 @@ pub fn time_label(ms: u64, span_ms: u64) -> String {
     }
 }
 
+/// The value axis: a grid line and label per tick, and the unit along it.
+fn value_axis(
+    s: &mut String,
+    ticks: &[f64],
+    step: f64,
+    y_of: &dyn Fn(f64) -> f64,
+    plot_w: f64,
+    plot_h: f64,
+    unit: &str,
+) {
+    for v in ticks {
+        let y = y_of(*v);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            LEFT + plot_w,
+            LEFT - 4.0,
+            y + 4.0,
+            tick_label(*v, step)
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
+        TOP + plot_h / 2.0,
+        TOP + plot_h / 2.0,
+        escape(unit)
+    );
+}
+
 const LEFT: f64 = 64.0;
 const RIGHT: f64 = 16.0;
 const TOP: f64 = 28.0;
@@ -267,24 +297,7 @@ pub fn svg(c: &Chart) -> String {
         escape(&c.title)
     );
     // Axes and grid.
-    for v in &yt {
-        let y = y_of(*v);
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + plot_w,
-            LEFT - 4.0,
-            y + 4.0,
-            tick_label(*v, step)
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
-        TOP + plot_h / 2.0,
-        TOP + plot_h / 2.0,
-        escape(&c.unit)
-    );
+    value_axis(&mut s, &yt, step, &y_of, plot_w, plot_h, &c.unit);
     let n_x = (plot_w / 110.0).max(2.0) as u64;
     for i in 0..=n_x {
         let t = c.from_ms + span * i / n_x;
@@ -439,24 +452,7 @@ pub fn bars(title: &str, unit: &str, bars: &[(String, f64)], color: &str, width:
         escape(title),
         escape(title)
     );
-    for v in &yt {
-        let y = y_of(*v);
-        let _ = write!(
-            s,
-            r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-            LEFT + plot_w,
-            LEFT - 4.0,
-            y + 4.0,
-            tick_label(*v, step)
-        );
-    }
-    let _ = write!(
-        s,
-        r#"<text x="12" y="{:.1}" transform="rotate(-90 12 {:.1})" text-anchor="middle">{}</text>"#,
-        TOP + plot_h / 2.0,
-        TOP + plot_h / 2.0,
-        escape(unit)
-    );
+    value_axis(&mut s, &yt, step, &y_of, plot_w, plot_h, unit);
     let n = bars.len().max(1) as f64;
     let bw = plot_w / n;
     let every = (bars.len() / 12).max(1);

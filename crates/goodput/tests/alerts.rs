@@ -290,3 +290,51 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     );
     agent.stop(libc::SIGTERM);
 }
+
+#[test]
+fn a_receiver_that_never_answers_is_given_up_counted_and_the_agent_goes_on() {
+    // Nothing listens here: each POST is refused at once.
+    let dead = format!("http://127.0.0.1:{}/hook", common::free_tcp_port());
+    let ports = Ports::pick();
+    let text = config_text(ports.api, &dead, &dead, "");
+    let config = common::tmp("alerts-dead", "mesh.toml");
+    std::fs::write(&config, &text).unwrap();
+    let archive = common::tmp("alerts-dead", "a.sqlite");
+    let now = now_ms();
+    seed(
+        &archive,
+        &text,
+        &[Seed::ok(
+            "lat-1",
+            "lat",
+            "a",
+            "b",
+            now - 60_000,
+            stamp(0.5, 0.0, 400.0),
+        )],
+    );
+    let mut agent = Agent::start("alerts-dead", "a", "127.0.0.7", &config, ports, &[]);
+    // Six attempts, 1 + 2 + 4 + 8 + 16 s apart (and a quarter more at
+    // most): the webhook's start event is given up within a minute. The
+    // Alertmanager batches (resent every second) are given up in turn.
+    wait_for("a delivery given up", 75, &true, || {
+        let (_, page) = http("127.0.0.7", ports.api, "GET", "/ui/host", None, "");
+        page.contains(" given up, ") && !page.contains(" 0 given up, ")
+    });
+    // The agent still evaluates and answers.
+    let before = get_json("127.0.0.7", ports.api, "/api/v1/grid?metric=loss")["agents"][0]["evaluated_ms"]
+        .as_u64()
+        .unwrap();
+    wait_for("another evaluation", 10, &true, || {
+        get_json("127.0.0.7", ports.api, "/api/v1/grid?metric=loss")["agents"][0]["evaluated_ms"]
+            .as_u64()
+            .unwrap()
+            > before
+    });
+    assert!(
+        agent.log_text().contains("alerts: gave up sending to"),
+        "{}",
+        agent.log_text()
+    );
+    agent.stop(libc::SIGTERM);
+}
