@@ -127,6 +127,9 @@ pub struct Chart {
     pub width: u32,
     /// Size in pixels.
     pub height: u32,
+    /// Label the time axis with the time since `from_ms` (a run's own
+    /// clock) instead of the time of day.
+    pub elapsed: bool,
 }
 
 impl Chart {
@@ -143,6 +146,7 @@ impl Chart {
             gap_ms: 0,
             width: 900,
             height: 260,
+            elapsed: false,
         }
     }
 
@@ -213,6 +217,21 @@ pub fn time_label(ms: u64, span_ms: u64) -> String {
         format!("{date} {time}")
     } else {
         time.to_owned()
+    }
+}
+
+/// A time since a run started as a label for a span of `span_ms`:
+/// seconds for short runs, minutes and seconds for long ones.
+pub fn elapsed_label(ms: u64, span_ms: u64) -> String {
+    if span_ms <= 1_000 {
+        format!("{:.2} s", ms as f64 / 1e3)
+    } else if span_ms <= 10_000 {
+        format!("{:.1} s", ms as f64 / 1e3)
+    } else if span_ms <= 600_000 {
+        format!("{} s", (ms + 500) / 1000)
+    } else {
+        let s = (ms + 500) / 1000;
+        format!("{}:{:02}", s / 60, s % 60)
     }
 }
 
@@ -307,7 +326,11 @@ pub fn svg(c: &Chart) -> String {
             r##"<line x1="{x:.1}" y1="{TOP}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
             TOP + plot_h,
             TOP + plot_h + 14.0,
-            time_label(t, span)
+            if c.elapsed {
+                elapsed_label(t - c.from_ms, span)
+            } else {
+                time_label(t, span)
+            }
         );
     }
     let _ = write!(

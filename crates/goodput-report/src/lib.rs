@@ -8,6 +8,7 @@ mod console;
 mod echo;
 mod files;
 mod format;
+mod html;
 mod iperf3;
 mod media;
 mod path;
@@ -22,6 +23,7 @@ pub use files::{
     is_stdout, open_output, ConnectionFile, ErrorFile, JsonStream, Output, StatusFile, CONNECTION_CSV_HEADER,
 };
 pub use format::{connection_line, status_header, status_legend, status_line};
+pub use html::{difference, headline_figures, html_report, Better, Figure, Report, ReportChart, ReportInput};
 pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,

@@ -6,7 +6,7 @@ mod flags;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::Parser;
-use cmd::{agent, check, echo, iperf3, path, quic, run, server, stamp, tcp, ttcp, udp};
+use cmd::{agent, check, echo, iperf3, path, quic, report, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -61,6 +61,7 @@ fn main() -> ExitCode {
         Command::Man { command } => man_page(command.as_deref()),
         Command::Agent(args) => agent::agent(&args),
         Command::Check(args) => check::check(&args),
+        Command::Report(args) => report::report(&args),
         Command::Tcp(args) => runtime().and_then(|rt| on_worker(&rt, tcp::tcp(*args))),
         Command::Run(args) => runtime().and_then(|rt| on_worker(&rt, run::run_document(*args))),
         Command::Server(args) => runtime().and_then(|rt| on_worker(&rt, server::server(*args))),

@@ -7,6 +7,7 @@ pub(crate) mod echo;
 pub(crate) mod iperf3;
 pub(crate) mod path;
 pub(crate) mod quic;
+pub(crate) mod report;
 pub(crate) mod run;
 pub(crate) mod server;
 pub(crate) mod stamp;

@@ -7,6 +7,7 @@ mod echo;
 mod iperf3;
 mod path;
 mod quic;
+mod report;
 mod server;
 mod stamp;
 mod tcp;
@@ -19,6 +20,7 @@ pub use echo::*;
 pub use iperf3::*;
 pub use path::*;
 pub use quic::*;
+pub use report::*;
 pub use server::*;
 pub use stamp::*;
 pub use tcp::*;
@@ -91,6 +93,11 @@ pub enum Command {
     /// performance data, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
     /// agent down, no data, a bad flag).
     Check(Box<CheckArgs>),
+    /// A self-contained HTML report (and PNG charts with --png) from result
+    /// documents: headline figures, rates and delays over each run's own
+    /// clock, histograms and percentiles, hops; with --baseline, each
+    /// run's difference from a baseline, figure by figure.
+    Report(Box<ReportArgs>),
     /// Run the tests a spec document describes (JSON or TOML; `-` reads
     /// standard input): one test, or several under `tests`, in order. Make
     /// one with a command's --print-spec.

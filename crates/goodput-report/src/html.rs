@@ -1,0 +1,1078 @@
+//! `goodput report`: one self-contained HTML file from result documents
+//! (their headline figures, charts of each run's own clock, histograms
+//! and percentile tables), and a comparison of each run with a baseline.
+//! The charts are the dashboard's ([`crate::chart`]), inline SVG, so the
+//! file needs no script, no font and no network; each chart is also
+//! returned on its own for a caller that writes image files.
+
+use crate::chart::{self, escape, palette, Chart, Point, Series, Style};
+use goodput_core::result::{
+    DelayStats, EndReason, IpdvStats, OneWayStats, Percentiles, StampStats, TestKind, TestResult,
+};
+use goodput_core::stamp::stats::decode_histogram;
+use std::fmt::Write as _;
+
+/// One result document and the name it is shown under (its file's name).
+#[derive(Debug, Clone)]
+pub struct ReportInput {
+    /// Shown as the run's title.
+    pub label: String,
+    /// The document.
+    pub result: TestResult,
+}
+
+/// A chart of the report, for writing on its own.
+#[derive(Debug, Clone)]
+pub struct ReportChart {
+    /// A file-name stem: the run's number and what is drawn (`1-rates`).
+    pub name: String,
+    /// The chart as an `<svg>` element.
+    pub svg: String,
+}
+
+/// The report: the HTML page and its charts.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// A whole HTML document.
+    pub html: String,
+    /// Every chart in the page, in order.
+    pub charts: Vec<ReportChart>,
+}
+
+/// Which way a figure is better, for a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Better {
+    /// More is better (throughput).
+    Higher,
+    /// Less is better (loss, delay, errors).
+    Lower,
+    /// Neither (counts that describe the run, not its quality).
+    Neither,
+}
+
+/// A headline figure of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// What it is.
+    pub name: &'static str,
+    /// Its value, in `unit`.
+    pub value: f64,
+    /// Its unit ("" for a count).
+    pub unit: &'static str,
+    /// Which way is better.
+    pub better: Better,
+}
+
+fn fig(name: &'static str, value: f64, unit: &'static str, better: Better) -> Figure {
+    Figure {
+        name,
+        value,
+        unit,
+        better,
+    }
+}
+
+const MBIT: f64 = 8.0 / 1e6;
+
+/// The headline figures of a result: those its console summary leads
+/// with, in the units shown there (Mbit/s, %, ms, counts).
+pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
+    use Better::{Higher, Lower, Neither};
+    let mut v = Vec::new();
+    let s = &r.summary;
+    match r.kind {
+        TestKind::TcpClient
+        | TestKind::TcpServer
+        | TestKind::Iperf3Client
+        | TestKind::Iperf3Server
+        | TestKind::TtcpTransmit
+        | TestKind::TtcpReceive
+        | TestKind::QuicClient => {
+            v.push(fig("Send rate", s.send_bytes_per_second * MBIT, "Mbit/s", Higher));
+            v.push(fig(
+                "Receive rate",
+                s.recv_bytes_per_second * MBIT,
+                "Mbit/s",
+                Higher,
+            ));
+            v.push(fig("Bytes sent", s.sent_bytes as f64, "B", Neither));
+            v.push(fig("Bytes received", s.received_bytes as f64, "B", Neither));
+            v.push(fig("Duration", s.duration_s, "s", Neither));
+            if r.kind != TestKind::QuicClient {
+                v.push(fig("Connections succeeded", s.successful as f64, "", Higher));
+                v.push(fig("Network errors", s.network_errors as f64, "", Lower));
+                v.push(fig("Data errors", s.data_errors as f64, "", Lower));
+            }
+            if let Some(f) = s.fairness {
+                v.push(fig("Fairness (Jain)", f, "", Higher));
+            }
+            let retrans: u64 = r
+                .connections
+                .iter()
+                .filter_map(|c| c.tcp_info.as_ref())
+                .map(|t| u64::from(t.total_retrans_segments))
+                .sum();
+            if r.connections.iter().any(|c| c.tcp_info.is_some()) {
+                v.push(fig("Retransmitted segments", retrans as f64, "", Lower));
+            }
+            if let Some(q) = &r.quic {
+                v.push(fig("Requests per second", q.tps, "/s", Higher));
+                v.push(fig("Failed streams", q.failed_streams as f64, "", Lower));
+                if let Some(p) = q.requests.as_ref().and_then(|q| q.latency.as_ref()) {
+                    percentile_figures(&mut v, "Request latency", p);
+                }
+                if let Some(p) = q.handshakes.as_ref().and_then(|h| h.time.as_ref()) {
+                    v.push(fig("Handshake time median", p.p50_us / 1e3, "ms", Lower));
+                }
+            }
+        }
+        TestKind::StampSender => {
+            if let Some(st) = &r.stamp {
+                stamp_figures(&mut v, &st.total);
+            }
+        }
+        TestKind::MediaClient => {
+            if let Some(m) = &r.media {
+                let t = &m.total;
+                v.push(fig(
+                    "Effective bitrate",
+                    m.effective_bits_per_second / 1e6,
+                    "Mbit/s",
+                    Higher,
+                ));
+                v.push(fig("Datagrams received", t.received as f64, "", Neither));
+                v.push(fig("Lost", t.loss_percent, "%", Lower));
+                v.push(fig("Reordered", t.reordered_percent, "%", Lower));
+                v.push(fig("Duplicates", t.duplicates as f64, "", Lower));
+                v.push(fig("Jitter", t.jitter_us / 1e3, "ms", Lower));
+                v.push(fig("Frames completed", t.frames_completed as f64, "", Higher));
+                v.push(fig("Frames dropped", t.frames_dropped as f64, "", Lower));
+                v.push(fig("Frames repeated", t.frames_repeated as f64, "", Lower));
+                v.push(fig("Corrupt", t.corrupt as f64, "", Lower));
+            }
+        }
+        TestKind::EchoClient => {
+            if let Some(e) = &r.echo {
+                v.push(fig("Connections established", e.established as f64, "", Higher));
+                v.push(fig("Connections refused", e.refused as f64, "", Lower));
+                v.push(fig("Connections reset", e.reset as f64, "", Lower));
+                v.push(fig("Messages echoed", e.echoed as f64, "", Higher));
+                v.push(fig("Mismatched", e.mismatched as f64, "", Lower));
+                v.push(fig("Missing", e.missing as f64, "", Lower));
+                if let Some(p) = &e.round_trip {
+                    percentile_figures(&mut v, "Round trip", p);
+                }
+                if let Some(p) = &e.connect_time {
+                    v.push(fig("Connect time median", p.p50_us / 1e3, "ms", Lower));
+                }
+            }
+        }
+        TestKind::Trace => {
+            if let Some(t) = &r.trace {
+                if let Some(h) = t.hop_count {
+                    v.push(fig("Hops", f64::from(h), "", Neither));
+                }
+                if let Some(b) = t.back_hops {
+                    v.push(fig("Hops back", f64::from(b), "", Neither));
+                }
+                if let Some(p) = t.pmtu {
+                    v.push(fig("Path MTU", f64::from(p), "B", Higher));
+                }
+                v.push(fig("Reached", if t.reached { 1.0 } else { 0.0 }, "", Higher));
+            }
+        }
+        TestKind::Ping => {
+            if let Some(p) = &r.ping {
+                v.push(fig("Sent", p.sent as f64, "", Neither));
+                v.push(fig("Lost", p.loss_percent, "%", Lower));
+                if let Some(t) = &p.rtt {
+                    v.push(fig("RTT min", t.min_us / 1e3, "ms", Lower));
+                    v.push(fig("RTT avg", t.avg_us / 1e3, "ms", Lower));
+                    v.push(fig("RTT max", t.max_us / 1e3, "ms", Lower));
+                }
+                if let Some(q) = &p.percentiles {
+                    v.push(fig("RTT p99", q.p99_us / 1e3, "ms", Lower));
+                }
+            }
+        }
+    }
+    v
+}
+
+fn percentile_figures(v: &mut Vec<Figure>, what: &'static str, p: &Percentiles) {
+    let names: [(&'static str, f64); 4] = match what {
+        "Request latency" => [
+            ("Request latency p50", p.p50_us),
+            ("Request latency p90", p.p90_us),
+            ("Request latency p99", p.p99_us),
+            ("Request latency max", p.max_us),
+        ],
+        _ => [
+            ("Round trip p50", p.p50_us),
+            ("Round trip p90", p.p90_us),
+            ("Round trip p99", p.p99_us),
+            ("Round trip max", p.max_us),
+        ],
+    };
+    for (n, us) in names {
+        v.push(fig(n, us / 1e3, "ms", Better::Lower));
+    }
+}
+
+fn stamp_figures(v: &mut Vec<Figure>, t: &StampStats) {
+    use Better::{Lower, Neither};
+    let pct = |n: u64| {
+        if t.sent == 0 {
+            0.0
+        } else {
+            n as f64 * 100.0 / t.sent as f64
+        }
+    };
+    v.push(fig("Packets sent", t.sent as f64, "", Neither));
+    v.push(fig("Lost", pct(t.lost), "%", Lower));
+    if let Some(f) = t.lost_forward {
+        v.push(fig("Lost forward", pct(f), "%", Lower));
+    }
+    if let Some(b) = t.lost_backward {
+        v.push(fig("Lost backward", pct(b), "%", Lower));
+    }
+    v.push(fig("Duplicates", t.duplicates as f64, "", Lower));
+    v.push(fig("Reordered", t.reordered_percent, "%", Lower));
+    if let Some(d) = &t.rtt {
+        v.push(fig("RTT min", d.min_us / 1e3, "ms", Lower));
+        v.push(fig("RTT median", d.median_us / 1e3, "ms", Lower));
+        v.push(fig("RTT p99", d.p99_us / 1e3, "ms", Lower));
+        v.push(fig("RTT max", d.max_us / 1e3, "ms", Lower));
+    }
+    if let Some(f) = &t.forward {
+        v.push(fig("Forward delay median", f.median_us / 1e3, "ms", Lower));
+        v.push(fig("Forward jitter", f.jitter_us / 1e3, "ms", Lower));
+    }
+    if let Some(b) = &t.backward {
+        v.push(fig("Backward delay median", b.median_us / 1e3, "ms", Lower));
+        v.push(fig("Backward jitter", b.jitter_us / 1e3, "ms", Lower));
+    }
+}
+
+/// A figure's value as text in its unit.
+fn show(value: f64, unit: &str) -> String {
+    let v = if unit.is_empty() || unit == "B" {
+        if value.fract() == 0.0 && value.abs() < 1e15 {
+            format!("{}", value as i64)
+        } else {
+            format!("{value:.3}")
+        }
+    } else if value.abs() >= 100.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.3}")
+    };
+    if unit.is_empty() {
+        v
+    } else {
+        format!("{v} {unit}")
+    }
+}
+
+/// The difference of a figure from its baseline: the signed change in its
+/// unit, the change in percent of the baseline (none from a zero), and
+/// whether it is better, worse or the same.
+pub fn difference(base: &Figure, run: &Figure) -> (f64, Option<f64>, &'static str) {
+    let d = run.value - base.value;
+    let pct = (base.value != 0.0).then(|| d / base.value.abs() * 100.0);
+    let verdict = if d == 0.0 {
+        "same"
+    } else {
+        match (base.better, d > 0.0) {
+            (Better::Neither, _) => "changed",
+            (Better::Higher, true) | (Better::Lower, false) => "better",
+            _ => "worse",
+        }
+    };
+    (d, pct, verdict)
+}
+
+const CSS: &str = "
+body{font-family:sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#1f3b57;color:#fff;padding:8px 16px}
+main{padding:12px 16px}
+h2{border-bottom:1px solid #ccc;padding-bottom:4px}
+table{border-collapse:collapse;background:#fff;margin:6px 0}
+td,th{padding:3px 8px;font-size:13px;border:1px solid #ddd;text-align:left}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.better{color:#006c4f}
+.worse{color:#a33;font-weight:bold}
+.charts svg{background:#fff;border:1px solid #ddd;margin:6px 0;display:block}
+.note{color:#555;font-size:13px}
+.warn{color:#a33}
+";
+
+/// Builds the report of `runs`, each compared with `baseline` when given.
+pub fn html_report(runs: &[ReportInput], baseline: Option<&ReportInput>) -> Report {
+    let mut charts = Vec::new();
+    let mut body = String::new();
+    let mut toc = String::new();
+    if let Some(b) = baseline {
+        let _ = write!(
+            body,
+            "<section id=\"comparison\"><h2>Compared with the baseline</h2><p class=\"note\">Baseline: <strong>{}</strong> ({}, {}). \
+             A difference is the run's figure minus the baseline's; the change is that difference in percent of the baseline.</p>",
+            escape(&b.label),
+            kind_name(b.result.kind),
+            started(&b.result)
+        );
+        let base_figures = headline_figures(&b.result);
+        for (i, r) in runs.iter().enumerate() {
+            body += &comparison_table(i + 1, r, &b.result, &base_figures);
+        }
+        body += "</section>";
+        toc += "<li><a href=\"#comparison\">Compared with the baseline</a></li>";
+    }
+    let all: Vec<(String, &ReportInput)> = baseline
+        .map(|b| ("baseline".to_owned(), b))
+        .into_iter()
+        .chain(runs.iter().enumerate().map(|(i, r)| ((i + 1).to_string(), r)))
+        .collect();
+    for (id, r) in &all {
+        let _ = write!(
+            toc,
+            "<li><a href=\"#run-{id}\">{}</a> ({})</li>",
+            escape(&r.label),
+            kind_name(r.result.kind)
+        );
+        body += &run_section(id, r, &mut charts);
+    }
+    let title = match (baseline, runs) {
+        (Some(b), [r]) => format!("{} compared with {}", r.label, b.label),
+        (_, [r]) => r.label.clone(),
+        _ => format!("{} runs", all.len()),
+    };
+    let html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} · goodput report</title><style>{CSS}</style></head><body><header><strong>goodput report</strong> · {}</header>\
+         <main><nav><ul>{toc}</ul></nav>{body}<p class=\"note\">Made by goodput {} from result documents; every figure is the document's own.</p></main></body></html>\n",
+        escape(&title),
+        escape(&title),
+        env!("CARGO_PKG_VERSION"),
+    );
+    Report { html, charts }
+}
+
+fn kind_name(k: TestKind) -> &'static str {
+    match k {
+        TestKind::TcpClient => "TCP client",
+        TestKind::TcpServer => "TCP server",
+        TestKind::Iperf3Client => "iperf3 client",
+        TestKind::Iperf3Server => "iperf3 server",
+        TestKind::StampSender => "STAMP sender",
+        TestKind::TtcpTransmit => "TTCP transmitter",
+        TestKind::TtcpReceive => "TTCP receiver",
+        TestKind::EchoClient => "echo load test",
+        TestKind::MediaClient => "UDP media stream",
+        TestKind::QuicClient => "QUIC perf client",
+        TestKind::Trace => "trace",
+        TestKind::Ping => "ping",
+    }
+}
+
+fn started(r: &TestResult) -> String {
+    goodput_core::mesh::ms_rfc3339(r.started_unix_ms)
+}
+
+fn comparison_table(n: usize, run: &ReportInput, base: &TestResult, base_figures: &[Figure]) -> String {
+    let mut s = format!("<h3>Run {n}: {} against the baseline</h3>", escape(&run.label));
+    if run.result.kind != base.kind {
+        let _ = write!(
+            s,
+            "<p class=\"warn\">This run is a {} and the baseline a {}: only the figures they share are compared.</p>",
+            kind_name(run.result.kind),
+            kind_name(base.kind)
+        );
+    }
+    s += "<table class=\"compare\"><tr><th>Figure</th><th>Baseline</th><th>This run</th><th>Difference</th><th>Change</th></tr>";
+    let figures = headline_figures(&run.result);
+    for b in base_figures {
+        let Some(f) = figures.iter().find(|f| f.name == b.name && f.unit == b.unit) else {
+            continue;
+        };
+        let (d, pct, verdict) = difference(b, f);
+        let sign = if d > 0.0 { "+" } else { "" };
+        let _ = write!(
+            s,
+            "<tr class=\"{verdict}\" data-figure=\"{}\"><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{sign}{}</td><td class=\"num\">{}</td></tr>",
+            escape(b.name),
+            escape(b.name),
+            show(b.value, b.unit),
+            show(f.value, f.unit),
+            show(d, b.unit),
+            pct.map_or("n/a".to_owned(), |p| format!("{}{p:.1} % ({verdict})", if p > 0.0 { "+" } else { "" })),
+        );
+    }
+    s += "</table>";
+    s
+}
+
+fn run_section(id: &str, input: &ReportInput, charts: &mut Vec<ReportChart>) -> String {
+    let r = &input.result;
+    let mut s = format!(
+        "<section id=\"run-{id}\"><h2>{}</h2><p>{} by {} {}, started {}, ended: {}.</p>",
+        escape(&input.label),
+        kind_name(r.kind),
+        escape(&r.tool.name),
+        escape(&r.tool.version),
+        started(r),
+        end_name(r.end)
+    );
+    if let Some(e) = &r.error {
+        let _ = write!(s, "<p class=\"warn\">Failed: {}</p>", escape(&e.message));
+    }
+    s += "<table class=\"figures\"><tr><th>Figure</th><th>Value</th></tr>";
+    for f in headline_figures(r) {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td class=\"num\">{}</td></tr>",
+            escape(f.name),
+            show(f.value, f.unit)
+        );
+    }
+    s += "</table>";
+    let mut add = |name: &str, svg: String, s: &mut String| {
+        s.push_str(&svg);
+        charts.push(ReportChart {
+            name: format!("{id}-{name}"),
+            svg,
+        });
+    };
+    s += "<div class=\"charts\">";
+    for (name, svg) in run_charts(r) {
+        add(&name, svg, &mut s);
+    }
+    s += "</div>";
+    s += &run_tables(r);
+    s += "</section>";
+    s
+}
+
+fn end_name(e: EndReason) -> &'static str {
+    match e {
+        EndReason::Completed => "completed",
+        EndReason::TimeLimit => "time limit",
+        EndReason::Interrupted => "interrupted",
+        EndReason::ExitLimit => "exit count reached",
+        EndReason::Failed => "failed",
+    }
+}
+
+/// Most connections drawn one by one; past this only the total is drawn.
+const MAX_CONNECTION_LINES: usize = 64;
+
+fn run_chart(r: &TestResult, title: &str, unit: &str) -> Chart {
+    let span_ms = (r.summary.duration_s.max(0.0) * 1e3) as u64;
+    let last = r
+        .intervals
+        .last()
+        .map_or(0, |i| (i.time_slice_s.max(0.0) * 1e3) as u64);
+    let mut c = Chart::new(
+        title,
+        unit,
+        r.started_unix_ms,
+        r.started_unix_ms + span_ms.max(last).max(1),
+    );
+    c.elapsed = true;
+    c
+}
+
+fn at(r: &TestResult, seconds: f64) -> u64 {
+    r.started_unix_ms + (seconds.max(0.0) * 1e3) as u64
+}
+
+fn series(name: &str, color: &'static str, style: Style, points: Vec<Point>) -> Series {
+    Series {
+        name: name.into(),
+        color,
+        style,
+        points,
+    }
+}
+
+/// The charts of one run: (name, SVG).
+fn run_charts(r: &TestResult) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let iv = &r.intervals;
+    let has_bytes = iv
+        .iter()
+        .any(|i| i.send_bytes_per_second > 0 || i.recv_bytes_per_second > 0);
+    if has_bytes && r.media.is_none() {
+        let mut c = run_chart(r, "Rate over time", "Mbit/s");
+        let pts = |f: fn(&goodput_core::result::Interval) -> u64| {
+            iv.iter()
+                .map(|i| Point::new(at(r, i.time_slice_s), f(i) as f64 * MBIT))
+                .collect::<Vec<_>>()
+        };
+        if iv.iter().any(|i| i.send_bytes_per_second > 0) {
+            c.series.push(series(
+                "sent, all connections",
+                palette::BLUE,
+                Style::LineDots,
+                pts(|i| i.send_bytes_per_second),
+            ));
+        }
+        if iv.iter().any(|i| i.recv_bytes_per_second > 0) {
+            c.series.push(series(
+                "received, all connections",
+                palette::ORANGE,
+                Style::LineDots,
+                pts(|i| i.recv_bytes_per_second),
+            ));
+        }
+        out.push(("rates".to_owned(), chart::svg(&c)));
+    }
+    // Each connection's rate over its life, as a segment from its start to
+    // its end at its mean rate.
+    let conns: Vec<_> = r
+        .connections
+        .iter()
+        .filter(|c| c.elapsed_ns > 0 && c.sent_bytes + c.received_bytes > 0)
+        .collect();
+    if conns.len() > 1 || (conns.len() == 1 && !has_bytes) {
+        let mut c = run_chart(
+            r,
+            &format!(
+                "Rate per connection (mean over each connection's life){}",
+                if conns.len() > MAX_CONNECTION_LINES {
+                    format!(", first {MAX_CONNECTION_LINES} of {}", conns.len())
+                } else {
+                    String::new()
+                }
+            ),
+            "Mbit/s",
+        );
+        for (k, cr) in conns.iter().take(MAX_CONNECTION_LINES).enumerate() {
+            let secs = cr.elapsed_ns as f64 / 1e9;
+            let rate = (cr.sent_bytes + cr.received_bytes) as f64 * MBIT / secs;
+            let title = format!(
+                "connection {} ({} → {}): {rate:.2} Mbit/s over {secs:.3} s",
+                cr.index, cr.local_address, cr.remote_address
+            );
+            let pts = vec![
+                Point {
+                    title: Some(title.clone()),
+                    ..Point::new(at(r, cr.start_s), rate)
+                },
+                Point {
+                    title: Some(title),
+                    ..Point::new(at(r, cr.start_s + secs), rate)
+                },
+            ];
+            c.series.push(series(
+                &format!("connection {}", cr.index),
+                palette::SERIES[k % palette::SERIES.len()],
+                Style::LineDots,
+                pts,
+            ));
+        }
+        out.push(("connections".to_owned(), chart::svg(&c)));
+    }
+    if iv.iter().any(|i| i.stamp.is_some()) {
+        let st: Vec<_> = iv.iter().filter_map(|i| i.stamp.map(|s| (i, s))).collect();
+        let mut c = run_chart(r, "Round trip per interval", "ms");
+        let q = |f: fn(&DelayStats) -> f64| {
+            st.iter()
+                .filter_map(|(i, s)| {
+                    s.rtt
+                        .as_ref()
+                        .map(|d| Point::new(at(r, i.time_slice_s), f(d) / 1e3))
+                })
+                .collect::<Vec<_>>()
+        };
+        c.series
+            .push(series("min", palette::GREEN, Style::Line, q(|d| d.min_us)));
+        c.series.push(series(
+            "median",
+            palette::BLUE,
+            Style::LineDots,
+            q(|d| d.median_us),
+        ));
+        c.series
+            .push(series("p99", palette::ORANGE, Style::Line, q(|d| d.p99_us)));
+        c.series
+            .push(series("max", palette::VERMILLION, Style::Line, q(|d| d.max_us)));
+        for (i, s) in &st {
+            if s.lost > 0 {
+                c.marks.push(chart::Mark {
+                    at_ms: at(r, i.time_slice_s),
+                    color: palette::VERMILLION,
+                    title: format!("{} lost of {} sent in the interval", s.lost, s.sent),
+                });
+            }
+        }
+        out.push(("rtt".to_owned(), chart::svg(&c)));
+        out.push(loss_chart(
+            r,
+            st.iter()
+                .map(|(i, s)| (i.time_slice_s, s.lost, s.duplicates, s.reordered)),
+        ));
+    }
+    if iv.iter().any(|i| i.media.is_some()) {
+        let md: Vec<_> = iv.iter().filter_map(|i| i.media.map(|m| (i, m))).collect();
+        let mut c = run_chart(r, "Media bitrate per interval", "Mbit/s");
+        c.series.push(series(
+            "received",
+            palette::BLUE,
+            Style::LineDots,
+            md.iter()
+                .map(|(i, m)| Point::new(at(r, i.time_slice_s), m.bits_per_second as f64 / 1e6))
+                .collect(),
+        ));
+        out.push(("media-rate".to_owned(), chart::svg(&c)));
+        let mut j = run_chart(r, "Jitter per interval", "ms");
+        j.series.push(series(
+            "jitter (RFC 3550)",
+            palette::PURPLE,
+            Style::LineDots,
+            md.iter()
+                .map(|(i, m)| Point::new(at(r, i.time_slice_s), m.jitter_us / 1e3))
+                .collect(),
+        ));
+        out.push(("jitter".to_owned(), chart::svg(&j)));
+        out.push(loss_chart(
+            r,
+            md.iter().map(|(i, m)| (i.time_slice_s, m.lost, 0, 0)),
+        ));
+    }
+    if iv.iter().any(|i| i.echo.is_some()) {
+        let ec: Vec<_> = iv.iter().filter_map(|i| i.echo.map(|e| (i, e))).collect();
+        let mut c = run_chart(r, "Echo round trip per interval", "ms");
+        let q = |f: fn(&Percentiles) -> f64| {
+            ec.iter()
+                .filter_map(|(i, e)| {
+                    e.round_trip
+                        .as_ref()
+                        .map(|p| Point::new(at(r, i.time_slice_s), f(p) / 1e3))
+                })
+                .collect::<Vec<_>>()
+        };
+        c.series
+            .push(series("p50", palette::BLUE, Style::LineDots, q(|p| p.p50_us)));
+        c.series
+            .push(series("p99", palette::ORANGE, Style::Line, q(|p| p.p99_us)));
+        c.series
+            .push(series("max", palette::VERMILLION, Style::Line, q(|p| p.max_us)));
+        out.push(("echo-rtt".to_owned(), chart::svg(&c)));
+    }
+    // Distributions.
+    if let Some(st) = &r.stamp {
+        let h = &st.total.histograms;
+        if let Some(svg) = histogram_chart(
+            "Round-trip delay distribution",
+            h.rtt_ns.as_deref(),
+            palette::BLUE,
+        ) {
+            out.push(("rtt-histogram".to_owned(), svg));
+        }
+        if let Some(svg) = histogram_chart(
+            "Forward delay distribution",
+            h.forward_ns.as_deref(),
+            palette::GREEN,
+        ) {
+            out.push(("forward-histogram".to_owned(), svg));
+        }
+        if let Some(svg) = histogram_chart(
+            "Backward delay distribution",
+            h.backward_ns.as_deref(),
+            palette::ORANGE,
+        ) {
+            out.push(("backward-histogram".to_owned(), svg));
+        }
+    }
+    if let Some(e) = &r.echo {
+        if let Some(svg) = histogram_chart(
+            "Echo round-trip distribution",
+            e.round_trip_histogram.as_deref(),
+            palette::BLUE,
+        ) {
+            out.push(("echo-histogram".to_owned(), svg));
+        }
+        if let Some(svg) = histogram_chart(
+            "Connect time distribution",
+            e.connect_histogram.as_deref(),
+            palette::GREEN,
+        ) {
+            out.push(("connect-histogram".to_owned(), svg));
+        }
+    }
+    if let Some(m) = &r.media {
+        if let Some(svg) = histogram_chart(
+            "Relative delay distribution (RFC 3550 transit, from the first datagram's)",
+            m.histograms.relative_delay_ns.as_deref(),
+            palette::PURPLE,
+        ) {
+            out.push(("delay-histogram".to_owned(), svg));
+        }
+    }
+    if let Some(q) = &r.quic {
+        if let Some(p) = q.requests.as_ref().and_then(|q| q.latency.as_ref()) {
+            out.push((
+                "request-latency".to_owned(),
+                percentile_bars("QUIC request latency", p),
+            ));
+        }
+        if !q.media.is_empty() {
+            let bars: Vec<(String, f64)> = q
+                .media
+                .iter()
+                .map(|m| (m.id.clone(), m.delay_avg_us / 1e3))
+                .collect();
+            out.push((
+                "media-delay".to_owned(),
+                chart::bars(
+                    "QUIC media: mean frame delay per stream",
+                    "ms",
+                    &bars,
+                    palette::PURPLE,
+                    900,
+                    260,
+                ),
+            ));
+        }
+    }
+    if let Some(t) = &r.trace {
+        let bars: Vec<(String, f64)> = t
+            .hops
+            .iter()
+            .map(|h| {
+                let rtts: Vec<f64> = h.probes.iter().filter_map(|p| p.rtt_us).collect();
+                let med = median(rtts).map_or(0.0, |v| v / 1e3);
+                (format!("{}", h.hop), med)
+            })
+            .collect();
+        out.push((
+            "hops".to_owned(),
+            chart::bars(
+                "Median round trip per hop (0: no reply)",
+                "ms",
+                &bars,
+                palette::BLUE,
+                900,
+                260,
+            ),
+        ));
+    }
+    if let Some(p) = &r.ping {
+        let step = p.interval_ms.max(1);
+        let mut c = Chart::new(
+            "Round trip per request",
+            "ms",
+            r.started_unix_ms,
+            r.started_unix_ms + step * p.sent.max(1),
+        );
+        c.elapsed = true;
+        c.series.push(series(
+            "round trip",
+            palette::BLUE,
+            Style::LineDots,
+            p.replies
+                .iter()
+                .filter_map(|x| {
+                    x.rtt_us
+                        .map(|v| Point::new(r.started_unix_ms + x.seq * step, v / 1e3))
+                })
+                .collect(),
+        ));
+        for x in p.replies.iter().filter(|x| x.rtt_us.is_none()) {
+            c.marks.push(chart::Mark {
+                at_ms: r.started_unix_ms + x.seq * step,
+                color: palette::VERMILLION,
+                title: format!(
+                    "request {} {}",
+                    x.seq,
+                    x.error.as_deref().unwrap_or("got no reply")
+                ),
+            });
+        }
+        out.push(("ping".to_owned(), chart::svg(&c)));
+    }
+    out
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Losses, duplicates and reordered packets per interval, as bars on the
+/// run's clock.
+fn loss_chart(r: &TestResult, per: impl Iterator<Item = (f64, u64, u64, u64)>) -> (String, String) {
+    let mut c = run_chart(r, "Lost, duplicated and reordered per interval", "packets");
+    let mut lost = Vec::new();
+    let mut dups = Vec::new();
+    let mut reord = Vec::new();
+    for (t, l, d, o) in per {
+        lost.push(Point::new(at(r, t), l as f64));
+        dups.push(Point::new(at(r, t), d as f64));
+        reord.push(Point::new(at(r, t), o as f64));
+    }
+    c.series
+        .push(series("lost", palette::VERMILLION, Style::LineDots, lost));
+    if dups.iter().any(|p| p.value > 0.0) {
+        c.series
+            .push(series("duplicates", palette::PURPLE, Style::LineDots, dups));
+    }
+    if reord.iter().any(|p| p.value > 0.0) {
+        c.series
+            .push(series("reordered", palette::SKY, Style::LineDots, reord));
+    }
+    ("loss".to_owned(), chart::svg(&c))
+}
+
+fn percentile_bars(title: &str, p: &Percentiles) -> String {
+    let bars = vec![
+        ("min".to_owned(), p.min_us / 1e3),
+        ("p50".to_owned(), p.p50_us / 1e3),
+        ("p90".to_owned(), p.p90_us / 1e3),
+        ("p99".to_owned(), p.p99_us / 1e3),
+        ("p99.9".to_owned(), p.p999_us / 1e3),
+        ("max".to_owned(), p.max_us / 1e3),
+    ];
+    chart::bars(title, "ms", &bars, palette::BLUE, 900, 260)
+}
+
+/// Buckets drawn in a histogram.
+const BUCKETS: u64 = 40;
+
+/// A histogram (HdrHistogram of nanoseconds, as the result stores it) as
+/// bars of equal width from its minimum to its 99.9th percentile; what
+/// lies above is one last bar.
+fn histogram_chart(title: &str, encoded: Option<&str>, color: &str) -> Option<String> {
+    let h = decode_histogram(encoded?)?;
+    if h.is_empty() {
+        return None;
+    }
+    let lo = h.min();
+    let hi = h.value_at_quantile(0.999).max(lo + 1);
+    let width = (hi - lo).div_ceil(BUCKETS).max(1);
+    let mut bars = Vec::new();
+    let mut counted = 0;
+    let mut a = lo;
+    while a <= hi {
+        let b = a.saturating_add(width - 1);
+        let n = h.count_between(a, b);
+        counted += n;
+        bars.push((format!("{:.3}", a as f64 / 1e6), n as f64));
+        a = match b.checked_add(1) {
+            Some(x) => x,
+            None => break,
+        };
+    }
+    let rest = h.len().saturating_sub(counted);
+    if rest > 0 {
+        bars.push((format!("> {:.3}", a as f64 / 1e6), rest as f64));
+    }
+    Some(chart::bars(
+        &format!(
+            "{title} ({} samples; bars from each bucket's lower edge, ms)",
+            h.len()
+        ),
+        "samples",
+        &bars,
+        color,
+        900,
+        260,
+    ))
+}
+
+fn run_tables(r: &TestResult) -> String {
+    let mut s = String::new();
+    if let Some(st) = &r.stamp {
+        s += "<h3>Delay percentiles</h3><table class=\"percentiles\"><tr><th></th><th>count</th><th>min</th><th>median</th><th>p90</th><th>p99</th><th>max</th></tr>";
+        if let Some(d) = &st.total.rtt {
+            s += &delay_row("round trip", d);
+        }
+        for (name, w) in [("forward", &st.total.forward), ("backward", &st.total.backward)] {
+            if let Some(o) = w {
+                s += &one_way_row(name, o);
+            }
+        }
+        s += "</table>";
+        if let Some(ipdv) = &st.total.rtt_ipdv {
+            s += &ipdv_table("Round-trip delay variation (IPDV)", ipdv);
+        }
+    }
+    let pct_tables: Vec<(&str, &Percentiles)> = [
+        (
+            "Echo round trip",
+            r.echo.as_ref().and_then(|e| e.round_trip.as_ref()),
+        ),
+        (
+            "Echo connect time",
+            r.echo.as_ref().and_then(|e| e.connect_time.as_ref()),
+        ),
+        (
+            "QUIC request latency",
+            r.quic
+                .as_ref()
+                .and_then(|q| q.requests.as_ref())
+                .and_then(|q| q.latency.as_ref()),
+        ),
+        (
+            "QUIC handshake time",
+            r.quic
+                .as_ref()
+                .and_then(|q| q.handshakes.as_ref())
+                .and_then(|h| h.time.as_ref()),
+        ),
+        (
+            "Ping round trip",
+            r.ping.as_ref().and_then(|p| p.percentiles.as_ref()),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(n, p)| p.map(|p| (n, p)))
+    .collect();
+    if !pct_tables.is_empty() {
+        s += "<h3>Percentiles</h3><table class=\"percentiles\"><tr><th></th><th>count</th><th>min</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>";
+        for (n, p) in pct_tables {
+            let _ = write!(
+                s,
+                "<tr><td>{n}</td><td class=\"num\">{}</td>{}</tr>",
+                p.count,
+                [p.min_us, p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.max_us]
+                    .iter()
+                    .map(|v| format!("<td class=\"num\">{}</td>", ms(*v)))
+                    .collect::<String>()
+            );
+        }
+        s += "</table>";
+    }
+    if let Some(q) = &r.quic {
+        if !q.media.is_empty() {
+            s += "<h3>QUIC media streams</h3><table><tr><th>stream</th><th>frames received</th><th>expected</th><th>delay min</th><th>mean</th><th>max</th></tr>";
+            for m in &q.media {
+                let _ = write!(
+                    s,
+                    "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                    escape(&m.id),
+                    m.received_frames,
+                    m.expected_frames,
+                    ms(m.delay_min_us),
+                    ms(m.delay_avg_us),
+                    ms(m.delay_max_us)
+                );
+            }
+            s += "</table>";
+        }
+    }
+    if let Some(t) = &r.trace {
+        let _ = write!(
+            s,
+            "<h3>Hops to {} ({})</h3><table class=\"hops\"><tr><th>hop</th><th>address</th><th>name</th><th>round trips</th><th>notes</th></tr>",
+            escape(&t.target),
+            escape(&t.address)
+        );
+        for h in &t.hops {
+            let rtts = h
+                .probes
+                .iter()
+                .map(|p| p.rtt_us.map_or("*".to_owned(), ms))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut notes = Vec::new();
+            if h.silent() {
+                notes.push("no reply".to_owned());
+            }
+            if let Some(a) = h.asymmetry() {
+                notes.push(format!("asymm {a}"));
+            }
+            if let Some(m) = &h.mtu {
+                notes.push(format!("pmtu {}", m.mtu));
+            }
+            let _ = write!(
+                s,
+                "<tr><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{rtts}</td><td>{}</td></tr>",
+                h.hop,
+                escape(&h.addresses.join(" ")),
+                escape(&h.names.iter().flatten().cloned().collect::<Vec<_>>().join(" ")),
+                escape(&notes.join("; "))
+            );
+        }
+        let _ = write!(
+            s,
+            "</table><p>{}; path checksum <code>{}</code>.</p>",
+            if t.reached { "Reached" } else { "Not reached" },
+            escape(&t.path_checksum)
+        );
+    }
+    s
+}
+
+fn ms(us: f64) -> String {
+    format!("{:.3} ms", us / 1e3)
+}
+
+fn delay_row(name: &str, d: &DelayStats) -> String {
+    format!(
+        "<tr><td>{name}</td><td class=\"num\">{}</td>{}</tr>",
+        d.count,
+        [d.min_us, d.median_us, d.p90_us, d.p99_us, d.max_us]
+            .iter()
+            .map(|v| format!("<td class=\"num\">{}</td>", ms(*v)))
+            .collect::<String>()
+    )
+}
+
+fn one_way_row(name: &str, o: &OneWayStats) -> String {
+    format!(
+        "<tr><td>{name}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td></td><td></td><td class=\"num\">{}</td></tr>",
+        if o.synchronized { "" } else { " (clocks not synchronized)" },
+        o.count,
+        ms(o.min_us),
+        ms(o.median_us),
+        ms(o.max_us)
+    )
+}
+
+fn ipdv_table(title: &str, i: &IpdvStats) -> String {
+    format!(
+        "<h3>{title}</h3><table><tr><th>count</th><th>min</th><th>median</th><th>max</th><th>p99 of |IPDV|</th></tr><tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr></table>",
+        i.count,
+        ms(i.min_us),
+        ms(i.median_us),
+        ms(i.max_us),
+        ms(i.p99_abs_us)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_know_which_way_is_better() {
+        let base = fig("Send rate", 100.0, "Mbit/s", Better::Higher);
+        let run = fig("Send rate", 90.0, "Mbit/s", Better::Higher);
+        let (d, pct, v) = difference(&base, &run);
+        assert_eq!(d, -10.0);
+        assert_eq!(pct, Some(-10.0));
+        assert_eq!(v, "worse");
+        let base = fig("Lost", 0.0, "%", Better::Lower);
+        let run = fig("Lost", 1.0, "%", Better::Lower);
+        assert_eq!(difference(&base, &run), (1.0, None, "worse"));
+        assert_eq!(difference(&run, &base), (-1.0, Some(-100.0), "better"));
+        assert_eq!(difference(&run, &run).2, "same");
+    }
+
+    #[test]
+    fn shown_values_carry_units() {
+        assert_eq!(show(941.234, "Mbit/s"), "941.2 Mbit/s");
+        assert_eq!(show(0.25, "%"), "0.250 %");
+        assert_eq!(show(12.0, ""), "12");
+    }
+}
