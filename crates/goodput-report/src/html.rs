@@ -405,11 +405,23 @@ fn comparison_table(n: usize, run: &ReportInput, base: &TestResult, base_figures
             show(b.value, b.unit),
             show(f.value, f.unit),
             show(d, b.unit),
-            pct.map_or("n/a".to_owned(), |p| format!("{}{p:.1} % ({verdict})", if p > 0.0 { "+" } else { "" })),
+            change_text(pct, verdict),
         );
     }
     s += "</table>";
     s
+}
+
+/// The change column: the change in percent (or "from 0") and the
+/// verdict, or "same".
+fn change_text(pct: Option<f64>, verdict: &str) -> String {
+    if verdict == "same" {
+        return "same".into();
+    }
+    let pct = pct.map_or("from 0".to_owned(), |p| {
+        format!("{}{p:.1} %", if p > 0.0 { "+" } else { "" })
+    });
+    format!("{pct} ({verdict})")
 }
 
 fn run_section(id: &str, input: &ReportInput, charts: &mut Vec<ReportChart>) -> String {

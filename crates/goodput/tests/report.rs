@@ -411,9 +411,23 @@ fn a_comparison_shows_each_figures_difference_from_the_baseline() {
         cells[4].ends_with(if diff > 0.0 { "(better)" } else { "(worse)" }),
         "{cells:?}"
     );
+    // A figure unchanged says so.
+    assert_eq!(row("Data errors")[4], "same");
     if let Some(errors) = tidy_errors(&html) {
         panic!("tidy finds errors in the comparison:\n{errors}");
     }
+    let Some(browser) = Browser::start("report-compare") else {
+        return;
+    };
+    browser.go(&format!("file://{}", html.display()));
+    let worse_or_better = browser
+        .script("return document.querySelectorAll('table.compare tr.better, table.compare tr.worse').length");
+    assert!(worse_or_better.as_u64().unwrap() >= 2, "{worse_or_better}");
+    let console = browser.console();
+    assert!(console.is_empty(), "console: {console:?}");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    browser.screenshot(&shots.join("report-compare.png"));
 }
 
 #[test]
