@@ -5,7 +5,9 @@
 //! documents give it; `--png` writes each chart as a PNG image.
 //!
 //! The results come from real runs on loopback (embedded servers, a
-//! `goodput server` for echo, TTCP and the TCP server's own document).
+//! `goodput server` for echo, TTCP and the TCP server's own document): every
+//! kind a command writes as a document. (The server's iperf3 service
+//! reports its tests on the console only, so `iperf3_server` has none.)
 
 mod common;
 
@@ -114,6 +116,46 @@ fn results() -> &'static Vec<(&'static str, PathBuf)> {
                 ],
             ),
         ));
+        // A TTCP receiver's document, fed by a transmitter.
+        let rport = free_tcp_port();
+        let receive_json = tmp("report", "ttcp_receive.json");
+        let mut c = goodput();
+        c.args([
+            "ttcp",
+            "-r",
+            "-B",
+            "127.0.0.1",
+            "-v",
+            "0",
+            "-p",
+            &rport.to_string(),
+            "--json",
+        ])
+        .arg(&receive_json);
+        let receiver = Reaped::spawn(c);
+        common::wait_tcp_listening(rport);
+        ok(
+            goodput()
+                .args([
+                    "ttcp",
+                    "-t",
+                    "127.0.0.1",
+                    "-l",
+                    "1000",
+                    "-n",
+                    "500",
+                    "-v",
+                    "0",
+                    "-p",
+                    &rport.to_string(),
+                ])
+                .output()
+                .unwrap(),
+            "ttcp -t",
+        );
+        let (code, _, err) = receiver.wait(std::time::Duration::from_secs(10));
+        assert_eq!(code, Some(0), "ttcp -r: {err}");
+        v.push(("ttcp_receive", receive_json));
         v.push((
             "ping",
             result(
@@ -249,6 +291,7 @@ fn every_kind_renders_as_valid_html_that_chromium_opens_cleanly() {
         "tcp_server",
         "echo_client",
         "ttcp_transmit",
+        "ttcp_receive",
         "ping",
         "stamp_sender",
         "media_client",
