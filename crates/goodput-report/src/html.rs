@@ -672,54 +672,51 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
             .push(series("max", palette::VERMILLION, Style::Line, q(|p| p.max_us)));
         out.push(("echo-rtt".to_owned(), chart::svg(&c)));
     }
-    // Distributions.
-    if let Some(st) = &r.stamp {
-        let h = &st.total.histograms;
-        if let Some(svg) = histogram_chart(
+    // Distributions: (file name, title, encoded histogram, colour).
+    let stamp_h = r.stamp.as_ref().map(|st| &st.total.histograms);
+    let histograms = [
+        (
+            "rtt-histogram",
             "Round-trip delay distribution",
-            h.rtt_ns.as_deref(),
+            stamp_h.and_then(|h| h.rtt_ns.as_deref()),
             palette::BLUE,
-        ) {
-            out.push(("rtt-histogram".to_owned(), svg));
-        }
-        if let Some(svg) = histogram_chart(
+        ),
+        (
+            "forward-histogram",
             "Forward delay distribution",
-            h.forward_ns.as_deref(),
+            stamp_h.and_then(|h| h.forward_ns.as_deref()),
             palette::GREEN,
-        ) {
-            out.push(("forward-histogram".to_owned(), svg));
-        }
-        if let Some(svg) = histogram_chart(
+        ),
+        (
+            "backward-histogram",
             "Backward delay distribution",
-            h.backward_ns.as_deref(),
+            stamp_h.and_then(|h| h.backward_ns.as_deref()),
             palette::ORANGE,
-        ) {
-            out.push(("backward-histogram".to_owned(), svg));
-        }
-    }
-    if let Some(e) = &r.echo {
-        if let Some(svg) = histogram_chart(
+        ),
+        (
+            "echo-histogram",
             "Echo round-trip distribution",
-            e.round_trip_histogram.as_deref(),
+            r.echo.as_ref().and_then(|e| e.round_trip_histogram.as_deref()),
             palette::BLUE,
-        ) {
-            out.push(("echo-histogram".to_owned(), svg));
-        }
-        if let Some(svg) = histogram_chart(
+        ),
+        (
+            "connect-histogram",
             "Connect time distribution",
-            e.connect_histogram.as_deref(),
+            r.echo.as_ref().and_then(|e| e.connect_histogram.as_deref()),
             palette::GREEN,
-        ) {
-            out.push(("connect-histogram".to_owned(), svg));
-        }
-    }
-    if let Some(m) = &r.media {
-        if let Some(svg) = histogram_chart(
+        ),
+        (
+            "delay-histogram",
             "Relative delay distribution (RFC 3550 transit, from the first datagram's)",
-            m.histograms.relative_delay_ns.as_deref(),
+            r.media
+                .as_ref()
+                .and_then(|m| m.histograms.relative_delay_ns.as_deref()),
             palette::PURPLE,
-        ) {
-            out.push(("delay-histogram".to_owned(), svg));
+        ),
+    ];
+    for (name, title, encoded, color) in histograms {
+        if let Some(svg) = histogram_chart(title, encoded, color) {
+            out.push((name.to_owned(), svg));
         }
     }
     if let Some(q) = &r.quic {

@@ -382,11 +382,17 @@ fn every_kind_renders_as_valid_html_that_chromium_opens_cleanly() {
         "return [...document.querySelectorAll('svg.chart')].filter(s => s.getBoundingClientRect().width >= 800).length",
     );
     assert_eq!(drawn.as_u64(), Some(charts as u64));
+    clean_console_and_screenshot(&browser, "report.png");
+}
+
+/// Asserts the page logged nothing to the console, and keeps a
+/// screenshot of it in target/screenshots.
+fn clean_console_and_screenshot(browser: &Browser, name: &str) {
     let console = browser.console();
     assert!(console.is_empty(), "console: {console:?}");
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../screenshots");
     std::fs::create_dir_all(&shots).unwrap();
-    browser.screenshot(&shots.join("report.png"));
+    browser.screenshot(&shots.join(name));
 }
 
 #[test]
@@ -466,11 +472,7 @@ fn a_comparison_shows_each_figures_difference_from_the_baseline() {
     let worse_or_better = browser
         .script("return document.querySelectorAll('table.compare tr.better, table.compare tr.worse').length");
     assert!(worse_or_better.as_u64().unwrap() >= 2, "{worse_or_better}");
-    let console = browser.console();
-    assert!(console.is_empty(), "console: {console:?}");
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    browser.screenshot(&shots.join("report-compare.png"));
+    clean_console_and_screenshot(&browser, "report-compare.png");
 }
 
 #[test]
