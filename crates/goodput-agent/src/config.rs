@@ -139,7 +139,9 @@ impl Loaded {
 }
 
 /// Reads the document's text from its source.
-async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
+/// A configuration document's text, from a file or a URL (at most 16 MiB,
+/// 30 s), and whether it is TOML.
+pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
     match source {
         ConfigSource::File(p) => {
             let text = tokio::fs::read_to_string(p)

@@ -45,7 +45,7 @@ use std::time::Duration;
 use goodput_archive::{Archive, Retention};
 use tokio_util::sync::CancellationToken;
 
-pub use config::{mine, own_identities, ConfigSource};
+pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
 pub use limits::{Limits, Window};
 pub use openapi::document as openapi_document;
 pub use tls::fingerprint;

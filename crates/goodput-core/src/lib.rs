@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod path;
 pub mod pattern;
 pub mod plan;
+pub mod psconfig;
 pub mod quic;
 pub mod rate;
 pub mod result;

@@ -3,7 +3,7 @@
 //! whom), and `goodput agent run`, the client that asks an agent for a run.
 
 use super::{runtime, usage, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
-use crate::flags::{AgentAction, AgentArgs, AgentRunArgs};
+use crate::flags::{AgentAction, AgentArgs, AgentRunArgs, ImportPsconfigArgs};
 use anyhow::anyhow;
 use goodput_agent::{AgentOptions, ConfigSource, Limits};
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
@@ -13,8 +13,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
-    if let Some(AgentAction::Run(r)) = &args.action {
-        return agent_run(r);
+    match &args.action {
+        Some(AgentAction::Run(r)) => return agent_run(r),
+        Some(AgentAction::ImportPsconfig(i)) => return import_psconfig(i),
+        None => {}
     }
     if args.check_config {
         return check_config(args);
@@ -382,4 +384,66 @@ fn human(ms: u64) -> String {
         m if m % 1000 == 0 => format!("{} s", m / 1000),
         m => format!("{m} ms"),
     }
+}
+
+/// `goodput agent import-psconfig`: a pSConfig template as a mesh
+/// configuration, with a note for each thing not carried over.
+fn import_psconfig(args: &ImportPsconfigArgs) -> Result<u8, Stop> {
+    let source = ConfigSource::parse(&args.template);
+    let rt = runtime()?;
+    let (text, _) = rt
+        .block_on(goodput_agent::fetch_document(&source))
+        .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    let template: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Stop::Fatal(anyhow!("{source}: not JSON (a pSConfig template is JSON): {e}")))?;
+    let choices = goodput_core::psconfig::ImportChoices {
+        throughput_iperf3: args.throughput == "iperf3",
+        rtt_stamp: args.rtt == "stamp",
+    };
+    let imported = goodput_core::psconfig::import_psconfig(&template, choices)
+        .map_err(|e| Stop::Fatal(anyhow!("{source}: {e}")))?;
+    // Only what the template said: the agent and alert sections keep
+    // their defaults, so they are left out.
+    let mut doc = serde_json::to_value(&imported.config).map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    if let Some(m) = doc.as_object_mut() {
+        m.remove("agent");
+        m.remove("alerts");
+    }
+    let body = toml::to_string(&doc).map_err(|e| Stop::Fatal(anyhow!("cannot write TOML: {e}")))?;
+    let c = &imported.config;
+    let mut out = format!(
+        "# goodput mesh configuration imported from the pSConfig template {source}\n\
+         # {} addresses, {} groups, {} tests, {} schedules, {} tasks\n",
+        c.addresses.len(),
+        c.groups.len(),
+        c.tests.len(),
+        c.schedules.len(),
+        c.tasks.len()
+    );
+    if !imported.notes.is_empty() {
+        out += &format!(
+            "# Not carried over, or carried over differently ({}):\n",
+            imported.notes.len()
+        );
+        for n in &imported.notes {
+            out += &format!("#   {n}\n");
+        }
+    }
+    out += "\n";
+    out += &body;
+    for n in &imported.notes {
+        eprintln!("goodput: {n}");
+    }
+    match &args.output {
+        Some(p) => {
+            std::fs::write(p, out).map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", p.display())))?
+        }
+        None => print!("{out}"),
+    }
+    eprintln!(
+        "goodput: imported {} tasks ({} notes)",
+        c.tasks.len(),
+        imported.notes.len()
+    );
+    Ok(EXIT_OK)
 }

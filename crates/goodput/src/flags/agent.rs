@@ -126,6 +126,30 @@ pub enum AgentAction {
     /// Ask an agent to run a test now (or at the first slot free on both
     /// ends), wait for it, and print its result's figures.
     Run(AgentRunArgs),
+    /// Convert a perfSONAR pSConfig template into goodput's mesh
+    /// configuration (TOML): throughput → tcp (or iperf3), latency and
+    /// latencybg → stamp, rtt → ping (or stamp), trace → trace. Each thing
+    /// that could not be carried over is named, on standard error and as a
+    /// comment at the top of the output.
+    ImportPsconfig(ImportPsconfigArgs),
+}
+
+/// `goodput agent import-psconfig`'s flags.
+#[derive(Debug, Args)]
+pub struct ImportPsconfigArgs {
+    /// The template: a JSON file or an http(s):// URL.
+    #[arg(value_name = "FILE|URL")]
+    pub template: String,
+    /// Write the configuration here instead of standard output.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// What throughput tests become: tcp (goodput's own, against the
+    /// agents' services) or iperf3 (UDP throughput is always iperf3).
+    #[arg(long, value_name = "KIND", default_value = "tcp", value_parser = ["tcp", "iperf3"])]
+    pub throughput: String,
+    /// What rtt tests become: ping (ICMP echo or TCP connect) or stamp.
+    #[arg(long, value_name = "KIND", default_value = "ping", value_parser = ["ping", "stamp"])]
+    pub rtt: String,
 }
 
 /// `goodput agent run`'s flags.

@@ -1,0 +1,653 @@
+//! perfSONAR's pSConfig templates in goodput's mesh configuration: the
+//! addresses, groups, schedules and tasks carry over nearly one to one
+//! (goodput's mesh document was modelled on pSConfig), and each pScheduler
+//! test spec becomes a goodput test of the kind that measures the same
+//! thing: throughput → `tcp` (or `iperf3`), latency and latencybg →
+//! `stamp`, rtt → `ping` (or `stamp`), trace → `trace`. Whatever cannot be
+//! carried over is named in a note, one line each, never dropped silently.
+//!
+//! Written from pSConfig's published JSON schema and pScheduler's test
+//! spec fields; template variables `{% address[0] %}` and
+//! `{% address[1] %}` become `{{source}}` and `{{dest}}`.
+
+use crate::mesh::{duration_ms, Address, Group, Lead, MeshConfig, Schedule, Task};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+
+/// Which goodput kinds pScheduler's types become where there is a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ImportChoices {
+    /// throughput → `iperf3` instead of `tcp` (UDP throughput is always
+    /// iperf3).
+    pub throughput_iperf3: bool,
+    /// rtt → `stamp` instead of `ping`.
+    pub rtt_stamp: bool,
+}
+
+/// A converted template: the mesh configuration and a line for each thing
+/// that was not carried over (or carried over differently).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    /// The configuration (validated).
+    pub config: MeshConfig,
+    /// What was skipped or changed, with its place in the template.
+    pub notes: Vec<String>,
+}
+
+/// The schedule latencybg tasks get when the template gives none:
+/// perfSONAR's background latency reports once a minute.
+const LATENCYBG_REPEAT: &str = "PT1M";
+
+/// Converts a pSConfig template (its JSON). Fails only when the document
+/// is not a template at all, or when what could be converted is not a
+/// valid mesh configuration (the error says where).
+pub fn import_psconfig(template: &Value, choices: ImportChoices) -> Result<Imported, String> {
+    let top = template
+        .as_object()
+        .ok_or("a pSConfig template is a JSON object")?;
+    for key in ["addresses", "groups", "tests", "tasks"] {
+        if !top.get(key).is_some_and(Value::is_object) {
+            return Err(format!("not a pSConfig template: no '{key}' object"));
+        }
+    }
+    let mut notes = Vec::new();
+    let mut config = MeshConfig::default();
+    for key in top.keys() {
+        if !matches!(
+            key.as_str(),
+            "addresses" | "groups" | "tests" | "tasks" | "schedules" | "_meta"
+        ) {
+            notes.push(format!(
+                "{key}: not carried over (goodput has no {})",
+                match key.as_str() {
+                    "archives" => "archive targets in the mesh document; each agent keeps its own archive",
+                    "hosts" => "host objects; an address that serves no agent is `no_agent`",
+                    "contexts" => "contexts",
+                    "subtasks" => "subtasks",
+                    "address-classes" => "address classes; name the addresses instead",
+                    "includes" => "includes; import each template",
+                    _ => "such section",
+                }
+            ));
+        }
+    }
+    addresses(top, &mut config, &mut notes);
+    groups(top, &mut config, &mut notes);
+    let kinds = tests(top, &mut config, &mut notes, choices);
+    schedules(top, &mut config, &mut notes);
+    tasks(top, &mut config, &mut notes, &kinds);
+    // Groups and addresses no task uses are kept: they cost nothing and
+    // the next template edit may use them.
+    config
+        .validate()
+        .map_err(|e| format!("the converted configuration is not valid: {e}"))?;
+    Ok(Imported { config, notes })
+}
+
+fn obj<'a>(top: &'a Map<String, Value>, key: &str) -> impl Iterator<Item = (&'a String, &'a Value)> {
+    top.get(key)
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.iter())
+}
+
+fn disabled(v: &Value) -> bool {
+    v.get("disabled").and_then(Value::as_bool) == Some(true)
+}
+
+fn addresses(top: &Map<String, Value>, config: &mut MeshConfig, notes: &mut Vec<String>) {
+    for (name, a) in obj(top, "addresses") {
+        let place = format!("addresses.{name}");
+        let Some(address) = a.get("address").and_then(Value::as_str) else {
+            notes.push(format!("{place}: no 'address'; skipped"));
+            continue;
+        };
+        if disabled(a) {
+            notes.push(format!("{place}: disabled; skipped"));
+            continue;
+        }
+        let mut labels = BTreeMap::new();
+        for (label, l) in a.get("labels").and_then(Value::as_object).into_iter().flatten() {
+            match l.get("address").and_then(Value::as_str) {
+                Some(x) if !disabled(l) => {
+                    labels.insert(label.clone(), x.to_owned());
+                }
+                _ => notes.push(format!("{place}.labels.{label}: no address or disabled; skipped")),
+            }
+        }
+        let tags = a
+            .get("tags")
+            .and_then(Value::as_array)
+            .map(|t| t.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        for key in [
+            "remote-addresses",
+            "pscheduler-address",
+            "lead-bind-address",
+            "contexts",
+        ] {
+            if a.get(key).is_some() {
+                notes.push(format!("{place}.{key}: not carried over"));
+            }
+        }
+        config.addresses.insert(
+            name.clone(),
+            Address {
+                address: address.to_owned(),
+                labels,
+                tags,
+                no_agent: a.get("no-agent").and_then(Value::as_bool) == Some(true),
+                ..Address::default()
+            },
+        );
+    }
+}
+
+/// The names an address selector list picks (by name; by class is noted).
+fn selected(list: Option<&Value>, place: &str, config: &MeshConfig, notes: &mut Vec<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, s) in list.and_then(Value::as_array).into_iter().flatten().enumerate() {
+        if disabled(s) {
+            continue;
+        }
+        if let Some(class) = s.get("class").and_then(Value::as_str) {
+            notes.push(format!(
+                "{place}[{i}]: address class '{class}' not carried over; name its addresses"
+            ));
+            continue;
+        }
+        let Some(name) = s.get("name").and_then(Value::as_str) else {
+            notes.push(format!("{place}[{i}]: no name; skipped"));
+            continue;
+        };
+        if let Some(label) = s.get("label").and_then(Value::as_str) {
+            notes.push(format!(
+                "{place}[{i}]: label '{label}' of '{name}' is set per task in goodput (task `label`); the group uses the address"
+            ));
+        }
+        if config.addresses.contains_key(name) {
+            out.push(name.to_owned());
+        } else {
+            notes.push(format!(
+                "{place}[{i}]: '{name}' is not a carried-over address; left out"
+            ));
+        }
+    }
+    out
+}
+
+fn groups(top: &Map<String, Value>, config: &mut MeshConfig, notes: &mut Vec<String>) {
+    let names: Vec<(String, Value)> = obj(top, "groups").map(|(k, v)| (k.clone(), v.clone())).collect();
+    for (name, g) in names {
+        let place = format!("groups.{name}");
+        if disabled(&g) {
+            notes.push(format!("{place}: disabled; skipped"));
+            continue;
+        }
+        for key in ["excludes", "default-address-label"] {
+            if g.get(key).is_some() {
+                notes.push(format!(
+                    "{place}.{key}: not carried over (every pair of the group is tested)"
+                ));
+            }
+        }
+        if let Some(x) = g.get("excludes-self").and_then(Value::as_str) {
+            if x == "disabled" {
+                notes.push(format!(
+                    "{place}.excludes-self: 'disabled' not carried over (goodput never pairs an address with itself)"
+                ));
+            }
+        }
+        let group = match g.get("type").and_then(Value::as_str) {
+            Some("mesh") => Group::Mesh {
+                addresses: selected(g.get("addresses"), &format!("{place}.addresses"), config, notes),
+            },
+            Some("list") => Group::List {
+                addresses: selected(g.get("addresses"), &format!("{place}.addresses"), config, notes),
+            },
+            Some("disjoint") => Group::Disjoint {
+                a: selected(
+                    g.get("a-addresses"),
+                    &format!("{place}.a-addresses"),
+                    config,
+                    notes,
+                ),
+                b: selected(
+                    g.get("b-addresses"),
+                    &format!("{place}.b-addresses"),
+                    config,
+                    notes,
+                ),
+                unidirectional: g.get("unidirectional").and_then(Value::as_bool) == Some(true),
+            },
+            other => {
+                notes.push(format!(
+                    "{place}: type {other:?} is not mesh, disjoint or list; skipped"
+                ));
+                continue;
+            }
+        };
+        let empty = match &group {
+            Group::Mesh { addresses } => addresses.len() < 2,
+            Group::List { addresses } => addresses.is_empty(),
+            Group::Disjoint { a, b, .. } => a.is_empty() || b.is_empty(),
+        };
+        if empty {
+            notes.push(format!(
+                "{place}: makes no pair from the carried-over addresses; skipped"
+            ));
+            continue;
+        }
+        config.groups.insert(name, group);
+    }
+}
+
+/// A template string with pSConfig's address variables replaced; `None`
+/// when another variable is in it.
+fn substitute(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find("{%") {
+        out.push_str(&rest[..at]);
+        let end = rest[at..].find("%}")? + at;
+        let var: String = rest[at + 2..end].chars().filter(|c| !c.is_whitespace()).collect();
+        out.push_str(match var.as_str() {
+            "address[0]" | "pscheduler_address[0]" => "{{source}}",
+            "address[1]" | "pscheduler_address[1]" => "{{dest}}",
+            _ => return None,
+        });
+        rest = &rest[end + 2..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// An ISO 8601 duration as goodput's (`PT30S` → `30s`), or the note why not.
+fn duration(v: &Value) -> Result<String, String> {
+    let ms = match v {
+        Value::String(s) => duration_ms(s)?,
+        Value::Number(n) => {
+            let s = n.as_f64().ok_or("not a number")?;
+            if !(0.0..=1e9).contains(&s) {
+                return Err(format!("{s} s is out of range"));
+            }
+            (s * 1000.0).round() as u64
+        }
+        _ => return Err("not a duration".into()),
+    };
+    Ok(if ms % 1000 == 0 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{ms}ms")
+    })
+}
+
+/// Converts each test; the kind each became, by test name.
+fn tests(
+    top: &Map<String, Value>,
+    config: &mut MeshConfig,
+    notes: &mut Vec<String>,
+    choices: ImportChoices,
+) -> BTreeMap<String, &'static str> {
+    let mut kinds = BTreeMap::new();
+    for (name, t) in obj(top, "tests") {
+        let place = format!("tests.{name}");
+        if disabled(t) {
+            notes.push(format!("{place}: disabled; skipped"));
+            continue;
+        }
+        let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
+        let spec = t
+            .get("spec")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        // Every string in the spec with its variables replaced.
+        let mut s = Map::new();
+        let mut unknown_var = None;
+        for (k, v) in &spec {
+            let v = match v {
+                Value::String(x) => match substitute(x) {
+                    Some(x) => Value::String(x),
+                    None => {
+                        unknown_var = Some(format!("{k} = {x:?}"));
+                        continue;
+                    }
+                },
+                v => v.clone(),
+            };
+            s.insert(k.clone(), v);
+        }
+        if let Some(what) = unknown_var {
+            notes.push(format!(
+                "{place}: spec.{what} uses a template variable other than address[0] and address[1]; skipped"
+            ));
+            continue;
+        }
+        match convert_test(ty, &s, choices, &place, notes) {
+            Ok((kind, doc)) => {
+                kinds.insert(name.clone(), kind);
+                config.tests.insert(name.clone(), doc);
+            }
+            Err(why) => notes.push(format!("{place}: {why}; skipped")),
+        }
+    }
+    kinds
+}
+
+/// The spec fields a conversion read; the rest are noted as not carried.
+struct Fields<'a> {
+    spec: &'a Map<String, Value>,
+    used: Vec<&'static str>,
+}
+
+impl<'a> Fields<'a> {
+    fn get(&mut self, k: &'static str) -> Option<&'a Value> {
+        self.used.push(k);
+        self.spec.get(k)
+    }
+    fn u64(&mut self, k: &'static str) -> Option<u64> {
+        self.get(k).and_then(Value::as_u64)
+    }
+    fn flag(&mut self, k: &'static str) -> bool {
+        self.get(k).and_then(Value::as_bool) == Some(true)
+    }
+    fn rest(&self) -> Vec<&String> {
+        self.spec
+            .keys()
+            .filter(|k| {
+                !self.used.contains(&k.as_str()) && !matches!(k.as_str(), "schema" | "source" | "source-node")
+            })
+            .collect()
+    }
+}
+
+fn convert_test(
+    ty: &str,
+    spec: &Map<String, Value>,
+    choices: ImportChoices,
+    place: &str,
+    notes: &mut Vec<String>,
+) -> Result<(&'static str, Value), String> {
+    match ty {
+        "throughput" | "latency" | "latencybg" | "rtt" | "trace" => {}
+        "" => return Err("no type".into()),
+        other => return Err(format!("type '{other}' has no goodput kind")),
+    }
+    let mut f = Fields {
+        spec,
+        used: Vec::new(),
+    };
+    let dest = f.get("dest").and_then(Value::as_str).map(str::to_owned);
+    if let Some(d) = &dest {
+        if d != "{{dest}}" {
+            notes.push(format!(
+                "{place}: spec.dest {d:?} is kept as written (goodput puts the pair's destination where {{{{dest}}}} is)"
+            ));
+        }
+    }
+    let dest = dest.ok_or("no spec.dest")?;
+    let dur = |f: &mut Fields, k: &'static str| -> Result<Option<String>, String> {
+        f.get(k)
+            .map(|v| duration(v).map_err(|e| format!("spec.{k}: {e}")))
+            .transpose()
+    };
+    let (kind, mut doc) = match ty {
+        "throughput" => {
+            let udp = f.flag("udp");
+            let duration = dur(&mut f, "duration")?.unwrap_or_else(|| "10s".into());
+            let parallel = f.u64("parallel").unwrap_or(1).clamp(1, 128);
+            let reverse = f.flag("reverse");
+            if udp || choices.throughput_iperf3 {
+                let mut d = json!({
+                    "kind": "iperf3", "host": dest, "time": duration, "parallel": parallel,
+                    "reverse": reverse, "udp": udp,
+                });
+                if let Some(b) = f.u64("bandwidth") {
+                    d["bitrate"] = json!(b.to_string());
+                }
+                if let Some(o) = dur(&mut f, "omit")? {
+                    d["omit"] = json!(o);
+                }
+                if let Some(w) = f.u64("window-size") {
+                    d["window"] = json!(w.to_string());
+                }
+                if let Some(m) = f.u64("mss") {
+                    d["mss"] = json!(m);
+                }
+                if f.flag("no-delay") {
+                    d["no_delay"] = json!(true);
+                }
+                ("iperf3", d)
+            } else {
+                let mut d = json!({
+                    "kind": "tcp", "hosts": [dest], "duration": duration, "connections": parallel,
+                });
+                if reverse {
+                    d["pattern"] = json!("pull");
+                }
+                if let Some(b) = f.u64("bandwidth") {
+                    // Per connection in goodput; pScheduler's is the total.
+                    d["rate_limit"] = json!(format!("{}bit", (b / parallel).max(1)));
+                }
+                ("tcp", d)
+            }
+        }
+        "latency" | "latencybg" => {
+            let interval = f
+                .get("packet-interval")
+                .map(duration)
+                .transpose()
+                .map_err(|e| format!("spec.packet-interval: {e}"))?;
+            let count = f
+                .u64("packet-count")
+                .unwrap_or(if ty == "latencybg" { 600 } else { 100 });
+            let mut d = json!({
+                "kind": "stamp", "host": dest, "count": count,
+                "interval": interval.unwrap_or_else(|| "100ms".into()),
+            });
+            if let Some(t) = dur(&mut f, "packet-timeout")? {
+                d["timeout"] = json!(t);
+            }
+            if let Some(p) = f.u64("packet-padding") {
+                // A STAMP test packet is 44 bytes before padding.
+                d["size"] = json!((44 + p).min(9000));
+            }
+            ("stamp", d)
+        }
+        "rtt" => {
+            let count = f.u64("count").unwrap_or(5);
+            let interval = dur(&mut f, "interval")?.unwrap_or_else(|| "1s".into());
+            if choices.rtt_stamp {
+                (
+                    "stamp",
+                    json!({ "kind": "stamp", "host": dest, "count": count, "interval": interval }),
+                )
+            } else {
+                let mut d = json!({ "kind": "ping", "host": dest, "count": count, "interval": interval });
+                if let Some(l) = f.u64("length") {
+                    d["size"] = json!(l.min(65_000));
+                }
+                if let Some(t) = dur(&mut f, "timeout")? {
+                    d["timeout"] = json!(t);
+                }
+                ("ping", d)
+            }
+        }
+        "trace" => {
+            let mut d = json!({ "kind": "trace", "host": dest });
+            if let Some(h) = f.u64("hops") {
+                d["max_hops"] = json!(h.clamp(1, 255));
+            }
+            if let Some(h) = f.u64("first-ttl") {
+                d["first_hop"] = json!(h.clamp(1, 255));
+            }
+            match f.get("probe-type").and_then(Value::as_str) {
+                Some(m @ ("udp" | "tcp" | "icmp")) => d["method"] = json!(m),
+                Some(other) => notes.push(format!(
+                    "{place}: spec.probe-type {other:?} is not udp, tcp or icmp; udp"
+                )),
+                None => {}
+            }
+            if let Some(w) = dur(&mut f, "wait")? {
+                d["wait"] = json!(w);
+            }
+            ("trace", d)
+        }
+        _ => unreachable!("checked above"),
+    };
+    // Common fields.
+    match f.get("ip-version").and_then(Value::as_u64) {
+        Some(4) => doc["family"] = json!("ipv4"),
+        Some(6) => doc["family"] = json!("ipv6"),
+        _ => {}
+    }
+    let rest = f.rest();
+    if !rest.is_empty() {
+        notes.push(format!(
+            "{place}: spec fields not carried over: {}",
+            rest.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok((kind, doc))
+}
+
+fn schedules(top: &Map<String, Value>, config: &mut MeshConfig, notes: &mut Vec<String>) {
+    for (name, s) in obj(top, "schedules") {
+        let place = format!("schedules.{name}");
+        let text = |k: &str| s.get(k).and_then(Value::as_str).map(str::to_owned);
+        let Some(repeat) = text("repeat") else {
+            notes.push(format!(
+                "{place}: no repeat (a single run); skipped, and tasks using it"
+            ));
+            continue;
+        };
+        let mut sch = Schedule {
+            repeat,
+            slip: text("slip"),
+            sliprand: s.get("sliprand").and_then(Value::as_bool) == Some(true),
+            max_runs: s.get("max-runs").and_then(Value::as_u64),
+            ..Schedule::default()
+        };
+        for (k, slot) in [("start", &mut sch.start), ("until", &mut sch.until)] {
+            if let Some(t) = text(k) {
+                if crate::mesh::rfc3339_ms(&t).is_ok() {
+                    *slot = Some(t);
+                } else {
+                    notes.push(format!(
+                        "{place}.{k}: {t:?} is not an RFC 3339 time (relative times are pScheduler's); left out"
+                    ));
+                }
+            }
+        }
+        config.schedules.insert(name.clone(), sch);
+    }
+}
+
+fn tasks(
+    top: &Map<String, Value>,
+    config: &mut MeshConfig,
+    notes: &mut Vec<String>,
+    kinds: &BTreeMap<String, &'static str>,
+) {
+    for (name, t) in obj(top, "tasks") {
+        let place = format!("tasks.{name}");
+        let text = |k: &str| t.get(k).and_then(Value::as_str).map(str::to_owned);
+        let (Some(group), Some(test)) = (text("group"), text("test")) else {
+            notes.push(format!("{place}: no group or test; skipped"));
+            continue;
+        };
+        if !config.groups.contains_key(&group) {
+            notes.push(format!(
+                "{place}: its group '{group}' was not carried over; skipped"
+            ));
+            continue;
+        }
+        let Some(kind) = kinds.get(&test) else {
+            notes.push(format!(
+                "{place}: its test '{test}' was not carried over; skipped"
+            ));
+            continue;
+        };
+        let schedule = match text("schedule") {
+            Some(s) if config.schedules.contains_key(&s) => s,
+            Some(s) => {
+                notes.push(format!(
+                    "{place}: its schedule '{s}' was not carried over; skipped"
+                ));
+                continue;
+            }
+            None if top
+                .get("tests")
+                .and_then(|x| x.get(&test))
+                .and_then(|x| x.get("type"))
+                .and_then(Value::as_str)
+                == Some("latencybg") =>
+            {
+                let s = "latencybg".to_owned();
+                config.schedules.entry(s.clone()).or_insert_with(|| Schedule {
+                    repeat: LATENCYBG_REPEAT.into(),
+                    ..Schedule::default()
+                });
+                notes.push(format!(
+                    "{place}: latencybg streams without a schedule in perfSONAR; here a {kind} session every minute (schedule 'latencybg')"
+                ));
+                s
+            }
+            None => {
+                notes.push(format!(
+                    "{place}: no schedule (pScheduler would run it once); skipped"
+                ));
+                continue;
+            }
+        };
+        for key in ["archives", "tools", "priority", "reference", "subtasks"] {
+            if t.get(key).is_some() {
+                notes.push(format!("{place}.{key}: not carried over"));
+            }
+        }
+        let scheduled_by = match t.get("scheduled-by").and_then(Value::as_u64) {
+            None | Some(0) => Lead::Source,
+            Some(1) => Lead::Destination,
+            Some(n) => {
+                notes.push(format!(
+                    "{place}.scheduled-by: {n} is not 0 or 1; the source leads"
+                ));
+                Lead::Source
+            }
+        };
+        config.tasks.insert(
+            name.clone(),
+            Task {
+                group,
+                test,
+                schedule,
+                scheduled_by,
+                disabled: disabled(t),
+                ..Task::default()
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_become_the_pairs_ends() {
+        assert_eq!(substitute("{% address[1] %}").as_deref(), Some("{{dest}}"));
+        assert_eq!(substitute("x{%address[0]%}y").as_deref(), Some("x{{source}}y"));
+        assert_eq!(substitute("{% jq .foo %}"), None);
+        assert_eq!(substitute("{% address[1]"), None);
+    }
+
+    #[test]
+    fn durations_read_iso_and_seconds() {
+        assert_eq!(duration(&json!("PT30S")).unwrap(), "30s");
+        assert_eq!(duration(&json!("PT0.5S")).unwrap(), "500ms");
+        assert_eq!(duration(&json!(0.1)).unwrap(), "100ms");
+        assert!(duration(&json!("soon")).is_err());
+        assert!(duration(&json!(-1)).is_err());
+    }
+}

@@ -1,0 +1,201 @@
+//! `goodput agent import-psconfig`: a pSConfig template (fixtures written
+//! from pSConfig's published schema and pScheduler's test specs, not
+//! copied from perfSONAR) becomes a mesh configuration that the agent
+//! itself accepts, with the right tasks and a note for every thing left
+//! out.
+
+mod common;
+
+use common::{run, tmp};
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/psconfig/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Imports `fixture` with `extra` flags: (configuration TOML as a value,
+/// the notes on standard error, the file written).
+fn import(name: &str, extra: &[&str]) -> (toml::Value, String, std::path::PathBuf) {
+    let out = tmp("psconfig", &format!("{name}-{}.toml", extra.join("_")));
+    let template = fixture(name);
+    let mut args = vec!["agent", "import-psconfig", &template, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let (code, _, err) = run(&args);
+    assert_eq!(code, Some(0), "{err}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    (toml::from_str(&text).unwrap(), err, out)
+}
+
+#[test]
+fn a_mesh_template_imports_to_the_right_tests_and_tasks() {
+    let (c, err, path) = import("mesh.json", &[]);
+    let test = |n: &str| c["tests"][n].clone();
+    // throughput → tcp: the duration, parallel streams as connections.
+    let t = test("throughput");
+    assert_eq!(t["kind"].as_str(), Some("tcp"));
+    assert_eq!(t["hosts"][0].as_str(), Some("{{dest}}"));
+    assert_eq!(t["duration"].as_str(), Some("20s"));
+    assert_eq!(t["connections"].as_integer(), Some(4));
+    // UDP throughput → iperf3 whatever the choice, with its bandwidth.
+    let t = test("udp-throughput");
+    assert_eq!(t["kind"].as_str(), Some("iperf3"));
+    assert_eq!(t["udp"].as_bool(), Some(true));
+    assert_eq!(t["bitrate"].as_str(), Some("100000000"));
+    assert_eq!(t["time"].as_str(), Some("10s"));
+    // latencybg and latency → stamp: count, interval, padding as size.
+    let t = test("latencybg");
+    assert_eq!(t["kind"].as_str(), Some("stamp"));
+    assert_eq!(t["count"].as_integer(), Some(600));
+    assert_eq!(t["interval"].as_str(), Some("100ms"));
+    let t = test("latency");
+    assert_eq!(t["count"].as_integer(), Some(200));
+    assert_eq!(t["interval"].as_str(), Some("50ms"));
+    assert_eq!(t["size"].as_integer(), Some(100));
+    assert_eq!(t["family"].as_str(), Some("ipv4"));
+    // rtt → ping.
+    let t = test("rtt");
+    assert_eq!(t["kind"].as_str(), Some("ping"));
+    assert_eq!(t["count"].as_integer(), Some(10));
+    assert_eq!(t["interval"].as_str(), Some("500ms"));
+    assert_eq!(t["size"].as_integer(), Some(100));
+    // trace → trace.
+    let t = test("trace");
+    assert_eq!(t["kind"].as_str(), Some("trace"));
+    assert_eq!(t["max_hops"].as_integer(), Some(20));
+    assert_eq!(t["method"].as_str(), Some("icmp"));
+    assert_eq!(t["wait"].as_str(), Some("2s"));
+    // An http test has no goodput kind; a jq variable cannot be filled.
+    assert!(c["tests"].get("web").is_none());
+    assert!(c["tests"].get("jq").is_none());
+
+    // Groups: the disabled address is left out of the mesh; the disjoint
+    // group keeps its direction.
+    let core: Vec<&str> = c["groups"]["core"]["addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(core, ["site-a", "site-b", "site-c"]);
+    assert_eq!(c["groups"]["edge"]["type"].as_str(), Some("disjoint"));
+    assert_eq!(c["groups"]["edge"]["unidirectional"].as_bool(), Some(true));
+    assert!(c["groups"].get("by-class").is_none());
+    assert_eq!(c["addresses"]["router"]["no_agent"].as_bool(), Some(true));
+    assert_eq!(
+        c["addresses"]["site-a"]["labels"]["v6"].as_str(),
+        Some("2001:db8::a")
+    );
+
+    // Schedules: repeat, slip and spread carried; a relative until is not.
+    assert_eq!(c["schedules"]["every-4h"]["slip"].as_str(), Some("PT4H"));
+    assert_eq!(c["schedules"]["every-4h"]["sliprand"].as_bool(), Some(true));
+    assert_eq!(
+        c["schedules"]["once-a-day"]["start"].as_str(),
+        Some("2026-12-01T00:00:00Z")
+    );
+    assert!(c["schedules"]["once-a-day"].get("until").is_none());
+    assert_eq!(c["schedules"]["latencybg"]["repeat"].as_str(), Some("PT1M"));
+
+    // Tasks: the six that can run, and none of the others.
+    let mut tasks: Vec<&String> = c["tasks"].as_table().unwrap().keys().collect();
+    tasks.sort();
+    assert_eq!(
+        tasks,
+        [
+            "core-latency",
+            "core-latencybg",
+            "core-rtt",
+            "core-throughput",
+            "core-trace",
+            "edge-udp"
+        ]
+    );
+    assert_eq!(
+        c["tasks"]["core-latencybg"]["schedule"].as_str(),
+        Some("latencybg")
+    );
+    assert_eq!(
+        c["tasks"]["core-latency"]["scheduled_by"].as_str(),
+        Some("destination")
+    );
+
+    // Every skipped thing has its line, on standard error and in the file.
+    let text = std::fs::read_to_string(&path).unwrap();
+    for needle in [
+        "archives: not carried over",
+        "addresses.old: disabled; skipped",
+        "addresses.site-c.lead-bind-address: not carried over",
+        "groups.by-class.addresses[0]: address class 'east-hosts' not carried over",
+        "tests.web: type 'http' has no goodput kind; skipped",
+        "tests.jq: spec.dest",
+        "tests.throughput: spec fields not carried over: omit",
+        "tests.latencybg: spec fields not carried over: flip",
+        "tests.rtt: spec fields not carried over: ttl",
+        "schedules.once-a-day.until: \"@PT30D\" is not an RFC 3339 time",
+        "tasks.core-throughput.archives: not carried over",
+        "tasks.core-throughput.reference: not carried over",
+        "tasks.core-rtt.tools: not carried over",
+        "tasks.core-web: its test 'web' was not carried over; skipped",
+        "tasks.core-jq: its test 'jq' was not carried over; skipped",
+        "tasks.class-trace: its group 'by-class' was not carried over; skipped",
+        "tasks.one-shot: no schedule (pScheduler would run it once); skipped",
+        "tasks.core-latencybg: latencybg streams without a schedule",
+    ] {
+        assert!(err.contains(needle), "no note \"{needle}\" in:\n{err}");
+        assert!(text.contains(needle), "no comment \"{needle}\" in:\n{text}");
+    }
+    assert!(err.contains("imported 6 tasks"), "{err}");
+
+    // The agent accepts the result as it is: site-a runs its share.
+    let (code, out, err) = run(&[
+        "agent",
+        "--config",
+        path.to_str().unwrap(),
+        "--check-config",
+        "--as",
+        "site-a",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("valid:"), "{out}");
+    // Two peers for each of the five core tasks, and the router for edge-udp.
+    assert!(out.contains("It runs 11 task pairs:"), "{out}");
+}
+
+#[test]
+fn the_kind_choices_make_iperf3_throughput_and_stamp_rtt() {
+    let (c, _, _) = import("mesh.json", &["--throughput", "iperf3", "--rtt", "stamp"]);
+    let t = &c["tests"]["throughput"];
+    assert_eq!(t["kind"].as_str(), Some("iperf3"));
+    assert_eq!(t["parallel"].as_integer(), Some(4));
+    assert_eq!(t["omit"].as_str(), Some("2s"));
+    assert_eq!(t["host"].as_str(), Some("{{dest}}"));
+    let t = &c["tests"]["rtt"];
+    assert_eq!(t["kind"].as_str(), Some("stamp"));
+    assert_eq!(t["count"].as_integer(), Some(10));
+}
+
+#[test]
+fn what_is_not_a_template_is_refused_with_a_reason() {
+    let bad = tmp("psconfig", "bad.json");
+    std::fs::write(&bad, "{\"addresses\": {}, \"groups\": {}}").unwrap();
+    let (code, _, err) = run(&["agent", "import-psconfig", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(3));
+    assert!(
+        err.contains("not a pSConfig template: no 'tests' object"),
+        "{err}"
+    );
+    std::fs::write(&bad, "addresses = 1").unwrap();
+    let (code, _, err) = run(&["agent", "import-psconfig", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(3));
+    assert!(err.contains("not JSON"), "{err}");
+    let (code, _, err) = run(&["agent", "import-psconfig", "/nonexistent/template.json"]);
+    assert_eq!(code, Some(3));
+    assert!(err.contains("cannot read"), "{err}");
+    let (code, _, _) = run(&[
+        "agent",
+        "import-psconfig",
+        &fixture("mesh.json"),
+        "--throughput",
+        "udp",
+    ]);
+    assert_eq!(code, Some(2));
+}
