@@ -88,6 +88,12 @@ pub(crate) const STEPS: &[(i64, &str)] = &[
     CREATE INDEX alerts_open ON alerts (end_ms, start_ms);
     CREATE INDEX alerts_time ON alerts (start_ms)",
     ),
+    (
+        4,
+        // A pair's runs in one state (the pair explorer's failures and
+        // non-starts) without reading the pair's every run.
+        "CREATE INDEX runs_pair_state_time ON runs (source, dest, state, scheduled_ms)",
+    ),
 ];
 
 /// The newest schema this build knows.

@@ -360,6 +360,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "DROP INDEX runs_pair_state_time",
             "DROP TABLE alerts",
             "ALTER TABLE runs DROP COLUMN loss_forward_pct",
             "ALTER TABLE runs DROP COLUMN loss_backward_pct",
