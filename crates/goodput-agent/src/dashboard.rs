@@ -170,17 +170,23 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
             let _ = write!(body, "<th class=\"col\">{}</th>", escape(h));
         }
         body.push_str("</tr>");
+        // The cells by pair, found once (not searched for per cell).
+        let mut by_pair: std::collections::HashMap<(&str, &str), Vec<&HalfCell>> =
+            std::collections::HashMap::new();
+        for c in &g.cells {
+            if let Some(d) = c.dest.as_deref() {
+                by_pair.entry((c.source.as_str(), d)).or_default().push(c);
+            }
+        }
         for row in &g.hosts {
             let _ = write!(body, "<tr><th class=\"row\">{}</th>", escape(row));
             for col in &g.hosts {
-                let here: Vec<&HalfCell> = g
-                    .cells
-                    .iter()
-                    .filter(|c| &c.source == row && c.dest.as_deref() == Some(col.as_str()))
-                    .collect();
+                let here = by_pair
+                    .get(&(row.as_str(), col.as_str()))
+                    .map_or(&[][..], Vec::as_slice);
                 body.push_str("<td class=\"cell\">");
                 if row != col {
-                    body.push_str(&cell_svg(&s, &loaded, family, row, col, &here));
+                    body.push_str(&cell_svg(&s, &loaded, family, row, col, here));
                 }
                 body.push_str("</td>");
             }
