@@ -139,7 +139,7 @@ impl Chart {
             title: title.into(),
             unit: unit.into(),
             from_ms,
-            to_ms: to_ms.max(from_ms + 1),
+            to_ms: to_ms.max(from_ms.saturating_add(1)),
             series: Vec::new(),
             bands: Vec::new(),
             marks: Vec::new(),
@@ -228,9 +228,9 @@ pub fn elapsed_label(ms: u64, span_ms: u64) -> String {
     } else if span_ms <= 10_000 {
         format!("{:.1} s", ms as f64 / 1e3)
     } else if span_ms <= 600_000 {
-        format!("{} s", (ms + 500) / 1000)
+        format!("{} s", ms.saturating_add(500) / 1000)
     } else {
-        let s = (ms + 500) / 1000;
+        let s = ms.saturating_add(500) / 1000;
         format!("{}:{:02}", s / 60, s % 60)
     }
 }
@@ -319,7 +319,9 @@ pub fn svg(c: &Chart) -> String {
     value_axis(&mut s, &yt, step, &y_of, plot_w, plot_h, &c.unit);
     let n_x = (plot_w / 110.0).max(2.0) as u64;
     for i in 0..=n_x {
-        let t = c.from_ms + span * i / n_x;
+        let t = c
+            .from_ms
+            .saturating_add((u128::from(span) * u128::from(i) / u128::from(n_x)) as u64);
         let x = x_of(t);
         let _ = write!(
             s,

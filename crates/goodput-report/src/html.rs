@@ -488,14 +488,14 @@ fn run_chart(r: &TestResult, title: &str, unit: &str) -> Chart {
         title,
         unit,
         r.started_unix_ms,
-        r.started_unix_ms + span_ms.max(last).max(1),
+        r.started_unix_ms.saturating_add(span_ms.max(last).max(1)),
     );
     c.elapsed = true;
     c
 }
 
 fn at(r: &TestResult, seconds: f64) -> u64 {
-    r.started_unix_ms + (seconds.max(0.0) * 1e3) as u64
+    r.started_unix_ms.saturating_add((seconds.max(0.0) * 1e3) as u64)
 }
 
 fn series(name: &str, color: &'static str, style: Style, points: Vec<Point>) -> Series {
@@ -544,7 +544,7 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
     let conns: Vec<_> = r
         .connections
         .iter()
-        .filter(|c| c.elapsed_ns > 0 && c.sent_bytes + c.received_bytes > 0)
+        .filter(|c| c.elapsed_ns > 0 && c.sent_bytes.saturating_add(c.received_bytes) > 0)
         .collect();
     if conns.len() > 1 || (conns.len() == 1 && !has_bytes) {
         let mut c = run_chart(
@@ -561,7 +561,7 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
         );
         for (k, cr) in conns.iter().take(MAX_CONNECTION_LINES).enumerate() {
             let secs = cr.elapsed_ns as f64 / 1e9;
-            let rate = (cr.sent_bytes + cr.received_bytes) as f64 * MBIT / secs;
+            let rate = cr.sent_bytes.saturating_add(cr.received_bytes) as f64 * MBIT / secs;
             let title = format!(
                 "connection {} ({} → {}): {rate:.2} Mbit/s over {secs:.3} s",
                 cr.index, cr.local_address, cr.remote_address
@@ -773,7 +773,8 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
             "Round trip per request",
             "ms",
             r.started_unix_ms,
-            r.started_unix_ms + step * p.sent.max(1),
+            r.started_unix_ms
+                .saturating_add(step.saturating_mul(p.sent.max(1))),
         );
         c.elapsed = true;
         c.series.push(series(
@@ -783,14 +784,18 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
             p.replies
                 .iter()
                 .filter_map(|x| {
-                    x.rtt_us
-                        .map(|v| Point::new(r.started_unix_ms + x.seq * step, v / 1e3))
+                    x.rtt_us.map(|v| {
+                        Point::new(
+                            r.started_unix_ms.saturating_add(x.seq.saturating_mul(step)),
+                            v / 1e3,
+                        )
+                    })
                 })
                 .collect(),
         ));
         for x in p.replies.iter().filter(|x| x.rtt_us.is_none()) {
             c.marks.push(chart::Mark {
-                at_ms: r.started_unix_ms + x.seq * step,
+                at_ms: r.started_unix_ms.saturating_add(x.seq.saturating_mul(step)),
                 color: palette::VERMILLION,
                 title: format!(
                     "request {} {}",
@@ -866,7 +871,7 @@ fn histogram_chart(title: &str, encoded: Option<&str>, color: &str) -> Option<St
         return None;
     }
     let lo = h.min();
-    let hi = h.value_at_quantile(0.999).max(lo + 1);
+    let hi = h.value_at_quantile(0.999).max(lo.saturating_add(1));
     let width = (hi - lo).div_ceil(BUCKETS).max(1);
     let mut bars = Vec::new();
     let mut counted = 0;

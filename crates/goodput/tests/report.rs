@@ -495,4 +495,25 @@ fn bad_inputs_are_refused_with_reasons() {
     let out = report(&["--baseline".as_ref(), a.as_os_str(), a.as_os_str()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("must hold one"));
+    // Numbers at their type's ends draw without a panic.
+    let mut tcp = common::result_doc(&results()[0].1);
+    tcp["started_unix_ms"] = u64::MAX.into();
+    tcp["summary"]["duration_s"] = 1e300.into();
+    for c in tcp["connections"].as_array_mut().unwrap() {
+        c["sent_bytes"] = u64::MAX.into();
+        c["received_bytes"] = u64::MAX.into();
+        c["elapsed_ns"] = 1.into();
+    }
+    let ping_at = results().iter().position(|(n, _)| *n == "ping").unwrap();
+    let mut ping = common::result_doc(&results()[ping_at].1);
+    ping["ping"]["interval_ms"] = u64::MAX.into();
+    ping["ping"]["sent"] = u64::MAX.into();
+    for r in ping["ping"]["replies"].as_array_mut().unwrap() {
+        r["seq"] = u64::MAX.into();
+    }
+    let extreme = tmp("report", "extreme.json");
+    std::fs::write(&extreme, format!("{tcp}\n{ping}\n")).unwrap();
+    let html = tmp("report", "extreme.html");
+    let out = report(&["-o".as_ref(), html.as_os_str(), extreme.as_os_str()]);
+    ok(out, "report of extreme numbers");
 }
