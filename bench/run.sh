@@ -4,14 +4,16 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
 #   STAMP_SESSIONS (default 1000), STAMP_SIZE (default 44),
 #   ECHO_CONNECTIONS (default 18000), UDP_LADDER (rates tried, bits/s),
 #   AGENT_RUNS (default 5000), AGENT_RATE (default 200 requests/s),
-#   QUINN_PERF (a quinn-perf binary, for quic-parity).
+#   QUINN_PERF (a quinn-perf binary, for quic-parity),
+#   DASHBOARD_HOSTS (default 50), DASHBOARD_REQUESTS (default 21 timed
+#   requests per URL), DASHBOARD_LOADS (default 7 browser loads per page).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -444,11 +446,96 @@ bench_trace() {
   chain_down
 }
 
+# The dashboard over a seeded archive: a mesh of DASHBOARD_HOSTS hosts (50:
+# 2,450 ordered pairs, each with the last 2 h of one-minute STAMP runs and a
+# week of six-hourly TCP runs) and h01 -> h02 with a year of one-minute STAMP
+# runs (525,600), stored by the seed_bench example through the archive's own
+# put. One agent holds every host's identity (--as h01 ... --as h50), so it
+# evaluates all 4,900 measurements itself and its grid is the whole mesh's
+# without asking a peer. After its first evaluation: the median of
+# DASHBOARD_REQUESTS requests (curl, a new connection each) of the grid and
+# the pair explorer's year, then page-ready in headless chromium
+# (bench/dashboard_page.py), each against the issue's target.
+bench_dashboard() {
+  local dir=$work/dashboard api=18791 hosts=${DASHBOARD_HOSTS:-50} n=${DASHBOARD_REQUESTS:-21}
+  local base=http://127.0.0.1:$api
+  cargo build --release -q -p goodput-archive --example seed_bench
+  target/release/examples/seed_bench --dir "$dir" --hosts "$hosts" --api-port $api --year-pair
+  local as=() i
+  for i in $(seq 1 "$hosts"); do as+=(--as "$(printf 'h%02d' "$i")"); done
+  echo "0123456789abcdef-bench" > "$work/token"
+  $GP agent --config "$dir/mesh.toml" "${as[@]}" --archive "$dir/archive.sqlite" --token-file "$work/token" \
+      --no-beacon --api-listen 127.0.0.1:$api 2>"$dir/agent.log" & local pid=$!; pids+=($pid)
+  local t=0
+  until curl -sf -o /dev/null "$base/api/v1/health"; do
+    sleep 0.2; t=$((t + 1)); [ $t -lt 300 ] || { echo "dashboard: the agent did not start"; tail "$dir/agent.log"; return 1; }
+  done
+  # The rules are first evaluated a minute after the start (alerts.every);
+  # the grid is empty until then.
+  evaluated() { curl -sf "$base/api/v1/grid?metric=loss" | python3 -c "import json,sys; print(json.load(sys.stdin)['agents'][0]['evaluated_ms'])"; }
+  local ev=0 seen
+  while [ "$ev" = 0 ]; do sleep 0.1; ev=$(evaluated); done
+  seen=$(date +%s%3N)
+  echo "first evaluation of $((hosts * (hosts - 1) * 2)) measurements' rules: $((seen - ev)) ms (from its start to its cells being served; 100 ms polls)"
+  # median_ms URL: the median of n requests' total times after one
+  # warm-up (fewer, at least 5, when they add up to more than 30 s).
+  median_ms() {
+    local code i=0 spent=0 v
+    code=$(curl -s -o "$work/body" -w '%{http_code}' "$1")
+    [ "$code" = 200 ] || { echo "dashboard: $1 answered $code: $(head -c 300 "$work/body")" >&2; echo 0; return; }
+    : > "$work/times"
+    while [ $i -lt "$n" ] && { [ $i -lt 5 ] || [ "$spent" -lt 30000 ]; }; do
+      v=$(curl -s -o /dev/null -w '%{time_total}' "$1" | awk '{printf "%.3f", $1 * 1000}')
+      echo "$v" >> "$work/times"; spent=$(awk -v a="$spent" -v b="$v" 'BEGIN{printf "%d", a + b}'); i=$((i + 1))
+    done
+    median < "$work/times"
+  }
+  local hour=3600000 year=$((365 * 86400000)) now to from step
+  now=$(date +%s%3N)
+  # The pair page's 1y span: ~300 points in whole hours (dashboard.rs span_of).
+  step=$(( ( (year / 300 + hour - 1) / hour) * hour )); to=$(( (now / hour + 1) * hour )); from=$((to - year))
+  local series="$base/api/v1/series?source=h01&dest=h02&kind=stamp&metric=delay_median&from_ms=$from&to_ms=$to&step_ms=$step"
+  local pair1y="$base/ui/pair?source=h01&dest=h02&range=1y" grid="$base/ui/grid?metric=loss"
+  local g_loss g_tp g_page s_year p_year p_day cells
+  cells=$(curl -sf "$base/api/v1/grid?metric=loss" | python3 -c "import json,sys; g=json.load(sys.stdin); print(len(g['hosts']), 'hosts,', len(g['cells']), 'half-cells')")
+  for m in loss throughput delay; do
+    curl -sf "$base/api/v1/grid?metric=$m" | python3 -c "import json,sys,collections; g=json.load(sys.stdin); print('$m grid:', ', '.join('%d %s' % (n, s) for s, n in sorted(collections.Counter(c['status'] for c in g['cells']).items())))"
+  done
+  g_loss=$(median_ms "$base/api/v1/grid?metric=loss")
+  g_tp=$(median_ms "$base/api/v1/grid?metric=throughput")
+  g_page=$(median_ms "$grid")
+  s_year=$(median_ms "$series")
+  p_year=$(median_ms "$pair1y")
+  p_day=$(median_ms "$base/ui/pair?source=h01&dest=h02&range=1d")
+  local r_grid=0 r_pair=0
+  if command -v chromedriver >/dev/null; then
+    python3 bench/dashboard_page.py --loads "${DASHBOARD_LOADS:-7}" "$grid" "$pair1y" | tee "$work/pages.txt"
+    r_grid=$(awk -v u="$grid" '$1 == "ready_ms" && $2 == u {print $3}' "$work/pages.txt")
+    r_pair=$(awk -v u="$pair1y" '$1 == "ready_ms" && $2 == u {print $3}' "$work/pages.txt")
+  else
+    echo "dashboard: no chromedriver (apt-get install chromium chromium-driver): page-ready not measured"
+  fi
+  [ "$(evaluated)" = "$ev" ] || echo "note: the rules were evaluated again while these were timed"
+  verdict() { awk -v v="$1" -v t="$2" 'BEGIN{ if (v == 0) print "-"; else print (v <= t) ? "PASS" : "MISS" }'; }
+  row() { printf '%-62s %10s %10s %6s\n' "$1" "$(awk -v v="$2" 'BEGIN{printf "%.1f ms", v}')" "${3:+<= $3 ms}" "${3:+$(verdict "$2" "$3")}"; }
+  printf '%-62s %10s %10s %6s\n' "dashboard, $hosts hosts (medians)" "measured" "target" ""
+  row "GET /api/v1/grid?metric=loss ($cells)" "$g_loss" 50
+  row "GET /api/v1/grid?metric=throughput" "$g_tp" 50
+  row "GET /ui/grid?metric=loss (the page, server side)" "$g_page" 50
+  row "GET /api/v1/series h01->h02 delay_median, 1 y, step $((step / hour)) h" "$s_year" 200
+  row "GET /ui/pair h01 h02 range=1y (the page, server side)" "$p_year" 200
+  row "GET /ui/pair h01 h02 range=1d (the page, server side)" "$p_day" ""
+  row "chromium: /ui/grid?metric=loss ready (loadEventEnd)" "$r_grid" 1000
+  row "chromium: /ui/pair h01 h02 range=1y ready (loadEventEnd)" "$r_pair" 1000
+  echo "agent: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB; archive $(du -m "$dir/archive.sqlite" | cut -f1) MiB"
+  kill $pid; wait $pid 2>/dev/null || true
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent; bench_trace ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent; bench_trace; bench_dashboard ;;
     trace) bench_trace ;;
     quic) header; bench_quic ;;
     quic-parity) header; bench_quic_parity ;;
@@ -469,6 +556,7 @@ for w in "${what[@]}"; do
     churn) bench_churn ;;
     memory) bench_memory ;;
     agent) bench_agent ;;
+    dashboard) bench_dashboard ;;
     *) echo "unknown benchmark '$w'"; exit 2 ;;
   esac
 done
