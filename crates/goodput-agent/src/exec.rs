@@ -165,6 +165,8 @@ async fn engine_run(
 ) -> Result<goodput_core::result::TestResult, String> {
     let spec = b.spec.clone();
     let context = RunContext::with_records(MAX_RECORDS);
+    // Held until the run ends.
+    let _stateful = peer_beacon_reflector(shared, b).await;
     let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
         // A background stream is kept as per-minute summaries.
         let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
@@ -200,6 +202,37 @@ async fn engine_run(
         tokio::spawn(async move { run(&spec, context, &mut NullObserver, token).await }).await
     };
     joined.map_err(|e| format!("the run stopped abnormally: {e}"))
+}
+
+/// A STAMP run to a peer agent's beacon (its address or one of its
+/// labels', at the beacon's STAMP port, which agents of a mesh share with
+/// this one): that reflector numbers its replies itself (see [`beacon`]), so
+/// the sender is told, and a session that lost only replies still splits
+/// its loss by direction (every reply then carries the sender's own
+/// number, as a stateless reflector's would). The declaration lasts as
+/// long as the value returned.
+async fn peer_beacon_reflector(
+    shared: &Shared,
+    b: &Booked,
+) -> Option<goodput_engine::stamp::StatefulDeclaration> {
+    let (TestSpec::Stamp(s), Some(peer)) = (&b.spec, &b.peer) else {
+        return None;
+    };
+    let (host, port) = goodput_core::spec::split_target(s.host.as_deref()?, s.port).ok()?;
+    if port != shared.options.stamp_port {
+        return None;
+    }
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loaded = shared.loaded();
+    let a = loaded.config.addresses.get(&peer.name)?;
+    let is_peer = std::iter::once(&a.address)
+        .chain(a.labels.values())
+        .any(|x| x.trim_start_matches('[').trim_end_matches(']') == host);
+    if !is_peer {
+        return None;
+    }
+    let addrs: Vec<_> = tokio::net::lookup_host((host, port)).await.ok()?.collect();
+    Some(goodput_engine::stamp::declare_stateful(addrs))
 }
 
 /// Serves the beacon's services on this host's configured addresses until

@@ -275,6 +275,43 @@ async fn relay_faults_are_counted_exactly_with_a_stateful_reflector() {
     assert_eq!(c.received, 197);
 }
 
+/// Only replies lost: every reply carries the sender's own number, so the
+/// sender cannot see that the reflector is stateful; declared so, it
+/// splits the loss exactly. The last reply lost too: that packet may have
+/// been lost either way, and counts in neither direction.
+#[tokio::test]
+async fn replies_lost_only_split_when_the_reflector_is_declared_stateful() {
+    let faults = Faults {
+        drop_backward: set(&[0, 7, 33, 34, 120, 199]),
+        ..Faults::default()
+    };
+    for declared in [true, false] {
+        let mut relay = None;
+        let mut declaration = None;
+        let (res, c) = run(reflector_spec(Ipv4Addr::LOCALHOST.into(), true), |a| {
+            let r = UdpRelay::start(a, faults.clone());
+            if declared {
+                declaration = Some(goodput_engine::stamp::declare_stateful(vec![r.addr]));
+            }
+            let spec = sender_spec(r.addr, 200);
+            relay = Some(r);
+            spec
+        })
+        .await;
+        drop((relay, declaration));
+        let t = total(&res);
+        assert_eq!((t.sent, t.received, t.lost), (200, 194, 6), "{t:?}");
+        assert_eq!(c.received, 200);
+        if declared {
+            assert_eq!((t.lost_forward, t.lost_backward), (Some(0), Some(5)));
+            assert_eq!(t.reflector_mode, StampReflectorMode::Stateful);
+        } else {
+            assert_eq!((t.lost_forward, t.lost_backward), (None, None));
+            assert_eq!(t.reflector_mode, StampReflectorMode::Unknown);
+        }
+    }
+}
+
 /// A stateless reflector: the same loss, but no split is claimed.
 #[tokio::test]
 async fn stateless_reflector_gives_round_trip_loss_only() {

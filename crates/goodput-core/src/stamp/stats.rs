@@ -4,6 +4,33 @@
 //! neighbour); a [`Tally`] counts those facts and can be merged, so one
 //! tally per session, one per status interval and one for the run all come
 //! from the same events.
+//!
+//! # Loss by direction
+//!
+//! A stateful reflector (RFC 8762 §4.3) numbers the requests of a session
+//! that reach it, 0, 1, 2, …, in its replies. Between two answered packets
+//! (by the sender's sequence) every packet was lost, and the reflector's
+//! numbers tell how many of them reached it: the second's number minus
+//! the first's, minus one. Those were lost on the way back, the others on
+//! the way there. The tracker settles this gap by gap as packets leave its
+//! window, in sequence order, so memory stays bounded and the reflector's
+//! count need not start at 0 (the first gap assumes it does, and is left
+//! unknown when the numbers say otherwise). A duplicated request takes two
+//! numbers, both seen as replies to one packet; the gap after it starts at
+//! the higher. What the numbers cannot tell stays unknown, never guessed:
+//!
+//! - the packets after the session's last answered one (they may have
+//!   reached the reflector or not; nothing answered came after them),
+//! - a gap whose numbers run backwards or count more arrivals than
+//!   packets (reordering on the way there, or a reflector that restarted
+//!   its count),
+//! - a gap with a packet abandoned when the run was stopped.
+//!
+//! The split needs to know that the reflector is stateful: a reply whose
+//! number differs from the sender's shows it, but a session that lost only
+//! replies shows nothing (every number equals the sender's, as from a
+//! stateless reflector). A sender that knows its reflector is stateful (a
+//! goodput agent's beacon) says so with [`Tracker::with_stateful_reflector`].
 
 use std::collections::VecDeque;
 
@@ -86,7 +113,9 @@ enum Slot {
     },
     Answered {
         t1: i64,
-        reflector_seq: u32,
+        /// The lowest and highest reflector sequence among its replies
+        /// (they differ when the request was duplicated on the way there).
+        reflector_seq: (u32, u32),
         d: [i64; 3],
     },
     Lost {
@@ -116,11 +145,15 @@ pub struct Tracker {
     next_exp: Option<u32>,
     /// The last sender sequences received, newest last.
     recent: VecDeque<u32>,
-    /// Reflector sequence bookkeeping for the loss split.
-    max_reflector_seq: Option<u32>,
-    reflector_replies: u64,
-    forward_dups: u64,
-    stateful_seen: bool,
+    /// The loss split of the packets settled so far.
+    split: SplitFacts,
+    /// The highest reflector sequence among the answered packets settled
+    /// so far (`None`: none yet).
+    anchor: Option<u32>,
+    /// Lost packets settled since the last answered one.
+    gap_lost: u64,
+    /// The current gap holds a packet whose fate was abandoned.
+    gap_uncertain: bool,
     pending: usize,
 }
 
@@ -136,12 +169,23 @@ impl Tracker {
             next_seq: 0,
             next_exp: None,
             recent: VecDeque::with_capacity(MAX_N_REORDERING),
-            max_reflector_seq: None,
-            reflector_replies: 0,
-            forward_dups: 0,
-            stateful_seen: false,
+            split: SplitFacts::default(),
+            anchor: None,
+            gap_lost: 0,
+            gap_uncertain: false,
             pending: 0,
         }
+    }
+
+    /// The reflector is known to number each session's replies itself
+    /// (RFC 8762's stateful mode, as a goodput agent's beacon does): the
+    /// session's loss splits by direction even when no reply shows it
+    /// (a session that lost only replies). Declare only a reflector known
+    /// to be stateful: from a stateless one every loss would read as lost
+    /// on the way back.
+    pub fn with_stateful_reflector(mut self) -> Self {
+        self.split.stateful_known = true;
+        self
     }
 
     /// Packets sent and neither answered nor counted lost yet.
@@ -153,10 +197,56 @@ impl Tracker {
     /// count neither as received nor as lost. Returns how many there were.
     pub fn abandon(&mut self) -> usize {
         let n = self.pending;
-        self.slots.clear();
+        while let Some(s) = self.slots.pop_front() {
+            self.settle(s);
+        }
         self.base = self.next_seq;
         self.pending = 0;
         n
+    }
+
+    /// Takes a packet leaving the window (in sequence order, its fate
+    /// final) into the loss split; see the module's documentation.
+    fn settle(&mut self, s: Slot) {
+        match s {
+            Slot::Lost { .. } => self.gap_lost += 1,
+            Slot::Pending { .. } => self.gap_uncertain = true,
+            Slot::Answered {
+                reflector_seq: (lo, hi),
+                ..
+            } => {
+                // Requests of the gap that the reflector numbered: with no
+                // answered packet before, a count that started at 0 numbered
+                // `lo` of them; else the numbers between the last anchor and
+                // this one (distances as signed 32-bit, across a wrap).
+                let arrived = match self.anchor {
+                    None => i64::from(lo),
+                    Some(a) => i64::from(lo.wrapping_sub(a) as i32) - 1,
+                };
+                let back = hi.wrapping_sub(self.anchor.unwrap_or(hi)) as i32;
+                if self.gap_lost > 0 {
+                    if !self.gap_uncertain && (0..=self.gap_lost as i64).contains(&arrived) {
+                        let arrived = arrived as u64;
+                        self.split.backward += arrived;
+                        self.split.forward += self.gap_lost - arrived;
+                    } else {
+                        self.split.unknown += self.gap_lost;
+                    }
+                }
+                // The anchor is the highest number seen: a request that
+                // overtook others was numbered lower, and does not move it
+                // back. Unless the numbers went back to a count that could
+                // have started within the gap's lost packets: a reflector
+                // that restarted its count (it forgot an idle session, or
+                // restarted), whose new numbers are followed from here.
+                let restarted = back < 0 && u64::from(lo) <= self.gap_lost;
+                if back > 0 || self.anchor.is_none() || restarted {
+                    self.anchor = Some(hi);
+                }
+                self.gap_lost = 0;
+                self.gap_uncertain = false;
+            }
+        }
     }
 
     /// The sequence number of the next packet.
@@ -194,12 +284,13 @@ impl Tracker {
                 lost.push((self.base.wrapping_add(i as u32), t1));
             }
         }
-        while let Some(s) = self.slots.front() {
+        while let Some(&s) = self.slots.front() {
             if s.t1() + 2 * self.timeout_ns > now || matches!(s, Slot::Pending { .. }) {
                 break;
             }
             self.slots.pop_front();
             self.base = self.base.wrapping_add(1);
+            self.settle(s);
         }
         lost
     }
@@ -233,11 +324,20 @@ impl Tracker {
         }
         match slot {
             Slot::Lost { .. } => return Verdict::Late { seq, t1 },
-            Slot::Answered { reflector_seq, .. } => {
-                let forward = reflector_seq != r.seq;
+            Slot::Answered {
+                reflector_seq: (lo, hi),
+                d,
+                ..
+            } => {
+                // Another number than its replies had: the request reached
+                // the reflector twice.
+                let forward = r.seq != lo && r.seq != hi;
                 if forward {
-                    self.forward_dups += 1;
-                    self.note_reflector_seq(r.seq);
+                    self.slots[i] = Slot::Answered {
+                        t1,
+                        reflector_seq: (lo.min(r.seq), hi.max(r.seq)),
+                        d,
+                    };
                 }
                 return Verdict::Duplicate { seq, t1, forward };
             }
@@ -250,12 +350,11 @@ impl Tracker {
         self.pending -= 1;
         self.slots[i] = Slot::Answered {
             t1,
-            reflector_seq: r.seq,
+            reflector_seq: (r.seq, r.seq),
             d,
         };
-        self.note_reflector_seq(r.seq);
         if r.seq != seq {
-            self.stateful_seen = true;
+            self.split.stateful_seen = true;
         }
         let mut ipdv = [None, None];
         if i > 0 {
@@ -300,28 +399,34 @@ impl Tracker {
         })
     }
 
-    fn note_reflector_seq(&mut self, s: u32) {
-        self.reflector_replies += 1;
-        self.max_reflector_seq = Some(self.max_reflector_seq.map_or(s, |m| m.max(s)));
-    }
-
-    /// The facts about the reflector's numbering, for [`Tally::finish_session`].
+    /// The loss split of the packets settled so far, for
+    /// [`Tally::finish_session`] once every packet is (after
+    /// [`Tracker::expire_all`] or [`Tracker::abandon`]): the lost packets
+    /// after the last answered one count as of unknown direction.
     pub fn split(&self) -> SplitFacts {
         SplitFacts {
-            reflector_sent: self.max_reflector_seq.map_or(0, |m| u64::from(m) + 1),
-            forward_dups: self.forward_dups,
-            stateful_seen: self.stateful_seen,
+            unknown: self.split.unknown + self.gap_lost,
+            ..self.split
         }
     }
 }
 
-/// What a session's replies showed about the reflector's own numbering.
+/// What a session's reflector numbers tell about where its packets were
+/// lost. `forward + backward + unknown` is the session's loss; the counts
+/// mean something only when the reflector is stateful (`stateful_known`
+/// or `stateful_seen`): from a stateless one every gap reads as replies
+/// lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SplitFacts {
-    /// Replies the reflector numbered (its highest sequence + 1).
-    pub reflector_sent: u64,
-    /// Requests the reflector answered twice.
-    pub forward_dups: u64,
+    /// Lost on the way to the reflector.
+    pub forward: u64,
+    /// Reached the reflector, but no reply came back in time.
+    pub backward: u64,
+    /// Lost either way: after the session's last answered packet, or in a
+    /// gap whose numbers do not add up (see the module's documentation).
+    pub unknown: u64,
+    /// The sender was told the reflector is stateful.
+    pub stateful_known: bool,
     /// A reply's reflector sequence differed from the sender's.
     pub stateful_seen: bool,
 }
@@ -642,23 +747,27 @@ impl Tally {
         self.lost += n;
     }
 
-    /// Closes one session's tally (after every packet is answered or lost):
-    /// splits its loss into forward and backward when the reflector showed
-    /// its own numbering, or when nothing was lost.
+    /// Closes one session's tally (after every packet is answered or lost).
+    /// Its loss splits into forward and backward when nothing was lost, or
+    /// when the reflector is stateful (known or seen) and answered at least
+    /// once. The split then covers the packets up to the last answered one:
+    /// `lost_forward + lost_backward` may fall short of `lost` by the
+    /// packets of unknown direction ([`SplitFacts::unknown`]), which are
+    /// counted in neither. A session with no reply has no split.
     pub fn finish_session(&mut self, f: SplitFacts) {
         self.split_sessions += 1;
-        if f.stateful_seen {
+        let stateful = f.stateful_known || f.stateful_seen;
+        if stateful {
             self.stateful = true;
         }
         if self.lost == 0 {
             self.split_known += 1;
-        } else if f.stateful_seen {
-            // The reflector answered `reflector_sent` times, `forward_dups`
-            // of them for requests it had already seen.
-            let arrived = f.reflector_sent.saturating_sub(f.forward_dups);
-            let forward = self.sent.saturating_sub(arrived).min(self.lost);
+        } else if stateful && self.received > 0 {
+            // Settled packets only; the tally's own loss count is the truth.
+            let forward = f.forward.min(self.lost);
+            let backward = f.backward.min(self.lost - forward);
             self.lost_forward += forward;
-            self.lost_backward += self.lost - forward;
+            self.lost_backward += backward;
             self.split_known += 1;
         }
     }
@@ -914,6 +1023,182 @@ mod tests {
         let st = tally.stats();
         assert_eq!(st.lost, 5);
         assert_eq!((st.lost_forward, st.lost_backward), (Some(2), Some(3)));
+    }
+
+    /// A session of `n` packets 1 ms apart through a path that drops the
+    /// requests in `fwd` and the replies in `back`, against a stateful
+    /// reflector whose count starts at `start`; `known`: the sender was
+    /// told it is stateful. Replies come back in the order `order` makes of
+    /// the arrivals (by default as sent).
+    fn session(
+        n: u32,
+        fwd: &[u32],
+        back: &[u32],
+        start: u32,
+        known: bool,
+        order: impl FnOnce(&mut Vec<(u32, u32)>),
+    ) -> (StampStats, SplitFacts) {
+        let mut t = Tracker::new(1000 * MS, 0);
+        if known {
+            t = t.with_stateful_reflector();
+        }
+        let mut tally = Tally::default();
+        let mut rseq = start;
+        let mut arrivals = Vec::new();
+        for seq in 0..n {
+            t.sent(T0 + i64::from(seq) * MS);
+            tally.sent += 1;
+            if fwd.contains(&seq) {
+                continue;
+            }
+            arrivals.push((seq, rseq));
+            rseq = rseq.wrapping_add(1);
+        }
+        order(&mut arrivals);
+        for (seq, r) in arrivals {
+            if back.contains(&seq) {
+                continue;
+            }
+            let t1 = T0 + i64::from(seq) * MS;
+            let v = t.reply(&reply(seq, r, t1, MS), t1 + 2 * MS, None, err());
+            tally.verdict(&v, 0, 0);
+        }
+        tally.lost(t.expire_all().len() as u64);
+        let f = t.split();
+        tally.finish_session(f);
+        (tally.stats(), f)
+    }
+
+    fn as_sent(_: &mut Vec<(u32, u32)>) {}
+
+    /// The case the agents' mesh needs: only replies lost. Every reply
+    /// carries the sender's own number, as a stateless reflector's would;
+    /// told that the reflector is stateful, the sender splits it exactly.
+    #[test]
+    fn backward_only_loss_splits_when_the_reflector_is_known_stateful() {
+        let back = [3, 40, 41, 77];
+        let (st, f) = session(100, &[], &back, 0, true, as_sent);
+        assert_eq!(st.lost, 4);
+        assert_eq!((st.lost_forward, st.lost_backward), (Some(0), Some(4)));
+        assert_eq!(st.reflector_mode, StampReflectorMode::Stateful);
+        assert_eq!((f.forward, f.backward, f.unknown), (0, 4, 0));
+        // Not told: indistinguishable from a stateless reflector, no split.
+        let (st, _) = session(100, &[], &back, 0, false, as_sent);
+        assert_eq!((st.lost_forward, st.lost_backward), (None, None));
+        assert_eq!(st.reflector_mode, StampReflectorMode::Unknown);
+    }
+
+    #[test]
+    fn forward_only_and_mixed_loss_split_exactly() {
+        for known in [true, false] {
+            let (st, _) = session(100, &[0, 1, 50, 98], &[], 0, known, as_sent);
+            assert_eq!((st.lost_forward, st.lost_backward), (Some(4), Some(0)), "{known}");
+            // Both ways in one gap (60 forward, 61 backward), at the start
+            // and next to each other.
+            let (st, f) = session(100, &[0, 60, 90], &[1, 2, 61, 89], 0, known, as_sent);
+            assert_eq!(st.lost, 7);
+            assert_eq!((st.lost_forward, st.lost_backward), (Some(3), Some(4)), "{known}");
+            assert_eq!(f.unknown, 0);
+        }
+    }
+
+    /// Packets after the last answered one may have been lost either way:
+    /// they count in neither direction (`lost` keeps them).
+    #[test]
+    fn loss_after_the_last_reply_has_no_direction() {
+        // 97 lost on the way back, 98 on the way there, 99 back: after 96,
+        // nothing answered, so all three are unknown; 10 is forward.
+        let (st, f) = session(100, &[10, 98], &[97, 99], 0, true, as_sent);
+        assert_eq!(st.lost, 4);
+        assert_eq!((st.lost_forward, st.lost_backward), (Some(1), Some(0)));
+        assert_eq!((f.forward, f.backward, f.unknown), (1, 0, 3));
+        // Only the last reply lost: nothing known lost either way.
+        let (st, _) = session(100, &[], &[99], 0, true, as_sent);
+        assert_eq!(
+            (st.lost, st.lost_forward, st.lost_backward),
+            (1, Some(0), Some(0))
+        );
+        // No reply at all: no split.
+        let all: Vec<u32> = (0..20).collect();
+        let (st, f) = session(20, &[], &all, 0, true, as_sent);
+        assert_eq!((st.lost, st.lost_forward, st.lost_backward), (20, None, None));
+        assert_eq!(f.unknown, 20);
+    }
+
+    /// A reflector that had this session's address before (a source port
+    /// used again within its idle timeout) counts on from there: the gaps
+    /// after the first reply are still exact, the packets before it are
+    /// unknown; a reflector that restarts its count (after forgetting an
+    /// idle session) is followed after the gap where it did.
+    #[test]
+    fn a_reflector_count_not_from_zero_or_restarted() {
+        let (st, f) = session(100, &[0, 30], &[1, 31, 60], 5000, true, as_sent);
+        assert_eq!((f.forward, f.backward, f.unknown), (1, 2, 2));
+        assert_eq!((st.lost_forward, st.lost_backward), (Some(1), Some(2)));
+        // Across the wrap of the reflector's count.
+        let (_, f) = session(100, &[30], &[31, 60], u32::MAX - 40, true, as_sent);
+        assert_eq!((f.forward, f.backward, f.unknown), (1, 2, 0));
+        // Packets 40..=59 unanswered, and the reflector's count restarted
+        // among them (packet 60 is its number 5): that gap is unknown.
+        let fwd: Vec<u32> = (40..60).chain([70]).collect();
+        let (_, f) = session(100, &fwd, &[80], 0, true, |a| {
+            for (seq, r) in a.iter_mut() {
+                if *seq >= 60 {
+                    *r -= 40 - 5;
+                }
+            }
+        });
+        assert_eq!((f.forward, f.backward, f.unknown), (1, 1, 20));
+    }
+
+    /// Reordering and duplication on the way there.
+    #[test]
+    fn forward_reordering_and_duplicates_stay_exact_or_unknown() {
+        // Request 20 overtakes 19 (numbered 19 and 20); 41 is duplicated
+        // (numbered 40 and 41) just before 42, lost on the way there like
+        // 22; 45's reply lost.
+        let (_, f) = session(100, &[22, 42], &[45], 0, true, |a| {
+            a.swap(19, 20);
+            for (seq, r) in a.iter_mut() {
+                if (19..=20).contains(seq) {
+                    *r = 39 - *r;
+                }
+            }
+            let i = a.iter().position(|x| x.0 == 43).unwrap();
+            a.insert(i, (41, 41));
+            for (_, r) in a.iter_mut().skip(i + 1) {
+                *r += 1;
+            }
+        });
+        assert_eq!((f.forward, f.backward, f.unknown), (2, 1, 0));
+        // A request that overtook a lost neighbour's gap: the numbers run
+        // backwards across the loss, which stays unknown.
+        let (_, f) = session(100, &[51], &[], 0, true, |a| {
+            // 50 reached the reflector after 52.
+            let i = a.iter().position(|x| x.0 == 50).unwrap();
+            a[i].1 = 51;
+            a[i + 1].1 = 50;
+        });
+        assert_eq!((f.forward, f.backward, f.unknown), (0, 0, 1));
+    }
+
+    /// A stopped run: packets still waiting are abandoned, and a gap with
+    /// one of them cannot be told.
+    #[test]
+    fn abandoned_packets_make_their_gap_unknown() {
+        let mut t = Tracker::new(1000 * MS, 0).with_stateful_reflector();
+        for seq in 0..6u32 {
+            t.sent(T0 + i64::from(seq) * MS);
+        }
+        // 1 lost back, 2 and 3 never answered (3 still waiting), 4 answered.
+        for (seq, r) in [(0, 0), (4, 4)] {
+            let t1 = T0 + i64::from(seq) * MS;
+            t.reply(&reply(seq, r, t1, MS), t1 + 2 * MS, None, err());
+        }
+        assert_eq!(t.expire(T0 + 1002 * MS).len(), 2);
+        assert_eq!(t.abandon(), 2);
+        let f = t.split();
+        assert_eq!((f.forward, f.backward, f.unknown), (0, 0, 2));
     }
 
     #[test]

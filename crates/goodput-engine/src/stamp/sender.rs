@@ -83,7 +83,9 @@ struct SessionEnd {
 }
 
 /// Runs the sessions to the end (count, duration or `cancel`) and returns
-/// the result document.
+/// the result document. A reflector declared stateful
+/// ([`super::declare_stateful`]) has each session's loss split by
+/// direction even when no reply showed its own numbering.
 pub async fn run_sender(
     spec: StampSenderSpec,
     observer: &mut dyn Observer,
@@ -103,11 +105,12 @@ pub async fn run_sender(
     let started_unix_ms = (msg::now_unix_ns() / 1_000_000) as u64;
     let start = Instant::now();
     let spec = Arc::new(spec);
+    let stateful = super::known::is_declared_stateful(spec.target);
     let (tx, mut rx) = mpsc::channel::<Event>(8192);
     let stop_sending = cancel.child_token();
     for i in 0..spec.sessions as usize {
         let (spec, tx, cancel) = (spec.clone(), tx.clone(), stop_sending.clone());
-        tokio::spawn(async move { session(i, spec, tx, cancel, start).await });
+        tokio::spawn(async move { session(i, spec, stateful, tx, cancel, start).await });
     }
     drop(tx);
     let n = spec.sessions as usize;
@@ -449,6 +452,7 @@ fn open_socket(spec: &StampSenderSpec) -> std::io::Result<UdpSocket> {
 async fn session(
     index: usize,
     spec: Arc<StampSenderSpec>,
+    stateful: bool,
     tx: mpsc::Sender<Event>,
     stop: CancellationToken,
     start: Instant,
@@ -460,7 +464,10 @@ async fn session(
             let end = SessionEnd {
                 index,
                 local: String::new(),
-                split: SplitFacts::default(),
+                split: SplitFacts {
+                    stateful_known: stateful,
+                    ..SplitFacts::default()
+                },
                 abandoned: 0,
                 send_errors: 0,
                 first_error: Some(e),
@@ -475,6 +482,9 @@ async fn session(
     let ssid = spec.session_ssid(index as u32);
     let timeout_ns = spec.timeout.as_nanos() as i64;
     let mut tracker = Tracker::new(timeout_ns, ssid);
+    if stateful {
+        tracker = tracker.with_stateful_reflector();
+    }
     // Spread the sessions' first packets over one interval.
     let offset = spec.interval.mul_f64(index as f64 / f64::from(spec.sessions));
     let mut next = start + offset;
