@@ -1044,10 +1044,10 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     if !r.status().is_success() {
                         return Err(format!("HTTP {}", r.status()));
                     }
-                    let bytes = r.bytes().await.map_err(|e| e.to_string())?;
-                    if bytes.len() as u64 > MAX_GRID {
-                        return Err(format!("its grid is larger than {MAX_GRID} bytes"));
-                    }
+                    let bytes = crate::peer::body_capped(r, MAX_GRID).await.map_err(|e| match e {
+                        Some(e) => e.to_string(),
+                        None => format!("its grid is larger than {MAX_GRID} bytes"),
+                    })?;
                     serde_json::from_slice(&bytes).map_err(|e| format!("its grid does not read: {e}"))
                 }
                 .await;

@@ -161,16 +161,12 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 return Err(format!("cannot fetch {u}: HTTP {}", response.status()));
             }
             // A configuration is small; a bigger body is refused, not read.
-            if response.content_length().is_some_and(|n| n > MAX_CONFIG_BYTES) {
-                return Err(format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"));
-            }
-            let bytes = response
-                .bytes()
+            let bytes = crate::peer::body_capped(response, MAX_CONFIG_BYTES)
                 .await
-                .map_err(|e| format!("cannot fetch {u}: {e}"))?;
-            if bytes.len() as u64 > MAX_CONFIG_BYTES {
-                return Err(format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"));
-            }
+                .map_err(|e| match e {
+                    Some(e) => format!("cannot fetch {u}: {e}"),
+                    None => format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"),
+                })?;
             let text = String::from_utf8(bytes.to_vec()).map_err(|_| format!("{u}: not UTF-8 text"))?;
             let toml = !text.trim_start().starts_with('{');
             Ok((text, toml))

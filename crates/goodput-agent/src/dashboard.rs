@@ -591,8 +591,9 @@ async fn measurement_section(
     };
     if Family::Throughput.measured_by(kind) {
         let mut c = new_chart("Throughput", "Mbit/s");
-        let up = series(Metric::ThroughputUp).await?;
-        let down = series(Metric::ThroughputDown).await?;
+        // Each chart's series are read at once (the pool has connections
+        // to spare, and a year's aggregates take milliseconds each).
+        let (up, down) = tokio::try_join!(series(Metric::ThroughputUp), series(Metric::ThroughputDown))?;
         c.series.push(line(
             &format!("{} → {}", p.source, dest),
             palette::BLUE,
@@ -620,11 +621,13 @@ async fn measurement_section(
     }
     if Family::Delay.measured_by(kind) {
         let mut c = new_chart("Round-trip delay", "ms");
-        let lo = series(Metric::DelayMin).await?;
-        let hi = series(Metric::DelayMax).await?;
-        let med = series(Metric::DelayMedian).await?;
-        let p95 = series(Metric::DelayP95).await?;
-        let loss = series(Metric::Loss).await?;
+        let (lo, hi, med, p95, loss) = tokio::try_join!(
+            series(Metric::DelayMin),
+            series(Metric::DelayMax),
+            series(Metric::DelayMedian),
+            series(Metric::DelayP95),
+            series(Metric::Loss)
+        )?;
         let band: Vec<(u64, f64, f64)> = lo
             .iter()
             .filter_map(|l| {
@@ -658,8 +661,7 @@ async fn measurement_section(
     }
     if Family::Loss.measured_by(kind) {
         let mut c = new_chart("Loss", "%");
-        let f = series(Metric::LossForward).await?;
-        let b = series(Metric::LossBackward).await?;
+        let (f, b) = tokio::try_join!(series(Metric::LossForward), series(Metric::LossBackward))?;
         c.series.push(line(
             &format!("{} → {}", p.source, dest),
             palette::BLUE,

@@ -64,6 +64,38 @@ struct ErrorBody {
     error: String,
 }
 
+/// A response's body, read chunk by chunk and refused (not read further)
+/// once it passes `max` bytes: a peer's answer never costs more memory
+/// than its limit, whatever it sends. `Err(None)`: too large;
+/// `Err(Some(e))`: the transfer failed.
+pub(crate) async fn body_capped(
+    mut r: reqwest::Response,
+    max: u64,
+) -> Result<Vec<u8>, Option<reqwest::Error>> {
+    if r.content_length().is_some_and(|n| n > max) {
+        return Err(None);
+    }
+    let mut bytes = Vec::new();
+    while let Some(chunk) = r.chunk().await.map_err(Some)? {
+        if (bytes.len() + chunk.len()) as u64 > max {
+            return Err(None);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// The reason in a refusal's body (`{"error": …}`, at most 64 KiB read),
+/// or the status.
+async fn refusal_text(r: reqwest::Response) -> String {
+    let status = r.status();
+    body_capped(r, 64 << 10)
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<ErrorBody>(&b).ok())
+        .map_or_else(|| format!("HTTP {status}"), |b| b.error)
+}
+
 fn unreachable(e: reqwest::Error) -> String {
     // The innermost cause says most ("Connection refused").
     let mut s: &dyn std::error::Error = &e;
@@ -104,13 +136,10 @@ pub(crate) async fn calendar(
         return Err(format!("its calendar: HTTP {}", r.status()));
     }
     // A calendar is small; a larger answer is refused, not read.
-    if r.content_length().is_some_and(|n| n > MAX_ANSWER) {
-        return Err(format!("its calendar is larger than {MAX_ANSWER} bytes"));
-    }
-    let bytes = r.bytes().await.map_err(unreachable)?;
-    if bytes.len() as u64 > MAX_ANSWER {
-        return Err(format!("its calendar is larger than {MAX_ANSWER} bytes"));
-    }
+    let bytes = body_capped(r, MAX_ANSWER).await.map_err(|e| match e {
+        Some(e) => unreachable(e),
+        None => format!("its calendar is larger than {MAX_ANSWER} bytes"),
+    })?;
     let view: View =
         serde_json::from_slice(&bytes).map_err(|e| format!("its calendar does not read: {e}"))?;
     Ok(view.bookings)
@@ -127,11 +156,7 @@ pub(crate) async fn reserve(shared: &Shared, peer: &Peer, r: &Reservation) -> Re
     if status.is_success() {
         return Ok(());
     }
-    let text = answer
-        .json::<ErrorBody>()
-        .await
-        .map(|b| b.error)
-        .unwrap_or_else(|_| format!("HTTP {status}"));
+    let text = refusal_text(answer).await;
     Err(match status.as_u16() {
         409 => Refusal::Busy(text),
         _ => Refusal::Refused(text),
@@ -149,12 +174,9 @@ pub(crate) async fn deliver(shared: &Shared, peer: &Peer, run: &Run) -> Result<(
         .send()
         .await
         .map_err(unreachable)?;
-    match answer.status() {
-        s if s.is_success() => Ok(()),
-        s => Err(answer
-            .json::<ErrorBody>()
-            .await
-            .map(|b| b.error)
-            .unwrap_or_else(|_| format!("HTTP {s}"))),
+    if answer.status().is_success() {
+        Ok(())
+    } else {
+        Err(refusal_text(answer).await)
     }
 }

@@ -412,7 +412,7 @@ pub struct Receiver {
     /// evaluation while they last, and once more with their end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alertmanager: Option<String>,
-    /// A URL that takes each alert's start, change and end as a JSON POST.
+    /// A URL that takes each alert's start and end as a JSON POST.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook: Option<String>,
 }
