@@ -164,9 +164,10 @@ async fn engine_run(
     token: tokio_util::sync::CancellationToken,
 ) -> Result<goodput_core::result::TestResult, String> {
     let spec = b.spec.clone();
-    let context = RunContext::with_records(MAX_RECORDS);
-    // Held until the run ends.
-    let _stateful = peer_beacon_reflector(shared, b).await;
+    let context = RunContext {
+        stamp_reflector_stateful: peer_beacon_reflector(shared, b),
+        ..RunContext::with_records(MAX_RECORDS)
+    };
     let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
         // A background stream is kept as per-minute summaries.
         let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
@@ -209,30 +210,29 @@ async fn engine_run(
 /// this one): that reflector numbers its replies itself (see [`beacon`]), so
 /// the sender is told, and a session that lost only replies still splits
 /// its loss by direction (every reply then carries the sender's own
-/// number, as a stateless reflector's would). The declaration lasts as
-/// long as the value returned.
-async fn peer_beacon_reflector(
-    shared: &Shared,
-    b: &Booked,
-) -> Option<goodput_engine::stamp::StatefulDeclaration> {
+/// number, as a stateless reflector's would).
+fn peer_beacon_reflector(shared: &Shared, b: &Booked) -> bool {
     let (TestSpec::Stamp(s), Some(peer)) = (&b.spec, &b.peer) else {
-        return None;
+        return false;
     };
-    let (host, port) = goodput_core::spec::split_target(s.host.as_deref()?, s.port).ok()?;
+    let Some(Ok((host, port))) = s
+        .host
+        .as_deref()
+        .map(|h| goodput_core::spec::split_target(h, s.port))
+    else {
+        return false;
+    };
     if port != shared.options.stamp_port {
-        return None;
+        return false;
     }
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let loaded = shared.loaded();
-    let a = loaded.config.addresses.get(&peer.name)?;
-    let is_peer = std::iter::once(&a.address)
+    let Some(a) = loaded.config.addresses.get(&peer.name) else {
+        return false;
+    };
+    std::iter::once(&a.address)
         .chain(a.labels.values())
-        .any(|x| x.trim_start_matches('[').trim_end_matches(']') == host);
-    if !is_peer {
-        return None;
-    }
-    let addrs: Vec<_> = tokio::net::lookup_host((host, port)).await.ok()?.collect();
-    Some(goodput_engine::stamp::declare_stateful(addrs))
+        .any(|x| x.trim_start_matches('[').trim_end_matches(']') == host)
 }
 
 /// Serves the beacon's services on this host's configured addresses until

@@ -98,8 +98,12 @@ pub fn figures_of(r: &TestResult) -> Figures {
         f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
         match (t.lost_forward, t.lost_backward) {
             (Some(fwd), Some(back)) if t.sent > 0 => {
-                f.loss_forward_pct = Some(fwd as f64 * 100.0 / t.sent as f64);
-                let reached = t.sent.saturating_sub(fwd);
+                // Over the packets the split covers: those lost in a way
+                // that has no direction are left out of both.
+                let unknown = t.lost.saturating_sub(fwd.saturating_add(back));
+                let covered = t.sent.saturating_sub(unknown);
+                f.loss_forward_pct = (covered > 0).then(|| fwd as f64 * 100.0 / covered as f64);
+                let reached = covered.saturating_sub(fwd);
                 f.loss_backward_pct = (reached > 0).then(|| back as f64 * 100.0 / reached as f64);
             }
             _ => f.loss_forward_pct = f.loss_pct,

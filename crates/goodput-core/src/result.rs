@@ -1239,7 +1239,8 @@ pub struct StampSessionRecord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StampReflectorMode {
-    /// Seen to number its replies itself: loss splits into forward and backward.
+    /// Seen, or known by the sender's caller (an agent's peer beacon), to
+    /// number its replies itself: loss splits into forward and backward.
     Stateful,
     /// Not seen to: a stateless reflector, or a stateful one that lost nothing
     /// on the way in (the two look alike).
@@ -1255,7 +1256,10 @@ pub struct StampStats {
     pub received: u64,
     /// Packets with no reply within the timeout (RFC 7680: late = lost).
     pub lost: u64,
-    /// Of `lost`, lost on the way to the reflector (stateful reflectors only).
+    /// Of `lost`, lost on the way to the reflector (stateful reflectors
+    /// only). `lost − lost_forward − lost_backward` were lost in a way
+    /// the reflector's numbering cannot tell (after a session's last
+    /// reply, for one): their direction is unknown.
     pub lost_forward: Option<u64>,
     /// Of `lost`, replies lost on the way back (stateful reflectors only).
     pub lost_backward: Option<u64>,

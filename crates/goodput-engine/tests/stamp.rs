@@ -39,6 +39,7 @@ fn sender_spec(target: SocketAddr, count: u64) -> StampSenderSpec {
         timeout: Duration::from_millis(500),
         status_interval: Duration::from_millis(200),
         max_records: 1000,
+        reflector_stateful: false,
     }
 }
 
@@ -276,29 +277,28 @@ async fn relay_faults_are_counted_exactly_with_a_stateful_reflector() {
 }
 
 /// Only replies lost: every reply carries the sender's own number, so the
-/// sender cannot see that the reflector is stateful; declared so, it
+/// sender cannot see that the reflector is stateful; told so (reflector_stateful), it
 /// splits the loss exactly. The last reply lost too: that packet may have
 /// been lost either way, and counts in neither direction.
 #[tokio::test]
-async fn replies_lost_only_split_when_the_reflector_is_declared_stateful() {
+async fn replies_lost_only_split_when_the_reflector_is_known_stateful() {
     let faults = Faults {
         drop_backward: set(&[0, 7, 33, 34, 120, 199]),
         ..Faults::default()
     };
     for declared in [true, false] {
         let mut relay = None;
-        let mut declaration = None;
         let (res, c) = run(reflector_spec(Ipv4Addr::LOCALHOST.into(), true), |a| {
             let r = UdpRelay::start(a, faults.clone());
-            if declared {
-                declaration = Some(goodput_engine::stamp::declare_stateful(vec![r.addr]));
-            }
-            let spec = sender_spec(r.addr, 200);
+            let spec = StampSenderSpec {
+                reflector_stateful: declared,
+                ..sender_spec(r.addr, 200)
+            };
             relay = Some(r);
             spec
         })
         .await;
-        drop((relay, declaration));
+        drop(relay);
         let t = total(&res);
         assert_eq!((t.sent, t.received, t.lost), (200, 194, 6), "{t:?}");
         assert_eq!(c.received, 200);

@@ -161,11 +161,20 @@ pub fn stamp_stats_text(s: &StampStats) -> String {
         s.late
     ));
     match (s.lost_forward, s.lost_backward) {
-        (Some(f), Some(b)) => t.push_str(&format!(
-            "  loss by direction : {f} forward ({}), {b} backward ({})\n",
-            pct(f, s.sent),
-            pct(b, s.sent.saturating_sub(f))
-        )),
+        (Some(f), Some(b)) => {
+            let unknown = s.lost.saturating_sub(f.saturating_add(b));
+            let covered = s.sent.saturating_sub(unknown);
+            t.push_str(&format!(
+                "  loss by direction : {f} forward ({}), {b} backward ({}){}\n",
+                pct(f, covered),
+                pct(b, covered.saturating_sub(f)),
+                if unknown > 0 {
+                    format!(", {unknown} of unknown direction")
+                } else {
+                    String::new()
+                }
+            ))
+        }
         _ if s.received == 0 => t.push_str("  loss by direction : unknown (no reply came back)\n"),
         _ => t.push_str(
             "  loss by direction : unknown (the reflector did not show per-session sequence numbers; run it stateful)\n",

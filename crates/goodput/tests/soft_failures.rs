@@ -63,6 +63,8 @@ kind = "tcp"
 hosts = ["{{{{dest}}}}:{beacon}"]
 duration = "1s"
 buffer = "128KiB"
+connections = 4
+socket = {{ send_buffer = "64KiB" }}
 
 [tests.latency]
 kind = "stamp"
@@ -358,10 +360,12 @@ fn one_impaired_direction_and_one_slow_pair_alert_exactly_and_recover() {
     // The class is slow enough for a critical alert (below 100 Mbit/s),
     // and has a short queue, as a real shaper has: the 1 s test must end
     // within its booked 3 s slot, every send it began drained, or it ends
-    // failed (no data on the grid). Its 8 connections' sends are 128 KiB
-    // (the config): with the default 1 MiB, 8 MiB were still to go at the
-    // end, 1.3 s at 50 Mbit/s; with the default queue of 1000 packets,
-    // 0.25 s more.
+    // failed (no data on the grid). Its 4 connections' sends are 128 KiB
+    // and their kernel send buffers 64 KiB (the config): with 8
+    // connections and the default 1 MiB sends, 8 MiB were still to go at
+    // the end, 1.3 s at 50 Mbit/s, and with 128 KiB sends the kernel's
+    // autotuned send buffers still held enough to overrun the slot now
+    // and then; with the default queue of 1000 packets, 0.25 s more.
     tc(&[
         "qdisc", "add", "dev", "eth0", "parent", "1:10", "handle", "10:", "pfifo", "limit", "100",
     ]);

@@ -50,6 +50,10 @@ pub struct RunContext {
     /// server with its iperf3 service: what sees that service's tests
     /// (none: nothing does).
     pub iperf3_observer: Option<Box<dyn Observer>>,
+    /// stamp: the reflector is known to number its replies itself (RFC
+    /// 8762 stateful, as goodput agents' beacons do), so a session that
+    /// lost only replies still splits its loss by direction.
+    pub stamp_reflector_stateful: bool,
 }
 
 impl RunContext {
@@ -76,7 +80,9 @@ pub async fn run(
     let max_records = context.max_records;
     let outcome = match spec {
         TestSpec::Tcp(s) => tcp::run(s, observer, cancel, max_records).await,
-        TestSpec::Stamp(s) => stamp::run(s, observer, cancel, max_records).await,
+        TestSpec::Stamp(s) => {
+            stamp::run(s, context.stamp_reflector_stateful, observer, cancel, max_records).await
+        }
         TestSpec::Iperf3(s) => iperf3::run(s, observer, cancel, max_records).await,
         TestSpec::Echo(s) => echo::run(s, context.release, observer, cancel, max_records).await,
         TestSpec::Udp(s) => udp::run(s, context.datagram_sink, observer, cancel, max_records).await,

@@ -12,9 +12,12 @@ use super::{error_chain, loopback, resolve, Embedded, Failure};
 use crate::stamp::{bind_reflector, run_sender, ReflectorSpec, StampSenderSpec};
 use crate::Observer;
 
-/// Runs a validated STAMP spec.
+/// Runs a validated STAMP spec; `reflector_stateful`: the caller knows
+/// the remote reflector numbers its replies itself (the embedded one does
+/// when the spec asks it to).
 pub(super) async fn run(
     spec: &StampSpec,
+    reflector_stateful: bool,
     observer: &mut dyn Observer,
     cancel: CancellationToken,
     max_records: usize,
@@ -102,6 +105,11 @@ pub(super) async fn run(
         timeout: spec.timeout.0,
         status_interval: spec.status_interval.0,
         max_records,
+        reflector_stateful: if spec.host.is_none() {
+            spec.stateful
+        } else {
+            reflector_stateful
+        },
     };
     let result = run_sender(sender, observer, cancel.clone()).await;
     server.stop().await;

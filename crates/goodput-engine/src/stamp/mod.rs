@@ -3,10 +3,8 @@
 //! all accounting are in `goodput_core::stamp`; this module moves the
 //! packets, with kernel timestamps and TTLs.
 
-mod known;
 mod reflector;
 mod sender;
 
-pub use known::{declare_stateful, StatefulDeclaration};
 pub use reflector::{bind_reflector, BoundReflector, ReflectorSpec, RunningReflector};
 pub use sender::{run_sender, StampSenderSpec};

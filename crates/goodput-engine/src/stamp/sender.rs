@@ -52,6 +52,12 @@ pub struct StampSenderSpec {
     pub status_interval: Duration,
     /// Most intervals and sessions kept in the result document.
     pub max_records: usize,
+    /// The reflector is known to number its replies itself (RFC 8762
+    /// §4.3, stateful): each session's loss is split by direction even
+    /// when no reply showed that numbering (a session that lost only
+    /// replies). Say so only when it is known: against a stateless
+    /// reflector every loss would read as replies lost on the way back.
+    pub reflector_stateful: bool,
 }
 
 impl StampSenderSpec {
@@ -83,9 +89,9 @@ struct SessionEnd {
 }
 
 /// Runs the sessions to the end (count, duration or `cancel`) and returns
-/// the result document. A reflector declared stateful
-/// ([`super::declare_stateful`]) has each session's loss split by
-/// direction even when no reply showed its own numbering.
+/// the result document. With `reflector_stateful`, each session's loss
+/// is split by direction even when no reply showed the reflector's own
+/// numbering.
 pub async fn run_sender(
     spec: StampSenderSpec,
     observer: &mut dyn Observer,
@@ -105,7 +111,7 @@ pub async fn run_sender(
     let started_unix_ms = (msg::now_unix_ns() / 1_000_000) as u64;
     let start = Instant::now();
     let spec = Arc::new(spec);
-    let stateful = super::known::is_declared_stateful(spec.target);
+    let stateful = spec.reflector_stateful;
     let (tx, mut rx) = mpsc::channel::<Event>(8192);
     let stop_sending = cancel.child_token();
     for i in 0..spec.sessions as usize {
