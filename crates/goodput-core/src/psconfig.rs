@@ -451,7 +451,7 @@ fn convert_test(
             }
             if let Some(p) = f.u64("packet-padding") {
                 // A STAMP test packet is 44 bytes before padding.
-                d["size"] = json!((44 + p).min(9000));
+                d["size"] = json!(p.saturating_add(44).min(9000));
             }
             ("stamp", d)
         }
@@ -494,7 +494,7 @@ fn convert_test(
             }
             ("trace", d)
         }
-        _ => unreachable!("checked above"),
+        other => return Err(format!("type '{other}' has no goodput kind")),
     };
     // Common fields.
     match f.get("ip-version").and_then(Value::as_u64) {
@@ -640,6 +640,37 @@ mod tests {
         assert_eq!(substitute("x{%address[0]%}y").as_deref(), Some("x{{source}}y"));
         assert_eq!(substitute("{% jq .foo %}"), None);
         assert_eq!(substitute("{% address[1]"), None);
+    }
+
+    #[test]
+    fn numbers_at_their_ends_are_bounded_or_refused() {
+        let t = json!({
+            "addresses": { "a": { "address": "192.0.2.1" }, "b": { "address": "192.0.2.2" } },
+            "groups": { "g": { "type": "mesh", "addresses": [{ "name": "a" }, { "name": "b" }] } },
+            "tests": {
+                "lat": { "type": "latency", "spec": { "dest": "{% address[1] %}", "packet-padding": u64::MAX, "packet-count": u64::MAX } },
+                "tp": { "type": "throughput", "spec": { "dest": "{% address[1] %}", "parallel": 0, "bandwidth": u64::MAX } },
+                "tr": { "type": "trace", "spec": { "dest": "{% address[1] %}", "hops": u64::MAX, "first-ttl": 0 } },
+                "bad": { "type": "rtt", "spec": { "dest": "{% address[1] %}", "interval": -5 } }
+            },
+            "schedules": { "s": { "repeat": "PT1H", "max-runs": u64::MAX } },
+            "tasks": {
+                "t1": { "group": "g", "test": "lat", "schedule": "s" },
+                "t2": { "group": "g", "test": "tp", "schedule": "s" },
+                "t3": { "group": "g", "test": "tr", "schedule": "s" }
+            }
+        });
+        let i = import_psconfig(&t, ImportChoices::default()).unwrap();
+        assert_eq!(i.config.tests["lat"]["size"], 9000);
+        assert_eq!(i.config.tests["tp"]["connections"], 1);
+        assert_eq!(i.config.tests["tr"]["max_hops"], 255);
+        assert_eq!(i.config.tests["tr"]["first_hop"], 1);
+        assert!(!i.config.tests.contains_key("bad"));
+        assert!(
+            i.notes.iter().any(|n| n.starts_with("tests.bad: spec.interval")),
+            "{:?}",
+            i.notes
+        );
     }
 
     #[test]
