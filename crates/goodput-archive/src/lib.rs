@@ -18,6 +18,7 @@ use std::str::FromStr;
 
 use goodput_core::schedule::RunClass;
 use serde::{Deserialize, Serialize};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -336,10 +337,37 @@ pub struct Pruned {
     pub by_size: u64,
 }
 
-/// The archive.
+/// The archive: one SQLite file (an agent's own), or a PostgreSQL
+/// database (a fleet's), behind the same methods and the same SQL wherever
+/// the two engines read it alike.
 #[derive(Clone)]
 pub struct Archive {
-    pool: SqlitePool,
+    pool: Pool,
+}
+
+#[derive(Clone)]
+enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$p` bound to the archive's pool, whichever engine it
+/// is, and `$pg` telling which: one body of code, compiled for each.
+macro_rules! on_pool {
+    ($self:expr, $p:ident, $pg:ident => $body:expr) => {
+        match &$self.pool {
+            Pool::Sqlite($p) => {
+                #[allow(unused_variables)]
+                let $pg = false;
+                $body
+            }
+            Pool::Postgres($p) => {
+                #[allow(unused_variables)]
+                let $pg = true;
+                $body
+            }
+        }
+    };
 }
 
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
@@ -370,44 +398,92 @@ impl Archive {
             .max_connections(4)
             .connect_with(options)
             .await?;
-        let archive = Self { pool };
+        let archive = Self {
+            pool: Pool::Sqlite(pool),
+        };
         archive.migrate().await?;
         Ok(archive)
     }
 
-    async fn migrate(&self) -> Result<(), ArchiveError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("CREATE TABLE IF NOT EXISTS archive_schema (version BIGINT NOT NULL)")
-            .execute(&mut *tx)
+    /// Connects to a PostgreSQL database (`postgres://user:password@host/db`)
+    /// and brings its schema up to date; a schema from a newer goodput is
+    /// refused. Several goodput processes may share one database: the
+    /// schema steps run under a lock, and nothing is kept outside it.
+    pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, ArchiveError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .acquire_timeout(std::time::Duration::from_secs(10))
+            .connect(url)
             .await?;
-        let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM archive_schema")
-            .fetch_one(&mut *tx)
-            .await?;
-        let found = found.unwrap_or(0);
-        if found > SCHEMA_VERSION {
-            return Err(ArchiveError::Newer {
-                found,
-                known: SCHEMA_VERSION,
-            });
+        let archive = Self {
+            pool: Pool::Postgres(pool),
+        };
+        archive.migrate().await?;
+        Ok(archive)
+    }
+
+    /// `postgres://…` or `postgresql://…` connects to PostgreSQL, anything
+    /// else (`sqlite://PATH` or a path) opens a SQLite file.
+    pub async fn connect(database: &str) -> Result<Self, ArchiveError> {
+        if database.starts_with("postgres://") || database.starts_with("postgresql://") {
+            Self::connect_postgres(database, 16).await
+        } else {
+            let path = database.strip_prefix("sqlite://").unwrap_or(database);
+            Self::open(Path::new(path)).await
         }
-        for (version, sql) in migrations::STEPS.iter().filter(|(v, _)| *v > found) {
-            for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                sqlx::query(statement).execute(&mut *tx).await?;
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn engine(&self) -> &'static str {
+        match self.pool {
+            Pool::Sqlite(_) => "sqlite",
+            Pool::Postgres(_) => "postgres",
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            let mut tx = p.begin().await?;
+            if pg {
+                // One archive process at a time brings the schema up; the
+                // others wait, then find it done.
+                sqlx::query("SELECT pg_advisory_xact_lock(7190500001)")
+                    .execute(&mut *tx)
+                    .await?;
             }
-            sqlx::query("INSERT INTO archive_schema (version) VALUES ($1)")
-                .bind(version)
+            sqlx::query("CREATE TABLE IF NOT EXISTS archive_schema (version BIGINT NOT NULL)")
                 .execute(&mut *tx)
                 .await?;
-        }
-        tx.commit().await?;
-        Ok(())
+            let found: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM archive_schema")
+                .fetch_one(&mut *tx)
+                .await?;
+            let found = found.unwrap_or(0);
+            if found > SCHEMA_VERSION {
+                return Err(ArchiveError::Newer {
+                    found,
+                    known: SCHEMA_VERSION,
+                });
+            }
+            let steps = if pg { migrations::POSTGRES_STEPS } else { migrations::SQLITE_STEPS };
+            for (version, sql) in steps.iter().filter(|(v, _)| *v > found) {
+                for statement in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+                    sqlx::query(statement).execute(&mut *tx).await?;
+                }
+                sqlx::query("INSERT INTO archive_schema (version) VALUES ($1)")
+                    .bind(version)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
     }
 
     /// The schema version of the file.
     pub async fn schema_version(&self) -> Result<i64, ArchiveError> {
-        Ok(sqlx::query_scalar("SELECT MAX(version) FROM archive_schema")
-            .fetch_one(&self.pool)
-            .await?)
+        on_pool!(self, p, pg => Ok(sqlx::query_scalar("SELECT MAX(version) FROM archive_schema")
+            .fetch_one(p)
+            .await?))
     }
 
     /// Stores runs in one transaction; a run whose id is stored already is
@@ -415,107 +491,131 @@ impl Archive {
     /// measurements and hours the runs touch are worked out again from the
     /// runs, so storing a run twice counts it once.
     pub async fn put(&self, runs: &[Run]) -> Result<(), ArchiveError> {
-        let mut tx = self.pool.begin().await?;
-        // Several rows per statement: each statement is a round trip to
-        // the database's thread.
-        for chunk in runs.chunks(ROWS_PER_INSERT) {
-            let sql = upsert_sql(
-                "runs",
-                COLUMNS,
-                28,
-                chunk.len(),
-                "task = excluded.task, source = excluded.source, dest = excluded.dest, \
-                 kind = excluded.kind, class = excluded.class, state = excluded.state, reason = excluded.reason, \
-                 scheduled_ms = excluded.scheduled_ms, start_ms = excluded.start_ms, end_ms = excluded.end_ms, \
-                 measurement_key = excluded.measurement_key, \
-                 throughput_up_bps = excluded.throughput_up_bps, throughput_down_bps = excluded.throughput_down_bps, \
-                 loss_pct = excluded.loss_pct, duplicates = excluded.duplicates, reordered = excluded.reordered, \
-                 delay_min_us = excluded.delay_min_us, delay_median_us = excluded.delay_median_us, \
-                 delay_p95_us = excluded.delay_p95_us, delay_max_us = excluded.delay_max_us, \
-                 jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors, \
-                 hops = excluded.hops, path_checksum = excluded.path_checksum, \
-                 loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct",
-            );
-            let mut q = sqlx::query(&sql);
-            for r in chunk {
-                let f = &r.figures;
-                q = q
-                    .bind(&r.id)
-                    .bind(&r.task)
-                    .bind(&r.source)
-                    .bind(&r.dest)
-                    .bind(&r.kind)
-                    .bind(class_str(r.class))
-                    .bind(r.state.as_str())
-                    .bind(&r.reason)
-                    .bind(ms(r.scheduled_ms))
-                    .bind(r.start_ms.map(ms))
-                    .bind(r.end_ms.map(ms))
-                    .bind(&r.measurement_key)
-                    .bind(f.throughput_up_bps)
-                    .bind(f.throughput_down_bps)
-                    .bind(f.loss_pct)
-                    .bind(f.duplicates)
-                    .bind(f.reordered)
-                    .bind(f.delay_min_us)
-                    .bind(f.delay_median_us)
-                    .bind(f.delay_p95_us)
-                    .bind(f.delay_max_us)
-                    .bind(f.jitter_us)
-                    .bind(f.retransmits)
-                    .bind(f.errors)
-                    .bind(f.hops)
-                    .bind(&f.path_checksum)
-                    .bind(f.loss_forward_pct)
-                    .bind(f.loss_backward_pct);
+        // The same id twice in one batch: the later wins (one statement
+        // may not touch a row twice in PostgreSQL).
+        let mut seen = std::collections::HashSet::new();
+        let mut unique: Vec<&Run> = runs.iter().rev().filter(|r| seen.insert(r.id.as_str())).collect();
+        unique.reverse();
+        on_pool!(self, p, pg => {
+            self.ensure_partitions(&unique).await?;
+            let mut tx = p.begin().await?;
+            // Several rows per statement: each statement is a round trip to
+            // the database.
+            let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
+            for chunk in unique.chunks(rows_per) {
+                let sql = upsert_sql("runs", COLUMNS, 28, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
+                let mut q = sqlx::query(&sql);
+                for r in chunk {
+                    let f = &r.figures;
+                    q = q
+                        .bind(&r.id)
+                        .bind(&r.task)
+                        .bind(&r.source)
+                        .bind(&r.dest)
+                        .bind(&r.kind)
+                        .bind(class_str(r.class))
+                        .bind(r.state.as_str())
+                        .bind(&r.reason)
+                        .bind(ms(r.scheduled_ms))
+                        .bind(r.start_ms.map(ms))
+                        .bind(r.end_ms.map(ms))
+                        .bind(&r.measurement_key)
+                        .bind(f.throughput_up_bps)
+                        .bind(f.throughput_down_bps)
+                        .bind(f.loss_pct)
+                        .bind(f.duplicates)
+                        .bind(f.reordered)
+                        .bind(f.delay_min_us)
+                        .bind(f.delay_median_us)
+                        .bind(f.delay_p95_us)
+                        .bind(f.delay_max_us)
+                        .bind(f.jitter_us)
+                        .bind(f.retransmits)
+                        .bind(f.errors)
+                        .bind(f.hops)
+                        .bind(&f.path_checksum)
+                        .bind(f.loss_forward_pct)
+                        .bind(f.loss_backward_pct);
+                }
+                q.execute(&mut *tx).await?;
+                // PostgreSQL's documents are partitioned like their runs,
+                // by the run's time.
+                let sql = if pg {
+                    upsert_sql("run_documents", "id, scheduled_ms, spec, result", 4, chunk.len(), "id, scheduled_ms",
+                        "spec = excluded.spec, result = excluded.result")
+                } else {
+                    upsert_sql("run_documents", "id, spec, result", 3, chunk.len(), "id",
+                        "spec = excluded.spec, result = excluded.result")
+                };
+                let mut q = sqlx::query(&sql);
+                for r in chunk {
+                    q = q.bind(&r.id);
+                    if pg {
+                        q = q.bind(ms(r.scheduled_ms));
+                    }
+                    q = q.bind(r.spec.to_string()).bind(r.result.as_ref().map(|v| v.to_string()));
+                }
+                q.execute(&mut *tx).await?;
             }
-            q.execute(&mut *tx).await?;
-            let sql = upsert_sql(
-                "run_documents",
-                "id, spec, result",
-                3,
-                chunk.len(),
-                "spec = excluded.spec, result = excluded.result",
-            );
-            let mut q = sqlx::query(&sql);
-            for r in chunk {
-                q = q
-                    .bind(&r.id)
-                    .bind(r.spec.to_string())
-                    .bind(r.result.as_ref().map(|v| v.to_string()));
+            // The hours touched, per measurement.
+            let mut touched: Vec<(&str, u64)> = unique
+                .iter()
+                .filter_map(|r| r.start_ms.map(|t| (r.measurement_key.as_str(), t / HOUR * HOUR)))
+                .collect();
+            touched.sort_unstable();
+            touched.dedup();
+            if let Pool::Postgres(p) = &self.pool {
+                let mut periods: Vec<u64> = touched.iter().map(|(_, h)| h / PARTITION_MS).collect();
+                periods.sort_unstable();
+                periods.dedup();
+                for period in periods {
+                    make_partition(p, "rollups", period).await?;
+                }
             }
-            q.execute(&mut *tx).await?;
+            // Every metric's aggregate in one statement per hour touched.
+            let sql = rollup_sql();
+            for (key, hour) in touched {
+                sqlx::query(sql)
+                    .bind(key)
+                    .bind(ms(hour))
+                    .bind(ms(hour.saturating_add(HOUR)))
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        })
+    }
+
+    /// PostgreSQL: the partitions of `runs` and `run_documents` that these
+    /// runs fall in, made if missing (under a lock, as several archive
+    /// processes may store at once).
+    async fn ensure_partitions(&self, runs: &[&Run]) -> Result<(), ArchiveError> {
+        let Pool::Postgres(p) = &self.pool else {
+            return Ok(());
+        };
+        let mut periods: Vec<u64> = runs.iter().map(|r| r.scheduled_ms / PARTITION_MS).collect();
+        periods.sort_unstable();
+        periods.dedup();
+        for period in periods {
+            for table in ["runs", "run_documents"] {
+                make_partition(p, table, period).await?;
+            }
         }
-        // The hours touched, per measurement.
-        let mut touched: Vec<(&str, u64)> = runs
-            .iter()
-            .filter_map(|r| r.start_ms.map(|t| (r.measurement_key.as_str(), t / HOUR * HOUR)))
-            .collect();
-        touched.sort_unstable();
-        touched.dedup();
-        // Every metric's aggregate in one statement per hour touched.
-        let sql = rollup_sql();
-        for (key, hour) in touched {
-            sqlx::query(sql)
-                .bind(key)
-                .bind(ms(hour))
-                .bind(ms(hour.saturating_add(HOUR)))
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
         Ok(())
     }
 
     /// One run, with its result document.
     pub async fn get(&self, id: &str) -> Result<Option<Run>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let row = sqlx::query(&format!(
-            "SELECT {R_COLUMNS}, d.spec, d.result FROM runs r JOIN run_documents d ON d.id = r.id WHERE r.id = $1"
+            "SELECT {R_COLUMNS}, d.spec, d.result FROM runs r JOIN run_documents d ON d.id = r.id{} WHERE r.id = $1", doc_join(pg)
         ))
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(p)
             .await?;
         row.map(|r| run_of(&r, true)).transpose()
+        })
     }
 
     /// Sets a run's state and reason only if it is still in `from`;
@@ -527,19 +627,22 @@ impl Archive {
         to: RunState,
         reason: &str,
     ) -> Result<bool, ArchiveError> {
+        on_pool!(self, p, pg => {
         let n = sqlx::query("UPDATE runs SET state = $1, reason = $2 WHERE id = $3 AND state = $4")
             .bind(to.as_str())
             .bind(reason)
             .bind(id)
             .bind(from.as_str())
-            .execute(&self.pool)
+            .execute(p)
             .await?
             .rows_affected();
         Ok(n > 0)
+        })
     }
 
     /// Which of these run ids are stored.
     pub async fn existing(&self, ids: &[String]) -> Result<std::collections::HashSet<String>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let mut out = std::collections::HashSet::new();
         for chunk in ids.chunks(500) {
             let marks = (1..=chunk.len())
@@ -551,14 +654,16 @@ impl Archive {
             for id in chunk {
                 q = q.bind(id);
             }
-            out.extend(q.fetch_all(&self.pool).await?);
+            out.extend(q.fetch_all(p).await?);
         }
         Ok(out)
+        })
     }
 
     /// Runs that pass the filter, newest first, without their result
     /// documents.
     pub async fn runs(&self, f: &RunFilter) -> Result<Vec<Run>, ArchiveError> {
+        on_pool!(self, p, pg => {
         // Only the filters given go into the statement: `$n IS NULL OR …`
         // for an absent one keeps the planner from the indexes, and a
         // pair's failures in a year of runs were a scan of every run.
@@ -587,8 +692,9 @@ impl Archive {
         }
         let limit_at = n + times.len() + 1;
         let sql = format!(
-            "SELECT {R_COLUMNS}, d.spec, NULL AS result FROM runs r JOIN run_documents d ON d.id = r.id \
+            "SELECT {R_COLUMNS}, d.spec, NULL AS result FROM runs r JOIN run_documents d ON d.id = r.id{} \
              {}{} ORDER BY r.scheduled_ms DESC, r.id LIMIT ${limit_at}",
+            doc_join(pg),
             if conditions.is_empty() { "" } else { "WHERE " },
             conditions.join(" AND ")
         );
@@ -601,9 +707,10 @@ impl Archive {
         }
         let rows = q
             .bind(i64::from(if f.limit == 0 { 1000 } else { f.limit }))
-            .fetch_all(&self.pool)
+            .fetch_all(p)
             .await?;
         rows.iter().map(|r| run_of(r, false)).collect()
+        })
     }
 
     /// A measurement's series of one metric over `[from, to)`: every
@@ -616,12 +723,13 @@ impl Archive {
         to_ms: u64,
         step_ms: Option<u64>,
     ) -> Result<Vec<Point>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let col = metric.column();
         let step = step_ms.filter(|s| *s > 0).unwrap_or(1).min(i64::MAX as u64) as i64;
         if (step as u64).is_multiple_of(HOUR) && from_ms.is_multiple_of(HOUR) && to_ms.is_multiple_of(HOUR) {
             // Long ranges read the stored hourly aggregates.
             let rows = sqlx::query(
-                "SELECT (bucket_ms / $4) * $4 AS at_ms, SUM(n) AS n, MIN(lo) AS lo, SUM(total) / SUM(n) AS mean, \
+                "SELECT (bucket_ms / $4) * $4 AS at_ms, CAST(SUM(n) AS BIGINT) AS n, MIN(lo) AS lo, SUM(total) / CAST(SUM(n) AS DOUBLE PRECISION) AS mean, \
                  MAX(hi) AS hi FROM rollups WHERE measurement_key = $1 AND metric = $5 AND bucket_ms >= $2 \
                  AND bucket_ms < $3 AND n > 0 GROUP BY (bucket_ms / $4) ORDER BY at_ms",
             )
@@ -630,7 +738,7 @@ impl Archive {
             .bind(ms(to_ms))
             .bind(step)
             .bind(col)
-            .fetch_all(&self.pool)
+            .fetch_all(p)
             .await?;
             return Ok(rows.iter().map(point_of).collect());
         }
@@ -645,13 +753,15 @@ impl Archive {
             .bind(ms(from_ms))
             .bind(ms(to_ms))
             .bind(step)
-            .fetch_all(&self.pool)
+            .fetch_all(p)
             .await?;
         Ok(rows.iter().map(point_of).collect())
+        })
     }
 
     /// The paths a measurement's finished traces took over `[from, to)`.
     pub async fn paths(&self, key: &str, from_ms: u64, to_ms: u64) -> Result<PathHistory, ArchiveError> {
+        on_pool!(self, p, pg => {
         let rows = sqlx::query(
             "SELECT id, start_ms, hops, path_checksum FROM (SELECT id, start_ms, hops, path_checksum FROM runs \
              WHERE measurement_key = $1 AND state = 'finished' AND path_checksum IS NOT NULL \
@@ -662,7 +772,7 @@ impl Archive {
         .bind(ms(from_ms))
         .bind(ms(to_ms))
         .bind(i64::from(PATH_RUNS))
-        .fetch_all(&self.pool)
+        .fetch_all(p)
         .await?;
         let mut h = PathHistory::default();
         let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
@@ -698,22 +808,26 @@ impl Archive {
             last = Some(sum);
         }
         Ok(h)
+        })
     }
 
     /// When the newest finished run of a measurement started (ms).
     pub async fn last_finished(&self, key: &str) -> Result<Option<u64>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let t: Option<i64> = sqlx::query_scalar(
             "SELECT MAX(start_ms) FROM runs WHERE measurement_key = $1 AND state = 'finished'",
         )
         .bind(key)
-        .fetch_one(&self.pool)
+        .fetch_one(p)
         .await?;
         Ok(opt_ms(t))
+        })
     }
 
     /// Stores alerts in one transaction, each replacing the row of its id.
     pub async fn put_alerts(&self, alerts: &[AlertRecord]) -> Result<(), ArchiveError> {
-        let mut tx = self.pool.begin().await?;
+        on_pool!(self, p, pg => {
+        let mut tx = p.begin().await?;
         for a in alerts {
             sqlx::query(
                 "INSERT INTO alerts (id, rule, task, source, dest, direction, metric, severity, value, threshold, \
@@ -741,6 +855,7 @@ impl Archive {
         }
         tx.commit().await?;
         Ok(())
+        })
     }
 
     /// Alerts, newest first: the open ones, or with `from_ms` every one
@@ -752,6 +867,7 @@ impl Archive {
         to_ms: u64,
         limit: u32,
     ) -> Result<Vec<AlertRecord>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let rows = sqlx::query(
             "SELECT id, rule, task, source, dest, direction, metric, severity, value, threshold, measurement_key, \
              start_ms, updated_ms, end_ms FROM alerts WHERE ($1 = 0 OR end_ms IS NULL) AND start_ms < $3 \
@@ -761,7 +877,7 @@ impl Archive {
         .bind(ms(from_ms))
         .bind(ms(to_ms))
         .bind(i64::from(limit.max(1)))
-        .fetch_all(&self.pool)
+        .fetch_all(p)
         .await?;
         Ok(rows
             .iter()
@@ -782,12 +898,14 @@ impl Archive {
                 end_ms: opt_ms(r.get("end_ms")),
             })
             .collect())
+        })
     }
 
     /// Runs stored in each state.
     pub async fn count_by_state(&self) -> Result<Vec<(RunState, u64)>, ArchiveError> {
+        on_pool!(self, p, pg => {
         let rows = sqlx::query("SELECT state, COUNT(*) AS n FROM runs GROUP BY state ORDER BY state")
-            .fetch_all(&self.pool)
+            .fetch_all(p)
             .await?;
         let mut out = Vec::new();
         for r in rows {
@@ -798,73 +916,175 @@ impl Archive {
             }
         }
         Ok(out)
+        })
     }
 
     /// Runs stored.
     pub async fn count(&self) -> Result<u64, ArchiveError> {
+        on_pool!(self, p, pg => {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM runs")
-            .fetch_one(&self.pool)
+            .fetch_one(p)
             .await?;
         Ok(n.max(0) as u64)
+        })
     }
 
-    /// Bytes the archive's data takes (pages in use; free pages are
-    /// reused before the file grows).
+    /// Bytes the archive's data takes: SQLite's pages in use (free pages
+    /// are reused before the file grows), or PostgreSQL's tables with
+    /// their indexes.
     pub async fn size_bytes(&self) -> Result<u64, ArchiveError> {
-        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
-            .fetch_one(&self.pool)
-            .await?;
-        let free: i64 = sqlx::query_scalar("PRAGMA freelist_count")
-            .fetch_one(&self.pool)
-            .await?;
-        let size: i64 = sqlx::query_scalar("PRAGMA page_size")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(((pages - free).max(0) * size.max(0)) as u64)
+        match &self.pool {
+            Pool::Sqlite(p) => {
+                let pages: i64 = sqlx::query_scalar("PRAGMA page_count").fetch_one(p).await?;
+                let free: i64 = sqlx::query_scalar("PRAGMA freelist_count").fetch_one(p).await?;
+                let size: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(p).await?;
+                Ok(((pages - free).max(0) * size.max(0)) as u64)
+            }
+            Pool::Postgres(p) => {
+                let n: i64 = sqlx::query_scalar(
+                    "SELECT CAST(COALESCE(SUM(pg_total_relation_size(c.oid)), 0) AS BIGINT) FROM pg_class c \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() \
+                     AND c.relkind = 'r'",
+                )
+                .fetch_one(p)
+                .await?;
+                Ok(n.max(0) as u64)
+            }
+        }
     }
 
     /// Deletes runs older than the age limit, then the oldest runs until
-    /// the data is under 90% of the size limit.
+    /// the data is under 90% of the size limit. SQLite deletes rows, a
+    /// tenth of what is left at a time. PostgreSQL drops whole partitions
+    /// that lie past the age limit (and deletes the older rows of the one
+    /// that straddles it), and for size drops the oldest partition at a
+    /// time, never the newest: deleted rows would not give their space
+    /// back until a vacuum.
     pub async fn prune(&self, keep: &Retention, now_ms: u64) -> Result<Pruned, ArchiveError> {
-        let mut pruned = Pruned::default();
         let cutoff = now_ms.saturating_sub(keep.max_age_ms);
-        pruned.by_age = sqlx::query("DELETE FROM runs WHERE scheduled_ms < $1")
-            .bind(ms(cutoff))
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        sqlx::query("DELETE FROM alerts WHERE end_ms IS NOT NULL AND end_ms < $1")
-            .bind(ms(cutoff))
-            .execute(&self.pool)
-            .await?;
-        sqlx::query("DELETE FROM rollups WHERE bucket_ms < $1")
-            .bind(ms(cutoff / HOUR * HOUR))
-            .execute(&self.pool)
-            .await?;
         let target = keep.max_bytes / 10 * 9;
-        while self.size_bytes().await? > target {
-            let total = self.count().await?;
-            if total == 0 {
-                break;
+        match &self.pool {
+            Pool::Sqlite(p) => {
+                let mut pruned = Pruned {
+                    by_age: sqlx::query("DELETE FROM runs WHERE scheduled_ms < $1")
+                        .bind(ms(cutoff))
+                        .execute(p)
+                        .await?
+                        .rows_affected(),
+                    by_size: 0,
+                };
+                self.prune_alerts_and_rollups(cutoff).await?;
+                while self.size_bytes().await? > target {
+                    let total = self.count().await?;
+                    if total == 0 {
+                        break;
+                    }
+                    // A tenth of what is left at a time, the oldest first.
+                    let batch = (total / 10).max(1);
+                    let n = sqlx::query(
+                        "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY scheduled_ms LIMIT $1)",
+                    )
+                    .bind(batch as i64)
+                    .execute(p)
+                    .await?
+                    .rows_affected();
+                    pruned.by_size += n;
+                }
+                if pruned.by_age + pruned.by_size > 0 {
+                    sqlx::query("PRAGMA incremental_vacuum").execute(p).await?;
+                }
+                Ok(pruned)
             }
-            // A tenth of what is left at a time, the oldest first.
-            let batch = (total / 10).max(1);
-            let n = sqlx::query(
-                "DELETE FROM runs WHERE id IN (SELECT id FROM runs ORDER BY scheduled_ms LIMIT $1)",
-            )
-            .bind(batch as i64)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-            pruned.by_size += n;
+            Pool::Postgres(p) => {
+                let mut pruned = Pruned::default();
+                let mut periods = partitions(p, "runs").await?;
+                // Whole spans past the limit.
+                while let Some(&first) = periods.first() {
+                    if (first + 1).saturating_mul(PARTITION_MS) > cutoff {
+                        break;
+                    }
+                    pruned.by_age += drop_period(p, first).await?;
+                    periods.remove(0);
+                }
+                let mut tx = p.begin().await?;
+                sqlx::query("DELETE FROM run_documents WHERE scheduled_ms < $1")
+                    .bind(ms(cutoff))
+                    .execute(&mut *tx)
+                    .await?;
+                pruned.by_age += sqlx::query("DELETE FROM runs WHERE scheduled_ms < $1")
+                    .bind(ms(cutoff))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                self.prune_alerts_and_rollups(cutoff).await?;
+                while periods.len() > 1 && self.size_bytes().await? > target {
+                    pruned.by_size += drop_period(p, periods.remove(0)).await?;
+                }
+                Ok(pruned)
+            }
         }
-        if pruned.by_age + pruned.by_size > 0 {
-            sqlx::query("PRAGMA incremental_vacuum")
-                .execute(&self.pool)
-                .await?;
-        }
-        Ok(pruned)
     }
+
+    async fn prune_alerts_and_rollups(&self, cutoff: u64) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            sqlx::query("DELETE FROM alerts WHERE end_ms IS NOT NULL AND end_ms < $1")
+                .bind(ms(cutoff))
+                .execute(p)
+                .await?;
+            sqlx::query("DELETE FROM rollups WHERE bucket_ms < $1")
+                .bind(ms(cutoff / HOUR * HOUR))
+                .execute(p)
+                .await?;
+            Ok(())
+        })
+    }
+}
+
+/// PostgreSQL: the spans (`scheduled_ms / PARTITION_MS`) that `table` has
+/// partitions for, the oldest first.
+async fn partitions(p: &PgPool, table: &str) -> Result<Vec<u64>, ArchiveError> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = to_regclass($1)",
+    )
+    .bind(table)
+    .fetch_all(p)
+    .await?;
+    let prefix = format!("{table}_p");
+    let mut out: Vec<u64> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix(&prefix)?.parse::<u64>().ok())
+        .map(|day| day.saturating_mul(86_400_000) / PARTITION_MS)
+        .collect();
+    out.sort_unstable();
+    Ok(out)
+}
+
+/// PostgreSQL: drops one span's partitions of runs, documents and
+/// aggregates in one transaction; the runs it held.
+async fn drop_period(p: &PgPool, period: u64) -> Result<u64, ArchiveError> {
+    let day = period.saturating_mul(PARTITION_MS) / 86_400_000;
+    let mut tx = p.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(7190500002)")
+        .execute(&mut *tx)
+        .await?;
+    let n: i64 = match sqlx::query_scalar(&format!("SELECT COUNT(*) FROM runs_p{day}"))
+        .fetch_one(&mut *tx)
+        .await
+    {
+        Ok(n) => n,
+        // Another archive process dropped it first.
+        Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("42P01") => return Ok(0),
+        Err(e) => return Err(e.into()),
+    };
+    for table in ["run_documents", "runs", "rollups"] {
+        sqlx::query(&format!("DROP TABLE IF EXISTS {table}_p{day}"))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    Ok(n.max(0) as u64)
 }
 
 /// The statement that works out one measurement's (`$1`) hourly
@@ -894,6 +1114,50 @@ fn rollup_sql() -> &'static str {
     })
 }
 
+/// The runs' columns that a later store of the same run replaces.
+const RUNS_UPDATE: &str = "task = excluded.task, source = excluded.source, dest = excluded.dest, \
+     kind = excluded.kind, class = excluded.class, state = excluded.state, reason = excluded.reason, \
+     scheduled_ms = excluded.scheduled_ms, start_ms = excluded.start_ms, end_ms = excluded.end_ms, \
+     measurement_key = excluded.measurement_key, \
+     throughput_up_bps = excluded.throughput_up_bps, throughput_down_bps = excluded.throughput_down_bps, \
+     loss_pct = excluded.loss_pct, duplicates = excluded.duplicates, reordered = excluded.reordered, \
+     delay_min_us = excluded.delay_min_us, delay_median_us = excluded.delay_median_us, \
+     delay_p95_us = excluded.delay_p95_us, delay_max_us = excluded.delay_max_us, \
+     jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors, \
+     hops = excluded.hops, path_checksum = excluded.path_checksum, \
+     loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct";
+
+/// PostgreSQL's partitions each hold this span of time (30 days, counted
+/// from the Unix epoch), named `TABLE_pDAY` after their first day.
+pub const PARTITION_MS: u64 = 30 * 86_400_000;
+
+/// Makes `table`'s partition for the span `period` if it is missing.
+async fn make_partition(p: &PgPool, table: &str, period: u64) -> Result<(), ArchiveError> {
+    let from = period.saturating_mul(PARTITION_MS);
+    let to = from.saturating_add(PARTITION_MS);
+    let name = format!("{table}_p{}", from / 86_400_000);
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL")
+        .bind(&name)
+        .fetch_one(p)
+        .await?;
+    if exists {
+        return Ok(());
+    }
+    let mut tx = p.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(7190500002)")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {name} PARTITION OF {table} FOR VALUES FROM ({}) TO ({})",
+        ms(from),
+        ms(to)
+    ))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// An hour, the stored aggregates' step (ms).
 const HOUR: u64 = 3_600_000;
 
@@ -903,9 +1167,13 @@ const HOUR: u64 = 3_600_000;
 /// statement's cost in sqlx grows faster than its row count.
 const ROWS_PER_INSERT: usize = 20;
 
+/// The same for PostgreSQL, whose statements cost little more for more
+/// rows (well under its 65,535 parameters: 28 × 200).
+const PG_ROWS_PER_INSERT: usize = 200;
+
 /// `INSERT INTO table (columns) VALUES (…), (…) ON CONFLICT (id) DO UPDATE SET …`
 /// for `rows` rows of `width` values.
-fn upsert_sql(table: &str, columns: &str, width: usize, rows: usize, update: &str) -> String {
+fn upsert_sql(table: &str, columns: &str, width: usize, rows: usize, conflict: &str, update: &str) -> String {
     let mut sql = format!("INSERT INTO {table} ({columns}) VALUES ");
     let mut n = 0;
     for row in 0..rows {
@@ -922,16 +1190,31 @@ fn upsert_sql(table: &str, columns: &str, width: usize, rows: usize, update: &st
         }
         sql.push(')');
     }
-    sql + &format!(" ON CONFLICT (id) DO UPDATE SET {update}")
+    sql + &format!(" ON CONFLICT ({conflict}) DO UPDATE SET {update}")
 }
 
-fn point_of(r: &sqlx::sqlite::SqliteRow) -> Point {
+fn point_of<R>(r: &R) -> Point
+where
+    R: Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> f64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
     Point {
         at_ms: r.get::<i64, _>("at_ms").max(0) as u64,
         count: r.get::<i64, _>("n").max(0) as u64,
         min: r.get("lo"),
         mean: r.get("mean"),
         max: r.get("hi"),
+    }
+}
+
+/// PostgreSQL joins a run's document in its own partition.
+fn doc_join(pg: bool) -> &'static str {
+    if pg {
+        " AND d.scheduled_ms = r.scheduled_ms"
+    } else {
+        ""
     }
 }
 
@@ -943,7 +1226,14 @@ fn opt_ms(v: Option<i64>) -> Option<u64> {
     v.map(|x| x.max(0) as u64)
 }
 
-fn run_of(r: &sqlx::sqlite::SqliteRow, with_result: bool) -> Result<Run, ArchiveError> {
+fn run_of<R>(r: &R, with_result: bool) -> Result<Run, ArchiveError>
+where
+    R: Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> f64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
     let class: String = r.get("class");
     let state: String = r.get("state");
     let spec: String = r.get("spec");

@@ -1,12 +1,14 @@
 //! The archive's schema, one numbered step at a time. A step is never
 //! changed once released: a new one is added. The SQL keeps to what
 //! SQLite and PostgreSQL both read (`BIGINT`, `DOUBLE PRECISION`, `TEXT`,
-//! `ON CONFLICT`), so a fleet's archive can run the same steps.
+//! `ON CONFLICT`). PostgreSQL's schema began at step 4 as one step, with
+//! the tables that grow partitioned by time; later steps are numbered for
+//! both engines alike, so one version names one schema on either.
 
 /// (version, SQL statements separated by `;`). The documents (spec and
 /// result, several KB) live in their own table, so that lists and series
 /// read only the small rows of `runs`.
-pub(crate) const STEPS: &[(i64, &str)] = &[
+pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
     (
         1,
         "CREATE TABLE runs (
@@ -96,5 +98,90 @@ pub(crate) const STEPS: &[(i64, &str)] = &[
     ),
 ];
 
+/// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
+/// partitioned by time (declarative range partitions of
+/// `crate::PARTITION_MS`, made as runs arrive), so that retention drops
+/// whole partitions and a query for a time range reads only its own; a
+/// partitioned table's keys hold its partition column, so a run is
+/// `(id, scheduled_ms)`, a run's time never changing.
+pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[(
+    4,
+    "CREATE TABLE runs (
+        id TEXT NOT NULL,
+        task TEXT NOT NULL,
+        source TEXT NOT NULL,
+        dest TEXT,
+        kind TEXT NOT NULL,
+        class TEXT NOT NULL,
+        state TEXT NOT NULL,
+        reason TEXT,
+        scheduled_ms BIGINT NOT NULL,
+        start_ms BIGINT,
+        end_ms BIGINT,
+        measurement_key TEXT NOT NULL,
+        throughput_up_bps DOUBLE PRECISION,
+        throughput_down_bps DOUBLE PRECISION,
+        loss_pct DOUBLE PRECISION,
+        duplicates DOUBLE PRECISION,
+        reordered DOUBLE PRECISION,
+        delay_min_us DOUBLE PRECISION,
+        delay_median_us DOUBLE PRECISION,
+        delay_p95_us DOUBLE PRECISION,
+        delay_max_us DOUBLE PRECISION,
+        jitter_us DOUBLE PRECISION,
+        retransmits DOUBLE PRECISION,
+        errors DOUBLE PRECISION,
+        hops DOUBLE PRECISION,
+        path_checksum TEXT,
+        loss_forward_pct DOUBLE PRECISION,
+        loss_backward_pct DOUBLE PRECISION,
+        PRIMARY KEY (id, scheduled_ms)
+    ) PARTITION BY RANGE (scheduled_ms);
+    CREATE TABLE run_documents (
+        id TEXT NOT NULL,
+        scheduled_ms BIGINT NOT NULL,
+        spec TEXT NOT NULL,
+        result TEXT,
+        PRIMARY KEY (id, scheduled_ms)
+    ) PARTITION BY RANGE (scheduled_ms);
+    CREATE INDEX runs_id ON runs (id);
+    CREATE INDEX runs_key_time ON runs (measurement_key, start_ms);
+    CREATE INDEX runs_pair_time ON runs (source, dest, scheduled_ms);
+    CREATE INDEX runs_time ON runs (scheduled_ms);
+    CREATE INDEX runs_key_path ON runs (measurement_key, start_ms, path_checksum);
+    CREATE INDEX runs_pair_state_time ON runs (source, dest, state, scheduled_ms);
+    CREATE TABLE rollups (
+        measurement_key TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        bucket_ms BIGINT NOT NULL,
+        n BIGINT NOT NULL,
+        total DOUBLE PRECISION,
+        lo DOUBLE PRECISION,
+        hi DOUBLE PRECISION,
+        PRIMARY KEY (measurement_key, metric, bucket_ms)
+    ) PARTITION BY RANGE (bucket_ms);
+    CREATE TABLE alerts (
+        id TEXT PRIMARY KEY,
+        rule TEXT NOT NULL,
+        task TEXT NOT NULL,
+        source TEXT NOT NULL,
+        dest TEXT,
+        direction TEXT NOT NULL,
+        metric TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        value DOUBLE PRECISION,
+        threshold TEXT NOT NULL,
+        measurement_key TEXT NOT NULL,
+        start_ms BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        end_ms BIGINT
+    );
+    CREATE INDEX alerts_open ON alerts (end_ms, start_ms);
+    CREATE INDEX alerts_time ON alerts (start_ms)",
+)];
+
 /// The newest schema this build knows.
-pub const SCHEMA_VERSION: i64 = STEPS[STEPS.len() - 1].0;
+pub const SCHEMA_VERSION: i64 = SQLITE_STEPS[SQLITE_STEPS.len() - 1].0;
+
+// Both engines end at the same version.
+const _: () = assert!(POSTGRES_STEPS[POSTGRES_STEPS.len() - 1].0 == SCHEMA_VERSION);

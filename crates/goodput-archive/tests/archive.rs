@@ -1,11 +1,89 @@
-//! The archive on a real SQLite file: runs stored and read back, figures
-//! from real result documents, series, retention, and a newer schema
-//! refused.
+//! The archive on a real SQLite file and on a real PostgreSQL (a
+//! throwaway cluster per test): runs stored and read back, figures from
+//! real result documents, series, retention, and a newer schema refused.
+//! Each test that touches the database runs on both engines, so that the
+//! two cannot drift apart.
+
+mod pg;
 
 use goodput_archive::{figures_of, measurement_key, Archive, ArchiveError, Metric, Run, RunFilter, RunState};
 use goodput_core::result::TestResult;
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::TestSpec;
+
+/// Where a test's archive lives.
+enum Engine {
+    Sqlite(tempfile::TempDir),
+    /// The cluster lives as long as the test: dropping it stops it.
+    Postgres(#[allow(dead_code)] pg::Cluster, String),
+}
+
+impl Engine {
+    fn sqlite() -> Engine {
+        Engine::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    fn postgres() -> Option<Engine> {
+        let c = pg::Cluster::start()?;
+        let url = c.database("archive");
+        Some(Engine::Postgres(c, url))
+    }
+
+    /// The archive (again: reopening finds what was stored).
+    async fn open(&self) -> Archive {
+        match self {
+            Engine::Sqlite(dir) => Archive::open(&dir.path().join("archive.db")).await.unwrap(),
+            Engine::Postgres(_, url) => Archive::connect(url).await.unwrap(),
+        }
+    }
+
+    fn is_postgres(&self) -> bool {
+        matches!(self, Engine::Postgres(..))
+    }
+
+    /// Runs one statement on the database outside the archive.
+    async fn execute(&self, sql: &str) {
+        use sqlx::Connection;
+        match self {
+            Engine::Sqlite(dir) => {
+                let path = dir.path().join("archive.db");
+                let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                    .await
+                    .unwrap();
+                sqlx::query(sql).execute(&mut c).await.unwrap();
+            }
+            Engine::Postgres(_, url) => {
+                let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+                sqlx::query(sql).execute(&mut c).await.unwrap();
+            }
+        }
+    }
+}
+
+/// A test body run once on SQLite and once on PostgreSQL.
+macro_rules! on_both {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test]
+            async fn sqlite() {
+                super::$name(&super::Engine::sqlite()).await;
+            }
+            #[tokio::test]
+            async fn postgres() {
+                if let Some(e) = super::Engine::postgres() {
+                    super::$name(&e).await;
+                }
+            }
+        }
+    };
+}
+
+on_both!(runs_are_stored_once_by_id_and_read_back_whole);
+on_both!(filters_and_series_find_a_measurements_runs);
+on_both!(retention_deletes_the_oldest_first_and_keeps_under_the_size);
+on_both!(a_newer_archive_is_refused_with_a_clear_message);
+on_both!(a_measurements_paths_and_their_changes_come_back);
+on_both!(alerts_are_stored_updated_ended_and_listed);
 
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {
     let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -79,10 +157,8 @@ fn figures_come_from_each_kinds_result() {
     assert_eq!(f.throughput_down_bps, Some(bps));
 }
 
-#[tokio::test]
-async fn runs_are_stored_once_by_id_and_read_back_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+async fn runs_are_stored_once_by_id_and_read_back_whole(e: &Engine) {
+    let a = e.open().await;
     let (doc, r) = fixture("tcp-duplex");
     let mut first = run("run-1", 1_000_000, RunState::Running, &doc, &r);
     first.result = None;
@@ -105,17 +181,15 @@ async fn runs_are_stored_once_by_id_and_read_back_whole() {
         .unwrap());
     assert_eq!(a.get("run-1").await.unwrap(), Some(done.clone()));
 
-    // Reopened, the file holds the same.
+    // Reopened, the database holds the same.
     drop(a);
-    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+    let a = e.open().await;
     assert_eq!(a.get("run-1").await.unwrap(), Some(done));
     assert_eq!(a.schema_version().await.unwrap(), goodput_archive::SCHEMA_VERSION);
 }
 
-#[tokio::test]
-async fn filters_and_series_find_a_measurements_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+async fn filters_and_series_find_a_measurements_runs(e: &Engine) {
+    let a = e.open().await;
     let (tcp, tr) = fixture("tcp-duplex");
     let (stamp, sr) = fixture("stamp");
     let mut runs = Vec::new();
@@ -213,60 +287,61 @@ async fn filters_and_series_find_a_measurements_runs() {
     assert!((hourly[0].mean - raw_hour[0].mean).abs() < 1e-6 * up);
 }
 
-#[tokio::test]
-async fn retention_deletes_the_oldest_first_and_keeps_under_the_size() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+async fn retention_deletes_the_oldest_first_and_keeps_under_the_size(e: &Engine) {
+    use goodput_archive::PARTITION_MS;
+    let a = e.open().await;
     let (doc, r) = fixture("udp");
+    // 400 runs a second apart in four spans of PostgreSQL's partitions.
+    let at = |i: u64| (i / 100) * PARTITION_MS + (i % 100) * 1000;
     let runs: Vec<Run> = (0..400u64)
-        .map(|i| run(&format!("r{i:04}"), i * 1000, RunState::Finished, &doc, &r))
+        .map(|i| run(&format!("r{i:04}"), at(i), RunState::Finished, &doc, &r))
         .collect();
     a.put(&runs).await.unwrap();
     let before = a.size_bytes().await.unwrap();
-    assert!(before > 3 << 19, "{before}");
+    assert!(before > 1 << 19, "{before}");
 
-    // By age: everything scheduled before 100 s of a clock at 300 s.
+    // By age: everything scheduled before the second span, and its first
+    // 20 runs.
     let keep = goodput_archive::Retention {
-        max_age_ms: 200_000,
+        max_age_ms: 1_000_000,
         max_bytes: 1 << 40,
     };
-    let p = a.prune(&keep, 300_000).await.unwrap();
-    assert_eq!((p.by_age, p.by_size), (100, 0));
-    assert!(a.get("r0099").await.unwrap().is_none());
-    assert!(a.get("r0100").await.unwrap().is_some());
+    let p = a.prune(&keep, at(120) + 1_000_000).await.unwrap();
+    assert_eq!((p.by_age, p.by_size), (120, 0));
+    assert!(a.get("r0119").await.unwrap().is_none());
+    assert!(a.get("r0120").await.unwrap().is_some());
+    assert_eq!(a.count().await.unwrap(), 280);
 
-    // By size: under 90% of 1 MiB, the oldest gone first.
+    // By size: under 90% of 80% of what is left, the oldest gone first.
+    let left = a.size_bytes().await.unwrap();
     let keep = goodput_archive::Retention {
         max_age_ms: u64::MAX,
-        max_bytes: 1 << 20,
+        max_bytes: left / 10 * 8,
     };
-    let p = a.prune(&keep, 300_000).await.unwrap();
+    let p = a.prune(&keep, at(400)).await.unwrap();
     assert!(p.by_size > 0);
-    assert!(a.size_bytes().await.unwrap() <= (1 << 20) / 10 * 9);
+    assert!(a.size_bytes().await.unwrap() <= keep.max_bytes / 10 * 9);
     let left = a.runs(&RunFilter::default()).await.unwrap();
-    assert_eq!(left.len() as u64, 300 - p.by_size);
+    assert_eq!(left.len() as u64, 280 - p.by_size);
     let oldest = left.iter().map(|r| r.scheduled_ms).min().unwrap();
-    assert_eq!(oldest, (100 + p.by_size) * 1000, "the oldest runs went first");
+    assert_eq!(oldest, at(120 + p.by_size), "the oldest runs went first");
+    if e.is_postgres() {
+        // Whole partitions went: the rest of the second span.
+        assert_eq!(p.by_size, 80);
+    }
 }
 
-#[tokio::test]
-async fn a_newer_archive_is_refused_with_a_clear_message() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("archive.db");
-    let a = Archive::open(&path).await.unwrap();
+async fn a_newer_archive_is_refused_with_a_clear_message(e: &Engine) {
+    let a = e.open().await;
     drop(a);
-    {
-        // A later goodput's step.
-        use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
-            .await
-            .unwrap();
-        sqlx::query("INSERT INTO archive_schema (version) VALUES (99)")
-            .execute(&mut c)
-            .await
-            .unwrap();
-    }
-    match Archive::open(&path).await {
+    // A later goodput's step.
+    e.execute("INSERT INTO archive_schema (version) VALUES (99)")
+        .await;
+    let opened = match e {
+        Engine::Sqlite(dir) => Archive::open(&dir.path().join("archive.db")).await,
+        Engine::Postgres(_, url) => Archive::connect(url).await,
+    };
+    match opened {
         Err(e @ ArchiveError::Newer { found: 99, .. }) => {
             assert!(
                 e.to_string().contains("newer than this goodput understands"),
@@ -295,10 +370,8 @@ fn traces_and_pings_have_figures() {
     assert_eq!(f.jitter_us, p["rtt"]["mdev_us"].as_f64());
 }
 
-#[tokio::test]
-async fn a_measurements_paths_and_their_changes_come_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = Archive::open(&dir.path().join("archive.db")).await.unwrap();
+async fn a_measurements_paths_and_their_changes_come_back(e: &Engine) {
+    let a = e.open().await;
     let (doc, r) = fixture("trace");
     // A second path: hop 2 is another router (and so another checksum).
     let mut moved_doc = doc.clone();
@@ -410,11 +483,9 @@ fn loss_splits_by_direction_where_the_test_tells_them_apart() {
     assert_eq!((f.loss_forward_pct, f.loss_backward_pct), (None, f.loss_pct));
 }
 
-#[tokio::test]
-async fn alerts_are_stored_updated_ended_and_listed() {
+async fn alerts_are_stored_updated_ended_and_listed(e: &Engine) {
     use goodput_archive::AlertRecord;
-    let dir = tempfile::tempdir().unwrap();
-    let a = Archive::open(&dir.path().join("a.sqlite")).await.unwrap();
+    let a = e.open().await;
     let alert = |id: &str, start: u64| AlertRecord {
         id: id.into(),
         rule: "loss".into(),
