@@ -85,6 +85,14 @@ impl RunState {
     }
 }
 
+impl RunState {
+    /// Whether the run is over (finished, failed, missed, non-start,
+    /// cancelled): what is forwarded to a fleet's archive.
+    pub fn has_ended(self) -> bool {
+        !matches!(self, RunState::Scheduled | RunState::Running)
+    }
+}
+
 impl FromStr for RunState {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -491,6 +499,18 @@ impl Archive {
     /// measurements and hours the runs touch are worked out again from the
     /// runs, so storing a run twice counts it once.
     pub async fn put(&self, runs: &[Run]) -> Result<(), ArchiveError> {
+        self.put_queued(runs, &[], 0).await
+    }
+
+    /// [`Archive::put`], and in the same transaction each run that has
+    /// ended is queued for each of `targets` (the archives this agent
+    /// forwards to), so that a run stored is never a run forgotten.
+    pub async fn put_queued(
+        &self,
+        runs: &[Run],
+        targets: &[String],
+        now_ms: u64,
+    ) -> Result<(), ArchiveError> {
         // The same id twice in one batch: the later wins (one statement
         // may not touch a row twice in PostgreSQL).
         let mut seen = std::collections::HashSet::new();
@@ -556,6 +576,24 @@ impl Archive {
                     q = q.bind(r.spec.to_string()).bind(r.result.as_ref().map(|v| v.to_string()));
                 }
                 q.execute(&mut *tx).await?;
+            }
+            let ended: Vec<&&Run> = unique.iter().filter(|r| r.state.has_ended()).collect();
+            for target in targets {
+                for chunk in ended.chunks(ROWS_PER_INSERT) {
+                    let mut sql = String::from("INSERT INTO outbox (target, id, class, queued_ms) VALUES ");
+                    for i in 0..chunk.len() {
+                        if i > 0 {
+                            sql.push_str(", ");
+                        }
+                        sql.push_str(&format!("($1, ${}, ${}, $2)", 3 + 2 * i, 4 + 2 * i));
+                    }
+                    sql.push_str(" ON CONFLICT (target, id) DO NOTHING");
+                    let mut q = sqlx::query(&sql).bind(target).bind(ms(now_ms));
+                    for r in chunk {
+                        q = q.bind(&r.id).bind(class_str(r.class));
+                    }
+                    q.execute(&mut *tx).await?;
+                }
             }
             // The hours touched, per measurement.
             let mut touched: Vec<(&str, u64)> = unique
@@ -926,6 +964,123 @@ impl Archive {
             .fetch_one(p)
             .await?;
         Ok(n.max(0) as u64)
+        })
+    }
+
+    /// Queues runs already stored for `target` (those that have ended).
+    pub async fn enqueue(&self, ids: &[String], target: &str, now_ms: u64) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            for chunk in ids.chunks(500) {
+                let marks = (3..chunk.len() + 3).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+                let sql = format!(
+                    "INSERT INTO outbox (target, id, class, queued_ms) SELECT $1, id, class, $2 FROM runs \
+                     WHERE id IN ({marks}) AND state NOT IN ('scheduled', 'running') \
+                     ON CONFLICT (target, id) DO NOTHING"
+                );
+                let mut q = sqlx::query(&sql).bind(target).bind(ms(now_ms));
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                q.execute(p).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The oldest `limit` runs queued for `target`, whole (with their
+    /// documents), oldest first; and the queued ids whose run is gone
+    /// (pruned), which the caller acknowledges with the rest.
+    pub async fn backlog(&self, target: &str, limit: u32) -> Result<(Vec<Run>, Vec<String>), ArchiveError> {
+        on_pool!(self, p, pg => {
+            let ids: Vec<String> = sqlx::query_scalar(
+                "SELECT id FROM outbox WHERE target = $1 ORDER BY queued_ms, id LIMIT $2",
+            )
+            .bind(target)
+            .bind(i64::from(limit.max(1)))
+            .fetch_all(p)
+            .await?;
+            let mut runs = Vec::with_capacity(ids.len());
+            for chunk in ids.chunks(500) {
+                let marks = (1..=chunk.len()).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+                let sql = format!(
+                    "SELECT {R_COLUMNS}, d.spec, d.result FROM runs r JOIN run_documents d ON d.id = r.id{} \
+                     WHERE r.id IN ({marks})",
+                    doc_join(pg)
+                );
+                let mut q = sqlx::query(&sql);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                for row in q.fetch_all(p).await? {
+                    runs.push(run_of(&row, true)?);
+                }
+            }
+            let found: std::collections::HashSet<&str> = runs.iter().map(|r| r.id.as_str()).collect();
+            let gone = ids.iter().filter(|i| !found.contains(i.as_str())).cloned().collect();
+            Ok((runs, gone))
+        })
+    }
+
+    /// Takes runs off `target`'s queue (they were delivered).
+    pub async fn dequeue(&self, target: &str, ids: &[String]) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            for chunk in ids.chunks(500) {
+                let marks = (2..chunk.len() + 2).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ");
+                let sql = format!("DELETE FROM outbox WHERE target = $1 AND id IN ({marks})");
+                let mut q = sqlx::query(&sql).bind(target);
+                for id in chunk {
+                    q = q.bind(id);
+                }
+                q.execute(p).await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Each target's queue: (target, runs queued, the oldest's queue time
+    /// in ms).
+    pub async fn backlog_sizes(&self) -> Result<Vec<(String, u64, Option<u64>)>, ArchiveError> {
+        on_pool!(self, p, pg => {
+            let rows = sqlx::query(
+                "SELECT target, COUNT(*) AS n, MIN(queued_ms) AS oldest FROM outbox GROUP BY target ORDER BY target",
+            )
+            .fetch_all(p)
+            .await?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    (
+                        r.get::<String, _>("target"),
+                        r.get::<i64, _>("n").max(0) as u64,
+                        opt_ms(r.get("oldest")),
+                    )
+                })
+                .collect())
+        })
+    }
+
+    /// Keeps `target`'s queue at most `max` runs long: the oldest
+    /// background runs (per-minute summaries) go first, then the oldest of
+    /// any class. How many went (the caller says so: never silently).
+    pub async fn trim_backlog(&self, target: &str, max: u64) -> Result<u64, ArchiveError> {
+        on_pool!(self, p, pg => {
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE target = $1")
+                .bind(target)
+                .fetch_one(p)
+                .await?;
+            let over = (n.max(0) as u64).saturating_sub(max);
+            if over == 0 {
+                return Ok(0);
+            }
+            Ok(sqlx::query(
+                "DELETE FROM outbox WHERE target = $1 AND id IN (SELECT id FROM outbox WHERE target = $1 \
+                 ORDER BY CASE WHEN class = 'background' THEN 0 ELSE 1 END, queued_ms, id LIMIT $2)",
+            )
+            .bind(target)
+            .bind(ms(over))
+            .execute(p)
+            .await?
+            .rows_affected())
         })
     }
 

@@ -96,6 +96,20 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
         // non-starts) without reading the pair's every run.
         "CREATE INDEX runs_pair_state_time ON runs (source, dest, state, scheduled_ms)",
     ),
+    (
+        5,
+        // Store-and-forward: the runs still to be sent to each archive
+        // this agent forwards to, oldest first, with their class (the
+        // backlog's limit drops background runs first).
+        "CREATE TABLE outbox (
+        target TEXT NOT NULL,
+        id TEXT NOT NULL,
+        class TEXT NOT NULL,
+        queued_ms BIGINT NOT NULL,
+        PRIMARY KEY (target, id)
+    );
+    CREATE INDEX outbox_age ON outbox (target, queued_ms)",
+    ),
 ];
 
 /// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
@@ -104,9 +118,10 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
 /// whole partitions and a query for a time range reads only its own; a
 /// partitioned table's keys hold its partition column, so a run is
 /// `(id, scheduled_ms)`, a run's time never changing.
-pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[(
-    4,
-    "CREATE TABLE runs (
+pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[
+    (
+        4,
+        "CREATE TABLE runs (
         id TEXT NOT NULL,
         task TEXT NOT NULL,
         source TEXT NOT NULL,
@@ -178,7 +193,22 @@ pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[(
     );
     CREATE INDEX alerts_open ON alerts (end_ms, start_ms);
     CREATE INDEX alerts_time ON alerts (start_ms)",
-)];
+    ),
+    (
+        5,
+        // Store-and-forward: the runs still to be sent to each archive
+        // this agent forwards to, oldest first, with their class (the
+        // backlog's limit drops background runs first).
+        "CREATE TABLE outbox (
+        target TEXT NOT NULL,
+        id TEXT NOT NULL,
+        class TEXT NOT NULL,
+        queued_ms BIGINT NOT NULL,
+        PRIMARY KEY (target, id)
+    );
+    CREATE INDEX outbox_age ON outbox (target, queued_ms)",
+    ),
+];
 
 /// The newest schema this build knows.
 pub const SCHEMA_VERSION: i64 = SQLITE_STEPS[SQLITE_STEPS.len() - 1].0;

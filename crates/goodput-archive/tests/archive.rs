@@ -84,6 +84,7 @@ on_both!(retention_deletes_the_oldest_first_and_keeps_under_the_size);
 on_both!(a_newer_archive_is_refused_with_a_clear_message);
 on_both!(a_measurements_paths_and_their_changes_come_back);
 on_both!(alerts_are_stored_updated_ended_and_listed);
+on_both!(ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first);
 
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {
     let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -433,6 +434,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "DROP TABLE outbox",
             "DROP INDEX runs_pair_state_time",
             "DROP TABLE alerts",
             "ALTER TABLE runs DROP COLUMN loss_forward_pct",
@@ -523,4 +525,53 @@ async fn alerts_are_stored_updated_ended_and_listed(e: &Engine) {
     assert_eq!(all.iter().find(|x| x.id == "one").unwrap(), &ended);
     // One that ended before the window is not in it.
     assert_eq!(a.alerts(false, 5001, 6000, 10).await.unwrap().len(), 1);
+}
+
+async fn ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first(e: &Engine) {
+    let a = e.open().await;
+    let (doc, r) = fixture("stamp");
+    let targets = ["https://one".to_string(), "https://two".to_string()];
+    let mut runs: Vec<Run> = (0..10u64)
+        .map(|i| run(&format!("q{i}"), i * 1000, RunState::Finished, &doc, &r))
+        .collect();
+    runs[0].state = RunState::Scheduled;
+    runs[1].class = RunClass::Background;
+    runs[2].class = RunClass::Background;
+    a.put_queued(&runs, &targets, 100).await.unwrap();
+    // Again, later: queued once, at the first time.
+    a.put_queued(&runs[3..], &targets, 200).await.unwrap();
+    let sizes = a.backlog_sizes().await.unwrap();
+    assert_eq!(
+        sizes,
+        vec![
+            ("https://one".to_string(), 9, Some(100)),
+            ("https://two".to_string(), 9, Some(100))
+        ],
+        "the scheduled run is not queued"
+    );
+    let (batch, gone) = a.backlog("https://one", 4).await.unwrap();
+    assert!(gone.is_empty());
+    assert_eq!(
+        batch.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["q1", "q2", "q3", "q4"]
+    );
+    assert!(batch.iter().all(|r| r.result.is_some()), "whole runs");
+    a.dequeue("https://one", &["q1".into(), "q2".into()])
+        .await
+        .unwrap();
+    assert_eq!(a.backlog_sizes().await.unwrap()[0].1, 7);
+    // The limit: 5 on "two" drops the two background runs, then the
+    // oldest two of the rest.
+    assert_eq!(a.trim_backlog("https://two", 5).await.unwrap(), 4);
+    let (left, _) = a.backlog("https://two", 100).await.unwrap();
+    assert_eq!(
+        left.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        ["q5", "q6", "q7", "q8", "q9"]
+    );
+    // A run queued after it was stored (a state set afterwards).
+    a.enqueue(&["q1".into(), "q0".into()], "https://one", 300)
+        .await
+        .unwrap();
+    let (again, _) = a.backlog("https://one", 100).await.unwrap();
+    assert_eq!(again.len(), 8, "q1 again, not the scheduled q0");
 }
