@@ -210,7 +210,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
     let mine: Vec<&PairTask> = loaded
         .pairs
         .iter()
-        .filter(|p| loaded.mine.contains(&p.source))
+        .filter(|p| shared.speaks_for(&loaded, &p.source))
         .collect();
     // (key, state seen, value, threshold text) for each tracked state;
     // and the cells.

@@ -134,6 +134,7 @@ pub(crate) fn router(shared: Ctx) -> Router {
         .route("/api/v1/reservations", post(reserve))
         .route("/api/v1/runs", get(runs).post(on_demand))
         .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
+        .route("/api/v1/archive/runs", post(ingest))
         .route("/api/v1/series", get(series))
         .route("/api/v1/paths", get(paths))
         .route("/api/v1/grid", get(grid))
@@ -224,6 +225,13 @@ pub(crate) struct Health {
     config_error: Option<String>,
     beacon_error: Option<String>,
     counters: Counters,
+    /// `agent`, or `archive` (a fleet's).
+    role: crate::Role,
+    /// The archive's engine: `sqlite` or `postgres`.
+    archive_engine: String,
+    /// Each archive this agent forwards to: its queue (length and the
+    /// oldest's age) and delivery counters.
+    forwarding: Vec<crate::forward::ForwardStatus>,
 }
 
 async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
@@ -234,9 +242,13 @@ async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
 pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
     let archive_bytes = s.archive.size_bytes().await.map_err(internal)?;
     let archive_runs = s.archive.count().await.map_err(internal)?;
+    let forwarding = s.forwarding().await;
     let inner = s.lock();
     let now = clock::now_ms();
     Ok(Health {
+        role: s.options.role,
+        archive_engine: s.archive.engine().into(),
+        forwarding,
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: now.saturating_sub(s.started_ms) / 1000,
         now: ms_rfc3339(now),
@@ -378,6 +390,7 @@ async fn reserve(
     body: Result<Json<Reservation>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
+    not_an_archive(&s)?;
     let Json(r) = body.map_err(|e| bad(e.body_text()))?;
     let loaded = s.loaded();
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
@@ -558,6 +571,131 @@ fn targets(spec: &TestSpec) -> Vec<String> {
     }
 }
 
+/// A fleet's archive runs no tests.
+fn not_an_archive(s: &Shared) -> Result<(), Failure> {
+    if s.is_archive() {
+        return Err(Failure(
+            StatusCode::CONFLICT,
+            "this is a fleet's archive (--role archive): it runs no tests; ask an agent".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// A batch of runs forwarded by an agent.
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(crate) struct Ingest {
+    /// The runs, whole (with their result documents).
+    runs: Vec<serde_json::Value>,
+}
+
+/// Most runs in one forwarded batch.
+const MAX_INGEST_RUNS: usize = 5_000;
+/// Longest id, task or host name an archive takes.
+const MAX_NAME: usize = 512;
+
+/// One forwarded run checked: its figures and key worked out here from
+/// its documents, not taken on trust.
+fn checked_run(v: serde_json::Value) -> Result<Run, (String, String)> {
+    let id = v["id"].as_str().unwrap_or("").to_string();
+    let fail = |why: String| (id.clone(), why);
+    let mut run: Run = serde_json::from_value(v).map_err(|e| fail(format!("not a run: {e}")))?;
+    if run.id.is_empty() || run.id.len() > MAX_NAME {
+        return Err(fail(format!("its id must be 1 to {MAX_NAME} bytes")));
+    }
+    for (what, text) in [("task", run.task.as_str()), ("source", run.source.as_str())]
+        .into_iter()
+        .chain(run.dest.as_deref().map(|d| ("dest", d)))
+    {
+        if text.is_empty() || text.len() > MAX_NAME {
+            return Err(fail(format!("its {what} must be 1 to {MAX_NAME} bytes")));
+        }
+    }
+    if !run.state.has_ended() {
+        return Err(fail(format!(
+            "only ended runs are archived, not one {}",
+            run.state.as_str()
+        )));
+    }
+    let spec = read_spec(run.spec.clone()).map_err(|e| fail(e.1))?;
+    let key = goodput_archive::measurement_key(&spec, &run.source, run.dest.as_deref());
+    if run.kind == crate::minutes::KIND {
+        // A background stream's per-minute summary: its figures are the
+        // minute's (its document is a summary, not a test's result).
+        run.measurement_key = format!("{key}/minute");
+        // (JSON has no infinities or NaNs: its numbers read finite.)
+        run.figures.path_checksum = None;
+        return Ok(run);
+    }
+    run.kind = spec.kind().into();
+    run.measurement_key = key;
+    if let Some(doc) = &run.result {
+        let result: goodput_core::result::TestResult = serde_json::from_value(doc.clone())
+            .map_err(|e| fail(format!("its result does not read: {e}")))?;
+        run.figures = goodput_archive::figures_of(&result);
+    } else if run.state == RunState::Finished {
+        return Err(fail("a finished run without its result".into()));
+    } else {
+        run.figures = Default::default();
+    }
+    Ok(run)
+}
+
+/// `POST /api/v1/archive/runs`: a fleet's archive stores the runs an agent
+/// forwards, by id (a run sent twice is stored once). Runs that do not
+/// read are refused one by one, each with its reason; the rest are stored
+/// in one transaction.
+async fn ingest(
+    State(s): State<Ctx>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    headers: HeaderMap,
+    body: Result<Json<Ingest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<serde_json::Value>, Failure> {
+    if !s.is_archive() {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
+        ));
+    }
+    authorise(&s, from.ip(), &headers)?;
+    let Json(batch) = body.map_err(|e| {
+        s.lock().counters.ingest_refused += 1;
+        bad(e.body_text())
+    })?;
+    if batch.runs.len() > MAX_INGEST_RUNS {
+        s.lock().counters.ingest_refused += 1;
+        return Err(Failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "at most {MAX_INGEST_RUNS} runs in one batch, not {}",
+                batch.runs.len()
+            ),
+        ));
+    }
+    let mut good = Vec::with_capacity(batch.runs.len());
+    let mut refused = Vec::new();
+    for v in batch.runs {
+        match checked_run(v) {
+            Ok(r) => good.push(r),
+            Err((id, reason)) => refused.push(serde_json::json!({"id": id, "reason": reason})),
+        }
+    }
+    s.archive.put(&good).await.map_err(|e| {
+        Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the archive's database failed, nothing of the batch was stored: {e}"),
+        )
+    })?;
+    {
+        let mut inner = s.lock();
+        inner.counters.ingested += good.len() as u64;
+        inner.counters.ingest_refused += refused.len() as u64;
+    }
+    Ok(Json(
+        serde_json::json!({"stored": good.len(), "refused": refused}),
+    ))
+}
+
 fn read_spec(v: serde_json::Value) -> Result<TestSpec, Failure> {
     let spec = goodput_core::spec::read_one(v).map_err(|e| bad(format!("spec: {e}")))?;
     spec.validate().map_err(|e| bad(format!("spec: {e}")))?;
@@ -701,6 +839,7 @@ async fn on_demand(
     body: Result<Json<OnDemand>, axum::extract::rejection::JsonRejection>,
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
+    not_an_archive(&s)?;
     let Json(q) = body.map_err(|e| bad(e.body_text()))?;
     let spec = read_spec(q.spec)?;
     let loaded = s.loaded();
@@ -999,7 +1138,11 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
             st.cells.iter().filter(|c| c.metric == family).cloned().collect();
         (cells, st.legend.clone(), st.evaluated_ms)
     };
-    let me = loaded.mine.first().cloned().unwrap_or_default();
+    let me = if s.is_archive() {
+        "fleet archive".to_string()
+    } else {
+        loaded.mine.first().cloned().unwrap_or_default()
+    };
     let mut agents = vec![AgentSeen {
         name: me,
         answered: true,
@@ -1016,7 +1159,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
         let mut sources: Vec<String> = pairs
             .iter()
             .map(|p| p.source.clone())
-            .filter(|n| !loaded.mine.contains(n))
+            .filter(|n| !s.speaks_for(&loaded, n))
             .collect();
         sources.sort();
         sources.dedup();
@@ -1089,10 +1232,10 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
             .map(|c| (c.task.clone(), c.source.clone(), c.dest.clone(), c.direction))
             .collect();
     for p in &pairs {
-        if !local || loaded.mine.contains(&p.source) {
+        if !local || s.speaks_for(&loaded, &p.source) {
             for &d in family.directions() {
                 let have = covered.contains(&(p.task.clone(), p.source.clone(), p.dest.clone(), d));
-                if have || (local && !loaded.mine.contains(&p.source)) {
+                if have || (local && !s.speaks_for(&loaded, &p.source)) {
                     continue;
                 }
                 let why = match agents.iter().find(|a| a.name == p.source) {
@@ -1189,6 +1332,7 @@ async fn openapi() -> Json<serde_json::Value> {
 async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
     let by_state = s.archive.count_by_state().await.map_err(internal)?;
     let bytes = s.archive.size_bytes().await.map_err(internal)?;
+    let forwarding = s.forwarding().await;
     let clock = crate::clock::state();
     let mut out = String::new();
     out += "# TYPE goodput_agent_runs gauge\n# HELP goodput_agent_runs Runs in the archive by state.\n";
@@ -1235,6 +1379,56 @@ async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
     out += "# TYPE goodput_agent_refused counter\n";
     out += &format!("goodput_agent_refused_total {}\n", inner.counters.refused);
     let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    if s.is_archive() {
+        out += "# TYPE goodput_archive_ingested counter\n# HELP goodput_archive_ingested Runs stored from agents' forwarded batches.\n";
+        out += &format!("goodput_archive_ingested_total {}\n", inner.counters.ingested);
+        out += "# TYPE goodput_archive_ingest_refused counter\n# HELP goodput_archive_ingest_refused Forwarded runs or batches refused as malformed.\n";
+        out += &format!(
+            "goodput_archive_ingest_refused_total {}\n",
+            inner.counters.ingest_refused
+        );
+    }
+    if !forwarding.is_empty() {
+        out += "# TYPE goodput_forward_backlog_runs gauge\n# HELP goodput_forward_backlog_runs Runs queued for an archive.\n";
+        for f in &forwarding {
+            out += &format!(
+                "goodput_forward_backlog_runs{{archive=\"{}\"}} {}\n",
+                esc(&f.url),
+                f.backlog
+            );
+        }
+        out += "# TYPE goodput_forward_backlog_age_seconds gauge\n# UNIT goodput_forward_backlog_age_seconds seconds\n\
+                # HELP goodput_forward_backlog_age_seconds How long the oldest queued run has waited.\n";
+        for f in &forwarding {
+            out += &format!(
+                "goodput_forward_backlog_age_seconds{{archive=\"{}\"}} {}\n",
+                esc(&f.url),
+                f.backlog_age_s
+            );
+        }
+        for (name, help, get) in [
+            (
+                "goodput_forward_delivered",
+                "Runs an archive said it stored.",
+                (|f| f.delivered) as fn(&crate::forward::ForwardStatus) -> u64,
+            ),
+            (
+                "goodput_forward_failures",
+                "Batches that failed, each retried.",
+                |f| f.failures,
+            ),
+            (
+                "goodput_forward_dropped",
+                "Runs dropped from the queue (its limit, or refused as malformed).",
+                |f| f.dropped,
+            ),
+        ] {
+            out += &format!("# TYPE {name} counter\n# HELP {name} {help}\n");
+            for f in &forwarding {
+                out += &format!("{name}_total{{archive=\"{}\"}} {}\n", esc(&f.url), get(f));
+            }
+        }
+    }
     type Family = (
         &'static str,
         &'static str,

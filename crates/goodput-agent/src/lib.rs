@@ -17,6 +17,8 @@
 //!   its limit;
 //! - `minutes`: background STAMP streams kept as per-minute summaries
 //!   with mergeable histograms;
+//! - `forward`: store-and-forward of every ended run to the fleet's
+//!   archives, through a bounded queue in the agent's own archive;
 //! - `alerts`: the soft-failure rules evaluated over the measurements
 //!   this agent runs, alerts stored and sent to Alertmanager and webhooks;
 //! - `dashboard`: the web pages (grid, pair explorer, host page) on the
@@ -29,6 +31,7 @@ mod clock;
 mod config;
 mod dashboard;
 mod exec;
+mod forward;
 mod limits;
 mod minutes;
 mod openapi;
@@ -46,13 +49,37 @@ use goodput_archive::{Archive, Retention};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
+pub use forward::ForwardTarget;
 pub use limits::{Limits, Window};
 pub use openapi::document as openapi_document;
 pub use tls::fingerprint;
 
+/// What the process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A host's agent: beacon, schedule, tests, its own archive.
+    #[default]
+    Agent,
+    /// A fleet's archive: takes the runs agents forward, serves the
+    /// dashboard, API and alerts over all of them; runs no tests.
+    Archive,
+}
+
 /// How an agent runs.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
+    /// An agent, or a fleet's archive.
+    pub role: Role,
+    /// The archive's database instead of the `archive` file:
+    /// `postgres://…` (a fleet's), or `sqlite://PATH`.
+    pub database: Option<String>,
+    /// The archives every ended run is forwarded to.
+    pub forward: Vec<ForwardTarget>,
+    /// Most runs queued for one forwarding target; past it the oldest
+    /// background runs are dropped first, and the drop is logged and
+    /// counted.
+    pub forward_backlog: u64,
     /// Where the mesh configuration comes from.
     pub config: ConfigSource,
     /// Who this host is: addresses or names from the configuration (empty:
@@ -93,6 +120,10 @@ pub struct AgentOptions {
 impl Default for AgentOptions {
     fn default() -> Self {
         Self {
+            role: Role::Agent,
+            database: None,
+            forward: Vec::new(),
+            forward_backlog: 100_000,
             config: ConfigSource::File(PathBuf::from("/etc/goodput/mesh.toml")),
             identities: Vec::new(),
             archive: PathBuf::from("/var/lib/goodput/archive.sqlite"),
@@ -149,6 +180,20 @@ pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
     Ok(tls::pinned_client_config(tls::read_pin(pin)?))
 }
 
+/// A database URL without its password, for a log line.
+pub(crate) fn redact(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((user, host)) => {
+                let user = user.split_once(':').map_or(user, |(u, _)| u);
+                format!("{scheme}://{user}:…@{host}")
+            }
+            None => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
 /// A line for the agent's log (standard error, one line per event, with
 /// the time).
 pub(crate) fn log(line: &str) {
@@ -165,34 +210,94 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    let _lock = lock(&options.archive)?;
-    let archive = Archive::open(&options.archive)
-        .await
-        .map_err(|e| format!("{}: {e}", options.archive.display()))?;
+    let archive = match &options.database {
+        // Several archive processes may share one PostgreSQL: nothing of
+        // theirs is kept outside it, so no lock.
+        Some(db) if !db.starts_with("sqlite://") => {
+            if options.role == Role::Agent {
+                return Err(
+                    "--database postgres://… is for --role archive: an agent keeps its own runs in --archive \
+                     (SQLite) and forwards them with --forward-to"
+                        .into(),
+                );
+            }
+            (
+                None,
+                Archive::connect(db)
+                    .await
+                    .map_err(|e| format!("{}: {e}", redact(db)))?,
+            )
+        }
+        db => {
+            let path = db
+                .as_deref()
+                .and_then(|d| d.strip_prefix("sqlite://"))
+                .map_or_else(|| options.archive.clone(), PathBuf::from);
+            let lock = lock(&path)?;
+            (
+                Some(lock),
+                Archive::open(&path)
+                    .await
+                    .map_err(|e| format!("{}: {e}", path.display()))?,
+            )
+        }
+    };
+    let (_lock, archive) = archive;
+    let role = options.role;
     let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
     // Listening (and checking the certificate) comes before recovery
     // touches the archive's runs.
     let listeners = api::bind(&shared).await?;
-    shared.recover().await?;
     let mut tasks = tokio::task::JoinSet::new();
-    if shared.options.beacon {
-        tasks.spawn(exec::beacon(shared.clone()));
+    if role == Role::Agent {
+        shared.recover().await?;
+        if shared.options.beacon {
+            tasks.spawn(exec::beacon(shared.clone()));
+        }
+        tasks.spawn(plan::planner(shared.clone()));
+        tasks.spawn(exec::executor(shared.clone()));
+        for t in shared.options.forward.clone() {
+            tasks.spawn(forward::forwarder(shared.clone(), t));
+        }
     }
     for l in listeners {
         tasks.spawn(api::serve(shared.clone(), l));
     }
-    tasks.spawn(plan::planner(shared.clone()));
-    tasks.spawn(exec::executor(shared.clone()));
     tasks.spawn(config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));
     tasks.spawn(alerts::evaluator(shared.clone()));
     tasks.spawn(alerts::deliverer(shared.clone()));
-    log(&format!(
-        "started: {} ({} task pairs led here), archive {}",
-        shared.identity_line(),
-        shared.led_count(),
-        shared.options.archive.display()
-    ));
+    match role {
+        Role::Agent => log(&format!(
+            "started: {} ({} task pairs led here), archive {}{}",
+            shared.identity_line(),
+            shared.led_count(),
+            shared.options.archive.display(),
+            if shared.options.forward.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", forwarding to {}",
+                    shared
+                        .options
+                        .forward
+                        .iter()
+                        .map(|t| t.url.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        )),
+        Role::Archive => log(&format!(
+            "started as a fleet archive on {} ({})",
+            shared.archive.engine(),
+            shared
+                .options
+                .database
+                .as_deref()
+                .map_or_else(|| shared.options.archive.display().to_string(), redact)
+        )),
+    }
     cancel.cancelled().await;
     // Give every part a moment to store what it was doing.
     let _ = tokio::time::timeout(Duration::from_secs(10), async {

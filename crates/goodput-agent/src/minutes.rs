@@ -95,10 +95,13 @@ impl Minutes {
 }
 
 /// The archive row of one minute.
+/// The kind of a per-minute summary row.
+pub(crate) const KIND: &str = "stamp_minute";
+
 fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
     let mut r = run.record(RunState::Finished, None);
     r.id = format!("{}/minute/{start}", run.id);
-    r.kind = "stamp_minute".into();
+    r.kind = KIND.into();
     r.scheduled_ms = start;
     r.start_ms = Some(start);
     r.end_ms = Some(start + MINUTE_MS);

@@ -121,6 +121,10 @@ pub(crate) struct Counters {
     pub(crate) refused: u64,
     /// Results peers could not be sent.
     pub(crate) results_undelivered: u64,
+    /// Runs stored from agents' forwarded batches (a fleet's archive).
+    pub(crate) ingested: u64,
+    /// Forwarded runs or batches refused as malformed.
+    pub(crate) ingest_refused: u64,
 }
 
 pub(crate) struct Inner {
@@ -168,6 +172,10 @@ pub(crate) struct Shared {
     pub(crate) wake: Notify,
     /// Wakes the alerts' deliverer when something is queued.
     pub(crate) wake_delivery: Notify,
+    /// Wakes the forwarders when a run is queued for them.
+    pub(crate) wake_forward: Notify,
+    /// Each forwarding target's counters, by URL.
+    forwarding: Mutex<BTreeMap<String, crate::forward::ForwardStatus>>,
     inner: Mutex<Inner>,
     alerting: Mutex<crate::alerts::AlertState>,
 }
@@ -215,6 +223,8 @@ impl Shared {
             own,
             wake: Notify::new(),
             wake_delivery: Notify::new(),
+            wake_forward: Notify::new(),
+            forwarding: Mutex::new(BTreeMap::new()),
             alerting: Mutex::new(crate::alerts::AlertState::default()),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
@@ -312,11 +322,71 @@ impl Shared {
         self.lock().config_error = Some((clock::now_ms(), error));
     }
 
-    /// Stores runs; an archive error is logged (the agent goes on).
+    /// Stores runs, queueing those that ended for the archives this agent
+    /// forwards to; an archive error is logged (the agent goes on).
     pub(crate) async fn store(&self, runs: &[Run]) {
-        if let Err(e) = self.archive.put(runs).await {
-            log(&format!("cannot store {} runs: {e}", runs.len()));
+        let targets = self.forward_urls();
+        match self.archive.put_queued(runs, &targets, clock::now_ms()).await {
+            Ok(()) if !targets.is_empty() && runs.iter().any(|r| r.state.has_ended()) => {
+                self.wake_forward.notify_waiters();
+            }
+            Ok(()) => {}
+            Err(e) => log(&format!("cannot store {} runs: {e}", runs.len())),
         }
+    }
+
+    /// The forwarding targets' URLs.
+    pub(crate) fn forward_urls(&self) -> Vec<String> {
+        self.options.forward.iter().map(|t| t.url.clone()).collect()
+    }
+
+    /// This process is a fleet's archive: it speaks for every measurement.
+    pub(crate) fn is_archive(&self) -> bool {
+        self.options.role == crate::Role::Archive
+    }
+
+    /// Whether this process speaks for the measurements `source` runs:
+    /// an agent for its own host's, an archive for all.
+    pub(crate) fn speaks_for(&self, loaded: &Loaded, source: &str) -> bool {
+        self.is_archive() || loaded.mine.iter().any(|m| m == source)
+    }
+
+    /// Changes one forwarding target's counters.
+    pub(crate) fn forward_status(&self, url: &str, f: impl FnOnce(&mut crate::forward::ForwardStatus)) {
+        let mut all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner());
+        let s = all
+            .entry(url.to_string())
+            .or_insert_with(|| crate::forward::ForwardStatus {
+                url: url.to_string(),
+                ..Default::default()
+            });
+        f(s);
+    }
+
+    /// Every forwarding target's counters, with its queue read from the
+    /// archive.
+    pub(crate) async fn forwarding(&self) -> Vec<crate::forward::ForwardStatus> {
+        let sizes = self.archive.backlog_sizes().await.unwrap_or_default();
+        let now = clock::now_ms();
+        let all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        self.options
+            .forward
+            .iter()
+            .map(|t| {
+                let mut s = all
+                    .get(&t.url)
+                    .cloned()
+                    .unwrap_or_else(|| crate::forward::ForwardStatus {
+                        url: t.url.clone(),
+                        ..Default::default()
+                    });
+                if let Some((_, n, oldest)) = sizes.iter().find(|(u, _, _)| *u == t.url) {
+                    s.backlog = *n;
+                    s.backlog_age_s = oldest.map_or(0.0, |o| now.saturating_sub(o) as f64 / 1000.0);
+                }
+                s
+            })
+            .collect()
     }
 
     /// Notes a finished run's figures as its measurement's latest.
@@ -581,12 +651,21 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
         for b in stale {
             // Only if nothing came meanwhile.
             let why = format!("no result came from {}, which ran the test", b.source);
-            if let Err(e) = shared
+            match shared
                 .archive
                 .mark_if(&b.id, RunState::Scheduled, RunState::Failed, &why)
                 .await
             {
-                log(&format!("cannot store run {}: {e}", b.id));
+                Ok(true) => {
+                    for t in shared.forward_urls() {
+                        if let Err(e) = shared.archive.enqueue(std::slice::from_ref(&b.id), &t, now).await {
+                            log(&format!("cannot queue run {} for {t}: {e}", b.id));
+                        }
+                    }
+                    shared.wake_forward.notify_waiters();
+                }
+                Ok(false) => {}
+                Err(e) => log(&format!("cannot store run {}: {e}", b.id)),
             }
         }
         if now.saturating_sub(last_prune) >= 600_000 {

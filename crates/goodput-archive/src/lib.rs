@@ -12,6 +12,7 @@
 
 mod figures;
 mod migrations;
+pub mod pscheduler;
 
 use std::path::Path;
 use std::str::FromStr;

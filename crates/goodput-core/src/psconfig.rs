@@ -362,6 +362,20 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// One pScheduler test (`type` and `spec`, variables already replaced)
+/// as a goodput test document: its kind, the document, and what was not
+/// carried over. The same conversion `import_psconfig` makes, so a
+/// pScheduler result of a template's test maps to the imported task.
+pub fn goodput_test(
+    ty: &str,
+    spec: &Map<String, Value>,
+    choices: ImportChoices,
+) -> Result<(&'static str, Value, Vec<String>), String> {
+    let mut notes = Vec::new();
+    let (kind, doc) = convert_test(ty, spec, choices, "spec", &mut notes)?;
+    Ok((kind, doc, notes))
+}
+
 fn convert_test(
     ty: &str,
     spec: &Map<String, Value>,

@@ -71,7 +71,52 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             Ok((kind.to_owned(), rate.0))
         })
         .collect::<Result<Vec<_>, Stop>>()?;
+    let role = match args.role.as_str() {
+        "archive" => goodput_agent::Role::Archive,
+        _ => goodput_agent::Role::Agent,
+    };
+    if role == goodput_agent::Role::Archive {
+        if token.is_none() {
+            return Err(usage(
+                "--role archive needs --token-file: an archive takes runs only from agents that present the mesh's token",
+            ));
+        }
+        if !args.forward_to.is_empty() {
+            return Err(usage(
+                "--forward-to is for agents; an archive stores what it is sent",
+            ));
+        }
+    }
+    if let Some(db) = &args.database {
+        let known = ["postgres://", "postgresql://", "sqlite://"];
+        if !known.iter().any(|k| db.starts_with(k)) {
+            return Err(usage(format!(
+                "--database '{}': expected postgres://USER:PASSWORD@HOST:PORT/DB or sqlite://PATH",
+                db.split_once('@').map_or(db.as_str(), |(_, h)| h)
+            )));
+        }
+        if role == goodput_agent::Role::Agent && !db.starts_with("sqlite://") {
+            return Err(usage(
+                "--database postgres://… is for --role archive: an agent keeps its own runs in --archive and \
+                 forwards them with --forward-to",
+            ));
+        }
+    }
+    let forward = args
+        .forward_to
+        .iter()
+        .map(|t| t.parse().map_err(|e: String| usage(format!("--forward-to {e}"))))
+        .collect::<Result<Vec<goodput_agent::ForwardTarget>, _>>()?;
+    if !forward.is_empty() && token.is_none() {
+        return Err(usage(
+            "--forward-to needs --token-file: the archive takes runs only with the mesh's token",
+        ));
+    }
     let options = AgentOptions {
+        role,
+        database: args.database.clone(),
+        forward,
+        forward_backlog: args.forward_backlog.max(1),
         config: ConfigSource::parse(&config),
         identities: args.identity.clone(),
         archive: args.archive.clone(),

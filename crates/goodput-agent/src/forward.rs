@@ -1,0 +1,312 @@
+//! Store-and-forward: every run that ends here is queued, in the same
+//! transaction that stores it, for each archive the agent forwards to
+//! (`Archive::put_queued`), and one task per archive sends the queue,
+//! oldest first, in batches (`POST /api/v1/archive/runs` with the agent's
+//! token). Delivery is at least once; the archive stores by run id, so a
+//! batch sent twice is stored once.
+//!
+//! A run leaves the queue only when the archive said it stored it. A
+//! failure waits 1 s, doubling to at most a minute, with ±25% jitter so
+//! that a fleet does not come back all at once. The queue's length is
+//! bounded (`forward_backlog`): past it the oldest background runs
+//! (per-minute summaries) are dropped first, then the oldest of any kind,
+//! and each drop is logged and counted. A run the archive refuses as
+//! malformed (400, or 413 alone in its batch) is dropped the same way,
+//! since sending it again cannot succeed; a refused token (401, 403)
+//! keeps the queue and says why on the host page, in `/api/v1/health` and
+//! in `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use goodput_archive::Run;
+use serde::Serialize;
+
+use crate::state::Shared;
+use crate::{clock, log};
+
+/// An archive the agent forwards its runs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardTarget {
+    /// Its API's base URL (`https://archive.example:8780`).
+    pub url: String,
+    /// Its certificate's SHA-256 fingerprint, for an https:// archive
+    /// with a self-signed certificate (none: the system's roots).
+    pub pin: Option<[u8; 32]>,
+}
+
+impl std::str::FromStr for ForwardTarget {
+    type Err = String;
+
+    /// `URL` or `URL#SHA256` (the certificate's fingerprint, 64 hex
+    /// digits, colons allowed).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (url, pin) = match s.split_once('#') {
+            Some((u, p)) => (u, Some(crate::tls::read_pin(p)?)),
+            None => (s, None),
+        };
+        let url = url.trim_end_matches('/');
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("'{s}': an archive is an http:// or https:// URL"));
+        }
+        if pin.is_some() && !url.starts_with("https://") {
+            return Err(format!("'{s}': a certificate fingerprint is for an https:// URL"));
+        }
+        Ok(Self {
+            url: url.to_string(),
+            pin,
+        })
+    }
+}
+
+/// One target's delivery counters (since the agent started).
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub(crate) struct ForwardStatus {
+    /// The archive's URL.
+    pub(crate) url: String,
+    /// Runs queued for it now.
+    pub(crate) backlog: u64,
+    /// Seconds the oldest queued run has waited.
+    pub(crate) backlog_age_s: f64,
+    /// Runs it said it stored.
+    pub(crate) delivered: u64,
+    /// Batches that failed (each retried).
+    pub(crate) failures: u64,
+    /// Runs dropped from the queue: past its limit, or refused as
+    /// malformed.
+    pub(crate) dropped: u64,
+    /// The last failure, as the archive or the network said it.
+    pub(crate) last_error: Option<String>,
+    /// When a batch was last delivered (RFC 3339).
+    pub(crate) last_delivered: Option<String>,
+}
+
+/// Most runs in one batch.
+const BATCH_RUNS: u32 = 500;
+/// A batch's JSON stops growing past this (a run alone may be larger).
+const BATCH_BYTES: usize = 2 << 20;
+/// The longest wait between failed attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+fn client(target: &ForwardTarget) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60));
+    if let Some(pin) = target.pin {
+        b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
+    }
+    b.build().unwrap_or_default()
+}
+
+/// What one attempt came to.
+enum Sent {
+    /// Answered: the ids sent, and those of them the archive refused as
+    /// malformed, each with its reason (sending them again cannot help).
+    Stored(Vec<String>, Vec<(String, String)>),
+    /// The batch is too large for the archive: send one run at a time.
+    TooLarge(String),
+    /// Try again later.
+    Failed(String),
+}
+
+/// The archive's answer to a batch.
+#[derive(serde::Deserialize)]
+struct Answer {
+    #[serde(default)]
+    refused: Vec<Refusal>,
+}
+
+#[derive(serde::Deserialize)]
+struct Refusal {
+    id: String,
+    reason: String,
+}
+
+/// Sends `target`'s queue until the agent stops.
+pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
+    let http = client(&target);
+    let url = format!("{}/api/v1/archive/runs", target.url);
+    let mut backoff = Duration::from_secs(1);
+    let mut last_logged: Option<String> = None;
+    let mut one_at_a_time = false;
+    loop {
+        // The limit first: what is dropped is said.
+        match shared
+            .archive
+            .trim_backlog(&target.url, shared.options.forward_backlog)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => {
+                shared.forward_status(&target.url, |s| s.dropped += n);
+                log(&format!(
+                    "forwarding to {}: the queue passed its limit of {} runs; dropped the {n} oldest \
+                     (background runs first)",
+                    target.url, shared.options.forward_backlog
+                ));
+            }
+            Err(e) => log(&format!("forwarding to {}: {e}", target.url)),
+        }
+        let sent = match shared.archive.backlog(&target.url, BATCH_RUNS).await {
+            Ok((runs, gone)) => {
+                if !gone.is_empty() {
+                    // Pruned from this archive before they could be sent.
+                    let _ = shared.archive.dequeue(&target.url, &gone).await;
+                    shared.forward_status(&target.url, |s| s.dropped += gone.len() as u64);
+                    log(&format!(
+                        "forwarding to {}: {} queued runs left the archive (retention) before they were sent",
+                        target.url,
+                        gone.len()
+                    ));
+                }
+                if runs.is_empty() {
+                    // Nothing to send: wait for a run, or look again soon.
+                    tokio::select! {
+                        _ = shared.cancel.cancelled() => return,
+                        _ = shared.wake_forward.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                    }
+                    continue;
+                }
+                let n = if one_at_a_time { 1 } else { runs.len() };
+                send(&shared, &http, &url, &runs[..n]).await
+            }
+            Err(e) => Sent::Failed(format!("cannot read the queue: {e}")),
+        };
+        match sent {
+            Sent::Stored(ids, refused) => {
+                backoff = Duration::from_secs(1);
+                one_at_a_time = false;
+                if let Err(e) = shared.archive.dequeue(&target.url, &ids).await {
+                    log(&format!("forwarding to {}: {e}", target.url));
+                }
+                let now = goodput_core::mesh::ms_rfc3339(clock::now_ms());
+                let stored = (ids.len() - refused.len().min(ids.len())) as u64;
+                shared.forward_status(&target.url, |s| {
+                    s.delivered += stored;
+                    s.dropped += refused.len() as u64;
+                    s.last_delivered = Some(now);
+                    s.last_error = refused
+                        .first()
+                        .map(|(id, why)| format!("run {id} refused: {why}"));
+                });
+                for (id, why) in refused.iter().take(10) {
+                    log(&format!(
+                        "forwarding to {}: run {id} refused for good (dropped from the queue): {why}",
+                        target.url
+                    ));
+                }
+                if last_logged.take().is_some() {
+                    log(&format!("forwarding to {}: delivering again", target.url));
+                }
+            }
+            Sent::TooLarge(why) => {
+                // The archive's body limit is smaller than a batch: one
+                // at a time; a single run too large is refused for good.
+                if one_at_a_time {
+                    if let Ok((runs, _)) = shared.archive.backlog(&target.url, 1).await {
+                        let ids: Vec<String> = runs.into_iter().map(|r| r.id).collect();
+                        let _ = shared.archive.dequeue(&target.url, &ids).await;
+                        shared.forward_status(&target.url, |s| {
+                            s.dropped += ids.len() as u64;
+                            s.last_error = Some(why.clone());
+                        });
+                        log(&format!(
+                            "forwarding to {}: dropped run {} (larger than the archive takes): {why}",
+                            target.url,
+                            ids.join(", ")
+                        ));
+                    }
+                }
+                one_at_a_time = true;
+            }
+            Sent::Failed(why) => {
+                shared.forward_status(&target.url, |s| {
+                    s.failures += 1;
+                    s.last_error = Some(why.clone());
+                });
+                if last_logged.as_deref() != Some(why.as_str()) {
+                    log(&format!(
+                        "forwarding to {} failed (the runs stay queued; retrying): {why}",
+                        target.url
+                    ));
+                    last_logged = Some(why);
+                }
+                let wait = jitter(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                tokio::select! {
+                    _ = shared.cancel.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+/// `d` ± 25%.
+fn jitter(d: Duration) -> Duration {
+    let r = (clock::now_ms() ^ (u64::from(std::process::id()) << 20)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let f = 0.75 + (r >> 11) as f64 / (1u64 << 53) as f64 * 0.5;
+    d.mul_f64(f)
+}
+
+/// One batch: as many of `runs` as fit in [`BATCH_BYTES`] (at least one).
+async fn send(shared: &Shared, http: &reqwest::Client, url: &str, runs: &[Run]) -> Sent {
+    let mut body = Vec::with_capacity(BATCH_BYTES.min(1 << 20));
+    body.extend_from_slice(b"{\"runs\":[");
+    let mut ids = Vec::new();
+    for r in runs {
+        let Ok(one) = serde_json::to_vec(r) else {
+            continue;
+        };
+        if !ids.is_empty() && body.len() + one.len() > BATCH_BYTES {
+            break;
+        }
+        if !ids.is_empty() {
+            body.push(b',');
+        }
+        body.extend_from_slice(&one);
+        ids.push(r.id.clone());
+    }
+    body.extend_from_slice(b"]}");
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(t) = &shared.options.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            return Sent::Failed(if e.is_timeout() {
+                "no answer in time".into()
+            } else if e.is_connect() {
+                format!("cannot connect: {e}")
+            } else {
+                e.to_string()
+            })
+        }
+    };
+    let status = resp.status();
+    let text = crate::peer::body_capped(resp, 64 << 10)
+        .await
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let reason = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.chars().take(200).collect());
+    if status.is_success() {
+        let refused = serde_json::from_str::<Answer>(&text)
+            .map(|a| a.refused.into_iter().map(|r| (r.id, r.reason)).collect())
+            .unwrap_or_default();
+        return Sent::Stored(ids, refused);
+    }
+    let why = format!("HTTP {}: {reason}", status.as_u16());
+    match status.as_u16() {
+        413 => Sent::TooLarge(why),
+        _ => Sent::Failed(why),
+    }
+}

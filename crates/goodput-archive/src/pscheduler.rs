@@ -1,0 +1,384 @@
+//! perfSONAR's results in goodput's archive: the document a pScheduler
+//! `http` archiver sends for a run (`id`, `schedule {start, duration}`,
+//! `test {type, spec}`, `tool`, `participants`, `result`, …) becomes a
+//! [`Run`] with goodput's figures, so that an existing perfSONAR mesh can
+//! use goodput's dashboard, series and alerts. The test spec becomes the
+//! goodput test `import-psconfig` makes of it
+//! (`goodput_core::psconfig::goodput_test`), and the whole document is kept
+//! as the run's result: nothing that could not be mapped is dropped.
+//!
+//! Written from pScheduler's published archiver and test result formats
+//! (`throughput`, `latency`, `latencybg`, `rtt`, `trace`).
+
+use goodput_core::psconfig::{goodput_test, ImportChoices};
+use goodput_core::schedule::RunClass;
+use serde_json::{Map, Value};
+
+use crate::{Figures, Run, RunState};
+
+/// A pScheduler result mapped to goodput's model, before the archive
+/// names its ends and its measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PsResult {
+    /// The run: id `pscheduler/RUN-UUID`, task `pscheduler-TYPE`, source
+    /// and dest as the spec names them (the caller puts the mesh's names
+    /// in), `measurement_key` empty (the caller's).
+    pub run: Run,
+    /// pScheduler's test type.
+    pub test_type: String,
+}
+
+/// Largest document fields read (ids, host names).
+const MAX_TEXT: usize = 512;
+
+fn text<'a>(v: &'a Value, what: &str) -> Result<&'a str, String> {
+    let t = v.as_str().ok_or_else(|| format!("{what} is not a string"))?;
+    if t.is_empty() || t.len() > MAX_TEXT {
+        return Err(format!("{what} must be 1 to {MAX_TEXT} characters"));
+    }
+    Ok(t)
+}
+
+/// An ISO 8601 date and time with a `Z` or `±HH:MM` offset, in ms since
+/// the Unix epoch.
+pub fn iso_time_ms(t: &str) -> Result<u64, String> {
+    let t = t.trim();
+    let bad = || format!("'{t}' is not an ISO 8601 time with an offset");
+    if let Some(base) = t.strip_suffix('Z') {
+        return goodput_core::mesh::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad());
+    }
+    if t.len() < 6 || !t.is_char_boundary(t.len() - 6) {
+        return Err(bad());
+    }
+    let (base, off) = t.split_at(t.len() - 6);
+    let sign = match off.as_bytes()[0] {
+        b'+' => 1i64,
+        b'-' => -1,
+        _ => return Err(bad()),
+    };
+    let (h, m) = off[1..].split_once(':').ok_or_else(bad)?;
+    let (h, m): (i64, i64) = (h.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?);
+    if h > 23 || m > 59 {
+        return Err(bad());
+    }
+    let utc = goodput_core::mesh::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad())? as i64;
+    let ms = utc - sign * (h * 3_600_000 + m * 60_000);
+    u64::try_from(ms).map_err(|_| bad())
+}
+
+/// An ISO 8601 duration (`PT0.000257S`, `PT10S`, `P1DT2H`) in seconds,
+/// to the microsecond.
+pub fn iso_seconds(t: &str) -> Result<f64, String> {
+    let bad = || format!("'{t}' is not an ISO 8601 duration");
+    let rest = t.trim().strip_prefix('P').ok_or_else(bad)?;
+    let (mut total, mut number, mut in_time, mut any) = (0f64, String::new(), false, false);
+    for c in rest.chars() {
+        match c {
+            'T' if number.is_empty() && !in_time => in_time = true,
+            d if d.is_ascii_digit() || d == '.' => number.push(d),
+            unit => {
+                let n: f64 = number.parse().map_err(|_| bad())?;
+                number.clear();
+                any = true;
+                total += n * match (unit, in_time) {
+                    ('W', false) => 604_800.0,
+                    ('D', false) => 86_400.0,
+                    ('H', true) => 3_600.0,
+                    ('M', true) => 60.0,
+                    ('S', true) => 1.0,
+                    _ => return Err(bad()),
+                };
+            }
+        }
+    }
+    if !number.is_empty() || !any || !total.is_finite() || total > 1e9 {
+        return Err(bad());
+    }
+    Ok(total)
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite())
+}
+
+/// A count (a non-negative whole number, bounded).
+fn count(v: &Value) -> Option<u64> {
+    v.as_u64().filter(|n| *n < 1 << 53)
+}
+
+/// The value at quantile `q` of a histogram of (value, count), sorted by
+/// value: the smallest value with at least `q` of the counts at or
+/// below it.
+fn quantile(h: &[(f64, u64)], q: f64) -> Option<f64> {
+    let total: u64 = h.iter().map(|(_, n)| *n).fold(0u64, u64::saturating_add);
+    if total == 0 {
+        return None;
+    }
+    let want = ((total as f64 * q).ceil() as u64).clamp(1, total);
+    let mut seen = 0u64;
+    for (v, n) in h {
+        seen = seen.saturating_add(*n);
+        if seen >= want {
+            return Some(*v);
+        }
+    }
+    h.last().map(|(v, _)| *v)
+}
+
+/// Maps one document as the `http` archiver sends it.
+pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
+    let top = doc.as_object().ok_or("a pScheduler result is a JSON object")?;
+    let uuid = text(top.get("id").ok_or("no id (the run's)")?, "id")?;
+    let schedule = top.get("schedule").ok_or("no schedule")?;
+    let start_ms = iso_time_ms(text(
+        schedule.get("start").ok_or("no schedule.start")?,
+        "schedule.start",
+    )?)
+    .map_err(|e| format!("schedule.start: {e}"))?;
+    let duration_ms = match schedule.get("duration") {
+        Some(d) => (iso_seconds(text(d, "schedule.duration")?)
+            .map_err(|e| format!("schedule.duration: {e}"))?
+            * 1000.0)
+            .round() as u64,
+        None => 0,
+    };
+    let test = top.get("test").ok_or("no test")?;
+    let ty = text(test.get("type").ok_or("no test.type")?, "test.type")?;
+    let spec = test
+        .get("spec")
+        .and_then(Value::as_object)
+        .ok_or("no test.spec object")?;
+    let result = top
+        .get("result")
+        .and_then(Value::as_object)
+        .ok_or("no result object")?;
+    let participants: Vec<&str> = top
+        .get("participants")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let dest = text(spec.get("dest").ok_or("no test.spec.dest")?, "test.spec.dest")?.to_owned();
+    // The source: the spec's, else the first participant (the host that
+    // ran the test).
+    let source = match spec.get("source") {
+        Some(s) => text(s, "test.spec.source")?.to_owned(),
+        None => text(
+            &Value::from(
+                *participants
+                    .first()
+                    .ok_or("no test.spec.source and no participants")?,
+            ),
+            "participants[0]",
+        )?
+        .to_owned(),
+    };
+    let choices = ImportChoices::default();
+    let (kind, goodput_spec, _) =
+        goodput_test(ty, spec, choices).map_err(|e| format!("test type '{ty}': {e}"))?;
+    let succeeded = result.get("succeeded").and_then(Value::as_bool);
+    let (state, reason) = match succeeded {
+        Some(true) => (RunState::Finished, None),
+        Some(false) => (
+            RunState::Failed,
+            Some(result.get("error").and_then(Value::as_str).map_or_else(
+                || "pScheduler says it failed".to_owned(),
+                |e| e.chars().take(2000).collect(),
+            )),
+        ),
+        None => return Err("result.succeeded is not true or false".into()),
+    };
+    let figures = if state == RunState::Finished {
+        match ty {
+            "throughput" => throughput(result, spec),
+            "latency" | "latencybg" => latency(result)?,
+            "rtt" => rtt(result)?,
+            "trace" => trace(result, &dest),
+            _ => Figures::default(),
+        }
+    } else {
+        Figures::default()
+    };
+    let class = match ty {
+        "throughput" => RunClass::Exclusive,
+        "latencybg" => RunClass::Background,
+        _ => RunClass::Normal,
+    };
+    Ok(PsResult {
+        run: Run {
+            id: format!("pscheduler/{uuid}"),
+            task: format!("pscheduler-{ty}"),
+            source,
+            dest: Some(dest),
+            kind: kind.into(),
+            class,
+            state,
+            reason,
+            scheduled_ms: start_ms,
+            start_ms: Some(start_ms),
+            end_ms: Some(start_ms.saturating_add(duration_ms)),
+            measurement_key: String::new(),
+            spec: goodput_spec,
+            result: Some(doc.clone()),
+            figures,
+        },
+        test_type: ty.to_owned(),
+    })
+}
+
+/// throughput: the summary's bits/s (the way the spec's `reverse` says),
+/// retransmits, and for UDP the loss and jitter.
+fn throughput(r: &Map<String, Value>, spec: &Map<String, Value>) -> Figures {
+    let mut f = Figures::default();
+    let sum = &r.get("summary").cloned().unwrap_or_default()["summary"];
+    let bps = num(&sum["throughput-bits"]);
+    if spec.get("reverse").and_then(Value::as_bool) == Some(true) {
+        f.throughput_down_bps = bps;
+    } else {
+        f.throughput_up_bps = bps;
+    }
+    f.retransmits = count(&sum["retransmits"]).map(|n| n as f64);
+    if let (Some(sent), Some(lost)) = (count(&sum["sent"]), count(&sum["lost"])) {
+        if sent > 0 {
+            let pct = lost.min(sent) as f64 * 100.0 / sent as f64;
+            f.loss_pct = Some(pct);
+            if f.throughput_down_bps.is_some() {
+                f.loss_backward_pct = Some(pct);
+            } else {
+                f.loss_forward_pct = Some(pct);
+            }
+        }
+    }
+    // iperf3's UDP jitter, in milliseconds.
+    f.jitter_us = num(&sum["jitter"]).map(|ms| ms * 1000.0);
+    f
+}
+
+/// latency and latencybg (one way, source → destination): loss,
+/// duplicates, reordering, and the delay's percentiles from
+/// `histogram-latency` (keys: delay in ms).
+fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
+    let mut f = Figures::default();
+    let sent = r.get("packets-sent").and_then(count);
+    let lost = r.get("packets-lost").and_then(count);
+    if let (Some(sent), Some(lost)) = (sent, lost) {
+        if sent > 0 {
+            let pct = lost.min(sent) as f64 * 100.0 / sent as f64;
+            f.loss_pct = Some(pct);
+            f.loss_forward_pct = Some(pct);
+        }
+    }
+    f.duplicates = r.get("packets-duplicated").and_then(count).map(|n| n as f64);
+    f.reordered = r.get("packets-reordered").and_then(count).map(|n| n as f64);
+    if let Some(h) = r.get("histogram-latency").and_then(Value::as_object) {
+        if h.len() > 1_000_000 {
+            return Err("result.histogram-latency has more than 1,000,000 buckets".into());
+        }
+        let mut buckets = Vec::with_capacity(h.len());
+        for (k, v) in h {
+            let ms: f64 = k
+                .trim()
+                .parse()
+                .ok()
+                .filter(|x: &f64| x.is_finite())
+                .ok_or_else(|| format!("result.histogram-latency: bucket '{k}' is not a delay in ms"))?;
+            let n = count(v).ok_or_else(|| format!("result.histogram-latency: bucket '{k}' has no count"))?;
+            buckets.push((ms * 1000.0, n));
+        }
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let used: Vec<(f64, u64)> = buckets.into_iter().filter(|(_, n)| *n > 0).collect();
+        f.delay_min_us = used.first().map(|b| b.0);
+        f.delay_max_us = used.last().map(|b| b.0);
+        f.delay_median_us = quantile(&used, 0.5);
+        f.delay_p95_us = quantile(&used, 0.95);
+        // As goodput's STAMP: the 95th percentile less the median.
+        f.jitter_us = f
+            .delay_p95_us
+            .zip(f.delay_median_us)
+            .map(|(p, m)| (p - m).max(0.0));
+    }
+    Ok(f)
+}
+
+/// rtt (ping): loss, and the round trip's min, max, stddev (as jitter)
+/// and median (from the round trips).
+fn rtt(r: &Map<String, Value>) -> Result<Figures, String> {
+    let mut f = Figures::default();
+    let sent = r.get("sent").and_then(count);
+    let lost = r.get("lost").and_then(count);
+    f.loss_pct = match (sent, lost) {
+        (Some(s), Some(l)) if s > 0 => Some(l.min(s) as f64 * 100.0 / s as f64),
+        _ => r.get("loss").and_then(num).map(|x| x.clamp(0.0, 1.0) * 100.0),
+    };
+    f.loss_forward_pct = f.loss_pct;
+    f.duplicates = r.get("duplicates").and_then(count).map(|n| n as f64);
+    f.reordered = r.get("reorders").and_then(count).map(|n| n as f64);
+    let us = |k: &str| -> Result<Option<f64>, String> {
+        r.get(k)
+            .and_then(Value::as_str)
+            .map(|t| {
+                iso_seconds(t)
+                    .map(|s| s * 1e6)
+                    .map_err(|e| format!("result.{k}: {e}"))
+            })
+            .transpose()
+    };
+    f.delay_min_us = us("min")?;
+    f.delay_max_us = us("max")?;
+    f.jitter_us = us("stddev")?;
+    let mut trips: Vec<(f64, u64)> = Vec::new();
+    for t in r
+        .get("roundtrips")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .take(1_000_000)
+    {
+        if let Some(x) = t.get("rtt").and_then(Value::as_str) {
+            trips.push((
+                iso_seconds(x).map_err(|e| format!("result.roundtrips: {e}"))? * 1e6,
+                1,
+            ));
+        }
+    }
+    trips.sort_by(|a, b| a.0.total_cmp(&b.0));
+    f.delay_median_us = quantile(&trips, 0.5);
+    f.delay_p95_us = quantile(&trips, 0.95);
+    Ok(f)
+}
+
+/// trace: the first path's hops to the destination, and its checksum
+/// (goodput's, over the answering addresses per hop).
+fn trace(r: &Map<String, Value>, dest: &str) -> Figures {
+    use goodput_core::path::{path_checksum, TraceHop};
+    let mut f = Figures::default();
+    let Some(path) = r
+        .get("paths")
+        .and_then(Value::as_array)
+        .and_then(|p| p.first())
+        .and_then(Value::as_array)
+    else {
+        return f;
+    };
+    let hops: Vec<TraceHop> = path
+        .iter()
+        .take(255)
+        .enumerate()
+        .map(|(i, h)| TraceHop {
+            hop: (i + 1) as u8,
+            probes: Vec::new(),
+            addresses: h
+                .get("ip")
+                .and_then(Value::as_str)
+                .filter(|ip| ip.len() <= 64)
+                .map(|ip| vec![ip.to_owned()])
+                .unwrap_or_default(),
+            names: Vec::new(),
+            back_hops: None,
+            mtu: None,
+        })
+        .collect();
+    let reached = hops.iter().position(|h| h.addresses.iter().any(|a| a == dest));
+    f.hops = reached.map(|i| (i + 1) as f64);
+    f.path_checksum = Some(path_checksum(&hops));
+    f
+}

@@ -1,0 +1,348 @@
+//! A fleet: agents on loopback addresses forward every run that ends to
+//! two archive processes (`goodput agent --role archive`) on one real
+//! PostgreSQL (a throwaway cluster made with initdb). The archives are
+//! stopped while the agents keep testing, then the database itself is cut
+//! and restarted; every run each agent holds must arrive exactly once,
+//! the queues must drain, and a wrong token must be refused with the
+//! reason on both ends.
+
+mod common;
+#[path = "../../goodput-archive/tests/pg/mod.rs"]
+mod pg;
+
+use common::agents::{get_json, http, mesh_config, Agent, Ports, TOKEN};
+use common::{free_tcp_port, goodput, tmp, Reaped};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpStream;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// A fleet archive process on `127.0.0.1:port`.
+fn archive(group: &str, name: &str, db: &str, config: &std::path::Path, port: u16) -> Reaped {
+    let token = tmp(group, "token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(tmp(group, &format!("{name}.log")))
+        .unwrap();
+    let mut cmd = goodput();
+    cmd.args(["agent", "--role", "archive", "--database", db, "--config"])
+        .arg(config)
+        .args(["--api-listen", &format!("127.0.0.1:{port}")])
+        .arg("--archive")
+        .arg(tmp(group, &format!("{name}-state.sqlite")))
+        .arg("--token-file")
+        .arg(&token)
+        .arg("--no-beacon")
+        .stdout(Stdio::null())
+        .stderr(log);
+    common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
+    let child = Reaped::spawn_as_is(cmd);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "archive {name} did not start: {}",
+            std::fs::read_to_string(tmp(group, &format!("{name}.log"))).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+/// Each forwarding target's queue length on an agent.
+fn backlogs(a: &Agent, ports: Ports) -> Vec<(String, u64, Option<String>)> {
+    let h = get_json(&a.ip, ports.api, "/api/v1/health");
+    h["forwarding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["url"].as_str().unwrap().to_owned(),
+                f["backlog"].as_u64().unwrap(),
+                f["last_error"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+/// Ended runs by id (state), as an agent holds them.
+fn ended(a: &Agent, ports: Ports) -> BTreeMap<String, String> {
+    a.runs(ports)
+        .iter()
+        .filter(|r| !["scheduled", "running"].contains(&r["state"].as_str().unwrap_or("")))
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_owned(),
+                r["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until every agent's queues are empty.
+fn drained(agents: &[Agent], ports: Ports, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let all: Vec<_> = agents
+            .iter()
+            .map(|a| (a.name.clone(), backlogs(a, ports)))
+            .collect();
+        if all.iter().all(|(_, b)| b.iter().all(|(_, n, _)| *n == 0)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queues did not drain: {all:?}\n{}",
+            agents.iter().map(|a| a.log_text()).collect::<Vec<_>>().join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn every_run_reaches_the_fleet_archive_exactly_once_through_outages() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet";
+    let ports = Ports::pick();
+    let names = ["a", "b", "c"];
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let config = mesh_config(group, &names, &ips, ports, 6, 3, "");
+    let (p1, p2) = (free_tcp_port(), free_tcp_port());
+    let mut one = Some(archive(group, "archive-1", &db, &config, p1));
+    let two = archive(group, "archive-2", &db, &config, p2);
+    let to1 = format!("http://127.0.0.1:{p1}");
+    let to2 = format!("http://127.0.0.1:{p2}");
+    // a forwards to both archives: each of its runs is posted twice, to
+    // two processes on one database, interleaved.
+    let agents: Vec<Agent> = names
+        .iter()
+        .zip(ips)
+        .map(|(n, ip)| {
+            let mut extra = vec!["--forward-to", to1.as_str()];
+            if *n == "a" {
+                extra.extend(["--forward-to", to2.as_str()]);
+            }
+            Agent::start(group, n, ip, &config, ports, &extra)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(20));
+    let h = get_json("127.0.0.1", p1, "/api/v1/health");
+    assert_eq!(
+        (h["role"].as_str(), h["archive_engine"].as_str()),
+        (Some("archive"), Some("postgres"))
+    );
+    assert!(h["counters"]["ingested"].as_u64().unwrap() > 0, "{h}");
+
+    // The first archive stops; the agents keep testing and queue.
+    one.take().unwrap().stop(libc::SIGTERM);
+    std::thread::sleep(Duration::from_secs(20));
+    for a in &agents {
+        let q = backlogs(a, ports);
+        let mine = q.iter().find(|(u, _, _)| *u == to1).unwrap();
+        assert!(
+            mine.1 > 0,
+            "agent {}: nothing queued while the archive was down: {q:?}",
+            a.name
+        );
+        assert!(
+            mine.2.as_deref().is_some_and(|e| e.contains("connect")),
+            "agent {}: no reason given: {q:?}",
+            a.name
+        );
+    }
+    let metrics = http(ips[0], ports.api, "GET", "/metrics", None, "").1;
+    let age_line = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "goodput_forward_backlog_age_seconds{{archive=\"{to1}\"}}"
+            ))
+        })
+        .unwrap_or_else(|| panic!("no backlog age in /metrics:\n{metrics}"));
+    let age: f64 = age_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(age > 5.0, "{age_line}");
+
+    // Back; then the database itself is cut for 8 s, mid-batch or not.
+    let one = archive(group, "archive-1", &db, &config, p1);
+    std::thread::sleep(Duration::from_secs(4));
+    cluster.stop();
+    std::thread::sleep(Duration::from_secs(8));
+    cluster.restart();
+    drained(&agents, ports, Duration::from_secs(120));
+
+    // What each agent holds now, then every queue empty again: each of
+    // those runs is in the archive, once, and nothing else is.
+    let before: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
+    drained(&agents, ports, Duration::from_secs(60));
+    // The agents keep testing: the rows counted before and after the list
+    // bound it.
+    let rows_before: usize = cluster
+        .psql("fleet", "SELECT COUNT(*) FROM runs")
+        .parse()
+        .unwrap();
+    let stored = get_json("127.0.0.1", p2, "/api/v1/runs?limit=100000");
+    let stored: BTreeMap<String, String> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_str().unwrap().to_owned(),
+                r["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let dupes = cluster.psql(
+        "fleet",
+        "SELECT COUNT(*) FROM (SELECT id FROM runs GROUP BY id HAVING COUNT(*) > 1) d",
+    );
+    assert_eq!(dupes, "0", "runs stored twice");
+    let rows_after: usize = cluster
+        .psql("fleet", "SELECT COUNT(*) FROM runs")
+        .parse()
+        .unwrap();
+    assert!(
+        (rows_before..=rows_after).contains(&stored.len()),
+        "the API lists {} runs, the database held {rows_before} then {rows_after}",
+        stored.len()
+    );
+    let after: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
+    let mut held = BTreeSet::new();
+    for ((a, b), ag) in before.iter().zip(&after).zip(&agents) {
+        for (id, st) in a {
+            assert!(
+                stored.contains_key(id),
+                "agent {}: run {id} ({st}) never reached the archive",
+                ag.name
+            );
+            // The source's record is the one its test wrote.
+            if id.split('/').nth(1) == Some(ag.name.as_str()) && st == "finished" {
+                assert_eq!(stored[id], "finished", "run {id}");
+            }
+        }
+        held.extend(b.keys().cloned());
+    }
+    let strays: Vec<&String> = stored.keys().filter(|id| !held.contains(*id)).collect();
+    assert!(
+        strays.is_empty(),
+        "the archive holds runs no agent has: {strays:?}"
+    );
+    let total: usize = before.iter().map(BTreeMap::len).sum();
+    assert!(total > 20, "only {total} runs ended on the agents");
+    // The fleet archive answers for the whole mesh: series, grid.
+    let series = get_json(
+        "127.0.0.1",
+        p1,
+        "/api/v1/series?source=b&dest=c&kind=stamp&metric=delay_median",
+    );
+    assert!(!series["points"].as_array().unwrap().is_empty(), "{series}");
+    let grid = get_json("127.0.0.1", p2, "/api/v1/grid?metric=delay");
+    let cells = grid["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "{grid}");
+    assert_eq!(
+        grid["agents"].as_array().unwrap().len(),
+        1,
+        "the archive asks no agent: {grid}"
+    );
+    eprintln!(
+        "{total} runs held by the agents, {} stored once each; the agents' logs:\n{}",
+        stored.len(),
+        agents[0]
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("forward"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    drop(one);
+    drop(two);
+}
+
+#[test]
+fn a_wrong_token_is_refused_and_both_ends_say_why() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet-token";
+    let ports = Ports::pick();
+    let config = mesh_config(group, &["a", "b"], &["127.0.0.2", "127.0.0.3"], ports, 2, 1, "");
+    let port = free_tcp_port();
+    let _archive = archive(group, "archive", &db, &config, port);
+    // Straight to the archive: no token, a wrong one, junk.
+    let (status, body) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/runs",
+        None,
+        "{\"runs\":[]}",
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("token"), "{body}");
+    let (status, body) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/runs",
+        Some(TOKEN),
+        "{\"runs\":[{\"id\":\"x\"}]}",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["stored"], 0);
+    assert_eq!(v["refused"][0]["id"], "x");
+    assert!(
+        v["refused"][0]["reason"].as_str().unwrap().contains("not a run"),
+        "{body}"
+    );
+    let (status, body) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/runs",
+        Some(TOKEN),
+        "not json",
+    );
+    assert_eq!(status, 400, "{body}");
+
+    // An agent with another token: its runs stay queued and it says why.
+    let wrong = tmp(group, "wrong-token");
+    std::fs::write(&wrong, "another-token-0123456789").unwrap();
+    let log = tmp(group, "a.log");
+    let mut cmd = goodput();
+    cmd.args(["agent", "--config"])
+        .arg(&config)
+        .args(["--as", "a", "--archive"])
+        .arg(tmp(group, "a.sqlite"))
+        .arg("--token-file")
+        .arg(&wrong)
+        .args(["--beacon-port", &ports.beacon.to_string()])
+        .args(["--stamp-port", &ports.stamp.to_string()])
+        .args(["--forward-to", &format!("http://127.0.0.1:{port}")])
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap());
+    let _agent = Reaped::spawn_as_is(cmd);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("HTTP 401") && text.contains("wrong token") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agent did not say why:\n{text}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let h = get_json("127.0.0.2", ports.api, "/api/v1/health");
+    let f = &h["forwarding"][0];
+    assert!(f["backlog"].as_u64().unwrap() > 0, "{h}");
+    assert_eq!(f["delivered"], 0, "{h}");
+    assert!(f["last_error"].as_str().unwrap().contains("401"), "{h}");
+    assert_eq!(cluster.psql("fleet", "SELECT COUNT(*) FROM runs"), "0");
+}
