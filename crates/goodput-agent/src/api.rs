@@ -135,6 +135,7 @@ pub(crate) fn router(shared: Ctx) -> Router {
         .route("/api/v1/runs", get(runs).post(on_demand))
         .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
         .route("/api/v1/archive/runs", post(ingest))
+        .route("/api/v1/archive/pscheduler", post(pscheduler).put(pscheduler))
         .route("/api/v1/series", get(series))
         .route("/api/v1/paths", get(paths))
         .route("/api/v1/grid", get(grid))
@@ -694,6 +695,91 @@ async fn ingest(
     Ok(Json(
         serde_json::json!({"stored": good.len(), "refused": refused}),
     ))
+}
+
+/// `POST` or `PUT /api/v1/archive/pscheduler`: a fleet's archive stores
+/// a result a perfSONAR pScheduler `http` archiver sends, mapped to
+/// goodput's figures (`goodput_archive::pscheduler`). Its ends get the
+/// mesh's names where the configuration has their addresses, and its
+/// measurement is the configured task's of the same kind between them
+/// (a mesh imported with `import-psconfig` from the same template has
+/// them), so the grid, series and alerts cover it.
+async fn pscheduler(
+    State(s): State<Ctx>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    headers: HeaderMap,
+    body: Result<Json<serde_json::Value>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<serde_json::Value>, Failure> {
+    if !s.is_archive() {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
+        ));
+    }
+    authorise(&s, from.ip(), &headers)?;
+    let refused = |status: StatusCode, why: String| {
+        s.lock().counters.pscheduler_refused += 1;
+        Failure(status, why)
+    };
+    let Json(doc) = body.map_err(|e| refused(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let mapped = goodput_archive::pscheduler::from_pscheduler(&doc).map_err(|e| {
+        let status = if e.contains("has no goodput kind") {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        refused(status, format!("not a pScheduler result goodput maps: {e}"))
+    })?;
+    let mut run = mapped.run;
+    let spec = read_spec(run.spec.clone()).map_err(|e| {
+        refused(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("its test as goodput's: {}", e.1),
+        )
+    })?;
+    let loaded = s.loaded();
+    if let Some(n) = loaded.name_of_host(&run.source) {
+        run.source = n;
+    }
+    if let Some(n) = run.dest.as_deref().and_then(|d| loaded.name_of_host(d)) {
+        run.dest = Some(n);
+    }
+    // The configured task of the same kind between the same ends; of
+    // several (latency and latencybg are both STAMP), the one whose test
+    // is this one.
+    let own_key = goodput_archive::measurement_key(&spec, &run.source, run.dest.as_deref());
+    let candidates: Vec<&goodput_core::mesh::PairTask> = loaded
+        .pairs
+        .iter()
+        .filter(|p| p.source == run.source && p.dest == run.dest && p.spec.kind() == run.kind)
+        .collect();
+    let configured = candidates
+        .iter()
+        .find(|p| goodput_archive::measurement_key(&p.spec, &p.source, p.dest.as_deref()) == own_key)
+        .or(candidates.first());
+    run.measurement_key = match configured {
+        Some(p) => {
+            run.task = p.task.clone();
+            goodput_archive::measurement_key(&p.spec, &p.source, p.dest.as_deref())
+        }
+        None => own_key,
+    };
+    s.archive.put(std::slice::from_ref(&run)).await.map_err(|e| {
+        Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the archive's database failed; send it again: {e}"),
+        )
+    })?;
+    s.lock().counters.pscheduler_ingested += 1;
+    Ok(Json(serde_json::json!({
+        "stored": run.id,
+        "kind": run.kind,
+        "task": run.task,
+        "source": run.source,
+        "dest": run.dest,
+        "measurement_key": run.measurement_key,
+        "test_type": mapped.test_type,
+    })))
 }
 
 fn read_spec(v: serde_json::Value) -> Result<TestSpec, Failure> {
@@ -1386,6 +1472,19 @@ async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
         out += &format!(
             "goodput_archive_ingest_refused_total {}\n",
             inner.counters.ingest_refused
+        );
+        out += "# TYPE goodput_archive_pscheduler_ingested counter\n\
+                # HELP goodput_archive_pscheduler_ingested perfSONAR pScheduler results stored.\n";
+        out += &format!(
+            "goodput_archive_pscheduler_ingested_total {}\n",
+            inner.counters.pscheduler_ingested
+        );
+        out += "# TYPE goodput_archive_pscheduler_refused counter\n\
+                # HELP goodput_archive_pscheduler_refused perfSONAR pScheduler results refused \
+                (malformed, or of a type goodput does not map).\n";
+        out += &format!(
+            "goodput_archive_pscheduler_refused_total {}\n",
+            inner.counters.pscheduler_refused
         );
     }
     if !forwarding.is_empty() {

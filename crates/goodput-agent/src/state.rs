@@ -125,6 +125,10 @@ pub(crate) struct Counters {
     pub(crate) ingested: u64,
     /// Forwarded runs or batches refused as malformed.
     pub(crate) ingest_refused: u64,
+    /// perfSONAR pScheduler results stored (a fleet's archive).
+    pub(crate) pscheduler_ingested: u64,
+    /// perfSONAR pScheduler results refused, each with its reason.
+    pub(crate) pscheduler_refused: u64,
 }
 
 pub(crate) struct Inner {

@@ -148,6 +148,8 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
         .get("spec")
         .and_then(Value::as_object)
         .ok_or("no test.spec object")?;
+    let (kind, goodput_spec, _) =
+        goodput_test(ty, spec, ImportChoices::default()).map_err(|e| format!("test type '{ty}': {e}"))?;
     let result = top
         .get("result")
         .and_then(Value::as_object)
@@ -172,9 +174,6 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
         )?
         .to_owned(),
     };
-    let choices = ImportChoices::default();
-    let (kind, goodput_spec, _) =
-        goodput_test(ty, spec, choices).map_err(|e| format!("test type '{ty}': {e}"))?;
     let succeeded = result.get("succeeded").and_then(Value::as_bool);
     let (state, reason) = match succeeded {
         Some(true) => (RunState::Finished, None),

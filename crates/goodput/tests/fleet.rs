@@ -346,3 +346,155 @@ fn a_wrong_token_is_refused_and_both_ends_say_why() {
     assert!(f["last_error"].as_str().unwrap().contains("401"), "{h}");
     assert_eq!(cluster.psql("fleet", "SELECT COUNT(*) FROM runs"), "0");
 }
+
+/// A pSConfig template of three hosts and the four test types, as an
+/// existing perfSONAR mesh would have it.
+const TEMPLATE: &str = r#"{
+  "addresses": {
+    "site-a": {"address": "10.81.1.1"},
+    "site-b": {"address": "10.81.1.2"},
+    "site-c": {"address": "10.81.1.3"}
+  },
+  "groups": {"core": {"type": "mesh", "addresses": [{"name": "site-a"}, {"name": "site-b"}, {"name": "site-c"}]}},
+  "tests": {
+    "throughput": {"type": "throughput", "spec": {"source": "{% address[0] %}", "dest": "{% address[1] %}", "duration": "PT10S", "parallel": 2}},
+    "latencybg": {"type": "latencybg", "spec": {"source": "{% address[0] %}", "dest": "{% address[1] %}", "packet-interval": 0.1, "packet-count": 600}},
+    "rtt": {"type": "rtt", "spec": {"source": "{% address[0] %}", "dest": "{% address[1] %}", "count": 5, "interval": "PT1S"}},
+    "trace": {"type": "trace", "spec": {"source": "{% address[0] %}", "dest": "{% address[1] %}", "probe-type": "icmp"}}
+  },
+  "schedules": {"hourly": {"repeat": "PT1H"}, "often": {"repeat": "PT10M"}},
+  "tasks": {
+    "core-throughput": {"group": "core", "test": "throughput", "schedule": "hourly"},
+    "core-latencybg": {"group": "core", "test": "latencybg"},
+    "core-rtt": {"group": "core", "test": "rtt", "schedule": "often"},
+    "core-trace": {"group": "core", "test": "trace", "schedule": "hourly"}
+  }
+}"#;
+
+fn ps_fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/../goodput-archive/tests/fixtures/pscheduler/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet-pscheduler";
+    // The mesh, from the same template the perfSONAR hosts run.
+    let template = tmp(group, "template.json");
+    std::fs::write(&template, TEMPLATE).unwrap();
+    let config = tmp(group, "mesh.toml");
+    let out = goodput()
+        .args(["agent", "import-psconfig"])
+        .arg(&template)
+        .arg("-o")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let port = free_tcp_port();
+    let _archive = archive(group, "archive", &db, &config, port);
+    let post = |method: &str, body: &str| {
+        let (status, text) = http(
+            "127.0.0.1",
+            port,
+            method,
+            "/api/v1/archive/pscheduler",
+            Some(TOKEN),
+            body,
+        );
+        (
+            status,
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+        )
+    };
+    // What a pScheduler http archiver sends (it PUTs by default; POST too).
+    let mut keys = std::collections::HashMap::new();
+    for (name, method, task, source, dest, kind) in [
+        ("throughput", "PUT", "core-throughput", "site-a", "site-b", "tcp"),
+        ("latencybg", "POST", "core-latencybg", "site-a", "site-b", "stamp"),
+        ("rtt", "POST", "core-rtt", "site-b", "site-c", "ping"),
+        ("trace", "PUT", "core-trace", "site-a", "site-c", "trace"),
+        ("failed", "POST", "core-throughput", "site-b", "site-a", "tcp"),
+    ] {
+        let (status, v) = post(method, &ps_fixture(name));
+        assert_eq!(status, 200, "{name}: {v}");
+        assert_eq!(
+            (
+                v["task"].as_str(),
+                v["source"].as_str(),
+                v["dest"].as_str(),
+                v["kind"].as_str()
+            ),
+            (Some(task), Some(source), Some(dest), Some(kind)),
+            "{name}: {v}"
+        );
+        keys.insert(name, v["measurement_key"].as_str().unwrap().to_owned());
+    }
+    // Sent again (a pScheduler retry): stored once.
+    assert_eq!(post("PUT", &ps_fixture("latencybg")).0, 200);
+    assert_eq!(cluster.psql("fleet", "SELECT COUNT(*) FROM runs"), "5");
+    // Refused, each with its reason, and counted.
+    let (status, v) = post("POST", &ps_fixture("unsupported"));
+    assert_eq!(status, 422, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("type 'dns'"), "{v}");
+    let (status, v) = post("POST", "{\"id\": \"x\"}");
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("no schedule"), "{v}");
+    let (status, _) = post("POST", "not json");
+    assert_eq!(status, 400);
+    let (status, _) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/pscheduler",
+        None,
+        &ps_fixture("rtt"),
+    );
+    assert_eq!(status, 401, "no token, no entry");
+    let metrics = http("127.0.0.1", port, "GET", "/metrics", None, "").1;
+    assert!(
+        metrics.contains("goodput_archive_pscheduler_ingested_total 6\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("goodput_archive_pscheduler_refused_total 3\n"),
+        "{metrics}"
+    );
+
+    // The figures, through the archive's series of the configured tasks.
+    let point = |name: &str, metric: &str| {
+        let q = format!(
+            "/api/v1/series?key={}&metric={metric}&from_ms=0&to_ms=4102444800000",
+            keys[name]
+        );
+        let s = get_json("127.0.0.1", port, &q);
+        let p = s["points"].as_array().unwrap_or_else(|| panic!("{q}: {s}"));
+        assert_eq!(p.len(), 1, "{q}: {s}");
+        p[0]["mean"].as_f64().unwrap()
+    };
+    assert_eq!(point("latencybg", "loss"), 1.0);
+    assert!((point("latencybg", "delay_median") - 10_220.0).abs() < 1e-6);
+    assert_eq!(point("throughput", "throughput_up"), 9.3e9);
+    assert_eq!(point("rtt", "loss"), 20.0);
+    assert_eq!(point("trace", "hops"), 4.0);
+    // The failure, with pScheduler's reason; the document kept whole.
+    let failed = get_json("127.0.0.1", port, "/api/v1/runs?state=failed");
+    assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");
+    assert!(failed[0]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("Connection refused"));
+    let one = get_json(
+        "127.0.0.1",
+        port,
+        "/api/v1/runs/pscheduler/7c1d2e3f-0a4b-4c5d-9e8f-101112131415",
+    );
+    assert_eq!(one["result"]["result"]["mss"], 1448, "{one}");
+}

@@ -1,0 +1,203 @@
+//! perfSONAR pScheduler results (our own fixtures, written from the
+//! `http` archiver's published document format) map to goodput's runs
+//! and figures exactly; malformed and unsupported documents are refused
+//! with a reason.
+
+use goodput_archive::pscheduler::{from_pscheduler, iso_seconds, iso_time_ms};
+use goodput_archive::RunState;
+use goodput_core::mesh::rfc3339_ms;
+use goodput_core::schedule::RunClass;
+use serde_json::Value;
+
+fn fixture(name: &str) -> Value {
+    let path = format!(
+        "{}/tests/fixtures/pscheduler/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn close(a: Option<f64>, b: f64) -> bool {
+    a.is_some_and(|a| (a - b).abs() < 1e-6 * b.abs().max(1.0))
+}
+
+#[test]
+fn throughput_maps_to_good_put_and_retransmits_each_way() {
+    let doc = fixture("throughput");
+    let m = from_pscheduler(&doc).unwrap();
+    let r = &m.run;
+    assert_eq!(m.test_type, "throughput");
+    assert_eq!(r.id, "pscheduler/7c1d2e3f-0a4b-4c5d-9e8f-101112131415");
+    assert_eq!(
+        (r.source.as_str(), r.dest.as_deref()),
+        ("10.81.1.1", Some("10.81.1.2"))
+    );
+    assert_eq!(
+        (r.kind.as_str(), r.class, r.state),
+        ("tcp", RunClass::Exclusive, RunState::Finished)
+    );
+    // 10:00:05 at UTC-5.
+    let start = rfc3339_ms("2026-11-26T15:00:05Z").unwrap();
+    assert_eq!((r.start_ms, r.end_ms), (Some(start), Some(start + 20_000)));
+    assert_eq!(r.figures.throughput_up_bps, Some(9_300_000_000.0));
+    assert_eq!(r.figures.throughput_down_bps, None);
+    assert_eq!(r.figures.retransmits, Some(25.0));
+    assert_eq!(r.figures.loss_pct, None, "TCP has no loss");
+    assert_eq!(r.spec["kind"], "tcp");
+    assert_eq!(r.spec["hosts"], serde_json::json!(["10.81.1.2"]));
+    assert_eq!(r.spec["connections"], 2);
+    // The whole document is kept, unmapped fields with it.
+    assert_eq!(r.result.as_ref().unwrap(), &doc);
+    assert_eq!(r.result.as_ref().unwrap()["result"]["mss"], 1448);
+
+    // A reverse test that failed: the way back, the tool's reason.
+    let m = from_pscheduler(&fixture("failed")).unwrap();
+    assert_eq!(m.run.state, RunState::Failed);
+    assert!(m.run.reason.as_deref().unwrap().contains("Connection refused"));
+    assert_eq!(m.run.figures, Default::default());
+    assert_eq!(m.run.spec["pattern"], "pull");
+}
+
+#[test]
+fn latency_maps_to_loss_duplicates_and_delay_percentiles() {
+    let m = from_pscheduler(&fixture("latencybg")).unwrap();
+    let (r, f) = (&m.run, &m.run.figures);
+    assert_eq!((r.kind.as_str(), r.class), ("stamp", RunClass::Background));
+    assert_eq!(r.spec["count"], 600);
+    assert_eq!(r.spec["interval"], "100ms");
+    // 6 of 600 lost, one way: source → destination.
+    assert_eq!(f.loss_pct, Some(1.0));
+    assert_eq!(f.loss_forward_pct, Some(1.0));
+    assert_eq!(f.loss_backward_pct, None);
+    assert_eq!((f.duplicates, f.reordered), (Some(1.0), Some(2.0)));
+    // 594 received: 100 at 10.21 ms, 300 at 10.22, 150 at 10.25, 30 at
+    // 10.80, 14 at 12.50. The median is the 297th: 10.22 ms; the 95th
+    // percentile the 565th: 10.80 ms.
+    assert!(close(f.delay_min_us, 10_210.0), "{f:?}");
+    assert!(close(f.delay_median_us, 10_220.0), "{f:?}");
+    assert!(close(f.delay_p95_us, 10_800.0), "{f:?}");
+    assert!(close(f.delay_max_us, 12_500.0), "{f:?}");
+    assert!(close(f.jitter_us, 580.0), "{f:?}");
+}
+
+#[test]
+fn rtt_maps_to_loss_and_round_trips() {
+    let m = from_pscheduler(&fixture("rtt")).unwrap();
+    let (r, f) = (&m.run, &m.run.figures);
+    assert_eq!(r.kind, "ping");
+    assert_eq!(r.start_ms, Some(rfc3339_ms("2026-11-26T15:02:00.250Z").unwrap()));
+    assert_eq!(f.loss_pct, Some(20.0));
+    assert!(close(f.delay_min_us, 398.0), "{f:?}");
+    assert!(close(f.delay_max_us, 521.0), "{f:?}");
+    assert!(close(f.jitter_us, 51.0), "{f:?}");
+    // Four round trips: 398, 405, 412, 521 µs.
+    assert!(close(f.delay_median_us, 405.0), "{f:?}");
+    assert!(close(f.delay_p95_us, 521.0), "{f:?}");
+}
+
+#[test]
+fn trace_maps_to_hops_and_a_path_checksum() {
+    let doc = fixture("trace");
+    let m = from_pscheduler(&doc).unwrap();
+    let f = &m.run.figures;
+    assert_eq!(m.run.kind, "trace");
+    assert_eq!(m.run.spec["method"], "icmp");
+    assert_eq!(f.hops, Some(4.0));
+    let sum = f.path_checksum.clone().unwrap();
+    // Another router at hop 3: another path.
+    let mut moved = doc.clone();
+    moved["result"]["paths"][0][2]["ip"] = "10.81.9.2".into();
+    let other = from_pscheduler(&moved)
+        .unwrap()
+        .run
+        .figures
+        .path_checksum
+        .unwrap();
+    assert_ne!(sum, other);
+    // The same path again: the same checksum.
+    assert_eq!(
+        from_pscheduler(&doc).unwrap().run.figures.path_checksum.unwrap(),
+        sum
+    );
+}
+
+#[test]
+fn malformed_and_unsupported_documents_are_refused_with_a_reason() {
+    let err = from_pscheduler(&fixture("unsupported")).unwrap_err();
+    assert!(
+        err.contains("type 'dns'") && err.contains("no goodput kind"),
+        "{err}"
+    );
+    let base = fixture("latencybg");
+    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+        ("not an object", Box::new(|d| *d = Value::from(3)), "JSON object"),
+        (
+            "no id",
+            Box::new(|d| drop(d.as_object_mut().unwrap().remove("id"))),
+            "no id",
+        ),
+        (
+            "no result",
+            Box::new(|d| drop(d.as_object_mut().unwrap().remove("result"))),
+            "no result",
+        ),
+        (
+            "a time without an offset",
+            Box::new(|d| d["schedule"]["start"] = "2026-11-26T15:01:00".into()),
+            "schedule.start",
+        ),
+        (
+            "a bad duration",
+            Box::new(|d| d["schedule"]["duration"] = "ten minutes".into()),
+            "schedule.duration",
+        ),
+        (
+            "no succeeded",
+            Box::new(|d| drop(d["result"].as_object_mut().unwrap().remove("succeeded"))),
+            "succeeded",
+        ),
+        (
+            "a bucket that is not a delay",
+            Box::new(|d| d["result"]["histogram-latency"]["fast"] = 3.into()),
+            "bucket 'fast'",
+        ),
+        (
+            "no dest",
+            Box::new(|d| drop(d["test"]["spec"].as_object_mut().unwrap().remove("dest"))),
+            "dest",
+        ),
+        (
+            "a huge id",
+            Box::new(|d| d["id"] = "x".repeat(600).into()),
+            "id must be",
+        ),
+    ];
+    for (what, change, says) in cases {
+        let mut d = base.clone();
+        change(&mut d);
+        let err = from_pscheduler(&d).expect_err(what);
+        assert!(err.contains(says), "{what}: {err}");
+    }
+}
+
+#[test]
+fn iso_times_and_durations_read_with_offsets_and_fractions() {
+    assert_eq!(
+        iso_time_ms("2026-11-26T10:00:05-05:00").unwrap(),
+        rfc3339_ms("2026-11-26T15:00:05Z").unwrap()
+    );
+    assert_eq!(
+        iso_time_ms("2026-11-27T01:30:00+09:30").unwrap(),
+        rfc3339_ms("2026-11-26T16:00:00Z").unwrap()
+    );
+    assert!(
+        iso_time_ms("1970-01-01T00:00:00+01:00").is_err(),
+        "before the epoch"
+    );
+    assert!(iso_time_ms("2026-11-26T10:00:05+25:00").is_err());
+    assert!((iso_seconds("PT0.000257S").unwrap() - 0.000257).abs() < 1e-12);
+    assert_eq!(iso_seconds("P1DT2H3M4S").unwrap(), 93_784.0);
+    for bad in ["", "P", "PT", "10S", "PT1X", "P1S", "PT1e999S"] {
+        assert!(iso_seconds(bad).is_err(), "{bad}");
+    }
+}
