@@ -129,7 +129,8 @@ fn malformed_and_unsupported_documents_are_refused_with_a_reason() {
         "{err}"
     );
     let base = fixture("latencybg");
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    type Change = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(&str, Change, &str)> = vec![
         ("not an object", Box::new(|d| *d = Value::from(3)), "JSON object"),
         (
             "no id",
