@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard|fleet]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -13,7 +13,9 @@
 #   AGENT_RUNS (default 5000), AGENT_RATE (default 200 requests/s),
 #   QUINN_PERF (a quinn-perf binary, for quic-parity),
 #   DASHBOARD_HOSTS (default 50), DASHBOARD_REQUESTS (default 21 timed
-#   requests per URL), DASHBOARD_LOADS (default 7 browser loads per page).
+#   requests per URL), DASHBOARD_LOADS (default 7 browser loads per page),
+#   FLEET_HOSTS (default 100), FLEET_REQUESTS (default 21),
+#   FLEET_INGEST_SECONDS (default 20).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -531,6 +533,92 @@ bench_dashboard() {
   kill $pid; wait $pid 2>/dev/null || true
 }
 
+# A fleet archive on PostgreSQL: a throwaway cluster (initdb, default
+# durability settings but shared_buffers 1GB and max_wal_size 4GB), seeded
+# through the archive code with FLEET_HOSTS hosts' recent STAMP and TCP runs
+# and a year of h01 -> h02's STAMP minutes; then `goodput agent --role
+# archive` on it: the grid and a year's series timed with curl, and the
+# sustained ingest of 50 simulated agents posting to it.
+bench_fleet() {
+  local dir=$work/fleet api=18792 hosts=${FLEET_HOSTS:-100} pgport=15439 n=${FLEET_REQUESTS:-21}
+  local bin
+  bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+  [ -n "$bin" ] && [ -x "$bin/initdb" ] || { echo "fleet: PostgreSQL is not installed (apt-get install postgresql)"; return 1; }
+  mkdir -p "$dir/pg"
+  local as=()
+  if [ "$(id -u)" = 0 ]; then chmod 755 "$work" "$dir"; chown -R postgres: "$dir/pg"; as=(runuser -u postgres --); fi
+  "${as[@]}" "$bin/initdb" -D "$dir/pg/data" -U postgres --auth=trust -E UTF8 >/dev/null
+  "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -o \
+      "-p $pgport -k $dir/pg -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c max_wal_size=4GB" start >/dev/null
+  pg_stop() { "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true; }
+  "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p $pgport -U postgres fleet
+  local db=postgres://postgres@127.0.0.1:$pgport/fleet base=http://127.0.0.1:$api
+  echo "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pgport"
+  cargo build --release -q -p goodput-archive --example seed_bench --example ingest_bench
+  target/release/examples/seed_bench --dir "$dir" --hosts "$hosts" --api-port $api --hours 1 --year-pair --database "$db"
+  echo "0123456789abcdef-bench" > "$work/token"
+  $GP agent --role archive --database "$db" --config "$dir/mesh.toml" --archive "$dir/state.sqlite" \
+      --token-file "$work/token" --api-listen 127.0.0.1:$api 2>"$dir/archive.log" & local pid=$!; pids+=($pid)
+  local t=0
+  until curl -sf -o /dev/null "$base/api/v1/health"; do
+    sleep 0.2; t=$((t + 1)); [ $t -lt 300 ] || { echo "fleet: the archive did not start"; tail "$dir/archive.log"; pg_stop; return 1; }
+  done
+  evaluated() { curl -sf "$base/api/v1/grid?metric=loss" | python3 -c "import json,sys; print(json.load(sys.stdin)['agents'][0]['evaluated_ms'])"; }
+  local ev=0 seen
+  while [ "$ev" = 0 ]; do sleep 0.2; ev=$(evaluated); done
+  seen=$(date +%s%3N)
+  echo "first evaluation of the rules of $((hosts * (hosts - 1) * 2)) measurements: $((seen - ev)) ms from its start to its cells served"
+  median_ms() {
+    local code i=0 v
+    code=$(curl -s -o "$work/body" -w '%{http_code}' "$1")
+    [ "$code" = 200 ] || { echo "fleet: $1 answered $code: $(head -c 300 "$work/body")" >&2; echo 0; return; }
+    : > "$work/times"
+    while [ $i -lt "$n" ]; do
+      v=$(curl -s -o /dev/null -w '%{time_total}' "$1" | awk '{printf "%.3f", $1 * 1000}')
+      echo "$v" >> "$work/times"; i=$((i + 1))
+    done
+    median < "$work/times"
+  }
+  local hour=3600000 year=$((365 * 86400000)) now to from step cells
+  now=$(date +%s%3N)
+  step=$(( ( (year / 300 + hour - 1) / hour) * hour )); to=$(( (now / hour + 1) * hour )); from=$((to - year))
+  cells=$(curl -sf "$base/api/v1/grid?metric=loss" | python3 -c "import json,sys; g=json.load(sys.stdin); print(len(g['hosts']), 'hosts,', len(g['cells']), 'half-cells')")
+  local g_loss s_year s_raw
+  g_loss=$(median_ms "$base/api/v1/grid?metric=loss")
+  s_year=$(median_ms "$base/api/v1/series?source=h01&dest=h02&kind=stamp&metric=delay_median&from_ms=$from&to_ms=$to&step_ms=$step")
+  s_raw=$(median_ms "$base/api/v1/series?source=h01&dest=h02&kind=stamp&metric=delay_median&from_ms=$((to - 86400000))&to_ms=$to")
+  local h0 r0 b0
+  h0=$(curl -sf "$base/api/v1/health"); r0=$(echo "$h0" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_runs'])")
+  b0=$(echo "$h0" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_bytes'])")
+  target/release/examples/ingest_bench --url "$base" --token-file "$work/token" --agents 50 \
+      --seconds "${FLEET_INGEST_SECONDS:-20}" --batch 500 --docs minute | tee "$work/ingest-minute.txt"
+  local h1 r1 b1
+  h1=$(curl -sf "$base/api/v1/health"); r1=$(echo "$h1" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_runs'])")
+  b1=$(echo "$h1" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_bytes'])")
+  target/release/examples/ingest_bench --url "$base" --token-file "$work/token" --agents 50 \
+      --seconds "${FLEET_INGEST_SECONDS:-20}" --batch 100 --docs stamp | tee "$work/ingest-stamp.txt"
+  local h2 r2 b2
+  h2=$(curl -sf "$base/api/v1/health"); r2=$(echo "$h2" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_runs'])")
+  b2=$(echo "$h2" | python3 -c "import json,sys; print(json.load(sys.stdin)['archive_bytes'])")
+  local rate_min rate_stamp
+  rate_min=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "runs/s") print $i}' "$work/ingest-minute.txt")
+  rate_stamp=$(awk '{for (i = 1; i < NF; i++) if ($(i+1) == "runs/s") print $i}' "$work/ingest-stamp.txt")
+  verdict() { awk -v v="$1" -v t="$2" -v up="$3" 'BEGIN{ if (v == 0) print "-"; else if (up) print (v >= t) ? "PASS" : "MISS"; else print (v <= t) ? "PASS" : "MISS" }'; }
+  printf '%-64s %14s %14s %6s\n' "fleet archive on PostgreSQL, $hosts hosts" "measured" "target" ""
+  printf '%-64s %14s %14s %6s\n' "GET /api/v1/grid?metric=loss ($cells), median" "$(printf '%.1f ms' "$g_loss")" "<= 100 ms" "$(verdict "$g_loss" 100 0)"
+  printf '%-64s %14s %14s %6s\n' "GET /api/v1/series h01->h02, 1 y of minutes, step $((step / hour)) h" "$(printf '%.1f ms' "$s_year")" "<= 200 ms" "$(verdict "$s_year" 200 0)"
+  printf '%-64s %14s %14s %6s\n' "GET /api/v1/series h01->h02, the last day, every run" "$(printf '%.1f ms' "$s_raw")" "" ""
+  printf '%-64s %14s %14s %6s\n' "ingest, 50 agents, per-minute summaries" "$rate_min runs/s" ">= 10000/s" "$(verdict "$rate_min" 10000 1)"
+  printf '%-64s %14s %14s %6s\n' "ingest, 50 agents, whole STAMP results (7 KB)" "$rate_stamp runs/s" "" ""
+  awk -v r0="$r0" -v r1="$r1" -v r2="$r2" -v b0="$b0" -v b1="$b1" -v b2="$b2" 'BEGIN {
+    if (r1 > r0) printf "storage: %.0f MiB per million per-minute summaries (%d runs, %.1f MiB)\n", (b1 - b0) / (r1 - r0) * 1e6 / 1048576, r1 - r0, (b1 - b0) / 1048576;
+    if (r2 > r1) printf "storage: %.0f MiB per million whole STAMP results (%d runs, %.1f MiB)\n", (b2 - b1) / (r2 - r1) * 1e6 / 1048576, r2 - r1, (b2 - b1) / 1048576;
+    printf "archive: %d runs, %.0f MiB in PostgreSQL\n", r2, b2 / 1048576 }'
+  echo "archive process: VmRSS $(rss_kib $pid) KiB, VmHWM $(awk '/VmHWM/{print $2}' /proc/$pid/status) KiB"
+  kill $pid; wait $pid 2>/dev/null || true
+  pg_stop
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
@@ -557,6 +645,7 @@ for w in "${what[@]}"; do
     memory) bench_memory ;;
     agent) bench_agent ;;
     dashboard) bench_dashboard ;;
+    fleet) bench_fleet ;;
     *) echo "unknown benchmark '$w'"; exit 2 ;;
   esac
 done

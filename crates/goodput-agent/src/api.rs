@@ -28,10 +28,10 @@ use crate::state::{run_number, Booked, Counters, Shared};
 use crate::tls::{ApiListener, Caller};
 use crate::{clock, log};
 
-type Ctx = Arc<Shared>;
+pub(crate) type Ctx = Arc<Shared>;
 
 /// An error answer: a status and one sentence.
-pub(crate) struct Failure(StatusCode, String);
+pub(crate) struct Failure(pub(crate) StatusCode, pub(crate) String);
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
@@ -43,7 +43,7 @@ fn bad(text: impl Into<String>) -> Failure {
     Failure(StatusCode::BAD_REQUEST, text.into())
 }
 
-fn internal(e: impl std::fmt::Display) -> Failure {
+pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
     Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
@@ -136,6 +136,12 @@ pub(crate) fn router(shared: Ctx) -> Router {
         .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
         .route("/api/v1/archive/runs", post(ingest))
         .route("/api/v1/archive/pscheduler", post(pscheduler).put(pscheduler))
+        .route("/api/v1/fleet/config", get(crate::fleet::config))
+        .route("/api/v1/fleet/agents", get(crate::fleet::agents))
+        .route(
+            "/api/v1/fleet/agents/{name}",
+            axum::routing::put(crate::fleet::register),
+        )
         .route("/api/v1/series", get(series))
         .route("/api/v1/paths", get(paths))
         .route("/api/v1/grid", get(grid))
@@ -168,7 +174,7 @@ pub(crate) fn router(shared: Ctx) -> Router {
 }
 
 /// A caller that may change things: an admitted address with the token.
-fn authorise(shared: &Shared, from: IpAddr, headers: &HeaderMap) -> Result<(), Failure> {
+pub(crate) fn authorise(shared: &Shared, from: IpAddr, headers: &HeaderMap) -> Result<(), Failure> {
     let allow = &shared.options.limits.allow;
     let from = from.to_canonical();
     if !allow.is_empty() && !allow.iter().any(|c| c.contains(from)) {
@@ -1356,6 +1362,24 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
         .collect();
     hosts.sort();
     hosts.dedup();
+    if s.is_archive() {
+        // A fleet archive: the measurements of an agent whose lease lapsed
+        // are down, not merely without data.
+        let lapsed = crate::fleet::lapsed(s).await;
+        for c in cells.iter_mut() {
+            if matches!(c.status, Status::Maintenance | Status::NotRun) {
+                continue;
+            }
+            if let Some((_, until)) = lapsed.iter().find(|(n, _)| *n == c.source) {
+                c.status = Status::AgentDown;
+                c.why = Some(format!(
+                    "the agent at {} let its lease with this archive lapse at {}: down or cut off",
+                    c.source,
+                    ms_rfc3339(*until)
+                ));
+            }
+        }
+    }
     cells.sort_by(|a, b| {
         (&a.source, &a.dest, &a.task, a.direction).cmp(&(&b.source, &b.dest, &b.task, b.direction))
     });

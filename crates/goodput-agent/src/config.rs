@@ -151,15 +151,36 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
             Ok((text, toml))
         }
         ConfigSource::Url(u) => {
-            let response = reqwest::Client::new()
+            // The version last read, sent back as If-None-Match: a server
+            // that tags its documents (a fleet archive) answers 304 while
+            // nothing changed.
+            let cached = url_cache()
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
                 .get(u)
-                .timeout(Duration::from_secs(30))
+                .cloned();
+            let mut request = reqwest::Client::new().get(u).timeout(Duration::from_secs(30));
+            if let Some((tag, _)) = &cached {
+                request = request.header(reqwest::header::IF_NONE_MATCH, tag);
+            }
+            let response = request
                 .send()
                 .await
                 .map_err(|e| format!("cannot fetch {u}: {e}"))?;
+            if response.status() == reqwest::StatusCode::NOT_MODIFIED {
+                if let Some((_, text)) = cached {
+                    let toml = !text.trim_start().starts_with('{');
+                    return Ok((text, toml));
+                }
+            }
             if !response.status().is_success() {
                 return Err(format!("cannot fetch {u}: HTTP {}", response.status()));
             }
+            let tag = response
+                .headers()
+                .get(reqwest::header::ETAG)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
             // A configuration is small; a bigger body is refused, not read.
             let bytes = crate::peer::body_capped(response, MAX_CONFIG_BYTES)
                 .await
@@ -169,9 +190,25 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 })?;
             let text = String::from_utf8(bytes.to_vec()).map_err(|_| format!("{u}: not UTF-8 text"))?;
             let toml = !text.trim_start().starts_with('{');
+            let mut cache = url_cache().lock().unwrap_or_else(|p| p.into_inner());
+            match tag {
+                Some(tag) => {
+                    cache.insert(u.clone(), (tag, text.clone()));
+                }
+                None => {
+                    cache.remove(u);
+                }
+            }
             Ok((text, toml))
         }
     }
+}
+
+/// Each configuration URL's last ETag and text.
+fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (String, String)>> {
+    static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, (String, String)>>> =
+        std::sync::OnceLock::new();
+    CACHE.get_or_init(Default::default)
 }
 
 /// The largest configuration document read.

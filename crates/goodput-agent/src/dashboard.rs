@@ -59,6 +59,7 @@ pub(crate) fn status_style(s: Status) -> (&'static str, &'static str) {
         Status::Warning => (palette::ORANGE, "warning"),
         Status::Critical => (palette::VERMILLION, "critical"),
         Status::NoData => ("#BBBBBB", "no data"),
+        Status::AgentDown => ("#555555", "agent down"),
         Status::NotRun => ("#FFFFFF", "not run"),
         Status::Maintenance => (palette::SKY, "maintenance"),
     }
@@ -195,6 +196,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         body.push_str("</table>");
     }
     body.push_str("<h2>Legend</h2><ul class=\"legend\" id=\"legend\">");
+    let down = g.cells.iter().any(|c| c.status == Status::AgentDown);
     for st in [
         Status::Ok,
         Status::Warning,
@@ -202,7 +204,11 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         Status::NoData,
         Status::NotRun,
         Status::Maintenance,
-    ] {
+        Status::AgentDown,
+    ]
+    .into_iter()
+    .filter(|s| *s != Status::AgentDown || down)
+    {
         let (color, words) = status_style(st);
         let _ = write!(
             body,

@@ -31,6 +31,7 @@ mod clock;
 mod config;
 mod dashboard;
 mod exec;
+mod fleet;
 mod forward;
 mod limits;
 mod minutes;
@@ -80,6 +81,9 @@ pub struct AgentOptions {
     /// background runs are dropped first, and the drop is logged and
     /// counted.
     pub forward_backlog: u64,
+    /// The lease this agent registers with its archives for: renewed every
+    /// third of it; an archive shows the agent down once it lapses.
+    pub lease: Duration,
     /// Where the mesh configuration comes from.
     pub config: ConfigSource,
     /// Who this host is: addresses or names from the configuration (empty:
@@ -124,6 +128,7 @@ impl Default for AgentOptions {
             database: None,
             forward: Vec::new(),
             forward_backlog: 100_000,
+            lease: Duration::from_secs(90),
             config: ConfigSource::File(PathBuf::from("/etc/goodput/mesh.toml")),
             identities: Vec::new(),
             archive: PathBuf::from("/var/lib/goodput/archive.sqlite"),
@@ -258,6 +263,9 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
         tasks.spawn(exec::executor(shared.clone()));
         for t in shared.options.forward.clone() {
             tasks.spawn(forward::forwarder(shared.clone(), t));
+        }
+        if !shared.options.forward.is_empty() {
+            tasks.spawn(fleet::registrar(shared.clone()));
         }
     }
     for l in listeners {

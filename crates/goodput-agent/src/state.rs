@@ -129,6 +129,10 @@ pub(crate) struct Counters {
     pub(crate) pscheduler_ingested: u64,
     /// perfSONAR pScheduler results refused, each with its reason.
     pub(crate) pscheduler_refused: u64,
+    /// Mesh documents served at /api/v1/fleet/config, and of those asks
+    /// the ones answered 304 (the asker had this version).
+    pub(crate) config_served: u64,
+    pub(crate) config_not_modified: u64,
 }
 
 pub(crate) struct Inner {

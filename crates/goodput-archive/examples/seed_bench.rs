@@ -5,6 +5,7 @@
 //!
 //!   cargo run --release -p goodput-archive --example seed_bench -- \
 //!       --dir DIR [--hosts 50] [--api-port 18791] [--hours 2] [--batch 5000] [--year-pair]
+//!       [--database postgres://…]
 //!
 //! (`--pairs N` is `--hosts N`.)
 //!
@@ -20,6 +21,8 @@
 //! run of this tool): delay from the hosts' distance with noise and a
 //! daily swing, a few pairs with loss (some above 1%), a few whose delay
 //! rose in the last half hour, a few whose last throughput fell.
+//! With `--database`, the runs go to that database (a fleet archive's
+//! PostgreSQL; give it a new one) instead of `DIR/archive.sqlite`.
 //! Prints what it stored and how fast.
 
 use std::path::PathBuf;
@@ -39,6 +42,7 @@ struct Args {
     hours: u64,
     year_pair: bool,
     batch: usize,
+    database: Option<String>,
 }
 
 fn args() -> Args {
@@ -49,6 +53,7 @@ fn args() -> Args {
         hours: 2,
         year_pair: false,
         batch: 5000,
+        database: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -60,6 +65,7 @@ fn args() -> Args {
             "--hours" => a.hours = value().parse().expect("--hours N"),
             "--batch" => a.batch = value().parse().expect("--batch N"),
             "--year-pair" => a.year_pair = true,
+            "--database" => a.database = Some(value()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -260,7 +266,10 @@ async fn main() {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
     }
-    let archive = Archive::open(&db).await.expect("the archive");
+    let archive = match &a.database {
+        Some(url) => Archive::connect(url).await.expect("the database"),
+        None => Archive::open(&db).await.expect("the archive"),
+    };
     // Whole minutes, the last a minute ago.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

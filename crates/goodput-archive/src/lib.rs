@@ -314,6 +314,20 @@ pub struct AlertRecord {
     pub end_ms: Option<u64>,
 }
 
+/// An agent of a fleet, as it registered with the archive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct AgentRecord {
+    /// Its name in the mesh (an address's name).
+    pub name: String,
+    /// What it said of itself: version, addresses, services, clock,
+    /// configuration.
+    pub info: serde_json::Value,
+    /// When it last registered (ms).
+    pub seen_ms: u64,
+    /// When its lease runs out unless renewed (ms).
+    pub lease_until_ms: u64,
+}
+
 /// Most traces [`Archive::paths`] reads for one window.
 pub const PATH_RUNS: u32 = 100_000;
 
@@ -1082,6 +1096,44 @@ impl Archive {
             .execute(p)
             .await?
             .rows_affected())
+        })
+    }
+
+    /// Records an agent's registration (its lease renewed to
+    /// `lease_until_ms`), replacing what it said before.
+    pub async fn put_agent(&self, a: &AgentRecord) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            sqlx::query(
+                "INSERT INTO agents (name, info, seen_ms, lease_until_ms) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (name) DO UPDATE SET info = excluded.info, seen_ms = excluded.seen_ms, \
+                 lease_until_ms = excluded.lease_until_ms",
+            )
+            .bind(&a.name)
+            .bind(a.info.to_string())
+            .bind(ms(a.seen_ms))
+            .bind(ms(a.lease_until_ms))
+            .execute(p)
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// Every agent that registered, by name.
+    pub async fn agents(&self) -> Result<Vec<AgentRecord>, ArchiveError> {
+        on_pool!(self, p, pg => {
+            let rows = sqlx::query("SELECT name, info, seen_ms, lease_until_ms FROM agents ORDER BY name")
+                .fetch_all(p)
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(AgentRecord {
+                        name: r.try_get("name")?,
+                        info: serde_json::from_str(&r.try_get::<String, _>("info")?)?,
+                        seen_ms: r.try_get::<i64, _>("seen_ms")?.max(0) as u64,
+                        lease_until_ms: r.try_get::<i64, _>("lease_until_ms")?.max(0) as u64,
+                    })
+                })
+                .collect()
         })
     }
 

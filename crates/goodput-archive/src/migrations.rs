@@ -110,6 +110,18 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
     );
     CREATE INDEX outbox_age ON outbox (target, queued_ms)",
     ),
+    (
+        6,
+        // A fleet's inventory: each agent that registered with this
+        // archive, what it said of itself (JSON), when, and until when its
+        // lease runs.
+        "CREATE TABLE agents (
+        name TEXT PRIMARY KEY,
+        info TEXT NOT NULL,
+        seen_ms BIGINT NOT NULL,
+        lease_until_ms BIGINT NOT NULL
+    )",
+    ),
 ];
 
 /// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
@@ -207,6 +219,18 @@ pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[
         PRIMARY KEY (target, id)
     );
     CREATE INDEX outbox_age ON outbox (target, queued_ms)",
+    ),
+    (
+        6,
+        // A fleet's inventory: each agent that registered with this
+        // archive, what it said of itself (JSON), when, and until when its
+        // lease runs.
+        "CREATE TABLE agents (
+        name TEXT PRIMARY KEY,
+        info TEXT NOT NULL,
+        seen_ms BIGINT NOT NULL,
+        lease_until_ms BIGINT NOT NULL
+    )",
     ),
 ];
 

@@ -85,6 +85,7 @@ on_both!(a_newer_archive_is_refused_with_a_clear_message);
 on_both!(a_measurements_paths_and_their_changes_come_back);
 on_both!(alerts_are_stored_updated_ended_and_listed);
 on_both!(ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first);
+on_both!(agents_register_and_renew_their_leases);
 
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {
     let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
@@ -434,6 +435,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "DROP TABLE agents",
             "DROP TABLE outbox",
             "DROP INDEX runs_pair_state_time",
             "DROP TABLE alerts",
@@ -574,4 +576,19 @@ async fn ended_runs_are_queued_for_each_target_and_the_limit_drops_background_fi
         .unwrap();
     let (again, _) = a.backlog("https://one", 100).await.unwrap();
     assert_eq!(again.len(), 8, "q1 again, not the scheduled q0");
+}
+
+async fn agents_register_and_renew_their_leases(e: &Engine) {
+    use goodput_archive::AgentRecord;
+    let a = e.open().await;
+    let rec = |name: &str, seen: u64| AgentRecord {
+        name: name.into(),
+        info: serde_json::json!({"version": "0.1.0", "addresses": ["10.0.0.1"]}),
+        seen_ms: seen,
+        lease_until_ms: seen + 90_000,
+    };
+    a.put_agent(&rec("b", 1000)).await.unwrap();
+    a.put_agent(&rec("a", 2000)).await.unwrap();
+    a.put_agent(&rec("b", 5000)).await.unwrap();
+    assert_eq!(a.agents().await.unwrap(), vec![rec("a", 2000), rec("b", 5000)]);
 }

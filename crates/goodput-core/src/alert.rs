@@ -168,6 +168,10 @@ pub enum Status {
     Ok,
     /// No result for longer than the no-data rule allows (or none yet).
     NoData,
+    /// The agent that runs the measurement let its lease with the fleet's
+    /// archive lapse: down, not merely without data (shown on a fleet
+    /// archive's grid only).
+    AgentDown,
     /// Past a warning threshold.
     Warning,
     /// Past a critical threshold.
@@ -182,6 +186,7 @@ impl Status {
             Status::Maintenance => "maintenance",
             Status::Ok => "ok",
             Status::NoData => "no_data",
+            Status::AgentDown => "agent_down",
             Status::Warning => "warning",
             Status::Critical => "critical",
         }

@@ -498,3 +498,141 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
     );
     assert_eq!(one["result"]["result"]["mss"], 1448, "{one}");
 }
+
+/// A GET with an `If-None-Match`; the status and the ETag answered.
+fn get_tagged(port: u16, path: &str, tag: Option<&str>) -> (u16, Option<String>, String) {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let cond = tag.map_or(String::new(), |t| format!("If-None-Match: {t}\r\n"));
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{cond}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let etag = out
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("etag:"))
+        .map(|l| l[5..].trim().to_owned());
+    let body = out.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned();
+    (status, etag, body)
+}
+
+#[test]
+fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet-inventory";
+    let ports = Ports::pick();
+    let names = ["a", "b", "c"];
+    let ips = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    // A task between b and c only; rules evaluated every second.
+    let extra = "\n[groups.bc]\ntype = \"mesh\"\naddresses = [\"b\", \"c\"]\n\n\
+                 [tasks.bc-latency]\ngroup = \"bc\"\ntest = \"latency\"\nschedule = \"often\"\n\n\
+                 [alerts]\nevery = \"1s\"\n";
+    let config = mesh_config(group, &names, &ips, ports, 6, 3, extra);
+    let port = free_tcp_port();
+    let _archive = archive(group, "archive", &db, &config, port);
+    // Each host's share of the mesh, tagged.
+    let (status, tag_a, body) = get_tagged(port, "/api/v1/fleet/config?host=a", None);
+    assert_eq!(status, 200, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let tasks: Vec<&String> = doc["tasks"].as_object().unwrap().keys().collect();
+    assert_eq!(tasks, ["latency", "throughput"], "a is not in bc");
+    let tag_a = tag_a.expect("an ETag");
+    assert_eq!(
+        get_tagged(port, "/api/v1/fleet/config?host=a", Some(&tag_a)).0,
+        304
+    );
+    let (_, tag_b, body) = get_tagged(port, "/api/v1/fleet/config?host=b", Some(&tag_a));
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert!(doc["tasks"]["bc-latency"].is_object(), "{doc}");
+    assert_ne!(tag_b.unwrap(), tag_a);
+    assert_eq!(get_tagged(port, "/api/v1/fleet/config?host=nobody", None).0, 404);
+
+    // Agents a and b read their share from the archive every second, and
+    // register with a 5 s lease (the shortest); c never starts.
+    let to = format!("http://127.0.0.1:{port}");
+    let mut agents: Vec<Agent> = names[..2]
+        .iter()
+        .zip(ips)
+        .map(|(n, ip)| {
+            let url = std::path::PathBuf::from(format!("{to}/api/v1/fleet/config?host={n}"));
+            Agent::start(
+                group,
+                n,
+                ip,
+                &url,
+                ports,
+                &["--forward-to", &to, "--lease", "5s", "--reload-every", "1s"],
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(6));
+    let b_config = get_json(ips[1], ports.api, "/api/v1/config");
+    assert!(
+        b_config["config"]["tasks"]["bc-latency"].is_object(),
+        "{b_config}"
+    );
+    let a_config = get_json(ips[0], ports.api, "/api/v1/config");
+    assert!(
+        a_config["config"]["tasks"].get("bc-latency").is_none(),
+        "{a_config}"
+    );
+    let fleet = get_json("127.0.0.1", port, "/api/v1/fleet/agents");
+    let state = |f: &Value, n: &str| -> String {
+        f.as_array().unwrap().iter().find(|x| x["name"] == n).unwrap()["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        (state(&fleet, "a"), state(&fleet, "b"), state(&fleet, "c")),
+        ("up".into(), "up".into(), "unregistered".into()),
+        "{fleet}"
+    );
+    let a_info = &fleet[0]["info"];
+    assert_eq!(a_info["addresses"], serde_json::json!(["127.0.0.2"]), "{fleet}");
+    assert_eq!(a_info["lease_s"], 5);
+    // The agents polled the configuration and mostly heard "unchanged".
+    let h = get_json("127.0.0.1", port, "/api/v1/health");
+    assert!(h["counters"]["config_not_modified"].as_u64().unwrap() >= 4, "{h}");
+
+    // b stops: once its lease lapses it is down on the fleet's grid.
+    agents[1].stop(libc::SIGTERM);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let fleet = get_json("127.0.0.1", port, "/api/v1/fleet/agents");
+        let grid = get_json("127.0.0.1", port, "/api/v1/grid?metric=delay");
+        let cells = grid["cells"].as_array().unwrap();
+        let down: Vec<&Value> = cells.iter().filter(|c| c["status"] == "agent_down").collect();
+        if state(&fleet, "b") == "lapsed" && !down.is_empty() {
+            assert!(down.iter().all(|c| c["source"] == "b"), "{grid}");
+            assert_eq!(down.len(), 3, "b → a, b → c twice (two tasks): {grid}");
+            assert!(down[0]["why"].as_str().unwrap().contains("lease"), "{grid}");
+            assert!(cells
+                .iter()
+                .filter(|c| c["source"] == "a")
+                .all(|c| c["status"] != "agent_down"));
+            assert_eq!(state(&fleet, "a"), "up");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never showed as down: {fleet}\n{grid}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let page = http("127.0.0.1", port, "GET", "/ui/grid?metric=delay", None, "").1;
+    assert!(page.contains("agent down"), "the legend names the state");
+    agents[0].stop(libc::SIGTERM);
+}

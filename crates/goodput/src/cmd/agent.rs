@@ -117,6 +117,10 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         database: args.database.clone(),
         forward,
         forward_backlog: args.forward_backlog.max(1),
+        lease: args
+            .lease
+            .0
+            .clamp(Duration::from_secs(5), Duration::from_secs(3600)),
         config: ConfigSource::parse(&config),
         identities: args.identity.clone(),
         archive: args.archive.clone(),

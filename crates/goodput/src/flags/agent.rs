@@ -67,6 +67,11 @@ pub struct AgentArgs {
     /// counted in /metrics).
     #[arg(long, value_name = "N", default_value_t = 100_000)]
     pub forward_backlog: u64,
+    /// The lease this agent registers with its --forward-to archives for
+    /// (renewed every third of it); an archive shows the agent down once
+    /// it lapses.
+    #[arg(long, value_name = "DURATION", default_value = "90s")]
+    pub lease: HumanDuration,
     /// Where the API listens (repeatable; default: each of this host's
     /// configured addresses at the configuration's `agent.api_port`).
     #[arg(long, value_name = "ADDR:PORT")]

@@ -1,0 +1,299 @@
+//! A fleet's configuration and inventory. A fleet archive serves the mesh
+//! document (`GET /api/v1/fleet/config`, with an ETag so that an agent
+//! polling it gets 304 until it changes; `?host=NAME`: only the tasks
+//! whose groups hold that host, as OSG's per-host "auto" URLs do), and
+//! keeps the inventory: each agent registers with every archive it
+//! forwards to (`PUT /api/v1/fleet/agents/{name}`: version, addresses,
+//! services, clock, configuration) and renews the lease before it runs
+//! out; `GET /api/v1/fleet/agents` lists them as up, lapsed or never
+//! registered, and the archive's grid shows a lapsed agent's
+//! measurements as "agent down" rather than "no data".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use goodput_archive::AgentRecord;
+use goodput_core::mesh::ms_rfc3339;
+use serde::{Deserialize, Serialize};
+
+use crate::api::{authorise, internal, Ctx, Failure};
+use crate::state::Shared;
+use crate::tls::Caller;
+use crate::{clock, log};
+
+/// `?host=NAME`.
+#[derive(Deserialize)]
+pub(crate) struct ConfigQuery {
+    host: Option<String>,
+}
+
+/// An entity tag for a body: FNV-1a of its bytes.
+fn etag(body: &[u8]) -> String {
+    let h = body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("\"{h:016x}\"")
+}
+
+/// `GET /api/v1/fleet/config[?host=NAME]`: the mesh document in force
+/// (JSON), or only what `NAME`'s agent needs; 304 when `If-None-Match`
+/// names the same version.
+pub(crate) async fn config(
+    State(s): State<Ctx>,
+    Query(q): Query<ConfigQuery>,
+    headers: HeaderMap,
+) -> Result<Response, Failure> {
+    let loaded = s.loaded();
+    let mut config = loaded.config.clone();
+    if let Some(host) = &q.host {
+        if !config.addresses.contains_key(host) {
+            return Err(Failure(
+                StatusCode::NOT_FOUND,
+                format!("no address named '{host}' in the mesh"),
+            ));
+        }
+        let involved: std::collections::BTreeSet<&str> = loaded
+            .pairs
+            .iter()
+            .filter(|p| p.source == *host || p.dest.as_deref() == Some(host.as_str()))
+            .map(|p| p.task.as_str())
+            .collect();
+        config.tasks.retain(|name, _| involved.contains(name.as_str()));
+    }
+    let body = serde_json::to_vec_pretty(&config).map_err(internal)?;
+    let tag = etag(&body);
+    let same = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag));
+    {
+        let mut inner = s.lock();
+        inner.counters.config_served += 1;
+        inner.counters.config_not_modified += u64::from(same);
+    }
+    let mut r = if same {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+    };
+    if let Ok(v) = tag.parse() {
+        r.headers_mut().insert(header::ETAG, v);
+    }
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-cache"),
+    );
+    Ok(r)
+}
+
+/// What an agent says of itself when it registers.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct Registration {
+    /// goodput's version.
+    version: String,
+    /// Its mesh addresses.
+    addresses: Vec<String>,
+    /// The services it offers (`tcp:4444`, `stamp:862`, …).
+    services: Vec<String>,
+    /// Whether its clock is synchronised, and its estimated error (s).
+    clock_synchronised: bool,
+    clock_error_s: f64,
+    /// When its configuration was last loaded, and the last error.
+    config_loaded: String,
+    config_error: Option<String>,
+    /// How long the lease lasts unless renewed (s, 5 to 3600).
+    lease_s: u64,
+}
+
+/// `PUT /api/v1/fleet/agents/{name}` (the token): registers or renews.
+pub(crate) async fn register(
+    State(s): State<Ctx>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
+) -> Result<StatusCode, Failure> {
+    if !s.is_archive() {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
+        ));
+    }
+    authorise(&s, from.ip(), &headers)?;
+    let Json(r) = body.map_err(|e| Failure(StatusCode::BAD_REQUEST, e.body_text()))?;
+    if !s.loaded().config.addresses.contains_key(&name) {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            format!("no address named '{name}' in this archive's mesh"),
+        ));
+    }
+    if !(5..=3600).contains(&r.lease_s) {
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            format!("lease_s must be 5 to 3600 s, not {}", r.lease_s),
+        ));
+    }
+    let info = serde_json::to_value(&r).map_err(internal)?;
+    if info.to_string().len() > 64 << 10 {
+        return Err(Failure(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "a registration is at most 64 KiB".into(),
+        ));
+    }
+    let now = clock::now_ms();
+    s.archive
+        .put_agent(&AgentRecord {
+            name,
+            info,
+            seen_ms: now,
+            lease_until_ms: now.saturating_add(r.lease_s.saturating_mul(1000)),
+        })
+        .await
+        .map_err(internal)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// One agent in the fleet's list.
+#[derive(Serialize, schemars::JsonSchema)]
+pub(crate) struct AgentView {
+    name: String,
+    /// `up` (its lease runs), `lapsed`, or `unregistered` (a configured
+    /// address whose agent never registered).
+    state: &'static str,
+    last_seen: Option<String>,
+    lease_until: Option<String>,
+    /// What it said when it last registered.
+    info: Option<serde_json::Value>,
+}
+
+/// `GET /api/v1/fleet/agents`.
+pub(crate) async fn agents(State(s): State<Ctx>) -> Result<Json<Vec<AgentView>>, Failure> {
+    let known = s.archive.agents().await.map_err(internal)?;
+    let loaded = s.loaded();
+    let now = clock::now_ms();
+    let mut out: Vec<AgentView> = known
+        .into_iter()
+        .map(|a| AgentView {
+            state: if a.lease_until_ms >= now { "up" } else { "lapsed" },
+            last_seen: Some(ms_rfc3339(a.seen_ms)),
+            lease_until: Some(ms_rfc3339(a.lease_until_ms)),
+            info: Some(a.info),
+            name: a.name,
+        })
+        .collect();
+    for (name, a) in &loaded.config.addresses {
+        if !a.no_agent && !out.iter().any(|v| v.name == *name) {
+            out.push(AgentView {
+                name: name.clone(),
+                state: "unregistered",
+                last_seen: None,
+                lease_until: None,
+                info: None,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Json(out))
+}
+
+/// The agents whose lease lapsed, with when it ran out (a fleet
+/// archive's grid marks their measurements).
+pub(crate) async fn lapsed(s: &Shared) -> Vec<(String, u64)> {
+    let now = clock::now_ms();
+    s.archive
+        .agents()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.lease_until_ms < now)
+        .map(|a| (a.name, a.lease_until_ms))
+        .collect()
+}
+
+/// Registers this agent with each archive it forwards to, and renews the
+/// lease a third of its length before it runs out.
+pub(crate) async fn registrar(shared: Arc<Shared>) {
+    let lease = shared.options.lease.max(Duration::from_secs(5));
+    let mut clients = Vec::new();
+    for t in &shared.options.forward {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10));
+        if let Some(pin) = t.pin {
+            b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
+        }
+        clients.push((t.url.clone(), b.build().unwrap_or_default()));
+    }
+    let mut failing: std::collections::HashSet<String> = Default::default();
+    loop {
+        let loaded = shared.loaded();
+        let (config_loaded, config_error) = {
+            let inner = shared.lock();
+            (
+                ms_rfc3339(inner.loaded.loaded_ms),
+                inner
+                    .config_error
+                    .as_ref()
+                    .map(|(t, e)| format!("{}: {e}", ms_rfc3339(*t))),
+            )
+        };
+        let clock = crate::clock::state();
+        let o = &shared.options;
+        let mut services = Vec::new();
+        if o.beacon {
+            services.push(format!("tcp:{}", o.beacon_port));
+            services.push(format!("stamp:{}", o.stamp_port));
+        }
+        services.extend(o.iperf3_port.map(|p| format!("iperf3:{p}")));
+        services.extend(o.quic_port.map(|p| format!("quic:{p}")));
+        let reg = Registration {
+            version: env!("CARGO_PKG_VERSION").into(),
+            addresses: loaded
+                .mine
+                .iter()
+                .flat_map(|m| loaded.ips_of(m))
+                .map(|i| i.to_string())
+                .collect(),
+            services,
+            clock_synchronised: clock.synchronised,
+            clock_error_s: clock.estimated_error_us as f64 / 1e6,
+            config_loaded,
+            config_error,
+            lease_s: lease.as_secs(),
+        };
+        for (url, client) in &clients {
+            for name in &loaded.mine {
+                let mut req = client.put(format!("{url}/api/v1/fleet/agents/{name}")).json(&reg);
+                if let Some(t) = &o.token {
+                    req = req.bearer_auth(t);
+                }
+                let why = match req.send().await {
+                    Ok(r) if r.status().is_success() => None,
+                    Ok(r) => Some(format!("HTTP {}", r.status())),
+                    Err(e) => Some(e.to_string()),
+                };
+                let key = format!("{url} {name}");
+                match why {
+                    None => {
+                        if failing.remove(&key) {
+                            log(&format!("registered with {url} as {name} again"));
+                        }
+                    }
+                    Some(why) => {
+                        if failing.insert(key) {
+                            log(&format!("cannot register with {url} as {name} (retrying): {why}"));
+                        }
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = shared.cancel.cancelled() => return,
+            _ = tokio::time::sleep(lease / 3) => {}
+        }
+    }
+}
