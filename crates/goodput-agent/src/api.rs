@@ -156,6 +156,15 @@ pub(crate) fn router(shared: Ctx) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(body))
+        // A NUL byte is in no name, id or key: refused before any handler
+        // (PostgreSQL's text cannot hold one; SQLite would store it).
+        .layer(middleware::from_fn(|req: Request, next: Next| async move {
+            let uri = req.uri().to_string();
+            if uri.to_ascii_lowercase().contains("%00") {
+                return bad("a NUL byte (%00) is in no name, id or key").into_response();
+            }
+            next.run(req).await
+        }))
         .layer(middleware::from_fn(move |req: Request, next: Next| {
             let permits = permits.clone();
             async move {
@@ -607,6 +616,21 @@ fn checked_run(v: serde_json::Value) -> Result<Run, (String, String)> {
     let id = v["id"].as_str().unwrap_or("").to_string();
     let fail = |why: String| (id.clone(), why);
     let mut run: Run = serde_json::from_value(v).map_err(|e| fail(format!("not a run: {e}")))?;
+    if [
+        Some(&run.id),
+        Some(&run.task),
+        Some(&run.source),
+        run.dest.as_ref(),
+        Some(&run.kind),
+        run.reason.as_ref(),
+        run.figures.path_checksum.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|t| t.contains('\0'))
+    {
+        return Err(fail("a NUL character is in no name, id, kind or reason".into()));
+    }
     if run.id.is_empty() || run.id.len() > MAX_NAME {
         return Err(fail(format!("its id must be 1 to {MAX_NAME} bytes")));
     }

@@ -6,7 +6,8 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::api::{GridView, Health, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
+use crate::api::{GridView, Health, Ingest, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
+use crate::fleet::{AgentView, Registration};
 use crate::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.
@@ -30,6 +31,9 @@ pub fn document() -> Value {
         schema("GridView", g.subschema_for::<GridView>()),
         schema("Alerts", g.subschema_for::<Vec<goodput_archive::AlertRecord>>()),
         schema("MeshConfig", g.subschema_for::<goodput_core::mesh::MeshConfig>()),
+        schema("Ingest", g.subschema_for::<Ingest>()),
+        schema("Registration", g.subschema_for::<Registration>()),
+        schema("Agents", g.subschema_for::<Vec<AgentView>>()),
     ];
     let mut schemas = serde_json::Map::new();
     for (name, s) in g.take_definitions() {
@@ -47,6 +51,7 @@ pub fn document() -> Value {
         "content": {"application/json": {"schema": {"type": "object", "properties": {"error": {"type": "string"}}}}}});
     let q = |name: &str, kind: &str, text: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": kind}, "description": text});
     let auth = json!([{"token": []}]);
+    let object = json!({"content": {"application/json": {"schema": {"type": "object"}}}});
     let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"},
         "description": "the run's id (task/source/dest/BASE_MS, or on-demand/UUID); its slashes stay as they are"});
     json!({
@@ -106,6 +111,25 @@ pub fn document() -> Value {
             "/ui/grid": {"get": {"summary": "the dashboard: the grid page (HTML); /ui/pair, /ui/runs, /ui/host and /ui/alerts are its other pages",
                 "parameters": [q("metric", "string", "throughput, loss, delay, jitter or path")],
                 "responses": {"200": {"description": "text/html"}}}},
+            "/api/v1/archive/runs": {"post": {"summary": "a fleet archive (--role archive) stores runs an agent forwards, by id (sent twice, stored once); each run that does not read is refused with its reason, the rest stored in one transaction", "security": auth.clone(),
+                "requestBody": body("Ingest"),
+                "responses": {"200": {"description": "how many were stored, and each refusal with its reason", "content": {"application/json": {"schema": {"type": "object"}}}}, "400": error.clone(), "401": error.clone(), "403": error.clone(), "404": {"description": "not a fleet archive"}, "413": error.clone(), "503": {"description": "the database failed; nothing of the batch was stored"}}}},
+            "/api/v1/archive/pscheduler": {
+                "post": {"summary": "a fleet archive stores a perfSONAR pScheduler result as its http archiver sends it (throughput, latency, latencybg, rtt, trace)", "security": auth.clone(),
+                    "requestBody": object.clone(),
+                    "responses": {"200": {"description": "the run it became: id, kind, task, ends, measurement"}, "400": error.clone(), "401": error.clone(), "404": {"description": "not a fleet archive"}, "422": error.clone(), "503": error.clone()}},
+                "put": {"summary": "the same (pScheduler's http archiver PUTs by default)", "security": auth.clone(),
+                    "requestBody": object,
+                    "responses": {"200": {"description": "the run it became"}, "400": error.clone(), "401": error.clone(), "404": {"description": "not a fleet archive"}, "422": error.clone(), "503": error.clone()}}},
+            "/api/v1/fleet/config": {"get": {"summary": "the mesh document in force (JSON), or with host=NAME only the tasks whose groups hold that host; tagged (ETag), 304 for If-None-Match of the same version",
+                "parameters": [q("host", "string", "an address name of the mesh")],
+                "responses": {"200": body("MeshConfig"), "304": {"description": "unchanged"}, "404": error.clone()}}},
+            "/api/v1/fleet/agents": {"get": {"summary": "a fleet archive's inventory: each agent up, lapsed or unregistered, when last seen, what it said of itself",
+                "responses": {"200": body("Agents")}}},
+            "/api/v1/fleet/agents/{name}": {"put": {"summary": "an agent registers with a fleet archive, or renews its lease", "security": auth.clone(),
+                "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}, "description": "its address name in the mesh"}],
+                "requestBody": body("Registration"),
+                "responses": {"204": {"description": "registered until its lease runs out"}, "400": error.clone(), "401": error.clone(), "404": error.clone(), "413": error.clone()}}},
             "/api/v1/openapi.json": {"get": {"summary": "this document", "responses": {"200": {"description": "OpenAPI 3.1"}}}},
             "/metrics": {"get": {"summary": "OpenMetrics text: latest figures per measurement with pair labels, runs by state, archive size, clock error",
                 "responses": {"200": {"description": "application/openmetrics-text"}}}}

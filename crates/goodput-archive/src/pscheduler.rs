@@ -36,6 +36,9 @@ fn text<'a>(v: &'a Value, what: &str) -> Result<&'a str, String> {
     if t.is_empty() || t.len() > MAX_TEXT {
         return Err(format!("{what} must be 1 to {MAX_TEXT} characters"));
     }
+    if t.contains('\0') {
+        return Err(format!("{what} holds a NUL character"));
+    }
     Ok(t)
 }
 
