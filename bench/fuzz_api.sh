@@ -67,7 +67,10 @@ schedule = "often"
 EOF
 fuzz() {
   local name=$1 port=$2; shift 2
-  "$GP" agent --config "$work/mesh.toml" --token-file "$work/token" --api-listen 127.0.0.1:$port \
+  # A fleet archive's --api-listen is HTTPS: it is fuzzed on a plain socket.
+  local listen=--api-listen
+  [ "$name" = archive ] && listen=--plain-api-listen
+  "$GP" agent --config "$work/mesh.toml" --token-file "$work/token" $listen 127.0.0.1:$port \
       --archive "$work/$name.sqlite" --no-beacon "$@" 2>"$work/$name.log" & local pid=$!; pids+=($pid)
   local t=0
   until curl -sf -o /dev/null "http://127.0.0.1:$port/api/v1/health"; do

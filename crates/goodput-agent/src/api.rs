@@ -49,7 +49,8 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
 
 /// Binds the API's listening sockets: HTTPS when this host's address has
 /// a pinned certificate in the configuration (the certificate must be the
-/// one pinned), and the plain ones asked for.
+/// one pinned) and always for a fleet archive, and the plain ones asked
+/// for.
 pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
     let loaded = shared.loaded();
     let pins: Vec<(&String, &String)> = loaded
@@ -58,6 +59,25 @@ pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
         .filter_map(|m| loaded.config.addresses[m].tls_sha256.as_ref().map(|p| (m, p)))
         .collect();
     let acceptor = match pins.first() {
+        // A fleet archive takes tokens from across the network: its API is
+        // always HTTPS (--plain-api-listen adds plain sockets, for a local
+        // proxy or Prometheus), with the given certificate or one made
+        // once beside --archive; agents pin its fingerprint.
+        None if shared.is_archive() => {
+            let names: Vec<String> = shared
+                .options
+                .api_listen
+                .iter()
+                .map(|a| a.ip().to_string())
+                .collect();
+            let given = shared
+                .options
+                .tls_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
+            Some(crate::tls::acceptor(chain, key)?)
+        }
         None => None,
         Some(_) => {
             let names: Vec<String> = loaded
@@ -85,7 +105,10 @@ pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
         }
     };
     let mut addrs = shared.options.api_listen.clone();
-    if addrs.is_empty() {
+    // A fleet archive given only plain sockets (behind a proxy) listens
+    // on those alone.
+    let plain_only = shared.is_archive() && !shared.options.plain_api_listen.is_empty();
+    if addrs.is_empty() && !plain_only {
         let port = loaded.config.agent.api_port;
         addrs = loaded
             .mine

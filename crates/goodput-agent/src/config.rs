@@ -159,7 +159,20 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(u)
                 .cloned();
-            let mut request = reqwest::Client::new().get(u).timeout(Duration::from_secs(30));
+            // `URL#SHA256`: an https:// server whose certificate has this
+            // fingerprint (a fleet archive's self-signed one).
+            let (target, client) = match u.split_once('#') {
+                Some((base, pin)) => {
+                    let pin = crate::tls::read_pin(pin).map_err(|e| format!("{u}: {e}"))?;
+                    let client = reqwest::Client::builder()
+                        .use_preconfigured_tls(crate::tls::pinned_client_config(pin))
+                        .build()
+                        .map_err(|e| format!("{u}: {e}"))?;
+                    (base, client)
+                }
+                None => (u.as_str(), reqwest::Client::new()),
+            };
+            let mut request = client.get(target).timeout(Duration::from_secs(30));
             if let Some((tag, _)) = &cached {
                 request = request.header(reqwest::header::IF_NONE_MATCH, tag);
             }

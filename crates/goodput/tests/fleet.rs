@@ -18,8 +18,16 @@ use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// A fleet archive process on `127.0.0.1:port`.
-fn archive(group: &str, name: &str, db: &str, config: &std::path::Path, port: u16) -> Reaped {
+/// A fleet archive process: plain HTTP on `127.0.0.1:port`, and HTTPS on
+/// `tls_port` when given; with the fingerprint of its certificate.
+fn archive_tls(
+    group: &str,
+    name: &str,
+    db: &str,
+    config: &std::path::Path,
+    port: u16,
+    tls_port: Option<u16>,
+) -> (Reaped, String) {
     let token = tmp(group, "token");
     std::fs::write(&token, TOKEN).unwrap();
     let log = std::fs::OpenOptions::new()
@@ -27,12 +35,22 @@ fn archive(group: &str, name: &str, db: &str, config: &std::path::Path, port: u1
         .append(true)
         .open(tmp(group, &format!("{name}.log")))
         .unwrap();
+    let state = tmp(group, &format!("{name}-state.sqlite"));
+    // The certificate it will serve, made now (and kept beside --archive).
+    let out = goodput()
+        .args(["agent", "--print-fingerprint", "--archive"])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pin = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     let mut cmd = goodput();
     cmd.args(["agent", "--role", "archive", "--database", db, "--config"])
         .arg(config)
-        .args(["--api-listen", &format!("127.0.0.1:{port}")])
+        .args(["--plain-api-listen", &format!("127.0.0.1:{port}")])
+        .args(tls_port.map(|p| format!("--api-listen=127.0.0.1:{p}")))
         .arg("--archive")
-        .arg(tmp(group, &format!("{name}-state.sqlite")))
+        .arg(&state)
         .arg("--token-file")
         .arg(&token)
         .arg("--no-beacon")
@@ -49,7 +67,12 @@ fn archive(group: &str, name: &str, db: &str, config: &std::path::Path, port: u1
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    child
+    (child, pin)
+}
+
+/// A fleet archive on plain HTTP only.
+fn archive(group: &str, name: &str, db: &str, config: &std::path::Path, port: u16) -> Reaped {
+    archive_tls(group, name, db, config, port, None).0
 }
 
 /// Each forwarding target's queue length on an agent.
@@ -116,11 +139,15 @@ fn every_run_reaches_the_fleet_archive_exactly_once_through_outages() {
     let config = mesh_config(group, &names, &ips, ports, 6, 3, "");
     let (p1, p2) = (free_tcp_port(), free_tcp_port());
     let mut one = Some(archive(group, "archive-1", &db, &config, p1));
-    let two = archive(group, "archive-2", &db, &config, p2);
+    // The second archive also serves HTTPS; a reaches it there, pinning
+    // its certificate.
+    let p2s = free_tcp_port();
+    let (two, pin2) = archive_tls(group, "archive-2", &db, &config, p2, Some(p2s));
     let to1 = format!("http://127.0.0.1:{p1}");
-    let to2 = format!("http://127.0.0.1:{p2}");
+    let to2 = format!("https://127.0.0.1:{p2s}#{pin2}");
     // a forwards to both archives: each of its runs is posted twice, to
-    // two processes on one database, interleaved.
+    // two processes on one database, interleaved (to the second over
+    // HTTPS).
     let agents: Vec<Agent> = names
         .iter()
         .zip(ips)
@@ -586,8 +613,8 @@ fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
                  [tasks.bc-latency]\ngroup = \"bc\"\ntest = \"latency\"\nschedule = \"often\"\n\n\
                  [alerts]\nevery = \"1s\"\n";
     let config = mesh_config(group, &names, &ips, ports, 6, 3, extra);
-    let port = free_tcp_port();
-    let _archive = archive(group, "archive", &db, &config, port);
+    let (port, tls_port) = (free_tcp_port(), free_tcp_port());
+    let (_archive, pin) = archive_tls(group, "archive", &db, &config, port, Some(tls_port));
     // Each host's share of the mesh, tagged.
     let (status, tag_a, body) = get_tagged(port, "/api/v1/fleet/config?host=a", None);
     assert_eq!(status, 200, "{body}");
@@ -606,20 +633,31 @@ fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
     assert_eq!(get_tagged(port, "/api/v1/fleet/config?host=nobody", None).0, 404);
 
     // Agents a and b read their share from the archive every second, and
-    // register with a 5 s lease (the shortest); c never starts.
-    let to = format!("http://127.0.0.1:{port}");
+    // register with a 5 s lease (the shortest); c never starts. a talks
+    // to the archive over HTTPS, pinning its certificate; b over HTTP.
     let mut agents: Vec<Agent> = names[..2]
         .iter()
         .zip(ips)
         .map(|(n, ip)| {
-            let url = std::path::PathBuf::from(format!("{to}/api/v1/fleet/config?host={n}"));
+            let (to, fragment) = match *n {
+                "a" => (format!("https://127.0.0.1:{tls_port}"), format!("#{pin}")),
+                _ => (format!("http://127.0.0.1:{port}"), String::new()),
+            };
+            let url = std::path::PathBuf::from(format!("{to}/api/v1/fleet/config?host={n}{fragment}"));
             Agent::start(
                 group,
                 n,
                 ip,
                 &url,
                 ports,
-                &["--forward-to", &to, "--lease", "5s", "--reload-every", "1s"],
+                &[
+                    "--forward-to",
+                    &format!("{to}{fragment}"),
+                    "--lease",
+                    "5s",
+                    "--reload-every",
+                    "1s",
+                ],
             )
         })
         .collect();

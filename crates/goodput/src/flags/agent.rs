@@ -14,8 +14,10 @@ use std::path::PathBuf;
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct AgentArgs {
     /// The mesh configuration: a file (JSON, or TOML for a .toml name; `-`
-    /// reads standard input with --check-config) or an http:// URL, read
-    /// again every --reload-every.
+    /// reads standard input with --check-config) or an http(s):// URL, read
+    /// again every --reload-every (`URL#SHA256`: an https:// server whose
+    /// certificate has that fingerprint, e.g. a fleet archive's
+    /// /api/v1/fleet/config?host=NAME).
     #[arg(long, value_name = "FILE|URL", required_unless_present = "print_fingerprint")]
     pub config: Option<String>,
     /// Check the configuration and print the tasks this host will run and
