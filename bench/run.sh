@@ -551,6 +551,8 @@ bench_fleet() {
   "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -l "$dir/pg/log" -w -o \
       "-p $pgport -k $dir/pg -c listen_addresses=127.0.0.1 -c shared_buffers=1GB -c max_wal_size=4GB" start >/dev/null
   pg_stop() { "${as[@]}" "$bin/pg_ctl" -D "$dir/pg/data" -m fast -w stop >/dev/null 2>&1 || true; }
+  # Stopped with the rest if the harness is interrupted.
+  pids+=("$(head -1 "$dir/pg/data/postmaster.pid")")
   "${as[@]}" "$bin/createdb" -h 127.0.0.1 -p $pgport -U postgres fleet
   local db=postgres://postgres@127.0.0.1:$pgport/fleet base=http://127.0.0.1:$api
   echo "PostgreSQL $("$bin/postgres" --version | awk '{print $3}') on 127.0.0.1:$pgport"

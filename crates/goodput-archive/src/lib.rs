@@ -625,15 +625,16 @@ impl Archive {
                     make_partition(p, "rollups", period).await?;
                 }
             }
-            // Every metric's aggregate in one statement per hour touched.
-            let sql = rollup_sql();
-            for (key, hour) in touched {
-                sqlx::query(sql)
-                    .bind(key)
-                    .bind(ms(hour))
-                    .bind(ms(hour.saturating_add(HOUR)))
-                    .execute(&mut *tx)
-                    .await?;
+            // Every metric's aggregate, for many hours touched a statement:
+            // one a (measurement, hour) was a round trip each, and a batch
+            // of a mesh's runs touches thousands.
+            for chunk in touched.chunks(HOURS_PER_ROLLUP) {
+                let sql = rollup_sql(chunk.len());
+                let mut q = sqlx::query(&sql);
+                for (key, hour) in chunk {
+                    q = q.bind(*key).bind(ms(*hour));
+                }
+                q.execute(&mut *tx).await?;
             }
             tx.commit().await?;
             Ok(())
@@ -1295,32 +1296,39 @@ async fn drop_period(p: &PgPool, period: u64) -> Result<u64, ArchiveError> {
     Ok(n.max(0) as u64)
 }
 
-/// The statement that works out one measurement's (`$1`) hourly
-/// aggregates of every metric for the hour `[$2, $3)` from its runs.
-fn rollup_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| {
-        let selects: Vec<String> = Metric::ALL
-            .iter()
-            .map(|m| {
-                let col = m.column();
-                format!(
-                    "SELECT '{col}' AS metric, COUNT({col}) AS n, SUM({col}) AS total, MIN({col}) AS lo, \
-                     MAX({col}) AS hi FROM hour_runs"
-                )
-            })
-            .collect();
-        format!(
-            "WITH hour_runs AS (SELECT * FROM runs WHERE measurement_key = $1 AND state = 'finished' \
-             AND start_ms >= $2 AND start_ms < $3) \
-             INSERT INTO rollups (measurement_key, metric, bucket_ms, n, total, lo, hi) \
-             SELECT $1, metric, $2, n, total, lo, hi FROM ({}) AS each_metric WHERE true \
-             ON CONFLICT (measurement_key, metric, bucket_ms) DO UPDATE SET n = excluded.n, \
-             total = excluded.total, lo = excluded.lo, hi = excluded.hi",
-            selects.join(" UNION ALL ")
-        )
-    })
+/// The statement that works out the hourly aggregates of every metric
+/// for `hours` (measurement, hour) pairs at once, from their runs: the
+/// pairs are bound as `($1, $2), ($3, $4), …` (key, hour start in ms). A
+/// pair with no finished run left gets counts of 0, so an aggregate never
+/// outlives its runs.
+fn rollup_sql(hours: usize) -> String {
+    let selects: Vec<String> = Metric::ALL
+        .iter()
+        .map(|m| {
+            let col = m.column();
+            format!(
+                "SELECT t.k AS key, t.h AS bucket, '{col}' AS metric, COUNT(r.{col}) AS n, SUM(r.{col}) AS total, \
+                 MIN(r.{col}) AS lo, MAX(r.{col}) AS hi FROM touched t LEFT JOIN runs r ON r.measurement_key = t.k \
+                 AND r.state = 'finished' AND r.start_ms >= t.h AND r.start_ms < t.h + {HOUR} GROUP BY t.k, t.h"
+            )
+        })
+        .collect();
+    let values: Vec<String> = (0..hours)
+        .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
+        .collect();
+    format!(
+        "WITH touched (k, h) AS (VALUES {}) \
+         INSERT INTO rollups (measurement_key, metric, bucket_ms, n, total, lo, hi) \
+         SELECT key, metric, bucket, n, total, lo, hi FROM ({}) AS each_metric WHERE true \
+         ON CONFLICT (measurement_key, metric, bucket_ms) DO UPDATE SET n = excluded.n, \
+         total = excluded.total, lo = excluded.lo, hi = excluded.hi",
+        values.join(", "),
+        selects.join(" UNION ALL ")
+    )
 }
+
+/// (measurement, hour) pairs per aggregate statement.
+const HOURS_PER_ROLLUP: usize = 200;
 
 /// The runs' columns that a later store of the same run replaces.
 const RUNS_UPDATE: &str = "task = excluded.task, source = excluded.source, dest = excluded.dest, \

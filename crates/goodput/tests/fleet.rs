@@ -720,3 +720,130 @@ fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
     assert!(page.contains("agent down"), "the legend names the state");
     agents[0].stop(libc::SIGTERM);
 }
+
+/// The fault test on real separate hosts: four agents, each in its
+/// own network namespace, test each other (TCP and STAMP) and forward to a
+/// fleet archive in the bridge's namespace, with its PostgreSQL. The
+/// archive is stopped for three minutes while they keep testing, then
+/// started again: every run each agent holds arrives exactly once and
+/// every queue drains.
+#[test]
+fn four_agents_in_namespaces_lose_nothing_while_the_archive_is_down_for_minutes() {
+    let Some(lan) = common::netns::Lan::make(4) else {
+        return;
+    };
+    // This thread, and what it starts (the database, the archive), live in
+    // the bridge's namespace, where every agent's address is reachable.
+    lan.enter_bridge();
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet-netns";
+    let ports = Ports {
+        api: 8780,
+        beacon: 4444,
+        stamp: 862,
+    };
+    let names = ["a", "b", "c", "d"];
+    let ips = ["10.77.0.1", "10.77.0.2", "10.77.0.3", "10.77.0.4"];
+    let config = mesh_config(group, &names, &ips, ports, 30, 25, "");
+    let port = 8790;
+    let to = format!("http://10.77.0.254:{port}");
+    let start_archive = || {
+        let token = tmp(group, "token");
+        std::fs::write(&token, TOKEN).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(tmp(group, "archive.log"))
+            .unwrap();
+        let mut cmd = goodput();
+        cmd.args(["agent", "--role", "archive", "--database", &db, "--config"])
+            .arg(&config)
+            .args(["--plain-api-listen", &format!("10.77.0.254:{port}")])
+            .arg("--archive")
+            .arg(tmp(group, "archive-state.sqlite"))
+            .arg("--token-file")
+            .arg(&token)
+            .stdout(Stdio::null())
+            .stderr(log);
+        common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
+        let child = Reaped::spawn_as_is(cmd);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("10.77.0.254", port)).is_err() {
+            assert!(Instant::now() < deadline, "the archive did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    };
+    let archive = start_archive();
+    let agents: Vec<Agent> = names
+        .iter()
+        .zip(ips)
+        .zip(&lan.agents)
+        .map(|((n, ip), ns)| {
+            Agent::start_in(
+                Some(ns),
+                group,
+                n,
+                ip,
+                &config,
+                ports,
+                &["--forward-to", to.as_str()],
+            )
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(30));
+    archive.stop(libc::SIGTERM);
+    let down = Instant::now();
+    std::thread::sleep(Duration::from_secs(180));
+    let queued: Vec<u64> = agents.iter().map(|a| backlogs(a, ports)[0].1).collect();
+    assert!(
+        queued.iter().all(|n| *n > 0),
+        "queued while the archive was down: {queued:?}"
+    );
+    let _archive = start_archive();
+    eprintln!(
+        "archive down {:.0} s; queues then {queued:?}",
+        down.elapsed().as_secs_f64()
+    );
+    drained(&agents, ports, Duration::from_secs(180));
+    let before: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
+    drained(&agents, ports, Duration::from_secs(60));
+    let stored = get_json("10.77.0.254", port, "/api/v1/runs?limit=100000");
+    let stored: BTreeSet<String> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    let after: BTreeSet<String> = agents.iter().flat_map(|a| ended(a, ports).into_keys()).collect();
+    for (held, a) in before.iter().zip(&agents) {
+        let missing: Vec<&String> = held.keys().filter(|id| !stored.contains(*id)).collect();
+        assert!(
+            missing.is_empty(),
+            "agent {}: never reached the archive: {missing:?}",
+            a.name
+        );
+    }
+    let strays: Vec<&String> = stored.iter().filter(|id| !after.contains(*id)).collect();
+    assert!(
+        strays.is_empty(),
+        "the archive holds runs no agent has: {strays:?}"
+    );
+    let dupes = cluster.psql(
+        "fleet",
+        "SELECT COUNT(*) FROM (SELECT id FROM runs GROUP BY id HAVING COUNT(*) > 1) d",
+    );
+    assert_eq!(dupes, "0", "runs stored twice");
+    let total: usize = before.iter().map(BTreeMap::len).sum();
+    assert!(
+        total > 100,
+        "only {total} runs ended on the agents in five minutes"
+    );
+    eprintln!(
+        "{total} runs held by the agents, all stored once ({} distinct)",
+        stored.len()
+    );
+}
