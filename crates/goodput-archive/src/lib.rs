@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use goodput_core::schedule::RunClass;
 use serde::{Deserialize, Serialize};
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -433,10 +433,14 @@ impl Archive {
     /// refused. Several goodput processes may share one database: the
     /// schema steps run under a lock, and nothing is kept outside it.
     pub async fn connect_postgres(url: &str, max_connections: u32) -> Result<Self, ArchiveError> {
+        // No JIT: the aggregates' statement rescans a partitioned index
+        // per (measurement, hour), and JIT-compiling its plan made 200 of
+        // them take 1.2 s instead of 6 ms (PostgreSQL 15's defaults).
+        let options = PgConnectOptions::from_str(url)?.options([("jit", "off")]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
-            .connect(url)
+            .connect_with(options)
             .await?;
         let archive = Self {
             pool: Pool::Postgres(pool),
@@ -629,7 +633,7 @@ impl Archive {
             // one a (measurement, hour) was a round trip each, and a batch
             // of a mesh's runs touches thousands.
             for chunk in touched.chunks(HOURS_PER_ROLLUP) {
-                let sql = rollup_sql(chunk.len());
+                let sql = rollup_sql(chunk.len(), pg);
                 let mut q = sqlx::query(&sql);
                 for (key, hour) in chunk {
                     q = q.bind(*key).bind(ms(*hour));
@@ -1298,28 +1302,49 @@ async fn drop_period(p: &PgPool, period: u64) -> Result<u64, ArchiveError> {
 
 /// The statement that works out the hourly aggregates of every metric
 /// for `hours` (measurement, hour) pairs at once, from their runs: the
-/// pairs are bound as `($1, $2), ($3, $4), …` (key, hour start in ms). A
-/// pair with no finished run left gets counts of 0, so an aggregate never
-/// outlives its runs.
-fn rollup_sql(hours: usize) -> String {
-    let selects: Vec<String> = Metric::ALL
+/// pairs are bound as `($1, $2), ($3, $4), …` (key, hour start in ms). The
+/// runs of those hours are read once (PostgreSQL: a lateral join kept
+/// from being flattened with `OFFSET 0`, so each pair is an index lookup
+/// in each partition: flattened, the planner hashed every run of the
+/// table, 4.1 s for 200 pairs against 0.15 s; SQLite's nested loop looks
+/// up by itself), then every metric is
+/// aggregated from them. A pair with no finished run left gets counts of
+/// 0, so an aggregate never outlives its runs.
+fn rollup_sql(hours: usize, pg: bool) -> String {
+    let cols: Vec<&str> = Metric::ALL.iter().map(|m| m.column()).collect();
+    let selects: Vec<String> = cols
         .iter()
-        .map(|m| {
-            let col = m.column();
+        .map(|col| {
             format!(
-                "SELECT t.k AS key, t.h AS bucket, '{col}' AS metric, COUNT(r.{col}) AS n, SUM(r.{col}) AS total, \
-                 MIN(r.{col}) AS lo, MAX(r.{col}) AS hi FROM touched t LEFT JOIN runs r ON r.measurement_key = t.k \
-                 AND r.state = 'finished' AND r.start_ms >= t.h AND r.start_ms < t.h + {HOUR} GROUP BY t.k, t.h"
+                "SELECT k, h, '{col}' AS metric, COUNT({col}) AS n, SUM({col}) AS total, MIN({col}) AS lo, \
+                 MAX({col}) AS hi FROM hour_runs GROUP BY k, h"
             )
         })
         .collect();
     let values: Vec<String> = (0..hours)
         .map(|i| format!("(${}, ${})", 2 * i + 1, 2 * i + 2))
         .collect();
+    let picked = cols
+        .iter()
+        .map(|c| format!("r.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let join = if pg {
+        format!(
+            "LEFT JOIN LATERAL (SELECT {} FROM runs WHERE measurement_key = t.k AND state = 'finished' \
+             AND start_ms >= t.h AND start_ms < t.h + {HOUR} OFFSET 0) r ON true",
+            cols.join(", ")
+        )
+    } else {
+        format!(
+            "LEFT JOIN runs r ON r.measurement_key = t.k AND r.state = 'finished' AND r.start_ms >= t.h \
+             AND r.start_ms < t.h + {HOUR}"
+        )
+    };
     format!(
-        "WITH touched (k, h) AS (VALUES {}) \
+        "WITH touched (k, h) AS (VALUES {}), hour_runs AS (SELECT t.k AS k, t.h AS h, {picked} FROM touched t {join}) \
          INSERT INTO rollups (measurement_key, metric, bucket_ms, n, total, lo, hi) \
-         SELECT key, metric, bucket, n, total, lo, hi FROM ({}) AS each_metric WHERE true \
+         SELECT k, metric, h, n, total, lo, hi FROM ({}) AS each_metric WHERE true \
          ON CONFLICT (measurement_key, metric, bucket_ms) DO UPDATE SET n = excluded.n, \
          total = excluded.total, lo = excluded.lo, hi = excluded.hi",
         values.join(", "),
