@@ -560,7 +560,8 @@ bench_fleet() {
   target/release/examples/seed_bench --dir "$dir" --hosts "$hosts" --api-port $api --hours 1 --year-pair --database "$db"
   echo "0123456789abcdef-bench" > "$work/token"
   $GP agent --role archive --database "$db" --config "$dir/mesh.toml" --archive "$dir/state.sqlite" \
-      --token-file "$work/token" --plain-api-listen 127.0.0.1:$api 2>"$dir/archive.log" & local pid=$!; pids+=($pid)
+      --token-file "$work/token" --plain-api-listen 127.0.0.1:$api --archive-limit 100GiB \
+      2>"$dir/archive.log" & local pid=$!; pids+=($pid)
   local t=0
   until curl -sf -o /dev/null "$base/api/v1/health"; do
     sleep 0.2; t=$((t + 1)); [ $t -lt 300 ] || { echo "fleet: the archive did not start"; tail "$dir/archive.log"; pg_stop; return 1; }

@@ -147,7 +147,14 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         reload_every: args.reload_every.0.max(Duration::from_secs(1)),
         retention: goodput_archive::Retention {
             max_age_ms: args.keep.0.as_millis().min(u128::from(u64::MAX)) as u64,
-            max_bytes: args.archive_limit.0,
+            max_bytes: args.archive_limit.map_or(
+                if role == goodput_agent::Role::Archive {
+                    100 << 30
+                } else {
+                    1 << 30
+                },
+                |l| l.0,
+            ),
         },
     };
     let rt = runtime()?;

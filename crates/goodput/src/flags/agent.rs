@@ -143,9 +143,11 @@ pub struct AgentArgs {
     /// Runs older than this leave the archive (default 548 days).
     #[arg(long, value_name = "DURATION", default_value = "13152h")]
     pub keep: HumanDuration,
-    /// The archive's data never grows past this; the oldest runs go first.
-    #[arg(long, value_name = "BYTES", default_value = "1GiB")]
-    pub archive_limit: ByteSize,
+    /// The archive's data never grows past this; the oldest runs go first
+    /// (default 1GiB for an agent's SQLite file, 100GiB for a fleet
+    /// archive's database).
+    #[arg(long, value_name = "BYTES")]
+    pub archive_limit: Option<ByteSize>,
     #[command(subcommand)]
     pub action: Option<AgentAction>,
 }
