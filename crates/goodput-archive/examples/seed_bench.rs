@@ -327,7 +327,7 @@ async fn main() {
     println!(
         "seeded {}: {} hosts, {} measurements, {stored} runs ({} of them h01 -> h02's year of STAMP minutes) \
          in {took:.1} s ({:.0} runs/s, batches of {}); archive {:.0} MiB",
-        db.display(),
+        a.database.as_deref().map_or_else(|| db.display().to_string(), |u| u.to_string()),
         a.hosts,
         pairs.len(),
         year_runs,

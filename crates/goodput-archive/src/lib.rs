@@ -366,6 +366,10 @@ pub struct Pruned {
 #[derive(Clone)]
 pub struct Archive {
     pool: Pool,
+    /// PostgreSQL: the partitions this process made or found, so that a
+    /// store asks only for new ones (and never needs a second connection
+    /// while its transaction holds one). Pruning forgets those it drops.
+    partitions_made: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<(&'static str, u64)>>>,
 }
 
 #[derive(Clone)]
@@ -423,6 +427,7 @@ impl Archive {
             .await?;
         let archive = Self {
             pool: Pool::Sqlite(pool),
+            partitions_made: Default::default(),
         };
         archive.migrate().await?;
         Ok(archive)
@@ -444,6 +449,7 @@ impl Archive {
             .await?;
         let archive = Self {
             pool: Pool::Postgres(pool),
+            partitions_made: Default::default(),
         };
         archive.migrate().await?;
         Ok(archive)
@@ -530,6 +536,21 @@ impl Archive {
         targets: &[String],
         now_ms: u64,
     ) -> Result<(), ArchiveError> {
+        let stored = self.store(runs, targets, now_ms).await;
+        if let Err(ArchiveError::Db(sqlx::Error::Database(e))) = &stored {
+            // No partition for a row: another archive process dropped one
+            // this one remembered. Forget them all; the retry makes them.
+            if e.code().as_deref() == Some("23514") {
+                self.partitions_made
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+            }
+        }
+        stored
+    }
+
+    async fn store(&self, runs: &[Run], targets: &[String], now_ms: u64) -> Result<(), ArchiveError> {
         // The same id twice in one batch: the later wins (one statement
         // may not touch a row twice in PostgreSQL).
         let mut seen = std::collections::HashSet::new();
@@ -621,14 +642,6 @@ impl Archive {
                 .collect();
             touched.sort_unstable();
             touched.dedup();
-            if let Pool::Postgres(p) = &self.pool {
-                let mut periods: Vec<u64> = touched.iter().map(|(_, h)| h / PARTITION_MS).collect();
-                periods.sort_unstable();
-                periods.dedup();
-                for period in periods {
-                    make_partition(p, "rollups", period).await?;
-                }
-            }
             // Every metric's aggregate, for many hours touched a statement:
             // one a (measurement, hour) was a round trip each, and a batch
             // of a mesh's runs touches thousands.
@@ -652,13 +665,32 @@ impl Archive {
         let Pool::Postgres(p) = &self.pool else {
             return Ok(());
         };
-        let mut periods: Vec<u64> = runs.iter().map(|r| r.scheduled_ms / PARTITION_MS).collect();
-        periods.sort_unstable();
-        periods.dedup();
-        for period in periods {
-            for table in ["runs", "run_documents"] {
-                make_partition(p, table, period).await?;
+        let mut wanted: Vec<(&'static str, u64)> = Vec::new();
+        for r in runs {
+            let period = r.scheduled_ms / PARTITION_MS;
+            wanted.push(("runs", period));
+            wanted.push(("run_documents", period));
+            if let Some(t) = r.start_ms {
+                // The hourly aggregates' partition of the run's hour.
+                wanted.push(("rollups", t / HOUR * HOUR / PARTITION_MS));
             }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        for (table, period) in wanted {
+            if self
+                .partitions_made
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&(table, period))
+            {
+                continue;
+            }
+            make_partition(p, table, period).await?;
+            self.partitions_made
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((table, period));
         }
         Ok(())
     }
@@ -1217,6 +1249,7 @@ impl Archive {
                         break;
                     }
                     pruned.by_age += drop_period(p, first).await?;
+                    self.forget_period(first);
                     periods.remove(0);
                 }
                 let mut tx = p.begin().await?;
@@ -1232,11 +1265,22 @@ impl Archive {
                 tx.commit().await?;
                 self.prune_alerts_and_rollups(cutoff).await?;
                 while periods.len() > 1 && self.size_bytes().await? > target {
-                    pruned.by_size += drop_period(p, periods.remove(0)).await?;
+                    let period = periods.remove(0);
+                    pruned.by_size += drop_period(p, period).await?;
+                    self.forget_period(period);
                 }
                 Ok(pruned)
             }
         }
+    }
+
+    /// Forgets a dropped span's partitions (made again if a run of that
+    /// time comes).
+    fn forget_period(&self, period: u64) {
+        self.partitions_made
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(_, p)| *p != period);
     }
 
     async fn prune_alerts_and_rollups(&self, cutoff: u64) -> Result<(), ArchiveError> {
