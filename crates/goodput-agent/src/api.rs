@@ -610,6 +610,17 @@ fn targets(spec: &TestSpec) -> Vec<String> {
     }
 }
 
+/// Only a fleet's archive takes forwarded runs and registrations.
+pub(crate) fn only_archive(s: &Shared) -> Result<(), Failure> {
+    if !s.is_archive() {
+        return Err(Failure(
+            StatusCode::NOT_FOUND,
+            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// A fleet's archive runs no tests.
 fn not_an_archive(s: &Shared) -> Result<(), Failure> {
     if s.is_archive() {
@@ -705,12 +716,7 @@ async fn ingest(
     headers: HeaderMap,
     body: Result<Json<Ingest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<serde_json::Value>, Failure> {
-    if !s.is_archive() {
-        return Err(Failure(
-            StatusCode::NOT_FOUND,
-            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
-        ));
-    }
+    only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
     let Json(batch) = body.map_err(|e| {
         s.lock().counters.ingest_refused += 1;
@@ -763,12 +769,7 @@ async fn pscheduler(
     headers: HeaderMap,
     body: Result<Json<serde_json::Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<serde_json::Value>, Failure> {
-    if !s.is_archive() {
-        return Err(Failure(
-            StatusCode::NOT_FOUND,
-            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
-        ));
-    }
+    only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
     let refused = |status: StatusCode, why: String| {
         s.lock().counters.pscheduler_refused += 1;

@@ -117,12 +117,7 @@ pub(crate) async fn register(
     headers: HeaderMap,
     body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
 ) -> Result<StatusCode, Failure> {
-    if !s.is_archive() {
-        return Err(Failure(
-            StatusCode::NOT_FOUND,
-            "this agent is not a fleet's archive (goodput agent --role archive)".into(),
-        ));
-    }
+    crate::api::only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
     let Json(r) = body.map_err(|e| Failure(StatusCode::BAD_REQUEST, e.body_text()))?;
     if !s.loaded().config.addresses.contains_key(&name) {

@@ -28,6 +28,19 @@ fn archive_tls(
     port: u16,
     tls_port: Option<u16>,
 ) -> (Reaped, String) {
+    archive_at(group, name, db, config, "127.0.0.1", port, tls_port)
+}
+
+/// The same on address `ip`.
+fn archive_at(
+    group: &str,
+    name: &str,
+    db: &str,
+    config: &std::path::Path,
+    ip: &str,
+    port: u16,
+    tls_port: Option<u16>,
+) -> (Reaped, String) {
     let token = tmp(group, "token");
     std::fs::write(&token, TOKEN).unwrap();
     let log = std::fs::OpenOptions::new()
@@ -47,8 +60,8 @@ fn archive_tls(
     let mut cmd = goodput();
     cmd.args(["agent", "--role", "archive", "--database", db, "--config"])
         .arg(config)
-        .args(["--plain-api-listen", &format!("127.0.0.1:{port}")])
-        .args(tls_port.map(|p| format!("--api-listen=127.0.0.1:{p}")))
+        .args(["--plain-api-listen", &format!("{ip}:{port}")])
+        .args(tls_port.map(|p| format!("--api-listen={ip}:{p}")))
         .arg("--archive")
         .arg(&state)
         .arg("--token-file")
@@ -59,7 +72,7 @@ fn archive_tls(
     common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
     let child = Reaped::spawn_as_is(cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while TcpStream::connect((ip, port)).is_err() {
         assert!(
             Instant::now() < deadline,
             "archive {name} did not start: {}",
@@ -750,33 +763,7 @@ fn four_agents_in_namespaces_lose_nothing_while_the_archive_is_down_for_minutes(
     let config = mesh_config(group, &names, &ips, ports, 30, 25, "");
     let port = 8790;
     let to = format!("http://10.77.0.254:{port}");
-    let start_archive = || {
-        let token = tmp(group, "token");
-        std::fs::write(&token, TOKEN).unwrap();
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(tmp(group, "archive.log"))
-            .unwrap();
-        let mut cmd = goodput();
-        cmd.args(["agent", "--role", "archive", "--database", &db, "--config"])
-            .arg(&config)
-            .args(["--plain-api-listen", &format!("10.77.0.254:{port}")])
-            .arg("--archive")
-            .arg(tmp(group, "archive-state.sqlite"))
-            .arg("--token-file")
-            .arg(&token)
-            .stdout(Stdio::null())
-            .stderr(log);
-        common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
-        let child = Reaped::spawn_as_is(cmd);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("10.77.0.254", port)).is_err() {
-            assert!(Instant::now() < deadline, "the archive did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child
-    };
+    let start_archive = || archive_at(group, "archive", &db, &config, "10.77.0.254", port, None).0;
     let archive = start_archive();
     let agents: Vec<Agent> = names
         .iter()

@@ -90,27 +90,7 @@ impl Cluster {
                 "--no-sync",
             ],
         );
-        let opts = format!(
-            "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c max_connections=200 -c shared_buffers=64MB",
-            c.dir.path().display()
-        );
-        let log = c.dir.path().join("server.log");
-        c.run(
-            "pg_ctl",
-            &[
-                "-D",
-                data.to_str().unwrap(),
-                "-l",
-                log.to_str().unwrap(),
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                &opts,
-                "start",
-            ],
-        );
+        c.start_server();
         Some(c)
     }
 
@@ -209,9 +189,16 @@ impl Cluster {
 
     /// Starts it again on the same port.
     pub fn restart(&self) {
+        self.start_server();
+    }
+
+    /// Starts the server on its port and socket directory (no fsync: a
+    /// throwaway cluster).
+    fn start_server(&self) {
         let data = self.data();
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
+             -c max_connections=200 -c shared_buffers=64MB",
             self.port,
             self.dir.path().display()
         );
@@ -224,6 +211,8 @@ impl Cluster {
                 "-l",
                 log.to_str().unwrap(),
                 "-w",
+                "-t",
+                "60",
                 "-o",
                 &opts,
                 "start",
