@@ -213,18 +213,31 @@ pub(crate) async fn lapsed(s: &Shared) -> Vec<(String, u64)> {
 /// lease a third of its length before it runs out.
 pub(crate) async fn registrar(shared: Arc<Shared>) {
     let lease = shared.options.lease.max(Duration::from_secs(5));
-    let mut clients = Vec::new();
-    for t in &shared.options.forward {
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10));
-        if let Some(pin) = t.pin {
-            b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
-        }
-        clients.push((t.url.clone(), b.build().unwrap_or_default()));
-    }
+    let mut installed = shared.installed.subscribe();
+    // By URL: the pin it was made for, and the client.
+    let mut clients: std::collections::HashMap<String, (Option<[u8; 32]>, reqwest::Client)> =
+        Default::default();
     let mut failing: std::collections::HashSet<String> = Default::default();
     loop {
+        // The goodput archives named now (an HTTP receiver takes no
+        // registration).
+        let targets: Vec<crate::forward::ForwardTarget> = shared
+            .targets()
+            .into_iter()
+            .filter(|t| t.kind == goodput_core::mesh::ArchiveKind::Goodput)
+            .collect();
+        clients.retain(|url, (pin, _)| targets.iter().any(|t| t.url == *url && t.pin == *pin));
+        for t in &targets {
+            clients.entry(t.url.clone()).or_insert_with(|| {
+                let mut b = reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .timeout(Duration::from_secs(10));
+                if let Some(pin) = t.pin {
+                    b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
+                }
+                (t.pin, b.build().unwrap_or_default())
+            });
+        }
         let loaded = shared.loaded();
         let (config_loaded, config_error) = {
             let inner = shared.lock();
@@ -260,7 +273,7 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
             config_error,
             lease_s: lease.as_secs(),
         };
-        for (url, client) in &clients {
+        for (url, (_, client)) in &clients {
             for name in &loaded.mine {
                 let mut req = client.put(format!("{url}/api/v1/fleet/agents/{name}")).json(&reg);
                 if let Some(t) = &o.token {
@@ -289,6 +302,7 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
             _ = tokio::time::sleep(lease / 3) => {}
+            _ = installed.changed() => {}
         }
     }
 }

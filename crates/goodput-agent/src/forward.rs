@@ -16,10 +16,12 @@
 //! keeps the queue and says why on the host page, in `/api/v1/health` and
 //! in `/metrics`.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_archive::Run;
+use goodput_core::mesh::{ArchiveKind, Transform};
 use serde::Serialize;
 
 use crate::state::Shared;
@@ -33,6 +35,22 @@ pub struct ForwardTarget {
     /// Its certificate's SHA-256 fingerprint, for an https:// archive
     /// with a self-signed certificate (none: the system's roots).
     pub pin: Option<[u8; 32]>,
+    /// A goodput fleet archive, or any HTTP receiver.
+    pub kind: ArchiveKind,
+    /// Fields kept and renamed before a run is sent (an HTTP receiver's).
+    pub transform: Option<Transform>,
+}
+
+impl ForwardTarget {
+    /// An archive named in the mesh document (checked when it was read).
+    pub(crate) fn from_mesh(a: &goodput_core::mesh::ArchiveTarget) -> Result<Self, String> {
+        Ok(Self {
+            url: a.url.trim_end_matches('/').to_string(),
+            pin: a.tls_sha256.as_deref().map(crate::tls::read_pin).transpose()?,
+            kind: a.kind,
+            transform: a.transform.clone(),
+        })
+    }
 }
 
 impl std::str::FromStr for ForwardTarget {
@@ -55,6 +73,8 @@ impl std::str::FromStr for ForwardTarget {
         Ok(Self {
             url: url.to_string(),
             pin,
+            kind: ArchiveKind::Goodput,
+            transform: None,
         })
     }
 }
@@ -103,8 +123,10 @@ enum Sent {
     /// Answered: the ids sent, and those of them the archive refused as
     /// malformed, each with its reason (sending them again cannot help).
     Stored(Vec<String>, Vec<(String, String)>),
-    /// The batch is too large for the archive: send one run at a time.
-    TooLarge(String),
+    /// The archive refused the batch as a whole (too large; an HTTP
+    /// receiver's 400 or 422): send one run at a time, and drop a run it
+    /// refuses alone.
+    Refused(String),
     /// Try again later.
     Failed(String),
 }
@@ -122,10 +144,62 @@ struct Refusal {
     reason: String,
 }
 
+/// Keeps one forwarder per target (`--forward-to`'s and the mesh
+/// document's `archives`, which may change at each reload), restarting
+/// one whose target changed. The queue of a target no longer named is
+/// dropped, and that is logged: nothing would ever send it.
+pub(crate) async fn supervisor(shared: Arc<Shared>) {
+    let mut installed = shared.installed.subscribe();
+    let mut running: BTreeMap<String, (ForwardTarget, tokio::task::AbortHandle)> = BTreeMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        let want = shared.targets();
+        running.retain(|url, (t, task)| {
+            let same = want.iter().any(|w| w == t);
+            if !same {
+                task.abort();
+                if !want.iter().any(|w| w.url == *url) {
+                    log(&format!("no longer forwarding to {url}"));
+                }
+            }
+            same
+        });
+        let named: Vec<String> = want.iter().map(|t| t.url.clone()).collect();
+        shared.forget_forwarding(&named);
+        for (url, n, _) in shared.archive.backlog_sizes().await.unwrap_or_default() {
+            if n > 0 && !named.contains(&url) {
+                match shared.archive.trim_backlog(&url, 0).await {
+                    Ok(n) => log(&format!(
+                        "dropped the {n} runs queued for {url}: it is no longer named by --forward-to \
+                         or the mesh's archives"
+                    )),
+                    Err(e) => log(&format!("cannot drop the queue for {url}: {e}")),
+                }
+            }
+        }
+        for t in want {
+            if !running.contains_key(&t.url) {
+                let task = tasks.spawn(forwarder(shared.clone(), t.clone()));
+                running.insert(t.url.clone(), (t, task));
+            }
+        }
+        while tasks.try_join_next().is_some() {}
+        tokio::select! {
+            _ = shared.cancel.cancelled() => break,
+            _ = installed.changed() => {}
+        }
+    }
+    // The forwarders watch the same cancellation.
+    while tasks.join_next().await.is_some() {}
+}
+
 /// Sends `target`'s queue until the agent stops.
 pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
     let http = client(&target);
-    let url = format!("{}/api/v1/archive/runs", target.url);
+    let url = match target.kind {
+        ArchiveKind::Goodput => format!("{}/api/v1/archive/runs", target.url),
+        ArchiveKind::Http => target.url.clone(),
+    };
     let mut backoff = Duration::from_secs(1);
     let mut last_logged: Option<String> = None;
     let mut one_at_a_time = false;
@@ -169,7 +243,7 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     continue;
                 }
                 let n = if one_at_a_time { 1 } else { runs.len() };
-                send(&shared, &http, &url, &runs[..n]).await
+                send(&shared, &target, &http, &url, &runs[..n]).await
             }
             Err(e) => Sent::Failed(format!("cannot read the queue: {e}")),
         };
@@ -200,9 +274,10 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     log(&format!("forwarding to {}: delivering again", target.url));
                 }
             }
-            Sent::TooLarge(why) => {
-                // The archive's body limit is smaller than a batch: one
-                // at a time; a single run too large is refused for good.
+            Sent::Refused(why) => {
+                // The archive's body limit is smaller than a batch, or one
+                // of its runs does not suit it: one at a time; a single
+                // run refused is dropped for good.
                 if one_at_a_time {
                     if let Ok((runs, _)) = shared.archive.backlog(&target.url, 1).await {
                         let ids: Vec<String> = runs.into_iter().map(|r| r.id).collect();
@@ -212,7 +287,7 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                             s.last_error = Some(why.clone());
                         });
                         log(&format!(
-                            "forwarding to {}: dropped run {} (larger than the archive takes): {why}",
+                            "forwarding to {}: dropped run {} (the archive refuses it alone): {why}",
                             target.url,
                             ids.join(", ")
                         ));
@@ -250,13 +325,33 @@ fn jitter(d: Duration) -> Duration {
     d.mul_f64(f)
 }
 
-/// One batch: as many of `runs` as fit in [`BATCH_BYTES`] (at least one).
-async fn send(shared: &Shared, http: &reqwest::Client, url: &str, runs: &[Run]) -> Sent {
+/// One batch: as many of `runs` as fit in [`BATCH_BYTES`] (at least
+/// one). A goodput archive gets `{"runs": [...]}` with the mesh's token;
+/// an HTTP receiver a JSON array of the runs, transformed, and no token
+/// (the token is the mesh's secret).
+async fn send(
+    shared: &Shared,
+    target: &ForwardTarget,
+    http: &reqwest::Client,
+    url: &str,
+    runs: &[Run],
+) -> Sent {
+    let goodput = target.kind == ArchiveKind::Goodput;
+    if goodput && shared.options.token.is_none() {
+        return Sent::Failed(
+            "this agent has no --token-file, and a goodput archive takes runs only with the mesh's token"
+                .into(),
+        );
+    }
     let mut body = Vec::with_capacity(BATCH_BYTES.min(1 << 20));
-    body.extend_from_slice(b"{\"runs\":[");
+    body.extend_from_slice(if goodput { b"{\"runs\":[" } else { b"[" });
     let mut ids = Vec::new();
     for r in runs {
-        let Ok(one) = serde_json::to_vec(r) else {
+        let one = match &target.transform {
+            Some(t) => serde_json::to_value(r).and_then(|v| serde_json::to_vec(&t.apply(v))),
+            None => serde_json::to_vec(r),
+        };
+        let Ok(one) = one else {
             continue;
         };
         if !ids.is_empty() && body.len() + one.len() > BATCH_BYTES {
@@ -268,12 +363,12 @@ async fn send(shared: &Shared, http: &reqwest::Client, url: &str, runs: &[Run]) 
         body.extend_from_slice(&one);
         ids.push(r.id.clone());
     }
-    body.extend_from_slice(b"]}");
+    body.extend_from_slice(if goodput { b"]}" } else { b"]" });
     let mut req = http
         .post(url)
         .header("content-type", "application/json")
         .body(body);
-    if let Some(t) = &shared.options.token {
+    if let (true, Some(t)) = (goodput, &shared.options.token) {
         req = req.bearer_auth(t);
     }
     let resp = match req.send().await {
@@ -299,6 +394,9 @@ async fn send(shared: &Shared, http: &reqwest::Client, url: &str, runs: &[Run]) 
         .and_then(|v| v["error"].as_str().map(str::to_owned))
         .unwrap_or_else(|| text.chars().take(200).collect());
     if status.is_success() {
+        if !goodput {
+            return Sent::Stored(ids, Vec::new());
+        }
         let refused = serde_json::from_str::<Answer>(&text)
             .map(|a| a.refused.into_iter().map(|r| (r.id, r.reason)).collect())
             .unwrap_or_default();
@@ -306,7 +404,8 @@ async fn send(shared: &Shared, http: &reqwest::Client, url: &str, runs: &[Run]) 
     }
     let why = format!("HTTP {}: {reason}", status.as_u16());
     match status.as_u16() {
-        413 => Sent::TooLarge(why),
+        413 => Sent::Refused(why),
+        400 | 422 if !goodput => Sent::Refused(why),
         _ => Sent::Failed(why),
     }
 }

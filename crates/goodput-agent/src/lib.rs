@@ -261,12 +261,8 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
         }
         tasks.spawn(plan::planner(shared.clone()));
         tasks.spawn(exec::executor(shared.clone()));
-        for t in shared.options.forward.clone() {
-            tasks.spawn(forward::forwarder(shared.clone(), t));
-        }
-        if !shared.options.forward.is_empty() {
-            tasks.spawn(fleet::registrar(shared.clone()));
-        }
+        tasks.spawn(forward::supervisor(shared.clone()));
+        tasks.spawn(fleet::registrar(shared.clone()));
     }
     for l in listeners {
         tasks.spawn(api::serve(shared.clone(), l));
@@ -281,19 +277,9 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
             shared.identity_line(),
             shared.led_count(),
             shared.options.archive.display(),
-            if shared.options.forward.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ", forwarding to {}",
-                    shared
-                        .options
-                        .forward
-                        .iter()
-                        .map(|t| t.url.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+            match shared.forward_urls() {
+                urls if urls.is_empty() => String::new(),
+                urls => format!(", forwarding to {}", urls.join(", ")),
             }
         )),
         Role::Archive => log(&format!(

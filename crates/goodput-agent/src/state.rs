@@ -184,6 +184,9 @@ pub(crate) struct Shared {
     pub(crate) wake_forward: Notify,
     /// Each forwarding target's counters, by URL.
     forwarding: Mutex<BTreeMap<String, crate::forward::ForwardStatus>>,
+    /// Counts configurations put in force (the forwarders and the
+    /// registrar watch it for the mesh's `archives`).
+    pub(crate) installed: tokio::sync::watch::Sender<u64>,
     inner: Mutex<Inner>,
     alerting: Mutex<crate::alerts::AlertState>,
 }
@@ -233,6 +236,7 @@ impl Shared {
             wake_delivery: Notify::new(),
             wake_forward: Notify::new(),
             forwarding: Mutex::new(BTreeMap::new()),
+            installed: tokio::sync::watch::Sender::new(0),
             alerting: Mutex::new(crate::alerts::AlertState::default()),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
@@ -324,6 +328,8 @@ impl Shared {
         inner.next.retain(|k, _| keep.contains(k));
         inner.loaded = Arc::new(loaded);
         inner.config_error = None;
+        drop(inner);
+        self.installed.send_modify(|n| *n += 1);
     }
 
     pub(crate) fn config_failed(&self, error: String) {
@@ -345,7 +351,33 @@ impl Shared {
 
     /// The forwarding targets' URLs.
     pub(crate) fn forward_urls(&self) -> Vec<String> {
-        self.options.forward.iter().map(|t| t.url.clone()).collect()
+        self.targets().into_iter().map(|t| t.url).collect()
+    }
+
+    /// Where this agent forwards its runs: `--forward-to`'s archives, then
+    /// the mesh document's `archives` (one target per URL; the flag's
+    /// wins). An archive forwards nowhere.
+    pub(crate) fn targets(&self) -> Vec<crate::forward::ForwardTarget> {
+        if self.is_archive() {
+            return Vec::new();
+        }
+        let mut out = self.options.forward.clone();
+        for (name, a) in &self.loaded().config.archives {
+            match crate::forward::ForwardTarget::from_mesh(a) {
+                Ok(t) if !out.iter().any(|o| o.url == t.url) => out.push(t),
+                Ok(_) => {}
+                Err(e) => log(&format!("archives.{name}: {e}")),
+            }
+        }
+        out
+    }
+
+    /// Forgets the counters of targets no longer named.
+    pub(crate) fn forget_forwarding(&self, keep: &[String]) {
+        self.forwarding
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|url, _| keep.contains(url));
     }
 
     /// This process is a fleet's archive: it speaks for every measurement.
@@ -377,8 +409,7 @@ impl Shared {
         let sizes = self.archive.backlog_sizes().await.unwrap_or_default();
         let now = clock::now_ms();
         let all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        self.options
-            .forward
+        self.targets()
             .iter()
             .map(|t| {
                 let mut s = all

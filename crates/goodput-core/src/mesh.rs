@@ -61,6 +61,151 @@ pub struct MeshConfig {
     pub agent: AgentSection,
     /// Soft-failure rules, where alerts go, maintenance windows.
     pub alerts: crate::alert::AlertsSection,
+    /// Where every agent of the mesh forwards the runs that end on it
+    /// (besides its own `--forward-to`), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub archives: BTreeMap<String, ArchiveTarget>,
+}
+
+/// An archive the mesh's agents forward their runs to.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ArchiveTarget {
+    /// `goodput`: a fleet archive's API base URL
+    /// (`https://archive.example:8780`); `http`: the URL each batch is
+    /// POSTed to, as given.
+    pub url: String,
+    /// What listens there.
+    pub kind: ArchiveKind,
+    /// The SHA-256 fingerprint of its certificate (an https:// URL with a
+    /// self-signed certificate; none: the system's roots).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_sha256: Option<String>,
+    /// Fields to keep or rename in each run before it is sent (`http`
+    /// only: a goodput archive takes runs as goodput writes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transform: Option<Transform>,
+}
+
+/// What an archive target is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArchiveKind {
+    /// A goodput fleet archive (`goodput agent --role archive`): batches
+    /// go to `/api/v1/archive/runs` with the mesh's token, and the agent
+    /// registers there.
+    #[default]
+    Goodput,
+    /// Any HTTP receiver (a log shipper's HTTP input, a web hook): each
+    /// batch is POSTed to the URL as a JSON array of runs, transformed;
+    /// any 2xx answer takes the batch.
+    Http,
+}
+
+/// Which fields of a run are sent, and under which names. A field is a
+/// dotted path into the run's JSON (`figures.loss_pct`). `select` keeps
+/// only the fields named (all when empty); `rename` then moves a field to
+/// another path (`{ "figures.loss_pct" = "loss" }`). A path that is not
+/// in a run is skipped for that run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Transform {
+    /// The fields kept (empty: all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub select: Vec<String>,
+    /// Field → its new path.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub rename: BTreeMap<String, String>,
+}
+
+/// The deepest path a transform may name.
+const MAX_PATH_DEPTH: usize = 16;
+
+impl Transform {
+    /// Every path names something: non-empty segments, not too deep, and
+    /// no two renames land on the same path.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let check = |place: &str, path: &str| -> Result<(), (String, String)> {
+            let parts: Vec<&str> = path.split('.').collect();
+            if parts.iter().any(|p| p.is_empty()) {
+                return Err((
+                    place.into(),
+                    format!("'{path}' is not a field path (write a.b.c)"),
+                ));
+            }
+            if parts.len() > MAX_PATH_DEPTH {
+                return Err((
+                    place.into(),
+                    format!("'{path}' is deeper than {MAX_PATH_DEPTH} fields"),
+                ));
+            }
+            Ok(())
+        };
+        for p in &self.select {
+            check("select", p)?;
+        }
+        let mut to = std::collections::BTreeSet::new();
+        for (from, into) in &self.rename {
+            check("rename", from)?;
+            check("rename", into)?;
+            if !to.insert(into.as_str()) {
+                return Err(("rename".into(), format!("two fields are renamed to '{into}'")));
+            }
+        }
+        Ok(())
+    }
+
+    /// `run` with only the selected fields, then renamed.
+    pub fn apply(&self, run: serde_json::Value) -> serde_json::Value {
+        let mut out = if self.select.is_empty() {
+            run
+        } else {
+            let mut run = run;
+            let mut kept = serde_json::Value::Object(Default::default());
+            for path in &self.select {
+                if let Some(v) = take(&mut run, path) {
+                    put(&mut kept, path, v);
+                }
+            }
+            kept
+        };
+        // All taken before any is put, so that renames may swap fields.
+        let moved: Vec<(&String, serde_json::Value)> = self
+            .rename
+            .iter()
+            .filter_map(|(from, into)| take(&mut out, from).map(|v| (into, v)))
+            .collect();
+        for (into, v) in moved {
+            put(&mut out, into, v);
+        }
+        out
+    }
+}
+
+/// Removes and returns the value at a dotted path.
+fn take(v: &mut serde_json::Value, path: &str) -> Option<serde_json::Value> {
+    let (parent, last) = match path.rsplit_once('.') {
+        Some((p, l)) => (p.split('.').try_fold(v, |v, k| v.get_mut(k))?, l),
+        None => (v, path),
+    };
+    parent.as_object_mut()?.remove(last)
+}
+
+/// Sets the value at a dotted path, making objects on the way (a value
+/// that is in the way and not an object is replaced).
+fn put(v: &mut serde_json::Value, path: &str, value: serde_json::Value) {
+    let mut at = v;
+    for k in path.split('.') {
+        if !at.is_object() {
+            *at = serde_json::Value::Object(Default::default());
+        }
+        at = at
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(k.to_string())
+            .or_insert(serde_json::Value::Null);
+    }
+    *at = value;
 }
 
 /// What every agent of the mesh serves (its own flags may change it).
@@ -272,6 +417,12 @@ impl PairTask {
     }
 }
 
+/// 64 hex digits, colons allowed.
+fn is_sha256(pin: &str) -> bool {
+    let hex: String = pin.chars().filter(|c| *c != ':').collect();
+    hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())
+}
+
 impl MeshConfig {
     /// Reads a document (JSON, or TOML when `toml`), with the same kind of
     /// errors as spec files: the place and what is wrong.
@@ -305,13 +456,53 @@ impl MeshConfig {
             return Err(SpecError::new("agent.api_port", "must be a port, 1 to 65535"));
         }
         self.alerts.validate(self)?;
+        let mut urls = std::collections::BTreeSet::new();
+        for (name, a) in &self.archives {
+            let place = format!("archives.{name}");
+            let url = a.url.trim_end_matches('/');
+            if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                return Err(SpecError::new(
+                    &format!("{place}.url"),
+                    format!("'{}' is not an http:// or https:// URL", a.url),
+                ));
+            }
+            if !urls.insert(url) {
+                return Err(SpecError::new(
+                    &format!("{place}.url"),
+                    format!("'{url}' is named by another archive too"),
+                ));
+            }
+            if let Some(pin) = &a.tls_sha256 {
+                if !is_sha256(pin) {
+                    return Err(SpecError::new(
+                        &format!("{place}.tls_sha256"),
+                        format!("'{pin}' is not a SHA-256 fingerprint (64 hex digits)"),
+                    ));
+                }
+                if !url.starts_with("https://") {
+                    return Err(SpecError::new(
+                        &format!("{place}.tls_sha256"),
+                        "a certificate fingerprint is for an https:// URL",
+                    ));
+                }
+            }
+            if let Some(t) = &a.transform {
+                if a.kind == ArchiveKind::Goodput {
+                    return Err(SpecError::new(
+                        &format!("{place}.transform"),
+                        "a goodput archive takes runs as goodput writes them; a transform is for kind = \"http\"",
+                    ));
+                }
+                t.validate()
+                    .map_err(|(at, why)| SpecError::new(&format!("{place}.transform.{at}"), why))?;
+            }
+        }
         for (name, a) in &self.addresses {
             if a.address.trim().is_empty() {
                 return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
             }
             if let Some(pin) = &a.tls_sha256 {
-                let hex: String = pin.chars().filter(|c| *c != ':').collect();
-                if hex.len() != 64 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                if !is_sha256(pin) {
                     return Err(SpecError::new(
                         &format!("addresses.{name}.tls_sha256"),
                         format!("'{pin}' is not a SHA-256 fingerprint (64 hex digits)"),
@@ -692,6 +883,125 @@ mod tests {
             assert_eq!(ms_rfc3339(rfc3339_ms(t).unwrap()), t);
         }
         assert_eq!(ms_rfc3339(1_764_028_800_000), "2025-11-25T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_transform_keeps_the_selected_fields_and_renames_them() {
+        let run = serde_json::json!({
+            "id": "r1", "task": "t", "spec": {"kind": "tcp", "hosts": ["h"]},
+            "figures": {"loss_pct": 1.5, "goodput_up_bps": 9e8, "jitter_ms": null},
+            "result": {"big": [1, 2, 3]}
+        });
+        let t = Transform {
+            select: vec![
+                "id".into(),
+                "figures.loss_pct".into(),
+                "figures.goodput_up_bps".into(),
+                "absent.x".into(),
+            ],
+            rename: [
+                ("figures.loss_pct".to_string(), "loss".to_string()),
+                ("id".to_string(), "meta.run_id".to_string()),
+            ]
+            .into(),
+        };
+        t.validate().unwrap();
+        assert_eq!(
+            t.apply(run.clone()),
+            serde_json::json!({"meta": {"run_id": "r1"}, "loss": 1.5, "figures": {"goodput_up_bps": 9e8}})
+        );
+        // No select: everything, renamed; renames may swap two fields.
+        let swap = Transform {
+            select: vec![],
+            rename: [
+                ("id".to_string(), "task".to_string()),
+                ("task".to_string(), "id".to_string()),
+            ]
+            .into(),
+        };
+        let out = swap.apply(run.clone());
+        assert_eq!(
+            (out["id"].as_str(), out["task"].as_str()),
+            (Some("t"), Some("r1"))
+        );
+        assert_eq!(out["result"], run["result"]);
+        // A rename into a field that is not an object replaces it.
+        let into = Transform {
+            select: vec![],
+            rename: [("id".to_string(), "task.name".to_string())].into(),
+        };
+        assert_eq!(into.apply(run)["task"], serde_json::json!({"name": "r1"}));
+        for bad in ["", "a..b", ".a", "a."] {
+            let t = Transform {
+                select: vec![bad.into()],
+                rename: Default::default(),
+            };
+            assert!(t.validate().unwrap_err().1.contains("not a field path"), "{bad}");
+        }
+        let deep = Transform {
+            select: vec![vec!["x"; 17].join(".")],
+            rename: Default::default(),
+        };
+        assert!(deep.validate().unwrap_err().1.contains("deeper than 16"));
+        let clash = Transform {
+            select: vec![],
+            rename: [
+                ("a".to_string(), "c".to_string()),
+                ("b".to_string(), "c".to_string()),
+            ]
+            .into(),
+        };
+        assert_eq!(clash.validate().unwrap_err().1, "two fields are renamed to 'c'");
+    }
+
+    #[test]
+    fn archives_in_the_mesh_document_are_checked() {
+        let base = "[addresses.a]\naddress = \"10.0.0.1\"\n";
+        let ok = format!(
+            "{base}[archives.central]\nurl = \"https://archive.example:8780/\"\ntls_sha256 = \"{}\"\n\
+             [archives.logs]\nurl = \"http://10.0.0.9:8080/in\"\nkind = \"http\"\n\
+             [archives.logs.transform]\nselect = [\"id\", \"figures\"]\nrename = {{ figures = \"metrics\" }}\n",
+            "ab".repeat(32)
+        );
+        let m = MeshConfig::read(&ok, true).unwrap();
+        assert_eq!(m.archives["central"].kind, ArchiveKind::Goodput);
+        assert_eq!(
+            m.archives["logs"].transform.as_ref().unwrap().rename["figures"],
+            "metrics"
+        );
+        for (doc, place, why) in [
+            ("[archives.x]\nurl = \"ftp://h/\"\n", "archives.x.url", "not an http"),
+            (
+                "[archives.x]\nurl = \"http://h:1/\"\ntls_sha256 = \"00\"\n",
+                "archives.x.tls_sha256",
+                "not a SHA-256",
+            ),
+            (
+                &format!("[archives.x]\nurl = \"http://h:1/\"\ntls_sha256 = \"{}\"\n", "00".repeat(32)),
+                "archives.x.tls_sha256",
+                "for an https:// URL",
+            ),
+            (
+                "[archives.x]\nurl = \"http://h:1/\"\n[archives.x.transform]\nselect = [\"id\"]\n",
+                "archives.x.transform",
+                "kind = \"http\"",
+            ),
+            (
+                "[archives.x]\nurl = \"http://h:1/\"\nkind = \"http\"\n[archives.x.transform]\nselect = [\"a..b\"]\n",
+                "archives.x.transform.select",
+                "not a field path",
+            ),
+            (
+                "[archives.x]\nurl = \"http://h:1\"\n[archives.y]\nurl = \"http://h:1/\"\n",
+                "archives.y.url",
+                "named by another archive",
+            ),
+            ("[archives.x]\nurl = \"http://h:1\"\nkind = \"kafka\"\n", "archives.x.kind", "unknown variant"),
+        ] {
+            let e = MeshConfig::read(&format!("{base}{doc}"), true).unwrap_err();
+            assert_eq!(e.field, place, "{doc}");
+            assert!(e.message.contains(why), "{doc}: {}", e.message);
+        }
     }
 
     const MESH: &str = r#"

@@ -60,7 +60,10 @@ pub fn import_psconfig(template: &Value, choices: ImportChoices) -> Result<Impor
             notes.push(format!(
                 "{key}: not carried over (goodput has no {})",
                 match key.as_str() {
-                    "archives" => "archive targets in the mesh document; each agent keeps its own archive",
+                    "archives" => {
+                        "pScheduler archivers: goodput's agents forward goodput runs, not pScheduler results; \
+                         name a fleet archive or an HTTP receiver in the mesh document's `archives`"
+                    }
                     "hosts" => "host objects; an address that serves no agent is `no_agent`",
                     "contexts" => "contexts",
                     "subtasks" => "subtasks",

@@ -734,6 +734,161 @@ fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
     agents[0].stop(libc::SIGTERM);
 }
 
+/// Archives named in the mesh document: every agent forwards to the
+/// fleet archive and to an HTTP receiver (which refuses its first two
+/// batches), the receiver's runs cut down and renamed by the archive's
+/// `transform`. Each run reaches both once; when the receiver leaves the
+/// document, the agents stop forwarding to it and say so.
+#[test]
+fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
+    let Some(cluster) = pg::Cluster::start() else {
+        return;
+    };
+    let db = cluster.database("fleet");
+    let group = "fleet-mesh-archives";
+    let ports = Ports::pick();
+    let names = ["a", "b"];
+    let ips = ["127.0.0.2", "127.0.0.3"];
+    let port = free_tcp_port();
+    let hook = common::alerting::Hook::start("127.0.0.1", 2);
+    let fleet = format!("http://127.0.0.1:{port}");
+    let archives = format!(
+        "\n[archives.fleet]\nurl = \"{fleet}\"\n\n\
+         [archives.logs]\nurl = \"{}\"\nkind = \"http\"\n\
+         [archives.logs.transform]\n\
+         select = [\"id\", \"source\", \"dest\", \"kind\", \"state\", \"figures.delay_median_us\", \"figures.throughput_up_bps\"]\n\
+         rename = {{ id = \"run\", \"figures.delay_median_us\" = \"delay.median_us\" }}\n",
+        hook.url
+    );
+    let config = mesh_config(group, &names, &ips, ports, 4, 2, &archives);
+    let _archive = archive(group, "archive", &db, &config, port);
+    // No --forward-to: the document names where runs go.
+    let agents: Vec<Agent> = names
+        .iter()
+        .zip(ips)
+        .map(|(n, ip)| Agent::start(group, n, ip, &config, ports, &[]))
+        .collect();
+    std::thread::sleep(Duration::from_secs(14));
+    let before: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
+    drained(&agents, ports, Duration::from_secs(60));
+    for a in &agents {
+        let urls: BTreeSet<String> = backlogs(a, ports).into_iter().map(|b| b.0).collect();
+        assert_eq!(
+            urls,
+            BTreeSet::from([fleet.clone(), hook.url.clone()]),
+            "{}",
+            a.name
+        );
+    }
+    let stored = get_json("127.0.0.1", port, "/api/v1/runs?limit=100000");
+    let stored: BTreeSet<&str> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let received: Vec<Value> = hook
+        .received
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|b| b.as_array().expect("a JSON array per batch").clone())
+        .collect();
+    let mut seen = BTreeMap::new();
+    for r in &received {
+        let keys: BTreeSet<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from(["run", "source", "dest", "kind", "state", "figures", "delay"]),
+            "{r}"
+        );
+        let figures: Vec<&String> = r["figures"].as_object().unwrap().keys().collect();
+        assert_eq!(figures, ["throughput_up_bps"], "{r}");
+        *seen.entry(r["run"].as_str().unwrap().to_owned()).or_insert(0) += 1;
+    }
+    // Each agent sends its own record of a run (both ends hold one): at
+    // most once from each.
+    let after: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
+    let extra: Vec<_> = seen
+        .iter()
+        .filter(|(id, n)| **n > after.iter().filter(|h| h.contains_key(id.as_str())).count())
+        .collect();
+    assert!(
+        extra.is_empty(),
+        "the receiver got runs more often than agents hold them: {extra:?}"
+    );
+    let total: usize = before.iter().map(BTreeMap::len).sum();
+    assert!(total >= 4, "only {total} runs ended on the agents");
+    for (held, a) in before.iter().zip(&agents) {
+        for id in held.keys() {
+            assert!(
+                stored.contains(id.as_str()),
+                "agent {}: {id} is not in the fleet archive",
+                a.name
+            );
+            assert!(
+                seen.contains_key(id),
+                "agent {}: {id} never reached the receiver",
+                a.name
+            );
+        }
+    }
+    assert!(
+        received.iter().any(|r| r["kind"] == "stamp"
+            && r["state"] == "finished"
+            && r["delay"]["median_us"].as_f64().is_some_and(|d| d > 0.0)),
+        "no STAMP run's median delay under its new name"
+    );
+    assert!(
+        *hook.attempts.lock().unwrap() > hook.received.lock().unwrap().len() as u64,
+        "the refused batches were sent again"
+    );
+    // The agents registered with the fleet archive the document names.
+    let inventory = get_json("127.0.0.1", port, "/api/v1/fleet/agents");
+    let up: Vec<&str> = inventory
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["state"] == "up")
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(up, ["a", "b"], "{inventory}");
+
+    // The receiver leaves the document: the agents stop sending to it.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let cut = text.find("[archives.logs]").unwrap();
+    std::fs::write(&config, &text[..cut]).unwrap();
+    for a in &agents {
+        a.signal(libc::SIGHUP);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for a in &agents {
+        loop {
+            let urls: Vec<String> = backlogs(a, ports).into_iter().map(|b| b.0).collect();
+            if urls == [fleet.clone()]
+                && a.log_text()
+                    .contains(&format!("no longer forwarding to {}", hook.url))
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {urls:?}\n{}",
+                a.name,
+                a.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let got = hook.received.lock().unwrap().len();
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(
+        hook.received.lock().unwrap().len(),
+        got,
+        "batches after the receiver left"
+    );
+}
+
 /// The issue's fault test on real separate hosts: four agents, each in its
 /// own network namespace, test each other (TCP and STAMP) and forward to a
 /// fleet archive in the bridge's namespace, with its PostgreSQL. The
