@@ -187,16 +187,31 @@ pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
 
 /// A database URL without its password, for a log line.
 pub(crate) fn redact(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('@') {
-            Some((user, host)) => {
-                let user = user.split_once(':').map_or(user, |(u, _)| u);
-                format!("{scheme}://{user}:…@{host}")
-            }
-            None => url.to_string(),
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let mut out = match base.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((user, host)) => match user.split_once(':') {
+                Some((u, _)) => format!("{scheme}://{u}:…@{host}"),
+                None => base.to_string(),
+            },
+            None => base.to_string(),
         },
-        None => url.to_string(),
+        None => base.to_string(),
+    };
+    if let Some(q) = query {
+        let q: Vec<String> = q
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out = format!("{out}?{}", q.join("&"));
     }
+    out
 }
 
 /// A line for the agent's log (standard error, one line per event, with
@@ -301,4 +316,26 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     shared.shutdown().await;
     log("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_database_url_is_logged_without_its_password() {
+        for (url, shown) in [
+            (
+                "postgres://goodput:s3cret@db:5432/fleet",
+                "postgres://goodput:…@db:5432/fleet",
+            ),
+            ("postgres://goodput@db/fleet", "postgres://goodput@db/fleet"),
+            ("postgres://db/fleet", "postgres://db/fleet"),
+            (
+                "postgres://u:p@ss@db/fleet?sslmode=verify-full&password=x&sslrootcert=/etc/ca.pem",
+                "postgres://u:…@db/fleet?sslmode=verify-full&password=…&sslrootcert=/etc/ca.pem",
+            ),
+            ("/var/lib/goodput/archive.db", "/var/lib/goodput/archive.db"),
+        ] {
+            assert_eq!(super::redact(url), shown);
+        }
+    }
 }

@@ -87,6 +87,58 @@ on_both!(alerts_are_stored_updated_ended_and_listed);
 on_both!(ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first);
 on_both!(agents_register_and_renew_their_leases);
 
+/// PostgreSQL over TLS: with `sslmode=verify-full` and the server's
+/// certificate as the root, the archive connects and stores; a server
+/// that takes TCP only over TLS refuses a plain connection, and a
+/// certificate from another root is refused by the archive.
+#[tokio::test]
+async fn postgres_over_tls_checks_the_servers_certificate() {
+    let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+    let server = rcgen::generate_simple_self_signed(names.clone()).unwrap();
+    let Some(c) = pg::Cluster::start_tls(&server.cert.pem(), &server.key_pair.serialize_pem()) else {
+        return;
+    };
+    c.database("archive");
+    let root = c.dir().join("root.pem");
+    std::fs::write(&root, server.cert.pem()).unwrap();
+    let other = rcgen::generate_simple_self_signed(names).unwrap();
+    let wrong_root = c.dir().join("other-root.pem");
+    std::fs::write(&wrong_root, other.cert.pem()).unwrap();
+    let url = |query: &str| format!("{}?{query}", c.url("archive"));
+
+    let a = Archive::connect(&url(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        root.display()
+    )))
+    .await
+    .unwrap();
+    let (doc, r) = fixture("tcp-duplex");
+    a.put(&[run("tls-1", 1_000_000, RunState::Finished, &doc, &r)])
+        .await
+        .unwrap();
+    assert_eq!(a.count().await.unwrap(), 1);
+    drop(a);
+
+    let Err(plain) = Archive::connect(&url("sslmode=disable")).await else {
+        panic!("a plain connection was taken");
+    };
+    let plain = plain.to_string();
+    assert!(
+        plain.contains("no encryption") || plain.contains("pg_hba"),
+        "{plain}"
+    );
+    let Err(forged) = Archive::connect(&url(&format!(
+        "sslmode=verify-full&sslrootcert={}",
+        wrong_root.display()
+    )))
+    .await
+    else {
+        panic!("a certificate from another root was taken");
+    };
+    let forged = forged.to_string();
+    assert!(forged.to_lowercase().contains("certificate"), "{forged}");
+}
+
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {
     let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();

@@ -17,6 +17,8 @@ pub struct Cluster {
     bin: PathBuf,
     run_as: Option<String>,
     pub port: u16,
+    /// Serving TLS, and taking TCP connections only over it.
+    tls: bool,
 }
 
 fn bin_dir() -> Option<PathBuf> {
@@ -47,6 +49,16 @@ impl Cluster {
     /// A running cluster, or `None` (with a line) when PostgreSQL is not
     /// installed outside CI.
     pub fn start() -> Option<Cluster> {
+        Self::start_with(None)
+    }
+
+    /// The same serving TLS with this certificate and key (PEM), and
+    /// refusing TCP connections without it.
+    pub fn start_tls(cert: &str, key: &str) -> Option<Cluster> {
+        Self::start_with(Some((cert, key)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Option<Cluster> {
         let Some(bin) = bin_dir() else {
             if std::env::var_os("CI").is_some() {
                 panic!("PostgreSQL is not installed (apt-get install postgresql)");
@@ -75,6 +87,7 @@ impl Cluster {
             bin,
             run_as,
             port,
+            tls: tls.is_some(),
         };
         let data = c.data();
         c.run(
@@ -90,6 +103,26 @@ impl Cluster {
                 "--no-sync",
             ],
         );
+        if let Some((cert, key)) = tls {
+            std::fs::write(data.join("server.crt"), cert).unwrap();
+            std::fs::write(data.join("server.key"), key).unwrap();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .unwrap();
+            let mut chmod = Command::new("chmod");
+            chmod.arg("600").arg(data.join("server.key"));
+            assert!(chmod.status().unwrap().success());
+            if let Some(user) = &c.run_as {
+                let mut chown = Command::new("chown");
+                chown
+                    .arg(format!("{user}:{user}"))
+                    .arg(data.join("server.crt"))
+                    .arg(data.join("server.key"));
+                assert!(chown.status().unwrap().success());
+            }
+        }
         c.start_server();
         Some(c)
     }
@@ -198,9 +231,10 @@ impl Cluster {
         let data = self.data();
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
-             -c max_connections=200 -c shared_buffers=64MB",
+             -c max_connections=200 -c shared_buffers=64MB{}",
             self.port,
-            self.dir.path().display()
+            self.dir.path().display(),
+            if self.tls { " -c ssl=on" } else { "" }
         );
         let log = self.dir.path().join("server.log");
         self.run(

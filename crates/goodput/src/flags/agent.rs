@@ -47,21 +47,24 @@ pub struct AgentArgs {
     #[arg(long, value_name = "FILE", default_value = "/var/lib/goodput/archive.sqlite")]
     pub archive: PathBuf,
     /// `agent` (a host's: beacon, schedule, tests) or `archive` (a fleet's:
-    /// stores the runs agents forward with --forward-to, and serves the
+    /// stores the runs agents forward with --forward-to or the mesh's
+    /// `archives`, and serves the
     /// dashboard, API and alerts over all of them; runs no tests; needs
     /// --token-file, the agents' token).
     #[arg(long, value_name = "ROLE", default_value = "agent", value_parser = ["agent", "archive"])]
     pub role: String,
     /// The fleet archive's database, for --role archive:
     /// postgres://USER:PASSWORD@HOST:PORT/DB (several archive processes may
-    /// share one), or sqlite://PATH. Default: the --archive file.
+    /// share one; over TLS add ?sslmode=verify-full&sslrootcert=CA.pem), or
+    /// sqlite://PATH. Default: the --archive file.
     #[arg(long, value_name = "URL")]
     pub database: Option<String>,
     /// Forward every ended run to this fleet archive (repeatable): its
     /// API's URL, with `#SHA256` (its certificate's fingerprint) for an
     /// https:// one with a self-signed certificate. Runs wait in a queue in
     /// this agent's archive until the archive stores them; the token is
-    /// --token-file's.
+    /// --token-file's. The mesh document's `archives` add more (a fleet
+    /// archive, or an HTTP receiver with a field transform).
     #[arg(long, value_name = "URL[#SHA256]")]
     pub forward_to: Vec<String>,
     /// Most runs queued for one archive; past it the oldest background
