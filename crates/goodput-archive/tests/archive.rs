@@ -139,6 +139,60 @@ async fn postgres_over_tls_checks_the_servers_certificate() {
     assert!(forged.to_lowercase().contains("certificate"), "{forged}");
 }
 
+/// The database connection cut in the middle of a batch: the watcher
+/// waits until the archive's connection is inside the batch's transaction
+/// and has written rows (an INSERT running, a transaction id given), then
+/// terminates it. None of the batch is visible, and the same batch sent
+/// again goes in whole.
+#[tokio::test]
+async fn a_connection_cut_mid_batch_leaves_nothing_and_the_batch_goes_in_whole_again() {
+    use sqlx::Connection;
+    let Some(c) = pg::Cluster::start() else {
+        return;
+    };
+    let url = c.database("archive");
+    let a = Archive::connect(&url).await.unwrap();
+    let (doc, r) = fixture("tcp-duplex");
+    let runs: Vec<Run> = (0..10_000u64)
+        .map(|i| run(&format!("cut-{i}"), 1_000_000 + i * 60_000, RunState::Finished, &doc, &r))
+        .collect();
+    let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
+    let cut = async {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let pid: Option<i32> = sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity WHERE datname = 'archive' AND pid <> pg_backend_pid() \
+                 AND backend_xid IS NOT NULL AND query ILIKE 'INSERT INTO run%' LIMIT 1",
+            )
+            .fetch_optional(&mut watcher)
+            .await
+            .unwrap();
+            if let Some(pid) = pid {
+                let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                    .bind(pid)
+                    .fetch_one(&mut watcher)
+                    .await
+                    .unwrap();
+                assert!(done);
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never saw the batch's transaction writing"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+    };
+    let (stored, ()) = tokio::join!(a.put(&runs), cut);
+    assert!(stored.is_err(), "the batch was stored although its connection was cut");
+    for table in ["runs", "run_documents", "rollups"] {
+        assert_eq!(c.psql("archive", &format!("SELECT COUNT(*) FROM {table}")), "0", "{table}");
+    }
+    a.put(&runs).await.unwrap();
+    assert_eq!(a.count().await.unwrap(), 10_000);
+    assert_eq!(c.psql("archive", "SELECT COUNT(*) FROM run_documents"), "10000");
+}
+
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {
     let path = format!("{}/tests/fixtures/{name}.json", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(path).unwrap();
