@@ -43,6 +43,17 @@ fn bad(text: impl Into<String>) -> Failure {
     Failure(StatusCode::BAD_REQUEST, text.into())
 }
 
+/// A body that does not read: 413 when it is past the body limit (a
+/// forwarder then sends smaller batches), else 400.
+pub(crate) fn unreadable(e: &axum::extract::rejection::JsonRejection) -> Failure {
+    let status = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        StatusCode::PAYLOAD_TOO_LARGE
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    Failure(status, e.body_text())
+}
+
 pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
     Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
@@ -430,7 +441,7 @@ async fn reserve(
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
     not_an_archive(&s)?;
-    let Json(r) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(r) = body.map_err(|e| unreadable(&e))?;
     let loaded = s.loaded();
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
     let runs_here = here(&r.source);
@@ -720,7 +731,7 @@ async fn ingest(
     authorise(&s, from.ip(), &headers)?;
     let Json(batch) = body.map_err(|e| {
         s.lock().counters.ingest_refused += 1;
-        bad(e.body_text())
+        unreadable(&e)
     })?;
     if batch.runs.len() > MAX_INGEST_RUNS {
         s.lock().counters.ingest_refused += 1;
@@ -775,7 +786,10 @@ async fn pscheduler(
         s.lock().counters.pscheduler_refused += 1;
         Failure(status, why)
     };
-    let Json(doc) = body.map_err(|e| refused(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Json(doc) = body.map_err(|e| {
+        let f = unreadable(&e);
+        refused(f.0, f.1)
+    })?;
     let mapped = goodput_archive::pscheduler::from_pscheduler(&doc).map_err(|e| {
         let status = if e.contains("has no goodput kind") {
             StatusCode::UNPROCESSABLE_ENTITY
@@ -893,7 +907,7 @@ async fn put_run(
     body: Result<Json<Run>, axum::extract::rejection::JsonRejection>,
 ) -> Result<StatusCode, Failure> {
     authorise(&s, from.ip(), &headers)?;
-    let Json(mut run) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(mut run) = body.map_err(|e| unreadable(&e))?;
     if run.id != id {
         return Err(bad(format!("the path names run '{id}', the body '{}'", run.id)));
     }
@@ -980,7 +994,7 @@ async fn on_demand(
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
     not_an_archive(&s)?;
-    let Json(q) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(q) = body.map_err(|e| unreadable(&e))?;
     let spec = read_spec(q.spec)?;
     let loaded = s.loaded();
     // It tests to an address of the mesh, never elsewhere: its hosts are

@@ -119,7 +119,7 @@ pub(crate) async fn register(
 ) -> Result<StatusCode, Failure> {
     crate::api::only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
-    let Json(r) = body.map_err(|e| Failure(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let Json(r) = body.map_err(|e| crate::api::unreadable(&e))?;
     if !s.loaded().config.addresses.contains_key(&name) {
         return Err(Failure(
             StatusCode::NOT_FOUND,

@@ -583,6 +583,39 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
         "/api/v1/runs/pscheduler/7c1d2e3f-0a4b-4c5d-9e8f-101112131415",
     );
     assert_eq!(one["result"]["result"]["mss"], 1448, "{one}");
+
+    // Hostile sizes, on an archive under the servers' address-space
+    // limit: a latency histogram of 300,000 buckets (3.5 MB, under the 4 MiB
+    // body limit) is read and its percentiles are right; a larger body and
+    // a batch of more runs than the limit are refused with 413.
+    let mut big: Value = serde_json::from_str(&ps_fixture("latencybg")).unwrap();
+    big["id"] = Value::from("big-histogram");
+    let buckets: serde_json::Map<String, Value> = (0..300_000u32)
+        .map(|i| (format!("{}.{:03}", i / 1000, i % 1000), Value::from(1)))
+        .collect();
+    big["result"]["histogram-latency"] = Value::Object(buckets);
+    let text = serde_json::to_string(&big).unwrap();
+    assert!(text.len() > 3_000_000 && text.len() < 4 << 20, "{}", text.len());
+    let (status, v) = post("PUT", &text);
+    assert_eq!(status, 200, "{v}");
+    let stored = get_json("127.0.0.1", port, "/api/v1/runs/pscheduler/big-histogram");
+    let median = stored["figures"]["delay_median_us"].as_f64().unwrap();
+    assert!((median - 150_000.0).abs() <= 1_000.0, "{median}");
+    let (status, _) = post("PUT", &" ".repeat(5 << 20));
+    assert_eq!(status, 413);
+    let many = format!("{{\"runs\":[{}]}}", vec!["{\"id\":\"x\"}"; 5_001].join(","));
+    let (status, text) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/runs",
+        Some(TOKEN),
+        &many,
+    );
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("at most 5000 runs"), "{text}");
+    let h = get_json("127.0.0.1", port, "/api/v1/health");
+    assert_eq!(h["role"], "archive", "still up: {h}");
 }
 
 /// A GET with an `If-None-Match`; the status and the ETag answered.
