@@ -11,7 +11,8 @@
 //! bounded (`forward_backlog`): past it the oldest background runs
 //! (per-minute summaries) are dropped first, then the oldest of any kind,
 //! and each drop is logged and counted. A run the archive refuses as
-//! malformed (400, or 413 alone in its batch) is dropped the same way,
+//! malformed (400, or 413 alone in its batch: a batch refused as a whole
+//! is sent again as halves) is dropped the same way,
 //! since sending it again cannot succeed; a refused token (401, 403)
 //! keeps the queue and says why on the host page, in `/api/v1/health` and
 //! in `/metrics`.
@@ -123,10 +124,10 @@ enum Sent {
     /// Answered: the ids sent, and those of them the archive refused as
     /// malformed, each with its reason (sending them again cannot help).
     Stored(Vec<String>, Vec<(String, String)>),
-    /// The archive refused the batch as a whole (too large; an HTTP
-    /// receiver's 400 or 422): send one run at a time, and drop a run it
-    /// refuses alone.
-    Refused(String),
+    /// The archive refused the batch of this many runs as a whole (too
+    /// large; an HTTP receiver's 400 or 422): send fewer, and drop a run
+    /// it refuses alone.
+    Refused(String, usize),
     /// Try again later.
     Failed(String),
 }
@@ -202,7 +203,10 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
     };
     let mut backoff = Duration::from_secs(1);
     let mut last_logged: Option<String> = None;
-    let mut one_at_a_time = false;
+    // Runs a batch may hold: halved when a batch is refused as a whole,
+    // doubled back after 16 batches delivered in a row.
+    let mut batch = BATCH_RUNS as usize;
+    let mut delivered_in_a_row = 0u32;
     loop {
         // The limit first: what is dropped is said.
         match shared
@@ -242,15 +246,18 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     }
                     continue;
                 }
-                let n = if one_at_a_time { 1 } else { runs.len() };
-                send(&shared, &target, &http, &url, &runs[..n]).await
+                send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
             }
             Err(e) => Sent::Failed(format!("cannot read the queue: {e}")),
         };
         match sent {
             Sent::Stored(ids, refused) => {
                 backoff = Duration::from_secs(1);
-                one_at_a_time = false;
+                delivered_in_a_row += 1;
+                if batch < BATCH_RUNS as usize && delivered_in_a_row >= 16 {
+                    batch = (batch * 2).min(BATCH_RUNS as usize);
+                    delivered_in_a_row = 0;
+                }
                 if let Err(e) = shared.archive.dequeue(&target.url, &ids).await {
                     log(&format!("forwarding to {}: {e}", target.url));
                 }
@@ -274,11 +281,12 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     log(&format!("forwarding to {}: delivering again", target.url));
                 }
             }
-            Sent::Refused(why) => {
+            Sent::Refused(why, sent) => {
                 // The archive's body limit is smaller than a batch, or one
-                // of its runs does not suit it: one at a time; a single
-                // run refused is dropped for good.
-                if one_at_a_time {
+                // of its runs does not suit it: half as many, down to one
+                // at a time; a single run refused is dropped for good.
+                delivered_in_a_row = 0;
+                if sent <= 1 {
                     if let Ok((runs, _)) = shared.archive.backlog(&target.url, 1).await {
                         let ids: Vec<String> = runs.into_iter().map(|r| r.id).collect();
                         let _ = shared.archive.dequeue(&target.url, &ids).await;
@@ -293,7 +301,15 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                         ));
                     }
                 }
-                one_at_a_time = true;
+                if sent > 1 {
+                    log(&format!(
+                        "forwarding to {}: a batch of {sent} runs was refused as a whole ({why}); \
+                         sending {} a batch",
+                        target.url,
+                        (sent / 2).max(1)
+                    ));
+                }
+                batch = (sent / 2).max(1);
             }
             Sent::Failed(why) => {
                 shared.forward_status(&target.url, |s| {
@@ -404,8 +420,8 @@ async fn send(
     }
     let why = format!("HTTP {}: {reason}", status.as_u16());
     match status.as_u16() {
-        413 => Sent::Refused(why),
-        400 | 422 if !goodput => Sent::Refused(why),
+        413 => Sent::Refused(why, ids.len()),
+        400 | 422 if !goodput => Sent::Refused(why, ids.len()),
         _ => Sent::Failed(why),
     }
 }

@@ -28,7 +28,7 @@ fn archive_tls(
     port: u16,
     tls_port: Option<u16>,
 ) -> (Reaped, String) {
-    archive_at(group, name, db, config, "127.0.0.1", port, tls_port)
+    archive_at(group, name, db, config, "127.0.0.1", port, tls_port, &[])
 }
 
 /// The same on address `ip`.
@@ -40,6 +40,7 @@ fn archive_at(
     ip: &str,
     port: u16,
     tls_port: Option<u16>,
+    extra: &[&str],
 ) -> (Reaped, String) {
     let token = tmp(group, "token");
     std::fs::write(&token, TOKEN).unwrap();
@@ -67,6 +68,7 @@ fn archive_at(
         .arg("--token-file")
         .arg(&token)
         .arg("--no-beacon")
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(log);
     common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
@@ -794,14 +796,27 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
         hook.url
     );
     let config = mesh_config(group, &names, &ips, ports, 4, 2, &archives);
-    let _archive = archive(group, "archive", &db, &config, port);
     // No --forward-to: the document names where runs go.
     let agents: Vec<Agent> = names
         .iter()
         .zip(ips)
-        .map(|(n, ip)| Agent::start(group, n, ip, &config, ports, &[]))
+        .map(|(n, ip)| Agent::start(group, n, ip, &config, ports, &["--lease", "6s"]))
         .collect();
-    std::thread::sleep(Duration::from_secs(14));
+    // The fleet archive comes up late, taking bodies of 64 KiB at most:
+    // the queued runs are more than that, so the agents halve their
+    // batches until the archive takes them.
+    std::thread::sleep(Duration::from_secs(16));
+    let (_archive, _) = archive_at(
+        group,
+        "archive",
+        &db,
+        &config,
+        "127.0.0.1",
+        port,
+        None,
+        &["--max-body", "64KiB"],
+    );
+    std::thread::sleep(Duration::from_secs(4));
     let before: Vec<BTreeMap<String, String>> = agents.iter().map(|a| ended(a, ports)).collect();
     drained(&agents, ports, Duration::from_secs(60));
     for a in &agents {
@@ -875,6 +890,14 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
     assert!(
         *hook.attempts.lock().unwrap() > hook.received.lock().unwrap().len() as u64,
         "the refused batches were sent again"
+    );
+    assert!(
+        agents.iter().any(|a| a
+            .log_text()
+            .contains(&format!("forwarding to {fleet}: a batch of"))
+            && a.log_text().contains("refused as a whole (HTTP 413")),
+        "no batch was too large for the archive: {}",
+        agents[0].log_text()
     );
     // The agents registered with the fleet archive the document names.
     let inventory = get_json("127.0.0.1", port, "/api/v1/fleet/agents");
@@ -951,7 +974,7 @@ fn four_agents_in_namespaces_lose_nothing_while_the_archive_is_down_for_minutes(
     let config = mesh_config(group, &names, &ips, ports, 30, 25, "");
     let port = 8790;
     let to = format!("http://10.77.0.254:{port}");
-    let start_archive = || archive_at(group, "archive", &db, &config, "10.77.0.254", port, None).0;
+    let start_archive = || archive_at(group, "archive", &db, &config, "10.77.0.254", port, None, &[]).0;
     let archive = start_archive();
     let agents: Vec<Agent> = names
         .iter()

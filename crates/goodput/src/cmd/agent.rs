@@ -137,6 +137,7 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             max_duration: args.max_run_length.0,
             windows,
             max_bitrate,
+            max_body: usize::try_from(args.max_body.0.max(64 << 10)).unwrap_or(usize::MAX),
             ..Limits::default()
         },
         beacon: !args.no_beacon,

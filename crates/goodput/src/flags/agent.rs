@@ -151,6 +151,10 @@ pub struct AgentArgs {
     /// archive's database).
     #[arg(long, value_name = "BYTES")]
     pub archive_limit: Option<ByteSize>,
+    /// The largest request body the API reads (a booking, a forwarded
+    /// batch, a pScheduler result); larger ones get 413. At least 64KiB.
+    #[arg(long, value_name = "BYTES", default_value = "4MiB")]
+    pub max_body: ByteSize,
     #[command(subcommand)]
     pub action: Option<AgentAction>,
 }
