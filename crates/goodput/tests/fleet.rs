@@ -28,18 +28,17 @@ fn archive_tls(
     port: u16,
     tls_port: Option<u16>,
 ) -> (Reaped, String) {
-    archive_at(group, name, db, config, "127.0.0.1", port, tls_port, &[])
+    archive_at(group, name, db, config, ("127.0.0.1", port, tls_port), &[])
 }
 
-/// The same on address `ip`.
+/// The same on address `ip` (HTTP on `port`, HTTPS on `tls_port`), with
+/// `extra` flags.
 fn archive_at(
     group: &str,
     name: &str,
     db: &str,
     config: &std::path::Path,
-    ip: &str,
-    port: u16,
-    tls_port: Option<u16>,
+    (ip, port, tls_port): (&str, u16, Option<u16>),
     extra: &[&str],
 ) -> (Reaped, String) {
     let token = tmp(group, "token");
@@ -811,9 +810,7 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
         "archive",
         &db,
         &config,
-        "127.0.0.1",
-        port,
-        None,
+        ("127.0.0.1", port, None),
         &["--max-body", "64KiB"],
     );
     std::thread::sleep(Duration::from_secs(4));
@@ -974,7 +971,7 @@ fn four_agents_in_namespaces_lose_nothing_while_the_archive_is_down_for_minutes(
     let config = mesh_config(group, &names, &ips, ports, 30, 25, "");
     let port = 8790;
     let to = format!("http://10.77.0.254:{port}");
-    let start_archive = || archive_at(group, "archive", &db, &config, "10.77.0.254", port, None, &[]).0;
+    let start_archive = || archive_at(group, "archive", &db, &config, ("10.77.0.254", port, None), &[]).0;
     let archive = start_archive();
     let agents: Vec<Agent> = names
         .iter()
