@@ -225,14 +225,9 @@ fn peer_beacon_reflector(shared: &Shared, b: &Booked) -> bool {
     if port != shared.options.stamp_port {
         return false;
     }
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loaded = shared.loaded();
-    let Some(a) = loaded.config.addresses.get(&peer.name) else {
-        return false;
-    };
-    std::iter::once(&a.address)
-        .chain(a.labels.values())
-        .any(|x| x.trim_start_matches('[').trim_end_matches(']') == host)
+    // The same comparison as everywhere a host is named: case-blind
+    // names, IP addresses however they are written.
+    shared.loaded().name_of_host(&host).as_deref() == Some(peer.name.as_str())
 }
 
 /// Serves the beacon's services on this host's configured addresses until

@@ -53,6 +53,7 @@ pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
 pub use forward::ForwardTarget;
 pub use limits::{Limits, Window};
 pub use openapi::document as openapi_document;
+pub use peer::json_capped;
 pub use tls::fingerprint;
 
 /// What the process is.

@@ -85,6 +85,17 @@ pub(crate) async fn body_capped(
     Ok(bytes)
 }
 
+/// A JSON answer read with [`body_capped`]: `Null` when it is larger
+/// than `max` bytes, cut off or not JSON (for the CLI's calls to an
+/// agent, which never read an answer without bound).
+pub async fn json_capped(r: reqwest::Response, max: u64) -> serde_json::Value {
+    body_capped(r, max)
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
 /// The reason in a refusal's body (`{"error": …}`, at most 64 KiB read),
 /// or the status.
 async fn refusal_text(r: reqwest::Response) -> String {

@@ -226,7 +226,7 @@ fn agent_run(args: &AgentRunArgs) -> Result<u8, Stop> {
             .await
             .map_err(|e| Stop::Fatal(anyhow!("{base}: {e}")))?;
         let status = answer.status();
-        let v: serde_json::Value = answer.json().await.unwrap_or_default();
+        let v = goodput_agent::json_capped(answer, ANSWER_LIMIT).await;
         if !status.is_success() {
             let e = v["error"].as_str().unwrap_or("no reason given");
             return Err(Stop::Fatal(anyhow!(
@@ -249,7 +249,7 @@ fn agent_run(args: &AgentRunArgs) -> Result<u8, Stop> {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             let r: serde_json::Value = match http.get(format!("{base}/api/v1/runs/{id}")).send().await {
-                Ok(a) if a.status().is_success() => a.json().await.unwrap_or_default(),
+                Ok(a) if a.status().is_success() => goodput_agent::json_capped(a, ANSWER_LIMIT).await,
                 _ => serde_json::Value::Null,
             };
             let state = r["state"].as_str().unwrap_or("");
@@ -504,3 +504,7 @@ fn import_psconfig(args: &ImportPsconfigArgs) -> Result<u8, Stop> {
     );
     Ok(EXIT_OK)
 }
+
+/// The most of an agent's answer `agent run` reads (a run with its whole
+/// result document).
+const ANSWER_LIMIT: u64 = 64 << 20;

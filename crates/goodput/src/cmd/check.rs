@@ -80,7 +80,8 @@ fn evaluate(args: &CheckArgs) -> Result<(State, String, String), String> {
             .await
             .map_err(|e| format!("cannot reach the agent at {base}: {}", root_cause(&e)))?;
         let status = r.status().as_u16();
-        Ok((status, r.json().await.unwrap_or_default()))
+        // A series answer is bounded too: at most 64 MiB read.
+        Ok((status, goodput_agent::json_capped(r, 64 << 20).await))
     });
     let (status, v) = answer?;
     let pair = match &args.key {

@@ -22,7 +22,7 @@ pub struct ReportArgs {
     /// missing), named after the run's number and what it shows.
     #[arg(long, value_name = "DIR")]
     pub png: Option<PathBuf>,
-    /// Read at most this many bytes of each document (MiB).
+    /// The largest document read, in MiB (a larger one is refused).
     #[arg(long, default_value_t = 256, value_name = "MiB")]
     pub max_input_mib: u64,
 }
