@@ -16,6 +16,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::{StreamExt, TryStreamExt};
+
 use goodput_archive::{measurement_key, AlertRecord, Metric};
 use goodput_core::alert::{median, Direction, Family, Rule, Status, Tracker};
 use goodput_core::mesh::{ms_rfc3339, PairTask};
@@ -170,6 +172,219 @@ fn ends<'a>(source: &'a str, dest: Option<&'a str>, d: Direction) -> (&'a str, &
     }
 }
 
+/// What judging one measurement leaves: the states seen, its half-cells
+/// and the tracker keys it visited.
+#[derive(Default)]
+struct Judged {
+    seen: Vec<Seen>,
+    cells: Vec<CellPart>,
+    visited: Vec<TrackKey>,
+}
+
+/// A state seen: its tracker, the state, the value, the threshold text,
+/// the metric's name and the measurement's key.
+type Seen = (TrackKey, Status, Option<f64>, String, String, String);
+
+/// A half-cell before the trackers decide its state: the cell, the
+/// trackers of its rules, the no-data tracker, in maintenance, not run.
+type CellPart = (HalfCell, Vec<TrackKey>, Option<TrackKey>, bool, bool);
+
+/// How many measurements are judged at once (each reads the archive).
+const JUDGED_AT_ONCE: usize = 8;
+
+/// Every rule over one measurement.
+async fn judge(
+    shared: &Shared,
+    loaded: &crate::config::Loaded,
+    rules: &[Rule],
+    p: &PairTask,
+    now: u64,
+) -> Result<Judged, String> {
+    let section = &loaded.config.alerts;
+    let archive = &shared.archive;
+    let mut out = Judged::default();
+    let Some(task) = loaded.config.tasks.get(&p.task) else {
+        return Ok(out);
+    };
+    let kind = p.spec.kind();
+    let key = measurement_key(&p.spec, &p.source, p.dest.as_deref());
+    let every = interval(&p.repeat, now);
+    let maintenance = section.maintenance_of(&p.source, p.dest.as_deref(), now);
+    let covering: Vec<&Rule> = rules
+        .iter()
+        .filter(|r| r.covers(&p.task, &task.group, &task.test))
+        .collect();
+    let last_run = archive.last_finished(&key).await.map_err(|e| e.to_string())?;
+    // Every figure's runs over the widest window a rule looks at, in one
+    // read (was: one query per rule, metric and direction).
+    let widest = covering
+        .iter()
+        .filter(|r| r.family.is_some_and(|f| f != Family::Path))
+        .map(|r| r.window.ms(every).max(every))
+        .max();
+    let recent = match (widest, maintenance) {
+        (Some(w), None) => archive
+            .recent(&key, now.saturating_sub(w), now.saturating_add(1))
+            .await
+            .map_err(|e| e.to_string())?,
+        _ => Default::default(),
+    };
+    let tkey = |r: &Rule, d: Direction| {
+        (
+            r.name.clone(),
+            p.task.clone(),
+            p.source.clone(),
+            p.dest.clone(),
+            d,
+        )
+    };
+    // No data: no finished run over the rule's window, once the task
+    // and this agent have been about for that long.
+    let mut no_data_key = None;
+    if let Some(r) = covering.iter().find(|r| r.family.is_none()) {
+        let k = tkey(r, Direction::RoundTrip);
+        out.visited.push(k.clone());
+        no_data_key = Some(k.clone());
+        let window = r.window.ms(every);
+        let last = last_run;
+        let about = shared.started_ms.max(p.repeat.start);
+        let state = match last {
+            Some(t) if t.saturating_add(window) >= now => Some(Status::Ok),
+            _ if now.saturating_sub(about) < window => None,
+            _ => Some(Status::NoData),
+        };
+        if let (Some(s), None) = (state, maintenance) {
+            let last_text = last.map_or("never".into(), ms_rfc3339);
+            out.seen.push((
+                k,
+                s,
+                None,
+                format!("{} (last finished run: {last_text})", r.legend()),
+                "no_data".into(),
+                key.clone(),
+            ));
+        }
+    }
+    for family in Family::ALL.into_iter().filter(|f| f.measured_by(kind)) {
+        for &d in family.directions() {
+            let Some(metric) = family.archive_metric(d).and_then(metric_of) else {
+                continue;
+            };
+            let mut newest: Option<(u64, f64)> = None;
+            let mut keys = Vec::new();
+            for r in covering.iter().filter(|r| r.family == Some(family)) {
+                let k = tkey(r, d);
+                out.visited.push(k.clone());
+                keys.push(k.clone());
+                if maintenance.is_some() {
+                    continue;
+                }
+                // At least the task's repeat interval: every
+                // evaluation sees the latest run.
+                let window = r.window.ms(every).max(every);
+                let from = now.saturating_sub(window);
+                let value = if family == Family::Path {
+                    let h = archive
+                        .paths(&key, from, now.saturating_add(1))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if let Some(p) = h.paths.iter().max_by_key(|p| p.last_ms) {
+                        if newest.is_none_or(|(t, _)| p.last_ms >= t) {
+                            newest = Some((p.last_ms, h.changes as f64));
+                        }
+                    }
+                    (h.runs > 0).then_some(h.changes as f64)
+                } else {
+                    let points = recent.series(metric, from, now.saturating_add(1));
+                    if let Some(p) = points.last() {
+                        if newest.is_none_or(|(t, _)| p.at_ms >= t) {
+                            newest = Some((p.at_ms, p.mean));
+                        }
+                    }
+                    let values: Vec<f64> = points.iter().map(|p| p.mean).collect();
+                    r.statistic.of(&values)
+                };
+                let Some(v) = value else {
+                    continue;
+                };
+                let relative = [&r.warning, &r.critical]
+                    .iter()
+                    .any(|t| t.as_ref().is_some_and(|t| t.relative()));
+                let baseline = if relative {
+                    baseline(archive, &key, metric, now.saturating_sub(r.baseline_ms), now).await?
+                } else {
+                    None
+                };
+                let Some(state) = r.judge(v, baseline) else {
+                    continue;
+                };
+                let unit = family.unit();
+                let mut text = format!("{} = {}", r.name, unit.show(v));
+                if family == Family::Path {
+                    text = format!("{}: {v} path changes", r.name);
+                }
+                if let Some(b) = baseline {
+                    text.push_str(&format!(", baseline {}", unit.show(b)));
+                }
+                let passed = match state {
+                    Status::Critical => r.critical.as_ref().map(|t| t.text.clone()),
+                    Status::Warning => r.warning.as_ref().map(|t| t.text.clone()),
+                    _ => None,
+                };
+                if let Some(t) = passed {
+                    text.push_str(&format!(" (outside {t})"));
+                }
+                out.seen
+                    .push((k, state, Some(v), text, family.name().into(), key.clone()));
+            }
+            // A direction (or figure) this test has not measured in a
+            // week, though it ran: not run, rather than no data.
+            let mut not_run = false;
+            if newest.is_none() && maintenance.is_none() {
+                if let Some(last) = last_run {
+                    const WEEK: u64 = 7 * 86_400_000;
+                    let from = now.saturating_sub(WEEK) / HOUR * HOUR;
+                    let to = (now / HOUR + 1) * HOUR;
+                    let any = archive
+                        .series(&key, metric, from, to, Some(HOUR))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    not_run = any.is_empty() && last.saturating_add(WEEK) > now;
+                }
+            }
+            out.cells.push((
+                HalfCell {
+                    task: p.task.clone(),
+                    kind: kind.into(),
+                    source: p.source.clone(),
+                    dest: p.dest.clone(),
+                    metric: family,
+                    direction: d,
+                    status: Status::Ok,
+                    value: newest.map(|n| n.1),
+                    at_ms: newest.map(|n| n.0),
+                    why: maintenance.map(|m| {
+                        format!(
+                            "maintenance until {}{}",
+                            m.end,
+                            if m.reason.is_empty() {
+                                String::new()
+                            } else {
+                                format!(": {}", m.reason)
+                            }
+                        )
+                    }),
+                },
+                keys,
+                no_data_key.clone(),
+                maintenance.is_some(),
+                not_run,
+            ));
+        }
+    }
+    Ok(out)
+}
+
 /// One evaluation: every rule over every measurement this agent runs.
 pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
     let loaded = shared.loaded();
@@ -214,177 +429,20 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
         .collect();
     // (key, state seen, value, threshold text) for each tracked state;
     // and the cells.
-    let mut seen: Vec<(TrackKey, Status, Option<f64>, String, String, String)> = Vec::new();
-    let mut cells = Vec::new();
+    let mut seen: Vec<Seen> = Vec::new();
+    let mut cells: Vec<CellPart> = Vec::new();
     let mut visited: HashSet<TrackKey> = HashSet::new();
-    for p in mine {
-        let Some(task) = loaded.config.tasks.get(&p.task) else {
-            continue;
-        };
-        let kind = p.spec.kind();
-        let key = measurement_key(&p.spec, &p.source, p.dest.as_deref());
-        let every = interval(&p.repeat, now);
-        let maintenance = section.maintenance_of(&p.source, p.dest.as_deref(), now);
-        let covering: Vec<&Rule> = rules
-            .iter()
-            .filter(|r| r.covers(&p.task, &task.group, &task.test))
-            .collect();
-        let tkey = |r: &Rule, d: Direction| {
-            (
-                r.name.clone(),
-                p.task.clone(),
-                p.source.clone(),
-                p.dest.clone(),
-                d,
-            )
-        };
-        // No data: no finished run over the rule's window, once the task
-        // and this agent have been about for that long.
-        let mut no_data_key = None;
-        if let Some(r) = covering.iter().find(|r| r.family.is_none()) {
-            let k = tkey(r, Direction::RoundTrip);
-            visited.insert(k.clone());
-            no_data_key = Some(k.clone());
-            let window = r.window.ms(every);
-            let last = archive.last_finished(&key).await.map_err(|e| e.to_string())?;
-            let about = shared.started_ms.max(p.repeat.start);
-            let state = match last {
-                Some(t) if t.saturating_add(window) >= now => Some(Status::Ok),
-                _ if now.saturating_sub(about) < window => None,
-                _ => Some(Status::NoData),
-            };
-            if let (Some(s), None) = (state, maintenance) {
-                let last_text = last.map_or("never".into(), ms_rfc3339);
-                seen.push((
-                    k,
-                    s,
-                    None,
-                    format!("{} (last finished run: {last_text})", r.legend()),
-                    "no_data".into(),
-                    key.clone(),
-                ));
-            }
-        }
-        let last_run = archive.last_finished(&key).await.map_err(|e| e.to_string())?;
-        for family in Family::ALL.into_iter().filter(|f| f.measured_by(kind)) {
-            for &d in family.directions() {
-                let Some(metric) = family.archive_metric(d).and_then(metric_of) else {
-                    continue;
-                };
-                let mut newest: Option<(u64, f64)> = None;
-                let mut keys = Vec::new();
-                for r in covering.iter().filter(|r| r.family == Some(family)) {
-                    let k = tkey(r, d);
-                    visited.insert(k.clone());
-                    keys.push(k.clone());
-                    if maintenance.is_some() {
-                        continue;
-                    }
-                    // At least the task's repeat interval: every
-                    // evaluation sees the latest run.
-                    let window = r.window.ms(every).max(every);
-                    let from = now.saturating_sub(window);
-                    let value = if family == Family::Path {
-                        let h = archive
-                            .paths(&key, from, now.saturating_add(1))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if let Some(p) = h.paths.iter().max_by_key(|p| p.last_ms) {
-                            if newest.is_none_or(|(t, _)| p.last_ms >= t) {
-                                newest = Some((p.last_ms, h.changes as f64));
-                            }
-                        }
-                        (h.runs > 0).then_some(h.changes as f64)
-                    } else {
-                        let points = archive
-                            .series(&key, metric, from, now.saturating_add(1), None)
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        if let Some(p) = points.last() {
-                            if newest.is_none_or(|(t, _)| p.at_ms >= t) {
-                                newest = Some((p.at_ms, p.mean));
-                            }
-                        }
-                        let values: Vec<f64> = points.iter().map(|p| p.mean).collect();
-                        r.statistic.of(&values)
-                    };
-                    let Some(v) = value else {
-                        continue;
-                    };
-                    let relative = [&r.warning, &r.critical]
-                        .iter()
-                        .any(|t| t.as_ref().is_some_and(|t| t.relative()));
-                    let baseline = if relative {
-                        baseline(archive, &key, metric, now.saturating_sub(r.baseline_ms), now).await?
-                    } else {
-                        None
-                    };
-                    let Some(state) = r.judge(v, baseline) else {
-                        continue;
-                    };
-                    let unit = family.unit();
-                    let mut text = format!("{} = {}", r.name, unit.show(v));
-                    if family == Family::Path {
-                        text = format!("{}: {v} path changes", r.name);
-                    }
-                    if let Some(b) = baseline {
-                        text.push_str(&format!(", baseline {}", unit.show(b)));
-                    }
-                    let passed = match state {
-                        Status::Critical => r.critical.as_ref().map(|t| t.text.clone()),
-                        Status::Warning => r.warning.as_ref().map(|t| t.text.clone()),
-                        _ => None,
-                    };
-                    if let Some(t) = passed {
-                        text.push_str(&format!(" (outside {t})"));
-                    }
-                    seen.push((k, state, Some(v), text, family.name().into(), key.clone()));
-                }
-                // A direction (or figure) this test has not measured in a
-                // week, though it ran: not run, rather than no data.
-                let mut not_run = false;
-                if newest.is_none() && maintenance.is_none() {
-                    if let Some(last) = last_run {
-                        const WEEK: u64 = 7 * 86_400_000;
-                        let from = now.saturating_sub(WEEK) / HOUR * HOUR;
-                        let to = (now / HOUR + 1) * HOUR;
-                        let any = archive
-                            .series(&key, metric, from, to, Some(HOUR))
-                            .await
-                            .map_err(|e| e.to_string())?;
-                        not_run = any.is_empty() && last.saturating_add(WEEK) > now;
-                    }
-                }
-                cells.push((
-                    HalfCell {
-                        task: p.task.clone(),
-                        kind: kind.into(),
-                        source: p.source.clone(),
-                        dest: p.dest.clone(),
-                        metric: family,
-                        direction: d,
-                        status: Status::Ok,
-                        value: newest.map(|n| n.1),
-                        at_ms: newest.map(|n| n.0),
-                        why: maintenance.map(|m| {
-                            format!(
-                                "maintenance until {}{}",
-                                m.end,
-                                if m.reason.is_empty() {
-                                    String::new()
-                                } else {
-                                    format!(": {}", m.reason)
-                                }
-                            )
-                        }),
-                    },
-                    keys,
-                    no_data_key.clone(),
-                    maintenance.is_some(),
-                    not_run,
-                ));
-            }
-        }
+    // (By index: a closure over references trips the spawned task's Send
+    // check.)
+    let judged: Vec<Judged> = futures_util::stream::iter(0..mine.len())
+        .map(|i| judge(shared, &loaded, &rules, mine[i], now))
+        .buffered(JUDGED_AT_ONCE)
+        .try_collect()
+        .await?;
+    for j in judged {
+        seen.extend(j.seen);
+        cells.extend(j.cells);
+        visited.extend(j.visited);
     }
     // Take the states, open and end alerts.
     let mut stored = Vec::new();

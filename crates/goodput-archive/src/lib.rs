@@ -214,6 +214,11 @@ impl Metric {
         Metric::Hops,
     ];
 
+    /// Its place in [`Metric::ALL`].
+    pub fn index(self) -> usize {
+        Metric::ALL.iter().position(|m| *m == self).unwrap_or(0)
+    }
+
     fn column(self) -> &'static str {
         match self {
             Metric::ThroughputUp => "throughput_up_bps",
@@ -230,6 +235,48 @@ impl Metric {
             Metric::DelayMax => "delay_max_us",
             Metric::Hops => "hops",
         }
+    }
+}
+
+/// A measurement's finished runs over a window, every metric at once
+/// ([`Archive::recent`]): what [`Archive::series`] gives run by run, read
+/// in one query for all the metrics.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recent {
+    /// Each run's start (ms) and its value of each metric, in
+    /// [`Metric::ALL`]'s order; oldest first.
+    pub runs: Vec<(u64, [Option<f64>; Metric::ALL.len()])>,
+}
+
+impl Recent {
+    /// The series of `metric` over `[from_ms, to_ms)`, as
+    /// [`Archive::series`] answers it without a step: a point per start
+    /// time (runs that started in the same millisecond averaged), runs
+    /// without the figure left out.
+    pub fn series(&self, metric: Metric, from_ms: u64, to_ms: u64) -> Vec<Point> {
+        let i = metric.index();
+        let mut out: Vec<Point> = Vec::new();
+        for (at, values) in &self.runs {
+            let (Some(v), true) = (values[i], (from_ms..to_ms).contains(at)) else {
+                continue;
+            };
+            match out.last_mut() {
+                Some(p) if p.at_ms == *at => {
+                    p.mean = (p.mean * p.count as f64 + v) / (p.count + 1) as f64;
+                    p.count += 1;
+                    p.min = p.min.min(v);
+                    p.max = p.max.max(v);
+                }
+                _ => out.push(Point {
+                    at_ms: *at,
+                    count: 1,
+                    min: v,
+                    mean: v,
+                    max: v,
+                }),
+            }
+        }
+        out
     }
 }
 
@@ -846,6 +893,35 @@ impl Archive {
             .fetch_all(p)
             .await?;
         Ok(rows.iter().map(point_of).collect())
+        })
+    }
+
+    /// A measurement's finished runs that started in `[from, to)`, with
+    /// every metric's value (one query where [`Archive::series`] takes one
+    /// per metric).
+    pub async fn recent(&self, key: &str, from_ms: u64, to_ms: u64) -> Result<Recent, ArchiveError> {
+        on_pool!(self, p, pg => {
+        let columns: Vec<&str> = Metric::ALL.iter().map(|m| m.column()).collect();
+        let sql = format!(
+            "SELECT start_ms, {} FROM runs WHERE measurement_key = $1 AND state = 'finished' \
+             AND start_ms >= $2 AND start_ms < $3 ORDER BY start_ms",
+            columns.join(", ")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(key)
+            .bind(ms(from_ms))
+            .bind(ms(to_ms))
+            .fetch_all(p)
+            .await?;
+        let mut out = Recent::default();
+        for r in rows {
+            let mut values = [None; Metric::ALL.len()];
+            for (v, c) in values.iter_mut().zip(&columns) {
+                *v = r.try_get(*c)?;
+            }
+            out.runs.push((r.try_get::<i64, _>("start_ms")?.max(0) as u64, values));
+        }
+        Ok(out)
         })
     }
 

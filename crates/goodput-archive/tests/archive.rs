@@ -86,6 +86,7 @@ on_both!(a_measurements_paths_and_their_changes_come_back);
 on_both!(alerts_are_stored_updated_ended_and_listed);
 on_both!(ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first);
 on_both!(agents_register_and_renew_their_leases);
+on_both!(recent_runs_give_every_metrics_series_as_series_does);
 
 /// PostgreSQL over TLS: with `sslmode=verify-full` and the server's
 /// certificate as the root, the archive connects and stores; a server
@@ -206,6 +207,74 @@ async fn a_connection_cut_mid_batch_leaves_nothing_and_the_batch_goes_in_whole_a
     a.put(&runs).await.unwrap();
     assert_eq!(a.count().await.unwrap(), 10_000);
     assert_eq!(c.psql("archive", "SELECT COUNT(*) FROM run_documents"), "10000");
+}
+
+/// `Archive::recent` (one read, every metric) gives, metric by metric,
+/// the series `Archive::series` reads without a step: same points, same
+/// runs left out (failed, outside the window, without the figure), runs
+/// that started in the same millisecond averaged.
+async fn recent_runs_give_every_metrics_series_as_series_does(e: &Engine) {
+    let a = e.open().await;
+    let (stamp_doc, stamp) = fixture("stamp");
+    let (tcp_doc, tcp) = fixture("tcp-duplex");
+    let mut runs = Vec::new();
+    for i in 0..30u64 {
+        let at = 10_000_000 + i * 60_000;
+        let mut r = run(&format!("s-{i}"), at, RunState::Finished, &stamp_doc, &stamp);
+        // Varied figures, and a second run in the same millisecond.
+        r.figures.delay_median_us = r.figures.delay_median_us.map(|d| d + i as f64 * 7.25);
+        r.figures.loss_pct = (i % 3 != 0).then_some(i as f64 / 10.0);
+        if i == 5 {
+            let mut twin = r.clone();
+            twin.id = "s-5-twin".into();
+            twin.figures.delay_median_us = Some(1234.5);
+            runs.push(twin);
+        }
+        if i == 7 {
+            r.state = RunState::Failed;
+        }
+        runs.push(r);
+    }
+    // Another measurement's runs stay out.
+    let mut other = run("t-1", 10_000_000, RunState::Finished, &tcp_doc, &tcp);
+    other.measurement_key = runs[0].measurement_key.clone() + "/other";
+    runs.push(other);
+    a.put(&runs).await.unwrap();
+    let key = &runs[0].measurement_key;
+    let (from, to) = (10_000_000 + 3 * 60_000, 10_000_000 + 25 * 60_000);
+    let recent = a.recent(key, from, to).await.unwrap();
+    assert_eq!(
+        recent.runs.len(),
+        22 - 1 + 1,
+        "22 starts in the window, one failed, one twin"
+    );
+    let mut compared = 0;
+    for m in goodput_archive::Metric::ALL {
+        let want = a.series(key, m, from, to, None).await.unwrap();
+        let got = recent.series(m, from, to);
+        assert_eq!(got.len(), want.len(), "{m:?}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(
+                (g.at_ms, g.count, g.min, g.max),
+                (w.at_ms, w.count, w.min, w.max),
+                "{m:?}"
+            );
+            assert!(
+                (g.mean - w.mean).abs() <= 1e-9 * w.mean.abs().max(1.0),
+                "{m:?}: {g:?} {w:?}"
+            );
+        }
+        compared += want.len();
+        // A narrower window of the same read.
+        let narrow = a.series(key, m, from + 600_000, to, None).await.unwrap();
+        assert_eq!(recent.series(m, from + 600_000, to).len(), narrow.len(), "{m:?}");
+    }
+    assert!(compared > 40, "only {compared} points compared");
+    let twin = recent.series(goodput_archive::Metric::DelayMedian, from, to);
+    assert!(
+        twin.iter().any(|p| p.count == 2),
+        "the twins make one point of two runs"
+    );
 }
 
 fn fixture(name: &str) -> (serde_json::Value, TestResult) {

@@ -769,10 +769,13 @@ fn agents_take_their_tasks_from_the_archive_and_a_lapsed_lease_shows_as_down() {
 }
 
 /// Archives named in the mesh document: every agent forwards to the
-/// fleet archive and to an HTTP receiver (which refuses its first two
-/// batches), the receiver's runs cut down and renamed by the archive's
-/// `transform`. Each run reaches both once; when the receiver leaves the
-/// document, the agents stop forwarding to it and say so.
+/// fleet archive (which comes up late) and to an HTTP receiver (which
+/// refuses its first six requests, and any batch of more than one run),
+/// the receiver's runs cut down and renamed by the archive's `transform`.
+/// Each run reaches both, the receiver once from each end that holds it;
+/// batches the receiver refuses are halved down to one run; when the
+/// receiver leaves the document, the agents stop forwarding to it and say
+/// so.
 #[test]
 fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
     let Some(cluster) = pg::Cluster::start() else {
@@ -784,7 +787,9 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
     let names = ["a", "b"];
     let ips = ["127.0.0.2", "127.0.0.3"];
     let port = free_tcp_port();
-    let hook = common::alerting::Hook::start("127.0.0.1", 2);
+    // The receiver takes one run a request, and refuses its first six
+    // requests (so runs pile up in the queues meanwhile).
+    let hook = common::alerting::Hook::start_with("127.0.0.1", 6, 1);
     let fleet = format!("http://127.0.0.1:{port}");
     let archives = format!(
         "\n[archives.fleet]\nurl = \"{fleet}\"\n\n\
@@ -801,9 +806,8 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
         .zip(ips)
         .map(|(n, ip)| Agent::start(group, n, ip, &config, ports, &["--lease", "6s"]))
         .collect();
-    // The fleet archive comes up late, taking bodies of 64 KiB at most:
-    // the queued runs are more than that, so the agents halve their
-    // batches until the archive takes them.
+    // The fleet archive comes up late (with a 64 KiB body limit): the
+    // agents queue for it meanwhile, and register when it is there.
     std::thread::sleep(Duration::from_secs(16));
     let (_archive, _) = archive_at(
         group,
@@ -888,13 +892,25 @@ fn the_mesh_names_its_archives_and_an_http_receiver_gets_runs_transformed() {
         *hook.attempts.lock().unwrap() > hook.received.lock().unwrap().len() as u64,
         "the refused batches were sent again"
     );
+    // The receiver's 422 for a batch of several: halved down to one.
     assert!(
-        agents.iter().any(|a| a
-            .log_text()
-            .contains(&format!("forwarding to {fleet}: a batch of"))
-            && a.log_text().contains("refused as a whole (HTTP 413")),
-        "no batch was too large for the archive: {}",
+        agents.iter().any(|a| {
+            let log = a.log_text();
+            log.lines().any(|l| {
+                l.contains(&format!("forwarding to {}: a batch of", hook.url))
+                    && l.contains("refused as a whole (HTTP 422")
+            })
+        }),
+        "no batch was halved: {}",
         agents[0].log_text()
+    );
+    assert!(
+        hook.received
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|b| b.as_array().unwrap().len() == 1),
+        "the receiver took a batch of several"
     );
     // The agents registered with the fleet archive the document names.
     let inventory = get_json("127.0.0.1", port, "/api/v1/fleet/agents");

@@ -111,7 +111,8 @@ impl Alertmanager {
 }
 
 /// A webhook receiver: records each POST's JSON body; answers the first
-/// `refuse` with 500.
+/// `refuse` with 500 (and, with `start_with`, a JSON array of more than
+/// `max_items` with 422, as a receiver of one document a request would).
 pub struct Hook {
     pub url: String,
     pub received: Arc<Mutex<Vec<Value>>>,
@@ -120,6 +121,10 @@ pub struct Hook {
 
 impl Hook {
     pub fn start(ip: &str, refuse: u64) -> Self {
+        Self::start_with(ip, refuse, usize::MAX)
+    }
+
+    pub fn start_with(ip: &str, refuse: u64, max_items: usize) -> Self {
         let l = TcpListener::bind((ip, 0)).unwrap();
         let url = format!("http://{}/hook", l.local_addr().unwrap());
         let received = Arc::new(Mutex::new(Vec::new()));
@@ -150,8 +155,14 @@ impl Hook {
                     *a += 1;
                     *a
                 };
+                let too_many = serde_json::from_slice::<Value>(&body)
+                    .ok()
+                    .and_then(|v| v.as_array().map(Vec::len))
+                    .is_some_and(|n| n > max_items);
                 let status = if n <= refuse {
                     "500 Internal Server Error"
+                } else if too_many {
+                    "422 Unprocessable Entity"
                 } else {
                     if let Ok(v) = serde_json::from_slice(&body) {
                         r.lock().unwrap().push(v);
