@@ -265,6 +265,7 @@ async fn judge(
             ));
         }
     }
+    let mut measured_in_week: Option<Vec<Metric>> = None;
     for family in Family::ALL.into_iter().filter(|f| f.measured_by(kind)) {
         for &d in family.directions() {
             let Some(metric) = family.archive_metric(d).and_then(metric_of) else {
@@ -343,13 +344,20 @@ async fn judge(
             if newest.is_none() && maintenance.is_none() {
                 if let Some(last) = last_run {
                     const WEEK: u64 = 7 * 86_400_000;
-                    let from = now.saturating_sub(WEEK) / HOUR * HOUR;
-                    let to = (now / HOUR + 1) * HOUR;
-                    let any = archive
-                        .series(&key, metric, from, to, Some(HOUR))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    not_run = any.is_empty() && last.saturating_add(WEEK) > now;
+                    // The metrics measured over the week, read once for
+                    // all the directions that need them.
+                    if measured_in_week.is_none() {
+                        let from = now.saturating_sub(WEEK) / HOUR * HOUR;
+                        let to = (now / HOUR + 1) * HOUR;
+                        measured_in_week = Some(
+                            archive
+                                .metrics_measured(&key, from, to)
+                                .await
+                                .map_err(|e| e.to_string())?,
+                        );
+                    }
+                    let any = measured_in_week.as_ref().is_some_and(|m| m.contains(&metric));
+                    not_run = !any && last.saturating_add(WEEK) > now;
                 }
             }
             out.cells.push((

@@ -925,6 +925,31 @@ impl Archive {
         })
     }
 
+    /// The metrics a measurement's finished runs measured in
+    /// `[from, to)`, from the hourly aggregates (whole hours).
+    pub async fn metrics_measured(
+        &self,
+        key: &str,
+        from_ms: u64,
+        to_ms: u64,
+    ) -> Result<Vec<Metric>, ArchiveError> {
+        on_pool!(self, p, pg => {
+        let columns: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT metric FROM rollups WHERE measurement_key = $1 AND bucket_ms >= $2 \
+             AND bucket_ms < $3 AND n > 0",
+        )
+        .bind(key)
+        .bind(ms(from_ms))
+        .bind(ms(to_ms))
+        .fetch_all(p)
+        .await?;
+        Ok(Metric::ALL
+            .into_iter()
+            .filter(|m| columns.iter().any(|c| c == m.column()))
+            .collect())
+        })
+    }
+
     /// The paths a measurement's finished traces took over `[from, to)`.
     pub async fn paths(&self, key: &str, from_ms: u64, to_ms: u64) -> Result<PathHistory, ArchiveError> {
         on_pool!(self, p, pg => {

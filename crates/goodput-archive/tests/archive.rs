@@ -270,6 +270,23 @@ async fn recent_runs_give_every_metrics_series_as_series_does(e: &Engine) {
         assert_eq!(recent.series(m, from + 600_000, to).len(), narrow.len(), "{m:?}");
     }
     assert!(compared > 40, "only {compared} points compared");
+    // The metrics measured over whole hours: those whose hourly series
+    // has a point.
+    let (h_from, h_to) = (0, 3_600_000 * 10);
+    let mut hourly = Vec::new();
+    for m in goodput_archive::Metric::ALL {
+        if !a
+            .series(key, m, h_from, h_to, Some(3_600_000))
+            .await
+            .unwrap()
+            .is_empty()
+        {
+            hourly.push(m);
+        }
+    }
+    assert!(hourly.len() >= 3, "{hourly:?}");
+    assert_eq!(a.metrics_measured(key, h_from, h_to).await.unwrap(), hourly);
+    assert!(a.metrics_measured(key, h_to, 2 * h_to).await.unwrap().is_empty());
     let twin = recent.series(goodput_archive::Metric::DelayMedian, from, to);
     assert!(
         twin.iter().any(|p| p.count == 2),
