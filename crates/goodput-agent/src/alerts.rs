@@ -440,6 +440,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
     let mut seen: Vec<Seen> = Vec::new();
     let mut cells: Vec<CellPart> = Vec::new();
     let mut visited: HashSet<TrackKey> = HashSet::new();
+    let began = std::time::Instant::now();
     // (By index: a closure over references trips the spawned task's Send
     // check.)
     let judged: Vec<Judged> = futures_util::stream::iter(0..mine.len())
@@ -614,8 +615,22 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
             }
         }
     }
+    let judging = began.elapsed();
     if !stored.is_empty() {
         archive.put_alerts(&stored).await.map_err(|e| e.to_string())?;
+    }
+    // A slow evaluation is said, with where its time went: the next one
+    // starts `alerts.every` after it ends.
+    let took = began.elapsed();
+    if took > Duration::from_secs(10) {
+        log(&format!(
+            "alerts: evaluated {} measurements in {:.1} s ({:.1} s judging them, {:.1} s storing {} alerts)",
+            mine.len(),
+            took.as_secs_f64(),
+            judging.as_secs_f64(),
+            (took - judging).as_secs_f64(),
+            stored.len()
+        ));
     }
     for a in &started {
         log(&format!(

@@ -488,7 +488,20 @@ impl Archive {
         // No JIT: the aggregates' statement rescans a partitioned index
         // per (measurement, hour), and JIT-compiling its plan made 200 of
         // them take 1.2 s instead of 6 ms (PostgreSQL 15's defaults).
-        let options = PgConnectOptions::from_str(url)?.options([("jit", "off")]);
+        //
+        // Generic plans: planning a statement over the partitioned tables
+        // (13 partitions a year, each with its indexes) took 4–6 ms, more
+        // than running it; a fleet archive's alert evaluation spent most
+        // of its time planning (33 s against 14 s for 19,800
+        // measurements). A generic plan prunes partitions when it runs.
+        let options = PgConnectOptions::from_str(url)?
+            .options([("jit", "off"), ("plan_cache_mode", "force_generic_plan")]);
+        // One connection first: a server that is not there or refuses is
+        // then named as such, not as a pool that timed out waiting.
+        {
+            use sqlx::Connection;
+            sqlx::PgConnection::connect_with(&options).await?.close().await?;
+        }
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(1))
             .acquire_timeout(std::time::Duration::from_secs(10))
@@ -1017,32 +1030,59 @@ impl Archive {
 
     /// Stores alerts in one transaction, each replacing the row of its id.
     pub async fn put_alerts(&self, alerts: &[AlertRecord]) -> Result<(), ArchiveError> {
+        // The last version of each (one updated, then ended in the same
+        // evaluation, is there twice; one statement may not touch a row
+        // twice).
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (i, a) in alerts.iter().enumerate() {
+            at.insert(a.id.as_str(), i);
+        }
+        let latest: Vec<&AlertRecord> = alerts
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| at.get(a.id.as_str()) == Some(i))
+            .map(|(_, a)| a)
+            .collect();
         on_pool!(self, p, pg => {
         let mut tx = p.begin().await?;
-        for a in alerts {
-            sqlx::query(
+        // 500 alerts (7,000 parameters) a statement.
+        for chunk in latest.chunks(500) {
+            let values: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    let n = i * 14;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
+                        n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, n + 7,
+                        n + 8, n + 9, n + 10, n + 11, n + 12, n + 13, n + 14
+                    )
+                })
+                .collect();
+            let sql = format!(
                 "INSERT INTO alerts (id, rule, task, source, dest, direction, metric, severity, value, threshold, \
-                 measurement_key, start_ms, updated_ms, end_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
-                 $11, $12, $13, $14) ON CONFLICT (id) DO UPDATE SET severity = excluded.severity, \
-                 value = excluded.value, threshold = excluded.threshold, updated_ms = excluded.updated_ms, \
-                 end_ms = excluded.end_ms",
-            )
-            .bind(&a.id)
-            .bind(&a.rule)
-            .bind(&a.task)
-            .bind(&a.source)
-            .bind(&a.dest)
-            .bind(&a.direction)
-            .bind(&a.metric)
-            .bind(&a.severity)
-            .bind(a.value)
-            .bind(&a.threshold)
-            .bind(&a.measurement_key)
-            .bind(ms(a.start_ms))
-            .bind(ms(a.updated_ms))
-            .bind(a.end_ms.map(ms))
-            .execute(&mut *tx)
-            .await?;
+                 measurement_key, start_ms, updated_ms, end_ms) VALUES {} ON CONFLICT (id) DO UPDATE SET \
+                 severity = excluded.severity, value = excluded.value, threshold = excluded.threshold, \
+                 updated_ms = excluded.updated_ms, end_ms = excluded.end_ms",
+                values.join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for a in chunk {
+                q = q
+                    .bind(&a.id)
+                    .bind(&a.rule)
+                    .bind(&a.task)
+                    .bind(&a.source)
+                    .bind(&a.dest)
+                    .bind(&a.direction)
+                    .bind(&a.metric)
+                    .bind(&a.severity)
+                    .bind(a.value)
+                    .bind(&a.threshold)
+                    .bind(&a.measurement_key)
+                    .bind(ms(a.start_ms))
+                    .bind(ms(a.updated_ms))
+                    .bind(a.end_ms.map(ms));
+            }
+            q.execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())

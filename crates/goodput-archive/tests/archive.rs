@@ -734,6 +734,21 @@ async fn alerts_are_stored_updated_ended_and_listed(e: &Engine) {
     assert_eq!(all.iter().find(|x| x.id == "one").unwrap(), &ended);
     // One that ended before the window is not in it.
     assert_eq!(a.alerts(false, 5001, 6000, 10).await.unwrap().len(), 1);
+    // Updated, then ended, in one call (one evaluation): its last state;
+    // and more alerts than one statement holds.
+    let mut updated = alert("two", 2000);
+    updated.updated_ms = 7000;
+    let mut closed = updated.clone();
+    closed.end_ms = Some(7000);
+    let mut many: Vec<AlertRecord> = (0..1234).map(|i| alert(&format!("m{i}"), 8000 + i)).collect();
+    many.insert(0, updated);
+    many.push(closed.clone());
+    a.put_alerts(&many).await.unwrap();
+    let open = a.alerts(true, 0, u64::MAX, 10_000).await.unwrap();
+    assert_eq!(open.len(), 1234);
+    assert!(open.iter().all(|x| x.id.starts_with('m')));
+    let all = a.alerts(false, 0, u64::MAX, 10_000).await.unwrap();
+    assert_eq!(all.iter().find(|x| x.id == "two").unwrap(), &closed);
 }
 
 async fn ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first(e: &Engine) {
