@@ -214,7 +214,6 @@ async fn judge(
         .iter()
         .filter(|r| r.covers(&p.task, &task.group, &task.test))
         .collect();
-    let last_run = archive.last_finished(&key).await.map_err(|e| e.to_string())?;
     // Every figure's runs over the widest window a rule looks at, in one
     // read (was: one query per rule, metric and direction).
     let widest = covering
@@ -228,6 +227,12 @@ async fn judge(
             .await
             .map_err(|e| e.to_string())?,
         _ => Default::default(),
+    };
+    // The last finished run: the newest of those, or, with none in the
+    // window, asked of the whole archive.
+    let last_run = match recent.runs.last() {
+        Some((at, _)) => Some(*at),
+        None => archive.last_finished(&key).await.map_err(|e| e.to_string())?,
     };
     let tkey = |r: &Rule, d: Direction| {
         (
