@@ -46,7 +46,12 @@ impl ForwardTarget {
     /// An archive named in the mesh document (checked when it was read).
     pub(crate) fn from_mesh(a: &goodput_core::mesh::ArchiveTarget) -> Result<Self, String> {
         Ok(Self {
-            url: a.url.trim_end_matches('/').to_string(),
+            // A goodput archive's base URL loses a trailing '/'; an HTTP
+            // receiver's URL is used as given.
+            url: match a.kind {
+                ArchiveKind::Goodput => a.url.trim_end_matches('/').to_string(),
+                ArchiveKind::Http => a.url.clone(),
+            },
             pin: a.tls_sha256.as_deref().map(crate::tls::read_pin).transpose()?,
             kind: a.kind,
             transform: a.transform.clone(),
@@ -124,10 +129,10 @@ enum Sent {
     /// Answered: the ids sent, and those of them the archive refused as
     /// malformed, each with its reason (sending them again cannot help).
     Stored(Vec<String>, Vec<(String, String)>),
-    /// The archive refused the batch of this many runs as a whole (too
-    /// large; an HTTP receiver's 400 or 422): send fewer, and drop a run
-    /// it refuses alone.
-    Refused(String, usize),
+    /// The archive refused the batch of these runs as a whole (too large;
+    /// an HTTP receiver's 400 or 422 for several): send fewer, and drop a
+    /// run too large alone.
+    Refused(String, Vec<String>),
     /// Try again later.
     Failed(String),
 }
@@ -155,6 +160,9 @@ pub(crate) async fn supervisor(shared: Arc<Shared>) {
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         let want = shared.targets();
+        // A forwarder that ended (it returns only when the agent stops;
+        // a panic ends it too) is started again below.
+        running.retain(|_, (_, task)| !task.is_finished());
         running.retain(|url, (t, task)| {
             let same = want.iter().any(|w| w == t);
             if !same {
@@ -168,7 +176,8 @@ pub(crate) async fn supervisor(shared: Arc<Shared>) {
         let named: Vec<String> = want.iter().map(|t| t.url.clone()).collect();
         shared.forget_forwarding(&named);
         for (url, n, _) in shared.archive.backlog_sizes().await.unwrap_or_default() {
-            if n > 0 && !named.contains(&url) {
+            // Named again now (a reload meanwhile): kept.
+            if n > 0 && !shared.forward_urls().contains(&url) {
                 match shared.archive.trim_backlog(&url, 0).await {
                     Ok(n) => log(&format!(
                         "dropped the {n} runs queued for {url}: it is no longer named by --forward-to \
@@ -188,6 +197,7 @@ pub(crate) async fn supervisor(shared: Arc<Shared>) {
         tokio::select! {
             _ = shared.cancel.cancelled() => break,
             _ = installed.changed() => {}
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
         }
     }
     // The forwarders watch the same cancellation.
@@ -281,27 +291,24 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     log(&format!("forwarding to {}: delivering again", target.url));
                 }
             }
-            Sent::Refused(why, sent) => {
+            Sent::Refused(why, ids) => {
                 // The archive's body limit is smaller than a batch, or one
                 // of its runs does not suit it: half as many, down to one
-                // at a time; a single run refused is dropped for good.
+                // at a time; a single run too large is dropped for good.
                 delivered_in_a_row = 0;
+                let sent = ids.len();
                 if sent <= 1 {
-                    if let Ok((runs, _)) = shared.archive.backlog(&target.url, 1).await {
-                        let ids: Vec<String> = runs.into_iter().map(|r| r.id).collect();
-                        let _ = shared.archive.dequeue(&target.url, &ids).await;
-                        shared.forward_status(&target.url, |s| {
-                            s.dropped += ids.len() as u64;
-                            s.last_error = Some(why.clone());
-                        });
-                        log(&format!(
-                            "forwarding to {}: dropped run {} (the archive refuses it alone): {why}",
-                            target.url,
-                            ids.join(", ")
-                        ));
-                    }
-                }
-                if sent > 1 {
+                    let _ = shared.archive.dequeue(&target.url, &ids).await;
+                    shared.forward_status(&target.url, |s| {
+                        s.dropped += ids.len() as u64;
+                        s.last_error = Some(why.clone());
+                    });
+                    log(&format!(
+                        "forwarding to {}: dropped run {} (the archive refuses it alone): {why}",
+                        target.url,
+                        ids.join(", ")
+                    ));
+                } else {
                     log(&format!(
                         "forwarding to {}: a batch of {sent} runs was refused as a whole ({why}); \
                          sending {} a batch",
@@ -420,8 +427,11 @@ async fn send(
     }
     let why = format!("HTTP {}: {reason}", status.as_u16());
     match status.as_u16() {
-        413 => Sent::Refused(why, ids.len()),
-        400 | 422 if !goodput => Sent::Refused(why, ids.len()),
+        413 => Sent::Refused(why, ids),
+        // A receiver's refusal of one run is not proof that the run is
+        // bad (a wrong path or format refuses them all): it stays queued
+        // and is retried, like any failure.
+        400 | 422 if !goodput && ids.len() > 1 => Sent::Refused(why, ids),
         _ => Sent::Failed(why),
     }
 }

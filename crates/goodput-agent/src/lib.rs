@@ -188,31 +188,31 @@ pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
 
 /// A database URL without its password, for a log line.
 pub(crate) fn redact(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
+    // The user's part ends at the last '@' (a password may hold '?', '/'
+    // or '@' unencoded); an '@' further on, in the query, only hides more
+    // than it needs to.
+    let (scheme, rest) = match url.split_once("://") {
+        Some(x) => x,
+        None => return url.to_string(),
     };
-    let mut out = match base.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((user, host)) => match user.split_once(':') {
-                Some((u, _)) => format!("{scheme}://{u}:…@{host}"),
-                None => base.to_string(),
-            },
-            None => base.to_string(),
-        },
-        None => base.to_string(),
+    let (user, after) = match rest.rsplit_once('@') {
+        Some((u, a)) if u.contains(':') => (format!("{}:…@", u.split(':').next().unwrap_or("")), a),
+        _ => (String::new(), rest),
     };
-    if let Some(q) = query {
-        let q: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
-                _ => kv.to_string(),
-            })
-            .collect();
-        out = format!("{out}?{}", q.join("&"));
-    }
-    out
+    let after = match after.split_once('?') {
+        Some((base, q)) => {
+            let q: Vec<String> = q
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
+                    _ => kv.to_string(),
+                })
+                .collect();
+            format!("{base}?{}", q.join("&"))
+        }
+        None => after.to_string(),
+    };
+    format!("{scheme}://{user}{after}")
 }
 
 /// A line for the agent's log (standard error, one line per event, with
@@ -335,6 +335,11 @@ mod tests {
                 "postgres://u:…@db/fleet?sslmode=verify-full&password=…&sslrootcert=/etc/ca.pem",
             ),
             ("/var/lib/goodput/archive.db", "/var/lib/goodput/archive.db"),
+            ("postgres://u:pa?ss@db/x", "postgres://u:…@db/x"),
+            (
+                "postgres://u:p/w@db/x?sslmode=require",
+                "postgres://u:…@db/x?sslmode=require",
+            ),
         ] {
             assert_eq!(super::redact(url), shown);
         }

@@ -152,6 +152,23 @@ impl Transform {
                 return Err(("rename".into(), format!("two fields are renamed to '{into}'")));
             }
         }
+        // One field inside another, among the fields renamed or among
+        // their new paths: which moves first would decide what is left.
+        let nested =
+            |a: &str, b: &str| b.len() > a.len() && b.starts_with(a) && b.as_bytes()[a.len()] == b'.';
+        for paths in [
+            self.rename.keys().map(String::as_str).collect::<Vec<_>>(),
+            to.iter().copied().collect(),
+        ] {
+            for a in &paths {
+                if let Some(b) = paths.iter().find(|b| nested(a, b)) {
+                    return Err((
+                        "rename".into(),
+                        format!("'{b}' is inside '{a}': rename one or the other"),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -160,11 +177,12 @@ impl Transform {
         let mut out = if self.select.is_empty() {
             run
         } else {
-            let mut run = run;
             let mut kept = serde_json::Value::Object(Default::default());
             for path in &self.select {
-                if let Some(v) = take(&mut run, path) {
-                    put(&mut kept, path, v);
+                // Read, not taken: a field and one inside it may both be
+                // selected, in either order.
+                if let Some(v) = path.split('.').try_fold(&run, |v, k| v.get(k)) {
+                    put(&mut kept, path, v.clone());
                 }
             }
             kept
@@ -952,6 +970,32 @@ mod tests {
             .into(),
         };
         assert_eq!(clash.validate().unwrap_err().1, "two fields are renamed to 'c'");
+        for (pairs, why) in [
+            (vec![("a", "y"), ("a.c", "z")], "'a.c' is inside 'a'"),
+            (vec![("x", "m"), ("y", "m.n")], "'m.n' is inside 'm'"),
+        ] {
+            let t = Transform {
+                select: vec![],
+                rename: pairs
+                    .into_iter()
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .collect(),
+            };
+            assert!(t.validate().unwrap_err().1.starts_with(why), "{why}");
+        }
+        // A field and one inside it both selected, in either order.
+        let doc = serde_json::json!({"a": {"b": 1, "c": 2}, "d": 3});
+        for select in [["a.b", "a"], ["a", "a.b"]] {
+            let t = Transform {
+                select: select.iter().map(|s| s.to_string()).collect(),
+                rename: Default::default(),
+            };
+            assert_eq!(
+                t.apply(doc.clone()),
+                serde_json::json!({"a": {"b": 1, "c": 2}}),
+                "{select:?}"
+            );
+        }
     }
 
     #[test]
