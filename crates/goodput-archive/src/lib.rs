@@ -1047,22 +1047,15 @@ impl Archive {
         let mut tx = p.begin().await?;
         // 500 alerts (7,000 parameters) a statement.
         for chunk in latest.chunks(500) {
-            let values: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    let n = i * 14;
-                    format!(
-                        "(${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${})",
-                        n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, n + 7,
-                        n + 8, n + 9, n + 10, n + 11, n + 12, n + 13, n + 14
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO alerts (id, rule, task, source, dest, direction, metric, severity, value, threshold, \
-                 measurement_key, start_ms, updated_ms, end_ms) VALUES {} ON CONFLICT (id) DO UPDATE SET \
-                 severity = excluded.severity, value = excluded.value, threshold = excluded.threshold, \
+            let sql = upsert_sql(
+                "alerts",
+                "id, rule, task, source, dest, direction, metric, severity, value, threshold, \
+                 measurement_key, start_ms, updated_ms, end_ms",
+                14,
+                chunk.len(),
+                "id",
+                "severity = excluded.severity, value = excluded.value, threshold = excluded.threshold, \
                  updated_ms = excluded.updated_ms, end_ms = excluded.end_ms",
-                values.join(", ")
             );
             let mut q = sqlx::query(&sql);
             for a in chunk {
