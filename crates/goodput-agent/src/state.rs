@@ -646,7 +646,11 @@ impl Shared {
                     goodput_core::mesh::ms_rfc3339(b.end_ms)
                 )),
             ),
-            _ => (RunState::Finished, None),
+            _ => match local_shortage(result) {
+                // The host, not the network, failed the measurement.
+                Some(why) => (RunState::Failed, Some(why)),
+                None => (RunState::Finished, None),
+            },
         };
         let mut r = b.record(state, reason);
         r.start_ms = Some(start);
@@ -655,6 +659,47 @@ impl Shared {
         r.result = serde_json::to_value(result).ok();
         r
     }
+}
+
+/// Errors that say this host ran out of something (descriptors, memory,
+/// buffers, disk), not that the network failed.
+const LOCAL_SHORTAGES: [(i32, &str); 6] = [
+    (libc::EMFILE, "this process's descriptors"),
+    (libc::ENFILE, "the system's descriptors"),
+    (libc::ENOMEM, "memory"),
+    (libc::ENOBUFS, "socket buffers"),
+    (libc::ENOSPC, "disk space"),
+    (libc::EDQUOT, "disk quota"),
+];
+
+/// Why a run that ended normally still measured nothing trustworthy: one
+/// of its connections or sessions failed for want of a local resource.
+/// Such a run is `failed` with that reason, never `finished`: its figures
+/// (a lost session, a short transfer) would read as the network's.
+pub(crate) fn local_shortage(result: &TestResult) -> Option<String> {
+    use goodput_core::result::Outcome;
+    let hit: Vec<(i32, &str)> = result
+        .connections
+        .iter()
+        .filter_map(|c| match &c.outcome {
+            Outcome::NetworkError {
+                errno: Some(e),
+                message,
+                ..
+            } if LOCAL_SHORTAGES.iter().any(|(n, _)| n == e) => Some((*e, message.as_str())),
+            _ => None,
+        })
+        .collect();
+    let (errno, message) = *hit.first()?;
+    let what = LOCAL_SHORTAGES
+        .iter()
+        .find(|(n, _)| *n == errno)
+        .map_or("a resource", |(_, w)| w);
+    Some(format!(
+        "this host ran out of {what}: {message} ({} of {} connections or sessions)",
+        hit.len(),
+        result.connections.len()
+    ))
 }
 
 /// Every few seconds: the heartbeat, the calendar's past pruned, runs
