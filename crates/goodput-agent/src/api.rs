@@ -4,8 +4,9 @@
 //! need the shared token (`Authorization: Bearer …`) and an address the
 //! allow list admits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, Query, Request, State};
@@ -13,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use goodput_archive::{Metric, Run, RunFilter, RunState};
 use goodput_core::mesh::{duration_ms, ms_rfc3339};
 use goodput_core::schedule::RunClass;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::listen::{Gate, Watched};
 use crate::peer::{Reservation, SlotView};
 use crate::plan::{plan, Placed, Planning};
 use crate::state::{run_number, Booked, Counters, Shared};
@@ -62,7 +64,7 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
 /// a pinned certificate in the configuration (the certificate must be the
 /// one pinned) and always for a fleet archive, and the plain ones asked
 /// for.
-pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
+pub(crate) async fn bind(shared: &Shared, gate: &Arc<Gate>) -> Result<Vec<ApiListener>, String> {
     let loaded = shared.loaded();
     let pins: Vec<(&String, &String)> = loaded
         .mine
@@ -139,26 +141,244 @@ pub(crate) async fn bind(shared: &Shared) -> Result<Vec<ApiListener>, String> {
             .map_err(|e| format!("cannot listen on {a} for the API: {e}"))?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         log(&format!("API on {scheme}://{}", l.local_addr().unwrap_or(a)));
-        out.push(ApiListener::new(l, tls).map_err(|e| e.to_string())?);
+        out.push(ApiListener::new(l, tls, gate.clone()).map_err(|e| e.to_string())?);
     }
     Ok(out)
 }
 
-/// Serves the API on one socket until the agent stops.
-pub(crate) async fn serve(shared: Ctx, listener: ApiListener) {
+/// Serves the API on one socket until the agent stops: each connection
+/// in a task of its own, served by hyper with a deadline on request
+/// headers (which also ends idle kept-alive connections) and on writes
+/// that make no progress, and closed when the gate gives its place to
+/// another address.
+pub(crate) async fn serve(shared: Ctx, mut listener: ApiListener, gate: Arc<Gate>) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
     let cancel = shared.cancel.clone();
-    let app = router(shared).into_make_service_with_connect_info::<Caller>();
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { cancel.cancelled().await })
-        .await
-    {
-        log(&format!("the API stopped: {e}"));
+    let app = router(shared, gate.clone());
+    let limits = gate.limits().clone();
+    let local = listener.local_addr();
+    loop {
+        let (io, from, slot) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            got = listener.accept() => match got {
+                Some(x) => x,
+                None => {
+                    log(&format!("the API on {local} stopped accepting"));
+                    return;
+                }
+            },
+        };
+        let app = app.clone();
+        let cancel = cancel.clone();
+        let limits = limits.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(Caller(from)));
+                tower::ServiceExt::oneshot(app.clone(), req)
+            });
+            let io = TokioIo::new(Watched::new(io, limits.write_stall));
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(MAX_HEAD)
+                .serve_connection(io, svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                // Its place went to an address holding fewer.
+                _ = slot.evicted.cancelled() => {}
+                _ = cancel.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), conn).await;
+                }
+            }
+            drop(slot);
+        });
     }
 }
 
+/// Largest request head (request line and headers) read, bytes.
+const MAX_HEAD: usize = 64 * 1024;
+
+/// What the admission step shares: the agent, the gate, and the request
+/// permits of the two pools (the mesh's agents and token holders; every
+/// one else).
+#[derive(Clone)]
+struct Admission {
+    shared: Ctx,
+    gate: Arc<Gate>,
+    peers: Arc<Semaphore>,
+    public: Arc<Semaphore>,
+    /// The mesh's IP addresses, for the configuration they were read from.
+    mesh_ips: Arc<std::sync::Mutex<(usize, Arc<HashSet<IpAddr>>)>>,
+}
+
+impl Admission {
+    /// Whether `ip` is an address of the mesh's configuration.
+    fn in_mesh(&self, ip: IpAddr) -> bool {
+        let loaded = self.shared.loaded();
+        let id = Arc::as_ptr(&loaded) as usize;
+        let ips = {
+            let mut m = self.mesh_ips.lock().unwrap_or_else(|e| e.into_inner());
+            if m.0 != id {
+                let set: HashSet<IpAddr> = loaded
+                    .config
+                    .addresses
+                    .keys()
+                    .flat_map(|n| loaded.ips_of(n))
+                    .map(|ip| ip.to_canonical())
+                    .collect();
+                *m = (id, Arc::new(set));
+            }
+            m.1.clone()
+        };
+        ips.contains(&ip)
+    }
+}
+
+/// An answer that also closes the connection (its body, if any, is not
+/// read).
+fn closing(f: Failure) -> Response {
+    let mut r = f.into_response();
+    r.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// Every request passes here before its handler: a request that would
+/// change something is refused on its headers when the caller may not
+/// (before a byte of its body is read), an address has at most its share
+/// of requests under way, a body must arrive in the time its size earns,
+/// and only then is a permit taken — from the peers' pool for the mesh's
+/// addresses and token holders, from the public pool for everyone else,
+/// so a flood of strangers never takes the permits bookings need.
+async fn admit(State(a): State<Admission>, req: Request, next: Next) -> Response {
+    use axum::http::Method;
+    let Some(ConnectInfo(Caller(from))) = req.extensions().get::<ConnectInfo<Caller>>().copied() else {
+        return next.run(req).await;
+    };
+    let ip = from.ip().to_canonical();
+    let mutating = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let has_token = if mutating {
+        if let Err(why) = authorise(&a.shared, ip, req.headers()) {
+            a.gate.refused_before_body.fetch_add(1, Ordering::Relaxed);
+            return closing(why);
+        }
+        true
+    } else {
+        a.shared
+            .options
+            .token
+            .as_deref()
+            .is_some_and(|t| token_matches(t, req.headers()))
+    };
+    let Some(_mine) = a.gate.request(ip) else {
+        return closing(Failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "limit requests_per_address: {ip} has {} requests under way",
+                a.gate.limits().requests_per_address
+            ),
+        ));
+    };
+    let announced = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let chunked = req.headers().contains_key(axum::http::header::TRANSFER_ENCODING);
+    let req = if announced.unwrap_or(0) > 0 || chunked {
+        if !mutating {
+            return closing(bad(format!("a {} takes no body", req.method())));
+        }
+        let max = a.shared.options.limits.max_body;
+        if announced.is_some_and(|n| n > max as u64) {
+            return closing(Failure(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("limit max_body: the body is larger than {max} bytes"),
+            ));
+        }
+        let deadline = a.gate.body_deadline(announced.unwrap_or(max as u64));
+        let (parts, body) = req.into_parts();
+        match tokio::time::timeout(deadline, axum::body::to_bytes(body, max)).await {
+            Ok(Ok(bytes)) => Request::from_parts(parts, axum::body::Body::from(bytes)),
+            Ok(Err(e)) => {
+                let too_large =
+                    std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+                return closing(if too_large {
+                    Failure(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("limit max_body: the body is larger than {max} bytes"),
+                    )
+                } else {
+                    bad(format!("the body did not read: {e}"))
+                });
+            }
+            Err(_) => {
+                a.gate.slow_bodies.fetch_add(1, Ordering::Relaxed);
+                return closing(Failure(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "limit body_timeout: the body did not arrive within {} s",
+                        deadline.as_secs()
+                    ),
+                ));
+            }
+        }
+    } else {
+        req
+    };
+    let pool = if has_token || a.in_mesh(ip) {
+        &a.peers
+    } else {
+        &a.public
+    };
+    // Requests past the limit are turned away, not queued.
+    let Ok(_held) = pool.clone().try_acquire_owned() else {
+        a.gate.requests_refused_busy.fetch_add(1, Ordering::Relaxed);
+        return Failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "limit max_requests: too many requests under way".into(),
+        )
+        .into_response();
+    };
+    next.run(req).await
+}
+
+/// Headers on every answer: the pages load nothing from elsewhere, run no
+/// script and are not to be framed; no answer's type is to be guessed.
+async fn secure_headers(req: Request, next: Next) -> Response {
+    use axum::http::{header, HeaderValue};
+    let mut r = next.run(req).await;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    r
+}
+
 /// The routes.
-pub(crate) fn router(shared: Ctx) -> Router {
-    let permits = Arc::new(Semaphore::new(shared.options.limits.max_requests.max(1)));
+pub(crate) fn router(shared: Ctx, gate: Arc<Gate>) -> Router {
+    let requests = shared.options.limits.max_requests.max(1);
+    let admission = Admission {
+        shared: shared.clone(),
+        gate: gate.clone(),
+        peers: Arc::new(Semaphore::new(requests)),
+        public: Arc::new(Semaphore::new(requests)),
+        mesh_ips: Arc::new(std::sync::Mutex::new((0, Arc::new(HashSet::new())))),
+    };
     let body = shared.options.limits.max_body;
     Router::new()
         .route("/api/v1/health", get(health))
@@ -199,21 +419,25 @@ pub(crate) fn router(shared: Ctx) -> Router {
             }
             next.run(req).await
         }))
-        .layer(middleware::from_fn(move |req: Request, next: Next| {
-            let permits = permits.clone();
-            async move {
-                // Requests past the limit are turned away, not queued.
-                match permits.try_acquire_owned() {
-                    Ok(_held) => next.run(req).await,
-                    Err(_) => Failure(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "limit max_requests: too many requests under way".into(),
-                    )
-                    .into_response(),
-                }
-            }
-        }))
+        .layer(middleware::from_fn_with_state(admission, admit))
+        .layer(Extension(gate))
+        .layer(middleware::from_fn(secure_headers))
         .with_state(shared)
+}
+
+/// Whether the request carries the token (compared in constant time).
+fn token_matches(token: &str, headers: &HeaderMap) -> bool {
+    let given = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
 }
 
 /// A caller that may change things: an admitted address with the token.
@@ -233,19 +457,7 @@ pub(crate) fn authorise(shared: &Shared, from: IpAddr, headers: &HeaderMap) -> R
             "this agent has no token set, so it takes no bookings or runs from others".into(),
         ));
     };
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    // Compared in constant time.
-    let same = given.len() == token.len()
-        && given
-            .bytes()
-            .zip(token.bytes())
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-            == 0;
-    if !same {
+    if !token_matches(token, headers) {
         return Err(Failure(
             StatusCode::UNAUTHORIZED,
             "missing or wrong token (Authorization: Bearer TOKEN)".into(),
@@ -282,23 +494,32 @@ pub(crate) struct Health {
     /// Each archive this agent forwards to: its queue (length and the
     /// oldest's age) and delivery counters.
     forwarding: Vec<crate::forward::ForwardStatus>,
+    /// The API's connections: open, the cap, and what was refused.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connections: Option<crate::listen::ConnCounters>,
 }
 
-async fn health(State(s): State<Ctx>) -> Result<Json<Health>, Failure> {
-    health_view(&s).await.map(Json)
+async fn health(
+    State(s): State<Ctx>,
+    Extension(gate): Extension<Arc<Gate>>,
+) -> Result<Json<Health>, Failure> {
+    let mut h = health_view(&s).await?;
+    h.connections = Some(gate.counters());
+    Ok(Json(h))
 }
 
 /// The agent's health (the API's and the host page's).
 pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
     let archive_bytes = s.archive.size_bytes().await.map_err(internal)?;
     let archive_runs = s.archive.count().await.map_err(internal)?;
-    let forwarding = s.forwarding().await;
+    let forwarding = shown(s.forwarding().await);
     let inner = s.lock();
     let now = clock::now_ms();
     Ok(Health {
         role: s.options.role,
         archive_engine: s.archive.engine().into(),
         forwarding,
+        connections: None,
         version: env!("CARGO_PKG_VERSION").into(),
         uptime_s: now.saturating_sub(s.started_ms) / 1000,
         now: ms_rfc3339(now),
@@ -309,27 +530,40 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
         booked: inner.booked.len(),
         running: inner.running,
         held_for_peers: inner.booked.values().filter(|b| !b.runs_here).count(),
-        config_source: s.options.config.to_string(),
+        config_source: crate::secrets::redact_url(&s.options.config.to_string()),
         config_loaded: ms_rfc3339(inner.loaded.loaded_ms),
         config_error: inner
             .config_error
             .as_ref()
-            .map(|(t, e)| format!("{}: {e}", ms_rfc3339(*t))),
+            .map(|(t, e)| format!("{}: {}", ms_rfc3339(*t), crate::secrets::redact_text(e))),
         beacon_error: inner.beacon_error.clone(),
         counters: inner.counters,
     })
 }
 
+/// Forwarding targets as shown: URLs and errors without their secrets.
+fn shown(mut f: Vec<crate::forward::ForwardStatus>) -> Vec<crate::forward::ForwardStatus> {
+    for t in &mut f {
+        t.url = crate::secrets::redact_url(&t.url);
+        t.last_error = t.last_error.as_deref().map(crate::secrets::redact_text);
+    }
+    f
+}
+
+/// `GET /api/v1/config`: the configuration in force, with every secret in
+/// it hidden (anyone may read this).
 async fn config(State(s): State<Ctx>) -> Json<serde_json::Value> {
     let inner = s.lock();
-    Json(serde_json::json!({
+    let mut view = serde_json::json!({
         "source": s.options.config.to_string(),
         "loaded": ms_rfc3339(inner.loaded.loaded_ms),
         "error": inner.config_error.as_ref().map(|(t, e)| serde_json::json!({"at": ms_rfc3339(*t), "message": e})),
         "identity": inner.loaded.mine,
         "looked_for": inner.loaded.identities,
         "config": inner.loaded.config,
-    }))
+    });
+    crate::secrets::redact_json(&mut view);
+    Json(view)
 }
 
 /// A task pair this agent leads.
@@ -1501,10 +1735,10 @@ async fn openapi() -> Json<serde_json::Value> {
 
 /// The latest figures per measurement, run counts, archive size and the
 /// clock, in the OpenMetrics text format.
-async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
+async fn metrics(State(s): State<Ctx>, Extension(gate): Extension<Arc<Gate>>) -> Result<Response, Failure> {
     let by_state = s.archive.count_by_state().await.map_err(internal)?;
     let bytes = s.archive.size_bytes().await.map_err(internal)?;
-    let forwarding = s.forwarding().await;
+    let forwarding = shown(s.forwarding().await);
     let clock = crate::clock::state();
     let mut out = String::new();
     out += "# TYPE goodput_agent_runs gauge\n# HELP goodput_agent_runs Runs in the archive by state.\n";
@@ -1522,6 +1756,23 @@ async fn metrics(State(s): State<Ctx>) -> Result<Response, Failure> {
             "goodput_agent_runs{{state=\"{st}\"}} {}\n",
             counts.get(st).unwrap_or(&0)
         );
+    }
+    let c = gate.counters();
+    out += "# TYPE goodput_agent_api_connections gauge\n# HELP goodput_agent_api_connections The API's connections open now.\n";
+    out += &format!("goodput_agent_api_connections {}\n", c.open);
+    out += "# TYPE goodput_agent_api_connections_max gauge\n";
+    out += &format!("goodput_agent_api_connections_max {}\n", c.max);
+    out += "# TYPE goodput_agent_api_refused counter\n# HELP goodput_agent_api_refused Connections and requests the API turned away, by limit.\n";
+    for (limit, n) in [
+        ("connections_per_address", c.refused_per_address),
+        ("connections_full", c.refused_full),
+        ("evicted", c.evicted),
+        ("requests_per_address", c.requests_refused_per_address),
+        ("max_requests", c.requests_refused_busy),
+        ("body_timeout", c.slow_bodies),
+        ("before_body", c.refused_before_body),
+    ] {
+        out += &format!("goodput_agent_api_refused_total{{limit=\"{limit}\"}} {n}\n");
     }
     out += "# TYPE goodput_agent_archive_bytes gauge\n# UNIT goodput_agent_archive_bytes bytes\n";
     out += &format!("goodput_agent_archive_bytes {bytes}\n");

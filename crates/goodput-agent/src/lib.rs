@@ -34,10 +34,12 @@ mod exec;
 mod fleet;
 mod forward;
 mod limits;
+mod listen;
 mod minutes;
 mod openapi;
 mod peer;
 mod plan;
+mod secrets;
 mod state;
 mod tls;
 
@@ -52,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
 pub use forward::ForwardTarget;
 pub use limits::{Limits, Window};
+pub use listen::ConnLimits;
 pub use openapi::document as openapi_document;
 pub use peer::json_capped;
 pub use tls::fingerprint;
@@ -106,6 +109,8 @@ pub struct AgentOptions {
     pub token: Option<String>,
     /// What requesters may ask.
     pub limits: Limits,
+    /// What the API's connections may take.
+    pub connections: ConnLimits,
     /// Serve the beacon services (TCP test port, STAMP reflector).
     pub beacon: bool,
     /// TCP test port of the beacon.
@@ -138,6 +143,7 @@ impl Default for AgentOptions {
             tls_cert: None,
             token: None,
             limits: Limits::default(),
+            connections: ConnLimits::default(),
             beacon: true,
             beacon_port: 4444,
             stamp_port: 862,
@@ -188,38 +194,20 @@ pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
 
 /// A database URL without its password, for a log line.
 pub(crate) fn redact(url: &str) -> String {
-    // The user's part ends at the last '@' (a password may hold '?', '/'
-    // or '@' unencoded); an '@' further on, in the query, only hides more
-    // than it needs to.
-    let (scheme, rest) = match url.split_once("://") {
-        Some(x) => x,
-        None => return url.to_string(),
-    };
-    let (user, after) = match rest.rsplit_once('@') {
-        Some((u, a)) if u.contains(':') => (format!("{}:…@", u.split(':').next().unwrap_or("")), a),
-        _ => (String::new(), rest),
-    };
-    let after = match after.split_once('?') {
-        Some((base, q)) => {
-            let q: Vec<String> = q
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=…"),
-                    _ => kv.to_string(),
-                })
-                .collect();
-            format!("{base}?{}", q.join("&"))
-        }
-        None => after.to_string(),
-    };
-    format!("{scheme}://{user}{after}")
+    secrets::redact_url(url)
 }
 
 /// A line for the agent's log (standard error, one line per event, with
 /// the time).
 pub(crate) fn log(line: &str) {
     let now = clock::now_ms();
-    eprintln!("{} goodput agent: {line}", goodput_core::mesh::ms_rfc3339(now));
+    // Whatever a line quotes (an error with a URL in it), no secret is
+    // written.
+    eprintln!(
+        "{} goodput agent: {}",
+        goodput_core::mesh::ms_rfc3339(now),
+        secrets::redact_text(line)
+    );
 }
 
 /// Runs the agent until `cancel`: loads the configuration (an invalid one
@@ -268,7 +256,8 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
     // Listening (and checking the certificate) comes before recovery
     // touches the archive's runs.
-    let listeners = api::bind(&shared).await?;
+    let gate = listen::Gate::new(shared.options.connections.clone());
+    let listeners = api::bind(&shared, &gate).await?;
     let mut tasks = tokio::task::JoinSet::new();
     if role == Role::Agent {
         shared.recover().await?;
@@ -281,7 +270,7 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
         tasks.spawn(fleet::registrar(shared.clone()));
     }
     for l in listeners {
-        tasks.spawn(api::serve(shared.clone(), l));
+        tasks.spawn(api::serve(shared.clone(), l, gate.clone()));
     }
     tasks.spawn(config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));

@@ -10,8 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::connect_info::Connected;
-use axum::serve::{IncomingStream, Listener};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
@@ -19,6 +17,8 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::either::Either;
+
+use crate::listen::{Gate, Slot};
 
 pub use goodput_engine::tls::fingerprint;
 
@@ -114,37 +114,45 @@ pub(crate) fn pinned_client_config(pin: [u8; 32]) -> rustls::ClientConfig {
     (*shared).clone()
 }
 
-/// The API's listening socket, plain or TLS: connections are accepted and
-/// their handshakes done in tasks of their own (at most 64 at once, 10 s
-/// each), so a slow client holds up no one else.
+/// The API's listening socket, plain or TLS: each connection is let in
+/// by the gate first (per-address and overall caps, see
+/// [`crate::listen`]), then its handshake is done in a task of its own
+/// (at most 64 at once, 10 s each), so a slow client holds up no one else.
 pub(crate) struct ApiListener {
-    rx: mpsc::Receiver<(Either<TcpStream, TlsStream<TcpStream>>, SocketAddr)>,
+    rx: mpsc::Receiver<Accepted>,
     local: SocketAddr,
 }
+
+/// A connection let in, with its place at the gate.
+pub(crate) type Accepted = (Either<TcpStream, TlsStream<TcpStream>>, SocketAddr, Slot);
 
 /// Handshakes under way at once, at most.
 const MAX_HANDSHAKES: usize = 64;
 
 impl ApiListener {
-    pub(crate) fn new(tcp: TcpListener, tls: Option<TlsAcceptor>) -> std::io::Result<Self> {
+    pub(crate) fn new(tcp: TcpListener, tls: Option<TlsAcceptor>, gate: Arc<Gate>) -> std::io::Result<Self> {
         let local = tcp.local_addr()?;
         let (tx, rx) = mpsc::channel(MAX_HANDSHAKES);
         let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
         tokio::spawn(async move {
             loop {
-                let (stream, from) = match tcp.accept().await {
-                    Ok(x) => x,
-                    Err(_) => {
-                        // Out of descriptors, say: wait rather than spin.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
+                let (stream, from) = tokio::select! {
+                    _ = tx.closed() => return,
+                    got = tcp.accept() => match got {
+                        Ok(x) => x,
+                        Err(_) => {
+                            // Out of descriptors, say: wait rather than spin.
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    },
                 };
-                if tx.is_closed() {
-                    return;
-                }
+                // Refused: closed at once, before anything is read.
+                let Ok(slot) = gate.admit(from.ip()) else {
+                    continue;
+                };
                 let Some(tls) = &tls else {
-                    if tx.send((Either::Left(stream), from)).await.is_err() {
+                    if tx.send((Either::Left(stream), from, slot)).await.is_err() {
                         return;
                     }
                     continue;
@@ -156,43 +164,33 @@ impl ApiListener {
                 let (tls, tx) = (tls.clone(), tx.clone());
                 tokio::spawn(async move {
                     let _permit = permit;
-                    if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await
-                    {
-                        let _ = tx.send((Either::Right(s), from)).await;
+                    let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream));
+                    let done = tokio::select! {
+                        _ = slot.evicted.cancelled() => return,
+                        done = handshake => done,
+                    };
+                    if let Ok(Ok(s)) = done {
+                        let _ = tx.send((Either::Right(s), from, slot)).await;
                     }
                 });
             }
         });
         Ok(Self { rx, local })
     }
-}
 
-impl Listener for ApiListener {
-    type Io = Either<TcpStream, TlsStream<TcpStream>>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(x) => x,
-            // The accepting task ended: nothing more will come.
-            None => std::future::pending().await,
-        }
+    /// The next connection let in (none: the listener has ended).
+    pub(crate) async fn accept(&mut self) -> Option<Accepted> {
+        self.rx.recv().await
     }
 
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local)
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 }
 
 /// Who called: the caller's address, for the API's handlers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Caller(pub(crate) SocketAddr);
-
-impl Connected<IncomingStream<'_, ApiListener>> for Caller {
-    fn connect_info(stream: IncomingStream<'_, ApiListener>) -> Self {
-        Caller(*stream.remote_addr())
-    }
-}
 
 #[cfg(test)]
 mod tests {

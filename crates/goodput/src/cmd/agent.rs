@@ -138,7 +138,15 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             windows,
             max_bitrate,
             max_body: usize::try_from(args.max_body.0.max(64 << 10)).unwrap_or(usize::MAX),
-            ..Limits::default()
+            max_requests: args.max_requests.max(1),
+        },
+        connections: goodput_agent::ConnLimits {
+            max_connections: args.max_connections.max(1),
+            per_address: args.max_connections_per_address.max(1),
+            requests_per_address: args.max_requests_per_address.max(1),
+            header_timeout: args.header_timeout.0.max(Duration::from_millis(100)),
+            body_timeout: args.body_timeout.0.max(Duration::from_millis(100)),
+            ..goodput_agent::ConnLimits::default()
         },
         beacon: !args.no_beacon,
         beacon_port: args.beacon_port,

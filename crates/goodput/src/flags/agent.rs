@@ -155,6 +155,30 @@ pub struct AgentArgs {
     /// batch, a pScheduler result); larger ones get 413. At least 64KiB.
     #[arg(long, value_name = "BYTES", default_value = "4MiB")]
     pub max_body: ByteSize,
+    /// Most API requests handled at once in each of two pools: the mesh's
+    /// agents and token holders, and everyone else (past it: 503).
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_requests: usize,
+    /// Most API connections open at once (also held to half the process's
+    /// descriptor limit). When all are taken, an address holding few
+    /// takes the place of one holding the most.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Most API connections one source address may hold at once.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub max_connections_per_address: usize,
+    /// Most API requests of one source address handled at once (past it:
+    /// 429).
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub max_requests_per_address: usize,
+    /// Longest wait for a request's headers, and so the longest an idle
+    /// API connection stays open.
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub header_timeout: HumanDuration,
+    /// Longest wait for a request body, plus 1 s per 64 KiB it announces
+    /// (past it: 408 and the connection closed).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub body_timeout: HumanDuration,
     #[command(subcommand)]
     pub action: Option<AgentAction>,
 }
