@@ -136,14 +136,28 @@ pub(crate) async fn bind(shared: &Shared, gate: &Arc<Gate>) -> Result<Vec<ApiLis
     let mut out = Vec::new();
     let plain = shared.options.plain_api_listen.iter().map(|a| (*a, None));
     for (a, tls) in addrs.into_iter().map(|a| (a, acceptor.clone())).chain(plain) {
-        let l = TcpListener::bind(a)
-            .await
-            .map_err(|e| format!("cannot listen on {a} for the API: {e}"))?;
+        let l = listen_socket(a).map_err(|e| format!("cannot listen on {a} for the API: {e}"))?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         log(&format!("API on {scheme}://{}", l.local_addr().unwrap_or(a)));
         out.push(ApiListener::new(l, tls, gate.clone()).map_err(|e| e.to_string())?);
     }
     Ok(out)
+}
+
+/// A listening socket with the longest accept queue the system allows: a
+/// flood of connections fills a short one, and a new client's SYN is then
+/// dropped and sent again only a second later. The gate closes what it
+/// does not admit, so the queue drains as fast as the agent accepts.
+fn listen_socket(a: SocketAddr) -> std::io::Result<TcpListener> {
+    let s = if a.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    s.set_reuseaddr(true)?;
+    s.bind(a)?;
+    // The kernel holds it to net.core.somaxconn (4096 on current kernels).
+    s.listen(65_535)
 }
 
 /// Serves the API on one socket until the agent stops: each connection
