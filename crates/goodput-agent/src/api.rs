@@ -440,7 +440,7 @@ pub(crate) fn router(shared: Ctx, gate: Arc<Gate>) -> Router {
 }
 
 /// Whether the request carries the token (compared in constant time).
-fn token_matches(token: &str, headers: &HeaderMap) -> bool {
+pub(crate) fn token_matches(token: &str, headers: &HeaderMap) -> bool {
     let given = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())

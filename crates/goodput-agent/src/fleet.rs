@@ -41,7 +41,7 @@ fn etag(body: &[u8]) -> String {
 
 /// `GET /api/v1/fleet/config[?host=NAME]`: the mesh document in force
 /// (JSON), or only what `NAME`'s agent needs; 304 when `If-None-Match`
-/// names the same version.
+/// names the same version. Without the token, its secrets are hidden.
 pub(crate) async fn config(
     State(s): State<Ctx>,
     Query(q): Query<ConfigQuery>,
@@ -64,7 +64,20 @@ pub(crate) async fn config(
             .collect();
         config.tasks.retain(|name, _| involved.contains(name.as_str()));
     }
-    let body = serde_json::to_vec_pretty(&config).map_err(internal)?;
+    // The document's secrets (archive and alert URLs with passwords or
+    // keys) go only to callers with the token: the fleet's agents.
+    let whole = s
+        .options
+        .token
+        .as_deref()
+        .is_some_and(|t| crate::api::token_matches(t, &headers));
+    let body = if whole {
+        serde_json::to_vec_pretty(&config).map_err(internal)?
+    } else {
+        let mut v = serde_json::to_value(&config).map_err(internal)?;
+        crate::secrets::redact_json(&mut v);
+        serde_json::to_vec_pretty(&v).map_err(internal)?
+    };
     let tag = etag(&body);
     let same = headers
         .get(header::IF_NONE_MATCH)

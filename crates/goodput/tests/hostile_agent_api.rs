@@ -543,3 +543,52 @@ fn now_ms() -> u64 {
         .unwrap()
         .as_millis() as u64
 }
+
+#[test]
+fn secrets_in_the_configuration_never_leave_the_agent() {
+    let ports = Ports::pick();
+    let secrets = ["am-s3cret-pw", "hook-k3y-0451", "fleet-pw-9917", "logs-t0ken-77"];
+    let extra = format!(
+        r#"
+[[alerts.send_to]]
+alertmanager = "http://alerts:{}@127.0.0.1:9"
+[[alerts.send_to]]
+webhook = "http://127.0.0.1:9/hook?api_key={}&team=net"
+[archives.fleet]
+url = "http://fleet:{}@127.0.0.1:9"
+[archives.logs]
+url = "http://127.0.0.1:9/in?token={}"
+kind = "http"
+"#,
+        secrets[0], secrets[1], secrets[2], secrets[3]
+    );
+    let config =
+        common::agents::mesh_config("hostile-api-secrets", &["a", "b"], &[A, B], ports, 30, 1, &extra);
+    let a = Agent::start("hostile-api-secrets", "a", A, &config, ports, &[]);
+    // Forwarding and alert delivery fail (nothing listens on port 9) and
+    // are logged and shown.
+    std::thread::sleep(Duration::from_secs(6));
+    let mut seen = Vec::new();
+    for path in [
+        "/api/v1/config",
+        "/api/v1/health",
+        "/metrics",
+        "/ui/host",
+        "/api/v1/fleet/config",
+    ] {
+        let (status, body) = common::agents::http(A, ports.api, "GET", path, None, "");
+        seen.push((path.to_string(), status, body));
+    }
+    seen.push(("the log".into(), 200, a.log_text()));
+    for (what, _, body) in &seen {
+        for s in secrets {
+            assert!(!body.contains(s), "{what} shows the secret {s}:\n{body}");
+        }
+    }
+    // The views still say where things go, without the secret.
+    let config = &seen[0].2;
+    assert!(config.contains("http://fleet:…@127.0.0.1:9"), "{config}");
+    assert!(config.contains("api_key=…&team=net"), "{config}");
+    let health = &seen[1].2;
+    assert!(health.contains("token=…"), "{health}");
+}
