@@ -1,0 +1,172 @@
+//! Two smaller hostile cases, each against the real binary under an
+//! address-space limit:
+//!
+//! - one client address opening media streams on `goodput server` until it
+//!   is refused: it must be stopped by its own share of the memory budget
+//!   (or of the streams), long before the whole budget, and another address
+//!   must still be served;
+//! - `goodput report` of a document with a million intervals: the page must
+//!   stay small, say that its charts were downsampled and from how many
+//!   intervals, and keep the one peak in the data.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::*;
+use goodput_core::media::limits::{stream_memory, MediaLimits};
+use goodput_core::media::wire::{Message, RejectReason, Request, COOKIE_LEN};
+
+const MIB: u64 = 1 << 20;
+
+fn start_media(group: &str, extra: &[&str]) -> (Reaped, u16, std::path::PathBuf) {
+    let port = free_udp_port();
+    let json = tmp(group, "server.json");
+    let mut cmd = goodput();
+    cmd.args(["server", "--listen", "127.0.0.1", "--verbosity", "1"])
+        .args(["--port", &port.to_string()])
+        .arg("--json")
+        .arg(&json)
+        .args(extra);
+    let child = spawn_limited(cmd, SERVER_ADDRESS_SPACE);
+    wait_tcp_listening(port);
+    (child, port, json)
+}
+
+fn exchange(s: &UdpSocket, port: u16, m: &Message) -> Message {
+    let mut out = Vec::new();
+    m.encode(&mut out);
+    s.send_to(&out, ("127.0.0.1", port)).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = s.recv(&mut buf).expect("an answer");
+    Message::decode(&buf[..n]).expect("a media message")
+}
+
+/// One stream request from `from` through the cookie round trip; the
+/// server's answer and the socket (which keeps the stream's peer alive).
+fn open(from: Ipv4Addr, port: u16, r: Request) -> (Message, UdpSocket) {
+    let s = UdpSocket::bind(SocketAddr::new(IpAddr::V4(from), 0)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let Message::Challenge { cookie, .. } = exchange(&s, port, &Message::Request(r)) else {
+        panic!("no challenge")
+    };
+    let m = exchange(&s, port, &Message::Request(Request { cookie, ..r }));
+    (m, s)
+}
+
+/// An upload at 1,000 frames/s with a 10 s play-out buffer: the costliest
+/// stream the server below allows (10,000 frames held).
+fn upload(nonce: u64) -> Request {
+    Request {
+        nonce,
+        bits_per_second: 8_000_000,
+        frame_rate: 1000,
+        length_s: 60,
+        datagram_bytes: 1000,
+        upload: true,
+        verify_data: false,
+        buffer_ms: 10_000,
+        cookie: [0; COOKIE_LEN],
+    }
+}
+
+/// Opens streams from `from` until one is refused (at most `most`, within
+/// a time bound); the streams accepted (their sockets) and the refusal.
+fn open_until_refused(
+    from: Ipv4Addr,
+    port: u16,
+    most: u64,
+    req: impl Fn(u64) -> Request,
+) -> (Vec<UdpSocket>, Option<RejectReason>) {
+    let t0 = Instant::now();
+    let mut held = Vec::new();
+    for n in 0..most {
+        assert!(t0.elapsed() < Duration::from_secs(2), "streams must open quickly");
+        match open(from, port, req(n)) {
+            (Message::Accept { .. }, s) => held.push(s),
+            (Message::Reject { reason, .. }, _) => return (held, Some(reason)),
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+    (held, None)
+}
+
+/// With a 64 MiB budget (so 16 MiB for one address by default), one
+/// address opening its costliest uploads is refused for its own share
+/// after as many as fit in 16 MiB, not after the 23 that fit in the whole
+/// budget; another address is still served, and the refusal is counted.
+#[test]
+fn one_address_gets_its_share_of_the_media_memory_not_the_whole_budget() {
+    let budget = 64 * MIB;
+    let (mut child, port, json) = start_media(
+        "hostile-small-media",
+        &["--udp-max-memory", "64MiB", "--udp-max-frame-rate", "1000"],
+    );
+    let limits = MediaLimits {
+        max_frame_rate: 1000,
+        ..MediaLimits::default()
+    };
+    let cost = stream_memory(&limits.check(&upload(0)).unwrap(), true, 10_000);
+    let share = budget / 4;
+    let fit_share = share / cost;
+    let fit_budget = budget / cost;
+    assert!(fit_share >= 2 && fit_budget > 2 * fit_share, "{cost}");
+    let a = Ipv4Addr::new(127, 0, 0, 1);
+    let (held_a, refused) = open_until_refused(a, port, fit_budget + 1, upload);
+    eprintln!(
+        "one address: {} uploads of {cost} B accepted, then {refused:?} (its share {share} B, \
+         the budget {budget} B fits {fit_budget})",
+        held_a.len()
+    );
+    assert_eq!(refused, Some(RejectReason::ClientMemory));
+    assert_eq!(held_a.len() as u64, fit_share);
+    // A second address is served while the first holds its share.
+    let b = Ipv4Addr::new(127, 0, 0, 2);
+    let (m, held_b) = open(b, port, upload(1000));
+    assert!(matches!(m, Message::Accept { .. }), "{m:?}");
+    assert!(child.alive(), "the server died");
+    drop((held_a, held_b));
+    let (code, out, err) = child.stop(libc::SIGINT);
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{out}\n{err}");
+    let doc = result_doc(&json);
+    let c = &doc["media_server"];
+    assert_eq!(c["accepted"], fit_share + 1, "{c}");
+    assert_eq!(c["rejected_per_client"], 1, "{c}");
+    assert_eq!(c["rejected_memory"], 0, "{c}");
+    let peak = c["memory_peak_bytes"].as_u64().unwrap();
+    assert_eq!(peak, (fit_share + 1) * cost, "{c}");
+    assert!(out.contains("1 for their address's share"), "{out}");
+}
+
+/// Streams per address: with `--udp-max-per-client 4`, the fifth cheap
+/// download from one address is refused with that limit named, and
+/// another address still gets its four.
+#[test]
+fn one_address_gets_at_most_its_streams() {
+    let (mut child, port, json) = start_media("hostile-small-streams", &["--udp-max-per-client", "4"]);
+    let download = |n: u64| Request {
+        upload: false,
+        bits_per_second: 8_000,
+        frame_rate: 1,
+        ..upload(n)
+    };
+    let (held_a, refused_a) = open_until_refused(Ipv4Addr::new(127, 0, 0, 1), port, 10, download);
+    assert_eq!((held_a.len(), refused_a), (4, Some(RejectReason::ClientStreams)));
+    assert!(RejectReason::ClientStreams
+        .to_string()
+        .contains("--udp-max-per-client"));
+    let (held_b, refused_b) =
+        open_until_refused(Ipv4Addr::new(127, 0, 0, 3), port, 10, |n| download(n + 100));
+    assert_eq!((held_b.len(), refused_b), (4, Some(RejectReason::ClientStreams)));
+    assert!(child.alive(), "the server died");
+    drop((held_a, held_b));
+    let (code, out, err) = child.stop(libc::SIGINT);
+    assert!(matches!(code, Some(0 | 1)), "exit {code:?}\n{out}\n{err}");
+    let c = &result_doc(&json)["media_server"];
+    assert_eq!(
+        (c["accepted"].as_u64(), c["rejected_per_client"].as_u64()),
+        (Some(8), Some(2)),
+        "{c}"
+    );
+}
