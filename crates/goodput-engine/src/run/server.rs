@@ -134,7 +134,7 @@ pub(crate) async fn run(
         true => None,
         false => {
             let (limits, max_memory) = media_limits(spec).map_err(spec_error)?;
-            let max_client_memory = client_memory(spec, max_memory);
+            let max_client_memory = client_memory(spec, max_memory, limits.stream_ceiling());
             let media = MediaServerSpec {
                 listen: listen.clone(),
                 max_streams: spec.udp_max_streams,
@@ -305,11 +305,13 @@ fn media_limits(spec: &ServerSpec) -> Result<(MediaLimits, u64), goodput_core::s
 }
 
 /// What one client address may hold of the media memory budget, bytes: the
-/// spec's figure, or a quarter of the budget (at least one byte).
-fn client_memory(spec: &ServerSpec, max_memory: u64) -> u64 {
+/// spec's figure, or a quarter of the budget but at least the costliest
+/// stream (`ceiling`), so that a small budget still serves each address
+/// one stream of any kind the limits allow.
+fn client_memory(spec: &ServerSpec, max_memory: u64, ceiling: u64) -> u64 {
     match spec.udp_max_client_memory {
         Some(ByteSize(b)) => b,
-        None => (max_memory / 4).max(1),
+        None => (max_memory / 4).max(ceiling).min(max_memory),
     }
 }
 
