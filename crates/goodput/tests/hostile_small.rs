@@ -170,3 +170,118 @@ fn one_address_gets_at_most_its_streams() {
         "{c}"
     );
 }
+
+/// Intervals in the large document: as many as the issue's 167 MB one.
+const INTERVALS: u64 = 1_000_000;
+/// Address space `goodput report` runs in: a few times less than the
+/// 1.3 GiB it once took for this document.
+const REPORT_ADDRESS_SPACE: u64 = 512 << 20;
+/// Largest page it may write for it (it once wrote 322 MB).
+const PAGE_CEILING: u64 = 2 << 20;
+
+/// Writes a TCP result document with `INTERVALS` intervals of 100 ms (a
+/// steady 800 Mbit/s sent, 400 received, with one 72,000 Mbit/s peak),
+/// made around a real run's document; its size in bytes.
+fn write_large_document(path: &std::path::Path) -> u64 {
+    use std::io::Write as _;
+    let small = tmp("hostile-small-report", "small.json");
+    let out = goodput()
+        .args(["tcp", "-c", "2", "--transfer", "1MiB", "-v", "0", "--json"])
+        .arg(&small)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let serde_json::Value::Object(mut doc) = result_doc(&small) else {
+        panic!("not an object")
+    };
+    doc.remove("intervals");
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    w.write_all(b"{").unwrap();
+    for (k, v) in &doc {
+        write!(w, "{}:{v},", serde_json::Value::from(k.as_str())).unwrap();
+    }
+    w.write_all(b"\"intervals\":[").unwrap();
+    for i in 0..INTERVALS {
+        let send: u64 = if i == 777_777 { 9_000_000_000 } else { 100_000_000 };
+        write!(
+            w,
+            "{}{{\"time_slice_s\":{:.1},\"send_bytes_per_second\":{send},\"recv_bytes_per_second\":50000000,\
+             \"in_flight\":8,\"completed\":{i},\"network_errors\":0,\"data_errors\":0}}",
+            if i == 0 { "" } else { "," },
+            (i + 1) as f64 / 10.0
+        )
+        .unwrap();
+    }
+    w.write_all(b"]}").unwrap();
+    w.flush().unwrap();
+    std::fs::metadata(path).unwrap().len()
+}
+
+/// Runs `goodput report` on `input` under `REPORT_ADDRESS_SPACE`, within
+/// a time bound; its exit status, its stderr and its peak resident size.
+fn report_limited(input: &std::path::Path, page: &std::path::Path) -> (Option<i32>, String, u64) {
+    let err_path = tmp("hostile-small-report", "stderr.txt");
+    let mut cmd = goodput();
+    cmd.arg("report")
+        .arg(input)
+        .arg("-o")
+        .arg(page)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    limit_address_space(&mut cmd, REPORT_ADDRESS_SPACE);
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let t0 = Instant::now();
+    let (mut status, mut usage) = (0, unsafe { std::mem::zeroed::<libc::rusage>() });
+    loop {
+        // SAFETY: status and usage live for the call; pid is our child.
+        let got = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        assert!(got >= 0, "wait4: {}", std::io::Error::last_os_error());
+        if got == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(300) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("goodput report ran for more than 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    (code, err, usage.ru_maxrss as u64 * 1024)
+}
+
+/// `goodput report` of a document with a million intervals (about 167 MB)
+/// runs in a 512 MiB address space, peaks well under the document's size,
+/// writes a page under 2 MiB that says it was downsampled and from how
+/// many intervals, and still shows the one peak.
+#[test]
+fn a_report_of_a_million_intervals_stays_small() {
+    let input = tmp("hostile-small-report", "large.json");
+    let size = write_large_document(&input);
+    assert!(size > 150_000_000, "{size}");
+    let page = tmp("hostile-small-report", "large.html");
+    let (code, err, peak_rss) = report_limited(&input, &page);
+    let page_bytes = std::fs::metadata(&page).map_or(0, |m| m.len());
+    eprintln!("report of {size} B, {INTERVALS} intervals: peak RSS {peak_rss} B, page {page_bytes} B");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        peak_rss > 0 && peak_rss < size / 2,
+        "peak RSS {peak_rss} B for {size} B"
+    );
+    assert!(page_bytes > 0 && page_bytes < PAGE_CEILING, "{page_bytes} B");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("Downsampled: the document's 1000000 intervals are drawn as 977 buckets of up to 1024"),
+        "no downsampling note"
+    );
+    // The peak's bucket keeps its maximum: 9 GB/s is 72,000 Mbit/s.
+    assert_eq!(html.matches("max 72000.000) over 1024 intervals").count(), 1);
+    // Every other bucket of the sent rate is 800 Mbit/s throughout.
+    assert_eq!(
+        html.matches("mean 800.000 Mbit/s (min 800.000, max 800.000)")
+            .count(),
+        976
+    );
+}
