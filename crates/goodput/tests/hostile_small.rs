@@ -219,6 +219,8 @@ fn write_large_document(path: &std::path::Path) -> u64 {
 
 /// Runs `goodput report` on `input` under `REPORT_ADDRESS_SPACE`, within
 /// a time bound; its exit status, its stderr and its peak resident size.
+// The child is reaped by wait4, which also gives its own peak RSS.
+#[allow(clippy::zombie_processes)]
 fn report_limited(input: &std::path::Path, page: &std::path::Path) -> (Option<i32>, String, u64) {
     let err_path = tmp("hostile-small-report", "stderr.txt");
     let mut cmd = goodput();
@@ -243,6 +245,8 @@ fn report_limited(input: &std::path::Path, page: &std::path::Path) -> (Option<i3
         if t0.elapsed() > Duration::from_secs(300) {
             // SAFETY: signalling our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: as above, blocking until the killed child is reaped.
+            unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
             panic!("goodput report ran for more than 300 s");
         }
         std::thread::sleep(Duration::from_millis(50));
