@@ -289,3 +289,85 @@ fn a_report_of_a_million_intervals_stays_small() {
         976
     );
 }
+
+/// Many intervals of a STAMP run and of a UDP media stream, with a loss
+/// every 10th interval: each kind's charts are downsampled too, their
+/// loss marks one per bucket (not one per lossy interval), and the page
+/// stays valid HTML.
+#[test]
+fn stamp_and_media_intervals_are_downsampled_with_their_losses() {
+    const N: usize = 20_000;
+    let stamp = tmp("hostile-small-report", "stamp.json");
+    let udp = tmp("hostile-small-report", "udp.json");
+    for (args, path) in [
+        (
+            &["stamp", "-c", "30", "-i", "3ms", "--status-interval", "20ms"][..],
+            &stamp,
+        ),
+        (
+            &[
+                "udp",
+                "--length",
+                "1s",
+                "--bitrate",
+                "1M",
+                "--status-interval",
+                "200ms",
+            ][..],
+            &udp,
+        ),
+    ] {
+        let out = goodput()
+            .args(args)
+            .args(["-v", "0", "--json"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut docs = String::new();
+    for (path, part) in [(&stamp, "stamp"), (&udp, "media")] {
+        let mut doc = result_doc(path);
+        let first = doc["intervals"][0].clone();
+        let many: Vec<serde_json::Value> = (0..N)
+            .map(|i| {
+                let mut iv = first.clone();
+                iv["time_slice_s"] = ((i + 1) as f64 / 10.0).into();
+                iv[part]["lost"] = u64::from(i % 10 == 0).into();
+                iv
+            })
+            .collect();
+        doc["intervals"] = many.into();
+        docs += &format!("{doc}\n");
+    }
+    let input = tmp("hostile-small-report", "kinds.json");
+    std::fs::write(&input, docs).unwrap();
+    let page = tmp("hostile-small-report", "kinds.html");
+    let (code, err, _) = report_limited(&input, &page);
+    assert_eq!(code, Some(0), "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    eprintln!("report of 2 × {N} intervals: page {} B", html.len());
+    assert!(html.len() < 3 * PAGE_CEILING as usize, "{} B", html.len());
+    // 20,000 intervals: 625 buckets of 32.
+    let note = "the document's 20000 intervals are drawn as 625 buckets of up to 32";
+    assert_eq!(html.matches(note).count(), 2);
+    // 2,000 lossy intervals, at least 3 in every bucket of 32: one mark
+    // per bucket, each with the bucket's sums.
+    assert_eq!(html.matches("class=\"mark\"").count(), 625);
+    assert!(html.contains("<title>4 lost of "), "no loss mark");
+    assert!(html.contains("Media bitrate per interval") && html.contains("Round trip per interval"));
+    if have("tidy", &["-v"], "apt-get install tidy") {
+        let out = std::process::Command::new("tidy")
+            .args(["-e", "-q"])
+            .arg(&page)
+            .output()
+            .unwrap();
+        // 2: errors; 1: warnings (SVG attributes tidy does not know).
+        assert_ne!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
