@@ -354,8 +354,8 @@ impl<'de> Visitor<'de> for DocumentVisitor {
             };
             rest.insert(key, value);
         }
-        let result: TestResult = serde_json::from_value(serde_json::Value::Object(rest))
-            .map_err(|e| de::Error::custom(format_args!("not a goodput result document: {e}")))?;
+        let result: TestResult =
+            serde_json::from_value(serde_json::Value::Object(rest)).map_err(de::Error::custom)?;
         Ok((result, digest))
     }
 }
