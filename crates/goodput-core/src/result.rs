@@ -431,7 +431,7 @@ pub struct MediaServerCounters {
     pub internal_errors: u64,
     /// Streams accepted.
     pub accepted: u64,
-    /// Requests refused (limits, bad plan, busy, memory).
+    /// Requests refused (limits, bad plan, busy, memory, per client).
     pub rejected: u64,
     /// Of those, refused for a field above the server's limits (bit rate,
     /// length, frame rate, buffer depth) or a plan that cannot be built.
@@ -440,6 +440,10 @@ pub struct MediaServerCounters {
     /// Of those, refused because the memory budget was taken.
     #[serde(default)]
     pub rejected_memory: u64,
+    /// Of those, refused because the client's address held the most
+    /// streams, or the most of the memory budget, one address may hold.
+    #[serde(default)]
+    pub rejected_per_client: u64,
     /// Most memory the open streams held at once, bytes (the server's own
     /// accounting of each stream's ceiling).
     #[serde(default)]

@@ -25,6 +25,8 @@ fn server_spec(ip: IpAddr) -> MediaServerSpec {
             ..MediaLimits::default()
         },
         max_memory: 1 << 30,
+        max_per_client: usize::MAX,
+        max_client_memory: u64::MAX,
     }
 }
 

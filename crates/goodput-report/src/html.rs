@@ -5,7 +5,8 @@
 //! file needs no script, no font and no network; each chart is also
 //! returned on its own for a caller that writes image files.
 
-use crate::chart::{self, escape, palette, Chart, Point, Series, Style};
+use crate::chart::{self, escape, palette, Band, Chart, Point, Series, Style};
+use crate::intervals::{IntervalDigest, Measure};
 use goodput_core::result::{
     DelayStats, EndReason, IpdvStats, OneWayStats, Percentiles, StampStats, TestKind, TestResult,
 };
@@ -17,8 +18,22 @@ use std::fmt::Write as _;
 pub struct ReportInput {
     /// Shown as the run's title.
     pub label: String,
-    /// The document.
+    /// The document (its intervals are drawn from `intervals`).
     pub result: TestResult,
+    /// The document's intervals, bucketed for the charts.
+    pub intervals: IntervalDigest,
+}
+
+impl ReportInput {
+    /// A document to report, its intervals moved into the digest.
+    pub fn new(label: String, mut result: TestResult) -> Self {
+        let intervals = IntervalDigest::of(&std::mem::take(&mut result.intervals));
+        Self {
+            label,
+            result,
+            intervals,
+        }
+    }
 }
 
 /// A chart of the report, for writing on its own.
@@ -448,6 +463,19 @@ fn run_section(id: &str, input: &ReportInput, charts: &mut Vec<ReportChart>) -> 
         );
     }
     s += "</table>";
+    let d = &input.intervals;
+    if d.downsampled() {
+        let _ = write!(
+            s,
+            "<p class=\"note downsampled\">Downsampled: the document's {} intervals are drawn as {} buckets of \
+             up to {} consecutive intervals each (at most {} buckets); each bucket's line is its mean and \
+             its shaded band spans its minimum to its maximum, so no peak is lost.</p>",
+            d.read(),
+            d.buckets(),
+            d.per_bucket(),
+            crate::intervals::MAX_INTERVAL_BUCKETS
+        );
+    }
     let mut add = |name: &str, svg: String, s: &mut String| {
         s.push_str(&svg);
         charts.push(ReportChart {
@@ -456,7 +484,7 @@ fn run_section(id: &str, input: &ReportInput, charts: &mut Vec<ReportChart>) -> 
         });
     };
     s += "<div class=\"charts\">";
-    for (name, svg) in run_charts(r) {
+    for (name, svg) in run_charts(r, d) {
         add(&name, svg, &mut s);
     }
     s += "</div>";
@@ -478,12 +506,9 @@ fn end_name(e: EndReason) -> &'static str {
 /// Most connections drawn one by one; past this only the total is drawn.
 const MAX_CONNECTION_LINES: usize = 64;
 
-fn run_chart(r: &TestResult, title: &str, unit: &str) -> Chart {
+fn run_chart(r: &TestResult, d: &IntervalDigest, title: &str, unit: &str) -> Chart {
     let span_ms = (r.summary.duration_s.max(0.0) * 1e3) as u64;
-    let last = r
-        .intervals
-        .last()
-        .map_or(0, |i| (i.time_slice_s.max(0.0) * 1e3) as u64);
+    let last = d.last_s().map_or(0, |t| (t.max(0.0) * 1e3) as u64);
     let mut c = Chart::new(
         title,
         unit,
@@ -507,35 +532,76 @@ fn series(name: &str, color: &'static str, style: Style, points: Vec<Point>) -> 
     }
 }
 
-/// The charts of one run: (name, SVG).
-fn run_charts(r: &TestResult) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let iv = &r.intervals;
-    let has_bytes = iv
+/// A figure per interval as a series of the chart: its points one by
+/// one, or when the intervals were bucketed, each bucket's mean as the
+/// line and its minimum to maximum as a band under it.
+fn add_measure(
+    c: &mut Chart,
+    r: &TestResult,
+    d: &IntervalDigest,
+    m: Measure,
+    name: &str,
+    color: &'static str,
+    style: Style,
+) {
+    let pts = d.points(m);
+    if !d.downsampled() {
+        let points = pts
+            .iter()
+            .map(|(t, _, a)| Point::new(at(r, *t), a.mean()))
+            .collect();
+        c.series.push(series(name, color, style, points));
+        return;
+    }
+    c.bands.push(Band {
+        name: "min to max".to_owned(),
+        color,
+        points: pts.iter().map(|(t, _, a)| (at(r, *t), a.min, a.max)).collect(),
+    });
+    let unit = c.unit.clone();
+    let points = pts
         .iter()
-        .any(|i| i.send_bytes_per_second > 0 || i.recv_bytes_per_second > 0);
+        .map(|(t, n, a)| Point {
+            title: Some(format!(
+                "{name}: mean {:.3} {unit} (min {:.3}, max {:.3}) over {n} intervals to {t:.3} s",
+                a.mean(),
+                a.min,
+                a.max
+            )),
+            ..Point::new(at(r, *t), a.mean())
+        })
+        .collect();
+    c.series
+        .push(series(&format!("{name} (mean)"), color, Style::Line, points));
+}
+
+/// The charts of one run: (name, SVG).
+fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let has_bytes = d.max(Measure::Send) > 0.0 || d.max(Measure::Recv) > 0.0;
     if has_bytes && r.media.is_none() {
-        let mut c = run_chart(r, "Rate over time", "Mbit/s");
-        let pts = |f: fn(&goodput_core::result::Interval) -> u64| {
-            iv.iter()
-                .map(|i| Point::new(at(r, i.time_slice_s), f(i) as f64 * MBIT))
-                .collect::<Vec<_>>()
-        };
-        if iv.iter().any(|i| i.send_bytes_per_second > 0) {
-            c.series.push(series(
+        let mut c = run_chart(r, d, "Rate over time", "Mbit/s");
+        if d.max(Measure::Send) > 0.0 {
+            add_measure(
+                &mut c,
+                r,
+                d,
+                Measure::Send,
                 "sent, all connections",
                 palette::BLUE,
                 Style::LineDots,
-                pts(|i| i.send_bytes_per_second),
-            ));
+            );
         }
-        if iv.iter().any(|i| i.recv_bytes_per_second > 0) {
-            c.series.push(series(
+        if d.max(Measure::Recv) > 0.0 {
+            add_measure(
+                &mut c,
+                r,
+                d,
+                Measure::Recv,
                 "received, all connections",
                 palette::ORANGE,
                 Style::LineDots,
-                pts(|i| i.recv_bytes_per_second),
-            ));
+            );
         }
         out.push(("rates".to_owned(), chart::svg(&c)));
     }
@@ -549,6 +615,7 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
     if conns.len() > 1 || (conns.len() == 1 && !has_bytes) {
         let mut c = run_chart(
             r,
+            d,
             &format!(
                 "Rate per connection (mean over each connection's life){}",
                 if conns.len() > MAX_CONNECTION_LINES {
@@ -585,91 +652,107 @@ fn run_charts(r: &TestResult) -> Vec<(String, String)> {
         }
         out.push(("connections".to_owned(), chart::svg(&c)));
     }
-    if iv.iter().any(|i| i.stamp.is_some()) {
-        let st: Vec<_> = iv.iter().filter_map(|i| i.stamp.map(|s| (i, s))).collect();
-        let mut c = run_chart(r, "Round trip per interval", "ms");
-        let q = |f: fn(&DelayStats) -> f64| {
-            st.iter()
-                .filter_map(|(i, s)| {
-                    s.rtt
-                        .as_ref()
-                        .map(|d| Point::new(at(r, i.time_slice_s), f(d) / 1e3))
-                })
-                .collect::<Vec<_>>()
-        };
-        c.series
-            .push(series("min", palette::GREEN, Style::Line, q(|d| d.min_us)));
-        c.series.push(series(
+    if d.any(Measure::StampSent) {
+        let mut c = run_chart(r, d, "Round trip per interval", "ms");
+        add_measure(&mut c, r, d, Measure::RttMin, "min", palette::GREEN, Style::Line);
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::RttMedian,
             "median",
             palette::BLUE,
             Style::LineDots,
-            q(|d| d.median_us),
-        ));
-        c.series
-            .push(series("p99", palette::ORANGE, Style::Line, q(|d| d.p99_us)));
-        c.series
-            .push(series("max", palette::VERMILLION, Style::Line, q(|d| d.max_us)));
-        for (i, s) in &st {
-            if s.lost > 0 {
+        );
+        add_measure(&mut c, r, d, Measure::RttP99, "p99", palette::ORANGE, Style::Line);
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::RttMax,
+            "max",
+            palette::VERMILLION,
+            Style::Line,
+        );
+        let sent = d.points(Measure::StampSent);
+        for ((t, n, lost), (_, _, sent)) in d.points(Measure::StampLost).iter().zip(&sent) {
+            if lost.sum > 0.0 {
                 c.marks.push(chart::Mark {
-                    at_ms: at(r, i.time_slice_s),
+                    at_ms: at(r, *t),
                     color: palette::VERMILLION,
-                    title: format!("{} lost of {} sent in the interval", s.lost, s.sent),
+                    title: if *n == 1 {
+                        format!("{} lost of {} sent in the interval", lost.sum, sent.sum)
+                    } else {
+                        format!(
+                            "{} lost of {} sent in the {n} intervals to {t:.3} s",
+                            lost.sum, sent.sum
+                        )
+                    },
                 });
             }
         }
         out.push(("rtt".to_owned(), chart::svg(&c)));
         out.push(loss_chart(
             r,
-            st.iter()
-                .map(|(i, s)| (i.time_slice_s, s.lost, s.duplicates, s.reordered)),
+            d,
+            Measure::StampLost,
+            Some((Measure::StampDuplicates, Measure::StampReordered)),
         ));
     }
-    if iv.iter().any(|i| i.media.is_some()) {
-        let md: Vec<_> = iv.iter().filter_map(|i| i.media.map(|m| (i, m))).collect();
-        let mut c = run_chart(r, "Media bitrate per interval", "Mbit/s");
-        c.series.push(series(
+    if d.any(Measure::MediaRate) {
+        let mut c = run_chart(r, d, "Media bitrate per interval", "Mbit/s");
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::MediaRate,
             "received",
             palette::BLUE,
             Style::LineDots,
-            md.iter()
-                .map(|(i, m)| Point::new(at(r, i.time_slice_s), m.bits_per_second as f64 / 1e6))
-                .collect(),
-        ));
+        );
         out.push(("media-rate".to_owned(), chart::svg(&c)));
-        let mut j = run_chart(r, "Jitter per interval", "ms");
-        j.series.push(series(
+        let mut j = run_chart(r, d, "Jitter per interval", "ms");
+        add_measure(
+            &mut j,
+            r,
+            d,
+            Measure::MediaJitter,
             "jitter (RFC 3550)",
             palette::PURPLE,
             Style::LineDots,
-            md.iter()
-                .map(|(i, m)| Point::new(at(r, i.time_slice_s), m.jitter_us / 1e3))
-                .collect(),
-        ));
+        );
         out.push(("jitter".to_owned(), chart::svg(&j)));
-        out.push(loss_chart(
-            r,
-            md.iter().map(|(i, m)| (i.time_slice_s, m.lost, 0, 0)),
-        ));
+        out.push(loss_chart(r, d, Measure::MediaLost, None));
     }
-    if iv.iter().any(|i| i.echo.is_some()) {
-        let ec: Vec<_> = iv.iter().filter_map(|i| i.echo.map(|e| (i, e))).collect();
-        let mut c = run_chart(r, "Echo round trip per interval", "ms");
-        let q = |f: fn(&Percentiles) -> f64| {
-            ec.iter()
-                .filter_map(|(i, e)| {
-                    e.round_trip
-                        .as_ref()
-                        .map(|p| Point::new(at(r, i.time_slice_s), f(p) / 1e3))
-                })
-                .collect::<Vec<_>>()
-        };
-        c.series
-            .push(series("p50", palette::BLUE, Style::LineDots, q(|p| p.p50_us)));
-        c.series
-            .push(series("p99", palette::ORANGE, Style::Line, q(|p| p.p99_us)));
-        c.series
-            .push(series("max", palette::VERMILLION, Style::Line, q(|p| p.max_us)));
+    if d.any(Measure::EchoSent) {
+        let mut c = run_chart(r, d, "Echo round trip per interval", "ms");
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::EchoP50,
+            "p50",
+            palette::BLUE,
+            Style::LineDots,
+        );
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::EchoP99,
+            "p99",
+            palette::ORANGE,
+            Style::Line,
+        );
+        add_measure(
+            &mut c,
+            r,
+            d,
+            Measure::EchoMax,
+            "max",
+            palette::VERMILLION,
+            Style::Line,
+        );
         out.push(("echo-rtt".to_owned(), chart::svg(&c)));
     }
     // Distributions: (file name, title, encoded histogram, colour).
@@ -822,27 +905,23 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// Losses, duplicates and reordered packets per interval, as bars on the
-/// run's clock.
-fn loss_chart(r: &TestResult, per: impl Iterator<Item = (f64, u64, u64, u64)>) -> (String, String) {
-    let mut c = run_chart(r, "Lost, duplicated and reordered per interval", "packets");
-    let mut lost = Vec::new();
-    let mut dups = Vec::new();
-    let mut reord = Vec::new();
-    for (t, l, d, o) in per {
-        lost.push(Point::new(at(r, t), l as f64));
-        dups.push(Point::new(at(r, t), d as f64));
-        reord.push(Point::new(at(r, t), o as f64));
-    }
-    c.series
-        .push(series("lost", palette::VERMILLION, Style::LineDots, lost));
-    if dups.iter().any(|p| p.value > 0.0) {
-        c.series
-            .push(series("duplicates", palette::PURPLE, Style::LineDots, dups));
-    }
-    if reord.iter().any(|p| p.value > 0.0) {
-        c.series
-            .push(series("reordered", palette::SKY, Style::LineDots, reord));
+/// Losses, duplicates and reordered packets per interval, on the run's
+/// clock (duplicates and reordering only when there were any).
+fn loss_chart(
+    r: &TestResult,
+    d: &IntervalDigest,
+    lost: Measure,
+    more: Option<(Measure, Measure)>,
+) -> (String, String) {
+    let mut c = run_chart(r, d, "Lost, duplicated and reordered per interval", "packets");
+    add_measure(&mut c, r, d, lost, "lost", palette::VERMILLION, Style::LineDots);
+    if let Some((dups, reord)) = more {
+        if d.max(dups) > 0.0 {
+            add_measure(&mut c, r, d, dups, "duplicates", palette::PURPLE, Style::LineDots);
+        }
+        if d.max(reord) > 0.0 {
+            add_measure(&mut c, r, d, reord, "reordered", palette::SKY, Style::LineDots);
+        }
     }
     ("loss".to_owned(), chart::svg(&c))
 }

@@ -9,6 +9,7 @@ mod echo;
 mod files;
 mod format;
 mod html;
+mod intervals;
 mod iperf3;
 mod media;
 mod path;
@@ -24,6 +25,7 @@ pub use files::{
 };
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use html::{difference, headline_figures, html_report, Better, Figure, Report, ReportChart, ReportInput};
+pub use intervals::{read_documents, IntervalDigest, MAX_DOCUMENTS, MAX_INTERVAL_BUCKETS};
 pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,

@@ -59,12 +59,16 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
         if c.accepted > 0 || c.challenged > 0 || c.unsolicited > 0 {
             lines.push(format!(
                 "UDP media service: {} streams accepted ({} completed, {} stopped when their reports \
-                 stopped), {} refused, {} challenges sent; {} data datagrams sent ({} send errors), \
+                 stopped), {} refused ({} over a request limit, {} for the memory budget, {} for their \
+                 address's share), {} challenges sent; {} data datagrams sent ({} send errors), \
                  {} received; {} unsolicited or malformed datagrams dropped; {} internal errors",
                 c.accepted,
                 c.completed,
                 c.abandoned,
                 c.rejected,
+                c.rejected_limits,
+                c.rejected_memory,
+                c.rejected_per_client,
                 c.challenged,
                 c.sent,
                 c.send_errors,

@@ -187,6 +187,8 @@ fn requests_above_the_limits_are_refused_with_the_reason_and_cost_nothing() {
 /// With a budget of 8 MiB and a per-stream ceiling of 2.7 MiB (1,000 fps
 /// with a 10 s buffer), the third upload held at once and every one after
 /// it is refused for memory; what the budget allowed never exceeded it.
+/// Each upload comes from an address of its own (127.0.0.10…), so the
+/// budget is reached before any address's own share.
 #[test]
 fn the_memory_budget_holds_across_streams() {
     let srv = start(
@@ -196,7 +198,7 @@ fn the_memory_budget_holds_across_streams() {
     let mut held = Vec::new();
     let mut refused = 0;
     for nonce in 0..6u64 {
-        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let s = UdpSocket::bind((std::net::Ipv4Addr::new(127, 0, 0, 10 + nonce as u8), 0)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         // 1,000 fps, 10 s buffer: 10,000 frames buffered.
         let r = request(100 + nonce, 8_000_000, 1000, 60, 1000, 10_000);

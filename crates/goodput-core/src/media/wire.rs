@@ -67,6 +67,11 @@ pub enum RejectReason {
     Buffer,
     /// The server's memory budget for media streams is taken.
     Memory,
+    /// The client's address holds as many streams as one address may.
+    ClientStreams,
+    /// The client's address holds as much of the memory budget as one
+    /// address may.
+    ClientMemory,
     /// A code this version does not know.
     Other(u8),
 }
@@ -82,6 +87,8 @@ impl RejectReason {
             RejectReason::FrameRate => 6,
             RejectReason::Buffer => 7,
             RejectReason::Memory => 8,
+            RejectReason::ClientStreams => 9,
+            RejectReason::ClientMemory => 10,
             RejectReason::Other(c) => c,
         }
     }
@@ -95,6 +102,8 @@ impl RejectReason {
             6 => RejectReason::FrameRate,
             7 => RejectReason::Buffer,
             8 => RejectReason::Memory,
+            9 => RejectReason::ClientStreams,
+            10 => RejectReason::ClientMemory,
             c => RejectReason::Other(c),
         }
     }
@@ -116,6 +125,12 @@ impl std::fmt::Display for RejectReason {
             RejectReason::Memory => {
                 f.write_str("its memory budget for media streams is taken (--udp-max-memory)")
             }
+            RejectReason::ClientStreams => {
+                f.write_str("this address holds the most streams one address may (--udp-max-per-client)")
+            }
+            RejectReason::ClientMemory => f.write_str(
+                "this address holds its whole share of the memory budget (--udp-max-client-memory)",
+            ),
             RejectReason::Other(c) => write!(f, "reason code {c}"),
         }
     }

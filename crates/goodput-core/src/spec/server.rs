@@ -148,6 +148,13 @@ pub struct ServerSpec {
     /// of physical memory).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub udp_max_memory: Option<ByteSize>,
+    /// Most media streams one client address may hold open at once, over
+    /// every listening socket.
+    pub udp_max_per_client: usize,
+    /// Most of the media memory budget one client address may hold at once
+    /// (default: a quarter of `udp_max_memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub udp_max_client_memory: Option<ByteSize>,
     /// Run the iperf3 service.
     pub iperf3: bool,
     /// Port of the iperf3 service.
@@ -214,6 +221,8 @@ impl Default for ServerSpec {
             udp_max_frame_rate: 10_000,
             udp_max_buffer: HumanDuration(Duration::from_secs(10)),
             udp_max_memory: None,
+            udp_max_per_client: 1_000,
+            udp_max_client_memory: None,
             iperf3: false,
             iperf3_port: 5201,
             iperf3_listen: None,
@@ -310,12 +319,13 @@ impl ServerSpec {
                 format!("must be between 1 byte and {}", format_size(MAX_BUFFER)),
             ));
         }
-        let counts: [(&str, Option<u64>); 9] = [
+        let counts: [(&str, Option<u64>); 10] = [
             ("max_connections", self.max_connections),
             ("max_per_client", self.max_per_client),
             ("max_pending", Some(self.max_pending)),
             ("max_pending_per_client", Some(self.max_pending_per_client)),
             ("udp_max_streams", Some(self.udp_max_streams as u64)),
+            ("udp_max_per_client", Some(self.udp_max_per_client as u64)),
             ("udp_max_bitrate", Some(self.udp_max_bitrate.0)),
             ("quic_max_connections", Some(self.quic_max_connections as u64)),
             ("quic_max_per_client", Some(self.quic_max_per_client as u64)),
@@ -353,6 +363,9 @@ impl ServerSpec {
         self.udp_max_buffer_ms()?;
         if self.udp_max_memory == Some(ByteSize(0)) {
             return Err(SpecError::new("udp_max_memory", "must be above zero"));
+        }
+        if self.udp_max_client_memory == Some(ByteSize(0)) {
+            return Err(SpecError::new("udp_max_client_memory", "must be above zero"));
         }
         if self.cert.is_some() != self.key.is_some() {
             return Err(SpecError::new("cert", "and `key` go together"));

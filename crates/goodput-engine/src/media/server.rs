@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -44,35 +45,79 @@ pub struct MediaServerSpec {
     /// Most memory all open streams of every socket may hold, bytes (each
     /// counted at its ceiling, [`stream_memory`]).
     pub max_memory: u64,
+    /// Most streams one client address may hold open at once, over every
+    /// socket.
+    pub max_per_client: usize,
+    /// Most of `max_memory` one client address may hold at once, bytes.
+    pub max_client_memory: u64,
 }
 
-/// What the socket threads share: the spec and the memory the open streams
-/// hold.
+/// What one client address holds: its open streams and their memory.
+#[derive(Debug, Default, Clone, Copy)]
+struct ClientUse {
+    streams: usize,
+    bytes: u64,
+}
+
+/// What the socket threads share: the spec, the memory the open streams
+/// hold, and what each client address holds of it.
 struct Shared {
     spec: MediaServerSpec,
     committed: AtomicU64,
     peak: AtomicU64,
+    /// Open streams and memory by client address (an address is removed
+    /// when its last stream ends, so there are at most as many entries as
+    /// open streams).
+    clients: Mutex<HashMap<IpAddr, ClientUse>>,
 }
 
 impl Shared {
-    /// Takes `bytes` of the budget, if it has room.
-    fn commit(&self, bytes: u64) -> bool {
-        let max = self.spec.max_memory;
-        let took = self
-            .committed
-            .fetch_update(Relaxed, Relaxed, |c| c.checked_add(bytes).filter(|&n| n <= max))
-            .is_ok();
-        if took {
-            self.peak.fetch_max(self.committed.load(Relaxed), Relaxed);
+    /// Admits a stream of `bytes` from `client`: within the address's own
+    /// share first (streams, then memory), then within the whole budget.
+    /// The refusal names the limit that was reached.
+    fn commit(&self, client: IpAddr, bytes: u64) -> Result<(), RejectReason> {
+        // A panic elsewhere cannot leave the map half-updated: every change
+        // below is a plain field update.
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = clients.get(&client).copied().unwrap_or_default();
+        if mine.streams >= self.spec.max_per_client {
+            return Err(RejectReason::ClientStreams);
         }
-        took
+        let theirs = mine.bytes.checked_add(bytes);
+        if theirs.is_none_or(|b| b > self.spec.max_client_memory) {
+            return Err(RejectReason::ClientMemory);
+        }
+        let max = self.spec.max_memory;
+        self.committed
+            .fetch_update(Relaxed, Relaxed, |c| c.checked_add(bytes).filter(|&n| n <= max))
+            .map_err(|_| RejectReason::Memory)?;
+        self.peak.fetch_max(self.committed.load(Relaxed), Relaxed);
+        let e = clients.entry(client).or_default();
+        e.streams += 1;
+        e.bytes = e.bytes.saturating_add(bytes);
+        Ok(())
     }
 
-    fn release(&self, bytes: u64) {
+    /// Gives back what a stream of `client` held.
+    fn release(&self, client: IpAddr, bytes: u64) {
         let _ = self
             .committed
             .fetch_update(Relaxed, Relaxed, |c| Some(c.saturating_sub(bytes)));
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = clients.get_mut(&client) {
+            e.streams = e.streams.saturating_sub(1);
+            e.bytes = e.bytes.saturating_sub(bytes);
+            if e.streams == 0 {
+                clients.remove(&client);
+            }
+        }
     }
+}
+
+/// The address a client's streams are counted under (an IPv4-mapped IPv6
+/// address as its IPv4 address).
+fn client_of(peer: SocketAddr) -> IpAddr {
+    peer.ip().to_canonical()
 }
 
 /// The media service with its sockets bound.
@@ -113,6 +158,7 @@ impl BoundMedia {
             spec: self.spec,
             committed: AtomicU64::new(0),
             peak: AtomicU64::new(0),
+            clients: Mutex::new(HashMap::new()),
         };
         RunningMedia(SocketThreads::spawn(
             "media-server",
@@ -143,6 +189,7 @@ impl RunningMedia {
                 t.rejected += c.rejected;
                 t.rejected_limits += c.rejected_limits;
                 t.rejected_memory += c.rejected_memory;
+                t.rejected_per_client += c.rejected_per_client;
                 // Every thread read the same shared peak.
                 t.memory_peak_bytes = t.memory_peak_bytes.max(c.memory_peak_bytes);
                 t.completed += c.completed;
@@ -388,10 +435,13 @@ impl Server<'_> {
             return;
         }
         let memory = stream_memory(&plan, r.upload, r.buffer_ms);
-        if !self.shared.commit(memory) {
+        if let Err(why) = self.shared.commit(client_of(src), memory) {
             self.c.rejected += 1;
-            self.c.rejected_memory += 1;
-            reply(reject(RejectReason::Memory));
+            match why {
+                RejectReason::Memory => self.c.rejected_memory += 1,
+                _ => self.c.rejected_per_client += 1,
+            }
+            reply(reject(why));
             return;
         }
         let id = self.next_id;
@@ -466,7 +516,7 @@ impl Server<'_> {
         let Some(st) = self.streams.remove(&id) else {
             return;
         };
-        self.shared.release(st.memory);
+        self.shared.release(client_of(st.peer), st.memory);
         self.by_key.remove(&st.key);
         self.finished.insert(st.key, now);
         self.ended.insert(id, (st.peer, now));

@@ -134,11 +134,14 @@ pub(crate) async fn run(
         true => None,
         false => {
             let (limits, max_memory) = media_limits(spec).map_err(spec_error)?;
+            let max_client_memory = client_memory(spec, max_memory, limits.stream_ceiling());
             let media = MediaServerSpec {
                 listen: listen.clone(),
                 max_streams: spec.udp_max_streams,
                 limits,
                 max_memory,
+                max_per_client: spec.udp_max_per_client,
+                max_client_memory,
             };
             let bound = match bind_media(media.clone()) {
                 Ok(b) => b,
@@ -152,15 +155,17 @@ pub(crate) async fn run(
             banner.push((
                 "UDP media service".into(),
                 format!(
-                    "{} (at most {} streams, {} per stream, {} fps, {} s long, {} ms buffer; \
-                     {} of memory for streams, at most {} each)",
+                    "{} (at most {} streams, {} from one address, {} per stream, {} fps, {} s long, \
+                     {} ms buffer; {} of memory for streams, {} for one address, at most {} each)",
                     list(&bound.local_addrs()),
                     spec.udp_max_streams,
+                    spec.udp_max_per_client,
                     format_bits_per_second(limits.max_bits_per_second as f64 / 8.0),
                     limits.max_frame_rate,
                     limits.max_length_s,
                     limits.max_buffer_ms,
                     format_size(max_memory),
+                    format_size(max_client_memory),
                     format_size(limits.stream_ceiling())
                 ),
             ));
@@ -297,6 +302,17 @@ fn media_limits(spec: &ServerSpec) -> Result<(MediaLimits, u64), goodput_core::s
         max_buffer_ms: spec.udp_max_buffer_ms()?,
     };
     Ok((limits, max_memory))
+}
+
+/// What one client address may hold of the media memory budget, bytes: the
+/// spec's figure, or a quarter of the budget but at least the costliest
+/// stream (`ceiling`), so that a small budget still serves each address
+/// one stream of any kind the limits allow.
+fn client_memory(spec: &ServerSpec, max_memory: u64, ceiling: u64) -> u64 {
+    match spec.udp_max_client_memory {
+        Some(ByteSize(b)) => b,
+        None => (max_memory / 4).max(ceiling).min(max_memory),
+    }
 }
 
 /// Physical memory, bytes (4 GiB when the system will not say).

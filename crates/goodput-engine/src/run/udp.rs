@@ -42,6 +42,9 @@ pub(super) async fn run(
                     max_buffer_ms: u32::MAX,
                 },
                 max_memory: u64::MAX,
+                // The embedded server has one client: this process.
+                max_per_client: usize::MAX,
+                max_client_memory: u64::MAX,
             })
             .map_err(|e| Failure::setup(error_chain(&e)))?;
             let addr = b.local_addrs()[0];

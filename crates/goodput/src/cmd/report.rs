@@ -5,9 +5,8 @@
 use super::{Stop, EXIT_OK};
 use crate::flags::ReportArgs;
 use anyhow::{anyhow, Context as _};
-use goodput_core::result::TestResult;
 use goodput_report::{html_report, ReportInput};
-use std::io::{Read as _, Write as _};
+use std::io::{Read, Write as _};
 use std::path::Path;
 
 /// Most documents read from all files together.
@@ -80,67 +79,89 @@ pub(crate) fn report(args: &ReportArgs) -> Result<u8, Stop> {
 
 /// Every result document in a file: one, several one after another (JSON
 /// lines), or an array of them. Each is named after the file (and its
-/// place in it when there are several).
+/// place in it when there are several). The file is read as a stream, its
+/// intervals bucketed as they come (`goodput_report::read_documents`), so
+/// memory stays far below the file's size.
 fn read_documents(path: &Path, limit: u64) -> anyhow::Result<Vec<ReportInput>> {
-    let mut text = String::new();
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    f.take(limit + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if text.len() as u64 > limit {
-        return Err(anyhow!(
+    let too_large = || {
+        anyhow!(
             "{} is larger than --max-input-mib ({} MiB)",
             path.display(),
             limit >> 20
-        ));
+        )
+    };
+    if f.metadata().is_ok_and(|m| m.is_file() && m.len() > limit) {
+        return Err(too_large());
     }
-    let mut values = Vec::new();
-    for v in serde_json::Deserializer::from_str(&text).into_iter::<serde_json::Value>() {
-        let v = v.with_context(|| format!("{} is not JSON", path.display()))?;
-        match v {
-            serde_json::Value::Array(a) => values.extend(a),
-            v => values.push(v),
-        }
-        if values.len() > MAX_DOCUMENTS {
+    // A pipe or a growing file is held to the limit as it is read.
+    let mut input = Limited {
+        inner: std::io::BufReader::with_capacity(1 << 16, f),
+        left: limit,
+        over: false,
+    };
+    let docs = match goodput_report::read_documents(&mut input) {
+        Ok(d) => d,
+        Err(_) if input.over => return Err(too_large()),
+        Err(e) if e.is_io() => return Err(anyhow!("cannot read {}: {e}", path.display())),
+        Err(e) if e.is_data() && e.to_string().starts_with("more than") => {
             return Err(anyhow!(
                 "{} holds more than {MAX_DOCUMENTS} documents",
                 path.display()
-            ));
+            ))
         }
-    }
-    if values.is_empty() {
+        Err(e) if e.is_data() => {
+            return Err(anyhow!(
+                "{} is not a goodput result document: {e}",
+                path.display()
+            ))
+        }
+        Err(e) => return Err(anyhow!("{} is not JSON: {e}", path.display())),
+    };
+    if docs.is_empty() {
         return Err(anyhow!("{} holds no result document", path.display()));
     }
     let name = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let several = values.len() > 1;
-    values
+    let several = docs.len() > 1;
+    Ok(docs
         .into_iter()
         .enumerate()
-        .map(|(i, v)| {
-            let result: TestResult = serde_json::from_value(v).with_context(|| {
-                format!(
-                    "{}{} is not a goodput result document",
-                    path.display(),
-                    if several {
-                        format!(" (document {})", i + 1)
-                    } else {
-                        String::new()
-                    }
-                )
-            })?;
-            Ok(ReportInput {
-                label: if several {
-                    format!("{name} #{}", i + 1)
-                } else {
-                    name.clone()
-                },
-                result,
-            })
+        .map(|(i, (result, intervals))| ReportInput {
+            label: if several {
+                format!("{name} #{}", i + 1)
+            } else {
+                name.clone()
+            },
+            result,
+            intervals,
         })
-        .collect()
+        .collect())
+}
+
+/// A reader that stops with an error past `left` bytes, and says so.
+struct Limited<R> {
+    inner: R,
+    left: u64,
+    over: bool,
+}
+
+impl<R: Read> Read for Limited<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        // One byte more than allowed tells a file at the limit from one past it.
+        let most = buf
+            .len()
+            .min(usize::try_from(self.left.saturating_add(1)).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..most])?;
+        if n as u64 > self.left {
+            self.over = true;
+            return Err(std::io::Error::other("past --max-input-mib"));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {

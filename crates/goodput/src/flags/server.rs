@@ -116,6 +116,14 @@ pub struct ServerArgs {
     /// ceiling (default: an eighth of physical memory); more are refused.
     #[arg(long, value_name = "SIZE")]
     pub udp_max_memory: Option<ByteSize>,
+    /// Most media streams one client address may hold open at once (over
+    /// every listen address); more from it are refused.
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub udp_max_per_client: usize,
+    /// Most of --udp-max-memory one client address may hold at once
+    /// (default: a quarter of it), so one address cannot take it all.
+    #[arg(long, value_name = "SIZE")]
+    pub udp_max_client_memory: Option<ByteSize>,
     /// Also answer stock iperf3 clients (TCP and UDP, -R, --bidir, -P), one
     /// test at a time, on --iperf3-port.
     #[arg(long)]
@@ -289,6 +297,8 @@ impl ServerArgs {
             udp_max_frame_rate: self.udp_max_frame_rate,
             udp_max_buffer: self.udp_max_buffer,
             udp_max_memory: self.udp_max_memory,
+            udp_max_per_client: self.udp_max_per_client,
+            udp_max_client_memory: self.udp_max_client_memory,
             iperf3: self.iperf3,
             iperf3_port: self.iperf3_port,
             iperf3_listen: self.iperf3_listen,
