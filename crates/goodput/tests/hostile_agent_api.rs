@@ -22,6 +22,13 @@ use serde_json::Value;
 const A: &str = "127.0.5.1";
 const B: &str = "127.0.5.2";
 
+/// One test at a time: each puts the machine under a flood, and the
+/// others' one-second bounds must not measure it.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Raises this test process's descriptor limit to its hard limit (the
 /// flood holds thousands of sockets); returns it.
 fn raise_own_descriptors() -> u64 {
@@ -218,6 +225,7 @@ const DESCRIPTORS_AFTER: usize = 200;
 
 #[test]
 fn a_flood_of_connections_from_many_addresses_starves_no_one() {
+    let _one = one_at_a_time();
     let own = raise_own_descriptors();
     // What this process may hold, less room for the probes and agents'
     // pipes: 18,000 with the usual hard limit of 20,000.
@@ -338,6 +346,7 @@ fn a_flood_of_connections_from_many_addresses_starves_no_one() {
 
 #[test]
 fn slow_bodies_idle_and_half_sent_requests_hold_nothing_others_need() {
+    let _one = one_at_a_time();
     raise_own_descriptors();
     let (ports, a, _b) = two_agents(
         "hostile-api-slow",
@@ -466,6 +475,7 @@ fn slow_bodies_idle_and_half_sent_requests_hold_nothing_others_need() {
 
 #[test]
 fn a_run_that_runs_out_of_descriptors_is_failed_with_that_reason() {
+    let _one = one_at_a_time();
     let ports = Ports::pick();
     // STAMP only, 64 sessions each from its own socket, every 3 s.
     let config = common::tmp("hostile-api-fds", "mesh.toml");
@@ -546,6 +556,7 @@ fn now_ms() -> u64 {
 
 #[test]
 fn secrets_in_the_configuration_never_leave_the_agent() {
+    let _one = one_at_a_time();
     let ports = Ports::pick();
     let secrets = ["am-s3cret-pw", "hook-k3y-0451", "fleet-pw-9917", "logs-t0ken-77"];
     let extra = format!(
