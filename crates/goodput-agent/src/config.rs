@@ -178,12 +178,16 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 .get(u)
                 .cloned();
             // `URL#SHA256`: an https:// server whose certificate has this
-            // fingerprint (a fleet archive's self-signed one).
+            // fingerprint (a fleet archive's self-signed one). A redirect
+            // is followed only to the same https origin, where the same
+            // client checks the same pin; one elsewhere (plain http,
+            // another host or port) would bypass the pin, and is refused.
             let (target, client) = match u.split_once('#') {
                 Some((base, pin)) => {
                     let pin = crate::tls::read_pin(pin).map_err(|e| format!("{u}: {e}"))?;
                     let client = reqwest::Client::builder()
                         .use_preconfigured_tls(crate::tls::pinned_client_config(pin))
+                        .redirect(reqwest::redirect::Policy::custom(same_origin_only))
                         .build()
                         .map_err(|e| format!("{u}: {e}"))?;
                     (base, client)
@@ -194,10 +198,14 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
             if let Some((tag, _)) = &cached {
                 request = request.header(reqwest::header::IF_NONE_MATCH, tag);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| format!("cannot fetch {u}: {e}"))?;
+            let response = request.send().await.map_err(|e| {
+                // reqwest's message for a refused redirect is its own
+                // ("error following redirect"); ours is in the source.
+                let why = std::error::Error::source(&e)
+                    .filter(|_| e.is_redirect())
+                    .map_or_else(|| e.to_string(), |s| s.to_string());
+                format!("cannot fetch {u}: {why}")
+            })?;
             if response.status() == reqwest::StatusCode::NOT_MODIFIED {
                 if let Some((_, text)) = cached {
                     let toml = !text.trim_start().starts_with('{');
@@ -233,6 +241,38 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
             Ok((text, toml))
         }
     }
+}
+
+/// Most redirects a pinned configuration URL follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// A pinned URL's redirect policy: only to the same scheme (https), host
+/// and port as the URL asked first, at most [`MAX_REDIRECTS`] times.
+fn same_origin_only(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let first = attempt.previous().first();
+    let to = attempt.url();
+    let same = first.is_some_and(|f| {
+        to.scheme() == "https"
+            && f.scheme() == "https"
+            && to.host_str() == f.host_str()
+            && to.port_or_known_default() == f.port_or_known_default()
+    });
+    if !same {
+        let host = to.host_str().unwrap_or("");
+        let origin = match to.port() {
+            Some(p) => format!("{}://{host}:{p}", to.scheme()),
+            None => format!("{}://{host}", to.scheme()),
+        };
+        let why = format!(
+            "redirected to {origin}: a pinned configuration URL follows redirects only to its own \
+             https origin (the pin would not be checked there)"
+        );
+        return attempt.error(why);
+    }
+    if attempt.previous().len() > MAX_REDIRECTS {
+        return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    attempt.follow()
 }
 
 /// Each configuration URL's last ETag and text.
