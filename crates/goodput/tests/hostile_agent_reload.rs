@@ -532,7 +532,16 @@ fn the_schedule_follows_a_wall_clock_stepped_back_and_forward() {
     // One hour back.
     std::fs::write(&offset, "-3600\n").unwrap();
     let stepped = now_ms() - 3_600_000;
-    let h = wait_for(Duration::from_secs(10), "the step in health", || {
+    // Runs keep coming on the stepped clock, within a repeat or two.
+    let after_back = wait_for(
+        Duration::from_secs(6 * every),
+        "runs on the stepped-back clock",
+        || {
+            let f = finished(&a, stepped - 60_000, stepped + 600_000);
+            (f.len() >= 3).then_some(f)
+        },
+    );
+    let h = wait_for(Duration::from_secs(5), "the step in health", || {
         let h = health(&a, ports);
         (h["clock_steps"]["count"].as_u64() == Some(1)).then_some(h)
     });
@@ -543,15 +552,6 @@ fn the_schedule_follows_a_wall_clock_stepped_back_and_forward() {
             .contains("the wall clock stepped back 3600 s; schedule re-planned"),
         "{}",
         a.log_text()
-    );
-    // Runs keep coming on the stepped clock, within a repeat or two.
-    let after_back = wait_for(
-        Duration::from_secs(6 * every),
-        "runs on the stepped-back clock",
-        || {
-            let f = finished(&a, stepped - 60_000, stepped + 600_000);
-            (f.len() >= 3).then_some(f)
-        },
     );
     // And the next run shown is one that comes.
     let next = get_json(ip, ports.api, "/api/v1/tasks")[0]["next_ms"]
