@@ -144,8 +144,9 @@ async fn replay_id(shared: &Shared, id: &str) -> String {
 }
 
 /// The led runs not yet planned whose time a step forward passed over,
-/// as `missed` records (at most [`MAX_MISSED_PER_PAIR`] a pair).
-fn passed_over(shared: &Shared, now: u64, why: &str) -> Vec<goodput_archive::Run> {
+/// as `missed` records (at most [`MAX_MISSED_PER_PAIR`] a pair and
+/// [`MAX_MISSED`] in all), and whether there were more.
+fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Run>, bool) {
     let inner = shared.lock();
     let mut out = Vec::new();
     for led in &inner.loaded.led {
@@ -161,6 +162,9 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> Vec<goodput_archive::Run
             };
             if at >= now {
                 break;
+            }
+            if out.len() >= MAX_MISSED {
+                return (out, true);
             }
             let b = Booked {
                 id: t.run_id(n),
@@ -185,11 +189,14 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> Vec<goodput_archive::Run
             n = t.repeat.next(n);
         }
     }
-    out
+    (out, false)
 }
 
 /// Most runs per pair a step forward records as missed (as at a restart).
 const MAX_MISSED_PER_PAIR: usize = 10_000;
+/// Most runs a step forward records as missed in all (each record holds
+/// its spec: a long step over a large mesh must not take the memory).
+const MAX_MISSED: usize = 20_000;
 
 /// The wall clock was stepped by `step` ms (negative: back); `now` is the
 /// wall clock after it. Every led pair is planned again from `now`, as
@@ -201,12 +208,14 @@ const MAX_MISSED_PER_PAIR: usize = 10_000;
 pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
     clock::note_step(step, now);
     let mut missed = Vec::new();
+    let mut unrecorded = false;
     if step > 0 {
         let why = format!(
             "the wall clock stepped forward {} s past its time",
             (step.unsigned_abs() + 500) / 1000
         );
-        let passed_over = passed_over(shared, now, &why);
+        let (passed_over, more) = passed_over(shared, now, &why);
+        unrecorded = more;
         // Those the archive has (a record from before the step) stay.
         let ids: Vec<String> = passed_over.iter().map(|r| r.id.clone()).collect();
         let known = shared.archive.existing(&ids).await.unwrap_or_default();
@@ -236,10 +245,12 @@ pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
         shared.store(&missed).await;
     }
     let direction = if step < 0 { "back" } else { "forward" };
-    let also = if missed.is_empty() {
-        String::new()
-    } else {
-        format!(" ({} runs it passed recorded as missed)", missed.len())
+    let also = match (missed.len(), unrecorded) {
+        (0, false) => String::new(),
+        (n, false) => format!(" ({n} runs it passed recorded as missed)"),
+        (n, true) => format!(
+            " ({n} runs it passed recorded as missed; the rest are not recorded, limit {MAX_MISSED} a step)"
+        ),
     };
     log(&format!(
         "the wall clock stepped {direction} {} s; schedule re-planned{also}",
