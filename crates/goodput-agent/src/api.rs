@@ -488,6 +488,9 @@ pub(crate) struct Health {
     now: String,
     identity: Vec<String>,
     clock: crate::clock::ClockState,
+    /// The wall clock's steps (forward or back) seen since start; after
+    /// each the schedule was planned again.
+    clock_steps: crate::clock::Steps,
     archive_bytes: u64,
     archive_runs: u64,
     /// Runs booked and not ended.
@@ -539,6 +542,7 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
         now: ms_rfc3339(now),
         identity: inner.loaded.mine.clone(),
         clock: crate::clock::state(),
+        clock_steps: crate::clock::steps(),
         archive_bytes,
         archive_runs,
         booked: inner.booked.len(),

@@ -138,15 +138,33 @@ impl Loaded {
     }
 }
 
-/// Reads the document's text from its source.
 /// A configuration document's text, from a file or a URL (at most 16 MiB,
 /// 30 s), and whether it is TOML.
 pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
     match source {
         ConfigSource::File(p) => {
-            let text = tokio::fs::read_to_string(p)
+            let too_big = || {
+                format!(
+                    "{}: limit max_config_bytes: larger than {MAX_CONFIG_BYTES} bytes",
+                    p.display()
+                )
+            };
+            let file = tokio::fs::File::open(p)
                 .await
                 .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            // Never more than the limit read, whatever the file's size
+            // says (it may grow while it is read).
+            let mut bytes = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(
+                &mut tokio::io::AsyncReadExt::take(file, MAX_CONFIG_BYTES + 1),
+                &mut bytes,
+            )
+            .await
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            if bytes.len() as u64 > MAX_CONFIG_BYTES {
+                return Err(too_big());
+            }
+            let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", p.display()))?;
             let toml = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"));
             Ok((text, toml))
         }
@@ -160,12 +178,16 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 .get(u)
                 .cloned();
             // `URL#SHA256`: an https:// server whose certificate has this
-            // fingerprint (a fleet archive's self-signed one).
+            // fingerprint (a fleet archive's self-signed one). A redirect
+            // is followed only to the same https origin, where the same
+            // client checks the same pin; one elsewhere (plain http,
+            // another host or port) would bypass the pin, and is refused.
             let (target, client) = match u.split_once('#') {
                 Some((base, pin)) => {
                     let pin = crate::tls::read_pin(pin).map_err(|e| format!("{u}: {e}"))?;
                     let client = reqwest::Client::builder()
                         .use_preconfigured_tls(crate::tls::pinned_client_config(pin))
+                        .redirect(reqwest::redirect::Policy::custom(same_origin_only))
                         .build()
                         .map_err(|e| format!("{u}: {e}"))?;
                     (base, client)
@@ -176,10 +198,14 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
             if let Some((tag, _)) = &cached {
                 request = request.header(reqwest::header::IF_NONE_MATCH, tag);
             }
-            let response = request
-                .send()
-                .await
-                .map_err(|e| format!("cannot fetch {u}: {e}"))?;
+            let response = request.send().await.map_err(|e| {
+                // reqwest's message for a refused redirect is its own
+                // ("error following redirect"); ours is in the source.
+                let why = std::error::Error::source(&e)
+                    .filter(|_| e.is_redirect())
+                    .map_or_else(|| e.to_string(), |s| s.to_string());
+                format!("cannot fetch {u}: {why}")
+            })?;
             if response.status() == reqwest::StatusCode::NOT_MODIFIED {
                 if let Some((_, text)) = cached {
                     let toml = !text.trim_start().starts_with('{');
@@ -199,7 +225,7 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 .await
                 .map_err(|e| match e {
                     Some(e) => format!("cannot fetch {u}: {e}"),
-                    None => format!("{u}: larger than {MAX_CONFIG_BYTES} bytes"),
+                    None => format!("{u}: limit max_config_bytes: larger than {MAX_CONFIG_BYTES} bytes"),
                 })?;
             let text = String::from_utf8(bytes.to_vec()).map_err(|_| format!("{u}: not UTF-8 text"))?;
             let toml = !text.trim_start().starts_with('{');
@@ -217,6 +243,38 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
     }
 }
 
+/// Most redirects a pinned configuration URL follows.
+const MAX_REDIRECTS: usize = 5;
+
+/// A pinned URL's redirect policy: only to the same scheme (https), host
+/// and port as the URL asked first, at most [`MAX_REDIRECTS`] times.
+fn same_origin_only(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirect::Action {
+    let first = attempt.previous().first();
+    let to = attempt.url();
+    let same = first.is_some_and(|f| {
+        to.scheme() == "https"
+            && f.scheme() == "https"
+            && to.host_str() == f.host_str()
+            && to.port_or_known_default() == f.port_or_known_default()
+    });
+    if !same {
+        let host = to.host_str().unwrap_or("");
+        let origin = match to.port() {
+            Some(p) => format!("{}://{host}:{p}", to.scheme()),
+            None => format!("{}://{host}", to.scheme()),
+        };
+        let why = format!(
+            "redirected to {origin}: a pinned configuration URL follows redirects only to its own \
+             https origin (the pin would not be checked there)"
+        );
+        return attempt.error(why);
+    }
+    if attempt.previous().len() > MAX_REDIRECTS {
+        return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+    }
+    attempt.follow()
+}
+
 /// Each configuration URL's last ETag and text.
 fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (String, String)>> {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, (String, String)>>> =
@@ -224,8 +282,8 @@ fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (S
     CACHE.get_or_init(Default::default)
 }
 
-/// The largest configuration document read.
-const MAX_CONFIG_BYTES: u64 = 16 << 20;
+/// The largest configuration document read (core's limit on a document).
+const MAX_CONFIG_BYTES: u64 = goodput_core::mesh::MAX_DOCUMENT_BYTES as u64;
 
 /// Reads, validates and resolves the configuration for this host.
 pub(crate) async fn load(source: &ConfigSource, identities: &[String]) -> Result<Loaded, String> {
@@ -337,9 +395,35 @@ pub(crate) async fn reloader(shared: Arc<Shared>) {
     }
 }
 
+/// Why a new document may not replace the one in force although it
+/// reads: it names no address, or no task, where the one in force has
+/// some. An emptied or cut-short file (a deploy that wrote nothing, an
+/// editor's truncation) would otherwise stop every measurement and drop
+/// the forwarding queues without an error; to stop every task on
+/// purpose, mark them `disabled = true`.
+pub(crate) fn emptied(old: &MeshConfig, new: &MeshConfig) -> Option<String> {
+    let what = if new.addresses.is_empty() && !old.addresses.is_empty() {
+        format!("no address (the one in force names {})", old.addresses.len())
+    } else if new.tasks.is_empty() && !old.tasks.is_empty() {
+        format!("no task (the one in force has {})", old.tasks.len())
+    } else {
+        return None;
+    };
+    Some(format!(
+        "the new document names {what}: an empty or cut-short document is refused \
+         (to stop every task, mark them disabled = true)"
+    ))
+}
+
 /// Reads the configuration again; on an error the old one stays.
 pub(crate) async fn reload(shared: &Shared) {
-    match load(&shared.options.config, &shared.options.identities).await {
+    let loaded = load(&shared.options.config, &shared.options.identities)
+        .await
+        .and_then(|loaded| match emptied(&shared.loaded().config, &loaded.config) {
+            Some(why) => Err(format!("{}: {why}", shared.options.config)),
+            None => Ok(loaded),
+        });
+    match loaded {
         Ok(loaded) => {
             let n = loaded.led.len();
             shared.install(loaded);
@@ -349,5 +433,48 @@ pub(crate) async fn reload(shared: &Shared) {
             log(&format!("configuration not loaded, the previous one stays: {e}"));
             shared.config_failed(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &str = r#"
+[addresses.a]
+address = "10.0.0.1"
+[groups.solo]
+type = "list"
+addresses = ["a"]
+[tests.t]
+kind = "stamp"
+host = "{{source}}"
+[schedules.s]
+repeat = "1m"
+[tasks.t]
+group = "solo"
+test = "t"
+schedule = "s"
+"#;
+
+    #[test]
+    fn an_emptied_document_may_not_replace_one_with_tasks() {
+        let old = MeshConfig::read(ONE, true).unwrap();
+        let empty = MeshConfig::read("", true).unwrap();
+        assert_eq!(
+            emptied(&old, &empty).unwrap(),
+            "the new document names no address (the one in force names 1): an empty or cut-short \
+             document is refused (to stop every task, mark them disabled = true)"
+        );
+        let cut = MeshConfig::read(&ONE[..ONE.find("[tasks.t]").unwrap()], true).unwrap();
+        assert!(emptied(&old, &cut)
+            .unwrap()
+            .contains("names no task (the one in force has 1)"));
+        // Tasks disabled on purpose are still tasks; and a first empty
+        // document may follow an empty one.
+        let disabled = MeshConfig::read(&format!("{ONE}disabled = true\n"), true).unwrap();
+        assert_eq!(emptied(&old, &disabled), None);
+        assert_eq!(emptied(&empty, &empty), None);
+        assert_eq!(emptied(&old, &old), None);
     }
 }

@@ -59,27 +59,203 @@ const MAX_PLANNING: usize = 64;
 
 /// Every quarter second: the led runs coming due are placed, each in
 /// its own task so that a slow or silent peer holds up only its own runs.
+///
+/// It also watches the wall clock against the monotonic one: when the
+/// wall clock is stepped (forward or back), every pair is planned again
+/// from the new time, as after a restart (see [`replan`]).
 pub(crate) async fn planner(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut placing = tokio::task::JoinSet::new();
+    let mut watch = clock::StepWatch::new();
+    // Wall-clock spans a step back brings round again: `[from, until)`.
+    let mut replays: Vec<(u64, u64)> = Vec::new();
     loop {
         tokio::select! {
             _ = shared.cancel.cancelled() => break,
             _ = tick.tick() => {}
             Some(_) = placing.join_next(), if !placing.is_empty() => continue,
         }
+        let (step, now) = watch.check();
+        if let Some(step) = step {
+            replan(&shared, step, now).await;
+            if step < 0 {
+                // The runs due from now until the clock is back where it
+                // was have ids already used (a run id ends with its base
+                // time): those that ended get a replay id.
+                replays.push((
+                    now.saturating_sub(REPLAY_MARGIN),
+                    now.saturating_add(step.unsigned_abs())
+                        .saturating_add(REPLAY_MARGIN),
+                ));
+            }
+        }
+        replays.retain(|(_, until)| *until > now);
+        if replays.len() > MAX_REPLAYS {
+            replays.drain(..replays.len() - MAX_REPLAYS);
+        }
         if placing.len() >= MAX_PLANNING {
             continue;
         }
-        for p in due(&shared, clock::now_ms()) {
+        for mut p in due(&shared, now) {
             let shared = shared.clone();
+            let replayed = replays
+                .iter()
+                .any(|(from, until)| (*from..*until).contains(&p.at));
             placing.spawn(async move {
+                if replayed {
+                    p.id = replay_id(&shared, &p.id).await;
+                }
                 plan(&shared, p).await;
             });
         }
     }
     while placing.join_next().await.is_some() {}
+}
+
+/// How far around a step back's span runs count as replayed (ms): a
+/// run's time may be spread and slipped after its base time.
+const REPLAY_MARGIN: u64 = 60_000;
+/// Step-back spans remembered at once.
+const MAX_REPLAYS: usize = 16;
+/// Times one base time may come round again (then the run is skipped).
+const MAX_REPLAY_IDS: u32 = 16;
+
+/// The id a run due again after a step back of the wall clock is stored
+/// under: its own while the archive has no ended run by it, else the
+/// first free of `ID~2`, `ID~3`, … (the second, third time its base time
+/// came round). A run booked with another agent under a replay id is
+/// refused there (its id is not one of its task's runs), and recorded as
+/// a non-start with that reason.
+async fn replay_id(shared: &Shared, id: &str) -> String {
+    let ended = |r: Option<goodput_archive::Run>| r.is_some_and(|r| r.state.has_ended());
+    if !ended(shared.archive.get(id).await.ok().flatten()) {
+        return id.to_owned();
+    }
+    for k in 2..=MAX_REPLAY_IDS {
+        let again = format!("{id}~{k}");
+        match shared.archive.get(&again).await {
+            Ok(None) => return again,
+            Ok(Some(_)) => continue,
+            Err(_) => break,
+        }
+    }
+    id.to_owned()
+}
+
+/// The led runs not yet planned whose time a step forward passed over,
+/// as `missed` records (at most [`MAX_MISSED_PER_PAIR`] a pair and
+/// [`MAX_MISSED`] in all), and whether there were more.
+fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Run>, bool) {
+    let inner = shared.lock();
+    let mut out = Vec::new();
+    for led in &inner.loaded.led {
+        let t = &led.task;
+        let key = pair_key(&t.task, &t.source, t.dest.as_deref());
+        let Some(&first) = inner.next.get(&key) else {
+            continue;
+        };
+        let mut n = first;
+        for _ in 0..MAX_MISSED_PER_PAIR {
+            let Some((at, _)) = t.repeat.run(t.seed, n) else {
+                break;
+            };
+            if at >= now {
+                break;
+            }
+            if out.len() >= MAX_MISSED {
+                return (out, true);
+            }
+            let b = Booked {
+                id: t.run_id(n),
+                number: 0,
+                task: t.task.clone(),
+                source: t.source.clone(),
+                dest: t.dest.clone(),
+                spec: t.spec.clone(),
+                class: t.class,
+                scheduled_ms: at,
+                start_ms: at,
+                end_ms: at.saturating_add(t.expected_ms()),
+                runs_here: led.runs_here,
+                started: false,
+                booked_by: "this agent".into(),
+                peer: led.peer.clone(),
+            };
+            let mut r = b.record(RunState::Missed, Some(why.to_owned()));
+            r.start_ms = None;
+            r.end_ms = None;
+            out.push(r);
+            n = t.repeat.next(n);
+        }
+    }
+    (out, false)
+}
+
+/// Most runs per pair a step forward records as missed (as at a restart).
+const MAX_MISSED_PER_PAIR: usize = 10_000;
+/// Most runs a step forward records as missed in all (each record holds
+/// its spec: a long step over a large mesh must not take the memory).
+const MAX_MISSED: usize = 20_000;
+
+/// The wall clock was stepped by `step` ms (negative: back); `now` is the
+/// wall clock after it. Every led pair is planned again from `now`, as
+/// after a restart: after a step forward, the runs it passed over are
+/// recorded as `missed` (never run in a burst), and runs booked here whose
+/// slot it passed are `missed` too; after a step back, the runs due from
+/// the new time on are planned (not an hour later). Said in the log and
+/// counted in health.
+pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
+    clock::note_step(step, now);
+    let mut missed = Vec::new();
+    let mut unrecorded = false;
+    if step > 0 {
+        let why = format!(
+            "the wall clock stepped forward {} s past its time",
+            (step.unsigned_abs() + 500) / 1000
+        );
+        let (passed_over, more) = passed_over(shared, now, &why);
+        unrecorded = more;
+        // Those the archive has (a record from before the step) stay.
+        let ids: Vec<String> = passed_over.iter().map(|r| r.id.clone()).collect();
+        let known = shared.archive.existing(&ids).await.unwrap_or_default();
+        missed.extend(passed_over.into_iter().filter(|r| !known.contains(&r.id)));
+        // Booked here, not started, and its slot already over: missed
+        // rather than started late and cut at once.
+        let mut inner = shared.lock();
+        let passed: Vec<u64> = inner
+            .booked
+            .values()
+            .filter(|b| b.runs_here && !b.started && b.end_ms <= now)
+            .map(|b| b.number)
+            .collect();
+        for number in passed {
+            if let Some(b) = inner.booked.remove(&number) {
+                inner.calendar.release(number);
+                let mut r = b.record(RunState::Missed, Some(why.clone()));
+                r.start_ms = None;
+                r.end_ms = None;
+                missed.push(r);
+            }
+        }
+    }
+    // Every pair's next run is found again from the new time.
+    shared.lock().next.clear();
+    if !missed.is_empty() {
+        shared.store(&missed).await;
+    }
+    let direction = if step < 0 { "back" } else { "forward" };
+    let also = match (missed.len(), unrecorded) {
+        (0, false) => String::new(),
+        (n, false) => format!(" ({n} runs it passed recorded as missed)"),
+        (n, true) => format!(
+            " ({n} runs it passed recorded as missed; the rest are not recorded, limit {MAX_MISSED} a step)"
+        ),
+    };
+    log(&format!(
+        "the wall clock stepped {direction} {} s; schedule re-planned{also}",
+        (step.unsigned_abs() + 500) / 1000
+    ));
 }
 
 /// The led runs due before `now + LOOKAHEAD` that are not booked yet, in

@@ -441,10 +441,77 @@ fn is_sha256(pin: &str) -> bool {
     hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())
 }
 
+/// The most pairs a configuration may expand to: over all its tasks, and
+/// within any one group. Every pair is a filled-in spec each agent keeps
+/// (a few hundred bytes), so this bounds what a document costs an agent
+/// before anything is expanded: 250,000 pairs are a 500-host full mesh,
+/// or 250 hosts in two tasks each way.
+pub const MAX_PAIRS: u64 = 250_000;
+
+/// The most bytes a configuration document may have.
+pub const MAX_DOCUMENT_BYTES: usize = 16 << 20;
+
+impl Group {
+    /// How many ordered pairs the group makes at most, by arithmetic (no
+    /// pair is built): a mesh of n makes n × (n − 1), a disjoint group
+    /// |a| × |b| each way asked, a list one per address.
+    pub fn pair_count(&self) -> u64 {
+        let n = |v: &Vec<String>| v.len() as u64;
+        match self {
+            Group::Mesh { addresses } => n(addresses).saturating_mul(n(addresses).saturating_sub(1)),
+            Group::Disjoint { a, b, unidirectional } => {
+                let one_way = n(a).saturating_mul(n(b));
+                if *unidirectional {
+                    one_way
+                } else {
+                    one_way.saturating_mul(2)
+                }
+            }
+            Group::List { addresses } => n(addresses),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Group::Mesh { addresses } => format!("a mesh of {} addresses", grouped(addresses.len() as u64)),
+            Group::Disjoint { a, b, .. } => format!(
+                "{} × {} addresses",
+                grouped(a.len() as u64),
+                grouped(b.len() as u64)
+            ),
+            Group::List { addresses } => format!("a list of {} addresses", grouped(addresses.len() as u64)),
+        }
+    }
+}
+
+/// A count with thousands separated (`250,000`).
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 impl MeshConfig {
     /// Reads a document (JSON, or TOML when `toml`), with the same kind of
-    /// errors as spec files: the place and what is wrong.
+    /// errors as spec files: the place and what is wrong. A document
+    /// longer than [`MAX_DOCUMENT_BYTES`] is refused unread.
     pub fn read(text: &str, toml: bool) -> Result<Self, SpecError> {
+        if text.len() > MAX_DOCUMENT_BYTES {
+            return Err(SpecError::new(
+                "",
+                format!(
+                    "limit max_config_bytes: the document has {} bytes, {} allowed",
+                    grouped(text.len() as u64),
+                    grouped(MAX_DOCUMENT_BYTES as u64)
+                ),
+            ));
+        }
         let value: serde_json::Value = if toml {
             let t: toml::Value = toml::from_str(text).map_err(|e| {
                 SpecError::new(
@@ -473,6 +540,9 @@ impl MeshConfig {
         if self.agent.api_port == 0 {
             return Err(SpecError::new("agent.api_port", "must be a port, 1 to 65535"));
         }
+        // Counted before any group is expanded: a document may name many
+        // addresses in few bytes, and its pairs grow as their square.
+        self.check_pair_count()?;
         self.alerts.validate(self)?;
         let mut urls = std::collections::BTreeSet::new();
         for (name, a) in &self.archives {
@@ -611,6 +681,47 @@ impl MeshConfig {
         Ok(())
     }
 
+    /// How many pairs the tasks expand to at most (each enabled or
+    /// disabled task counts its group's pairs), by arithmetic.
+    pub fn pair_count(&self) -> u64 {
+        self.tasks
+            .values()
+            .filter_map(|t| self.groups.get(&t.group))
+            .fold(0u64, |sum, g| sum.saturating_add(g.pair_count()))
+    }
+
+    /// Refuses a document whose groups or tasks would expand past
+    /// [`MAX_PAIRS`], naming the count.
+    pub fn check_pair_count(&self) -> Result<(), SpecError> {
+        for (name, g) in &self.groups {
+            let n = g.pair_count();
+            if n > MAX_PAIRS {
+                return Err(SpecError::new(
+                    &format!("groups.{name}"),
+                    format!(
+                        "limit max_pairs: {} makes {} pairs, {} allowed",
+                        g.describe(),
+                        grouped(n),
+                        grouped(MAX_PAIRS)
+                    ),
+                ));
+            }
+        }
+        let n = self.pair_count();
+        if n > MAX_PAIRS {
+            return Err(SpecError::new(
+                "tasks",
+                format!(
+                    "limit max_pairs: the {} tasks make {} pairs, {} allowed",
+                    self.tasks.len(),
+                    grouped(n),
+                    grouped(MAX_PAIRS)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The ordered (source, destination) pairs of a group.
     pub fn pairs(&self, g: &Group) -> Vec<(String, Option<String>)> {
         let mut out = Vec::new();
@@ -671,6 +782,8 @@ impl MeshConfig {
     /// `mine` (its address names).
     pub fn tasks_for(&self, mine: &[String]) -> Result<Vec<PairTask>, SpecError> {
         let mut out = Vec::new();
+        // Looked up once per pair: a set, not a scan of every address.
+        let mine: std::collections::HashSet<&str> = mine.iter().map(String::as_str).collect();
         for (name, t) in self.tasks.iter().filter(|(_, t)| !t.disabled) {
             let group = &self.groups[&t.group];
             let schedule = &self.schedules[&t.schedule];
@@ -678,7 +791,7 @@ impl MeshConfig {
                 .repeat_of()
                 .map_err(|e| SpecError::new(&format!("schedules.{}.{}", t.schedule, e.0), e.1))?;
             for (source, dest) in self.pairs(group) {
-                if !mine.contains(&source) {
+                if !mine.contains(source.as_str()) {
                     continue;
                 }
                 let mut spec = self
@@ -1241,6 +1354,81 @@ connections = 0"#,
         let stamp = tasks.iter().find(|t| t.task == "router-latency").unwrap();
         // 100 packets 100 ms apart, the 2 s timeout, the margin.
         assert_eq!(stamp.expected_ms(), 10_000 + 2_000 + 2_000);
+    }
+
+    /// A full mesh of `n` addresses with one task, as TOML.
+    fn big_mesh(n: usize) -> String {
+        let mut t = String::new();
+        for i in 0..n {
+            t += &format!(
+                "[addresses.h{i}]\naddress = \"10.{}.{}.{}\"\n",
+                i >> 16,
+                (i >> 8) & 255,
+                i & 255
+            );
+        }
+        let names: Vec<String> = (0..n).map(|i| format!("\"h{i}\"")).collect();
+        t += &format!(
+            "[groups.all]\ntype = \"mesh\"\naddresses = [{}]\n\
+             [tests.latency]\nkind = \"stamp\"\nhost = \"{{{{dest}}}}\"\n\
+             [schedules.often]\nrepeat = \"1m\"\n\
+             [tasks.mesh]\ngroup = \"all\"\ntest = \"latency\"\nschedule = \"often\"\n",
+            names.join(", ")
+        );
+        t
+    }
+
+    #[test]
+    fn a_document_that_would_expand_past_the_pair_limit_is_refused_uncounted() {
+        // 20,000 addresses: 399,980,000 pairs, refused by arithmetic (the
+        // pairs would take tens of GB).
+        let started = std::time::Instant::now();
+        let e = MeshConfig::read(&big_mesh(20_000), true).unwrap_err();
+        assert_eq!(e.field, "groups.all");
+        assert_eq!(
+            e.message,
+            "limit max_pairs: a mesh of 20,000 addresses makes 399,980,000 pairs, 250,000 allowed"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        // 500 addresses: 249,500 pairs, within the limit.
+        let c = MeshConfig::read(&big_mesh(500), true).unwrap();
+        assert_eq!(c.pair_count(), 249_500);
+        // Two tasks over the same 400 addresses: 2 × 159,600.
+        let mut two = big_mesh(400);
+        two += "[tasks.again]\ngroup = \"all\"\ntest = \"latency\"\nschedule = \"often\"\n";
+        let e = MeshConfig::read(&two, true).unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.message.as_str()),
+            (
+                "tasks",
+                "limit max_pairs: the 2 tasks make 319,200 pairs, 250,000 allowed"
+            )
+        );
+        // Disjoint and list groups are counted the same way.
+        let g = Group::Disjoint {
+            a: vec!["a".into(); 3],
+            b: vec!["b".into(); 5],
+            unidirectional: false,
+        };
+        assert_eq!(g.pair_count(), 30);
+        assert_eq!(
+            Group::List {
+                addresses: vec!["a".into(); 7]
+            }
+            .pair_count(),
+            7
+        );
+        assert_eq!(Group::Mesh { addresses: vec![] }.pair_count(), 0);
+    }
+
+    #[test]
+    fn a_document_past_the_byte_limit_is_refused_unread() {
+        let text = " ".repeat(MAX_DOCUMENT_BYTES + 1);
+        let e = MeshConfig::read(&text, true).unwrap_err();
+        assert_eq!(
+            e.message,
+            "limit max_config_bytes: the document has 16,777,217 bytes, 16,777,216 allowed"
+        );
     }
 
     #[test]
