@@ -141,6 +141,13 @@ impl Loaded {
 /// A configuration document's text, from a file or a URL (at most 16 MiB,
 /// 30 s), and whether it is TOML.
 pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
+    fetch_with(source, None).await
+}
+
+/// The same, presenting `token` to a pinned `https://…#SHA256` URL (a
+/// fleet archive gives its document's secrets only to token holders; the
+/// pin keeps the token from anyone else).
+pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Result<(String, bool), String> {
     match source {
         ConfigSource::File(p) => {
             let too_big = || {
@@ -195,6 +202,9 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
                 None => (u.as_str(), reqwest::Client::new()),
             };
             let mut request = client.get(target).timeout(Duration::from_secs(30));
+            if let Some(t) = token.filter(|_| u.contains('#')) {
+                request = request.bearer_auth(t);
+            }
             if let Some((tag, _)) = &cached {
                 request = request.header(reqwest::header::IF_NONE_MATCH, tag);
             }
@@ -286,8 +296,12 @@ fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (S
 const MAX_CONFIG_BYTES: u64 = goodput_core::mesh::MAX_DOCUMENT_BYTES as u64;
 
 /// Reads, validates and resolves the configuration for this host.
-pub(crate) async fn load(source: &ConfigSource, identities: &[String]) -> Result<Loaded, String> {
-    let (text, toml) = fetch(source).await?;
+pub(crate) async fn load(
+    source: &ConfigSource,
+    identities: &[String],
+    token: Option<&str>,
+) -> Result<Loaded, String> {
+    let (text, toml) = fetch_with(source, token).await?;
     let config = MeshConfig::read(&text, toml).map_err(|e| match e.field.as_str() {
         "" => format!("{source}: {}", e.message),
         f => format!("{source}: {f}: {}", e.message),
@@ -417,12 +431,16 @@ pub(crate) fn emptied(old: &MeshConfig, new: &MeshConfig) -> Option<String> {
 
 /// Reads the configuration again; on an error the old one stays.
 pub(crate) async fn reload(shared: &Shared) {
-    let loaded = load(&shared.options.config, &shared.options.identities)
-        .await
-        .and_then(|loaded| match emptied(&shared.loaded().config, &loaded.config) {
-            Some(why) => Err(format!("{}: {why}", shared.options.config)),
-            None => Ok(loaded),
-        });
+    let loaded = load(
+        &shared.options.config,
+        &shared.options.identities,
+        shared.options.token.as_deref(),
+    )
+    .await
+    .and_then(|loaded| match emptied(&shared.loaded().config, &loaded.config) {
+        Some(why) => Err(format!("{}: {why}", shared.options.config)),
+        None => Ok(loaded),
+    });
     match loaded {
         Ok(loaded) => {
             let n = loaded.led.len();

@@ -215,7 +215,7 @@ pub(crate) fn log(line: &str) {
 /// while it was down, starts the beacon, the API, the planner and the
 /// executor, and on cancel stops them, marking runs cut short.
 pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(), String> {
-    let loaded = config::load(&options.config, &options.identities).await?;
+    let loaded = config::load(&options.config, &options.identities, options.token.as_deref()).await?;
     if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }

@@ -602,4 +602,8 @@ kind = "http"
     assert!(config.contains("api_key=…&team=net"), "{config}");
     let health = &seen[1].2;
     assert!(health.contains("token=…"), "{health}");
+    // The fleet's agents, holding the token, get the document whole.
+    let (status, whole) = common::agents::http(A, ports.api, "GET", "/api/v1/fleet/config", Some(TOKEN), "");
+    assert_eq!(status, 200, "{whole}");
+    assert!(whole.contains(secrets[2]), "{whole}");
 }
