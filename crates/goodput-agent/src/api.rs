@@ -1023,6 +1023,7 @@ async fn ingest(
         inner.counters.ingested += good.len() as u64;
         inner.counters.ingest_refused += refused.len() as u64;
         inner.counters.refused_out_of_range += out_of_range;
+        inner.counters.refused += out_of_range;
     }
     Ok(Json(
         serde_json::json!({"stored": good.len(), "refused": refused}),

@@ -56,11 +56,11 @@ pub struct Figures {
 }
 
 /// The fastest rate a figure may say, bits/s (10 Tbit/s).
-pub const MAX_BPS: f64 = 1e13;
+pub(crate) const MAX_BPS: f64 = 1e13;
 /// The longest delay or jitter a figure may say, µs (an hour).
-pub const MAX_DELAY_US: f64 = 3.6e9;
+pub(crate) const MAX_DELAY_US: f64 = 3.6e9;
 /// The largest count a figure may say (2^53: exact in a double).
-pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+pub(crate) const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
 
 impl Figures {
     /// The first figure outside physical sense, named with its value and
