@@ -1375,7 +1375,6 @@ async fn on_demand(
         )));
     }
     let dest = dest.clone();
-    services_only(&s, &loaded, &dest, &spec)?;
     let slip = match &q.slip {
         None => 60_000,
         Some(t) => duration_ms(t).map_err(|e| bad(format!("slip: {e}")))?,
@@ -1387,6 +1386,7 @@ async fn on_demand(
         s.lock().counters.refused += 1;
         Failure(StatusCode::FORBIDDEN, e)
     })?;
+    services_only(&s, &loaded, &dest, &spec)?;
     let class = RunClass::of_kind(spec.kind());
     let now = clock::now_ms();
     let duration = goodput_core::mesh::PairTask {
