@@ -202,8 +202,6 @@ fn records_bookings_and_on_demand_runs_only_as_their_owner_may() {
     // 2. Quota spill-over. A client asks a for on-demand runs to b until
     // b refuses them (b books them for a's address): a's own scheduled
     // runs to b must still be booked afterwards.
-    let stamp_to_b =
-        json!({"kind": "stamp", "host": b_ip, "port": ports.stamp, "count": 3, "interval": "10ms"});
     let ask = json!({"spec": stamp_to_b, "slip": "10s"}).to_string();
     let mut refused_at_b = None;
     for i in 0..60 {
@@ -457,7 +455,16 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
     let group = "hostile-insider-fleet";
     let ports = Ports::pick();
     let (a_ip, b_ip, stranger, at) = ("127.0.0.65", "127.0.0.66", "127.0.0.63", "127.0.0.64");
-    let config = mesh_config(group, &["a", "b"], &[a_ip, b_ip], ports, 60, 10, "");
+    // c is configured by host name: what the name resolves to is c.
+    let config = mesh_config(
+        group,
+        &["a", "b", "c"],
+        &[a_ip, b_ip, "localhost"],
+        ports,
+        60,
+        10,
+        "",
+    );
     let port = common::free_tcp_port();
     let _archive = archive(group, &config, port);
     let mut c = Checks::default();
@@ -479,8 +486,22 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
         status == 403,
         format!("{stranger} registering as a refused: {status} {body}"),
     );
+    let (status, body) = http_from(a_ip, at, port, "PUT", "/api/v1/fleet/agents/c", &registration);
+    c.check(
+        status == 403 && body.contains("127.0.0.65 is not c"),
+        format!("a registering as c (localhost) refused: {status} {body}"),
+    );
     let (status, body) = http_from(a_ip, at, port, "PUT", "/api/v1/fleet/agents/a", &registration);
     assert_eq!(status, 204, "a registering as itself: {body}");
+    let (status, body) = http_from(
+        "127.0.0.1",
+        at,
+        port,
+        "PUT",
+        "/api/v1/fleet/agents/c",
+        &registration,
+    );
+    assert_eq!(status, 204, "c (localhost) registering from 127.0.0.1: {body}");
     let fleet = get_json(at, port, "/api/v1/fleet/agents");
     let state_of = |n: &str| {
         fleet
@@ -566,13 +587,13 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
     let n = counters(at, port);
     eprintln!("the archive's counters: {n}");
     c.check(
-        n["refused_not_owner"].as_u64() == Some(2),
+        n["refused_not_owner"].as_u64() == Some(3),
         format!("refused_not_owner: {n}"),
     );
     c.check(
         n["refused_out_of_range"].as_u64() == Some(5),
         format!("refused_out_of_range: {n}"),
     );
-    c.check(n["refused"].as_u64() == Some(7), format!("refused: {n}"));
+    c.check(n["refused"].as_u64() == Some(8), format!("refused: {n}"));
     c.done();
 }
