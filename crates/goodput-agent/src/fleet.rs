@@ -148,6 +148,17 @@ pub(crate) async fn register(
             format!("lease_s must be 5 to 3600 s, not {}", r.lease_s),
         ));
     }
+    if !(0.0..=3600.0).contains(&r.clock_error_s) {
+        {
+            let mut inner = s.lock();
+            inner.counters.refused += 1;
+            inner.counters.refused_out_of_range += 1;
+        }
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            format!("clock_error_s must be 0 to 3600 s, not {:e}", r.clock_error_s),
+        ));
+    }
     let info = serde_json::to_value(&r).map_err(internal)?;
     if info.to_string().len() > 64 << 10 {
         return Err(Failure(

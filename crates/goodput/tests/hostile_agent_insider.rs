@@ -493,6 +493,13 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
     );
     let (status, body) = http_from(a_ip, at, port, "PUT", "/api/v1/fleet/agents/a", &registration);
     assert_eq!(status, 204, "a registering as itself: {body}");
+    let wild = registration.replace("\"clock_error_s\":0.0", "\"clock_error_s\":1e308");
+    assert_ne!(wild, registration);
+    let (status, body) = http_from(a_ip, at, port, "PUT", "/api/v1/fleet/agents/a", &wild);
+    c.check(
+        status == 400 && body.contains("clock_error_s must be 0 to 3600 s, not 1e308"),
+        format!("a registration with a clock error of 1e308 s refused: {status} {body}"),
+    );
     let (status, body) = http_from(
         "127.0.0.1",
         at,
@@ -591,9 +598,9 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
         format!("refused_not_owner: {n}"),
     );
     c.check(
-        n["refused_out_of_range"].as_u64() == Some(5),
+        n["refused_out_of_range"].as_u64() == Some(6),
         format!("refused_out_of_range: {n}"),
     );
-    c.check(n["refused"].as_u64() == Some(8), format!("refused: {n}"));
+    c.check(n["refused"].as_u64() == Some(9), format!("refused: {n}"));
     c.done();
 }
