@@ -156,7 +156,15 @@ pub(crate) async fn register(
         }
         return Err(Failure(
             StatusCode::BAD_REQUEST,
-            format!("clock_error_s must be 0 to 3600 s, not {:e}", r.clock_error_s),
+            format!("clock_error_s must be 0 to 3600 s, not {}", {
+                // Huge values in short (1e308, not 309 digits).
+                let e = r.clock_error_s;
+                if e.abs() >= 1e15 {
+                    format!("{e:e}")
+                } else {
+                    format!("{e}")
+                }
+            }),
         ));
     }
     let info = serde_json::to_value(&r).map_err(internal)?;
