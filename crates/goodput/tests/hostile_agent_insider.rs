@@ -385,6 +385,20 @@ fn records_bookings_and_on_demand_runs_only_as_their_owner_may() {
         format!("the write quota: {stored} of 1000 forged records went in ({most} allowed)"),
     );
     assert!(stored >= 590, "the quota let only {stored} in");
+    // Memory and descriptors after the attacks: the agent's peak resident
+    // memory under 256 MiB, and no descriptor left behind by the calls.
+    let pid = a.child.as_ref().unwrap().pid();
+    let peak_kib = common::proc_kib(pid, "VmHWM");
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    eprintln!(
+        "agent a after the attacks: peak resident {} MiB, {fds} descriptors",
+        peak_kib / 1024
+    );
+    assert!(
+        peak_kib > 0 && peak_kib < 256 << 10,
+        "agent a peaked at {peak_kib} KiB"
+    );
+    assert!(fds < 200, "agent a holds {fds} descriptors");
 
     // 7. The counters of what was refused moved, and /metrics shows it.
     let n = counters(a_ip, ports.api);
