@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::limits::{Bucket, Write};
 use crate::listen::{Gate, Watched};
 use crate::peer::{Reservation, SlotView};
 use crate::plan::{plan, Placed, Planning};
@@ -711,8 +712,9 @@ async fn reserve(
         Some(r.source.clone())
     };
     let other = other.ok_or_else(|| bad("a single-ended run is not booked with another agent"))?;
-    from_the_other_end(&loaded, &other, from.ip())?;
-    let (spec, class) = if r.id.starts_with("on-demand/") {
+    from_the_other_end(&s, &loaded, &other, from.ip()).await?;
+    let on_demand = r.id.starts_with("on-demand/");
+    let (spec, class) = if on_demand {
         // Asked of the source by a client: this agent only holds the time.
         if runs_here {
             return Err(bad(
@@ -720,6 +722,20 @@ async fn reserve(
             ));
         }
         let spec = read_spec(r.spec.clone())?;
+        // It tests to this host's test services, as the agent it was
+        // asked of checked.
+        let here_name = r.dest.clone().unwrap_or_default();
+        if let Some(h) = targets(&spec)
+            .iter()
+            .find(|h| loaded.name_of_host(h).as_deref() != Some(here_name.as_str()))
+        {
+            count_refusal(&s, |c| c.refused_spec += 1);
+            return Err(Failure(
+                StatusCode::FORBIDDEN,
+                format!("spec: {h} is not {here_name}, the run's destination"),
+            ));
+        }
+        services_only(&s, &loaded, &here_name, &spec)?;
         let class = RunClass::of_kind(spec.kind());
         (spec, class)
     } else {
@@ -745,7 +761,7 @@ async fn reserve(
                 t.source,
                 t.dest.as_deref().unwrap_or("-")
             ))
-            .and_then(|b| b.parse::<u64>().ok())
+            .and_then(base_of)
             .filter(|b| t.repeat.is_base(*b))
             .ok_or_else(|| bad(format!("run id {} is not one of task {}'s runs", r.id, t.task)))?;
         // Its slot lies in its run's window: spread and slip after its
@@ -814,9 +830,17 @@ async fn reserve(
         }
         let limits = s.options.limits.clone();
         let who = from.ip().to_canonical();
+        // A peer's on-demand runs (its clients') are charged apart from
+        // its mesh runs, which this agent's configuration bounds: a
+        // client never uses up the quota the peer's schedule needs.
+        let bucket = if on_demand { Bucket::OnDemand } else { Bucket::Mesh };
         if let Err(e) = limits
             .check_window(who, r.start_ms, r.end_ms, class)
-            .and_then(|()| inner.quotas.take(&limits, who, now, class, r.end_ms - r.start_ms))
+            .and_then(|()| {
+                inner
+                    .quotas
+                    .take(&limits, (who, bucket), now, class, r.end_ms - r.start_ms)
+            })
         {
             inner.counters.refused += 1;
             return Err(Failure(StatusCode::FORBIDDEN, e));
@@ -839,17 +863,256 @@ async fn reserve(
     ))
 }
 
-/// A call about a run must come from the agent at its other end (when
-/// that end is configured by IP address).
-fn from_the_other_end(loaded: &crate::config::Loaded, other: &str, ip: IpAddr) -> Result<(), Failure> {
-    let ips = loaded.ips_of(other);
-    if ips.is_empty() || ips.contains(&ip.to_canonical()) {
+/// How long a host name's lookup may take when a caller claims to be an
+/// address configured by name.
+const RESOLVE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// How far ahead of this agent's clock a record may be dated.
+const MAX_AHEAD_MS: u64 = 86_400_000;
+/// Longest reason a record may carry.
+const MAX_REASON: usize = 8 << 10;
+
+/// Counts a refusal under `refused` and one of its kinds.
+fn count_refusal(s: &Shared, which: impl FnOnce(&mut Counters)) {
+    let mut inner = s.lock();
+    inner.counters.refused += 1;
+    which(&mut inner.counters);
+}
+
+/// A write refused because the caller does not own what it writes.
+fn not_owner(s: &Shared, why: String) -> Failure {
+    count_refusal(s, |c| c.refused_not_owner += 1);
+    Failure(StatusCode::FORBIDDEN, why)
+}
+
+/// Whether a caller at `ip` is the configured address `name`: one of its
+/// configured IP addresses, or, for an address configured by host name,
+/// one its name resolves to now (looked up within 2 s; no answer is no).
+/// An address the mesh does not have is no one. `Err` says why not.
+pub(crate) async fn caller_is(loaded: &crate::config::Loaded, name: &str, ip: IpAddr) -> Result<(), String> {
+    let ip = ip.to_canonical();
+    let Some(a) = loaded.config.addresses.get(name) else {
+        return Err(format!("{name} is not an address of this agent's mesh"));
+    };
+    if loaded.ips_of(name).contains(&ip) {
         return Ok(());
     }
-    Err(Failure(
-        StatusCode::FORBIDDEN,
-        format!("{} is not {other}, the run's other end", ip.to_canonical()),
-    ))
+    let names: Vec<&str> = std::iter::once(&a.address)
+        .chain(a.labels.values())
+        .map(|t| t.trim_start_matches('[').trim_end_matches(']'))
+        .filter(|t| t.parse::<IpAddr>().is_err())
+        .take(8)
+        .collect();
+    for host in names {
+        if let Ok(Ok(found)) = tokio::time::timeout(RESOLVE_WITHIN, tokio::net::lookup_host((host, 0))).await
+        {
+            if found.into_iter().any(|a| a.ip().to_canonical() == ip) {
+                return Ok(());
+            }
+        }
+    }
+    Err(format!("{ip} is not {name}"))
+}
+
+/// A call about a run must come from the agent at its other end: a
+/// configured address, and the caller one of its IP addresses (or of
+/// what its host name resolves to).
+async fn from_the_other_end(
+    s: &Shared,
+    loaded: &crate::config::Loaded,
+    other: &str,
+    ip: IpAddr,
+) -> Result<(), Failure> {
+    if !loaded.config.addresses.contains_key(other) {
+        return Err(not_owner(
+            s,
+            format!("{other}, the run's other end, is not an address of this agent's mesh"),
+        ));
+    }
+    caller_is(loaded, other, ip)
+        .await
+        .map_err(|e| not_owner(s, format!("{e}, the run's other end")))
+}
+
+/// A requester's write quota: `n` writes of `kind`, or 429 naming the
+/// limit.
+pub(crate) fn write_quota(s: &Shared, who: IpAddr, kind: Write, n: u64) -> Result<(), Failure> {
+    let now = clock::now_ms();
+    let mut inner = s.lock();
+    match inner
+        .writes
+        .take(&s.options.limits, who.to_canonical(), kind, n, now)
+    {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            inner.counters.refused += 1;
+            inner.counters.refused_write_quota += 1;
+            Err(Failure(StatusCode::TOO_MANY_REQUESTS, e))
+        }
+    }
+}
+
+/// A record from the network checked before it is stored: dated no more
+/// than a day ahead of this agent's clock, a reason of at most 8 KiB,
+/// every figure in range (`Figures::out_of_range`).
+fn out_of_range(run: &Run, now: u64) -> Option<String> {
+    let ahead = now.saturating_add(MAX_AHEAD_MS);
+    for (what, t) in [
+        ("scheduled_ms", Some(run.scheduled_ms)),
+        ("start_ms", run.start_ms),
+        ("end_ms", run.end_ms),
+    ] {
+        if let Some(t) = t.filter(|t| *t > ahead) {
+            return Some(format!(
+                "its {what} {t} is more than a day ahead of this agent's clock ({})",
+                ms_rfc3339(now)
+            ));
+        }
+    }
+    if run.reason.as_ref().is_some_and(|r| r.len() > MAX_REASON) {
+        return Some(format!("its reason is longer than {MAX_REASON} bytes"));
+    }
+    run.figures.out_of_range().map(|e| format!("its {e}"))
+}
+
+/// [`out_of_range`] as a refusal (counted).
+fn in_range(s: &Shared, run: &Run, now: u64) -> Result<(), Failure> {
+    match out_of_range(run, now) {
+        None => Ok(()),
+        Some(e) => {
+            count_refusal(s, |c| c.refused_out_of_range += 1);
+            Err(bad(format!("run {}: {e}", run.id)))
+        }
+    }
+}
+
+/// A run id's base time: `BASE_MS`, or `BASE_MS~K` for the K-th run of
+/// that base time (the wall clock stepped back and it came round again,
+/// see `plan`).
+fn base_of(tail: &str) -> Option<u64> {
+    let (base, again) = match tail.split_once('~') {
+        Some((b, k)) => (b, Some(k)),
+        None => (tail, None),
+    };
+    if let Some(k) = again {
+        k.parse::<u32>().ok().filter(|k| *k >= 2)?;
+    }
+    base.parse().ok()
+}
+
+/// The task, source and dest of a configured run, from its id
+/// (`task/source/dest/BASE_MS`, a base time of its schedule).
+fn configured_run(loaded: &crate::config::Loaded, id: &str) -> Option<(String, String, Option<String>)> {
+    let (pair, base) = id.rsplit_once('/')?;
+    let base = base_of(base)?;
+    loaded
+        .pairs
+        .iter()
+        .find(|t| {
+            pair == format!("{}/{}/{}", t.task, t.source, t.dest.as_deref().unwrap_or("-"))
+                && t.repeat.is_base(base)
+        })
+        .map(|t| (t.task.clone(), t.source.clone(), t.dest.clone()))
+}
+
+/// The (host, port) each of a spec's targets reaches; no port for probes
+/// that have none (ICMP).
+fn target_ports(spec: &TestSpec) -> Vec<(String, Option<u16>)> {
+    let split = |t: &str, port: u16| match goodput_core::spec::split_target(t, port) {
+        Ok((h, p)) => (h, Some(p)),
+        Err(_) => (t.to_owned(), Some(port)),
+    };
+    match spec {
+        TestSpec::Tcp(s) => s.hosts.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Echo(s) => vec![split(&s.target, s.port)],
+        TestSpec::Stamp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Udp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Quic(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Iperf3(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Ttcp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
+        TestSpec::Trace(s) => vec![(s.host.clone(), s.dest_port())],
+        TestSpec::Ping(s) => vec![(
+            s.host.clone(),
+            (s.method != goodput_core::path::PingMethod::Icmp).then_some(s.port),
+        )],
+        TestSpec::Server(_) => Vec::new(),
+    }
+}
+
+/// An on-demand spec given through the API: it names no file on the
+/// agent (whether a file exists is no one's business), and it reaches
+/// only the test services of `dest`: the beacon's (TCP and UDP test
+/// port, STAMP, iperf3 and QUIC when on; the mesh's agents share these
+/// ports) and the ports the mesh's own tests use to it, never an agent's
+/// API port.
+fn services_only(
+    s: &Shared,
+    loaded: &crate::config::Loaded,
+    dest: &str,
+    spec: &TestSpec,
+) -> Result<(), Failure> {
+    let refuse = |why: String| {
+        count_refusal(s, |c| c.refused_spec += 1);
+        Failure(StatusCode::FORBIDDEN, why)
+    };
+    let file = match spec {
+        TestSpec::Echo(e) => e.ca.is_some(),
+        TestSpec::Quic(q) => q.ca.is_some(),
+        _ => false,
+    };
+    if file {
+        return Err(refuse(
+            "spec: ca names a file on the agent, and a spec given through the API names no file \
+             (put the test in the mesh configuration)"
+                .into(),
+        ));
+    }
+    let o = &s.options;
+    let api = loaded.config.agent.api_port;
+    let kind = spec.kind();
+    let mut allowed: Vec<u16> = match spec {
+        TestSpec::Tcp(_) | TestSpec::Udp(_) => vec![o.beacon_port],
+        TestSpec::Stamp(_) => vec![o.stamp_port],
+        TestSpec::Iperf3(_) => o.iperf3_port.into_iter().collect(),
+        TestSpec::Quic(_) => o.quic_port.into_iter().collect(),
+        // Probes reach their own default ports, or a test service's.
+        TestSpec::Trace(t) => {
+            let mut v = vec![o.beacon_port, o.stamp_port];
+            v.extend(t.port.is_none().then(|| t.dest_port()).flatten());
+            v
+        }
+        TestSpec::Ping(_) => vec![o.beacon_port, goodput_core::spec::PingSpec::default().port],
+        _ => Vec::new(),
+    };
+    for p in loaded
+        .pairs
+        .iter()
+        .filter(|p| p.dest.as_deref() == Some(dest) && p.spec.kind() == kind)
+    {
+        allowed.extend(target_ports(&p.spec).into_iter().filter_map(|(_, port)| port));
+    }
+    let has_agent = loaded.config.addresses.get(dest).is_some_and(|a| !a.no_agent);
+    for (host, port) in target_ports(spec) {
+        let Some(port) = port else { continue };
+        if has_agent && port == api {
+            return Err(refuse(format!(
+                "spec: {host}:{port} is the agents' API, not a test service"
+            )));
+        }
+        if !allowed.contains(&port) {
+            let mut list: Vec<String> = allowed.iter().map(u16::to_string).collect();
+            list.sort();
+            list.dedup();
+            return Err(refuse(format!(
+                "spec: port {port} of {dest} is not one of its {kind} test services (ports: {})",
+                if list.is_empty() {
+                    "none".to_owned()
+                } else {
+                    list.join(", ")
+                }
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The hosts a spec tests to (without ports).
@@ -909,7 +1172,7 @@ const MAX_NAME: usize = 512;
 
 /// One forwarded run checked: its figures and key worked out here from
 /// its documents, not taken on trust.
-fn checked_run(v: serde_json::Value) -> Result<Run, (String, String)> {
+fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> {
     let id = v["id"].as_str().unwrap_or("").to_string();
     let fail = |why: String| (id.clone(), why);
     let mut run: Run = serde_json::from_value(v).map_err(|e| fail(format!("not a run: {e}")))?;
@@ -951,9 +1214,12 @@ fn checked_run(v: serde_json::Value) -> Result<Run, (String, String)> {
         // A background stream's per-minute summary: its figures are the
         // minute's (its document is a summary, not a test's result).
         run.measurement_key = format!("{key}/minute");
-        // (JSON has no infinities or NaNs: its numbers read finite.)
         run.figures.path_checksum = None;
-        return Ok(run);
+        // Its figures are taken as sent: each must make sense.
+        return match out_of_range(&run, now) {
+            None => Ok(run),
+            Some(e) => Err(fail(e)),
+        };
     }
     run.kind = spec.kind().into();
     run.measurement_key = key;
@@ -966,7 +1232,10 @@ fn checked_run(v: serde_json::Value) -> Result<Run, (String, String)> {
     } else {
         run.figures = Default::default();
     }
-    Ok(run)
+    match out_of_range(&run, now) {
+        None => Ok(run),
+        Some(e) => Err(fail(e)),
+    }
 }
 
 /// `POST /api/v1/archive/runs`: a fleet's archive stores the runs an agent
@@ -995,12 +1264,18 @@ async fn ingest(
             ),
         ));
     }
+    write_quota(&s, from.ip(), Write::Ingest, batch.runs.len() as u64)?;
+    let now = clock::now_ms();
     let mut good = Vec::with_capacity(batch.runs.len());
     let mut refused = Vec::new();
+    let mut out_of_range = 0;
     for v in batch.runs {
-        match checked_run(v) {
+        match checked_run(v, now) {
             Ok(r) => good.push(r),
-            Err((id, reason)) => refused.push(serde_json::json!({"id": id, "reason": reason})),
+            Err((id, reason)) => {
+                out_of_range += u64::from(reason.contains("figure ") || reason.contains("ahead of"));
+                refused.push(serde_json::json!({"id": id, "reason": reason}));
+            }
         }
     }
     s.archive.put(&good).await.map_err(|e| {
@@ -1013,6 +1288,8 @@ async fn ingest(
         let mut inner = s.lock();
         inner.counters.ingested += good.len() as u64;
         inner.counters.ingest_refused += refused.len() as u64;
+        inner.counters.refused_out_of_range += out_of_range;
+        inner.counters.refused += out_of_range;
     }
     Ok(Json(
         serde_json::json!({"stored": good.len(), "refused": refused}),
@@ -1034,6 +1311,7 @@ async fn pscheduler(
 ) -> Result<Json<serde_json::Value>, Failure> {
     only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
+    write_quota(&s, from.ip(), Write::PScheduler, 1)?;
     let refused = |status: StatusCode, why: String| {
         s.lock().counters.pscheduler_refused += 1;
         Failure(status, why)
@@ -1048,9 +1326,16 @@ async fn pscheduler(
         } else {
             StatusCode::BAD_REQUEST
         };
+        if e.contains(", outside 0 to ") || e.contains("is outside 0 to ") {
+            count_refusal(&s, |c| c.refused_out_of_range += 1);
+        }
         refused(status, format!("not a pScheduler result goodput maps: {e}"))
     })?;
     let mut run = mapped.run;
+    if let Some(e) = out_of_range(&run, clock::now_ms()) {
+        count_refusal(&s, |c| c.refused_out_of_range += 1);
+        return Err(refused(StatusCode::BAD_REQUEST, format!("run {}: {e}", run.id)));
+    }
     let spec = read_spec(run.spec.clone()).map_err(|e| {
         refused(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1150,7 +1435,13 @@ async fn one_run(State(s): State<Ctx>, Path(id): Path<String>) -> Result<Json<Ru
 
 /// The agent at a run's other end hands over its end: the result of a
 /// run it ran, or why a run it led did not start (which lets go of the
-/// time held here for it).
+/// time held here for it). Who may write is proven by where the call
+/// comes from, never by what the body says: the run's ends are the ones
+/// booked here (its booking, or its stored record, or the configured
+/// task its id names), the body must name the same ones, and the caller
+/// must be the configured address of the end that is not this host. A
+/// record of a run this host runs is never replaced; a run never booked
+/// here can only be said not to have started.
 async fn put_run(
     State(s): State<Ctx>,
     ConnectInfo(Caller(from)): ConnectInfo<Caller>,
@@ -1159,6 +1450,7 @@ async fn put_run(
     body: Result<Json<Run>, axum::extract::rejection::JsonRejection>,
 ) -> Result<StatusCode, Failure> {
     authorise(&s, from.ip(), &headers)?;
+    write_quota(&s, from.ip(), Write::Result, 1)?;
     let Json(mut run) = body.map_err(|e| unreadable(&e))?;
     if run.id != id {
         return Err(bad(format!("the path names run '{id}', the body '{}'", run.id)));
@@ -1169,25 +1461,108 @@ async fn put_run(
         ));
     }
     let loaded = s.loaded();
+    let n = run_number(&id);
+    // What this agent knows of the run's ends, in order of trust.
+    let booked = s
+        .lock()
+        .booked
+        .get(&n)
+        .filter(|b| b.id == id)
+        .map(|b| (b.task.clone(), b.source.clone(), b.dest.clone()));
+    let stored = s.archive.get(&id).await.map_err(internal)?;
+    let known = booked.is_some() || stored.is_some();
+    let ends = booked
+        .or_else(|| {
+            stored
+                .as_ref()
+                .map(|r| (r.task.clone(), r.source.clone(), r.dest.clone()))
+        })
+        .or_else(|| configured_run(&loaded, &id));
+    let (task, source, dest) = match ends {
+        Some(e) => e,
+        // An on-demand run that was never booked here (this agent
+        // refused it, or never heard of it): its leader may only say it
+        // did not start, and only as the source it names.
+        None if id.starts_with("on-demand/") && run.state == RunState::NonStart => {
+            (run.task.clone(), run.source.clone(), run.dest.clone())
+        }
+        None => {
+            return Err(not_owner(
+                &s,
+                format!(
+                    "run {id} is not booked here, not in this agent's archive and not a run of \
+                     its configured tasks: there is nothing of it to hand over"
+                ),
+            ))
+        }
+    };
+    if (&run.task, &run.source, &run.dest) != (&task, &source, &dest) {
+        return Err(not_owner(
+            &s,
+            format!(
+                "run {id} is task {task} from {source} to {} here; the record handed over says \
+                 task {} from {} to {}",
+                dest.as_deref().unwrap_or("-"),
+                run.task,
+                run.source,
+                run.dest.as_deref().unwrap_or("-")
+            ),
+        ));
+    }
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
-    let runs_here = here(&run.source);
-    if !runs_here && !run.dest.as_deref().is_some_and(here) {
+    let runs_here = here(&source);
+    if !runs_here && !dest.as_deref().is_some_and(here) {
         return Err(bad(format!("neither end of run {id} is this agent")));
     }
     let other = if runs_here {
-        run.dest.clone()
+        dest.clone()
     } else {
-        Some(run.source.clone())
+        Some(source.clone())
     };
     let other = other.ok_or_else(|| bad("a single-ended run has no other end"))?;
-    from_the_other_end(&loaded, &other, from.ip())?;
-    // The key is worked out here, from the spec the run carries.
+    from_the_other_end(&s, &loaded, &other, from.ip()).await?;
+    // This host runs it: the other end (which led it) can only say it
+    // did not start, and a record this host made stands.
+    if runs_here {
+        if run.state != RunState::NonStart {
+            return Err(not_owner(
+                &s,
+                format!("run {id} runs here: its other end may only say it did not start"),
+            ));
+        }
+        if stored.as_ref().is_some_and(|r| r.state != RunState::Scheduled) {
+            return Err(not_owner(
+                &s,
+                format!("run {id} ran here: its record is this agent's"),
+            ));
+        }
+    }
+    if !known && runs_here && id.starts_with("on-demand/") {
+        return Err(not_owner(
+            &s,
+            format!("run {id} would run here, but it was never asked of this agent"),
+        ));
+    }
+    // A run never booked here did not run with this host.
+    if !known && run.state != RunState::NonStart {
+        return Err(not_owner(
+            &s,
+            format!("run {id} was never booked here: only that it did not start can be handed over"),
+        ));
+    }
+    // The key is worked out here, from the spec the run carries, and the
+    // figures from its result document.
     let spec = read_spec(run.spec.clone())?;
     run.kind = spec.kind().into();
     run.measurement_key = goodput_archive::measurement_key(&spec, &run.source, run.dest.as_deref());
+    if let Some(doc) = &run.result {
+        let result: goodput_core::result::TestResult = serde_json::from_value(doc.clone())
+            .map_err(|e| bad(format!("run {id}: its result does not read: {e}")))?;
+        run.figures = goodput_archive::figures_of(&result);
+    }
+    in_range(&s, &run, clock::now_ms())?;
     {
         let mut inner = s.lock();
-        let n = run_number(&id);
         match inner.booked.get(&n) {
             // This host runs it and has begun: its own record stands.
             Some(b) if b.runs_here && b.started => {
@@ -1201,17 +1576,6 @@ async fn put_run(
                 inner.booked.remove(&n);
             }
             None => {}
-        }
-    }
-    if runs_here {
-        // A run this host ran keeps its own record.
-        if let Some(mine) = s.archive.get(&id).await.map_err(internal)? {
-            if mine.state != RunState::Scheduled {
-                return Err(Failure(
-                    StatusCode::CONFLICT,
-                    format!("run {id} ran here: its record is this agent's"),
-                ));
-            }
         }
     }
     s.archive
@@ -1288,6 +1652,7 @@ async fn on_demand(
         s.lock().counters.refused += 1;
         Failure(StatusCode::FORBIDDEN, e)
     })?;
+    services_only(&s, &loaded, &dest, &spec)?;
     let class = RunClass::of_kind(spec.kind());
     let now = clock::now_ms();
     let duration = goodput_core::mesh::PairTask {
@@ -1309,7 +1674,11 @@ async fn on_demand(
         // Wherever in its slip it lands, it must be inside the window.
         if let Err(e) = limits
             .check_window(who, now, now.saturating_add(slip).saturating_add(duration), class)
-            .and_then(|()| inner.quotas.take(&limits, who, now, class, duration))
+            .and_then(|()| {
+                inner
+                    .quotas
+                    .take(&limits, (who, Bucket::OnDemand), now, class, duration)
+            })
         {
             inner.counters.refused += 1;
             return Err(Failure(StatusCode::FORBIDDEN, e));
@@ -1819,6 +2188,15 @@ async fn metrics(State(s): State<Ctx>, Extension(gate): Extension<Arc<Gate>>) ->
     out += &format!("goodput_agent_non_starts_total {}\n", inner.counters.non_starts);
     out += "# TYPE goodput_agent_refused counter\n";
     out += &format!("goodput_agent_refused_total {}\n", inner.counters.refused);
+    out += "# TYPE goodput_agent_refused_writes counter\n# HELP goodput_agent_refused_writes Writes refused, by why: not the record's owner, a figure out of range, over the requester's write quota, a spec asking for what on-demand runs may not.\n";
+    for (why, n) in [
+        ("not_owner", inner.counters.refused_not_owner),
+        ("out_of_range", inner.counters.refused_out_of_range),
+        ("write_quota", inner.counters.refused_write_quota),
+        ("spec", inner.counters.refused_spec),
+    ] {
+        out += &format!("goodput_agent_refused_writes_total{{why=\"{why}\"}} {n}\n");
+    }
     let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     if s.is_archive() {
         out += "# TYPE goodput_archive_ingested counter\n# HELP goodput_archive_ingested Runs stored from agents' forwarded batches.\n";
@@ -1958,4 +2336,23 @@ async fn metrics(State(s): State<Ctx>, Extension(gate): Extension<Arc<Gate>>) ->
         out,
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_replayed_run_id_has_its_base_time() {
+        assert_eq!(super::base_of("1795800240000"), Some(1_795_800_240_000));
+        assert_eq!(super::base_of("1795800240000~2"), Some(1_795_800_240_000));
+        assert_eq!(super::base_of("1795800240000~17"), Some(1_795_800_240_000));
+        for bad in [
+            "1795800240000~1",
+            "1795800240000~",
+            "1795800240000~x",
+            "~2",
+            "12a",
+        ] {
+            assert_eq!(super::base_of(bad), None, "{bad}");
+        }
+    }
 }

@@ -132,17 +132,52 @@ pub(crate) async fn register(
 ) -> Result<StatusCode, Failure> {
     crate::api::only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
+    crate::api::write_quota(&s, from.ip(), crate::limits::Write::Registration, 1)?;
     let Json(r) = body.map_err(|e| crate::api::unreadable(&e))?;
-    if !s.loaded().config.addresses.contains_key(&name) {
+    let loaded = s.loaded();
+    if !loaded.config.addresses.contains_key(&name) {
         return Err(Failure(
             StatusCode::NOT_FOUND,
             format!("no address named '{name}' in this archive's mesh"),
+        ));
+    }
+    // Only the agent at that address registers as it: the caller must be
+    // one of its configured IP addresses (or what its host name resolves
+    // to).
+    if let Err(e) = crate::api::caller_is(&loaded, &name, from.ip()).await {
+        {
+            let mut inner = s.lock();
+            inner.counters.refused += 1;
+            inner.counters.refused_not_owner += 1;
+        }
+        return Err(Failure(
+            StatusCode::FORBIDDEN,
+            format!("{e}: an agent registers only as its own address"),
         ));
     }
     if !(5..=3600).contains(&r.lease_s) {
         return Err(Failure(
             StatusCode::BAD_REQUEST,
             format!("lease_s must be 5 to 3600 s, not {}", r.lease_s),
+        ));
+    }
+    if !(0.0..=3600.0).contains(&r.clock_error_s) {
+        {
+            let mut inner = s.lock();
+            inner.counters.refused += 1;
+            inner.counters.refused_out_of_range += 1;
+        }
+        return Err(Failure(
+            StatusCode::BAD_REQUEST,
+            format!("clock_error_s must be 0 to 3600 s, not {}", {
+                // Huge values in short (1e308, not 309 digits).
+                let e = r.clock_error_s;
+                if e.abs() >= 1e15 {
+                    format!("{e:e}")
+                } else {
+                    format!("{e}")
+                }
+            }),
         ));
     }
     let info = serde_json::to_value(&r).map_err(internal)?;
@@ -239,19 +274,47 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
             .into_iter()
             .filter(|t| t.kind == goodput_core::mesh::ArchiveKind::Goodput)
             .collect();
-        clients.retain(|url, (pin, _)| targets.iter().any(|t| t.url == *url && t.pin == *pin));
-        for t in &targets {
-            clients.entry(t.url.clone()).or_insert_with(|| {
-                let mut b = reqwest::Client::builder()
-                    .connect_timeout(Duration::from_secs(5))
-                    .timeout(Duration::from_secs(10));
-                if let Some(pin) = t.pin {
-                    b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
-                }
-                (t.pin, b.build().unwrap_or_default())
-            });
-        }
         let loaded = shared.loaded();
+        // Each name registers from its own address (of the archive's
+        // family), which is how the archive knows it is that agent.
+        let own: Vec<std::net::IpAddr> = loaded.mine.iter().flat_map(|m| loaded.ips_of(m)).collect();
+        clients.retain(|key, (pin, _)| {
+            targets.iter().any(|t| {
+                key.strip_prefix(&format!("{} ", t.url))
+                    .is_some_and(|name| loaded.mine.iter().any(|m| m == name))
+                    && t.pin == *pin
+            })
+        });
+        for t in &targets {
+            for name in &loaded.mine {
+                clients.entry(format!("{} {name}", t.url)).or_insert_with(|| {
+                    // An archive named by IP address: from this
+                    // name's address of its family (by host name:
+                    // as the system routes it).
+                    let host = reqwest::Url::parse(&t.url).ok().and_then(|u| {
+                        u.host_str()
+                            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+                            .and_then(|h| h.parse::<std::net::IpAddr>().ok())
+                            .map(|ip| ip.is_ipv6())
+                    });
+                    let from = host.and_then(|v6| {
+                        loaded
+                            .ips_of(name)
+                            .into_iter()
+                            .chain(own.iter().copied())
+                            .find(|ip| ip.is_ipv6() == v6)
+                    });
+                    let mut b = reqwest::Client::builder()
+                        .connect_timeout(Duration::from_secs(5))
+                        .timeout(Duration::from_secs(10))
+                        .local_address(from);
+                    if let Some(pin) = t.pin {
+                        b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
+                    }
+                    (t.pin, b.build().unwrap_or_default())
+                });
+            }
+        }
         let (config_loaded, config_error) = {
             let inner = shared.lock();
             (
@@ -286,28 +349,29 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
             config_error,
             lease_s: lease.as_secs(),
         };
-        for (url, (_, client)) in &clients {
-            for name in &loaded.mine {
-                let mut req = client.put(format!("{url}/api/v1/fleet/agents/{name}")).json(&reg);
-                if let Some(t) = &o.token {
-                    req = req.bearer_auth(t);
-                }
-                let why = match req.send().await {
-                    Ok(r) if r.status().is_success() => None,
-                    Ok(r) => Some(format!("HTTP {}", r.status())),
-                    Err(e) => Some(e.to_string()),
-                };
-                let key = format!("{url} {name}");
-                match why {
-                    None => {
-                        if failing.remove(&key) {
-                            log(&format!("registered with {url} as {name} again"));
-                        }
+        for (key, (_, client)) in &clients {
+            let Some((url, name)) = key.split_once(' ') else {
+                continue;
+            };
+            let mut req = client.put(format!("{url}/api/v1/fleet/agents/{name}")).json(&reg);
+            if let Some(t) = &o.token {
+                req = req.bearer_auth(t);
+            }
+            let why = match req.send().await {
+                Ok(r) if r.status().is_success() => None,
+                Ok(r) => Some(format!("HTTP {}", r.status())),
+                Err(e) => Some(e.to_string()),
+            };
+            let key = format!("{url} {name}");
+            match why {
+                None => {
+                    if failing.remove(&key) {
+                        log(&format!("registered with {url} as {name} again"));
                     }
-                    Some(why) => {
-                        if failing.insert(key) {
-                            log(&format!("cannot register with {url} as {name} (retrying): {why}"));
-                        }
+                }
+                Some(why) => {
+                    if failing.insert(key) {
+                        log(&format!("cannot register with {url} as {name} (retrying): {why}"));
                     }
                 }
             }

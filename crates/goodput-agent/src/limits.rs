@@ -35,6 +35,12 @@ pub struct Limits {
     /// The highest rate an on-demand run of a kind may ask for, bits/s
     /// (a kind not listed: any).
     pub max_bitrate: Vec<(String, u64)>,
+    /// Most records one requester may write a minute: results handed
+    /// over (`PUT /api/v1/runs/…`), pScheduler results, registrations.
+    pub writes_per_minute: u32,
+    /// Most forwarded runs one requester may send a fleet archive a
+    /// minute.
+    pub ingest_per_minute: u32,
 }
 
 /// Exclusive runs booked from `from` must lie within `[start, end)` of a
@@ -190,15 +196,38 @@ impl Default for Limits {
             max_requests: 64,
             windows: Vec::new(),
             max_bitrate: Vec::new(),
+            // A peer hands over one record per run it shares with this
+            // host: 600 a minute is a run a second to each of ten
+            // destinations, far beyond a mesh's schedule, and a forger's
+            // flood (1,500 a second) is cut to 10 a second.
+            writes_per_minute: 600,
+            // A forwarder catching up after an outage sends batches of
+            // 500: 60,000 a minute clears a day's backlog of a busy agent
+            // (144,000 per-minute rows) in under three minutes.
+            ingest_per_minute: 60_000,
         }
     }
+}
+
+/// Which of a requester's quotas a booking is charged to. A peer's mesh
+/// runs (checked against this agent's own configuration: their task,
+/// pair and time) and the on-demand runs it books for its clients are
+/// counted apart, so a client who uses up the on-demand runs a peer may
+/// book here never stops that peer's scheduled runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Bucket {
+    /// Runs of the mesh's configured tasks.
+    Mesh,
+    /// Runs asked for through the API (`on-demand/…`).
+    OnDemand,
 }
 
 /// What each requester has booked lately.
 #[derive(Debug, Default)]
 pub(crate) struct Quotas {
-    /// Per requester: each booking's time and exclusive milliseconds.
-    seen: HashMap<IpAddr, VecDeque<(u64, u64)>>,
+    /// Per requester and bucket: each booking's time and exclusive
+    /// milliseconds.
+    seen: HashMap<(IpAddr, Bucket), VecDeque<(u64, u64)>>,
 }
 
 /// Most requesters tracked; beyond it the quiet ones are forgotten first.
@@ -211,7 +240,7 @@ impl Quotas {
     pub(crate) fn take(
         &mut self,
         limits: &Limits,
-        who: IpAddr,
+        (who, bucket): (IpAddr, Bucket),
         now: u64,
         class: RunClass,
         ms: u64,
@@ -223,11 +252,15 @@ impl Quotas {
                 limits.max_duration.as_secs()
             ));
         }
-        if self.seen.len() >= MAX_REQUESTERS && !self.seen.contains_key(&who) {
+        if self.seen.len() >= MAX_REQUESTERS && !self.seen.contains_key(&(who, bucket)) {
             self.seen
                 .retain(|_, v| v.back().is_some_and(|(t, _)| now.saturating_sub(*t) < DAY));
         }
-        let v = self.seen.entry(who).or_default();
+        let what = match bucket {
+            Bucket::Mesh => "",
+            Bucket::OnDemand => "on-demand ",
+        };
+        let v = self.seen.entry((who, bucket)).or_default();
         while v.front().is_some_and(|(t, _)| now.saturating_sub(*t) >= DAY) {
             v.pop_front();
         }
@@ -237,7 +270,7 @@ impl Quotas {
             .count();
         if last_hour >= limits.runs_per_hour as usize {
             return Err(format!(
-                "limit runs_per_hour: {who} booked {last_hour} runs in the last hour, {} allowed",
+                "limit runs_per_hour: {who} booked {last_hour} {what}runs in the last hour, {} allowed",
                 limits.runs_per_hour
             ));
         }
@@ -245,12 +278,93 @@ impl Quotas {
         let used: u64 = v.iter().map(|(_, e)| e).sum();
         if used.saturating_add(exclusive) > limits.exclusive_s_per_day.saturating_mul(1000) {
             return Err(format!(
-                "limit exclusive_s_per_day: {who} booked {} s of exclusive time in the last day, {} s allowed",
+                "limit exclusive_s_per_day: {who} booked {} s of exclusive {what}time in the last day, {} s allowed",
                 used / 1000,
                 limits.exclusive_s_per_day
             ));
         }
         v.push_back((now, exclusive));
+        Ok(())
+    }
+}
+
+/// What a write is, for its quota.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Write {
+    /// A run's record handed over by its other end (`PUT /api/v1/runs`).
+    Result,
+    /// A perfSONAR pScheduler result (`/api/v1/archive/pscheduler`).
+    PScheduler,
+    /// A fleet registration (`PUT /api/v1/fleet/agents/…`).
+    Registration,
+    /// Runs forwarded to a fleet archive (`POST /api/v1/archive/runs`),
+    /// counted one by one.
+    Ingest,
+}
+
+/// A requester's allowance of one kind of write: a token bucket that
+/// holds a minute's worth and fills again at that rate.
+#[derive(Debug, Clone, Copy)]
+struct Allowance {
+    tokens: f64,
+    at_ms: u64,
+}
+
+/// Each requester's write quotas (O(1) memory per requester and kind).
+#[derive(Debug, Default)]
+pub(crate) struct Writes {
+    seen: HashMap<(IpAddr, Write), Allowance>,
+}
+
+impl Writes {
+    /// Takes `n` writes of `kind` for `who` at `now`, or names the limit
+    /// that refuses them (none is taken then).
+    pub(crate) fn take(
+        &mut self,
+        limits: &Limits,
+        who: IpAddr,
+        kind: Write,
+        n: u64,
+        now: u64,
+    ) -> Result<(), String> {
+        let (per_minute, name) = match kind {
+            Write::Ingest => (limits.ingest_per_minute, "ingest_per_minute"),
+            _ => (limits.writes_per_minute, "writes_per_minute"),
+        };
+        let full = f64::from(per_minute);
+        let fill = |a: &Allowance| {
+            let ms = now.saturating_sub(a.at_ms) as f64;
+            (a.tokens + ms * full / 60_000.0).min(full)
+        };
+        if self.seen.len() >= MAX_REQUESTERS && !self.seen.contains_key(&(who, kind)) {
+            // Requesters whose allowance is whole again are forgotten.
+            self.seen.retain(|_, a| fill(a) < full);
+            if self.seen.len() >= MAX_REQUESTERS {
+                return Err(format!(
+                    "limit {name}: {MAX_REQUESTERS} requesters are writing at once; try again in a minute"
+                ));
+            }
+        }
+        let a = self.seen.entry((who, kind)).or_insert(Allowance {
+            tokens: full,
+            at_ms: now,
+        });
+        let have = fill(a);
+        a.tokens = have;
+        a.at_ms = now.max(a.at_ms);
+        if (n as f64) > have {
+            let what = match kind {
+                Write::Ingest => "forwarded runs",
+                Write::Result => "results",
+                Write::PScheduler => "pScheduler results",
+                Write::Registration => "registrations",
+            };
+            return Err(format!(
+                "limit {name}: {who} is over its {per_minute} {what} a minute (this request has {n}, {} left now)",
+                have.floor()
+            ));
+        }
+        a.tokens = have - n as f64;
         Ok(())
     }
 }
@@ -329,6 +443,7 @@ mod tests {
             ..Limits::default()
         };
         let who: IpAddr = "10.0.0.9".parse().unwrap();
+        let who = (who, Bucket::Mesh);
         let mut q = Quotas::default();
         let e = q.take(&limits, who, 0, RunClass::Normal, 61_000).unwrap_err();
         assert!(e.starts_with("limit max_duration"), "{e}");
@@ -347,14 +462,61 @@ mod tests {
         // Another requester has its own.
         q.take(
             &limits,
-            "10.0.0.8".parse().unwrap(),
+            ("10.0.0.8".parse().unwrap(), Bucket::Mesh),
             hour,
             RunClass::Exclusive,
             20_000,
         )
         .unwrap();
+        // And its on-demand runs have their own: using them up leaves
+        // its mesh runs bookable, and the other way round.
+        let od = (who.0, Bucket::OnDemand);
+        for i in 0..3 {
+            q.take(&limits, od, hour + 10 + i, RunClass::Normal, 1000)
+                .unwrap();
+        }
+        let e = q
+            .take(&limits, od, hour + 20, RunClass::Normal, 1000)
+            .unwrap_err();
+        assert!(
+            e.starts_with("limit runs_per_hour: 10.0.0.9 booked 3 on-demand runs in the last hour"),
+            "{e}"
+        );
+        q.take(&limits, who, hour + 21, RunClass::Normal, 1000).unwrap();
         // A day on, all is clear.
         q.take(&limits, who, hour + DAY, RunClass::Exclusive, 20_000)
             .unwrap();
+    }
+
+    #[test]
+    fn writes_are_held_to_a_minute_s_allowance() {
+        let limits = Limits {
+            writes_per_minute: 60,
+            ingest_per_minute: 1000,
+            ..Limits::default()
+        };
+        let who: IpAddr = "10.0.0.9".parse().unwrap();
+        let mut w = Writes::default();
+        // A minute's worth at once, then nothing.
+        for i in 0..60 {
+            w.take(&limits, who, Write::Result, 1, 1000 + i).unwrap();
+        }
+        let e = w.take(&limits, who, Write::Result, 1, 1100).unwrap_err();
+        assert!(
+            e.starts_with("limit writes_per_minute: 10.0.0.9 is over its 60 results a minute"),
+            "{e}"
+        );
+        // One a second comes back.
+        w.take(&limits, who, Write::Result, 1, 2100).unwrap();
+        assert!(w.take(&limits, who, Write::Result, 1, 2200).is_err());
+        // Other kinds and other requesters have their own.
+        w.take(&limits, who, Write::Registration, 1, 2200).unwrap();
+        w.take(&limits, "10.0.0.8".parse().unwrap(), Write::Result, 60, 2200)
+            .unwrap();
+        // A batch is taken whole or not at all.
+        w.take(&limits, who, Write::Ingest, 600, 0).unwrap();
+        let e = w.take(&limits, who, Write::Ingest, 500, 0).unwrap_err();
+        assert!(e.starts_with("limit ingest_per_minute"), "{e}");
+        w.take(&limits, who, Write::Ingest, 400, 0).unwrap();
     }
 }

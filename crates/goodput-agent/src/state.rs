@@ -16,7 +16,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Loaded, Peer};
-use crate::limits::Quotas;
+use crate::limits::{Quotas, Writes};
 use crate::{clock, log, AgentOptions};
 
 /// A run on this agent's calendar that has not ended.
@@ -117,8 +117,19 @@ pub(crate) struct Counters {
     pub(crate) booked_by_peers: u64,
     /// Runs that did not start.
     pub(crate) non_starts: u64,
-    /// Requests refused by a limit.
+    /// Requests refused by a limit (every refusal below counts here too).
     pub(crate) refused: u64,
+    /// Writes refused because the caller is not the run's (or the
+    /// booking's, or the registration's) owner: not the configured
+    /// address of its other end, or a record that is this agent's own.
+    pub(crate) refused_not_owner: u64,
+    /// Records refused for a figure or a time out of range.
+    pub(crate) refused_out_of_range: u64,
+    /// Writes refused by a requester's write quota.
+    pub(crate) refused_write_quota: u64,
+    /// On-demand specs refused for a port that is not a test service's
+    /// or for naming a file.
+    pub(crate) refused_spec: u64,
     /// Results peers could not be sent.
     pub(crate) results_undelivered: u64,
     /// Runs stored from agents' forwarded batches (a fleet's archive).
@@ -144,6 +155,8 @@ pub(crate) struct Inner {
     /// Per led pair (`task/source/dest`): the next run number to plan.
     pub(crate) next: HashMap<String, u64>,
     pub(crate) quotas: Quotas,
+    /// Each requester's write quotas.
+    pub(crate) writes: Writes,
     pub(crate) running: usize,
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
@@ -245,6 +258,7 @@ impl Shared {
                 booked: BTreeMap::new(),
                 next: HashMap::new(),
                 quotas: Quotas::default(),
+                writes: Writes::default(),
                 running: 0,
                 latest: BTreeMap::new(),
                 counters: Counters::default(),

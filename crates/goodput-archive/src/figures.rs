@@ -55,6 +55,64 @@ pub struct Figures {
     pub path_checksum: Option<String>,
 }
 
+/// The fastest rate a figure may say, bits/s (10 Tbit/s).
+pub(crate) const MAX_BPS: f64 = 1e13;
+/// The longest delay or jitter a figure may say, µs (an hour).
+pub(crate) const MAX_DELAY_US: f64 = 3.6e9;
+/// The largest count a figure may say (2^53: exact in a double).
+pub(crate) const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+
+impl Figures {
+    /// The first figure outside physical sense, named with its value and
+    /// its range: every figure must be finite, rates 0 to 10 Tbit/s, loss
+    /// 0–100 %, delays and jitter 0 to an hour, counts 0 to 2^53, hops
+    /// 0–255. Figures from the network are checked with this before they
+    /// are stored.
+    pub fn out_of_range(&self) -> Option<String> {
+        let checks: [(&str, Option<f64>, f64, &str); 15] = [
+            ("throughput_up_bps", self.throughput_up_bps, MAX_BPS, "10 Tbit/s"),
+            (
+                "throughput_down_bps",
+                self.throughput_down_bps,
+                MAX_BPS,
+                "10 Tbit/s",
+            ),
+            ("loss_pct", self.loss_pct, 100.0, "100 %"),
+            ("loss_forward_pct", self.loss_forward_pct, 100.0, "100 %"),
+            ("loss_backward_pct", self.loss_backward_pct, 100.0, "100 %"),
+            ("duplicates", self.duplicates, MAX_COUNT, "2^53"),
+            ("reordered", self.reordered, MAX_COUNT, "2^53"),
+            ("delay_min_us", self.delay_min_us, MAX_DELAY_US, "an hour"),
+            ("delay_median_us", self.delay_median_us, MAX_DELAY_US, "an hour"),
+            ("delay_p95_us", self.delay_p95_us, MAX_DELAY_US, "an hour"),
+            ("delay_max_us", self.delay_max_us, MAX_DELAY_US, "an hour"),
+            ("jitter_us", self.jitter_us, MAX_DELAY_US, "an hour"),
+            ("retransmits", self.retransmits, MAX_COUNT, "2^53"),
+            ("errors", self.errors, MAX_COUNT, "2^53"),
+            ("hops", self.hops, 255.0, "255"),
+        ];
+        for (name, v, max, max_text) in checks {
+            if let Some(v) = v {
+                if !v.is_finite() || !(0.0..=max).contains(&v) {
+                    // Huge values in short (1e308, not 309 digits).
+                    let shown = if v.is_finite() && v.abs() >= 1e15 {
+                        format!("{v:e}")
+                    } else {
+                        format!("{v}")
+                    };
+                    return Some(format!("figure {name} is {shown}, outside 0 to {max_text}"));
+                }
+            }
+        }
+        match &self.path_checksum {
+            Some(c) if c.len() > 128 => {
+                Some(format!("figure path_checksum is {} bytes, at most 128", c.len()))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The figures of a result.
 pub fn figures_of(r: &TestResult) -> Figures {
     let s = &r.summary;
@@ -168,4 +226,68 @@ pub fn measurement_key(spec: &TestSpec, source: &str, dest: Option<&str>) -> Str
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
     format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_outside_physical_sense_are_named() {
+        let ok = Figures {
+            throughput_up_bps: Some(9.4e9),
+            loss_pct: Some(100.0),
+            delay_median_us: Some(0.0),
+            hops: Some(12.0),
+            ..Figures::default()
+        };
+        assert_eq!(ok.out_of_range(), None);
+        let cases: [(Figures, &str); 6] = [
+            (
+                Figures {
+                    throughput_up_bps: Some(1e308),
+                    ..Figures::default()
+                },
+                "figure throughput_up_bps is 1e308, outside 0 to 10 Tbit/s",
+            ),
+            (
+                Figures {
+                    loss_pct: Some(-1.0),
+                    ..Figures::default()
+                },
+                "figure loss_pct is -1, outside 0 to 100 %",
+            ),
+            (
+                Figures {
+                    loss_forward_pct: Some(100.5),
+                    ..Figures::default()
+                },
+                "figure loss_forward_pct is 100.5, outside 0 to 100 %",
+            ),
+            (
+                Figures {
+                    delay_max_us: Some(f64::NAN),
+                    ..Figures::default()
+                },
+                "figure delay_max_us is NaN, outside 0 to an hour",
+            ),
+            (
+                Figures {
+                    jitter_us: Some(-1e308),
+                    ..Figures::default()
+                },
+                "figure jitter_us is -1e308, outside 0 to an hour",
+            ),
+            (
+                Figures {
+                    errors: Some(f64::INFINITY),
+                    ..Figures::default()
+                },
+                "figure errors is inf, outside 0 to 2^53",
+            ),
+        ];
+        for (f, want) in cases {
+            assert_eq!(f.out_of_range().as_deref(), Some(want));
+        }
+    }
 }

@@ -200,6 +200,9 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
     } else {
         Figures::default()
     };
+    if let Some(e) = figures.out_of_range() {
+        return Err(format!("result: {e}"));
+    }
     let class = match ty {
         "throughput" => RunClass::Exclusive,
         "latencybg" => RunClass::Background,
@@ -283,6 +286,13 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
                 .ok()
                 .filter(|x: &f64| x.is_finite())
                 .ok_or_else(|| format!("result.histogram-latency: bucket '{k}' is not a delay in ms"))?;
+            // A delay is 0 to an hour (a negative one-way delay is clocks
+            // out of step, not a figure to keep).
+            if !(0.0..=crate::figures::MAX_DELAY_US / 1000.0).contains(&ms) {
+                return Err(format!(
+                    "result.histogram-latency: bucket '{k}' is outside 0 to 3600000 ms"
+                ));
+            }
             let n = count(v).ok_or_else(|| format!("result.histogram-latency: bucket '{k}' has no count"))?;
             buckets.push((ms * 1000.0, n));
         }
@@ -383,4 +393,49 @@ fn trace(r: &Map<String, Value>, dest: &str) -> Figures {
     f.hops = reached.map(|i| (i + 1) as f64);
     f.path_checksum = Some(path_checksum(&hops));
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latency(histogram: Value) -> Value {
+        serde_json::json!({
+            "id": "8a9b0c1d-2e3f-4051-8263-748596a7b8c9",
+            "schedule": {"start": "2026-11-26T15:01:00Z", "duration": "PT1M"},
+            "test": {"type": "latencybg", "spec": {"source": "10.81.1.1", "dest": "10.81.1.2"}},
+            "participants": ["10.81.1.1", "10.81.1.2"],
+            "result": {"succeeded": true, "packets-sent": 600, "packets-lost": 6,
+                       "histogram-latency": histogram}
+        })
+    }
+
+    #[test]
+    fn buckets_and_figures_outside_physical_sense_are_refused() {
+        let ok = from_pscheduler(&latency(serde_json::json!({"10.21": 100, "3600000": 1}))).unwrap();
+        assert_eq!(ok.run.figures.delay_max_us, Some(3.6e9));
+        for (bucket, says) in [
+            ("1e308", "bucket '1e308' is outside 0 to 3600000 ms"),
+            ("-1e308", "bucket '-1e308' is outside 0 to 3600000 ms"),
+            ("-0.5", "bucket '-0.5' is outside 0 to 3600000 ms"),
+            ("3600000.5", "bucket '3600000.5' is outside 0 to 3600000 ms"),
+        ] {
+            let e = from_pscheduler(&latency(serde_json::json!({ bucket: 5 }))).unwrap_err();
+            assert!(e.contains(says), "{bucket}: {e}");
+        }
+        // A throughput of 1e308 bits/s is no figure either.
+        let mut doc = serde_json::json!({
+            "id": "7c1d2e3f-0a4b-4c5d-9e8f-101112131415",
+            "schedule": {"start": "2026-11-26T10:00:05Z", "duration": "PT20S"},
+            "test": {"type": "throughput", "spec": {"source": "10.81.1.1", "dest": "10.81.1.2"}},
+            "result": {"succeeded": true, "summary": {"summary": {"throughput-bits": 9.3e9}}}
+        });
+        assert!(from_pscheduler(&doc).is_ok());
+        doc["result"]["summary"]["summary"]["throughput-bits"] = 1e308.into();
+        let e = from_pscheduler(&doc).unwrap_err();
+        assert!(
+            e.contains("figure throughput_up_bps is 1e308, outside 0 to 10 Tbit/s"),
+            "{e}"
+        );
+    }
 }

@@ -139,6 +139,8 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             max_bitrate,
             max_body: usize::try_from(args.max_body.0.max(64 << 10)).unwrap_or(usize::MAX),
             max_requests: args.max_requests.max(1),
+            writes_per_minute: args.writes_per_minute.max(1),
+            ingest_per_minute: args.ingest_per_minute.max(1),
         },
         connections: goodput_agent::ConnLimits {
             max_connections: args.max_connections.max(1),

@@ -155,6 +155,14 @@ pub struct AgentArgs {
     /// batch, a pScheduler result); larger ones get 413. At least 64KiB.
     #[arg(long, value_name = "BYTES", default_value = "4MiB")]
     pub max_body: ByteSize,
+    /// Most records one requester may write a minute (results handed
+    /// over, pScheduler results, fleet registrations; past it: 429).
+    #[arg(long, value_name = "N", default_value_t = 600)]
+    pub writes_per_minute: u32,
+    /// Most forwarded runs one agent may send a fleet archive a minute
+    /// (past it the batch gets 429 and is sent again later).
+    #[arg(long, value_name = "N", default_value_t = 60_000)]
+    pub ingest_per_minute: u32,
     /// Most API requests handled at once in each of two pools: the mesh's
     /// agents and token holders, and everyone else (past it: 503).
     #[arg(long, value_name = "N", default_value_t = 64)]
