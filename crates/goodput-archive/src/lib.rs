@@ -51,6 +51,37 @@ pub enum ArchiveError {
     Json(#[from] serde_json::Error),
 }
 
+impl ArchiveError {
+    /// Whether the database failed for want of disk space: SQLite's
+    /// `SQLITE_FULL` (13, with its extended codes), an I/O error of
+    /// SQLite's whose cause was `ENOSPC` (the WAL index's growth), or
+    /// PostgreSQL's `disk_full` (53100). Nothing of the failed write was
+    /// stored, and a write may succeed again once space returns.
+    pub fn is_disk_full(&self) -> bool {
+        let ArchiveError::Db(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Database(d) => {
+                let code = d.code();
+                let code = code.as_deref().unwrap_or("");
+                match code.parse::<i64>() {
+                    // SQLite: the primary code is the low byte.
+                    Ok(n) => n & 0xff == 13 || (n & 0xff == 10 && mentions_no_space(d.message())),
+                    Err(_) => code == "53100",
+                }
+            }
+            sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+            _ => false,
+        }
+    }
+}
+
+fn mentions_no_space(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("no space") || m.contains("disk is full") || m.contains("disk full")
+}
+
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -444,6 +475,34 @@ macro_rules! on_pool {
     };
 }
 
+/// Runs `$body` in a transaction on a connection of `$pool` taken for it,
+/// with `$tx` bound to the transaction, and commits. A transaction that
+/// failed anywhere (a statement, or its COMMIT) closes its connection
+/// instead of handing it back to the pool: SQLite rolls a transaction
+/// back by itself when it runs out of disk (`SQLITE_FULL`), the ROLLBACK
+/// sqlx then sends fails, and sqlx's count of open transactions on that
+/// connection stays at one, so each later "transaction" on it was only a
+/// savepoint inside a transaction never committed: its writes were
+/// answered as stored and lost, other connections found the database
+/// locked for good, and its own reads saw rows no one else could. A new
+/// connection starts clean.
+macro_rules! in_transaction {
+    ($pool:expr, $tx:ident => $body:expr) => {{
+        let mut conn = $pool.acquire().await?;
+        let done: Result<_, ArchiveError> = async {
+            let mut $tx = sqlx::Connection::begin(&mut *conn).await?;
+            let out = $body;
+            $tx.commit().await?;
+            Ok(out)
+        }
+        .await;
+        if done.is_err() {
+            conn.close_on_drop();
+        }
+        done
+    }};
+}
+
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
@@ -519,6 +578,15 @@ impl Archive {
         }
     }
 
+    /// Closes the archive's connections (a SQLite file is then released)
+    /// and waits for them.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+
     /// `sqlite` or `postgres`.
     pub fn engine(&self) -> &'static str {
         match self.pool {
@@ -562,6 +630,22 @@ impl Archive {
             }
             tx.commit().await?;
             Ok(())
+        })
+    }
+
+    /// Whether a write goes through now: one row rewritten in a
+    /// transaction (after a failure for want of space, this tells when
+    /// space has returned).
+    pub async fn probe_write(&self) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            in_transaction!(p, tx => {
+                sqlx::query(
+                    "UPDATE archive_schema SET version = version \
+                     WHERE version = (SELECT MAX(version) FROM archive_schema)",
+                )
+                .execute(&mut *tx)
+                .await?;
+            })
         })
     }
 
@@ -611,7 +695,7 @@ impl Archive {
         unique.reverse();
         on_pool!(self, p, pg => {
             self.ensure_partitions(&unique).await?;
-            let mut tx = p.begin().await?;
+            in_transaction!(p, tx => {
             // Several rows per statement: each statement is a round trip to
             // the database.
             let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
@@ -706,8 +790,7 @@ impl Archive {
                 }
                 q.execute(&mut *tx).await?;
             }
-            tx.commit().await?;
-            Ok(())
+            })
         })
     }
 
@@ -1044,7 +1127,7 @@ impl Archive {
             .map(|(_, a)| a)
             .collect();
         on_pool!(self, p, pg => {
-        let mut tx = p.begin().await?;
+        in_transaction!(p, tx => {
         // 500 alerts (7,000 parameters) a statement.
         for chunk in latest.chunks(500) {
             let sql = upsert_sql(
@@ -1077,8 +1160,7 @@ impl Archive {
             }
             q.execute(&mut *tx).await?;
         }
-        tx.commit().await?;
-        Ok(())
+        })
         })
     }
 
