@@ -1414,16 +1414,22 @@ impl Archive {
         }
     }
 
-    /// Deletes runs older than the age limit, then the oldest runs until
-    /// the data is under 90% of the size limit. SQLite deletes rows, a
-    /// tenth of what is left at a time. PostgreSQL drops whole partitions
-    /// that lie past the age limit (and deletes the older rows of the one
-    /// that straddles it), and for size drops the oldest partition at a
-    /// time, never the newest: deleted rows would not give their space
-    /// back until a vacuum.
+    /// Deletes runs older than the age limit; then, when the data is over
+    /// 90% of the size limit, every run dated in the future (see
+    /// [`ENDED_AHEAD_MS`]), then the oldest runs until it is under. A run's time is what its writer says, so a forged or faulty
+    /// record dated ahead of this clock would otherwise rank as the newest
+    /// and outlive every real one. SQLite deletes rows, a tenth of what is
+    /// left at a time. PostgreSQL drops whole partitions that lie past the
+    /// age limit (and deletes the older rows of the one that straddles
+    /// it); for size it drops the partitions that lie wholly beyond any
+    /// booking, deletes the future-dated rows of the others, then drops
+    /// the oldest partition at a time, never the newest: deleted rows
+    /// would not give their space back until a vacuum.
     pub async fn prune(&self, keep: &Retention, now_ms: u64) -> Result<Pruned, ArchiveError> {
         let cutoff = now_ms.saturating_sub(keep.max_age_ms);
         let target = keep.max_bytes / 10 * 9;
+        let ended_ahead = ms(now_ms.saturating_add(ENDED_AHEAD_MS));
+        let booked_ahead = ms(now_ms.saturating_add(BOOKED_AHEAD_MS));
         match &self.pool {
             Pool::Sqlite(p) => {
                 let mut pruned = Pruned {
@@ -1435,6 +1441,16 @@ impl Archive {
                     by_size: 0,
                 };
                 self.prune_alerts_and_rollups(cutoff).await?;
+                if self.size_bytes().await? > target {
+                    // Runs dated in the future first, all of them.
+                    pruned.by_size += sqlx::query(&format!("DELETE FROM runs WHERE {FUTURE_DATED}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(p)
+                        .await?
+                        .rows_affected();
+                    self.prune_future_rollups(ended_ahead).await?;
+                }
                 while self.size_bytes().await? > target {
                     let total = self.count().await?;
                     if total == 0 {
@@ -1480,6 +1496,36 @@ impl Archive {
                     .rows_affected();
                 tx.commit().await?;
                 self.prune_alerts_and_rollups(cutoff).await?;
+                if self.size_bytes().await? > target {
+                    // Spans that begin beyond any booking hold only runs
+                    // dated in the future: the furthest first.
+                    while let Some(&last) = periods.last() {
+                        if last.saturating_mul(PARTITION_MS) <= booked_ahead.max(0) as u64 {
+                            break;
+                        }
+                        pruned.by_size += drop_period(p, last).await?;
+                        self.forget_period(last);
+                        periods.pop();
+                    }
+                    // The future-dated runs of the spans left.
+                    let mut tx = p.begin().await?;
+                    let future = format!(
+                        "WHERE scheduled_ms > $1 AND id IN (SELECT id FROM runs WHERE {FUTURE_DATED})"
+                    );
+                    sqlx::query(&format!("DELETE FROM run_documents {future}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(&mut *tx)
+                        .await?;
+                    pruned.by_size += sqlx::query(&format!("DELETE FROM runs {future}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    tx.commit().await?;
+                    self.prune_future_rollups(ended_ahead).await?;
+                }
                 while periods.len() > 1 && self.size_bytes().await? > target {
                     let period = periods.remove(0);
                     pruned.by_size += drop_period(p, period).await?;
@@ -1499,6 +1545,18 @@ impl Archive {
             .retain(|(_, p)| *p != period);
     }
 
+    /// The hourly aggregates of hours past `after` (ms): only runs dated
+    /// in the future, deleted by then, had any.
+    async fn prune_future_rollups(&self, after: i64) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            sqlx::query("DELETE FROM rollups WHERE bucket_ms > $1")
+                .bind(after)
+                .execute(p)
+                .await?;
+            Ok(())
+        })
+    }
+
     async fn prune_alerts_and_rollups(&self, cutoff: u64) -> Result<(), ArchiveError> {
         on_pool!(self, p, pg => {
             sqlx::query("DELETE FROM alerts WHERE end_ms IS NOT NULL AND end_ms < $1")
@@ -1513,6 +1571,22 @@ impl Archive {
         })
     }
 }
+
+/// A run that has ended is never dated more than this past the archive's
+/// clock (ms): its time is when it was due, and a peer whose clock is an
+/// hour ahead is broken. [`Archive::prune`] deletes such runs, and any
+/// run dated more than [`BOOKED_AHEAD_MS`] ahead, before real history.
+pub const ENDED_AHEAD_MS: u64 = 3_600_000;
+
+/// No run is booked further ahead than this (ms): a peer may book at most
+/// 7 days ahead.
+pub const BOOKED_AHEAD_MS: u64 = 8 * 86_400_000;
+
+/// The runs dated in the future, with `$1` now plus [`ENDED_AHEAD_MS`] and
+/// `$2` now plus [`BOOKED_AHEAD_MS`]: ended runs past the first, any run
+/// past the second.
+const FUTURE_DATED: &str =
+    "((scheduled_ms > $1 AND state NOT IN ('scheduled', 'running')) OR scheduled_ms > $2)";
 
 /// PostgreSQL: the spans (`scheduled_ms / PARTITION_MS`) that `table` has
 /// partitions for, the oldest first.
