@@ -524,9 +524,20 @@ impl Archive {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            // Deleted runs' pages are reused, and can be given back.
-            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .foreign_keys(true);
+        if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+            // Deleted runs' pages are reused, and can be given back:
+            // incremental auto-vacuum, a property of the file, set as the
+            // file is made (before WAL mode is written to it). Not by each
+            // connection as it opens: that writes to the file, so while
+            // the disk is full no connection could be opened, not even to
+            // read.
+            use sqlx::Connection;
+            sqlx::SqliteConnection::connect_with(&options.clone().auto_vacuum(SqliteAutoVacuum::Incremental))
+                .await?
+                .close()
+                .await?;
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
