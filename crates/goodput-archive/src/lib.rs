@@ -53,8 +53,8 @@ pub enum ArchiveError {
 
 impl ArchiveError {
     /// Whether the database failed for want of disk space: SQLite's
-    /// `SQLITE_FULL` (13, with its extended codes), an I/O error of
-    /// SQLite's whose cause was `ENOSPC` (the WAL index's growth), or
+    /// `SQLITE_FULL` (13, with its extended codes; SQLite reports a write
+    /// that met `ENOSPC` so), an `ENOSPC` from opening a file, or
     /// PostgreSQL's `disk_full` (53100). Nothing of the failed write was
     /// stored, and a write may succeed again once space returns.
     pub fn is_disk_full(&self) -> bool {
@@ -63,23 +63,18 @@ impl ArchiveError {
         };
         match e {
             sqlx::Error::Database(d) => {
-                let code = d.code();
-                let code = code.as_deref().unwrap_or("");
-                match code.parse::<i64>() {
-                    // SQLite: the primary code is the low byte.
-                    Ok(n) => n & 0xff == 13 || (n & 0xff == 10 && mentions_no_space(d.message())),
-                    Err(_) => code == "53100",
+                if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some() {
+                    return d.code().as_deref() == Some("53100");
                 }
+                // SQLite: the primary code is the low byte.
+                d.code()
+                    .and_then(|c| c.parse::<i64>().ok())
+                    .is_some_and(|n| n & 0xff == 13)
             }
             sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
             _ => false,
         }
     }
-}
-
-fn mentions_no_space(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    m.contains("no space") || m.contains("disk is full") || m.contains("disk full")
 }
 
 /// Where a run stands.
