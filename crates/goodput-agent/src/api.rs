@@ -61,6 +61,16 @@ pub(crate) fn internal(e: impl std::fmt::Display) -> Failure {
     Failure(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
 }
 
+/// A write the archive did not take: 503, and why.
+fn unstored(why: String) -> Failure {
+    Failure(StatusCode::SERVICE_UNAVAILABLE, why)
+}
+
+/// A write refused at once while the archive's disk is full.
+fn archive_has_room(s: &Shared) -> Result<(), Failure> {
+    s.archive_full().map_or(Ok(()), |why| Err(unstored(why)))
+}
+
 /// Binds the API's listening sockets: HTTPS when this host's address has
 /// a pinned certificate in the configuration (the certificate must be the
 /// one pinned) and always for a fleet archive, and the plain ones asked
@@ -515,6 +525,16 @@ pub(crate) struct Health {
     /// The API's connections: open, the cap, and what was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     connections: Option<crate::listen::ConnCounters>,
+    /// The archive's disk is full: writes are refused (503) until there
+    /// is room again, which the agent finds by itself.
+    archive_disk_full: bool,
+    /// While the archive's writes fail: since when, and the database's
+    /// error.
+    archive_write_error: Option<String>,
+    /// This agent's own runs held in memory until the archive takes them.
+    archive_held_runs: usize,
+    /// Held runs given up for room since start.
+    archive_runs_given_up: u64,
 }
 
 async fn health(
@@ -531,9 +551,16 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
     let archive_bytes = s.archive.size_bytes().await.map_err(internal)?;
     let archive_runs = s.archive.count().await.map_err(internal)?;
     let forwarding = shown(s.forwarding().await);
+    let (archive_disk_full, archive_write_error, archive_held_runs, archive_runs_given_up) =
+        s.archive_writes();
+    let archive_write_error = archive_write_error.as_deref().map(crate::secrets::redact_text);
     let inner = s.lock();
     let now = clock::now_ms();
     Ok(Health {
+        archive_disk_full,
+        archive_write_error,
+        archive_held_runs,
+        archive_runs_given_up,
         role: s.options.role,
         archive_engine: s.archive.engine().into(),
         forwarding,
@@ -694,6 +721,7 @@ async fn reserve(
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
     not_an_archive(&s)?;
+    archive_has_room(&s)?;
     let Json(r) = body.map_err(|e| unreadable(&e))?;
     let loaded = s.loaded();
     let here = |n: &str| loaded.mine.iter().any(|m| m == n);
@@ -855,7 +883,10 @@ async fn reserve(
         inner.booked.insert(b.number, b.clone());
         inner.counters.booked_by_peers += 1;
     }
-    s.store(&[b.record(RunState::Scheduled, None)]).await;
+    if let Err(why) = s.store_now(&[b.record(RunState::Scheduled, None)]).await {
+        s.unbook(&b.id);
+        return Err(unstored(why));
+    }
     s.wake.notify_one();
     Ok((
         StatusCode::CREATED,
@@ -1278,12 +1309,7 @@ async fn ingest(
             }
         }
     }
-    s.archive.put(&good).await.map_err(|e| {
-        Failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the archive's database failed, nothing of the batch was stored: {e}"),
-        )
-    })?;
+    s.store_now(&good).await.map_err(unstored)?;
     {
         let mut inner = s.lock();
         inner.counters.ingested += good.len() as u64;
@@ -1369,12 +1395,7 @@ async fn pscheduler(
         }
         None => own_key,
     };
-    s.archive.put(std::slice::from_ref(&run)).await.map_err(|e| {
-        Failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the archive's database failed; send it again: {e}"),
-        )
-    })?;
+    s.store_now(std::slice::from_ref(&run)).await.map_err(unstored)?;
     s.lock().counters.pscheduler_ingested += 1;
     Ok(Json(serde_json::json!({
         "stored": run.id,
@@ -1578,10 +1599,7 @@ async fn put_run(
             None => {}
         }
     }
-    s.archive
-        .put(std::slice::from_ref(&run))
-        .await
-        .map_err(internal)?;
+    s.store_now(std::slice::from_ref(&run)).await.map_err(unstored)?;
     s.note_latest(&run);
     Ok(StatusCode::NO_CONTENT)
 }
@@ -1610,6 +1628,7 @@ async fn on_demand(
 ) -> Result<(StatusCode, Json<serde_json::Value>), Failure> {
     authorise(&s, from.ip(), &headers)?;
     not_an_archive(&s)?;
+    archive_has_room(&s)?;
     let Json(q) = body.map_err(|e| unreadable(&e))?;
     let spec = read_spec(q.spec)?;
     let loaded = s.loaded();
@@ -1703,7 +1722,15 @@ async fn on_demand(
         duration,
         runs_here: true,
     };
-    Ok(match plan(&s, p).await {
+    let placed = plan(&s, p).await;
+    // Its record did not reach the archive: it is not run.
+    if s.unhold(&id) {
+        s.unbook(&id);
+        return Err(unstored(s.archive_full().unwrap_or_else(|| {
+            format!("the archive could not store run {id}: it was not booked")
+        })));
+    }
+    Ok(match placed {
         Placed::Booked { start, end } => (
             StatusCode::CREATED,
             Json(serde_json::json!({"id": id, "state": "scheduled", "start_ms": start, "end_ms": end})),
@@ -2163,6 +2190,16 @@ async fn metrics(State(s): State<Ctx>, Extension(gate): Extension<Arc<Gate>>) ->
     }
     out += "# TYPE goodput_agent_archive_bytes gauge\n# UNIT goodput_agent_archive_bytes bytes\n";
     out += &format!("goodput_agent_archive_bytes {bytes}\n");
+    let (full, _, held, given_up) = s.archive_writes();
+    out += "# TYPE goodput_agent_archive_disk_full gauge\n\
+            # HELP goodput_agent_archive_disk_full 1 while the archive's disk is full (writes refused).\n";
+    out += &format!("goodput_agent_archive_disk_full {}\n", u8::from(full));
+    out += "# TYPE goodput_agent_archive_held_runs gauge\n\
+            # HELP goodput_agent_archive_held_runs The agent's own runs held in memory until the archive takes them.\n";
+    out += &format!("goodput_agent_archive_held_runs {held}\n");
+    out += "# TYPE goodput_agent_archive_runs_given_up counter\n\
+            # HELP goodput_agent_archive_runs_given_up Held runs given up for room.\n";
+    out += &format!("goodput_agent_archive_runs_given_up_total {given_up}\n");
     out += "# TYPE goodput_agent_clock_synchronised gauge\n";
     out += &format!(
         "goodput_agent_clock_synchronised {}\n",

@@ -196,7 +196,7 @@ pub(crate) async fn register(
             lease_until_ms: now.saturating_add(r.lease_s.saturating_mul(1000)),
         })
         .await
-        .map_err(internal)?;
+        .map_err(|e| Failure(StatusCode::SERVICE_UNAVAILABLE, crate::state::store_failure(&e)))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

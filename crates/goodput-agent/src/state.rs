@@ -202,6 +202,93 @@ pub(crate) struct Shared {
     pub(crate) installed: tokio::sync::watch::Sender<u64>,
     inner: Mutex<Inner>,
     alerting: Mutex<crate::alerts::AlertState>,
+    /// Whether the archive takes writes, and this agent's own runs it
+    /// could not store yet.
+    unstored: Mutex<Unstored>,
+    /// Taken by each store of this agent's own runs, so that runs held
+    /// in memory are written back in the order they were given.
+    store_turn: tokio::sync::Mutex<()>,
+}
+
+/// Most runs of its own an agent holds in memory while its archive
+/// cannot take them, and most bytes of their documents: past either, the
+/// oldest held go (logged).
+const MAX_UNSTORED_RUNS: usize = 10_000;
+const MAX_UNSTORED_BYTES: usize = 64 << 20;
+
+/// The archive's writes: whether they fail (and why), and the runs of
+/// this agent's own that are held until they go through, oldest first.
+#[derive(Default)]
+struct Unstored {
+    /// Since when writes fail (ms), why, and whether for want of space.
+    failing: Option<(u64, String, bool)>,
+    /// Held runs by the order they came in; a later record of a run
+    /// replaces its earlier one.
+    runs: BTreeMap<u64, (Run, usize)>,
+    order: HashMap<String, u64>,
+    next: u64,
+    bytes: usize,
+    /// Held runs given up for room since start.
+    dropped: u64,
+}
+
+impl Unstored {
+    /// Holds a run (replacing an earlier record of it); the oldest held
+    /// past the bounds go. The ids of those that went.
+    fn hold(&mut self, run: &Run) -> Vec<String> {
+        self.forget(&run.id);
+        let bytes = run.spec.to_string().len() + run.result.as_ref().map_or(0, |r| r.to_string().len()) + 512;
+        self.next += 1;
+        self.order.insert(run.id.clone(), self.next);
+        self.runs.insert(self.next, (run.clone(), bytes));
+        self.bytes += bytes;
+        let mut gone = Vec::new();
+        while self.runs.len() > MAX_UNSTORED_RUNS || self.bytes > MAX_UNSTORED_BYTES {
+            let Some((_, (run, b))) = self.runs.pop_first() else {
+                break;
+            };
+            self.order.remove(&run.id);
+            self.bytes -= b;
+            self.dropped += 1;
+            gone.push(run.id);
+        }
+        gone
+    }
+
+    /// Forgets held runs that were stored as they are held (or
+    /// superseded by a later record stored).
+    fn stored(&mut self, runs: &[Run], superseding: &[Run]) {
+        for r in runs {
+            let Some(&n) = self.order.get(&r.id) else {
+                continue;
+            };
+            if self.runs.get(&n).is_some_and(|(held, _)| held == r) {
+                self.forget(&r.id);
+            }
+        }
+        for r in superseding {
+            self.forget(&r.id);
+        }
+    }
+
+    fn forget(&mut self, id: &str) -> Option<Run> {
+        let n = self.order.remove(id)?;
+        let (run, b) = self.runs.remove(&n)?;
+        self.bytes -= b;
+        Some(run)
+    }
+}
+
+/// Why a write to the archive failed, as the API says it.
+pub(crate) fn store_failure(e: &goodput_archive::ArchiveError) -> String {
+    if e.is_disk_full() {
+        format!(
+            "the archive's disk is full: nothing was stored ({e}); writes are taken again \
+             by themselves once there is room"
+        )
+    } else {
+        format!("the archive's database failed: nothing was stored ({e})")
+    }
 }
 
 /// An HTTP client for peers, from `from`, checking a pinned certificate.
@@ -251,6 +338,8 @@ impl Shared {
             forwarding: Mutex::new(BTreeMap::new()),
             installed: tokio::sync::watch::Sender::new(0),
             alerting: Mutex::new(crate::alerts::AlertState::default()),
+            unstored: Mutex::new(Unstored::default()),
+            store_turn: tokio::sync::Mutex::new(()),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
                 config_error: None,
@@ -350,16 +439,183 @@ impl Shared {
         self.lock().config_error = Some((clock::now_ms(), error));
     }
 
-    /// Stores runs, queueing those that ended for the archives this agent
-    /// forwards to; an archive error is logged (the agent goes on).
+    fn unstored(&self) -> MutexGuard<'_, Unstored> {
+        self.unstored.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores runs of this agent's own (its runs, bookings, non-starts,
+    /// minutes), queueing those that ended for the archives it forwards
+    /// to. When the archive cannot take them (its disk is full) they are
+    /// held in memory, bounded, and written with the next store that goes
+    /// through, or by housekeeping's retry: never dropped silently.
     pub(crate) async fn store(&self, runs: &[Run]) {
-        let targets = self.forward_urls();
-        match self.archive.put_queued(runs, &targets, clock::now_ms()).await {
-            Ok(()) if !targets.is_empty() && runs.iter().any(|r| r.state.has_ended()) => {
-                self.wake_forward.notify_waiters();
+        let _turn = self.store_turn.lock().await;
+        let held: Vec<Run> = {
+            let u = self.unstored();
+            u.runs
+                .values()
+                .map(|(r, _)| r)
+                .filter(|h| !runs.iter().any(|r| r.id == h.id))
+                .cloned()
+                .collect()
+        };
+        let batch: Vec<Run> = held.iter().chain(runs).cloned().collect();
+        if batch.is_empty() {
+            return;
+        }
+        match self.put(&batch).await {
+            Ok(()) => {
+                self.unstored().stored(&held, runs);
+                if !held.is_empty() {
+                    log(&format!("{} runs held in memory are stored", held.len()));
+                }
             }
-            Ok(()) => {}
-            Err(e) => log(&format!("cannot store {} runs: {e}", runs.len())),
+            // Something held that the database refuses for itself must
+            // not keep these out.
+            Err(e)
+                if !held.is_empty()
+                    && !runs.is_empty()
+                    && !e.is_disk_full()
+                    && self.put(runs).await.is_ok() =>
+            {
+                self.unstored().stored(&[], runs);
+            }
+            // Housekeeping's retry: the failure is in health and metrics,
+            // and was logged when it began.
+            Err(_) if runs.is_empty() => {}
+            Err(e) => {
+                let mut u = self.unstored();
+                let gone: Vec<String> = runs.iter().flat_map(|r| u.hold(r)).collect();
+                log(&format!(
+                    "cannot store {} runs ({} held in memory until the archive takes them): {e}",
+                    runs.len(),
+                    u.runs.len()
+                ));
+                if let Some(first) = gone.first() {
+                    log(&format!(
+                        "{} held runs given up ({first} the first): at most {MAX_UNSTORED_RUNS} runs \
+                         or {} MiB are held in memory",
+                        gone.len(),
+                        MAX_UNSTORED_BYTES >> 20
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Stores runs that came from elsewhere (a peer's result, a
+    /// booking, a forwarded batch) and must not be answered as stored
+    /// unless they are: the error says why, for a 503.
+    pub(crate) async fn store_now(&self, runs: &[Run]) -> Result<(), String> {
+        // Runs are held: one of them may be an earlier record of these.
+        let _turn = if self.unstored().runs.is_empty() {
+            None
+        } else {
+            Some(self.store_turn.lock().await)
+        };
+        match self.put(runs).await {
+            Ok(()) => {
+                self.unstored().stored(&[], runs);
+                Ok(())
+            }
+            Err(e) => Err(store_failure(&e)),
+        }
+    }
+
+    /// The one write of runs: notes whether the archive takes writes.
+    async fn put(&self, runs: &[Run]) -> Result<(), goodput_archive::ArchiveError> {
+        let targets = self.forward_urls();
+        let stored = self.archive.put_queued(runs, &targets, clock::now_ms()).await;
+        self.note_write(stored.as_ref().err());
+        if stored.is_ok() && !targets.is_empty() && runs.iter().any(|r| r.state.has_ended()) {
+            self.wake_forward.notify_waiters();
+        }
+        stored
+    }
+
+    /// Notes a write's outcome: the first failure and the first success
+    /// after failures are logged.
+    fn note_write(&self, error: Option<&goodput_archive::ArchiveError>) {
+        let mut u = self.unstored();
+        match (error, &u.failing) {
+            (None, None) => {}
+            (None, Some((since, ..))) => {
+                log(&format!(
+                    "the archive takes writes again (they failed since {})",
+                    goodput_core::mesh::ms_rfc3339(*since)
+                ));
+                u.failing = None;
+            }
+            (Some(e), failing) => {
+                let full = e.is_disk_full();
+                if failing.as_ref().is_none_or(|(.., was_full)| *was_full != full) {
+                    log(&format!(
+                        "{}; this agent's own runs are held in memory (at most {MAX_UNSTORED_RUNS}) \
+                         and writes from peers and clients are refused (503) until it takes writes again",
+                        store_failure(e)
+                    ));
+                }
+                let since = failing.as_ref().map_or_else(clock::now_ms, |(t, ..)| *t);
+                u.failing = Some((since, e.to_string(), full));
+            }
+        }
+    }
+
+    /// When the archive's disk is full: why, in the words the API answers
+    /// a write with.
+    pub(crate) fn archive_full(&self) -> Option<String> {
+        let u = self.unstored();
+        let (since, error, true) = u.failing.as_ref()? else {
+            return None;
+        };
+        Some(format!(
+            "the archive's disk is full since {}: nothing was stored ({error}); writes are taken \
+             again by themselves once there is room",
+            goodput_core::mesh::ms_rfc3339(*since)
+        ))
+    }
+
+    /// The archive's write state for health and metrics: its disk is
+    /// full, the last write error while writes fail, runs held in memory,
+    /// runs given up.
+    pub(crate) fn archive_writes(&self) -> (bool, Option<String>, usize, u64) {
+        let u = self.unstored();
+        (
+            u.failing.as_ref().is_some_and(|(.., full)| *full),
+            u.failing
+                .as_ref()
+                .map(|(t, e, _)| format!("{}: {e}", goodput_core::mesh::ms_rfc3339(*t))),
+            u.runs.len(),
+            u.dropped,
+        )
+    }
+
+    /// Takes a run of this agent's own back out of memory, where it is
+    /// held because the archive could not store it; whether it was.
+    pub(crate) fn unhold(&self, id: &str) -> bool {
+        self.unstored().forget(id).is_some()
+    }
+
+    /// Lets go of a run booked here (its calendar time and booking).
+    pub(crate) fn unbook(&self, id: &str) {
+        let n = run_number(id);
+        let mut inner = self.lock();
+        inner.calendar.release(n);
+        inner.booked.remove(&n);
+    }
+
+    /// Housekeeping's retry while writes fail: the held runs, or a probe
+    /// write when none are held.
+    async fn retry_writes(&self) {
+        let (failing, held) = {
+            let u = self.unstored();
+            (u.failing.is_some(), !u.runs.is_empty())
+        };
+        if held {
+            self.store(&[]).await;
+        } else if failing {
+            let probe = self.archive.probe_write().await;
+            self.note_write(probe.as_ref().err());
         }
     }
 
@@ -627,9 +883,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Called when the agent stops.
+    /// Called when the agent stops: held runs get a last try.
     pub(crate) async fn shutdown(&self) {
         self.heartbeat();
+        self.retry_writes().await;
+        let held = self.unstored().runs.len();
+        if held > 0 {
+            log(&format!(
+                "{held} runs of this agent's own are lost: the archive could not take them"
+            ));
+        }
     }
 
     /// A result for the archive from a run's result document.
@@ -728,6 +991,7 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
             _ = tick.tick() => {}
         }
         shared.heartbeat();
+        shared.retry_writes().await;
         let now = clock::now_ms();
         // Runs held for peers whose result never came.
         let stale: Vec<Booked> = {
@@ -777,5 +1041,80 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
                 Err(e) => log(&format!("archive pruning failed: {e}")),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, state: RunState) -> Run {
+        Run {
+            id: id.into(),
+            task: "t".into(),
+            source: "a".into(),
+            dest: Some("b".into()),
+            kind: "stamp".into(),
+            class: RunClass::Background,
+            state,
+            reason: None,
+            scheduled_ms: 1,
+            start_ms: None,
+            end_ms: None,
+            measurement_key: "k".into(),
+            spec: serde_json::json!({"kind": "stamp"}),
+            result: None,
+            figures: Figures::default(),
+        }
+    }
+
+    /// A later record of a run replaces the one held; a record stored
+    /// lets go of the one held only if it is the same (a newer one held
+    /// meanwhile stays), a record stored from elsewhere supersedes it.
+    #[test]
+    fn held_runs_keep_each_runs_latest_record() {
+        let mut u = Unstored::default();
+        assert!(u.hold(&run("x", RunState::Scheduled)).is_empty());
+        u.hold(&run("y", RunState::Scheduled));
+        let sent = run("x", RunState::Scheduled);
+        u.hold(&run("x", RunState::Finished));
+        assert_eq!(u.runs.len(), 2);
+        u.stored(&[sent], &[]);
+        assert_eq!(
+            u.runs.len(),
+            2,
+            "x's finished record is newer than the one stored"
+        );
+        u.stored(&[], &[run("y", RunState::Failed)]);
+        let left: Vec<(&str, RunState)> = u.runs.values().map(|(r, _)| (r.id.as_str(), r.state)).collect();
+        assert_eq!(left, [("x", RunState::Finished)]);
+        u.stored(&[run("x", RunState::Finished)], &[]);
+        assert!(u.runs.is_empty() && u.order.is_empty());
+        assert_eq!(u.bytes, 0);
+    }
+
+    /// Past the bound the oldest held go, counted.
+    #[test]
+    fn held_runs_are_bounded_oldest_first() {
+        let mut u = Unstored::default();
+        for i in 0..MAX_UNSTORED_RUNS {
+            assert!(u.hold(&run(&format!("r{i}"), RunState::Finished)).is_empty());
+        }
+        assert_eq!(u.hold(&run("last", RunState::Finished)), ["r0"]);
+        assert_eq!(u.runs.len(), MAX_UNSTORED_RUNS);
+        assert_eq!(u.dropped, 1);
+        assert!(!u.order.contains_key("r0") && u.order.contains_key("last"));
+        // Big documents: the byte bound holds too. Two of 3/4 of it do
+        // not fit together: every small run and the first go.
+        let mut big = run("big-1", RunState::Finished);
+        big.result = Some(serde_json::Value::String("x".repeat(MAX_UNSTORED_BYTES / 4 * 3)));
+        assert_eq!(u.hold(&big), ["r1"]);
+        big.id = "big-2".into();
+        let gone = u.hold(&big);
+        assert_eq!(gone.len(), MAX_UNSTORED_RUNS);
+        assert_eq!(gone[0], "r2");
+        assert_eq!(gone.last().map(String::as_str), Some("big-1"));
+        assert!(u.bytes <= MAX_UNSTORED_BYTES, "{}", u.bytes);
+        assert_eq!(u.order.keys().collect::<Vec<_>>(), ["big-2"]);
     }
 }

@@ -51,6 +51,32 @@ pub enum ArchiveError {
     Json(#[from] serde_json::Error),
 }
 
+impl ArchiveError {
+    /// Whether the database failed for want of disk space: SQLite's
+    /// `SQLITE_FULL` (13, with its extended codes; SQLite reports a write
+    /// that met `ENOSPC` so), an `ENOSPC` from opening a file, or
+    /// PostgreSQL's `disk_full` (53100). Nothing of the failed write was
+    /// stored, and a write may succeed again once space returns.
+    pub fn is_disk_full(&self) -> bool {
+        let ArchiveError::Db(e) = self else {
+            return false;
+        };
+        match e {
+            sqlx::Error::Database(d) => {
+                if d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some() {
+                    return d.code().as_deref() == Some("53100");
+                }
+                // SQLite: the primary code is the low byte.
+                d.code()
+                    .and_then(|c| c.parse::<i64>().ok())
+                    .is_some_and(|n| n & 0xff == 13)
+            }
+            sqlx::Error::Io(io) => io.kind() == std::io::ErrorKind::StorageFull,
+            _ => false,
+        }
+    }
+}
+
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -444,6 +470,34 @@ macro_rules! on_pool {
     };
 }
 
+/// Runs `$body` in a transaction on a connection of `$pool` taken for it,
+/// with `$tx` bound to the transaction, and commits. A transaction that
+/// failed anywhere (a statement, or its COMMIT) closes its connection
+/// instead of handing it back to the pool: SQLite rolls a transaction
+/// back by itself when it runs out of disk (`SQLITE_FULL`), the ROLLBACK
+/// sqlx then sends fails, and sqlx's count of open transactions on that
+/// connection stays at one, so each later "transaction" on it was only a
+/// savepoint inside a transaction never committed: its writes were
+/// answered as stored and lost, other connections found the database
+/// locked for good, and its own reads saw rows no one else could. A new
+/// connection starts clean.
+macro_rules! in_transaction {
+    ($pool:expr, $tx:ident => $body:expr) => {{
+        let mut conn = $pool.acquire().await?;
+        let done: Result<_, ArchiveError> = async {
+            let mut $tx = sqlx::Connection::begin(&mut *conn).await?;
+            let out = $body;
+            $tx.commit().await?;
+            Ok(out)
+        }
+        .await;
+        if done.is_err() {
+            conn.close_on_drop();
+        }
+        done
+    }};
+}
+
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
@@ -465,9 +519,20 @@ impl Archive {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            // Deleted runs' pages are reused, and can be given back.
-            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .foreign_keys(true);
+        if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
+            // Deleted runs' pages are reused, and can be given back:
+            // incremental auto-vacuum, a property of the file, set as the
+            // file is made (before WAL mode is written to it). Not by each
+            // connection as it opens: that writes to the file, so while
+            // the disk is full no connection could be opened, not even to
+            // read.
+            use sqlx::Connection;
+            sqlx::SqliteConnection::connect_with(&options.clone().auto_vacuum(SqliteAutoVacuum::Incremental))
+                .await?
+                .close()
+                .await?;
+        }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
@@ -519,6 +584,15 @@ impl Archive {
         }
     }
 
+    /// Closes the archive's connections (a SQLite file is then released)
+    /// and waits for them.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(p) => p.close().await,
+            Pool::Postgres(p) => p.close().await,
+        }
+    }
+
     /// `sqlite` or `postgres`.
     pub fn engine(&self) -> &'static str {
         match self.pool {
@@ -562,6 +636,22 @@ impl Archive {
             }
             tx.commit().await?;
             Ok(())
+        })
+    }
+
+    /// Whether a write goes through now: one row rewritten in a
+    /// transaction (after a failure for want of space, this tells when
+    /// space has returned).
+    pub async fn probe_write(&self) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            in_transaction!(p, tx => {
+                sqlx::query(
+                    "UPDATE archive_schema SET version = version \
+                     WHERE version = (SELECT MAX(version) FROM archive_schema)",
+                )
+                .execute(&mut *tx)
+                .await?;
+            })
         })
     }
 
@@ -611,7 +701,7 @@ impl Archive {
         unique.reverse();
         on_pool!(self, p, pg => {
             self.ensure_partitions(&unique).await?;
-            let mut tx = p.begin().await?;
+            in_transaction!(p, tx => {
             // Several rows per statement: each statement is a round trip to
             // the database.
             let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
@@ -706,8 +796,7 @@ impl Archive {
                 }
                 q.execute(&mut *tx).await?;
             }
-            tx.commit().await?;
-            Ok(())
+            })
         })
     }
 
@@ -1044,7 +1133,7 @@ impl Archive {
             .map(|(_, a)| a)
             .collect();
         on_pool!(self, p, pg => {
-        let mut tx = p.begin().await?;
+        in_transaction!(p, tx => {
         // 500 alerts (7,000 parameters) a statement.
         for chunk in latest.chunks(500) {
             let sql = upsert_sql(
@@ -1077,8 +1166,7 @@ impl Archive {
             }
             q.execute(&mut *tx).await?;
         }
-        tx.commit().await?;
-        Ok(())
+        })
         })
     }
 
@@ -1332,16 +1420,22 @@ impl Archive {
         }
     }
 
-    /// Deletes runs older than the age limit, then the oldest runs until
-    /// the data is under 90% of the size limit. SQLite deletes rows, a
-    /// tenth of what is left at a time. PostgreSQL drops whole partitions
-    /// that lie past the age limit (and deletes the older rows of the one
-    /// that straddles it), and for size drops the oldest partition at a
-    /// time, never the newest: deleted rows would not give their space
-    /// back until a vacuum.
+    /// Deletes runs older than the age limit; then, when the data is over
+    /// 90% of the size limit, every run dated in the future (see
+    /// [`ENDED_AHEAD_MS`]), then the oldest runs until it is under. A run's time is what its writer says, so a forged or faulty
+    /// record dated ahead of this clock would otherwise rank as the newest
+    /// and outlive every real one. SQLite deletes rows, a tenth of what is
+    /// left at a time. PostgreSQL drops whole partitions that lie past the
+    /// age limit (and deletes the older rows of the one that straddles
+    /// it); for size it drops the partitions that lie wholly beyond any
+    /// booking, deletes the future-dated rows of the others, then drops
+    /// the oldest partition at a time, never the newest: deleted rows
+    /// would not give their space back until a vacuum.
     pub async fn prune(&self, keep: &Retention, now_ms: u64) -> Result<Pruned, ArchiveError> {
         let cutoff = now_ms.saturating_sub(keep.max_age_ms);
         let target = keep.max_bytes / 10 * 9;
+        let ended_ahead = ms(now_ms.saturating_add(ENDED_AHEAD_MS));
+        let booked_ahead = ms(now_ms.saturating_add(BOOKED_AHEAD_MS));
         match &self.pool {
             Pool::Sqlite(p) => {
                 let mut pruned = Pruned {
@@ -1353,6 +1447,16 @@ impl Archive {
                     by_size: 0,
                 };
                 self.prune_alerts_and_rollups(cutoff).await?;
+                if self.size_bytes().await? > target {
+                    // Runs dated in the future first, all of them.
+                    pruned.by_size += sqlx::query(&format!("DELETE FROM runs WHERE {FUTURE_DATED}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(p)
+                        .await?
+                        .rows_affected();
+                    self.prune_future_rollups(ended_ahead).await?;
+                }
                 while self.size_bytes().await? > target {
                     let total = self.count().await?;
                     if total == 0 {
@@ -1398,6 +1502,36 @@ impl Archive {
                     .rows_affected();
                 tx.commit().await?;
                 self.prune_alerts_and_rollups(cutoff).await?;
+                if self.size_bytes().await? > target {
+                    // Spans that begin beyond any booking hold only runs
+                    // dated in the future: the furthest first.
+                    while let Some(&last) = periods.last() {
+                        if last.saturating_mul(PARTITION_MS) <= booked_ahead.max(0) as u64 {
+                            break;
+                        }
+                        pruned.by_size += drop_period(p, last).await?;
+                        self.forget_period(last);
+                        periods.pop();
+                    }
+                    // The future-dated runs of the spans left.
+                    let mut tx = p.begin().await?;
+                    let future = format!(
+                        "WHERE scheduled_ms > $1 AND id IN (SELECT id FROM runs WHERE {FUTURE_DATED})"
+                    );
+                    sqlx::query(&format!("DELETE FROM run_documents {future}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(&mut *tx)
+                        .await?;
+                    pruned.by_size += sqlx::query(&format!("DELETE FROM runs {future}"))
+                        .bind(ended_ahead)
+                        .bind(booked_ahead)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    tx.commit().await?;
+                    self.prune_future_rollups(ended_ahead).await?;
+                }
                 while periods.len() > 1 && self.size_bytes().await? > target {
                     let period = periods.remove(0);
                     pruned.by_size += drop_period(p, period).await?;
@@ -1417,6 +1551,18 @@ impl Archive {
             .retain(|(_, p)| *p != period);
     }
 
+    /// The hourly aggregates of hours past `after` (ms): only runs dated
+    /// in the future, deleted by then, had any.
+    async fn prune_future_rollups(&self, after: i64) -> Result<(), ArchiveError> {
+        on_pool!(self, p, pg => {
+            sqlx::query("DELETE FROM rollups WHERE bucket_ms > $1")
+                .bind(after)
+                .execute(p)
+                .await?;
+            Ok(())
+        })
+    }
+
     async fn prune_alerts_and_rollups(&self, cutoff: u64) -> Result<(), ArchiveError> {
         on_pool!(self, p, pg => {
             sqlx::query("DELETE FROM alerts WHERE end_ms IS NOT NULL AND end_ms < $1")
@@ -1431,6 +1577,22 @@ impl Archive {
         })
     }
 }
+
+/// A run that has ended is never dated more than this past the archive's
+/// clock (ms): its time is when it was due, and a peer whose clock is an
+/// hour ahead is broken. [`Archive::prune`] deletes such runs, and any
+/// run dated more than [`BOOKED_AHEAD_MS`] ahead, before real history.
+pub const ENDED_AHEAD_MS: u64 = 3_600_000;
+
+/// No run is booked further ahead than this (ms): a peer may book at most
+/// 7 days ahead.
+pub const BOOKED_AHEAD_MS: u64 = 8 * 86_400_000;
+
+/// The runs dated in the future, with `$1` now plus [`ENDED_AHEAD_MS`] and
+/// `$2` now plus [`BOOKED_AHEAD_MS`]: ended runs past the first, any run
+/// past the second.
+const FUTURE_DATED: &str =
+    "((scheduled_ms > $1 AND state NOT IN ('scheduled', 'running')) OR scheduled_ms > $2)";
 
 /// PostgreSQL: the spans (`scheduled_ms / PARTITION_MS`) that `table` has
 /// partitions for, the oldest first.

@@ -81,6 +81,7 @@ macro_rules! on_both {
 on_both!(runs_are_stored_once_by_id_and_read_back_whole);
 on_both!(filters_and_series_find_a_measurements_runs);
 on_both!(retention_deletes_the_oldest_first_and_keeps_under_the_size);
+on_both!(size_pruning_deletes_runs_dated_in_the_future_before_real_history);
 on_both!(a_newer_archive_is_refused_with_a_clear_message);
 on_both!(a_measurements_paths_and_their_changes_come_back);
 on_both!(alerts_are_stored_updated_ended_and_listed);
@@ -538,6 +539,74 @@ async fn retention_deletes_the_oldest_first_and_keeps_under_the_size(e: &Engine)
         // Whole partitions went: the rest of the second span.
         assert_eq!(p.by_size, 80);
     }
+}
+
+/// Real history (300 runs over four of PostgreSQL's spans, the newest an
+/// hour old), a booking for tomorrow, a run handed over by a peer whose
+/// clock is ten minutes ahead, and forged ended runs dated in the future
+/// (150 in ten months, 20 in two days), which take the archive past its
+/// size limit. Pruning for size deletes every forged run and nothing else:
+/// it used to delete the oldest runs first by their stated time, so the
+/// real history went and the forged runs, the "newest", stayed.
+async fn size_pruning_deletes_runs_dated_in_the_future_before_real_history(e: &Engine) {
+    use goodput_archive::PARTITION_MS;
+    const HOUR: u64 = 3_600_000;
+    let a = e.open().await;
+    let (doc, r) = fixture("udp");
+    let now = 4 * PARTITION_MS + 10 * 86_400_000;
+    let real_at = |i: u64| now - HOUR - (299 - i) * 8 * HOUR;
+    let mut real: Vec<Run> = (0..300u64)
+        .map(|i| run(&format!("real-{i:03}"), real_at(i), RunState::Finished, &doc, &r))
+        .collect();
+    let mut booked = run("booked-tomorrow", now + 86_400_000, RunState::Scheduled, &doc, &r);
+    booked.result = None;
+    real.push(booked);
+    real.push(run(
+        "skewed-peer",
+        now + 10 * 60_000,
+        RunState::Finished,
+        &doc,
+        &r,
+    ));
+    a.put(&real).await.unwrap();
+    let real_size = a.size_bytes().await.unwrap();
+
+    let forged: Vec<Run> = (0..170u64)
+        .map(|i| {
+            let at = if i < 150 {
+                now + 300 * 86_400_000 + i * 60_000
+            } else {
+                now + 2 * 86_400_000 + i * 60_000
+            };
+            run(&format!("forged-{i:03}"), at, RunState::Finished, &doc, &r)
+        })
+        .collect();
+    a.put(&forged).await.unwrap();
+
+    // Room for the real history (90% of the limit), not for the forged runs.
+    let keep = goodput_archive::Retention {
+        max_age_ms: u64::MAX,
+        max_bytes: real_size * 10 / 9 * 11 / 10,
+    };
+    let size = a.size_bytes().await.unwrap();
+    assert!(size > keep.max_bytes, "{size} bytes, {real_size} of them real");
+    let p = a.prune(&keep, now).await.unwrap();
+    assert_eq!((p.by_age, p.by_size), (0, 170));
+    let left = a.runs(&RunFilter::default()).await.unwrap();
+    let mut ids: Vec<&str> = left.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want: Vec<&str> = real.iter().map(|r| r.id.as_str()).collect();
+    want.sort_unstable();
+    assert_eq!(ids, want, "the real history, whole, and nothing forged");
+    assert!(a.get("real-299").await.unwrap().is_some());
+    assert!(a.get("forged-160").await.unwrap().is_none());
+    // No aggregate of a forged hour is left behind.
+    let key = &real[0].measurement_key;
+    let future = a
+        .series(key, Metric::Loss, now + HOUR, now + 400 * 86_400_000, Some(HOUR))
+        .await
+        .unwrap();
+    assert!(future.is_empty(), "{future:?}");
 }
 
 async fn a_newer_archive_is_refused_with_a_clear_message(e: &Engine) {
