@@ -342,39 +342,37 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
+impl<T> Watched<T> {
+    /// A write's outcome, failed once it has been pending for `stall`.
+    fn watch<R>(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => {
-                if self.stalled(cx) {
-                    return Poll::Ready(Err(stall_error()));
-                }
-                Poll::Pending
-            }
+        polled: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        match polled {
+            Poll::Pending if self.stalled(cx) => Poll::Ready(Err(stall_error())),
+            Poll::Pending => Poll::Pending,
             done => {
                 self.since = None;
                 done
             }
         }
     }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.watch(cx, polled)
+    }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => {
-                if self.stalled(cx) {
-                    return Poll::Ready(Err(stall_error()));
-                }
-                Poll::Pending
-            }
-            done => {
-                self.since = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        self.watch(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -386,18 +384,8 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => {
-                if self.stalled(cx) {
-                    return Poll::Ready(Err(stall_error()));
-                }
-                Poll::Pending
-            }
-            done => {
-                self.since = None;
-                done
-            }
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.watch(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {

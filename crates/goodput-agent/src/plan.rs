@@ -166,26 +166,7 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Ru
             if out.len() >= MAX_MISSED {
                 return (out, true);
             }
-            let b = Booked {
-                id: t.run_id(n),
-                number: 0,
-                task: t.task.clone(),
-                source: t.source.clone(),
-                dest: t.dest.clone(),
-                spec: t.spec.clone(),
-                class: t.class,
-                scheduled_ms: at,
-                start_ms: at,
-                end_ms: at.saturating_add(t.expected_ms()),
-                runs_here: led.runs_here,
-                started: false,
-                booked_by: "this agent".into(),
-                peer: led.peer.clone(),
-            };
-            let mut r = b.record(RunState::Missed, Some(why.to_owned()));
-            r.start_ms = None;
-            r.end_ms = None;
-            out.push(r);
+            out.push(crate::state::missed_run(led, t.run_id(n), at, why));
             n = t.repeat.next(n);
         }
     }

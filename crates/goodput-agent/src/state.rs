@@ -795,29 +795,7 @@ impl Shared {
                     if known.contains(&id) {
                         continue;
                     }
-                    let b = Booked {
-                        id,
-                        number: 0,
-                        task: t.task.clone(),
-                        source: t.source.clone(),
-                        dest: t.dest.clone(),
-                        spec: t.spec.clone(),
-                        class: t.class,
-                        scheduled_ms: at,
-                        start_ms: at,
-                        end_ms: at.saturating_add(t.expected_ms()),
-                        runs_here: led.runs_here,
-                        started: false,
-                        booked_by: "this agent".into(),
-                        peer: led.peer.clone(),
-                    };
-                    let mut r = b.record(
-                        RunState::Missed,
-                        Some("the agent was not running at its time".into()),
-                    );
-                    r.start_ms = None;
-                    r.end_ms = None;
-                    missed.push(r);
+                    missed.push(missed_run(led, id, at, "the agent was not running at its time"));
                 }
             }
         }
@@ -936,6 +914,32 @@ impl Shared {
         r.result = serde_json::to_value(result).ok();
         r
     }
+}
+
+/// The record of a led run that never started: due at `at` while the
+/// agent was down, or passed over by a step of the wall clock.
+pub(crate) fn missed_run(led: &crate::config::Led, id: String, at: u64, why: &str) -> Run {
+    let t = &led.task;
+    let b = Booked {
+        id,
+        number: 0,
+        task: t.task.clone(),
+        source: t.source.clone(),
+        dest: t.dest.clone(),
+        spec: t.spec.clone(),
+        class: t.class,
+        scheduled_ms: at,
+        start_ms: at,
+        end_ms: at.saturating_add(t.expected_ms()),
+        runs_here: led.runs_here,
+        started: false,
+        booked_by: "this agent".into(),
+        peer: led.peer.clone(),
+    };
+    let mut r = b.record(RunState::Missed, Some(why.to_owned()));
+    r.start_ms = None;
+    r.end_ms = None;
+    r
 }
 
 /// Errors that say this host ran out of something (descriptors, memory,
