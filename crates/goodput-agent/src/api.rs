@@ -4,7 +4,7 @@
 //! need the shared token (`Authorization: Bearer …`) and an address the
 //! allow list admits.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -1271,8 +1271,10 @@ fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> 
 
 /// `POST /api/v1/archive/runs`: a fleet's archive stores the runs an agent
 /// forwards, by id (a run sent twice is stored once). Runs that do not
-/// read are refused one by one, each with its reason; the rest are stored
-/// in one transaction.
+/// read, and runs the caller does not own (it is neither their source's
+/// nor their dest's configured address: [`Owners::check`]), are refused
+/// one by one, each with its reason; the rest are stored in one
+/// transaction.
 async fn ingest(
     State(s): State<Ctx>,
     ConnectInfo(Caller(from)): ConnectInfo<Caller>,
@@ -1300,26 +1302,167 @@ async fn ingest(
     let mut good = Vec::with_capacity(batch.runs.len());
     let mut refused = Vec::new();
     let mut out_of_range = 0;
+    let mut malformed = 0;
     for v in batch.runs {
         match checked_run(v, now) {
             Ok(r) => good.push(r),
             Err((id, reason)) => {
                 out_of_range += u64::from(reason.contains("figure ") || reason.contains("ahead of"));
+                malformed += 1;
                 refused.push(serde_json::json!({"id": id, "reason": reason}));
             }
         }
     }
+    // Each run only from its own agent.
+    let loaded = s.loaded();
+    let mut owners = Owners::new(from.ip());
+    let unnamed: Vec<String> = good
+        .iter()
+        .filter(|r| !names_its_pair(r))
+        .map(|r| r.id.clone())
+        .collect();
+    let mut stored = HashMap::new();
+    for id in s.archive.existing(&unnamed).await.map_err(internal)? {
+        if let Some(r) = s.archive.get(&id).await.map_err(internal)? {
+            stored.insert(id, (r.source, r.dest));
+        }
+    }
+    let mut not_owner = 0u64;
+    let mut owned = Vec::with_capacity(good.len());
+    for r in good {
+        match owners.check(&loaded, &r, stored.get(&r.id)).await {
+            Ok(()) => owned.push(r),
+            Err(why) => {
+                not_owner += 1;
+                refused.push(serde_json::json!({"id": r.id, "reason": why}));
+            }
+        }
+    }
+    let good = owned;
     s.store_now(&good).await.map_err(unstored)?;
     {
         let mut inner = s.lock();
         inner.counters.ingested += good.len() as u64;
-        inner.counters.ingest_refused += refused.len() as u64;
+        inner.counters.ingest_refused += malformed;
         inner.counters.refused_out_of_range += out_of_range;
-        inner.counters.refused += out_of_range;
+        inner.counters.refused_not_owner += not_owner;
+        inner.counters.refused += out_of_range + not_owner;
     }
     Ok(Json(
         serde_json::json!({"stored": good.len(), "refused": refused}),
     ))
+}
+
+/// Whether a forwarded run's id names its pair: a configured run's
+/// `TASK/SOURCE/DEST/BASE_MS` (`BASE_MS~K` after a clock step back),
+/// or a per-minute summary of one (`…/minute/START_MS`). An on-demand
+/// run's id (`on-demand/UUID`) names none.
+fn names_its_pair(run: &Run) -> bool {
+    let pair = format!(
+        "{}/{}/{}/",
+        run.task,
+        run.source,
+        run.dest.as_deref().unwrap_or("-")
+    );
+    let Some(tail) = run.id.strip_prefix(&pair) else {
+        return false;
+    };
+    let (base, minute) = match tail.split_once('/') {
+        Some((b, rest)) => (b, Some(rest)),
+        None => (tail, None),
+    };
+    base_of(base).is_some()
+        && minute.is_none_or(|m| {
+            m.strip_prefix("minute/")
+                .is_some_and(|t| !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit()))
+        })
+}
+
+/// Who a caller of `POST /api/v1/archive/runs` is, worked out once per
+/// configured name in a batch.
+struct Owners {
+    ip: IpAddr,
+    known: HashMap<String, Result<(), String>>,
+}
+
+impl Owners {
+    fn new(ip: IpAddr) -> Self {
+        Self {
+            ip: ip.to_canonical(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// Whether the caller is configured address `name` ([`caller_is`]).
+    async fn is(&mut self, loaded: &crate::config::Loaded, name: &str) -> Result<(), String> {
+        if let Some(known) = self.known.get(name) {
+            return known.clone();
+        }
+        let found = caller_is(loaded, name, self.ip).await;
+        self.known.insert(name.to_owned(), found.clone());
+        found
+    }
+
+    /// A forwarded run may be written only by its own agent: its ends
+    /// are addresses of this archive's mesh, the caller is one of them
+    /// (each end of a two-ended run keeps and forwards its own record),
+    /// its id names that pair unless it is an on-demand run's, and a
+    /// record already stored under an id that names no pair has the
+    /// same ends (`stored`). `Err` is the reason, as the refusal says it.
+    async fn check(
+        &mut self,
+        loaded: &crate::config::Loaded,
+        run: &Run,
+        stored: Option<&(String, Option<String>)>,
+    ) -> Result<(), String> {
+        let ends: Vec<&str> = std::iter::once(run.source.as_str())
+            .chain(run.dest.as_deref())
+            .collect();
+        if let Some(e) = ends.iter().find(|e| !loaded.config.addresses.contains_key(**e)) {
+            return Err(format!(
+                "not owner: {e}, an end of run {}, is not an address of this archive's mesh",
+                run.id
+            ));
+        }
+        let mut why = Vec::new();
+        let mut mine = false;
+        for e in &ends {
+            match self.is(loaded, e).await {
+                Ok(()) => {
+                    mine = true;
+                    break;
+                }
+                Err(e) => why.push(e),
+            }
+        }
+        if !mine {
+            return Err(format!(
+                "not owner: run {} is stored only from its source or dest ({})",
+                run.id,
+                why.join("; ")
+            ));
+        }
+        if !run.id.starts_with("on-demand/") && !names_its_pair(run) {
+            return Err(format!(
+                "not owner: run {}'s id does not name its task {}, source {} and dest {}",
+                run.id,
+                run.task,
+                run.source,
+                run.dest.as_deref().unwrap_or("-")
+            ));
+        }
+        if let Some((source, dest)) = stored {
+            if (source, dest) != (&run.source, &run.dest) {
+                return Err(format!(
+                    "not owner: run {} is stored from {source} to {}, and only its own agent \
+                     replaces it",
+                    run.id,
+                    dest.as_deref().unwrap_or("-")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `POST` or `PUT /api/v1/archive/pscheduler`: a fleet's archive stores
@@ -2390,6 +2533,50 @@ mod tests {
             "12a",
         ] {
             assert_eq!(super::base_of(bad), None, "{bad}");
+        }
+    }
+
+    /// A forwarded run's id names its task, source and dest, unless it
+    /// is an on-demand run's.
+    #[test]
+    fn a_forwarded_runs_id_names_its_pair() {
+        let run = |id: &str, source: &str, dest: Option<&str>| goodput_archive::Run {
+            id: id.into(),
+            task: "latency".into(),
+            source: source.into(),
+            dest: dest.map(Into::into),
+            kind: "stamp".into(),
+            class: goodput_core::schedule::RunClass::Background,
+            state: goodput_archive::RunState::Failed,
+            reason: None,
+            scheduled_ms: 1,
+            start_ms: None,
+            end_ms: None,
+            measurement_key: String::new(),
+            spec: serde_json::json!({"kind": "stamp"}),
+            result: None,
+            figures: Default::default(),
+        };
+        for (id, source, dest) in [
+            ("latency/a/b/1795800240000", "a", Some("b")),
+            ("latency/a/b/1795800240000~2", "a", Some("b")),
+            ("latency/a/b/1795800240000/minute/1795800240000", "a", Some("b")),
+            ("latency/a/-/1795800240000", "a", None),
+        ] {
+            assert!(super::names_its_pair(&run(id, source, dest)), "{id}");
+        }
+        for (id, source, dest) in [
+            ("latency/a/b/1795800240000", "b", Some("a")),
+            ("latency/a/b/1795800240000", "a", Some("c")),
+            ("latency/a/b/1795800240000", "a", None),
+            ("latency/a/b/", "a", Some("b")),
+            ("latency/a/b/x", "a", Some("b")),
+            ("latency/a/b/1795800240000/minute/", "a", Some("b")),
+            ("latency/a/b/1795800240000/other/1", "a", Some("b")),
+            ("throughput/a/b/1795800240000", "a", Some("b")),
+            ("on-demand/00000000-0000-4000-8000-000000000001", "a", Some("b")),
+        ] {
+            assert!(!super::names_its_pair(&run(id, source, dest)), "{id}");
         }
     }
 }

@@ -111,13 +111,17 @@ pub(crate) struct ForwardStatus {
 const BATCH_RUNS: u32 = 500;
 /// A batch's JSON stops growing past this (a run alone may be larger).
 const BATCH_BYTES: usize = 2 << 20;
+/// How long a batch may take, sent and answered.
+const SEND_WITHIN: Duration = Duration::from_secs(60);
 /// The longest wait between failed attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
+/// The client for an HTTP receiver (a goodput archive's is the agent's
+/// own, from its mesh address: [`Shared::client_to`]).
 fn client(target: &ForwardTarget) -> reqwest::Client {
     let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60));
+        .timeout(SEND_WITHIN);
     if let Some(pin) = target.pin {
         b = b.use_preconfigured_tls(crate::tls::pinned_client_config(pin));
     }
@@ -256,6 +260,13 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     }
                     continue;
                 }
+                // A goodput archive stores a run only from the address
+                // of one of its ends: the batch leaves from this host's
+                // mesh address, as calls to peers do.
+                let http = match target.kind {
+                    ArchiveKind::Goodput => shared.client_to(&target.url, target.pin).await,
+                    ArchiveKind::Http => http.clone(),
+                };
                 send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
             }
             Err(e) => Sent::Failed(format!("cannot read the queue: {e}")),
@@ -389,6 +400,7 @@ async fn send(
     body.extend_from_slice(if goodput { b"]}" } else { b"]" });
     let mut req = http
         .post(url)
+        .timeout(SEND_WITHIN)
         .header("content-type", "application/json")
         .body(body);
     if let (true, Some(t)) = (goodput, &shared.options.token) {

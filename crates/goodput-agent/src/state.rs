@@ -383,7 +383,42 @@ impl Shared {
             Ok(_) => 1,
             Err(_) => 2,
         };
-        let Some(pin) = peer.pin else {
+        self.family_client(family, peer.pin)
+    }
+
+    /// The HTTP client for calls to `url` (a fleet archive's), from this
+    /// host's mesh address of the family it reaches: an IP literal's, or
+    /// for a host name the first family among its addresses (looked up
+    /// within 2 s) of which this host has a mesh address (the connection
+    /// then goes only to the name's addresses of that family). A name
+    /// that does not resolve: as the system routes it.
+    pub(crate) async fn client_to(&self, url: &str, pin: Option<[u8; 32]>) -> reqwest::Client {
+        let host = reqwest::Url::parse(url).ok().and_then(|u| {
+            u.host_str()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_owned())
+        });
+        let family = match host.as_deref().map(|h| (h, h.parse::<std::net::IpAddr>())) {
+            Some((_, Ok(ip))) => usize::from(ip.is_ipv6()),
+            Some((name, Err(_))) => {
+                let found =
+                    tokio::time::timeout(Duration::from_secs(2), tokio::net::lookup_host((name, 0))).await;
+                match found {
+                    Ok(Ok(found)) => found
+                        .map(|a| usize::from(a.ip().to_canonical().is_ipv6()))
+                        .find(|f| self.own[*f].is_some())
+                        .unwrap_or(2),
+                    _ => 2,
+                }
+            }
+            None => 2,
+        };
+        self.family_client(family, pin)
+    }
+
+    /// The client from this host's mesh address of `family` (0: IPv4,
+    /// 1: IPv6, 2: unbound), checking `pin` if given.
+    fn family_client(&self, family: usize, pin: Option<[u8; 32]>) -> reqwest::Client {
+        let Some(pin) = pin else {
             return self.http[family].clone();
         };
         let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());

@@ -436,13 +436,18 @@ fn records_bookings_and_on_demand_runs_only_as_their_owner_may() {
 /// A fleet archive (SQLite, plain HTTP on 127.0.0.64) for the mesh of
 /// `config`.
 fn archive(group: &str, config: &std::path::Path, port: u16) -> common::Reaped {
+    archive_on(group, config, "127.0.0.64", port)
+}
+
+/// The same, on `ip`.
+fn archive_on(group: &str, config: &std::path::Path, ip: &str, port: u16) -> common::Reaped {
     let token = common::tmp(group, "token");
     std::fs::write(&token, TOKEN).unwrap();
     let log = std::fs::File::create(common::tmp(group, "archive.log")).unwrap();
     let mut cmd = common::goodput();
     cmd.args(["agent", "--role", "archive", "--config"])
         .arg(config)
-        .args(["--plain-api-listen", &format!("127.0.0.64:{port}")])
+        .args(["--plain-api-listen", &format!("{ip}:{port}")])
         .arg("--archive")
         .arg(common::tmp(group, "archive.sqlite"))
         .arg("--token-file")
@@ -453,7 +458,7 @@ fn archive(group: &str, config: &std::path::Path, port: u16) -> common::Reaped {
     common::limit_address_space(&mut cmd, common::SERVER_ADDRESS_SPACE);
     let child = common::Reaped::spawn_as_is(cmd);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.64", port)).is_err() {
+    while TcpStream::connect((ip, port)).is_err() {
         assert!(
             Instant::now() < deadline,
             "the archive did not start: {}",
@@ -616,5 +621,271 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
         format!("refused_out_of_range: {n}"),
     );
     c.check(n["refused"].as_u64() == Some(9), format!("refused: {n}"));
+    c.done();
+}
+
+#[test]
+fn a_fleet_archive_stores_a_forwarded_run_only_from_its_own_agent() {
+    let group = "hostile-insider-ingest";
+    let ports = Ports::pick();
+    let (a_ip, b_ip, c_ip, stranger, at) = (
+        "127.0.0.67",
+        "127.0.0.68",
+        "127.0.0.69",
+        "127.0.0.63",
+        "127.0.0.64",
+    );
+    let config = mesh_config(group, &["a", "b", "c"], &[a_ip, b_ip, c_ip], ports, 60, 10, "");
+    let port = common::free_tcp_port();
+    let _archive = archive(group, &config, port);
+    let mut c = Checks::default();
+    let spec = json!({"kind": "stamp", "host": c_ip, "port": ports.stamp, "count": 20, "interval": "20ms"});
+    let now = now_ms();
+    // A failed run's record (no result document to forge figures from).
+    let run = |id: String, source: &str, dest: &str, reason: &str| {
+        json!({
+            "id": id, "task": "latency", "source": source, "dest": dest, "kind": "stamp",
+            "class": "background", "state": "failed", "reason": reason, "scheduled_ms": now,
+            "start_ms": now, "end_ms": now + 1_000, "measurement_key": "", "spec": spec,
+            "result": null, "figures": {}
+        })
+    };
+    let id = |source: &str, dest: &str, base: u64| format!("latency/{source}/{dest}/{base}");
+    let on_demand = "on-demand/00000000-0000-4000-8000-000000000067".to_string();
+    let post = |from: &str, runs: Vec<Value>| {
+        let (status, body) = http_from(
+            from,
+            at,
+            port,
+            "POST",
+            "/api/v1/archive/runs",
+            &json!({ "runs": runs }).to_string(),
+        );
+        assert_eq!(status, 200, "a batch from {from}: {body}");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let refused: Vec<(String, String)> = v["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().unwrap_or("").to_owned(),
+                    r["reason"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect();
+        eprintln!("from {from}: stored {}, refused {refused:?}", v["stored"]);
+        (v["stored"].as_u64().unwrap_or(u64::MAX), refused)
+    };
+
+    // a forwards its own: a run it led (a → c), one it held as the
+    // dest (c → a), an on-demand run.
+    let (stored, refused) = post(
+        a_ip,
+        vec![
+            run(id("a", "c", now), "a", "c", "a's own"),
+            run(id("c", "a", now), "c", "a", "a's own, as the dest"),
+            run(on_demand.clone(), "a", "c", "a's own on-demand run"),
+        ],
+    );
+    assert_eq!((stored, refused.len()), (3, 0), "a's own runs: {refused:?}");
+
+    // A caller the mesh does not have: a's run replaced, a new one in
+    // a's name, one from an address the mesh does not have.
+    let (stored, refused) = post(
+        stranger,
+        vec![
+            run(id("a", "c", now), "a", "c", "forged"),
+            run(id("a", "c", now + 1), "a", "c", "forged"),
+            run(id("x", "c", now), "x", "c", "forged"),
+        ],
+    );
+    c.check(
+        stored == 0 && refused.len() == 3,
+        format!("{stranger}: nothing stored, 3 refused: {stored} {refused:?}"),
+    );
+    for (i, says) in [
+        format!("{stranger} is not a; {stranger} is not c"),
+        format!("{stranger} is not a; {stranger} is not c"),
+        "x, an end of run latency/x/c/".to_string(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.check(
+            refused
+                .get(i)
+                .is_some_and(|(_, r)| r.starts_with("not owner: ") && r.contains(says.as_str())),
+            format!("{stranger}'s run {i} refused: {says} ({refused:?})"),
+        );
+    }
+
+    // b, a peer holding the token: runs claiming a's source (one a's,
+    // one new, one with the ends swapped under a's id, a's on-demand run
+    // said to be b's) refused; b's own stored in the same batch.
+    let (stored, refused) = post(
+        b_ip,
+        vec![
+            run(id("a", "c", now), "a", "c", "forged"),
+            run(id("a", "c", now + 2), "a", "c", "forged"),
+            run(id("a", "c", now), "b", "c", "forged"),
+            run(on_demand.clone(), "b", "c", "forged"),
+            run(id("b", "c", now), "b", "c", "b's own"),
+        ],
+    );
+    c.check(
+        stored == 1 && refused.len() == 4,
+        format!("{b_ip}: b's own stored, 4 refused: {stored} {refused:?}"),
+    );
+    for (i, says) in [
+        format!("{b_ip} is not a; {b_ip} is not c"),
+        format!("{b_ip} is not a; {b_ip} is not c"),
+        format!(
+            "{}'s id does not name its task latency, source b and dest c",
+            id("a", "c", now)
+        ),
+        format!("{on_demand} is stored from a to c"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        c.check(
+            refused
+                .get(i)
+                .is_some_and(|(_, r)| r.starts_with("not owner: ") && r.contains(says.as_str())),
+            format!("{b_ip}'s run {i} refused: {says} ({refused:?})"),
+        );
+    }
+
+    // What the archive holds: a's records as a sent them, b's own, no
+    // forged one.
+    let one = |id: &str| {
+        let (status, body) = common::agents::http(at, port, "GET", &format!("/api/v1/runs/{id}"), None, "");
+        (
+            status,
+            serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+        )
+    };
+    for (id, reason) in [
+        (id("a", "c", now), "a's own"),
+        (id("c", "a", now), "a's own, as the dest"),
+        (on_demand.clone(), "a's own on-demand run"),
+        (id("b", "c", now), "b's own"),
+    ] {
+        let (status, r) = one(&id);
+        c.check(
+            status == 200 && r["reason"] == reason && r["state"] == "failed",
+            format!("run {id} is as its agent sent it ({reason}): {status} {r}"),
+        );
+    }
+    for id in [id("a", "c", now + 1), id("a", "c", now + 2), id("x", "c", now)] {
+        let (status, r) = one(&id);
+        c.check(status == 404, format!("forged run {id} not stored: {status} {r}"));
+    }
+    let n = counters(at, port);
+    eprintln!("the archive's counters: {n}");
+    c.check(
+        n["refused_not_owner"].as_u64() == Some(7),
+        format!("refused_not_owner is 7: {n}"),
+    );
+    c.check(n["ingested"].as_u64() == Some(4), format!("ingested is 4: {n}"));
+    c.check(n["refused"].as_u64() == Some(7), format!("refused is 7: {n}"));
+    c.done();
+}
+
+/// Agents forward from their mesh address, to an archive named by IP
+/// address (b) and by host name (a, `localhost`, which resolves to
+/// 127.0.0.1 and ::1; a has no IPv6 mesh address, so its batches go to
+/// 127.0.0.1 from 127.0.0.70): the archive, which stores a run only from
+/// one of its ends, takes every run they forward and refuses none.
+#[test]
+fn agents_forward_from_their_mesh_address_to_an_archive_by_address_or_name() {
+    let group = "hostile-insider-forward";
+    let ports = Ports::pick();
+    let (a_ip, b_ip) = ("127.0.0.70", "127.0.0.71");
+    let config = mesh_config(group, &["a", "b"], &[a_ip, b_ip], ports, 3, 1, "");
+    let port = common::free_tcp_port();
+    let _archive = archive_on(group, &config, "127.0.0.1", port);
+    let by_name = format!("http://localhost:{port}");
+    let by_ip = format!("http://127.0.0.1:{port}");
+    let mut a = Agent::start(group, "a", a_ip, &config, ports, &["--forward-to", &by_name]);
+    let mut b = Agent::start(group, "b", b_ip, &config, ports, &["--forward-to", &by_ip]);
+    let mut c = Checks::default();
+    let ended = ["finished", "failed", "non_start", "cancelled", "missed"];
+    let archived = || -> Vec<Value> {
+        get_json("127.0.0.1", port, "/api/v1/runs?limit=10000")
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    // Until the archive holds runs of both sources (60 s at most).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let runs = archived();
+        if ["a", "b"].iter().all(|s| runs.iter().any(|r| r["source"] == *s)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // What each agent has ended by now, then its queue emptied (30 s at
+    // most): all of it is on the archive.
+    let mut mine: Vec<(String, String)> = Vec::new();
+    for agent in [&a, &b] {
+        for r in agent.runs(ports) {
+            if ended.iter().any(|e| r["state"] == *e) {
+                mine.push((agent.name.clone(), r["id"].as_str().unwrap().to_owned()));
+            }
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let queued =
+        |agent: &Agent| get_json(&agent.ip, ports.api, "/api/v1/health")["forwarding"][0]["backlog"].as_u64();
+    while Instant::now() < deadline && [&a, &b].iter().any(|x| queued(x) != Some(0)) {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let on_archive: Vec<String> = archived()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or("").to_owned())
+        .collect();
+    let missing: Vec<&(String, String)> = mine.iter().filter(|(_, id)| !on_archive.contains(id)).collect();
+    eprintln!(
+        "{} runs ended on a and b, {} on the archive",
+        mine.len(),
+        on_archive.len()
+    );
+    c.check(
+        ["a", "b"].iter().all(|n| mine.iter().any(|(m, _)| m == n)) && missing.is_empty(),
+        format!(
+            "every run a and b ended is on the archive; {} missing, first: {:?}",
+            missing.len(),
+            &missing[..missing.len().min(5)]
+        ),
+    );
+    for agent in [&a, &b] {
+        for l in agent
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("forwarding"))
+            .take(5)
+        {
+            eprintln!("{}: {l}", agent.name);
+        }
+        let h = get_json(&agent.ip, ports.api, "/api/v1/health");
+        c.check(
+            h["forwarding"][0]["dropped"].as_u64() == Some(0) && h["forwarding"][0]["last_error"].is_null(),
+            format!(
+                "agent {} forwards without refusals: {}",
+                agent.name, h["forwarding"]
+            ),
+        );
+    }
+    let n = counters("127.0.0.1", port);
+    eprintln!("the archive's counters: {n}");
+    c.check(
+        n["ingested"].as_u64().is_some_and(|i| i >= mine.len() as u64),
+        format!("{} runs ingested: {n}", mine.len()),
+    );
+    a.stop(libc::SIGTERM);
+    b.stop(libc::SIGTERM);
     c.done();
 }
