@@ -257,6 +257,34 @@ pub(crate) async fn lapsed(s: &Shared) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Whether an archive's URL reaches it over IPv6 (or IPv4), for the
+/// address a registration leaves from: its IP address's family, or that
+/// of the first address its host name resolves to (within 2 s) of a
+/// family this host has a mesh address in.
+async fn archive_family(url: &str, own: &[std::net::IpAddr]) -> Option<bool> {
+    let host = reqwest::Url::parse(url)
+        .ok()?
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Some(ip.is_ipv6());
+    }
+    let found: Vec<std::net::SocketAddr> = tokio::time::timeout(
+        Duration::from_secs(2),
+        tokio::net::lookup_host((host.as_str(), 0)),
+    )
+    .await
+    .ok()?
+    .ok()?
+    .collect();
+    found
+        .into_iter()
+        .map(|a| a.ip().to_canonical().is_ipv6())
+        .find(|v6| own.iter().any(|ip| ip.is_ipv6() == *v6))
+}
+
 /// Registers this agent with each archive it forwards to, and renews the
 /// lease a third of its length before it runs out.
 pub(crate) async fn registrar(shared: Arc<Shared>) {
@@ -286,18 +314,21 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
             })
         });
         for t in &targets {
+            if loaded
+                .mine
+                .iter()
+                .all(|name| clients.contains_key(&format!("{} {name}", t.url)))
+            {
+                continue;
+            }
+            // From this name's address of the archive's family: the
+            // family of its IP address, or of the first address its host
+            // name resolves to that this host has (unresolved: as the
+            // system routes it, which the archive refuses as no one's).
+            let family = archive_family(&t.url, &own).await;
             for name in &loaded.mine {
                 clients.entry(format!("{} {name}", t.url)).or_insert_with(|| {
-                    // An archive named by IP address: from this
-                    // name's address of its family (by host name:
-                    // as the system routes it).
-                    let host = reqwest::Url::parse(&t.url).ok().and_then(|u| {
-                        u.host_str()
-                            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-                            .and_then(|h| h.parse::<std::net::IpAddr>().ok())
-                            .map(|ip| ip.is_ipv6())
-                    });
-                    let from = host.and_then(|v6| {
+                    let from = family.and_then(|v6| {
                         loaded
                             .ips_of(name)
                             .into_iter()

@@ -111,7 +111,7 @@ pub fn document() -> Value {
             "/ui/grid": {"get": {"summary": "the dashboard: the grid page (HTML); /ui/pair, /ui/runs, /ui/host and /ui/alerts are its other pages",
                 "parameters": [q("metric", "string", "throughput, loss, delay, jitter or path")],
                 "responses": {"200": {"description": "text/html"}}}},
-            "/api/v1/archive/runs": {"post": {"summary": "a fleet archive (--role archive) stores runs an agent forwards, by id (sent twice, stored once); each run that does not read is refused with its reason, the rest stored in one transaction", "security": auth.clone(),
+            "/api/v1/archive/runs": {"post": {"summary": "a fleet archive (--role archive) stores runs an agent forwards, by id (sent twice, stored once); each run that does not read, is out of range, or that the caller is not an end of, is refused with its reason, the rest stored in one transaction", "security": auth.clone(),
                 "requestBody": body("Ingest"),
                 "responses": {"200": {"description": "how many were stored, and each refusal with its reason", "content": {"application/json": {"schema": {"type": "object"}}}}, "400": error.clone(), "401": error.clone(), "403": error.clone(), "404": {"description": "not a fleet archive"}, "413": error.clone(), "503": {"description": "the database failed; nothing of the batch was stored"}}}},
             "/api/v1/archive/pscheduler": {

@@ -885,6 +885,15 @@ fn agents_forward_from_their_mesh_address_to_an_archive_by_address_or_name() {
         n["ingested"].as_u64().is_some_and(|i| i >= mine.len() as u64),
         format!("{} runs ingested: {n}", mine.len()),
     );
+    // Both registered, a through the archive's name too (from its own
+    // address, found by resolving the name).
+    let listed = get_json("127.0.0.1", port, "/api/v1/fleet/agents");
+    for name in ["a", "b"] {
+        let up = listed
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x["name"] == name && x["state"] == "up"));
+        c.check(up, format!("agent {name} registered: {listed}"));
+    }
     a.stop(libc::SIGTERM);
     b.stop(libc::SIGTERM);
     c.done();
