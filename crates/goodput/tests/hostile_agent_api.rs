@@ -10,8 +10,11 @@
 
 mod common;
 
+use common::agents::connect_from;
+use common::now_ms;
+
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,15 +69,6 @@ fn limit_descriptors(pid: u32, n: u64) {
 
 fn open_descriptors(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// A TCP connection to `dst` from the local address `src`.
-fn connect_from(src: &str, dst: &str, port: u16, wait: Duration) -> std::io::Result<TcpStream> {
-    use socket2::{Domain, Socket, Type};
-    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    s.bind(&SocketAddr::new(src.parse().unwrap(), 0).into())?;
-    s.connect_timeout(&SocketAddr::new(dst.parse().unwrap(), port).into(), wait)?;
-    Ok(s.into())
 }
 
 /// One request from `src`; its status (0: no answer) and how long it took.
@@ -545,13 +539,6 @@ schedule = "often"
         .collect();
     assert!(!after.is_empty(), "no runs after the limit was lifted");
     assert!(after.iter().all(|r| state(r) == "finished"), "{after:?}");
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[test]

@@ -11,9 +11,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
-use std::os::fd::FromRawFd;
+use common::agents::http_from;
+use common::now_ms;
+
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -87,68 +88,6 @@ impl Drop for Tmpfs {
     }
 }
 
-/// One HTTP/1.1 request from `from` (the peer's address); status, body.
-fn http_from(from: &str, to: &str, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let stream = connect_from(
-        from.parse().unwrap(),
-        SocketAddrV4::new(to.parse().unwrap(), port),
-    );
-    let mut s = stream;
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {to}\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).unwrap();
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
-    (status, body)
-}
-
-/// A TCP connection from `from` (bound before connecting).
-fn connect_from(from: Ipv4Addr, to: SocketAddrV4) -> TcpStream {
-    fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
-        libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: a.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from_ne_bytes(a.ip().octets()),
-            },
-            sin_zero: [0; 8],
-        }
-    }
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a new socket, bound and connected with valid addresses;
-    // the descriptor is handed to the TcpStream, which closes it.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let stream = TcpStream::from_raw_fd(fd);
-        let local = sockaddr(SocketAddrV4::new(from, 0));
-        let rc = libc::bind(fd, (&raw const local).cast(), len);
-        assert_eq!(rc, 0, "bind {from}: {}", std::io::Error::last_os_error());
-        let remote = sockaddr(to);
-        let rc = libc::connect(fd, (&raw const remote).cast(), len);
-        assert_eq!(rc, 0, "connect {to}: {}", std::io::Error::last_os_error());
-        stream
-    }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
 /// What the agent answered 2xx for: each run id and the state it was
 /// given in that write.
 #[derive(Default)]
@@ -189,12 +128,21 @@ fn round(ports: Ports, n: u64, acked: &mut Acknowledged) -> Vec<String> {
         base + 3000
     );
     let (status, body) = http_from(B, A, ports.api, "POST", "/api/v1/reservations", &booking);
-    if check("booking", status, body) {
+    let booked = check("booking", status, body);
+    if booked {
         acked.0.push((id.clone(), "scheduled"));
     }
+    // A peer runs only what was booked: of a run a refused it hands over
+    // only that it did not start (a result would be refused as never
+    // booked there, 403).
+    let (state, reason) = if booked {
+        ("finished", "null")
+    } else {
+        ("non_start", r#""a refused the booking""#)
+    };
     let result = format!(
         r#"{{"id": "{id}", "task": "throughput", "source": "b", "dest": "a", "kind": "tcp",
-            "class": "exclusive", "state": "finished", "reason": null, "scheduled_ms": {base},
+            "class": "exclusive", "state": "{state}", "reason": {reason}, "scheduled_ms": {base},
             "start_ms": {base}, "end_ms": {}, "measurement_key": "", "spec": {spec},
             "result": null, "figures": {{"throughput_up_bps": {}}}}}"#,
         base + 1000,
@@ -202,7 +150,7 @@ fn round(ports: Ports, n: u64, acked: &mut Acknowledged) -> Vec<String> {
     );
     let (status, body) = http_from(B, A, ports.api, "PUT", &format!("/api/v1/runs/{id}"), &result);
     if check("result", status, body) {
-        acked.0.push((id, "finished"));
+        acked.0.push((id, state));
     }
     let ask = format!(
         r#"{{"spec": {{"kind": "tcp", "hosts": ["{B}:{}"], "duration": "1s"}}, "dest": "b"}}"#,

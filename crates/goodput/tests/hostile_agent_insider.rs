@@ -11,73 +11,13 @@
 
 mod common;
 
+use common::agents::http_from;
+use common::now_ms;
+
 use common::agents::{get_json, mesh_config, state, Agent, Ports, TOKEN};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpStream};
-use std::os::fd::FromRawFd;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// One HTTP/1.1 request from the local address `from` (a loopback
-/// address of this host): the status and the body.
-fn http_from(from: &str, host: &str, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = connect_from(from, host, port);
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = s.write_all(req.as_bytes());
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    let text = String::from_utf8_lossy(&out).to_string();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_owned(),
-    )
-}
-
-/// A TCP connection whose local address is `from` (port chosen by the
-/// system).
-fn connect_from(from: &str, host: &str, port: u16) -> TcpStream {
-    let sockaddr = |ip: &str, port: u16| libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(ip.parse::<Ipv4Addr>().unwrap()).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: a socket this test owns, addresses built above, and the
-    // descriptor handed to a TcpStream that closes it.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let local = sockaddr(from, 0);
-        let rc = libc::bind(fd, (&raw const local).cast(), len);
-        assert_eq!(rc, 0, "bind {from}: {}", std::io::Error::last_os_error());
-        let remote = sockaddr(host, port);
-        let rc = libc::connect(fd, (&raw const remote).cast(), len);
-        assert_eq!(
-            rc,
-            0,
-            "connect {host}:{port}: {}",
-            std::io::Error::last_os_error()
-        );
-        TcpStream::from_raw_fd(fd)
-    }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
 
 /// An on-demand run's record that says it did not start, from `source`
 /// to `dest`, with `change` applied.

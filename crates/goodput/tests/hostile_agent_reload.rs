@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::now_ms;
+
 use common::agents::{get_json, state, Agent, Ports, TOKEN};
 use common::{goodput, limit_address_space, tmp, Reaped, SERVER_ADDRESS_SPACE};
 use serde_json::Value;
@@ -499,13 +501,6 @@ fn start_faked(group: &str, ip: &str, config: &Path, ports: Ports, lib: &Path, o
         TcpStream::connect((ip, ports.api)).ok()
     });
     a
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[test]

@@ -21,7 +21,40 @@ pub fn http(
     token: Option<&str>,
     body: &str,
 ) -> (u16, String) {
-    let mut s = TcpStream::connect((host, port)).unwrap_or_else(|e| panic!("{host}:{port}: {e}"));
+    let s = TcpStream::connect((host, port)).unwrap_or_else(|e| panic!("{host}:{port}: {e}"));
+    request(s, host, method, path, token, body)
+}
+
+/// One HTTP/1.1 request with the token from the local address `src` (a
+/// loopback address of this host, as a peer or a stranger would call
+/// from); the status and the body.
+pub fn http_from(src: &str, host: &str, port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let s = connect_from(src, host, port, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{src} → {host}:{port}: {e}"));
+    request(s, host, method, path, Some(TOKEN), body)
+}
+
+/// A TCP connection to `dst:port` from the local address `src` (bound
+/// before connecting, port chosen by the system).
+pub fn connect_from(src: &str, dst: &str, port: u16, wait: Duration) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    let src: std::net::IpAddr = src.parse().expect("an IP address");
+    let dst: std::net::IpAddr = dst.parse().expect("an IP address");
+    let s = Socket::new(Domain::for_address((dst, port).into()), Type::STREAM, None)?;
+    s.bind(&std::net::SocketAddr::new(src, 0).into())?;
+    s.connect_timeout(&std::net::SocketAddr::new(dst, port).into(), wait)?;
+    Ok(s.into())
+}
+
+/// Sends one request on `s` and reads the answer to its end.
+fn request(
+    mut s: TcpStream,
+    host: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, String) {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let req = format!(

@@ -15,6 +15,14 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The wall clock, ms since the Unix epoch (as run records have it).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 pub fn goodput() -> Command {
     Command::new(env!("CARGO_BIN_EXE_goodput"))
 }
