@@ -311,14 +311,23 @@ fn a_flood_of_connections_from_many_addresses_starves_no_one() {
                 at >= flood_start_ms && at + 4000 <= flood_end_ms
             })
             .collect();
-        let kinds: Vec<&str> = during.iter().map(|r| r["kind"].as_str().unwrap()).collect();
-        assert!(
-            kinds.contains(&"tcp") && kinds.contains(&"stamp"),
-            "{}: no runs of both kinds were due during the flood: {during:?}",
-            agent.name
-        );
+        // Each kind finished at least once, the throughput runs booked with
+        // the other agent through the flood; no run failed or did not
+        // start for any reason but a collision of the mesh's own exclusive
+        // runs (the two directions' slip windows can overlap).
+        for kind in ["tcp", "stamp"] {
+            assert!(
+                during.iter().any(|r| r["kind"] == kind && state(r) == "finished"),
+                "{}: no {kind} run due during the flood finished: {during:?}",
+                agent.name
+            );
+        }
         for r in &during {
-            assert_eq!(state(r), "finished", "{}: {r}", agent.name);
+            let own_collision = state(r) == "non_start"
+                && r["reason"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("busy with run throughput/"));
+            assert!(state(r) == "finished" || own_collision, "{}: {r}", agent.name);
         }
     }
     // Afterwards: descriptors given back, memory under its ceiling.
@@ -417,21 +426,34 @@ fn slow_bodies_idle_and_half_sent_requests_hold_nothing_others_need() {
         shut_out + count(0),
         statuses
     );
+    // Eight bodies were read at a time and cut off at their deadline;
+    // every other request was turned away, at its request (429) or, while
+    // the address held its 32 connections, at connect (a connection
+    // turned away with 429 is closed, so how many of the last 8 find a
+    // place depends on how fast the agent accepts).
     assert_eq!(count(408), 8, "the bodies being read were cut off: {statuses:?}");
     assert_eq!(
-        count(429),
-        24,
+        count(429) + count(0) + shut_out,
+        32,
         "the address's other requests were turned away: {statuses:?}"
     );
-    // Idle connections and a half-sent request are closed by the header
-    // deadline.
-    let mut idle: Vec<TcpStream> = (0..10)
+    // 40 idle connections from one address: 32 are let in and the other
+    // 8 closed at once; a half-sent request and the 32 are closed by the
+    // header deadline.
+    let mut idle: Vec<TcpStream> = (0..40)
         .map(|_| connect_from("127.0.7.1", A, ports.api, Duration::from_secs(2)).unwrap())
         .collect();
     let mut half = connect_from("127.0.7.2", A, ports.api, Duration::from_secs(2)).unwrap();
     half.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: a\r\n")
         .unwrap();
     let t = Instant::now();
+    // Well inside the 2 s header deadline: which are closed already.
+    std::thread::sleep(Duration::from_millis(300));
+    let at_once = idle
+        .iter_mut()
+        .filter_map(|s| closed_within(s, Duration::from_millis(1)).then_some(()))
+        .count();
+    assert_eq!(at_once, 8, "one address holds at most 32 connections");
     assert!(
         closed_within(&mut half, Duration::from_secs(5)),
         "a half-sent request stayed open"
@@ -513,8 +535,17 @@ schedule = "often"
     std::thread::sleep(Duration::from_secs(5));
     // Sixteen descriptors to spare: most of a run's 64 sessions get none.
     let p = pid(&a);
+    // Its descriptors between runs (a run holds 64 sockets while it
+    // lasts): the least seen over two periods.
+    let idle = (0..60)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            open_descriptors(p)
+        })
+        .min()
+        .unwrap();
     let limited_from = now_ms();
-    limit_descriptors(p, open_descriptors(p) as u64 + 16);
+    limit_descriptors(p, idle as u64 + 16);
     std::thread::sleep(Duration::from_secs(8));
     limit_descriptors(p, 4096);
     let limited_to = now_ms();
