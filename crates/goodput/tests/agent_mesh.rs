@@ -409,12 +409,22 @@ fn agents_call_each_other_over_tls_with_pinned_certificates() {
         );
     }
     // a → b: a's pin for b is wrong, so it never books with b, and says why.
+    // (A run whose time came too close to a late planner tick, under
+    // load, is a non-start of its own kind: it was never asked of b.)
     let a_to_b: Vec<&Value> = at_a.iter().filter(|r| r["source"] == "a").collect();
-    assert!(!a_to_b.is_empty());
+    assert!(
+        a_to_b.iter().any(|r| r["reason"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("peer b unreachable"))),
+        "{a_to_b:#?}"
+    );
     for r in a_to_b {
         assert_eq!(state(r), "non_start", "{r}");
         let why = r["reason"].as_str().unwrap();
-        assert!(why.starts_with("peer b unreachable"), "{why}");
+        assert!(
+            why.starts_with("peer b unreachable") || why.contains("slip passed before it could be booked"),
+            "{why}"
+        );
     }
     // `goodput agent run` reaches an HTTPS agent with its pin (and only
     // with the right one).
