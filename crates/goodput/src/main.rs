@@ -2,10 +2,11 @@
 
 mod cmd;
 mod flags;
+mod reference;
 
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
-use clap::Parser;
+use clap::{Arg, ArgAction, CommandFactory, FromArgMatches};
 use cmd::{agent, check, echo, iperf3, path, quic, report, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
@@ -29,9 +30,29 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static MALLOC_CONF: &[u8; 85] =
     b"background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
+/// The command line's definitions: the flags' own, and `man --markdown`.
+fn definitions() -> clap::Command {
+    // `--markdown` is added here rather than in `flags/` so the option
+    // reference's generator stays beside the renderer it drives.
+    Cli::command().mut_subcommand("man", |man| {
+        man.arg(
+            Arg::new("markdown")
+                .long("markdown")
+                .action(ArgAction::SetTrue)
+                .help(
+                    "Print the option reference of every command (or of COMMAND and \
+                     the commands under it) as markdown instead: docs/reference/options.md",
+                ),
+        )
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let parsed = definitions()
+        .try_get_matches()
+        .and_then(|m| Ok((Cli::from_arg_matches(&m)?, m)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         // A plugin's bad flag is UNKNOWN (3), not CRITICAL (2), to Nagios.
         Err(e) if e.use_stderr() && std::env::args().nth(1).as_deref() == Some("check") => {
             let _ = e.print();
@@ -54,11 +75,16 @@ fn main() -> ExitCode {
             Ok(EXIT_OK)
         }
         Command::Completions { shell } => {
-            let mut cmd = <flags::Cli as clap::CommandFactory>::command();
+            let mut cmd = definitions();
             clap_complete::generate(shell, &mut cmd, "goodput", &mut io::stdout());
             Ok(EXIT_OK)
         }
-        Command::Man { command } => man_page(command.as_deref()),
+        Command::Man { command } => {
+            let markdown = matches
+                .subcommand_matches("man")
+                .is_some_and(|m| m.get_flag("markdown"));
+            man_page(command.as_deref(), markdown)
+        }
         Command::Agent(args) => agent::agent(&args),
         Command::Check(args) => check::check(&args),
         Command::Report(args) => report::report(&args),
@@ -88,9 +114,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints goodput's man page, or one command's (`goodput-tcp(1)`).
-fn man_page(command: Option<&str>) -> Result<u8, Stop> {
-    let top = <flags::Cli as clap::CommandFactory>::command();
+/// Prints goodput's man page, or one command's (`goodput-tcp(1)`); with
+/// `markdown`, the option reference instead.
+fn man_page(command: Option<&str>, markdown: bool) -> Result<u8, Stop> {
+    let top = definitions();
     let page = match command {
         None => top,
         Some(name) => {
@@ -101,16 +128,26 @@ fn man_page(command: Option<&str>) -> Result<u8, Stop> {
                     names.join(", ")
                 ))
             })?;
+            if markdown {
+                return write_stdout(reference::markdown(&sub, "goodput").as_bytes());
+            }
             sub.display_name(format!("goodput-{name}"))
                 .bin_name(format!("goodput {name}"))
                 .version(env!("CARGO_PKG_VERSION"))
         }
     };
+    if markdown {
+        return write_stdout(reference::markdown(&page, "").as_bytes());
+    }
     let mut out = Vec::new();
     clap_mangen::Man::new(page)
         .render(&mut out)
         .map_err(|e| Stop::Fatal(anyhow!("cannot render the man page: {e}")))?;
-    io::Write::write_all(&mut io::stdout(), &out)
-        .map_err(|e| Stop::Fatal(anyhow!("cannot write the man page: {e}")))?;
+    write_stdout(&out)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<u8, Stop> {
+    io::Write::write_all(&mut io::stdout(), bytes)
+        .map_err(|e| Stop::Fatal(anyhow!("cannot write the page: {e}")))?;
     Ok(EXIT_OK)
 }
