@@ -203,3 +203,27 @@ fn the_link_check_finds_a_broken_link() {
     assert!(broken[0].ends_with("missing.md (no such file)"), "{broken:?}");
     assert!(broken[1].ends_with("#nowhere (no such heading)"), "{broken:?}");
 }
+#[test]
+fn the_guide_index_names_every_page_and_the_readme_stays_short() {
+    let index = std::fs::read_to_string(root().join("docs/guide/README.md")).unwrap();
+    let linked: BTreeSet<String> = prose(&index)
+        .iter()
+        .flat_map(|l| link_targets(l))
+        .map(|t| t.split('#').next().unwrap_or("").to_string())
+        .collect();
+    for entry in std::fs::read_dir(root().join("docs/guide")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".md") && name != "README.md" {
+            assert!(
+                linked.contains(&name),
+                "docs/guide/README.md does not link {name}"
+            );
+        }
+    }
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines <= 300,
+        "README.md has {lines} lines; the guide is where detail goes"
+    );
+}
