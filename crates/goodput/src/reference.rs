@@ -29,11 +29,13 @@ pub fn markdown(top: &Command, parent: &str) -> String {
          `--help` and `goodput man COMMAND` give them. The\n\
          [user guide](../guide/README.md) explains what they are for.\n\n",
     );
-    out.push_str("## Commands\n\n");
-    for (path, cmd) in commands.iter().skip(1) {
-        let _ = writeln!(out, "- [`{path}`](#{}) — {}", anchor(path), first_line(cmd));
+    if commands.len() > 1 {
+        out.push_str("## Commands\n\n");
+        for (path, cmd) in commands.iter().skip(1) {
+            let _ = writeln!(out, "- [`{path}`](#{}) — {}", anchor(path), first_line(cmd));
+        }
+        out.push('\n');
     }
-    out.push('\n');
     for (i, (path, cmd)) in commands.iter().enumerate() {
         // The list above already names the first command's subcommands.
         command_section(&mut out, path, cmd, i > 0);
