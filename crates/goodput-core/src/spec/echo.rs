@@ -123,7 +123,8 @@ impl KindSpec for EchoSpec {
     const KIND: Kind = Kind::Echo;
     const CLASS: RunClass = RunClass::Normal;
     const RATE_LIMITED: bool = true;
-    // The echo client's sockets are not marked.
+    // The engine sets no TOS on the echo client's sockets: a mark is
+    // refused, not dropped, until it does.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput echo`'s flags.

@@ -147,7 +147,7 @@ impl KindSpec for QuicSpec {
     const KIND: Kind = Kind::Quic;
     const CLASS: RunClass = RunClass::Exclusive;
     const RATE_LIMITED: bool = true;
-    // The QUIC endpoint's socket is not marked (quinn's has no TOS).
+    // The engine sets no TOS on the QUIC endpoint's socket.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput quic`'s flags.

@@ -301,7 +301,8 @@ impl KindSpec for ServerSpec {
     const KIND: Kind = Kind::Server;
     const CLASS: RunClass = RunClass::Normal;
     const RATE_LIMITED: bool = false;
-    // A server answers with the marks its clients choose.
+    // A server is no mesh test (the mesh refuses it); its replies are not
+    // marked.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput server`'s flags. A limit of zero would refuse

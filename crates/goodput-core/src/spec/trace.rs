@@ -108,7 +108,7 @@ impl KindSpec for TraceSpec {
     const KIND: Kind = Kind::Trace;
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = false;
-    // Probes are not marked.
+    // The engine sets no TOS on its probes.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput trace`'s flags.
@@ -252,7 +252,7 @@ impl KindSpec for PingSpec {
     const KIND: Kind = Kind::Ping;
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = false;
-    // Echo requests and connects are not marked.
+    // The engine sets no TOS on its echo requests or connects.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput ping`'s flags.

@@ -110,7 +110,7 @@ impl KindSpec for TtcpSpec {
     const KIND: Kind = Kind::Ttcp;
     const CLASS: RunClass = RunClass::Exclusive;
     const RATE_LIMITED: bool = true;
-    // TTCP's sockets are not marked.
+    // The engine sets no TOS on TTCP's sockets.
     const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput ttcp`'s flags.
