@@ -1048,25 +1048,7 @@ fn configured_run(loaded: &crate::config::Loaded, id: &str) -> Option<(String, S
 /// The (host, port) each of a spec's targets reaches; no port for probes
 /// that have none (ICMP).
 fn target_ports(spec: &TestSpec) -> Vec<(String, Option<u16>)> {
-    let split = |t: &str, port: u16| match goodput_core::spec::split_target(t, port) {
-        Ok((h, p)) => (h, Some(p)),
-        Err(_) => (t.to_owned(), Some(port)),
-    };
-    match spec {
-        TestSpec::Tcp(s) => s.hosts.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Echo(s) => vec![split(&s.target, s.port)],
-        TestSpec::Stamp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Udp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Quic(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Iperf3(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Ttcp(s) => s.host.iter().map(|t| split(t, s.port)).collect(),
-        TestSpec::Trace(s) => vec![(s.host.clone(), s.dest_port())],
-        TestSpec::Ping(s) => vec![(
-            s.host.clone(),
-            (s.method != goodput_core::path::PingMethod::Icmp).then_some(s.port),
-        )],
-        TestSpec::Server(_) => Vec::new(),
-    }
+    spec.targets()
 }
 
 /// An on-demand spec given through the API: it names no file on the
@@ -1148,23 +1130,16 @@ fn services_only(
 
 /// The hosts a spec tests to (without ports).
 fn targets(spec: &TestSpec) -> Vec<String> {
-    let host = |t: &str| {
-        goodput_core::spec::split_target(t, 1)
-            .map(|(h, _)| h)
-            .unwrap_or_else(|_| t.to_owned())
-    };
-    match spec {
-        TestSpec::Tcp(s) => s.hosts.iter().map(|t| host(t)).collect(),
-        TestSpec::Echo(s) => vec![host(&s.target)],
-        TestSpec::Stamp(s) => s.host.iter().map(|t| host(t)).collect(),
-        TestSpec::Udp(s) => s.host.iter().map(|t| host(t)).collect(),
-        TestSpec::Quic(s) => s.host.iter().map(|t| host(t)).collect(),
-        TestSpec::Iperf3(s) => s.host.iter().map(|t| host(t)).collect(),
-        TestSpec::Ttcp(s) => s.host.iter().map(|t| host(t)).collect(),
-        TestSpec::Trace(s) => vec![host(&s.host)],
-        TestSpec::Ping(s) => vec![host(&s.host)],
-        TestSpec::Server(_) => Vec::new(),
-    }
+    // The kind's targets are split already; splitting again keeps a
+    // target that does not split (or a trace's, ping's bare host) whole.
+    spec.targets()
+        .into_iter()
+        .map(|(t, _)| {
+            goodput_core::spec::split_target(&t, 1)
+                .map(|(h, _)| h)
+                .unwrap_or(t)
+        })
+        .collect()
 }
 
 /// Only a fleet's archive takes forwarded runs and registrations.

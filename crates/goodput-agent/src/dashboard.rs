@@ -512,7 +512,7 @@ async fn measurement_section(
         escape(&p.task),
         escape(&p.source),
         escape(&dest),
-        escape(kind)
+        escape(kind.name())
     );
     // Failures and non-starts, marked on every chart.
     let mut marks = Vec::new();

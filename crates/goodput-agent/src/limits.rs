@@ -34,7 +34,7 @@ pub struct Limits {
     pub windows: Vec<Window>,
     /// The highest rate an on-demand run of a kind may ask for, bits/s
     /// (a kind not listed: any).
-    pub max_bitrate: Vec<(String, u64)>,
+    pub max_bitrate: Vec<(goodput_core::kind::Kind, u64)>,
     /// Most records one requester may write a minute: results handed
     /// over (`PUT /api/v1/runs/…`), pScheduler results, registrations.
     pub writes_per_minute: u32,
@@ -106,27 +106,6 @@ impl Window {
     }
 }
 
-/// The rate a spec asks for, bits/s (none: as fast as it can).
-fn asked_bitrate(spec: &TestSpec) -> Option<u64> {
-    match spec {
-        TestSpec::Udp(s) => Some(s.bitrate.0),
-        TestSpec::Iperf3(s) => s.bitrate.map(|b| b.0).filter(|b| *b > 0),
-        TestSpec::Tcp(s) => s
-            .rate_limit
-            .as_ref()
-            .map(|r| r.hi.0.saturating_mul(8).saturating_mul(s.connections.max(1))),
-        TestSpec::Stamp(s) => {
-            let per_second = match (s.rate, s.interval) {
-                (Some(r), _) => r,
-                (None, Some(i)) if !i.0.is_zero() => 1.0 / i.0.as_secs_f64(),
-                _ => 10.0,
-            };
-            Some((per_second * s.size as f64 * 8.0 * f64::from(s.sessions.max(1))) as u64)
-        }
-        _ => None,
-    }
-}
-
 fn hhmm(min: u32) -> String {
     format!("{:02}:{:02}", min / 60, min % 60)
 }
@@ -136,11 +115,11 @@ impl Limits {
     /// naming the limit; one with no rate of its own counts as unlimited.
     pub(crate) fn check_bitrate(&self, spec: &TestSpec) -> Result<(), String> {
         let kind = spec.kind();
-        let Some((_, max)) = self.max_bitrate.iter().find(|(k, _)| k == kind) else {
+        let Some((_, max)) = self.max_bitrate.iter().find(|(k, _)| *k == kind) else {
             return Ok(());
         };
         let rate = |b: u64| goodput_core::units::format_bits_per_second(b as f64 / 8.0);
-        match asked_bitrate(spec) {
+        match spec.bitrate() {
             Some(b) if b <= *max => Ok(()),
             Some(b) => Err(format!(
                 "limit max_bitrate: a {kind} run of {} is over the {} this agent allows for {kind}",
@@ -416,8 +395,9 @@ mod tests {
 
     #[test]
     fn on_demand_rates_are_held_to_their_kinds_limit() {
+        use goodput_core::kind::Kind;
         let limits = Limits {
-            max_bitrate: vec![("udp".into(), 100_000_000), ("tcp".into(), 50_000_000)],
+            max_bitrate: vec![(Kind::Udp, 100_000_000), (Kind::Tcp, 50_000_000)],
             ..Limits::default()
         };
         let spec = |v: serde_json::Value| goodput_core::spec::read_one(v).unwrap();

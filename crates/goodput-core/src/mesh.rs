@@ -40,6 +40,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::schedule::{mix, Ms, Repeat, RunClass};
 use crate::spec::{SpecError, TestSpec};
+// The time helpers moved to `crate::time`; kept here for the crates that
+// still name them through the mesh module.
+pub use crate::time::{duration_ms, ms_rfc3339, rfc3339_ms};
 
 /// The whole configuration document.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
@@ -400,38 +403,9 @@ impl PairTask {
     /// minute.
     pub fn expected_ms(&self) -> Ms {
         const MARGIN: Ms = 2_000;
-        let ms = |d: std::time::Duration| d.as_millis().min(u128::from(u64::MAX / 2)) as Ms;
-        let own = match &self.spec {
-            TestSpec::Tcp(s) => s.duration.or(s.time_limit).map(|d| ms(d.0)),
-            TestSpec::Stamp(s) => s.duration.map(|d| ms(d.0)).or_else(|| {
-                let every = match (s.rate, s.interval) {
-                    (Some(r), _) if r > 0.0 => 1000.0 / r,
-                    (_, Some(i)) => ms(i.0) as f64,
-                    _ => 100.0,
-                };
-                Some((s.count.unwrap_or(100) as f64 * every) as Ms + ms(s.timeout.0))
-            }),
-            TestSpec::Udp(s) => s
-                .time_limit
-                .map(|d| ms(d.0))
-                .or(Some(ms(s.length.0).saturating_mul(s.iterations.max(1)))),
-            TestSpec::Iperf3(s) => s.bytes.is_none().then(|| ms(s.time.0) + ms(s.omit.0)),
-            TestSpec::Quic(s) => Some(ms(s.duration.0)),
-            // Every probe waiting its full time, a round per `in_flight`
-            // probes, and a black-hole search's 16 more.
-            TestSpec::Trace(s) => {
-                let rounds =
-                    (u64::from(s.max_hops) * u64::from(s.probes)).div_ceil(u64::from(s.in_flight.max(1)));
-                Some(ms(s.wait.0).saturating_mul(rounds + if s.pmtu { 20 } else { 1 }))
-            }
-            TestSpec::Ping(s) => Some(
-                ms(s.interval.0)
-                    .saturating_mul(s.count)
-                    .saturating_add(ms(s.timeout.0)),
-            ),
-            _ => None,
-        };
-        own.map_or(60_000, |m| m.saturating_add(MARGIN))
+        self.spec
+            .expected_ms()
+            .map_or(60_000, |m| m.saturating_add(MARGIN))
     }
 }
 
@@ -677,6 +651,13 @@ impl MeshConfig {
                     "a server is not a test: every agent serves already",
                 ));
             }
+            // A mark the test's kind cannot make is refused, not dropped.
+            if let Some(d) = t.dscp {
+                let mut marked = spec;
+                marked
+                    .set_dscp(d)
+                    .map_err(|e| SpecError::new(&format!("{place}.dscp"), e.message))?;
+            }
         }
         Ok(())
     }
@@ -798,13 +779,13 @@ impl MeshConfig {
                     .fill(&self.tests[&t.test], &source, dest.as_deref(), t.label.as_deref())
                     .map_err(|e| e.within(&format!("tests.{}", t.test)))?;
                 if let Some(d) = t.dscp {
-                    set_dscp(&mut spec, d);
+                    spec.set_dscp(d)
+                        .map_err(|e| SpecError::new(&format!("tasks.{name}.dscp"), e.message))?;
                 }
-                let class = t.class.unwrap_or(RunClass::of_kind(spec.kind()));
-                let seed = mix(fnv(&format!(
-                    "{name}\0{source}\0{}",
-                    dest.as_deref().unwrap_or("")
-                )));
+                let class = t.class.unwrap_or(spec.class());
+                let seed = mix(crate::hash::fnv1a(
+                    format!("{name}\0{source}\0{}", dest.as_deref().unwrap_or("")).as_bytes(),
+                ));
                 out.push(PairTask {
                     task: name.clone(),
                     dest_has_agent: dest.as_ref().is_some_and(|d| !self.addresses[d].no_agent),
@@ -833,23 +814,6 @@ impl MeshConfig {
             })
             .map(|(n, _)| n.clone())
             .collect()
-    }
-}
-
-/// FNV-1a, for a seed that is the same on every host.
-fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// Marks a spec's traffic with a DSCP code point, where its kind has one.
-fn set_dscp(spec: &mut TestSpec, dscp: u8) {
-    match spec {
-        TestSpec::Tcp(s) => s.socket.dscp = Some(dscp),
-        TestSpec::Stamp(s) => s.dscp = dscp,
-        TestSpec::Udp(s) => s.dscp = dscp,
-        _ => {}
     }
 }
 
@@ -899,122 +863,9 @@ impl Schedule {
     }
 }
 
-/// An ISO 8601 duration (`PT6H`, `P1DT12H`, `PT90S`, `P2W`) or goodput's
-/// own (`6h`, `90s`, `7d`, `2w`), in milliseconds.
-pub fn duration_ms(text: &str) -> Result<Ms, String> {
-    let t = text.trim();
-    for (suffix, len) in [('d', 86_400_000u64), ('w', 7 * 86_400_000)] {
-        if let Some(n) = t.strip_suffix(suffix).and_then(|n| n.trim().parse::<u64>().ok()) {
-            return n
-                .checked_mul(len)
-                .ok_or_else(|| format!("'{t}' is too long a duration"));
-        }
-    }
-    let Some(rest) = t.strip_prefix('P').or_else(|| t.strip_prefix('p')) else {
-        return t
-            .parse::<crate::units::HumanDuration>()
-            .map(|d| d.0.as_millis().min(u128::from(u64::MAX)) as u64)
-            .map_err(|_| format!("'{t}' is not a duration: write PT6H, P1D, PT30M or 6h, 30m"));
-    };
-    let bad = || format!("'{t}' is not an ISO 8601 duration (PnDTnHnMnS or PnW)");
-    let (mut total, mut number, mut in_time, mut any) = (0f64, String::new(), false, false);
-    for c in rest.chars() {
-        match c.to_ascii_uppercase() {
-            'T' if number.is_empty() && !in_time => in_time = true,
-            d if d.is_ascii_digit() || d == '.' || d == ',' => number.push(if d == ',' { '.' } else { d }),
-            unit => {
-                let n: f64 = number.parse().map_err(|_| bad())?;
-                number.clear();
-                any = true;
-                total += n * match (unit, in_time) {
-                    ('W', false) => 7.0 * 86_400_000.0,
-                    ('D', false) => 86_400_000.0,
-                    ('H', true) => 3_600_000.0,
-                    ('M', true) => 60_000.0,
-                    ('S', true) => 1_000.0,
-                    _ => return Err(bad()),
-                };
-            }
-        }
-    }
-    if !number.is_empty() || !any || total > u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(total.round() as u64)
-}
-
-/// An RFC 3339 UTC time (`2026-12-01T00:00:00Z`, `...+00:00`), in
-/// milliseconds since the Unix epoch.
-pub fn rfc3339_ms(text: &str) -> Result<Ms, String> {
-    let bad = || format!("'{text}' is not an RFC 3339 UTC time such as 2026-12-01T00:00:00Z");
-    let t = text.trim();
-    let t = t
-        .strip_suffix('Z')
-        .or_else(|| t.strip_suffix("+00:00"))
-        .ok_or_else(bad)?;
-    let (date, time) = t.split_once(['T', ' ']).ok_or_else(bad)?;
-    let d: Vec<i64> = date
-        .split('-')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let (time, frac) = time.split_once('.').unwrap_or((time, ""));
-    let h: Vec<i64> = time
-        .split(':')
-        .map(|x| x.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let (&[y, m, day], &[hh, mm, ss]) = (&d[..], &h[..]) else {
-        return Err(bad());
-    };
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 || y < 1970 {
-        return Err(bad());
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let (y2, m2) = if m <= 2 { (y - 1, m + 9) } else { (y, m - 3) };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let doy = (153 * m2 + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let ms: i64 = match frac {
-        "" => 0,
-        f => format!("0.{f}")
-            .parse::<f64>()
-            .map(|x| (x * 1000.0) as i64)
-            .map_err(|_| bad())?,
-    };
-    Ok((((days * 24 + hh) * 60 + mm) * 60 + ss) as u64 * 1000 + ms as u64)
-}
-
-/// Milliseconds since the Unix epoch as an RFC 3339 UTC time with
-/// milliseconds (`2026-12-01T00:00:00.000Z`).
-pub fn ms_rfc3339(ms: Ms) -> String {
-    let (y, m, d) = crate::cron::civil((ms / 86_400_000) as i64);
-    let rest = ms % 86_400_000;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rest / 3_600_000,
-        rest / 60_000 % 60,
-        rest / 1000 % 60,
-        rest % 1000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn times_print_as_they_read() {
-        for t in [
-            "1970-01-01T00:00:00.000Z",
-            "2026-02-28T23:59:59.999Z",
-            "2028-02-29T12:00:00.500Z",
-            "2100-03-01T00:00:00.000Z",
-        ] {
-            assert_eq!(ms_rfc3339(rfc3339_ms(t).unwrap()), t);
-        }
-        assert_eq!(ms_rfc3339(1_764_028_800_000), "2025-11-25T00:00:00.000Z");
-    }
 
     #[test]
     fn a_transform_keeps_the_selected_fields_and_renames_them() {
@@ -1215,6 +1066,70 @@ group = "to-router"
 test = "latency"
 schedule = "always"
 "#;
+
+    /// A two-host mesh whose one task runs `test` (a TOML table body)
+    /// with `dscp`.
+    fn marked(test: &str, dscp: u8) -> String {
+        format!(
+            r#"
+[addresses.a]
+address = "10.0.0.1"
+[addresses.b]
+address = "10.0.0.2"
+[groups.pair]
+type = "mesh"
+addresses = ["a", "b"]
+[tests.t]
+{test}
+[schedules.s]
+repeat = "1h"
+[tasks.marked]
+group = "pair"
+test = "t"
+schedule = "s"
+dscp = {dscp}
+"#
+        )
+    }
+
+    #[test]
+    fn a_task_mark_reaches_the_kinds_that_mark_and_is_refused_by_the_rest() {
+        // iperf3 marks through its own `tos`, the whole byte: DSCP 8 (CS1)
+        // is 32 there.
+        let c = MeshConfig::read(&marked("kind = \"iperf3\"\nhost = \"{{dest}}\"", 8), true).unwrap();
+        let tasks = c.tasks_for(&["a".into()]).unwrap();
+        match &tasks[0].spec {
+            TestSpec::Iperf3(s) => assert_eq!(s.tos, 32),
+            other => panic!("{other:?}"),
+        }
+        let c = MeshConfig::read(&marked("kind = \"udp\"\nhost = \"{{dest}}\"", 46), true).unwrap();
+        match &c.tasks_for(&["a".into()]).unwrap()[0].spec {
+            TestSpec::Udp(s) => assert_eq!(s.dscp, 46),
+            other => panic!("{other:?}"),
+        }
+        // The kinds whose packets the engine does not mark refuse it,
+        // naming the kind and the kinds that can.
+        for test in [
+            "kind = \"echo\"\ntarget = \"{{dest}}\"",
+            "kind = \"quic\"\nhost = \"{{dest}}\"",
+            "kind = \"ttcp\"\nrole = \"transmit\"\nhost = \"{{dest}}\"",
+            "kind = \"trace\"\nhost = \"{{dest}}\"",
+            "kind = \"ping\"\nhost = \"{{dest}}\"",
+        ] {
+            let kind = test.split('"').nth(1).unwrap();
+            let e = MeshConfig::read(&marked(test, 8), true).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "tasks.marked.dscp: {kind} cannot mark its packets; dscp is for tcp, udp, stamp, iperf3"
+                )
+            );
+        }
+        let e = MeshConfig::read(&marked("kind = \"tcp\"\nhosts = [\"{{dest}}\"]", 64), true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "tasks.marked.dscp: must be 0-63");
+    }
 
     #[test]
     fn each_agent_gets_its_own_pairs_and_islands_get_none() {
@@ -1429,24 +1344,5 @@ connections = 0"#,
             e.message,
             "limit max_config_bytes: the document has 16,777,217 bytes, 16,777,216 allowed"
         );
-    }
-
-    #[test]
-    fn durations_and_times_read_as_written() {
-        assert_eq!(duration_ms("PT6H"), Ok(6 * 3_600_000));
-        assert_eq!(duration_ms("P1DT12H"), Ok(36 * 3_600_000));
-        assert_eq!(duration_ms("PT1M30S"), Ok(90_000));
-        assert_eq!(duration_ms("P2W"), Ok(14 * 86_400_000));
-        assert_eq!(duration_ms("PT0.5S"), Ok(500));
-        assert_eq!(duration_ms("30m"), Ok(1_800_000));
-        for bad in ["P", "PT", "P6H", "PT6D", "P1X", "six"] {
-            assert!(duration_ms(bad).is_err(), "{bad}");
-        }
-        assert_eq!(rfc3339_ms("1970-01-01T00:00:00Z"), Ok(0));
-        assert_eq!(rfc3339_ms("2026-12-01T00:00:00Z"), Ok(1_796_083_200_000));
-        assert_eq!(rfc3339_ms("2000-03-01T12:30:15.250+00:00"), Ok(951_913_815_250));
-        for bad in ["2026-13-01T00:00:00Z", "2026-12-01T00:00:00", "yesterday"] {
-            assert!(rfc3339_ms(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -10,7 +10,9 @@
 //! spec fields; template variables `{% address[0] %}` and
 //! `{% address[1] %}` become `{{source}}` and `{{dest}}`.
 
-use crate::mesh::{duration_ms, Address, Group, Lead, MeshConfig, Schedule, Task};
+use crate::kind::Kind;
+use crate::mesh::{Address, Group, Lead, MeshConfig, Schedule, Task};
+use crate::time::duration_ms;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -291,7 +293,7 @@ fn tests(
     config: &mut MeshConfig,
     notes: &mut Vec<String>,
     choices: ImportChoices,
-) -> BTreeMap<String, &'static str> {
+) -> BTreeMap<String, Kind> {
     let mut kinds = BTreeMap::new();
     for (name, t) in obj(top, "tests") {
         let place = format!("tests.{name}");
@@ -373,7 +375,7 @@ pub fn goodput_test(
     ty: &str,
     spec: &Map<String, Value>,
     choices: ImportChoices,
-) -> Result<(&'static str, Value, Vec<String>), String> {
+) -> Result<(Kind, Value, Vec<String>), String> {
     let mut notes = Vec::new();
     let (kind, doc) = convert_test(ty, spec, choices, "spec", &mut notes)?;
     Ok((kind, doc, notes))
@@ -385,7 +387,7 @@ fn convert_test(
     choices: ImportChoices,
     place: &str,
     notes: &mut Vec<String>,
-) -> Result<(&'static str, Value), String> {
+) -> Result<(Kind, Value), String> {
     match ty {
         "throughput" | "latency" | "latencybg" | "rtt" | "trace" => {}
         "" => return Err("no type".into()),
@@ -417,7 +419,7 @@ fn convert_test(
             let reverse = f.flag("reverse");
             if udp || choices.throughput_iperf3 {
                 let mut d = json!({
-                    "kind": "iperf3", "host": dest, "time": duration, "parallel": parallel,
+                    "kind": Kind::Iperf3, "host": dest, "time": duration, "parallel": parallel,
                     "reverse": reverse, "udp": udp,
                 });
                 if let Some(b) = f.u64("bandwidth") {
@@ -435,10 +437,10 @@ fn convert_test(
                 if f.flag("no-delay") {
                     d["no_delay"] = json!(true);
                 }
-                ("iperf3", d)
+                (Kind::Iperf3, d)
             } else {
                 let mut d = json!({
-                    "kind": "tcp", "hosts": [dest], "duration": duration, "connections": parallel,
+                    "kind": Kind::Tcp, "hosts": [dest], "duration": duration, "connections": parallel,
                 });
                 if reverse {
                     d["pattern"] = json!("pull");
@@ -447,7 +449,7 @@ fn convert_test(
                     // Per connection in goodput; pScheduler's is the total.
                     d["rate_limit"] = json!(format!("{}bit", (b / parallel).max(1)));
                 }
-                ("tcp", d)
+                (Kind::Tcp, d)
             }
         }
         "latency" | "latencybg" => {
@@ -460,7 +462,7 @@ fn convert_test(
                 .u64("packet-count")
                 .unwrap_or(if ty == "latencybg" { 600 } else { 100 });
             let mut d = json!({
-                "kind": "stamp", "host": dest, "count": count,
+                "kind": Kind::Stamp, "host": dest, "count": count,
                 "interval": interval.unwrap_or_else(|| "100ms".into()),
             });
             if let Some(t) = dur(&mut f, "packet-timeout")? {
@@ -470,29 +472,29 @@ fn convert_test(
                 // A STAMP test packet is 44 bytes before padding.
                 d["size"] = json!(p.saturating_add(44).min(9000));
             }
-            ("stamp", d)
+            (Kind::Stamp, d)
         }
         "rtt" => {
             let count = f.u64("count").unwrap_or(5);
             let interval = dur(&mut f, "interval")?.unwrap_or_else(|| "1s".into());
             if choices.rtt_stamp {
                 (
-                    "stamp",
-                    json!({ "kind": "stamp", "host": dest, "count": count, "interval": interval }),
+                    Kind::Stamp,
+                    json!({ "kind": Kind::Stamp, "host": dest, "count": count, "interval": interval }),
                 )
             } else {
-                let mut d = json!({ "kind": "ping", "host": dest, "count": count, "interval": interval });
+                let mut d = json!({ "kind": Kind::Ping, "host": dest, "count": count, "interval": interval });
                 if let Some(l) = f.u64("length") {
                     d["size"] = json!(l.min(65_000));
                 }
                 if let Some(t) = dur(&mut f, "timeout")? {
                     d["timeout"] = json!(t);
                 }
-                ("ping", d)
+                (Kind::Ping, d)
             }
         }
         "trace" => {
-            let mut d = json!({ "kind": "trace", "host": dest });
+            let mut d = json!({ "kind": Kind::Trace, "host": dest });
             if let Some(h) = f.u64("hops") {
                 d["max_hops"] = json!(h.clamp(1, 255));
             }
@@ -509,7 +511,7 @@ fn convert_test(
             if let Some(w) = dur(&mut f, "wait")? {
                 d["wait"] = json!(w);
             }
-            ("trace", d)
+            (Kind::Trace, d)
         }
         other => return Err(format!("type '{other}' has no goodput kind")),
     };
@@ -548,7 +550,7 @@ fn schedules(top: &Map<String, Value>, config: &mut MeshConfig, notes: &mut Vec<
         };
         for (k, slot) in [("start", &mut sch.start), ("until", &mut sch.until)] {
             if let Some(t) = text(k) {
-                if crate::mesh::rfc3339_ms(&t).is_ok() {
+                if crate::time::rfc3339_ms(&t).is_ok() {
                     *slot = Some(t);
                 } else {
                     notes.push(format!(
@@ -565,7 +567,7 @@ fn tasks(
     top: &Map<String, Value>,
     config: &mut MeshConfig,
     notes: &mut Vec<String>,
-    kinds: &BTreeMap<String, &'static str>,
+    kinds: &BTreeMap<String, Kind>,
 ) {
     for (name, t) in obj(top, "tasks") {
         let place = format!("tasks.{name}");

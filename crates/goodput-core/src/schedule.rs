@@ -38,15 +38,10 @@ impl RunClass {
         )
     }
 
-    /// The class a test kind has unless a task says otherwise: the kinds
-    /// that fill a path are exclusive; STAMP and the path tools (trace,
-    /// ping: a few small probes) are background; the rest normal.
-    pub fn of_kind(kind: &str) -> Self {
-        match kind {
-            "tcp" | "iperf3" | "udp" | "quic" | "ttcp" => RunClass::Exclusive,
-            "stamp" | "trace" | "ping" => RunClass::Background,
-            _ => RunClass::Normal,
-        }
+    /// The class a test kind has unless a task says otherwise (the kind
+    /// states it: [`crate::kind::KindSpec::CLASS`]).
+    pub fn of_kind(kind: crate::kind::Kind) -> Self {
+        kind.class()
     }
 }
 
@@ -540,9 +535,10 @@ mod tests {
         assert!(Exclusive.may_overlap(Background));
         assert!(Normal.may_overlap(Normal));
         assert!(Background.may_overlap(Exclusive));
-        assert_eq!(RunClass::of_kind("tcp"), Exclusive);
-        assert_eq!(RunClass::of_kind("stamp"), Background);
-        assert_eq!(RunClass::of_kind("echo"), Normal);
+        use crate::kind::Kind;
+        assert_eq!(RunClass::of_kind(Kind::Tcp), Exclusive);
+        assert_eq!(RunClass::of_kind(Kind::Stamp), Background);
+        assert_eq!(RunClass::of_kind(Kind::Echo), Normal);
     }
 
     #[test]

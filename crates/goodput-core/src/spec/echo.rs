@@ -6,6 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{target, Kind, KindSpec, Marking, Target};
+use crate::schedule::{Ms, RunClass};
 use crate::units::{ByteSize, HumanDuration};
 
 /// The largest echo message, bytes (16 MiB).
@@ -114,10 +117,19 @@ impl EchoSpec {
     pub fn message_bytes(&self) -> usize {
         usize::try_from(self.message_size.0).unwrap_or(usize::MAX)
     }
+}
+
+impl KindSpec for EchoSpec {
+    const KIND: Kind = Kind::Echo;
+    const CLASS: RunClass = RunClass::Normal;
+    const RATE_LIMITED: bool = true;
+    // The engine sets no TOS on the echo client's sockets: a mark is
+    // refused, not dropped, until it does.
+    const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput echo`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("echo", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if self.target.trim().is_empty() {
             return Err(SpecError::new(
                 "target",
@@ -164,5 +176,25 @@ impl EchoSpec {
             ));
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        None
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        vec![target(&self.target, self.port)]
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }

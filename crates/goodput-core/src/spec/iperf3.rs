@@ -7,7 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
 use crate::iperf3::params::{Params, Protocol};
+use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::schedule::{Ms, RunClass};
 use crate::units::{BitRate, HumanDuration, Iperf3Size};
 
 /// An iperf3 test against an iperf3 server (stock iperf3 or goodput's).
@@ -171,11 +174,20 @@ impl Iperf3Spec {
         p.client_version = Some(format!("goodput-{}", env!("CARGO_PKG_VERSION")));
         Ok(p)
     }
+}
+
+impl KindSpec for Iperf3Spec {
+    const KIND: Kind = Kind::Iperf3;
+    const CLASS: RunClass = RunClass::Exclusive;
+    const RATE_LIMITED: bool = true;
+    // iperf3's own `tos` is the whole byte: the code point above the two
+    // ECN bits.
+    const DSCP: Marking<Self> = Some(|s, d| s.tos = d << 2);
 
     /// Every rule of `goodput iperf3`'s flags, and the checks an iperf3
     /// server makes of the parameters, before anything is sent.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("iperf3", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }
@@ -204,5 +216,25 @@ impl Iperf3Spec {
         Params::from_json(&p.to_json())
             .map_err(|e| SpecError::new("", format!("invalid iperf3 parameters: {e}")))?;
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        self.bytes.is_none().then(|| ms(self.time.0) + ms(self.omit.0))
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.host.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        self.bitrate.map(|b| b.0).filter(|b| *b > 0)
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }

@@ -12,6 +12,9 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
+use crate::kind::{Kind, KindSpec, Target};
+use crate::schedule::{Ms, RunClass};
+
 pub mod echo;
 pub mod iperf3;
 pub mod quic;
@@ -61,53 +64,114 @@ pub enum TestSpec {
     Ping(PingSpec),
 }
 
-impl TestSpec {
-    /// The kind's name, as in the document's `kind`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            TestSpec::Tcp(_) => "tcp",
-            TestSpec::Stamp(_) => "stamp",
-            TestSpec::Iperf3(_) => "iperf3",
-            TestSpec::Server(_) => "server",
-            TestSpec::Echo(_) => "echo",
-            TestSpec::Ttcp(_) => "ttcp",
-            TestSpec::Udp(_) => "udp",
-            TestSpec::Quic(_) => "quic",
-            TestSpec::Trace(_) => "trace",
-            TestSpec::Ping(_) => "ping",
+/// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
+/// kind: the one list of `TestSpec`'s variants that every question about a
+/// spec goes through (exhaustive, so a new variant is a compile error here
+/// until it is listed, and a listed one until its spec is a [`KindSpec`]).
+macro_rules! each_kind {
+    ($spec:expr, $s:ident => $body:expr) => {
+        match $spec {
+            TestSpec::Tcp($s) => $body,
+            TestSpec::Stamp($s) => $body,
+            TestSpec::Iperf3($s) => $body,
+            TestSpec::Server($s) => $body,
+            TestSpec::Echo($s) => $body,
+            TestSpec::Ttcp($s) => $body,
+            TestSpec::Udp($s) => $body,
+            TestSpec::Quic($s) => $body,
+            TestSpec::Trace($s) => $body,
+            TestSpec::Ping($s) => $body,
         }
+    };
+}
+
+/// `From<XSpec> for TestSpec`, for each kind's spec.
+macro_rules! into_test_spec {
+    ($($variant:ident($spec:ty)),* $(,)?) => {
+        $(impl From<$spec> for TestSpec {
+            fn from(s: $spec) -> Self {
+                TestSpec::$variant(s)
+            }
+        })*
+    };
+}
+
+into_test_spec!(
+    Tcp(TcpSpec),
+    Stamp(StampSpec),
+    Iperf3(Iperf3Spec),
+    Server(ServerSpec),
+    Echo(EchoSpec),
+    Ttcp(TtcpSpec),
+    Udp(UdpSpec),
+    Quic(QuicSpec),
+    Trace(TraceSpec),
+    Ping(PingSpec),
+);
+
+/// A kind's marking of a spec, applied.
+fn mark<S: KindSpec>(s: &mut S, dscp: u8) -> Result<(), SpecError> {
+    let set = S::DSCP.ok_or_else(|| {
+        SpecError::new(
+            "dscp",
+            format!(
+                "{} cannot mark its packets; dscp is for {}",
+                S::KIND,
+                Kind::names(Kind::ALL.into_iter().filter(|k| k.marks_dscp()))
+            ),
+        )
+    })?;
+    set(s, dscp);
+    Ok(())
+}
+
+impl TestSpec {
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        fn of<S: KindSpec>(_: &S) -> Kind {
+            S::KIND
+        }
+        each_kind!(self, s => of(s))
     }
 
     /// The assertions over its result (none for the server).
     pub fn assertions(&self) -> &[crate::assertion::Assertion] {
-        match self {
-            TestSpec::Tcp(s) => &s.assert,
-            TestSpec::Stamp(s) => &s.assert,
-            TestSpec::Iperf3(s) => &s.assert,
-            TestSpec::Server(_) => &[],
-            TestSpec::Echo(s) => &s.assert,
-            TestSpec::Ttcp(s) => &s.assert,
-            TestSpec::Udp(s) => &s.assert,
-            TestSpec::Quic(s) => &s.assert,
-            TestSpec::Trace(s) => &s.assert,
-            TestSpec::Ping(s) => &s.assert,
-        }
+        each_kind!(self, s => s.assertions())
     }
 
     /// Every rule a valid spec keeps; the error names the field.
     pub fn validate(&self) -> Result<(), SpecError> {
-        match self {
-            TestSpec::Tcp(s) => s.validate().map_err(|e| e.within("tcp")),
-            TestSpec::Stamp(s) => s.validate().map_err(|e| e.within("stamp")),
-            TestSpec::Iperf3(s) => s.validate().map_err(|e| e.within("iperf3")),
-            TestSpec::Server(s) => s.validate().map_err(|e| e.within("server")),
-            TestSpec::Echo(s) => s.validate().map_err(|e| e.within("echo")),
-            TestSpec::Ttcp(s) => s.validate().map_err(|e| e.within("ttcp")),
-            TestSpec::Udp(s) => s.validate().map_err(|e| e.within("udp")),
-            TestSpec::Quic(s) => s.validate().map_err(|e| e.within("quic")),
-            TestSpec::Trace(s) => s.validate().map_err(|e| e.within("trace")),
-            TestSpec::Ping(s) => s.validate().map_err(|e| e.within("ping")),
+        each_kind!(self, s => s.validate()).map_err(|e| e.within(self.kind().name()))
+    }
+
+    /// How its runs share a host unless a task says otherwise.
+    pub fn class(&self) -> RunClass {
+        self.kind().class()
+    }
+
+    /// How long a run lasts by its own settings, milliseconds (none: it
+    /// has no length of its own).
+    pub fn expected_ms(&self) -> Option<Ms> {
+        each_kind!(self, s => s.expected_ms())
+    }
+
+    /// The hosts its traffic goes to, with their ports.
+    pub fn targets(&self) -> Vec<Target> {
+        each_kind!(self, s => s.targets())
+    }
+
+    /// The rate it asks for, bits/s (none: as fast as it can, or no rate).
+    pub fn bitrate(&self) -> Option<u64> {
+        each_kind!(self, s => s.bitrate())
+    }
+
+    /// Marks its traffic with DSCP code point `dscp` (0-63); refused, with
+    /// the kinds that can, when its kind cannot mark packets.
+    pub fn set_dscp(&mut self, dscp: u8) -> Result<(), SpecError> {
+        if dscp > 63 {
+            return Err(SpecError::new("dscp", "must be 0-63"));
         }
+        each_kind!(self, s => mark(s, dscp))
     }
 }
 
@@ -238,49 +302,43 @@ pub(crate) fn one_line(s: &str) -> String {
 
 /// One spec from a JSON value, with the path of a bad field.
 pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
-    let kind = v.get("kind").and_then(|k| k.as_str()).map(str::to_owned);
-    let known = [
-        "tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp", "trace", "ping", "server",
-    ];
-    match kind.as_deref() {
+    let kind = match v.get("kind").and_then(|k| k.as_str()) {
         None => {
             return Err(SpecError::new(
                 "kind",
-                format!("missing; one of {}", known.join(", ")),
+                format!("missing; one of {}", Kind::names(Kind::ALL)),
             ))
         }
-        Some(k) if !known.contains(&k) => {
-            return Err(SpecError::new(
-                "kind",
-                format!("unknown kind '{k}'; one of {}", known.join(", ")),
-            ))
-        }
-        _ => {}
-    }
-    let kind = kind.unwrap_or_default();
+        Some(k) => k.parse::<Kind>().map_err(|e| SpecError::new("kind", e))?,
+    };
     let mut body = v;
     if let Some(o) = body.as_object_mut() {
         o.remove("kind");
     }
     // Each kind's fields read straight into its struct, so a bad field's
     // path is known (through the tagged enum serde would lose it).
-    let spec = match kind.as_str() {
-        "stamp" => serde_path_to_error::deserialize::<_, StampSpec>(body).map(TestSpec::Stamp),
-        "iperf3" => serde_path_to_error::deserialize::<_, Iperf3Spec>(body).map(TestSpec::Iperf3),
-        "server" => serde_path_to_error::deserialize::<_, ServerSpec>(body).map(TestSpec::Server),
-        "echo" => serde_path_to_error::deserialize::<_, EchoSpec>(body).map(TestSpec::Echo),
-        "ttcp" => serde_path_to_error::deserialize::<_, TtcpSpec>(body).map(TestSpec::Ttcp),
-        "udp" => serde_path_to_error::deserialize::<_, UdpSpec>(body).map(TestSpec::Udp),
-        "quic" => serde_path_to_error::deserialize::<_, QuicSpec>(body).map(TestSpec::Quic),
-        "trace" => serde_path_to_error::deserialize::<_, TraceSpec>(body).map(TestSpec::Trace),
-        "ping" => serde_path_to_error::deserialize::<_, PingSpec>(body).map(TestSpec::Ping),
-        _ => serde_path_to_error::deserialize::<_, TcpSpec>(body).map(TestSpec::Tcp),
+    fn read<S: KindSpec + serde::de::DeserializeOwned>(
+        body: serde_json::Value,
+    ) -> Result<TestSpec, serde_path_to_error::Error<serde_json::Error>> {
+        serde_path_to_error::deserialize::<_, S>(body).map(Into::into)
+    }
+    let spec = match kind {
+        Kind::Tcp => read::<TcpSpec>(body),
+        Kind::Udp => read::<UdpSpec>(body),
+        Kind::Quic => read::<QuicSpec>(body),
+        Kind::Stamp => read::<StampSpec>(body),
+        Kind::Iperf3 => read::<Iperf3Spec>(body),
+        Kind::Echo => read::<EchoSpec>(body),
+        Kind::Ttcp => read::<TtcpSpec>(body),
+        Kind::Trace => read::<TraceSpec>(body),
+        Kind::Ping => read::<PingSpec>(body),
+        Kind::Server => read::<ServerSpec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
         let inner = e.inner().to_string();
         let field = if path == "." {
-            kind.clone()
+            kind.name().to_owned()
         } else {
             format!("{kind}.{path}")
         };
@@ -344,6 +402,61 @@ mod tests {
         assert_eq!(read_document(&json, false).unwrap(), vec![spec.clone()]);
         let toml = toml::to_string(&spec).unwrap();
         assert_eq!(read_document(&toml, true).unwrap(), vec![spec]);
+    }
+
+    #[test]
+    fn each_spec_names_the_kind_its_document_carries() {
+        let specs: Vec<TestSpec> = vec![
+            TcpSpec::default().into(),
+            StampSpec::default().into(),
+            Iperf3Spec::default().into(),
+            ServerSpec::default().into(),
+            EchoSpec::default().into(),
+            TtcpSpec::default().into(),
+            UdpSpec::default().into(),
+            QuicSpec::default().into(),
+            TraceSpec::default().into(),
+            PingSpec::default().into(),
+        ];
+        let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
+        for (spec, kind) in specs.iter().zip(&kinds) {
+            let doc = serde_json::to_value(spec).unwrap();
+            assert_eq!(doc["kind"], serde_json::json!(kind.name()));
+        }
+        kinds.sort();
+        let mut all = Kind::ALL.to_vec();
+        all.sort();
+        assert_eq!(kinds, all, "one variant per kind");
+    }
+
+    #[test]
+    fn a_mark_goes_where_the_kind_keeps_it_or_is_refused() {
+        let mut s = TestSpec::Iperf3(Iperf3Spec::default());
+        s.set_dscp(46).unwrap();
+        let TestSpec::Iperf3(i) = &s else { panic!("{s:?}") };
+        assert_eq!(i.tos, 46 << 2, "EF in iperf3's TOS byte");
+        let mut s = TestSpec::Tcp(TcpSpec::default());
+        s.set_dscp(8).unwrap();
+        let TestSpec::Tcp(t) = &s else { panic!("{s:?}") };
+        assert_eq!(t.socket.dscp, Some(8));
+        let mut s = TestSpec::Stamp(StampSpec::default());
+        s.set_dscp(10).unwrap();
+        let TestSpec::Stamp(t) = &s else { panic!("{s:?}") };
+        assert_eq!(t.dscp, 10);
+        let mut s = TestSpec::Echo(EchoSpec::default());
+        let before = s.clone();
+        assert_eq!(
+            s.set_dscp(8).unwrap_err().to_string(),
+            "dscp: echo cannot mark its packets; dscp is for tcp, udp, stamp, iperf3"
+        );
+        assert_eq!(s, before, "a refused mark changes nothing");
+        assert_eq!(
+            TestSpec::Udp(UdpSpec::default())
+                .set_dscp(64)
+                .unwrap_err()
+                .to_string(),
+            "dscp: must be 0-63"
+        );
     }
 
     #[test]

@@ -6,7 +6,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
 use crate::quic::scenario::{Body, Scenario};
+use crate::schedule::{Ms, RunClass};
 use crate::units::{ByteSize, HumanDuration, SizeOrTime};
 
 /// The scenario run when none is given: one 100,000,000-byte download.
@@ -138,10 +141,18 @@ impl QuicSpec {
             })
             .transpose()
     }
+}
+
+impl KindSpec for QuicSpec {
+    const KIND: Kind = Kind::Quic;
+    const CLASS: RunClass = RunClass::Exclusive;
+    const RATE_LIMITED: bool = true;
+    // The engine sets no TOS on the QUIC endpoint's socket.
+    const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput quic`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("quic", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         // The ways of running exclude each other, as the flags do.
         let given = [
             ("upload", self.upload.is_some()),
@@ -186,6 +197,26 @@ impl QuicSpec {
             }
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        Some(ms(self.duration.0))
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.host.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }
 

@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::tcp::{check_data, check_run, MAX_BUFFER};
 use super::{SocketSpec, SpecError, TcpWire};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{Kind, KindSpec, Marking, Target};
 use crate::plan::TcpPattern;
+use crate::schedule::{Ms, RunClass};
 use crate::session::VerifyMode;
 use crate::stamp::Cidr;
 use crate::units::{format_size, BitRate, ByteSize, HumanDuration, ValueRange};
@@ -292,11 +295,20 @@ impl ServerSpec {
             .filter(|&ms| ms >= 1)
             .ok_or_else(|| SpecError::new("udp_max_buffer", "must be 1ms to 4294967295ms"))
     }
+}
+
+impl KindSpec for ServerSpec {
+    const KIND: Kind = Kind::Server;
+    const CLASS: RunClass = RunClass::Normal;
+    const RATE_LIMITED: bool = false;
+    // A server is no mesh test (the mesh refuses it); its replies are not
+    // marked.
+    const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput server`'s flags. A limit of zero would refuse
     /// every client, or end every connection at once: refused, naming the
     /// field, rather than obeyed.
-    pub fn validate(&self) -> Result<(), SpecError> {
+    fn validate(&self) -> Result<(), SpecError> {
         check_run(self.status_interval, self.idle_timeout, self.time_limit)?;
         if self.wire == TcpWire::Cts {
             check_data(
@@ -372,5 +384,25 @@ impl ServerSpec {
         }
         self.listen_addrs()?;
         self.socket.validate()
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &[]
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        None
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        Vec::new()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }

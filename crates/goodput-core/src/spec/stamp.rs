@@ -6,6 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::schedule::{Ms, RunClass};
 use crate::stamp::{BASE_LEN, MAX_PACKET_LEN};
 use crate::units::HumanDuration;
 
@@ -102,10 +105,17 @@ impl StampSpec {
             (c, _) => c,
         }
     }
+}
+
+impl KindSpec for StampSpec {
+    const KIND: Kind = Kind::Stamp;
+    const CLASS: RunClass = RunClass::Background;
+    const RATE_LIMITED: bool = true;
+    const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
 
     /// Every rule of `goodput stamp`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("stamp", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }
@@ -159,5 +169,37 @@ impl StampSpec {
             ));
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        self.duration.map(|d| ms(d.0)).or_else(|| {
+            let every = match (self.rate, self.interval) {
+                (Some(r), _) if r > 0.0 => 1000.0 / r,
+                (_, Some(i)) => ms(i.0) as f64,
+                _ => 100.0,
+            };
+            Some((self.count.unwrap_or(100) as f64 * every) as Ms + ms(self.timeout.0))
+        })
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.host.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        let per_second = match (self.rate, self.interval) {
+            (Some(r), _) => r,
+            (None, Some(i)) if !i.0.is_zero() => 1.0 / i.0.as_secs_f64(),
+            _ => 10.0,
+        };
+        Some((per_second * self.size as f64 * 8.0 * f64::from(self.sessions.max(1))) as u64)
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }

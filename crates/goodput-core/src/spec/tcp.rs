@@ -6,8 +6,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::SpecError;
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
 use crate::plan::TcpPattern;
 use crate::result::ShutdownMode;
+use crate::schedule::{Ms, RunClass};
 use crate::session::VerifyMode;
 use crate::units::{ByteRate, ByteSize, HumanDuration, PortRange, ValueRange};
 
@@ -205,9 +208,60 @@ impl Default for TcpSpec {
 }
 
 impl TcpSpec {
+    /// The rules of a timed test.
+    fn check_timed(&self) -> Result<(), SpecError> {
+        let Some(duration) = self.duration else {
+            return match self.omit {
+                Some(_) => Err(SpecError::new("omit", "needs `duration`")),
+                None => Ok(()),
+            };
+        };
+        if duration.0.is_zero() {
+            return Err(SpecError::new("duration", "must be above zero"));
+        }
+        // The session protocol carries it in milliseconds, in 32 bits.
+        if duration.0.as_millis() > u128::from(u32::MAX) {
+            return Err(SpecError::new("duration", "must be at most 49 days"));
+        }
+        if self.pattern == TcpPattern::PushPull {
+            return Err(SpecError::new(
+                "duration",
+                "cannot time push_pull, which moves its bytes in segments: give `transfer`",
+            ));
+        }
+        if self.wire == TcpWire::Cts {
+            return Err(SpecError::new(
+                "duration",
+                "needs the goodput wire: ctsTraffic's protocol has no timed end",
+            ));
+        }
+        if self.omit.is_some_and(|o| o.0 >= duration.0) {
+            return Err(SpecError::new("omit", "must be shorter than `duration`"));
+        }
+        Ok(())
+    }
+
+    /// The data rules, shared with the server's `--wire cts` data.
+    pub fn check_data(&self) -> Result<(), SpecError> {
+        check_data(
+            self.pattern,
+            self.transfer,
+            self.buffer,
+            self.push_bytes,
+            self.pull_bytes,
+        )
+    }
+}
+
+impl KindSpec for TcpSpec {
+    const KIND: Kind = Kind::Tcp;
+    const CLASS: RunClass = RunClass::Exclusive;
+    const RATE_LIMITED: bool = true;
+    const DSCP: Marking<Self> = Some(|s, d| s.socket.dscp = Some(d));
+
     /// Every rule of `goodput tcp`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("tcp", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         for h in &self.hosts {
             super::split_target(h, self.port).map_err(|e| SpecError::new("hosts", e))?;
         }
@@ -254,48 +308,26 @@ impl TcpSpec {
         self.socket.validate()
     }
 
-    /// The rules of a timed test.
-    fn check_timed(&self) -> Result<(), SpecError> {
-        let Some(duration) = self.duration else {
-            return match self.omit {
-                Some(_) => Err(SpecError::new("omit", "needs `duration`")),
-                None => Ok(()),
-            };
-        };
-        if duration.0.is_zero() {
-            return Err(SpecError::new("duration", "must be above zero"));
-        }
-        // The session protocol carries it in milliseconds, in 32 bits.
-        if duration.0.as_millis() > u128::from(u32::MAX) {
-            return Err(SpecError::new("duration", "must be at most 49 days"));
-        }
-        if self.pattern == TcpPattern::PushPull {
-            return Err(SpecError::new(
-                "duration",
-                "cannot time push_pull, which moves its bytes in segments: give `transfer`",
-            ));
-        }
-        if self.wire == TcpWire::Cts {
-            return Err(SpecError::new(
-                "duration",
-                "needs the goodput wire: ctsTraffic's protocol has no timed end",
-            ));
-        }
-        if self.omit.is_some_and(|o| o.0 >= duration.0) {
-            return Err(SpecError::new("omit", "must be shorter than `duration`"));
-        }
-        Ok(())
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
     }
 
-    /// The data rules, shared with the server's `--wire cts` data.
-    pub fn check_data(&self) -> Result<(), SpecError> {
-        check_data(
-            self.pattern,
-            self.transfer,
-            self.buffer,
-            self.push_bytes,
-            self.pull_bytes,
-        )
+    fn expected_ms(&self) -> Option<Ms> {
+        self.duration.or(self.time_limit).map(|d| ms(d.0))
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.hosts.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        self.rate_limit
+            .as_ref()
+            .map(|r| r.hi.0.saturating_mul(8).saturating_mul(self.connections.max(1)))
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }
 

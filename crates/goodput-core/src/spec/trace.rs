@@ -6,7 +6,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{ms, Kind, KindSpec, Marking, Target};
 use crate::path::{PingMethod, ProbeMethod};
+use crate::schedule::{Ms, RunClass};
 use crate::units::HumanDuration;
 
 /// The smallest IPv4 probe: a 20-byte IP header, an 8-byte UDP or ICMP
@@ -99,10 +102,18 @@ impl TraceSpec {
             ProbeMethod::Icmp => None,
         }
     }
+}
+
+impl KindSpec for TraceSpec {
+    const KIND: Kind = Kind::Trace;
+    const CLASS: RunClass = RunClass::Background;
+    const RATE_LIMITED: bool = false;
+    // The engine sets no TOS on its probes.
+    const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput trace`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("trace", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if self.host.trim().is_empty() {
             return Err(SpecError::new("host", "is required: the destination to trace"));
         }
@@ -166,6 +177,30 @@ impl TraceSpec {
         }
         Ok(())
     }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    /// Every probe waiting its full time, a round per `in_flight` probes,
+    /// and a black-hole search's 16 more.
+    fn expected_ms(&self) -> Option<Ms> {
+        let rounds =
+            (u64::from(self.max_hops) * u64::from(self.probes)).div_ceil(u64::from(self.in_flight.max(1)));
+        Some(ms(self.wait.0).saturating_mul(rounds + if self.pmtu { 20 } else { 1 }))
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        vec![(self.host.clone(), self.dest_port())]
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
+    }
 }
 
 /// `goodput ping`: round trips by ICMP echo or TCP connect.
@@ -213,10 +248,16 @@ impl Default for PingSpec {
     }
 }
 
-impl PingSpec {
+impl KindSpec for PingSpec {
+    const KIND: Kind = Kind::Ping;
+    const CLASS: RunClass = RunClass::Background;
+    const RATE_LIMITED: bool = false;
+    // The engine sets no TOS on its echo requests or connects.
+    const DSCP: Marking<Self> = None;
+
     /// Every rule of `goodput ping`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("ping", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if self.host.trim().is_empty() {
             return Err(SpecError::new("host", "is required: the destination to ping"));
         }
@@ -236,6 +277,33 @@ impl PingSpec {
             return Err(SpecError::new("port", "must be 1-65535"));
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        Some(
+            ms(self.interval.0)
+                .saturating_mul(self.count)
+                .saturating_add(ms(self.timeout.0)),
+        )
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        vec![(
+            self.host.clone(),
+            (self.method != crate::path::PingMethod::Icmp).then_some(self.port),
+        )]
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }
 

@@ -6,6 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{target, Kind, KindSpec, Marking, Target};
+use crate::schedule::{Ms, RunClass};
 use crate::ttcp::MIN_UDP_BUFLEN;
 use crate::units::{ByteSize, HumanDuration};
 
@@ -101,10 +104,18 @@ impl TtcpSpec {
     pub fn sockbuf_bytes(&self) -> Option<u32> {
         self.sockbuf.and_then(|b| u32::try_from(b.0).ok())
     }
+}
+
+impl KindSpec for TtcpSpec {
+    const KIND: Kind = Kind::Ttcp;
+    const CLASS: RunClass = RunClass::Exclusive;
+    const RATE_LIMITED: bool = true;
+    // The engine sets no TOS on TTCP's sockets.
+    const DSCP: Marking<Self> = None;
 
     /// Every rule of `goodput ttcp`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("ttcp", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         match (self.role, &self.host) {
             (None, _) => {
                 return Err(SpecError::new(
@@ -143,5 +154,25 @@ impl TtcpSpec {
             return Err(SpecError::new("sockbuf", "must be below 4 GiB"));
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        None
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.host.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        None
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }

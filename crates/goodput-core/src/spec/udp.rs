@@ -6,8 +6,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::assertion::{Assertion, Figure};
+use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
 use crate::media::receiver::MAX_BUFFERED_FRAMES;
 use crate::media::{MediaPlan, PlanError};
+use crate::schedule::{Ms, RunClass};
 use crate::session::VerifyMode;
 use crate::units::{BitRate, HumanDuration};
 
@@ -103,10 +106,17 @@ impl UdpSpec {
             .saturating_mul(u64::from(self.frame_rate))
             / 1000
     }
+}
+
+impl KindSpec for UdpSpec {
+    const KIND: Kind = Kind::Udp;
+    const CLASS: RunClass = RunClass::Exclusive;
+    const RATE_LIMITED: bool = true;
+    const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
 
     /// Every rule of `goodput udp`'s flags.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check("udp", &self.assert)?;
+    fn validate(&self) -> Result<(), SpecError> {
+        crate::assertion::check(Self::KIND.name(), &self.assert)?;
         if !(1..=1_000_000).contains(&self.frame_rate) {
             return Err(SpecError::new("frame_rate", "must be 1-1000000"));
         }
@@ -144,6 +154,28 @@ impl UdpSpec {
             ));
         }
         Ok(())
+    }
+
+    fn assertions(&self) -> &[Assertion] {
+        &self.assert
+    }
+
+    fn expected_ms(&self) -> Option<Ms> {
+        self.time_limit
+            .map(|d| ms(d.0))
+            .or(Some(ms(self.length.0).saturating_mul(self.iterations.max(1))))
+    }
+
+    fn targets(&self) -> Vec<Target> {
+        self.host.iter().map(|h| target(h, self.port)).collect()
+    }
+
+    fn bitrate(&self) -> Option<u64> {
+        Some(self.bitrate.0)
+    }
+
+    fn figures() -> Vec<&'static Figure> {
+        crate::assertion::figures(Self::KIND.name())
     }
 }
 

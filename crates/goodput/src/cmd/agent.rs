@@ -6,6 +6,7 @@ use super::{runtime, usage, watch_signals, Stop, EXIT_FAILED, EXIT_OK};
 use crate::flags::{AgentAction, AgentArgs, AgentRunArgs, ImportPsconfigArgs};
 use anyhow::anyhow;
 use goodput_agent::{AgentOptions, ConfigSource, Limits};
+use goodput_core::kind::Kind;
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
 use goodput_core::schedule::RunClass;
 use std::io::Read;
@@ -59,16 +60,16 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
                     "--max-bitrate '{t}': expected KIND=RATE, e.g. udp=100Mbit"
                 ))
             };
-            let (kind, rate) = t.split_once('=').ok_or_else(bad)?;
-            let known = ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp"];
-            if !known.contains(&kind) {
+            let (name, rate) = t.split_once('=').ok_or_else(bad)?;
+            let limited = || Kind::ALL.into_iter().filter(|k| k.rate_limited());
+            let Some(kind) = limited().find(|k| k.name() == name) else {
                 return Err(usage(format!(
-                    "--max-bitrate '{t}': '{kind}' is not one of {}",
-                    known.join(", ")
+                    "--max-bitrate '{t}': '{name}' is not one of {}",
+                    Kind::names(limited())
                 )));
-            }
+            };
             let rate: goodput_core::units::BitRate = rate.parse().map_err(|_| bad())?;
-            Ok((kind.to_owned(), rate.0))
+            Ok((kind, rate.0))
         })
         .collect::<Result<Vec<_>, Stop>>()?;
     let role = match args.role.as_str() {
@@ -464,8 +465,8 @@ fn import_psconfig(args: &ImportPsconfigArgs) -> Result<u8, Stop> {
     let template: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Stop::Fatal(anyhow!("{source}: not JSON (a pSConfig template is JSON): {e}")))?;
     let choices = goodput_core::psconfig::ImportChoices {
-        throughput_iperf3: args.throughput == "iperf3",
-        rtt_stamp: args.rtt == "stamp",
+        throughput_iperf3: args.throughput == Kind::Iperf3.name(),
+        rtt_stamp: args.rtt == Kind::Stamp.name(),
     };
     let imported = goodput_core::psconfig::import_psconfig(&template, choices)
         .map_err(|e| Stop::Fatal(anyhow!("{source}: {e}")))?;

@@ -1,17 +1,16 @@
 //! `goodput echo`: its flags become an `EchoSpec`; load on an echo server.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::Extras;
 use super::views::Views;
-use super::{exit_status, flag_error, split_target, usage, Stop};
+use super::{flag_error, from_flags, run_and_report, split_target, usage, Stop};
 use crate::flags::{EchoArgs, ViewArgs};
-use goodput_core::spec::{EchoSpec, Family, TestSpec};
+use goodput_core::spec::{EchoSpec, Family};
 use goodput_engine::run::{echo_connections, RunContext};
 
 pub(crate) async fn echo(args: EchoArgs) -> Result<u8, Stop> {
-    let spec = spec_of(&args);
-    spec.validate().map_err(|e| flag_error(&e))?;
-    print_or_run(
-        TestSpec::Echo(spec),
+    from_flags(
+        spec_of(&args),
+        flag_error,
         args.print_spec,
         &args.views,
         &Extras::default(),
@@ -67,16 +66,13 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
     };
     split_target(&spec.target, spec.port)?;
     let (connections, _) = echo_connections(&spec);
-    let mut views = Views::open(out, Some(connections))?;
+    let views = Views::open(out, Some(connections))?;
     let context = RunContext {
         max_records: out.max_records,
         release,
         ..RunContext::default()
     };
-    let document = TestSpec::Echo(spec);
-    let result = engine_run(&document, context, &mut views, out).await?;
-    views.finish(&result, out.json.as_deref())?;
-    Ok(exit_status(&result, result.summary.failures() > 0))
+    run_and_report(spec.into(), context, views, out, |r| r.summary.failures() > 0).await
 }
 
 /// A release by Enter on standard input: the command line reads the
@@ -101,6 +97,8 @@ mod tests {
     use super::*;
     use crate::flags::{Cli, Command};
     use clap::Parser;
+    use goodput_core::kind::KindSpec;
+    use goodput_core::spec::TestSpec;
 
     fn spec(flags: &[&str]) -> EchoSpec {
         let cli = Cli::try_parse_from([&["goodput", "echo"], flags].concat()).unwrap();

@@ -1,12 +1,12 @@
 //! `goodput iperf3`: an iperf3 client (and the server's iperf3 view).
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::{engine_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error, Stop};
+use super::{exit_status, flag_error, from_flags, Stop};
 use crate::flags::{Iperf3Args, ViewArgs};
 use anyhow::{anyhow, Context};
 use goodput_core::result::{ConnectionRecord, Interval, TestResult};
-use goodput_core::spec::{Family, Iperf3Spec, TestSpec};
+use goodput_core::spec::{Family, Iperf3Spec};
 use goodput_core::units::HumanDuration;
 use goodput_engine::run::RunContext;
 use goodput_engine::Observer;
@@ -64,12 +64,11 @@ pub(crate) async fn iperf3(args: Iperf3Args) -> Result<u8, Stop> {
         interval: args.interval,
         timeout: args.timeout,
     };
-    spec.validate().map_err(|e| flag_error(&e))?;
     let extras = Extras {
         iperf3_json: args.iperf3_json.as_deref(),
         ..Extras::default()
     };
-    print_or_run(TestSpec::Iperf3(spec), args.print_spec, &args.views, &extras).await
+    from_flags(spec, flag_error, args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated iperf3 spec: `goodput iperf3`'s path and `goodput
@@ -86,9 +85,8 @@ pub(crate) async fn run_iperf3(
         std::fs::File::create(path)
             .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", path.display())))?;
     }
-    let document = TestSpec::Iperf3(spec);
     let result = engine_run(
-        &document,
+        &spec.into(),
         RunContext::with_records(out.max_records),
         &mut views,
         out,

@@ -16,9 +16,12 @@ pub(crate) mod ttcp;
 pub(crate) mod udp;
 pub(crate) mod views;
 
+use crate::flags::ViewArgs;
 use anyhow::{anyhow, Context};
+use goodput_core::kind::KindSpec;
 use goodput_core::result::{EndReason, TestResult};
 use goodput_core::spec::{SpecError, TestSpec};
+use goodput_engine::run::RunContext;
 use goodput_engine::CancellationToken;
 
 pub(crate) use goodput_engine::run::socket_room;
@@ -193,6 +196,35 @@ fn named_by(message: &str, flag: impl Fn(&str) -> String) -> String {
         from = i + name.len();
     }
     message
+}
+
+/// A command's path from its flags: the spec they describe is validated
+/// (its errors in the flags' words, by `words`), then printed as a document
+/// (`--print-spec`) or run as `goodput run` runs it.
+pub(crate) async fn from_flags<S: KindSpec>(
+    spec: S,
+    words: impl Fn(&SpecError) -> Stop,
+    print: bool,
+    views: &ViewArgs,
+    extras: &run::Extras<'_>,
+) -> Result<u8, Stop> {
+    spec.validate().map_err(|e| words(&e))?;
+    run::print_or_run(spec.into(), print, views, extras).await
+}
+
+/// The common end of a kind's run: the engine runs the document into the
+/// views, the views finish (summary, files, `--json`), and the exit status
+/// tells whether `failed` holds of the result.
+pub(crate) async fn run_and_report(
+    document: TestSpec,
+    context: RunContext,
+    mut views: views::Views,
+    out: &ViewArgs,
+    failed: impl FnOnce(&TestResult) -> bool,
+) -> Result<u8, Stop> {
+    let result = run::engine_run(&document, context, &mut views, out).await?;
+    views.finish(&result, out.json.as_deref())?;
+    Ok(exit_status(&result, failed(&result)))
 }
 
 /// Prints a spec as the JSON document `goodput run` reads.

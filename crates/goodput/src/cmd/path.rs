@@ -1,8 +1,8 @@
 //! `goodput trace` and `goodput ping`: flags to specs, and their runs.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::Extras;
 use super::views::Views;
-use super::{exit_status, flag_error, Stop};
+use super::{flag_error, from_flags, run_and_report, Stop};
 use crate::flags::{PingArg, PingArgs, ProbeArg, TraceArgs, ViewArgs};
 use goodput_core::path::{PingMethod, ProbeMethod};
 use goodput_core::spec::{Family, PingSpec, TestSpec, TraceSpec};
@@ -31,14 +31,7 @@ pub(crate) async fn trace(args: TraceArgs) -> Result<u8, Stop> {
         family: Family::of(args.ipv4, args.ipv6),
         assert: args.assert,
     };
-    spec.validate().map_err(|e| flag_error(&e))?;
-    print_or_run(
-        TestSpec::Trace(spec),
-        args.print_spec,
-        &args.views,
-        &Extras::default(),
-    )
-    .await
+    from_flags(spec, flag_error, args.print_spec, &args.views, &Extras::default()).await
 }
 
 pub(crate) async fn ping(args: PingArgs) -> Result<u8, Stop> {
@@ -58,14 +51,7 @@ pub(crate) async fn ping(args: PingArgs) -> Result<u8, Stop> {
         family: Family::of(args.ipv4, args.ipv6),
         assert: args.assert,
     };
-    spec.validate().map_err(|e| flag_error(&e))?;
-    print_or_run(
-        TestSpec::Ping(spec),
-        args.print_spec,
-        &args.views,
-        &Extras::default(),
-    )
-    .await
+    from_flags(spec, flag_error, args.print_spec, &args.views, &Extras::default()).await
 }
 
 /// Runs a validated trace or ping spec: the commands' path and `goodput
@@ -73,9 +59,12 @@ pub(crate) async fn ping(args: PingArgs) -> Result<u8, Stop> {
 /// (traceroute's exit status is 0 then too); a ping with no reply at all
 /// is (ping's is 1).
 pub(crate) async fn run_path(spec: TestSpec, out: &ViewArgs) -> Result<u8, Stop> {
-    let mut views = Views::open(out, None)?;
-    let result = engine_run(&spec, RunContext::with_records(out.max_records), &mut views, out).await?;
-    views.finish(&result, out.json.as_deref())?;
-    let failed = result.ping.as_ref().is_some_and(|p| p.received == 0);
-    Ok(exit_status(&result, failed))
+    run_and_report(
+        spec,
+        RunContext::with_records(out.max_records),
+        Views::open(out, None)?,
+        out,
+        |r| r.ping.as_ref().is_some_and(|p| p.received == 0),
+    )
+    .await
 }

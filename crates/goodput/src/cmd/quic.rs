@@ -1,11 +1,11 @@
 //! `goodput quic`: its flags become a `QuicSpec`; the QUIC perf client.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::{engine_run, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error, usage, Stop};
+use super::{exit_status, flag_error, from_flags, usage, Stop};
 use crate::flags::{QuicArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::spec::{Family, QuicSpec, SpecError, TestSpec};
+use goodput_core::spec::{Family, QuicSpec, SpecError};
 use goodput_core::units::SizeOrTime;
 use goodput_engine::run::RunContext;
 use std::path::Path;
@@ -49,12 +49,11 @@ pub(crate) async fn quic(args: QuicArgs) -> Result<u8, Stop> {
         family: Family::of(args.ipv4, args.ipv6),
         status_interval: args.status_interval,
     };
-    spec.validate().map_err(|e| quic_flag_error(&e))?;
     let extras = Extras {
         perf_log: args.perf_log.as_deref(),
         ..Extras::default()
     };
-    print_or_run(TestSpec::Quic(spec), args.print_spec, &args.views, &extras).await
+    from_flags(spec, quic_flag_error, args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated QUIC spec: `goodput quic`'s path and `goodput run`'s.
@@ -67,9 +66,8 @@ pub(crate) async fn run_quic(spec: QuicSpec, out: &ViewArgs, perf_log: Option<&P
     }
     let mut views = Views::open(out, None)?;
     views.quiet_if_stdout(perf_log);
-    let document = TestSpec::Quic(spec);
     let result = engine_run(
-        &document,
+        &spec.into(),
         RunContext::with_records(out.max_records),
         &mut views,
         out,

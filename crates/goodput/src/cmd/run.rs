@@ -191,7 +191,7 @@ fn failed_run(result: &TestResult, views: &ViewArgs, cancelled: bool) -> Result<
     match f.stage {
         FailureStage::Setup => Err(Stop::Fatal(anyhow!("{}", in_flags(&f.message)))),
         FailureStage::Test => {
-            let kind = result.spec.as_ref().map_or("the", |s| s.kind());
+            let kind = result.spec.as_ref().map_or("the", |s| s.kind().name());
             eprintln!("goodput: {kind} test failed: {}", in_flags(&f.message));
             Ok(if cancelled { EXIT_INTERRUPTED } else { EXIT_FAILED })
         }

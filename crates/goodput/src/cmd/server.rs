@@ -1,19 +1,18 @@
 //! `goodput server`: every service a peer tests against.
 
 use super::iperf3::Iperf3ServerView;
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::{engine_run, Extras};
 use super::views::Views;
-use super::{flag_error, Stop, EXIT_FAILED, EXIT_OK};
+use super::{flag_error, from_flags, Stop, EXIT_FAILED, EXIT_OK};
 use crate::flags::{ServerArgs, ViewArgs};
-use goodput_core::spec::{ServerSpec, TestSpec};
+use goodput_core::spec::ServerSpec;
 use goodput_engine::run::RunContext;
 
 pub(crate) async fn server(args: ServerArgs) -> Result<u8, Stop> {
     args.quic_port().map_err(super::usage)?;
-    let spec = args.spec();
-    spec.validate().map_err(|e| flag_error(&e))?;
-    print_or_run(
-        TestSpec::Server(spec),
+    from_flags(
+        args.spec(),
+        flag_error,
         args.print_spec,
         &args.output.views,
         &Extras::default(),
@@ -33,7 +32,7 @@ pub(crate) async fn run_server(spec: ServerSpec, out: &ViewArgs) -> Result<u8, S
         })),
         ..RunContext::default()
     };
-    let result = engine_run(&TestSpec::Server(spec), context, &mut views, out).await?;
+    let result = engine_run(&spec.into(), context, &mut views, out).await?;
     if out.verbosity > 0 {
         for line in goodput_report::server_service_lines(&result) {
             goodput_report::console_line(&line);

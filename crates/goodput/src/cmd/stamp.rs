@@ -1,11 +1,11 @@
 //! `goodput stamp`: its flags become a `StampSpec`; a STAMP sender.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::Extras;
 use super::views::Views;
-use super::{check_socket_room, exit_status, flag_error, Stop};
+use super::{check_socket_room, flag_error, from_flags, run_and_report, Stop};
 use crate::flags::{StampArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::spec::{Family, StampSpec, TestSpec};
+use goodput_core::spec::{Family, StampSpec};
 use goodput_engine::run::RunContext;
 
 pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
@@ -30,12 +30,11 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         stateful: args.stateful,
         status_interval: args.status_interval,
     };
-    spec.validate().map_err(|e| flag_error(&e))?;
     let extras = Extras {
         packet_file: args.packet_file.as_deref(),
         ..Extras::default()
     };
-    print_or_run(TestSpec::Stamp(spec), args.print_spec, &args.views, &extras).await
+    from_flags(spec, flag_error, args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated STAMP spec: `goodput stamp`'s path and `goodput run`'s.
@@ -52,14 +51,12 @@ pub(crate) async fn run_stamp(
         views.files.push(Box::new(f));
     }
     views.quiet_if_stdout(packet_file);
-    let document = TestSpec::Stamp(spec);
-    let result = engine_run(
-        &document,
+    run_and_report(
+        spec.into(),
         RunContext::with_records(out.max_records),
-        &mut views,
+        views,
         out,
+        |r| r.summary.failures() > 0,
     )
-    .await?;
-    views.finish(&result, out.json.as_deref())?;
-    Ok(exit_status(&result, result.summary.failures() > 0))
+    .await
 }

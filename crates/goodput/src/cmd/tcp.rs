@@ -1,19 +1,18 @@
 //! `goodput tcp`: its flags become a `TcpSpec`, which runs against a server
 //! or an embedded one.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::Extras;
 use super::views::Views;
-use super::{exit_status, flag_error, Stop};
+use super::{flag_error, from_flags, run_and_report, Stop};
 use crate::flags::{TcpArgs, ViewArgs};
-use goodput_core::spec::{TcpSpec, TestSpec};
+use goodput_core::spec::TcpSpec;
 use goodput_engine::run::concurrent_connections;
 use goodput_engine::run::RunContext;
 
 pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
-    let spec = args.spec();
-    spec.validate().map_err(|e| flag_error(&e))?;
-    print_or_run(
-        TestSpec::Tcp(spec),
+    from_flags(
+        args.spec(),
+        flag_error,
         args.print_spec,
         &args.output.views,
         &Extras::default(),
@@ -27,15 +26,12 @@ pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
 pub(crate) async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
     let (connections, _) = concurrent_connections(&spec);
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(connections));
-    let mut views = Views::open(out, finite)?;
-    let document = TestSpec::Tcp(spec);
-    let result = engine_run(
-        &document,
+    run_and_report(
+        spec.into(),
         RunContext::with_records(out.max_records),
-        &mut views,
+        Views::open(out, finite)?,
         out,
+        |r| r.summary.failures() > 0,
     )
-    .await?;
-    views.finish(&result, out.json.as_deref())?;
-    Ok(exit_status(&result, result.summary.failures() > 0))
+    .await
 }

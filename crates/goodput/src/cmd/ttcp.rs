@@ -1,19 +1,18 @@
 //! `goodput ttcp`: its flags become a `TtcpSpec`; raw data to or from a
 //! TTCP peer.
 
-use super::run::{engine_run, numbered_views, print_or_run, Extras};
+use super::run::{engine_run, numbered_views, Extras};
 use super::views::Views;
-use super::{exit_status, flag_error_as, long_flag, Stop};
+use super::{exit_status, flag_error_as, from_flags, long_flag, Stop};
 use crate::flags::{TtcpArgs, ViewArgs};
-use goodput_core::spec::{Family, TestSpec, TtcpRole, TtcpSpec};
+use goodput_core::spec::{Family, TtcpRole, TtcpSpec};
 use goodput_engine::run::RunContext;
 use goodput_engine::Observer;
 
 pub(crate) async fn ttcp(args: TtcpArgs) -> Result<u8, Stop> {
-    let spec = spec_of(&args);
-    spec.validate().map_err(|e| flag_error_as(&e, ttcp_flag))?;
-    print_or_run(
-        TestSpec::Ttcp(spec),
+    from_flags(
+        spec_of(&args),
+        |e| flag_error_as(e, ttcp_flag),
         args.print_spec,
         &args.views,
         &Extras::default(),
@@ -99,8 +98,7 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
         ttcp_lines: Some(lines),
         ..RunContext::default()
     };
-    let document = TestSpec::Ttcp(spec);
-    let result = engine_run(&document, context, &mut views, &view_args).await?;
+    let result = engine_run(&spec.into(), context, &mut views, &view_args).await?;
     if data_on_stdout && verbosity > 0 {
         if let Some(d) = &result.ttcp {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));
@@ -120,6 +118,8 @@ mod tests {
     use super::*;
     use crate::flags::{Cli, Command};
     use clap::Parser;
+    use goodput_core::kind::KindSpec;
+    use goodput_core::spec::TestSpec;
 
     fn spec(flags: &[&str]) -> TtcpSpec {
         let cli = Cli::try_parse_from([&["goodput", "ttcp"], flags].concat()).unwrap();

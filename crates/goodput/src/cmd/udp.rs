@@ -1,11 +1,11 @@
 //! `goodput udp`: its flags become a `UdpSpec`; a media-like UDP stream.
 
-use super::run::{engine_run, print_or_run, Extras};
+use super::run::{engine_run, Extras};
 use super::views::Views;
-use super::{check_socket_room, exit_status, flag_error, Stop};
+use super::{check_socket_room, exit_status, flag_error, from_flags, Stop};
 use crate::flags::{UdpArgs, ViewArgs};
 use anyhow::anyhow;
-use goodput_core::spec::{Family, TestSpec, UdpSpec};
+use goodput_core::spec::{Family, UdpSpec};
 use goodput_engine::run::RunContext;
 use std::path::Path;
 
@@ -29,12 +29,11 @@ pub(crate) async fn udp(args: UdpArgs) -> Result<u8, Stop> {
         time_limit: args.time_limit,
         status_interval: args.status_interval,
     };
-    spec.validate().map_err(|e| flag_error(&e))?;
     let extras = Extras {
         jitter_file: args.jitter_file.as_deref(),
         ..Extras::default()
     };
-    print_or_run(TestSpec::Udp(spec), args.print_spec, &args.views, &extras).await
+    from_flags(spec, flag_error, args.print_spec, &args.views, &extras).await
 }
 
 /// Runs a validated UDP spec: `goodput udp`'s path and `goodput run`'s.
@@ -64,8 +63,7 @@ pub(crate) async fn run_udp(spec: UdpSpec, out: &ViewArgs, jitter_file: Option<&
         datagram_sink: sink,
         ..RunContext::default()
     };
-    let document = TestSpec::Udp(spec);
-    let result = engine_run(&document, context, &mut views, out).await?;
+    let result = engine_run(&spec.into(), context, &mut views, out).await?;
     views.finish(&result, out.json.as_deref())?;
     if let (Some(f), Some(p)) = (jitter, jitter_file) {
         let done = f

@@ -1,6 +1,7 @@
 //! `goodput agent`'s flags.
 
 use clap::{Args, Subcommand};
+use goodput_core::kind::Kind;
 use goodput_core::units::{ByteSize, HumanDuration};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -216,10 +217,12 @@ pub struct ImportPsconfigArgs {
     pub output: Option<PathBuf>,
     /// What throughput tests become: tcp (goodput's own, against the
     /// agents' services) or iperf3 (UDP throughput is always iperf3).
-    #[arg(long, value_name = "KIND", default_value = "tcp", value_parser = ["tcp", "iperf3"])]
+    #[arg(long, value_name = "KIND", default_value = Kind::Tcp.name(),
+          value_parser = [Kind::Tcp.name(), Kind::Iperf3.name()])]
     pub throughput: String,
     /// What rtt tests become: ping (ICMP echo or TCP connect) or stamp.
-    #[arg(long, value_name = "KIND", default_value = "ping", value_parser = ["ping", "stamp"])]
+    #[arg(long, value_name = "KIND", default_value = Kind::Ping.name(),
+          value_parser = [Kind::Ping.name(), Kind::Stamp.name()])]
     pub rtt: String,
 }
 

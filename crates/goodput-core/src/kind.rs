@@ -1,0 +1,309 @@
+//! The test kinds, and the facts every kind states about itself.
+//!
+//! A kind has one home: its name is [`Kind`], its facts are the
+//! [`KindSpec`] its spec struct implements (`spec/<kind>.rs`). Nothing
+//! outside this module and the spec module lists the kinds or matches
+//! their names: a new kind is a compile error at every place that must
+//! learn it, never a `_ =>` arm that quietly forgets it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::assertion::{Assertion, Figure};
+use crate::schedule::{Ms, RunClass};
+use crate::spec::SpecError;
+
+/// A test kind, as a document's `kind` names it.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// TCP good-put and reliability (`goodput tcp`).
+    Tcp,
+    /// A media-like UDP stream (`goodput udp`).
+    Udp,
+    /// QUIC perf (`goodput quic`).
+    Quic,
+    /// A STAMP Session-Sender (`goodput stamp`).
+    Stamp,
+    /// An iperf3 client (`goodput iperf3`).
+    Iperf3,
+    /// Load on an echo server (`goodput echo`).
+    Echo,
+    /// One end of a TTCP transfer (`goodput ttcp`).
+    Ttcp,
+    /// A traceroute (`goodput trace`).
+    Trace,
+    /// Round trips by ICMP echo or TCP connect (`goodput ping`).
+    Ping,
+    /// The services a peer tests against (`goodput server`).
+    Server,
+}
+
+/// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
+/// place that goes from a kind's name to its facts without a spec value.
+macro_rules! with_spec {
+    ($kind:expr, $S:ident => $body:expr) => {{
+        use crate::spec::*;
+        match $kind {
+            Kind::Tcp => {
+                type $S = TcpSpec;
+                $body
+            }
+            Kind::Udp => {
+                type $S = UdpSpec;
+                $body
+            }
+            Kind::Quic => {
+                type $S = QuicSpec;
+                $body
+            }
+            Kind::Stamp => {
+                type $S = StampSpec;
+                $body
+            }
+            Kind::Iperf3 => {
+                type $S = Iperf3Spec;
+                $body
+            }
+            Kind::Echo => {
+                type $S = EchoSpec;
+                $body
+            }
+            Kind::Ttcp => {
+                type $S = TtcpSpec;
+                $body
+            }
+            Kind::Trace => {
+                type $S = TraceSpec;
+                $body
+            }
+            Kind::Ping => {
+                type $S = PingSpec;
+                $body
+            }
+            Kind::Server => {
+                type $S = ServerSpec;
+                $body
+            }
+        }
+    }};
+}
+
+impl Kind {
+    /// Every kind, in the order error messages list them.
+    pub const ALL: [Kind; 10] = [
+        Kind::Tcp,
+        Kind::Udp,
+        Kind::Quic,
+        Kind::Stamp,
+        Kind::Iperf3,
+        Kind::Echo,
+        Kind::Ttcp,
+        Kind::Trace,
+        Kind::Ping,
+        Kind::Server,
+    ];
+
+    /// The kind's name, as a document's `kind` and the command name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Kind::Tcp => "tcp",
+            Kind::Udp => "udp",
+            Kind::Quic => "quic",
+            Kind::Stamp => "stamp",
+            Kind::Iperf3 => "iperf3",
+            Kind::Echo => "echo",
+            Kind::Ttcp => "ttcp",
+            Kind::Trace => "trace",
+            Kind::Ping => "ping",
+            Kind::Server => "server",
+        }
+    }
+
+    /// The names of `kinds`, comma-separated (for error messages).
+    pub fn names(kinds: impl IntoIterator<Item = Kind>) -> String {
+        kinds.into_iter().map(Kind::name).collect::<Vec<_>>().join(", ")
+    }
+
+    /// How its runs share a host unless a task says otherwise.
+    pub fn class(self) -> RunClass {
+        with_spec!(self, S => S::CLASS)
+    }
+
+    /// Whether an agent's `--max-bitrate KIND=RATE` may name it.
+    pub fn rate_limited(self) -> bool {
+        with_spec!(self, S => S::RATE_LIMITED)
+    }
+
+    /// Whether it can mark its packets with a DSCP code point.
+    pub fn marks_dscp(self) -> bool {
+        with_spec!(self, S => S::DSCP.is_some())
+    }
+
+    /// The figures its assertions may name: its own, then the common
+    /// counts.
+    pub fn figures(self) -> Vec<&'static Figure> {
+        with_spec!(self, S => S::figures())
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Kind {
+    type Err = String;
+
+    /// A kind by its name; the error lists every kind.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown kind '{s}'; one of {}", Kind::names(Kind::ALL)))
+    }
+}
+
+impl From<Kind> for String {
+    fn from(k: Kind) -> Self {
+        k.name().to_owned()
+    }
+}
+
+impl PartialEq<str> for Kind {
+    fn eq(&self, other: &str) -> bool {
+        self.name() == other
+    }
+}
+
+impl PartialEq<&str> for Kind {
+    fn eq(&self, other: &&str) -> bool {
+        self.name() == *other
+    }
+}
+
+impl PartialEq<String> for Kind {
+    fn eq(&self, other: &String) -> bool {
+        self.name() == other
+    }
+}
+
+impl PartialEq<Kind> for String {
+    fn eq(&self, other: &Kind) -> bool {
+        self == other.name()
+    }
+}
+
+/// A host a spec's traffic goes to, and the port when the kind uses one
+/// (none: ICMP).
+pub type Target = (String, Option<u16>);
+
+/// Whether and how a kind marks its packets with a DSCP code point: the
+/// setter that puts a mesh task's `dscp` (0-63) into the spec, or `None`
+/// when the kind cannot mark them (a task that asks is refused).
+pub type Marking<S> = Option<fn(&mut S, u8)>;
+
+/// The facts a test kind states about itself. Each `spec/<kind>.rs`
+/// implements it for its spec struct; [`crate::spec::TestSpec`] answers
+/// every question by asking its kind. No fact has a default: a new kind
+/// states each one, or does not compile.
+pub trait KindSpec: Sized + Into<crate::spec::TestSpec> {
+    /// Which kind this is.
+    const KIND: Kind;
+
+    /// How its runs share a host unless a task says otherwise: the kinds
+    /// that fill a path are exclusive, the few-small-probes kinds
+    /// background, the rest normal.
+    const CLASS: RunClass;
+
+    /// Whether an agent's `--max-bitrate` may cap it (the kinds that send
+    /// a test stream).
+    const RATE_LIMITED: bool;
+
+    /// Whether and how it takes a mesh task's `dscp`.
+    const DSCP: Marking<Self>;
+
+    /// Every rule a valid spec keeps; the error names the field (without
+    /// the kind's prefix: [`crate::spec::TestSpec::validate`] adds it).
+    fn validate(&self) -> Result<(), SpecError>;
+
+    /// The assertions over its result.
+    fn assertions(&self) -> &[Assertion];
+
+    /// How long a run lasts by its own settings, milliseconds, before any
+    /// margin; `None` when it has no length of its own (a byte count).
+    fn expected_ms(&self) -> Option<Ms>;
+
+    /// The hosts its traffic goes to, with their ports.
+    fn targets(&self) -> Vec<Target>;
+
+    /// The rate it asks for, bits/s; `None`: as fast as it can, or no
+    /// rate at all.
+    fn bitrate(&self) -> Option<u64>;
+
+    /// The figures its assertions may name: its own, then the common
+    /// counts.
+    fn figures() -> Vec<&'static Figure>;
+}
+
+/// Milliseconds of a duration, capped so that sums cannot overflow.
+pub(crate) fn ms(d: std::time::Duration) -> Ms {
+    d.as_millis().min(u128::from(u64::MAX / 2)) as Ms
+}
+
+/// `host` (a name, an address, `HOST:PORT` or `[v6]:PORT`) split with
+/// `port` as its default; a target that does not split is kept whole.
+pub(crate) fn target(host: &str, port: u16) -> Target {
+    match crate::spec::split_target(host, port) {
+        Ok((h, p)) => (h, Some(p)),
+        Err(_) => (host.to_owned(), Some(port)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_back_and_unknown_names_list_every_kind() {
+        for k in Kind::ALL {
+            assert_eq!(k.name().parse::<Kind>(), Ok(k));
+            assert_eq!(k.to_string(), k.name());
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(k.name()));
+            assert_eq!(
+                serde_json::from_value::<Kind>(serde_json::json!(k.name())).unwrap(),
+                k
+            );
+        }
+        assert_eq!(
+            "bogus".parse::<Kind>().unwrap_err(),
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server"
+        );
+    }
+
+    #[test]
+    fn all_holds_every_kind_once() {
+        // `ALL` is written by hand; the schema derived from the enum is
+        // not, so it tells when a variant is missing from `ALL`.
+        let schema = serde_json::to_value(schemars::schema_for!(Kind)).unwrap();
+        let mut variants: Vec<String> = serde_json::to_string(&schema)
+            .unwrap()
+            .split('"')
+            .filter(|w| serde_json::from_value::<Kind>(serde_json::json!(w)).is_ok())
+            .map(str::to_owned)
+            .collect();
+        variants.sort();
+        variants.dedup();
+        let mut all: Vec<String> = Kind::ALL.iter().map(|k| k.name().to_owned()).collect();
+        all.sort();
+        let before = all.len();
+        all.dedup();
+        assert_eq!(all.len(), before, "a kind is in ALL twice");
+        assert_eq!(all, variants);
+    }
+}
