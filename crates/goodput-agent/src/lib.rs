@@ -25,20 +25,9 @@
 //!   API's server.
 #![warn(missing_docs, unreachable_pub)]
 
-mod alerts;
-mod api;
 mod clock;
-mod config;
-mod dashboard;
-mod exec;
-mod fleet;
-mod forward;
+mod http;
 mod limits;
-mod listen;
-mod minutes;
-mod openapi;
-mod peer;
-mod plan;
 mod secrets;
 mod state;
 mod tls;
@@ -51,12 +40,12 @@ use std::time::Duration;
 use goodput_archive::{Archive, Retention};
 use tokio_util::sync::CancellationToken;
 
-pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
-pub use forward::ForwardTarget;
+pub use http::listen::ConnLimits;
+pub use http::openapi::document as openapi_document;
 pub use limits::{Limits, Window};
-pub use listen::ConnLimits;
-pub use openapi::document as openapi_document;
-pub use peer::json_capped;
+pub use state::config::{fetch as fetch_document, mine, own_identities, ConfigSource};
+pub use state::forward::ForwardTarget;
+pub use state::peer::json_capped;
 pub use tls::fingerprint;
 
 /// What the process is.
@@ -215,7 +204,7 @@ pub(crate) fn log(line: &str) {
 /// while it was down, starts the beacon, the API, the planner and the
 /// executor, and on cancel stops them, marking runs cut short.
 pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(), String> {
-    let loaded = config::load(&options.config, &options.identities, options.token.as_deref()).await?;
+    let loaded = state::config::load(&options.config, &options.identities, options.token.as_deref()).await?;
     if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
@@ -256,26 +245,26 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
     // Listening (and checking the certificate) comes before recovery
     // touches the archive's runs.
-    let gate = listen::Gate::new(shared.options.connections.clone());
-    let listeners = api::bind(&shared, &gate).await?;
+    let gate = http::listen::Gate::new(shared.options.connections.clone());
+    let listeners = http::bind(&shared, &gate).await?;
     let mut tasks = tokio::task::JoinSet::new();
     if role == Role::Agent {
         shared.recover().await?;
         if shared.options.beacon {
-            tasks.spawn(exec::beacon(shared.clone()));
+            tasks.spawn(state::exec::beacon(shared.clone()));
         }
-        tasks.spawn(plan::planner(shared.clone()));
-        tasks.spawn(exec::executor(shared.clone()));
-        tasks.spawn(forward::supervisor(shared.clone()));
-        tasks.spawn(fleet::registrar(shared.clone()));
+        tasks.spawn(state::booking::planner(shared.clone()));
+        tasks.spawn(state::exec::executor(shared.clone()));
+        tasks.spawn(state::forward::supervisor(shared.clone()));
+        tasks.spawn(state::fleet::registrar(shared.clone()));
     }
     for l in listeners {
-        tasks.spawn(api::serve(shared.clone(), l, gate.clone()));
+        tasks.spawn(http::serve(shared.clone(), l, gate.clone()));
     }
-    tasks.spawn(config::reloader(shared.clone()));
+    tasks.spawn(state::config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));
-    tasks.spawn(alerts::evaluator(shared.clone()));
-    tasks.spawn(alerts::deliverer(shared.clone()));
+    tasks.spawn(state::alerts::evaluator(shared.clone()));
+    tasks.spawn(state::alerts::deliverer(shared.clone()));
     match role {
         Role::Agent => log(&format!(
             "started: {} ({} task pairs led here), archive {}{}",

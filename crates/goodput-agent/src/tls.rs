@@ -18,7 +18,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::either::Either;
 
-use crate::listen::{Gate, Slot};
+use crate::http::listen::{Gate, Slot};
 
 pub use goodput_engine::tls::fingerprint;
 

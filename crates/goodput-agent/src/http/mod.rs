@@ -4,6 +4,10 @@
 //! need the shared token (`Authorization: Bearer …`) and an address the
 //! allow list admits.
 
+pub(crate) mod listen;
+pub(crate) mod openapi;
+mod pages;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -23,10 +27,10 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::http::listen::{Gate, Watched};
 use crate::limits::{Bucket, Write};
-use crate::listen::{Gate, Watched};
-use crate::peer::{Reservation, SlotView};
-use crate::plan::{plan, Placed, Planning};
+use crate::state::booking::{plan, Placed, Planning};
+use crate::state::peer::{Reservation, SlotView};
 use crate::state::{run_number, Booked, Counters, Shared};
 use crate::tls::{ApiListener, Caller};
 use crate::{clock, log};
@@ -415,17 +419,17 @@ pub(crate) fn router(shared: Ctx, gate: Arc<Gate>) -> Router {
         .route("/api/v1/runs/{*id}", get(one_run).put(put_run))
         .route("/api/v1/archive/runs", post(ingest))
         .route("/api/v1/archive/pscheduler", post(pscheduler).put(pscheduler))
-        .route("/api/v1/fleet/config", get(crate::fleet::config))
-        .route("/api/v1/fleet/agents", get(crate::fleet::agents))
+        .route("/api/v1/fleet/config", get(crate::state::fleet::config))
+        .route("/api/v1/fleet/agents", get(crate::state::fleet::agents))
         .route(
             "/api/v1/fleet/agents/{name}",
-            axum::routing::put(crate::fleet::register),
+            axum::routing::put(crate::state::fleet::register),
         )
         .route("/api/v1/series", get(series))
         .route("/api/v1/paths", get(paths))
         .route("/api/v1/grid", get(grid))
         .route("/api/v1/alerts", get(alerts))
-        .merge(crate::dashboard::routes())
+        .merge(crate::http::pages::routes())
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(|| async {
@@ -521,10 +525,10 @@ pub(crate) struct Health {
     archive_engine: String,
     /// Each archive this agent forwards to: its queue (length and the
     /// oldest's age) and delivery counters.
-    forwarding: Vec<crate::forward::ForwardStatus>,
+    forwarding: Vec<crate::state::forward::ForwardStatus>,
     /// The API's connections: open, the cap, and what was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
-    connections: Option<crate::listen::ConnCounters>,
+    connections: Option<crate::http::listen::ConnCounters>,
     /// The archive's disk is full: writes are refused (503) until there
     /// is room again, which the agent finds by itself.
     archive_disk_full: bool,
@@ -588,7 +592,7 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
 }
 
 /// Forwarding targets as shown: URLs and errors without their secrets.
-fn shown(mut f: Vec<crate::forward::ForwardStatus>) -> Vec<crate::forward::ForwardStatus> {
+fn shown(mut f: Vec<crate::state::forward::ForwardStatus>) -> Vec<crate::state::forward::ForwardStatus> {
     for t in &mut f {
         t.url = crate::secrets::redact_url(&t.url);
         t.last_error = t.last_error.as_deref().map(crate::secrets::redact_text);
@@ -919,7 +923,11 @@ fn not_owner(s: &Shared, why: String) -> Failure {
 /// configured IP addresses, or, for an address configured by host name,
 /// one its name resolves to now (looked up within 2 s; no answer is no).
 /// An address the mesh does not have is no one. `Err` says why not.
-pub(crate) async fn caller_is(loaded: &crate::config::Loaded, name: &str, ip: IpAddr) -> Result<(), String> {
+pub(crate) async fn caller_is(
+    loaded: &crate::state::config::Loaded,
+    name: &str,
+    ip: IpAddr,
+) -> Result<(), String> {
     let ip = ip.to_canonical();
     let Some(a) = loaded.config.addresses.get(name) else {
         return Err(format!("{name} is not an address of this agent's mesh"));
@@ -949,7 +957,7 @@ pub(crate) async fn caller_is(loaded: &crate::config::Loaded, name: &str, ip: Ip
 /// what its host name resolves to).
 async fn from_the_other_end(
     s: &Shared,
-    loaded: &crate::config::Loaded,
+    loaded: &crate::state::config::Loaded,
     other: &str,
     ip: IpAddr,
 ) -> Result<(), Failure> {
@@ -1032,7 +1040,10 @@ fn base_of(tail: &str) -> Option<u64> {
 
 /// The task, source and dest of a configured run, from its id
 /// (`task/source/dest/BASE_MS`, a base time of its schedule).
-fn configured_run(loaded: &crate::config::Loaded, id: &str) -> Option<(String, String, Option<String>)> {
+fn configured_run(
+    loaded: &crate::state::config::Loaded,
+    id: &str,
+) -> Option<(String, String, Option<String>)> {
     let (pair, base) = id.rsplit_once('/')?;
     let base = base_of(base)?;
     loaded
@@ -1077,7 +1088,7 @@ fn target_ports(spec: &TestSpec) -> Vec<(String, Option<u16>)> {
 /// API port.
 fn services_only(
     s: &Shared,
-    loaded: &crate::config::Loaded,
+    loaded: &crate::state::config::Loaded,
     dest: &str,
     spec: &TestSpec,
 ) -> Result<(), Failure> {
@@ -1241,7 +1252,7 @@ fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> 
     }
     let spec = read_spec(run.spec.clone()).map_err(|e| fail(e.1))?;
     let key = goodput_archive::measurement_key(&spec, &run.source, run.dest.as_deref());
-    if run.kind == crate::minutes::KIND {
+    if run.kind == crate::state::minutes::KIND {
         // A background stream's per-minute summary: its figures are the
         // minute's (its document is a summary, not a test's result).
         run.measurement_key = format!("{key}/minute");
@@ -1394,7 +1405,7 @@ impl Owners {
     }
 
     /// Whether the caller is configured address `name` ([`caller_is`]).
-    async fn is(&mut self, loaded: &crate::config::Loaded, name: &str) -> Result<(), String> {
+    async fn is(&mut self, loaded: &crate::state::config::Loaded, name: &str) -> Result<(), String> {
         if let Some(known) = self.known.get(name) {
             return known.clone();
         }
@@ -1411,7 +1422,7 @@ impl Owners {
     /// same ends (`stored`). `Err` is the reason, as the refusal says it.
     async fn check(
         &mut self,
-        loaded: &crate::config::Loaded,
+        loaded: &crate::state::config::Loaded,
         run: &Run,
         stored: Option<&(String, Option<String>)>,
     ) -> Result<(), String> {
@@ -2063,7 +2074,7 @@ pub(crate) struct GridView {
     /// Rows and columns: the address names of the pairs measuring it.
     pub(crate) hosts: Vec<String>,
     /// Every half-cell.
-    pub(crate) cells: Vec<crate::alerts::HalfCell>,
+    pub(crate) cells: Vec<crate::state::alerts::HalfCell>,
     /// The rules' thresholds, one line each.
     pub(crate) legend: Vec<String>,
     /// The agents asked.
@@ -2079,7 +2090,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
     let loaded = s.loaded();
     let (mut cells, legend, evaluated) = {
         let st = s.alerting();
-        let cells: Vec<crate::alerts::HalfCell> =
+        let cells: Vec<crate::state::alerts::HalfCell> =
             st.cells.iter().filter(|c| c.metric == family).cloned().collect();
         (cells, st.legend.clone(), st.evaluated_ms)
     };
@@ -2132,10 +2143,12 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     if !r.status().is_success() {
                         return Err(format!("HTTP {}", r.status()));
                     }
-                    let bytes = crate::peer::body_capped(r, MAX_GRID).await.map_err(|e| match e {
-                        Some(e) => e.to_string(),
-                        None => format!("its grid is larger than {MAX_GRID} bytes"),
-                    })?;
+                    let bytes = crate::state::peer::body_capped(r, MAX_GRID)
+                        .await
+                        .map_err(|e| match e {
+                            Some(e) => e.to_string(),
+                            None => format!("its grid is larger than {MAX_GRID} bytes"),
+                        })?;
                     serde_json::from_slice(&bytes).map_err(|e| format!("its grid does not read: {e}"))
                 }
                 .await;
@@ -2194,7 +2207,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     }
                     _ => format!("no agent runs {}'s tests", p.source),
                 };
-                cells.push(crate::alerts::HalfCell {
+                cells.push(crate::state::alerts::HalfCell {
                     task: p.task.clone(),
                     kind: p.spec.kind().into(),
                     source: p.source.clone(),
@@ -2218,7 +2231,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
     if s.is_archive() {
         // A fleet archive: the measurements of an agent whose lease lapsed
         // are down, not merely without data.
-        let lapsed = crate::fleet::lapsed(s).await;
+        let lapsed = crate::state::fleet::lapsed(s).await;
         for c in cells.iter_mut() {
             if matches!(c.status, Status::Maintenance | Status::NotRun) {
                 continue;
@@ -2287,7 +2300,7 @@ async fn alerts(
 }
 
 async fn openapi() -> Json<serde_json::Value> {
-    Json(crate::openapi::document())
+    Json(crate::http::openapi::document())
 }
 
 /// The latest figures per measurement, run counts, archive size and the
@@ -2422,7 +2435,7 @@ async fn metrics(State(s): State<Ctx>, Extension(gate): Extension<Arc<Gate>>) ->
             (
                 "goodput_forward_delivered",
                 "Runs an archive said it stored.",
-                (|f| f.delivered) as fn(&crate::forward::ForwardStatus) -> u64,
+                (|f| f.delivered) as fn(&crate::state::forward::ForwardStatus) -> u64,
             ),
             (
                 "goodput_forward_failures",

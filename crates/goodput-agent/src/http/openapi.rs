@@ -6,9 +6,9 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::api::{GridView, Health, Ingest, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
-use crate::fleet::{AgentView, Registration};
-use crate::peer::Reservation;
+use crate::http::{GridView, Health, Ingest, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
+use crate::state::fleet::{AgentView, Registration};
+use crate::state::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.
 pub fn document() -> Value {

@@ -419,7 +419,7 @@ async fn send(
         }
     };
     let status = resp.status();
-    let text = crate::peer::body_capped(resp, 64 << 10)
+    let text = crate::state::peer::body_capped(resp, 64 << 10)
         .await
         .ok()
         .map(|b| String::from_utf8_lossy(&b).into_owned())

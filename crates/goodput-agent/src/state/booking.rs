@@ -11,8 +11,8 @@ use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::{place, Booking, Calendar, NonStart, RunClass};
 use goodput_core::spec::TestSpec;
 
-use crate::config::Peer;
-use crate::peer::{self, Refusal, Reservation, SlotView};
+use crate::state::config::Peer;
+use crate::state::peer::{self, Refusal, Reservation, SlotView};
 use crate::state::{pair_key, run_number, Booked, Shared};
 use crate::{clock, log};
 

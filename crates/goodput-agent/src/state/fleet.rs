@@ -20,7 +20,7 @@ use goodput_archive::AgentRecord;
 use goodput_core::mesh::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{authorise, internal, Ctx, Failure};
+use crate::http::{authorise, internal, Ctx, Failure};
 use crate::state::Shared;
 use crate::tls::Caller;
 use crate::{clock, log};
@@ -70,7 +70,7 @@ pub(crate) async fn config(
         .options
         .token
         .as_deref()
-        .is_some_and(|t| crate::api::token_matches(t, &headers));
+        .is_some_and(|t| crate::http::token_matches(t, &headers));
     let body = if whole {
         serde_json::to_vec_pretty(&config).map_err(internal)?
     } else {
@@ -130,10 +130,10 @@ pub(crate) async fn register(
     headers: HeaderMap,
     body: Result<Json<Registration>, axum::extract::rejection::JsonRejection>,
 ) -> Result<StatusCode, Failure> {
-    crate::api::only_archive(&s)?;
+    crate::http::only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
-    crate::api::write_quota(&s, from.ip(), crate::limits::Write::Registration, 1)?;
-    let Json(r) = body.map_err(|e| crate::api::unreadable(&e))?;
+    crate::http::write_quota(&s, from.ip(), crate::limits::Write::Registration, 1)?;
+    let Json(r) = body.map_err(|e| crate::http::unreadable(&e))?;
     let loaded = s.loaded();
     if !loaded.config.addresses.contains_key(&name) {
         return Err(Failure(
@@ -144,7 +144,7 @@ pub(crate) async fn register(
     // Only the agent at that address registers as it: the caller must be
     // one of its configured IP addresses (or what its host name resolves
     // to).
-    if let Err(e) = crate::api::caller_is(&loaded, &name, from.ip()).await {
+    if let Err(e) = crate::http::caller_is(&loaded, &name, from.ip()).await {
         {
             let mut inner = s.lock();
             inner.counters.refused += 1;
@@ -297,7 +297,7 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
     loop {
         // The goodput archives named now (an HTTP receiver takes no
         // registration).
-        let targets: Vec<crate::forward::ForwardTarget> = shared
+        let targets: Vec<crate::state::forward::ForwardTarget> = shared
             .targets()
             .into_iter()
             .filter(|t| t.kind == goodput_core::mesh::ArchiveKind::Goodput)

@@ -2,6 +2,15 @@
 //! of booked runs, the runs booked but not yet ended, quotas, and the
 //! latest figures per measurement. One lock, never held across an await.
 
+pub(crate) mod alerts;
+pub(crate) mod booking;
+pub(crate) mod config;
+pub(crate) mod exec;
+pub(crate) mod fleet;
+pub(crate) mod forward;
+pub(crate) mod minutes;
+pub(crate) mod peer;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,8 +24,8 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Loaded, Peer};
 use crate::limits::{Quotas, Writes};
+use crate::state::config::{Loaded, Peer};
 use crate::{clock, log, AgentOptions};
 
 /// A run on this agent's calendar that has not ended.
@@ -196,12 +205,12 @@ pub(crate) struct Shared {
     /// Wakes the forwarders when a run is queued for them.
     pub(crate) wake_forward: Notify,
     /// Each forwarding target's counters, by URL.
-    forwarding: Mutex<BTreeMap<String, crate::forward::ForwardStatus>>,
+    forwarding: Mutex<BTreeMap<String, crate::state::forward::ForwardStatus>>,
     /// Counts configurations put in force (the forwarders and the
     /// registrar watch it for the mesh's `archives`).
     pub(crate) installed: tokio::sync::watch::Sender<u64>,
     inner: Mutex<Inner>,
-    alerting: Mutex<crate::alerts::AlertState>,
+    alerting: Mutex<crate::state::alerts::AlertState>,
     /// Whether the archive takes writes, and this agent's own runs it
     /// could not store yet.
     unstored: Mutex<Unstored>,
@@ -337,7 +346,7 @@ impl Shared {
             wake_forward: Notify::new(),
             forwarding: Mutex::new(BTreeMap::new()),
             installed: tokio::sync::watch::Sender::new(0),
-            alerting: Mutex::new(crate::alerts::AlertState::default()),
+            alerting: Mutex::new(crate::state::alerts::AlertState::default()),
             unstored: Mutex::new(Unstored::default()),
             store_turn: tokio::sync::Mutex::new(()),
             inner: Mutex::new(Inner {
@@ -364,7 +373,7 @@ impl Shared {
     }
 
     /// The alerting state, locked (never across an await).
-    pub(crate) fn alerting(&self) -> MutexGuard<'_, crate::alerts::AlertState> {
+    pub(crate) fn alerting(&self) -> MutexGuard<'_, crate::state::alerts::AlertState> {
         self.alerting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -662,13 +671,13 @@ impl Shared {
     /// Where this agent forwards its runs: `--forward-to`'s archives, then
     /// the mesh document's `archives` (one target per URL; the flag's
     /// wins). An archive forwards nowhere.
-    pub(crate) fn targets(&self) -> Vec<crate::forward::ForwardTarget> {
+    pub(crate) fn targets(&self) -> Vec<crate::state::forward::ForwardTarget> {
         if self.is_archive() {
             return Vec::new();
         }
         let mut out = self.options.forward.clone();
         for (name, a) in &self.loaded().config.archives {
-            match crate::forward::ForwardTarget::from_mesh(a) {
+            match crate::state::forward::ForwardTarget::from_mesh(a) {
                 Ok(t) if !out.iter().any(|o| o.url == t.url) => out.push(t),
                 Ok(_) => {}
                 Err(e) => log(&format!("archives.{name}: {e}")),
@@ -697,11 +706,15 @@ impl Shared {
     }
 
     /// Changes one forwarding target's counters.
-    pub(crate) fn forward_status(&self, url: &str, f: impl FnOnce(&mut crate::forward::ForwardStatus)) {
+    pub(crate) fn forward_status(
+        &self,
+        url: &str,
+        f: impl FnOnce(&mut crate::state::forward::ForwardStatus),
+    ) {
         let mut all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner());
         let s = all
             .entry(url.to_string())
-            .or_insert_with(|| crate::forward::ForwardStatus {
+            .or_insert_with(|| crate::state::forward::ForwardStatus {
                 url: url.to_string(),
                 ..Default::default()
             });
@@ -710,20 +723,20 @@ impl Shared {
 
     /// Every forwarding target's counters, with its queue read from the
     /// archive.
-    pub(crate) async fn forwarding(&self) -> Vec<crate::forward::ForwardStatus> {
+    pub(crate) async fn forwarding(&self) -> Vec<crate::state::forward::ForwardStatus> {
         let sizes = self.archive.backlog_sizes().await.unwrap_or_default();
         let now = clock::now_ms();
         let all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.targets()
             .iter()
             .map(|t| {
-                let mut s = all
-                    .get(&t.url)
-                    .cloned()
-                    .unwrap_or_else(|| crate::forward::ForwardStatus {
-                        url: t.url.clone(),
-                        ..Default::default()
-                    });
+                let mut s =
+                    all.get(&t.url)
+                        .cloned()
+                        .unwrap_or_else(|| crate::state::forward::ForwardStatus {
+                            url: t.url.clone(),
+                            ..Default::default()
+                        });
                 if let Some((_, n, oldest)) = sizes.iter().find(|(u, _, _)| *u == t.url) {
                     s.backlog = *n;
                     s.backlog_age_s = oldest.map_or(0.0, |o| now.saturating_sub(o) as f64 / 1000.0);
@@ -953,7 +966,7 @@ impl Shared {
 
 /// The record of a led run that never started: due at `at` while the
 /// agent was down, or passed over by a step of the wall clock.
-pub(crate) fn missed_run(led: &crate::config::Led, id: String, at: u64, why: &str) -> Run {
+pub(crate) fn missed_run(led: &crate::state::config::Led, id: String, at: u64, why: &str) -> Run {
     let t = &led.task;
     let b = Booked {
         id,

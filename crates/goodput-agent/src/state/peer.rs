@@ -5,7 +5,7 @@ use goodput_archive::Run;
 use goodput_core::schedule::RunClass;
 use serde::{Deserialize, Serialize};
 
-use crate::config::Peer;
+use crate::state::config::Peer;
 use crate::state::Shared;
 
 /// A booking as the API shows it.

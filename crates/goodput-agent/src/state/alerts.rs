@@ -195,7 +195,7 @@ const JUDGED_AT_ONCE: usize = 8;
 /// Every rule over one measurement.
 async fn judge(
     shared: &Shared,
-    loaded: &crate::config::Loaded,
+    loaded: &crate::state::config::Loaded,
     rules: &[Rule],
     p: &PairTask,
     now: u64,

@@ -14,8 +14,8 @@ use goodput_engine::run::{run, RunContext};
 use goodput_engine::NullObserver;
 use tokio::task::JoinSet;
 
-use crate::minutes::{self, Minutes};
-use crate::peer;
+use crate::state::minutes::{self, Minutes};
+use crate::state::peer;
 use crate::state::{Booked, Shared};
 use crate::{clock, log};
 
