@@ -4,6 +4,7 @@
 //! need the shared token (`Authorization: Bearer …`) and an address the
 //! allow list admits.
 
+pub(crate) mod accept;
 pub(crate) mod listen;
 pub(crate) mod openapi;
 mod pages;
@@ -27,13 +28,14 @@ use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::clock;
+use crate::http::accept::{ApiListener, Caller};
 use crate::http::listen::{Gate, Watched};
 use crate::limits::{Bucket, Write};
+use crate::log::log;
 use crate::state::booking::{plan, Placed, Planning};
 use crate::state::peer::{Reservation, SlotView};
 use crate::state::{run_number, Booked, Counters, Shared};
-use crate::tls::{ApiListener, Caller};
-use crate::{clock, log};
 
 pub(crate) type Ctx = Arc<Shared>;
 
@@ -520,7 +522,7 @@ pub(crate) struct Health {
     beacon_error: Option<String>,
     counters: Counters,
     /// `agent`, or `archive` (a fleet's).
-    role: crate::Role,
+    role: crate::state::options::Role,
     /// The archive's engine: `sqlite` or `postgres`.
     archive_engine: String,
     /// Each archive this agent forwards to: its queue (length and the

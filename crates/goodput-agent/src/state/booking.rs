@@ -11,10 +11,11 @@ use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::{place, Booking, Calendar, NonStart, RunClass};
 use goodput_core::spec::TestSpec;
 
+use crate::clock;
+use crate::log::log;
 use crate::state::config::Peer;
 use crate::state::peer::{self, Refusal, Reservation, SlotView};
 use crate::state::{pair_key, run_number, Booked, Shared};
-use crate::{clock, log};
 
 /// How far ahead of a run's time it is booked: the peer must hold it
 /// before it starts.

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
 
+use crate::clock;
+use crate::log::log;
 use crate::state::Shared;
-use crate::{clock, log};
 
 /// Where the configuration comes from.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,10 +14,11 @@ use goodput_engine::run::{run, RunContext};
 use goodput_engine::NullObserver;
 use tokio::task::JoinSet;
 
+use crate::clock;
+use crate::log::log;
 use crate::state::minutes::{self, Minutes};
 use crate::state::peer;
 use crate::state::{Booked, Shared};
-use crate::{clock, log};
 
 /// Intervals and connection records kept in a stored result.
 const MAX_RECORDS: usize = 200;

@@ -20,10 +20,11 @@ use goodput_archive::AgentRecord;
 use goodput_core::mesh::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
+use crate::clock;
+use crate::http::accept::Caller;
 use crate::http::{authorise, internal, Ctx, Failure};
+use crate::log::log;
 use crate::state::Shared;
-use crate::tls::Caller;
-use crate::{clock, log};
 
 /// `?host=NAME`.
 #[derive(Deserialize)]

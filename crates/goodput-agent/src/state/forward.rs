@@ -25,8 +25,9 @@ use goodput_archive::Run;
 use goodput_core::mesh::{ArchiveKind, Transform};
 use serde::Serialize;
 
+use crate::clock;
+use crate::log::log;
 use crate::state::Shared;
-use crate::{clock, log};
 
 /// An archive the agent forwards its runs to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ pub(crate) mod exec;
 pub(crate) mod fleet;
 pub(crate) mod forward;
 pub(crate) mod minutes;
+pub(crate) mod options;
 pub(crate) mod peer;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,9 +25,11 @@ use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock;
 use crate::limits::{Quotas, Writes};
+use crate::log::log;
 use crate::state::config::{Loaded, Peer};
-use crate::{clock, log, AgentOptions};
+use crate::state::options::AgentOptions;
 
 /// A run on this agent's calendar that has not ended.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -696,7 +699,7 @@ impl Shared {
 
     /// This process is a fleet's archive: it speaks for every measurement.
     pub(crate) fn is_archive(&self) -> bool {
-        self.options.role == crate::Role::Archive
+        self.options.role == crate::state::options::Role::Archive
     }
 
     /// Whether this process speaks for the measurements `source` runs:
