@@ -6,7 +6,14 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::http::{GridView, Health, Ingest, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
+use axum::Json;
+
+use crate::http::archive::Ingest;
+use crate::http::grid::GridView;
+use crate::http::runs::OnDemand;
+use crate::http::schedule::ScheduleView;
+use crate::http::series::{PathsView, SeriesView};
+use crate::http::status::{Health, TaskView};
 use crate::state::fleet::{AgentView, Registration};
 use crate::state::peer::Reservation;
 
@@ -135,4 +142,8 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "application/openmetrics-text"}}}}
         }
     })
+}
+
+pub(crate) async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::http::openapi::document())
 }

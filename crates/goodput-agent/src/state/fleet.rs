@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock;
 use crate::http::accept::Caller;
-use crate::http::{authorise, internal, Ctx, Failure};
+use crate::http::auth::authorise;
+use crate::http::{internal, Ctx, Failure};
 use crate::log::log;
 use crate::state::Shared;
 
@@ -71,7 +72,7 @@ pub(crate) async fn config(
         .options
         .token
         .as_deref()
-        .is_some_and(|t| crate::http::token_matches(t, &headers));
+        .is_some_and(|t| crate::http::auth::token_matches(t, &headers));
     let body = if whole {
         serde_json::to_vec_pretty(&config).map_err(internal)?
     } else {
@@ -133,7 +134,7 @@ pub(crate) async fn register(
 ) -> Result<StatusCode, Failure> {
     crate::http::only_archive(&s)?;
     authorise(&s, from.ip(), &headers)?;
-    crate::http::write_quota(&s, from.ip(), crate::limits::Write::Registration, 1)?;
+    crate::http::auth::write_quota(&s, from.ip(), crate::limits::Write::Registration, 1)?;
     let Json(r) = body.map_err(|e| crate::http::unreadable(&e))?;
     let loaded = s.loaded();
     if !loaded.config.addresses.contains_key(&name) {
@@ -145,7 +146,7 @@ pub(crate) async fn register(
     // Only the agent at that address registers as it: the caller must be
     // one of its configured IP addresses (or what its host name resolves
     // to).
-    if let Err(e) = crate::http::caller_is(&loaded, &name, from.ip()).await {
+    if let Err(e) = crate::http::auth::caller_is(&loaded, &name, from.ip()).await {
         {
             let mut inner = s.lock();
             inner.counters.refused += 1;
