@@ -6,7 +6,8 @@
 
 pub(crate) mod accept;
 mod archive;
-pub(crate) mod auth;
+mod auth;
+mod fleet;
 mod grid;
 pub(crate) mod listen;
 mod metrics;

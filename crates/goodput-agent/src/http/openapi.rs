@@ -9,12 +9,13 @@ use serde_json::{json, Value};
 use axum::Json;
 
 use crate::http::archive::Ingest;
+use crate::http::fleet::AgentView;
 use crate::http::grid::GridView;
 use crate::http::runs::OnDemand;
 use crate::http::schedule::ScheduleView;
 use crate::http::series::{PathsView, SeriesView};
 use crate::http::status::{Health, TaskView};
-use crate::state::fleet::{AgentView, Registration};
+use crate::state::fleet::Registration;
 use crate::state::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.

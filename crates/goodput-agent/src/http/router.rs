@@ -22,7 +22,7 @@ use crate::log::log;
 use crate::state::Shared;
 
 use super::auth::{authorise, token_matches};
-use super::{archive, grid, metrics, openapi, runs, schedule, series, status};
+use super::{archive, fleet, grid, metrics, openapi, runs, schedule, series, status};
 use super::{bad, Ctx, Failure};
 
 /// Binds the API's listening sockets: HTTPS when this host's address has
@@ -372,12 +372,9 @@ pub(crate) fn router(shared: Ctx, gate: Arc<Gate>) -> Router {
             "/api/v1/archive/pscheduler",
             post(archive::pscheduler).put(archive::pscheduler),
         )
-        .route("/api/v1/fleet/config", get(crate::state::fleet::config))
-        .route("/api/v1/fleet/agents", get(crate::state::fleet::agents))
-        .route(
-            "/api/v1/fleet/agents/{name}",
-            axum::routing::put(crate::state::fleet::register),
-        )
+        .route("/api/v1/fleet/config", get(fleet::config))
+        .route("/api/v1/fleet/agents", get(fleet::agents))
+        .route("/api/v1/fleet/agents/{name}", axum::routing::put(fleet::register))
         .route("/api/v1/series", get(series::series))
         .route("/api/v1/paths", get(series::paths))
         .route("/api/v1/grid", get(grid::grid))
