@@ -14,8 +14,9 @@ use crate::http::accept::Caller;
 use crate::limits::Write;
 
 use super::auth::{authorise, write_quota, Owners};
-use super::runs::{base_of, out_of_range, read_spec};
+use super::runs::{out_of_range, read_spec};
 use super::{count_refusal, internal, only_archive, unreadable, unstored, Ctx, Failure};
+use crate::state::booking::base_of;
 
 /// A batch of runs forwarded by an agent.
 #[derive(Deserialize, schemars::JsonSchema)]

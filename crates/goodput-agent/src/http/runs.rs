@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::clock;
 use crate::http::accept::Caller;
 use crate::limits::{Bucket, Write};
-use crate::state::booking::{plan, Placed, Planning};
+use crate::state::booking::{base_of, plan, Placed, Planning};
 use crate::state::{run_number, Shared};
 
 use super::auth::{authorise, from_the_other_end, not_owner, write_quota};
@@ -58,20 +58,6 @@ fn in_range(s: &Shared, run: &Run, now: u64) -> Result<(), Failure> {
             Err(bad(format!("run {}: {e}", run.id)))
         }
     }
-}
-
-/// A run id's base time: `BASE_MS`, or `BASE_MS~K` for the K-th run of
-/// that base time (the wall clock stepped back and it came round again,
-/// see `plan`).
-pub(crate) fn base_of(tail: &str) -> Option<u64> {
-    let (base, again) = match tail.split_once('~') {
-        Some((b, k)) => (b, Some(k)),
-        None => (tail, None),
-    };
-    if let Some(k) = again {
-        k.parse::<u32>().ok().filter(|k| *k >= 2)?;
-    }
-    base.parse().ok()
 }
 
 /// The task, source and dest of a configured run, from its id
@@ -553,23 +539,4 @@ pub(crate) async fn on_demand(
             Json(serde_json::json!({"error": format!("run {id} exists already")})),
         ),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_replayed_run_id_has_its_base_time() {
-        assert_eq!(super::base_of("1795800240000"), Some(1_795_800_240_000));
-        assert_eq!(super::base_of("1795800240000~2"), Some(1_795_800_240_000));
-        assert_eq!(super::base_of("1795800240000~17"), Some(1_795_800_240_000));
-        for bad in [
-            "1795800240000~1",
-            "1795800240000~",
-            "1795800240000~x",
-            "~2",
-            "12a",
-        ] {
-            assert_eq!(super::base_of(bad), None, "{bad}");
-        }
-    }
 }

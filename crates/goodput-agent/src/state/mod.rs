@@ -12,15 +12,16 @@ pub(crate) mod minutes;
 pub(crate) mod options;
 pub(crate) mod peer;
 
+pub(crate) use booking::Booked;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use goodput_archive::{figures_of, measurement_key, Archive, Figures, Run, RunFilter, RunState};
+use goodput_archive::{figures_of, Archive, Figures, Run, RunState};
 use goodput_core::result::TestResult;
-use goodput_core::schedule::{Booking, Calendar, RunClass};
-use goodput_core::spec::TestSpec;
+use goodput_core::schedule::Calendar;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -30,74 +31,6 @@ use crate::limits::{Quotas, Writes};
 use crate::log::log;
 use crate::state::config::{Loaded, Peer};
 use crate::state::options::AgentOptions;
-
-/// A run on this agent's calendar that has not ended.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct Booked {
-    /// The run's id (the same on both ends).
-    pub(crate) id: String,
-    /// Its number on the calendars (a hash of the id).
-    pub(crate) number: u64,
-    /// Its task (`on-demand` for a run asked through the API).
-    pub(crate) task: String,
-    /// The end that runs the test.
-    pub(crate) source: String,
-    /// The other end.
-    pub(crate) dest: Option<String>,
-    /// What it runs.
-    #[schemars(with = "serde_json::Value")]
-    pub(crate) spec: TestSpec,
-    /// How it shares the host.
-    pub(crate) class: RunClass,
-    /// When it was due (ms since the Unix epoch).
-    pub(crate) scheduled_ms: u64,
-    /// Its booked slot's start (ms).
-    pub(crate) start_ms: u64,
-    /// Its booked slot's end (ms).
-    pub(crate) end_ms: u64,
-    /// This host runs it (it is the source).
-    pub(crate) runs_here: bool,
-    /// Under way.
-    pub(crate) started: bool,
-    /// Who booked it: `this agent`, or the address of the peer that did.
-    pub(crate) booked_by: String,
-    /// The agent at the other end, which gets the result.
-    #[serde(skip)]
-    pub(crate) peer: Option<Peer>,
-}
-
-impl Booked {
-    /// The archive's record of it.
-    pub(crate) fn record(&self, state: RunState, reason: Option<String>) -> Run {
-        Run {
-            id: self.id.clone(),
-            task: self.task.clone(),
-            source: self.source.clone(),
-            dest: self.dest.clone(),
-            kind: self.spec.kind().into(),
-            class: self.class,
-            state,
-            reason,
-            scheduled_ms: self.scheduled_ms,
-            start_ms: Some(self.start_ms),
-            end_ms: Some(self.end_ms),
-            measurement_key: measurement_key(&self.spec, &self.source, self.dest.as_deref()),
-            spec: serde_json::to_value(&self.spec).unwrap_or_default(),
-            result: None,
-            figures: Figures::default(),
-        }
-    }
-
-    /// The booking on the calendar.
-    pub(crate) fn booking(&self) -> Booking {
-        Booking {
-            run: self.number,
-            start: self.start_ms,
-            end: self.end_ms,
-            class: self.class,
-        }
-    }
-}
 
 /// A run's number on the calendars: FNV-1a of its id.
 pub(crate) fn run_number(id: &str) -> u64 {
@@ -795,123 +728,6 @@ impl Shared {
         }
     }
 
-    /// After a start: the runs that were under way or due while the agent
-    /// was down are stored as missed; runs booked for later are booked
-    /// again.
-    pub(crate) async fn recover(&self) -> Result<(), String> {
-        let now = clock::now_ms();
-        let last_alive: Option<u64> = std::fs::read_to_string(self.heartbeat_path())
-            .ok()
-            .and_then(|t| t.trim().parse().ok());
-        let loaded = self.loaded();
-        let mut missed = Vec::new();
-        let mut again = Vec::new();
-        for state in [RunState::Running, RunState::Scheduled] {
-            let open = self
-                .archive
-                .runs(&RunFilter {
-                    state: Some(state),
-                    limit: 100_000,
-                    ..RunFilter::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            for mut r in open {
-                let later = r.start_ms.is_some_and(|s| s > now + 1000);
-                match (state, later, serde_json::from_value::<TestSpec>(r.spec.clone())) {
-                    (RunState::Scheduled, true, Ok(spec)) => again.push((r, spec)),
-                    (RunState::Running, ..) => {
-                        r.state = RunState::Missed;
-                        r.reason = Some("the agent stopped during the run".into());
-                        missed.push(r);
-                    }
-                    _ => {
-                        r.state = RunState::Missed;
-                        r.reason = Some("the agent was not running at its time".into());
-                        missed.push(r);
-                    }
-                }
-            }
-        }
-        // Runs due while the agent was down that it has no record of.
-        if let Some(from) = last_alive {
-            for led in &loaded.led {
-                let t = &led.task;
-                // At most 10,000 per pair: a long absence with a short
-                // repeat is not worth a row for every run.
-                let due = t.repeat.due_between(t.seed, from, now, 10_000);
-                let ids: Vec<String> = due.iter().map(|(n, _)| t.run_id(*n)).collect();
-                let known = self.archive.existing(&ids).await.map_err(|e| e.to_string())?;
-                for ((_, at), id) in due.into_iter().zip(ids) {
-                    if known.contains(&id) {
-                        continue;
-                    }
-                    missed.push(missed_run(led, id, at, "the agent was not running at its time"));
-                }
-            }
-        }
-        // Runs booked for later are booked again (or, if their slot is
-        // taken meanwhile, missed).
-        {
-            let mut inner = self.lock();
-            for (r, spec) in again {
-                let runs_here = loaded.mine.contains(&r.source);
-                let other = if runs_here {
-                    r.dest.clone()
-                } else {
-                    Some(r.source.clone())
-                };
-                let b = Booked {
-                    number: run_number(&r.id),
-                    id: r.id,
-                    task: r.task,
-                    source: r.source,
-                    dest: r.dest,
-                    spec,
-                    class: r.class,
-                    scheduled_ms: r.scheduled_ms,
-                    start_ms: r.start_ms.unwrap_or(0),
-                    end_ms: r.end_ms.unwrap_or(0),
-                    runs_here,
-                    started: false,
-                    booked_by: "before a restart".into(),
-                    peer: other.and_then(|o| loaded.peer(&o)),
-                };
-                if inner.calendar.book(b.booking()).is_ok() {
-                    inner.booked.insert(b.number, b);
-                } else {
-                    let mut r = b.record(
-                        RunState::Missed,
-                        Some("its slot was taken while the agent was down".into()),
-                    );
-                    r.start_ms = None;
-                    r.end_ms = None;
-                    missed.push(r);
-                }
-            }
-        }
-        if !missed.is_empty() {
-            log(&format!("{} runs missed while the agent was down", missed.len()));
-            self.store(&missed).await;
-        }
-        // The latest figures per measurement, for /metrics.
-        if let Ok(recent) = self
-            .archive
-            .runs(&RunFilter {
-                state: Some(RunState::Finished),
-                limit: 5000,
-                ..RunFilter::default()
-            })
-            .await
-        {
-            for r in recent.iter().rev() {
-                self.note_latest(r);
-            }
-        }
-        self.heartbeat();
-        Ok(())
-    }
-
     /// Called when the agent stops: held runs get a last try.
     pub(crate) async fn shutdown(&self) {
         self.heartbeat();
@@ -965,32 +781,6 @@ impl Shared {
         r.result = serde_json::to_value(result).ok();
         r
     }
-}
-
-/// The record of a led run that never started: due at `at` while the
-/// agent was down, or passed over by a step of the wall clock.
-pub(crate) fn missed_run(led: &crate::state::config::Led, id: String, at: u64, why: &str) -> Run {
-    let t = &led.task;
-    let b = Booked {
-        id,
-        number: 0,
-        task: t.task.clone(),
-        source: t.source.clone(),
-        dest: t.dest.clone(),
-        spec: t.spec.clone(),
-        class: t.class,
-        scheduled_ms: at,
-        start_ms: at,
-        end_ms: at.saturating_add(t.expected_ms()),
-        runs_here: led.runs_here,
-        started: false,
-        booked_by: "this agent".into(),
-        peer: led.peer.clone(),
-    };
-    let mut r = b.record(RunState::Missed, Some(why.to_owned()));
-    r.start_ms = None;
-    r.end_ms = None;
-    r
 }
 
 /// Errors that say this host ran out of something (descriptors, memory,
@@ -1102,6 +892,7 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use goodput_core::schedule::RunClass;
 
     fn run(id: &str, state: RunState) -> Run {
         Run {

@@ -13,9 +13,10 @@ use goodput_core::spec::TestSpec;
 
 use crate::clock;
 use crate::log::log;
+use crate::state::booking::{missed_run, Booked, BookedBy, Wanted};
 use crate::state::config::Peer;
 use crate::state::peer::{self, Refusal, Reservation, SlotView};
-use crate::state::{pair_key, run_number, Booked, Shared};
+use crate::state::{pair_key, run_number, Shared};
 
 /// How far ahead of a run's time it is booked: the peer must hold it
 /// before it starts.
@@ -42,6 +43,23 @@ pub(crate) struct Planning {
     pub(crate) duration: u64,
     pub(crate) peer: Option<Peer>,
     pub(crate) runs_here: bool,
+}
+
+impl Planning {
+    /// The run to book, before it has a slot.
+    fn wanted(&self) -> Wanted {
+        Wanted {
+            id: self.id.clone(),
+            task: self.task.clone(),
+            source: self.source.clone(),
+            dest: self.dest.clone(),
+            spec: self.spec.clone(),
+            class: self.class,
+            scheduled_ms: self.at,
+            runs_here: self.runs_here,
+            peer: self.peer.clone(),
+        }
+    }
 }
 
 /// What became of a placing.
@@ -167,7 +185,7 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Ru
             if out.len() >= MAX_MISSED {
                 return (out, true);
             }
-            out.push(crate::state::missed_run(led, t.run_id(n), at, why));
+            out.push(missed_run(led, t.run_id(n), at, why));
             n = t.repeat.next(n);
         }
     }
@@ -342,22 +360,7 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
         Err(e) => log(&format!("run {}: the archive could not be read: {e}", p.id)),
     }
     let placed = place_run(shared, &p).await;
-    let mut b = Booked {
-        number: run_number(&p.id),
-        id: p.id.clone(),
-        task: p.task.clone(),
-        source: p.source.clone(),
-        dest: p.dest.clone(),
-        spec: p.spec.clone(),
-        class: p.class,
-        scheduled_ms: p.at,
-        start_ms: 0,
-        end_ms: 0,
-        runs_here: p.runs_here,
-        started: false,
-        booked_by: "this agent".into(),
-        peer: p.peer.clone(),
-    };
+    let mut b = Booked::new(p.wanted(), 0, 0, BookedBy::ThisAgent);
     match &placed {
         Placed::Booked { start, end } => {
             b.start_ms = *start;
@@ -427,22 +430,12 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
                 p.class,
             ) {
                 Ok(start) => {
-                    let b = Booked {
-                        id: p.id.clone(),
-                        number: run_number(&p.id),
-                        task: p.task.clone(),
-                        source: p.source.clone(),
-                        dest: p.dest.clone(),
-                        spec: p.spec.clone(),
-                        class: p.class,
-                        scheduled_ms: p.at,
-                        start_ms: start,
-                        end_ms: start.saturating_add(p.duration),
-                        runs_here: p.runs_here,
-                        started: false,
-                        booked_by: "this agent".into(),
-                        peer: p.peer.clone(),
-                    };
+                    let b = Booked::new(
+                        p.wanted(),
+                        start,
+                        start.saturating_add(p.duration),
+                        BookedBy::ThisAgent,
+                    );
                     // On the calendar only: the executor sees it once the
                     // peer has agreed and it is stored.
                     match inner.calendar.book(b.booking()) {
