@@ -4,27 +4,32 @@
 //! the agent at the other end), keeps every run in its archive, and
 //! answers an HTTP API.
 //!
-//! The parts:
-//! - `config`: the mesh document from a file or a URL, reloaded on SIGHUP
-//!   and on a period, the old one kept when a new one is wrong;
-//! - `plan`: the runs this agent leads, placed on both ends' calendars
-//!   (the pure scheduling core is `goodput_core::schedule`);
-//! - `exec`: runs the booked runs whose source this host is, through the
-//!   engine's one run entry, and stores them;
-//! - `api`: the HTTP API (`/api/v1`, `/metrics`), which is also how agents
-//!   talk to each other;
-//! - `limits`: what a requester may ask of this agent, each refusal naming
-//!   its limit;
-//! - `minutes`: background STAMP streams kept as per-minute summaries
-//!   with mergeable histograms;
-//! - `forward`: store-and-forward of every ended run to the fleet's
-//!   archives, through a bounded queue in the agent's own archive;
-//! - `alerts`: the soft-failure rules evaluated over the measurements
-//!   this agent runs, alerts stored and sent to Alertmanager and webhooks;
-//! - `dashboard`: the web pages (grid, pair explorer, host page) on the
-//!   API's server.
+//! The crate has two layers above a few small leaf modules, and the
+//! arrows point one way: `http` calls into `state`, `state` never names
+//! `http`, and the leaves name neither (`tests/layers.rs` checks it).
+//!
+//! - `state`: what the agent does and holds. `Shared` is the hub (the
+//!   configuration in force, the calendar, runs under way, quotas, the
+//!   latest figures); beside it each subsystem with its own state:
+//!   `config` (the mesh document from a file or a URL, reloaded),
+//!   `booking` (the leader's, the follower's and the restart's sides of
+//!   putting a run on the calendars), `exec` (runs the booked runs through
+//!   the engine's one run entry, and the beacon), `minutes` (background
+//!   STAMP streams as per-minute summaries), `forward` (store-and-forward
+//!   to the fleet's archives), `alerts` (the soft-failure rules, alerts
+//!   stored and delivered), `fleet` (registering with the archives),
+//!   `peer` (calls to other agents), `options`;
+//! - `http`: the API's server (`router`: listeners, admission, routes),
+//!   `auth` (the token, the allow list, who a caller is), the JSON
+//!   handlers one file per resource, `pages` (the dashboard), `metrics`
+//!   (OpenMetrics), `openapi`; views of the state, which is also how
+//!   agents talk to each other;
+//! - leaves: `clock`, `limits` (what a requester may ask, each refusal
+//!   naming its limit), `log`, `secrets` (redaction), `tls`
+//!   (certificates and pins), `answer` (reading a bounded answer).
 #![warn(missing_docs, unreachable_pub)]
 
+mod answer;
 mod clock;
 mod http;
 mod limits;
@@ -42,12 +47,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::log::{log, redact};
 
+pub use answer::json_capped;
 pub use http::openapi::document as openapi_document;
 pub use limits::{ConnLimits, Limits, Window};
 pub use state::config::{fetch as fetch_document, mine, own_identities, ConfigSource};
 pub use state::forward::ForwardTarget;
 pub use state::options::{AgentOptions, Role};
-pub use state::peer::json_capped;
 pub use tls::fingerprint;
 
 /// The SHA-256 fingerprint of the certificate the agent serves its API

@@ -2,6 +2,7 @@
 //! results.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -13,7 +14,7 @@ use crate::clock;
 use crate::http::accept::Caller;
 use crate::limits::Write;
 
-use super::auth::{authorise, write_quota, Owners};
+use super::auth::{authorise, caller_is, write_quota};
 use super::runs::{out_of_range, read_spec};
 use super::{count_refusal, internal, only_archive, unreadable, unstored, Ctx, Failure};
 use crate::state::booking::base_of;
@@ -291,6 +292,93 @@ pub(crate) async fn pscheduler(
         "measurement_key": run.measurement_key,
         "test_type": mapped.test_type,
     })))
+}
+
+/// Who a caller of `POST /api/v1/archive/runs` is, worked out once per
+/// configured name in a batch.
+struct Owners {
+    ip: IpAddr,
+    known: HashMap<String, Result<(), String>>,
+}
+
+impl Owners {
+    fn new(ip: IpAddr) -> Self {
+        Self {
+            ip: ip.to_canonical(),
+            known: HashMap::new(),
+        }
+    }
+
+    /// Whether the caller is configured address `name` ([`caller_is`]).
+    async fn is(&mut self, loaded: &crate::state::config::Loaded, name: &str) -> Result<(), String> {
+        if let Some(known) = self.known.get(name) {
+            return known.clone();
+        }
+        let found = caller_is(loaded, name, self.ip).await;
+        self.known.insert(name.to_owned(), found.clone());
+        found
+    }
+
+    /// A forwarded run may be written only by its own agent: its ends
+    /// are addresses of this archive's mesh, the caller is one of them
+    /// (each end of a two-ended run keeps and forwards its own record),
+    /// its id names that pair unless it is an on-demand run's, and a
+    /// record already stored under an id that names no pair has the
+    /// same ends (`stored`). `Err` is the reason, as the refusal says it.
+    async fn check(
+        &mut self,
+        loaded: &crate::state::config::Loaded,
+        run: &Run,
+        stored: Option<&(String, Option<String>)>,
+    ) -> Result<(), String> {
+        let ends: Vec<&str> = std::iter::once(run.source.as_str())
+            .chain(run.dest.as_deref())
+            .collect();
+        if let Some(e) = ends.iter().find(|e| !loaded.config.addresses.contains_key(**e)) {
+            return Err(format!(
+                "not owner: {e}, an end of run {}, is not an address of this archive's mesh",
+                run.id
+            ));
+        }
+        let mut why = Vec::new();
+        let mut mine = false;
+        for e in &ends {
+            match self.is(loaded, e).await {
+                Ok(()) => {
+                    mine = true;
+                    break;
+                }
+                Err(e) => why.push(e),
+            }
+        }
+        if !mine {
+            return Err(format!(
+                "not owner: run {} is stored only from its source or dest ({})",
+                run.id,
+                why.join("; ")
+            ));
+        }
+        if !run.id.starts_with("on-demand/") && !names_its_pair(run) {
+            return Err(format!(
+                "not owner: run {}'s id does not name its task {}, source {} and dest {}",
+                run.id,
+                run.task,
+                run.source,
+                run.dest.as_deref().unwrap_or("-")
+            ));
+        }
+        if let Some((source, dest)) = stored {
+            if (source, dest) != (&run.source, &run.dest) {
+                return Err(format!(
+                    "not owner: run {} is stored from {source} to {}, and only its own agent \
+                     replaces it",
+                    run.id,
+                    dest.as_deref().unwrap_or("-")
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -108,7 +108,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     if !r.status().is_success() {
                         return Err(format!("HTTP {}", r.status()));
                     }
-                    let bytes = crate::state::peer::body_capped(r, MAX_GRID)
+                    let bytes = crate::answer::body_capped(r, MAX_GRID)
                         .await
                         .map_err(|e| match e {
                             Some(e) => e.to_string(),

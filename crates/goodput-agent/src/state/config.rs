@@ -232,7 +232,7 @@ pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Re
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             // A configuration is small; a bigger body is refused, not read.
-            let bytes = crate::state::peer::body_capped(response, MAX_CONFIG_BYTES)
+            let bytes = crate::answer::body_capped(response, MAX_CONFIG_BYTES)
                 .await
                 .map_err(|e| match e {
                     Some(e) => format!("cannot fetch {u}: {e}"),

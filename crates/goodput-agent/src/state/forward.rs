@@ -420,7 +420,7 @@ async fn send(
         }
     };
     let status = resp.status();
-    let text = crate::state::peer::body_capped(resp, 64 << 10)
+    let text = crate::answer::body_capped(resp, 64 << 10)
         .await
         .ok()
         .map(|b| String::from_utf8_lossy(&b).into_owned())
