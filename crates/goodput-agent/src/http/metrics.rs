@@ -82,7 +82,7 @@ pub(crate) async fn metrics(
     );
     let inner = s.lock();
     out += "# TYPE goodput_agent_booked gauge\n";
-    out += &format!("goodput_agent_booked {}\n", inner.booked.len());
+    out += &format!("goodput_agent_booked {}\n", inner.book.booked.len());
     out += "# TYPE goodput_agent_running gauge\n";
     out += &format!("goodput_agent_running {}\n", inner.running);
     out += "# TYPE goodput_agent_config_error gauge\n";

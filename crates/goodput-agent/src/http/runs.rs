@@ -281,6 +281,7 @@ pub(crate) async fn put_run(
     // What this agent knows of the run's ends, in order of trust.
     let booked = s
         .lock()
+        .book
         .booked
         .get(&n)
         .filter(|b| b.id == id)
@@ -379,7 +380,7 @@ pub(crate) async fn put_run(
     in_range(&s, &run, clock::now_ms())?;
     {
         let mut inner = s.lock();
-        match inner.booked.get(&n) {
+        match inner.book.booked.get(&n) {
             // This host runs it and has begun: its own record stands.
             Some(b) if b.runs_here && b.started => {
                 return Err(Failure(
@@ -388,8 +389,8 @@ pub(crate) async fn put_run(
                 ));
             }
             Some(_) => {
-                inner.calendar.release(n);
-                inner.booked.remove(&n);
+                inner.book.calendar.release(n);
+                inner.book.booked.remove(&n);
             }
             None => {}
         }

@@ -61,6 +61,7 @@ pub(crate) fn schedule_view(s: &Ctx, from: u64, to: u64) -> ScheduleView {
         class: b.class,
     };
     let within: Vec<&Booked> = inner
+        .book
         .booked
         .values()
         .filter(|b| b.start_ms < to && from < b.end_ms)
@@ -69,7 +70,7 @@ pub(crate) fn schedule_view(s: &Ctx, from: u64, to: u64) -> ScheduleView {
         from_ms: from,
         to_ms: to,
         bookings: within.iter().map(|b| slot(b)).collect(),
-        free: inner.calendar.free(from, to, RunClass::Exclusive),
+        free: inner.book.calendar.free(from, to, RunClass::Exclusive),
         runs: within.into_iter().cloned().collect(),
     }
 }

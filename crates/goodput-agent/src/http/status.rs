@@ -97,9 +97,9 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
         clock_steps: crate::clock::steps(),
         archive_bytes,
         archive_runs,
-        booked: inner.booked.len(),
+        booked: inner.book.booked.len(),
         running: inner.running,
-        held_for_peers: inner.booked.values().filter(|b| !b.runs_here).count(),
+        held_for_peers: inner.book.booked.values().filter(|b| !b.runs_here).count(),
         config_source: crate::secrets::redact_url(&s.options.config.to_string()),
         config_loaded: ms_rfc3339(inner.loaded.loaded_ms),
         config_error: inner

@@ -31,6 +31,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
         let next = {
             let inner = shared.lock();
             inner
+                .book
                 .booked
                 .values()
                 .filter(|b| b.runs_here && !b.started)
@@ -50,6 +51,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
         let start: Vec<Booked> = {
             let mut inner = shared.lock();
             let due: Vec<u64> = inner
+                .book
                 .booked
                 .values()
                 .filter(|b| b.runs_here && !b.started && b.start_ms <= now)
@@ -57,7 +59,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
                 .collect();
             due.iter()
                 .filter_map(|n| {
-                    let b = inner.booked.get_mut(n)?;
+                    let b = inner.book.booked.get_mut(n)?;
                     b.started = true;
                     Some(b.clone())
                 })
@@ -134,8 +136,8 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
     };
     {
         let mut inner = shared.lock();
-        inner.calendar.release(b.number);
-        inner.booked.remove(&b.number);
+        inner.book.calendar.release(b.number);
+        inner.book.booked.remove(&b.number);
     }
     shared.store(std::slice::from_ref(&record)).await;
     shared.note_latest(&record);

@@ -12,7 +12,7 @@ pub(crate) mod minutes;
 pub(crate) mod options;
 pub(crate) mod peer;
 
-pub(crate) use booking::Booked;
+pub(crate) use booking::{Book, Booked};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use goodput_archive::{figures_of, Archive, Figures, Run, RunState};
 use goodput_core::result::TestResult;
-use goodput_core::schedule::Calendar;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -94,11 +93,8 @@ pub(crate) struct Counters {
 pub(crate) struct Inner {
     pub(crate) loaded: Arc<Loaded>,
     pub(crate) config_error: Option<(u64, String)>,
-    pub(crate) calendar: Calendar,
-    /// Runs booked and not ended, by number.
-    pub(crate) booked: BTreeMap<u64, Booked>,
-    /// Per led pair (`task/source/dest`): the next run number to plan.
-    pub(crate) next: HashMap<String, u64>,
+    /// The calendar and the runs on it (booking's state).
+    pub(crate) book: Book,
     pub(crate) quotas: Quotas,
     /// Each requester's write quotas.
     pub(crate) writes: Writes,
@@ -106,18 +102,12 @@ pub(crate) struct Inner {
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
     pub(crate) beacon_error: Option<String>,
-    /// Runs on the calendar while their peer is asked (not yet runnable).
-    pub(crate) tentative: HashMap<u64, String>,
 }
 
 impl Inner {
     /// A booked or tentative run's id, by its number.
     pub(crate) fn run_name(&self, number: u64) -> String {
-        self.booked
-            .get(&number)
-            .map(|b| b.id.clone())
-            .or_else(|| self.tentative.get(&number).cloned())
-            .unwrap_or_else(|| format!("#{number:016x}"))
+        self.book.run_name(number)
     }
 }
 
@@ -288,16 +278,13 @@ impl Shared {
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
                 config_error: None,
-                calendar: Calendar::new(),
-                booked: BTreeMap::new(),
-                next: HashMap::new(),
+                book: Book::default(),
                 quotas: Quotas::default(),
                 writes: Writes::default(),
                 running: 0,
                 latest: BTreeMap::new(),
                 counters: Counters::default(),
                 beacon_error: None,
-                tentative: HashMap::new(),
             }),
         }
     }
@@ -408,7 +395,7 @@ impl Shared {
             })
             .map(|l| pair_key(&l.task.task, &l.task.source, l.task.dest.as_deref()))
             .collect();
-        inner.next.retain(|k, _| keep.contains(k));
+        inner.book.next.retain(|k, _| keep.contains(k));
         inner.loaded = Arc::new(loaded);
         inner.config_error = None;
         drop(inner);
@@ -580,8 +567,8 @@ impl Shared {
     pub(crate) fn unbook(&self, id: &str) {
         let n = run_number(id);
         let mut inner = self.lock();
-        inner.calendar.release(n);
-        inner.booked.remove(&n);
+        inner.book.calendar.release(n);
+        inner.book.booked.remove(&n);
     }
 
     /// Housekeeping's retry while writes fail: the held runs, or a probe
@@ -841,8 +828,9 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
         // Runs held for peers whose result never came.
         let stale: Vec<Booked> = {
             let mut inner = shared.lock();
-            inner.calendar.prune_before(now.saturating_sub(3_600_000));
+            inner.book.calendar.prune_before(now.saturating_sub(3_600_000));
             let gone: Vec<u64> = inner
+                .book
                 .booked
                 .values()
                 .filter(|b| !b.runs_here && b.end_ms.saturating_add(60_000) < now)
@@ -850,8 +838,8 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
                 .collect();
             gone.iter()
                 .filter_map(|n| {
-                    inner.calendar.release(*n);
-                    inner.booked.remove(n)
+                    inner.book.calendar.release(*n);
+                    inner.book.booked.remove(n)
                 })
                 .collect()
         };

@@ -155,7 +155,7 @@ pub(crate) async fn hold(
     let b = Booked::new(run, r.start_ms, r.end_ms, BookedBy::Peer(from));
     {
         let mut inner = s.lock();
-        if let Some(old) = inner.booked.get(&b.number) {
+        if let Some(old) = inner.book.booked.get(&b.number) {
             if old.start_ms == b.start_ms && old.end_ms == b.end_ms {
                 return Ok(Held::Again);
             }
@@ -165,7 +165,7 @@ pub(crate) async fn hold(
             )));
         }
         let ours = BookedBy::ThisAgent.to_string();
-        let held = inner.booked.values().filter(|b| b.booked_by != ours).count();
+        let held = inner.book.booked.values().filter(|b| b.booked_by != ours).count();
         if held >= s.options.limits.max_held {
             inner.counters.refused += 1;
             return Err(Refused::Forbidden(format!(
@@ -193,14 +193,14 @@ pub(crate) async fn hold(
             inner.counters.refused += 1;
             return Err(Refused::Forbidden(e));
         }
-        if let Err(x) = inner.calendar.book(b.booking()) {
+        if let Err(x) = inner.book.calendar.book(b.booking()) {
             let id = inner.run_name(x.run);
             return Err(Refused::Conflict(format!(
                 "busy with run {id} until {}",
                 ms_rfc3339(x.end)
             )));
         }
-        inner.booked.insert(b.number, b.clone());
+        inner.book.booked.insert(b.number, b.clone());
         inner.counters.booked_by_peers += 1;
     }
     if let Err(why) = s.store_now(&[b.record(RunState::Scheduled, None)]).await {

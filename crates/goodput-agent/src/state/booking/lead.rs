@@ -171,7 +171,7 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Ru
     for led in &inner.loaded.led {
         let t = &led.task;
         let key = pair_key(&t.task, &t.source, t.dest.as_deref());
-        let Some(&first) = inner.next.get(&key) else {
+        let Some(&first) = inner.book.next.get(&key) else {
             continue;
         };
         let mut n = first;
@@ -224,14 +224,15 @@ pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
         // rather than started late and cut at once.
         let mut inner = shared.lock();
         let passed: Vec<u64> = inner
+            .book
             .booked
             .values()
             .filter(|b| b.runs_here && !b.started && b.end_ms <= now)
             .map(|b| b.number)
             .collect();
         for number in passed {
-            if let Some(b) = inner.booked.remove(&number) {
-                inner.calendar.release(number);
+            if let Some(b) = inner.book.booked.remove(&number) {
+                inner.book.calendar.release(number);
                 let mut r = b.record(RunState::Missed, Some(why.clone()));
                 r.start_ms = None;
                 r.end_ms = None;
@@ -240,7 +241,7 @@ pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
         }
     }
     // Every pair's next run is found again from the new time.
-    shared.lock().next.clear();
+    shared.lock().book.next.clear();
     if !missed.is_empty() {
         shared.store(&missed).await;
     }
@@ -267,7 +268,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
     for led in &loaded.led {
         let t = &led.task;
         let key = pair_key(&t.task, &t.source, t.dest.as_deref());
-        let mut n = *inner.next.entry(key.clone()).or_insert_with(|| {
+        let mut n = *inner.book.next.entry(key.clone()).or_insert_with(|| {
             // The first run whose (spread) time is still to come: runs
             // spread up to the slip after their base time.
             let mut n = t.repeat.first_at_or_after(now.saturating_sub(t.repeat.slip));
@@ -291,7 +292,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             let id = t.run_id(n);
             n = t.repeat.next(n);
             let number = run_number(&id);
-            if inner.booked.contains_key(&number) || inner.tentative.contains_key(&number) {
+            if inner.book.booked.contains_key(&number) || inner.book.tentative.contains_key(&number) {
                 continue;
             }
             out.push(Planning {
@@ -308,7 +309,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
                 runs_here: led.runs_here,
             });
         }
-        inner.next.insert(key, n);
+        inner.book.next.insert(key, n);
     }
     out.sort_by_key(|p| p.at);
     out
@@ -368,8 +369,8 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
             shared.store(&[b.record(RunState::Scheduled, None)]).await;
             {
                 let mut inner = shared.lock();
-                inner.tentative.remove(&b.number);
-                inner.booked.insert(b.number, b);
+                inner.book.tentative.remove(&b.number);
+                inner.book.booked.insert(b.number, b);
             }
             shared.wake.notify_one();
         }
@@ -422,7 +423,7 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
         let booked = {
             let mut inner = shared.lock();
             match place(
-                &inner.calendar,
+                &inner.book.calendar,
                 theirs.as_ref(),
                 earliest,
                 slip,
@@ -438,9 +439,9 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
                     );
                     // On the calendar only: the executor sees it once the
                     // peer has agreed and it is stored.
-                    match inner.calendar.book(b.booking()) {
+                    match inner.book.calendar.book(b.booking()) {
                         Ok(()) => {
-                            inner.tentative.insert(b.number, b.id.clone());
+                            inner.book.tentative.insert(b.number, b.id.clone());
                             inner.counters.booked += 1;
                             Ok(b)
                         }
@@ -485,8 +486,8 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
         };
         {
             let mut inner = shared.lock();
-            inner.calendar.release(b.number);
-            inner.tentative.remove(&b.number);
+            inner.book.calendar.release(b.number);
+            inner.book.tentative.remove(&b.number);
         }
         match refusal {
             Refusal::Busy(why) => {

@@ -13,10 +13,11 @@ pub(crate) mod follow;
 pub(crate) mod lead;
 pub(crate) mod restart;
 
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 use goodput_archive::{measurement_key, Figures, Run, RunState};
-use goodput_core::schedule::{Booking, RunClass};
+use goodput_core::schedule::{Booking, Calendar, RunClass};
 use goodput_core::spec::TestSpec;
 use serde::Serialize;
 
@@ -111,6 +112,30 @@ impl Booked {
             end: self.end_ms,
             class: self.class,
         }
+    }
+}
+
+/// Booking's state, under the hub's one lock: the calendar, the runs on
+/// it, and where each led pair's planning stands.
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    pub(crate) calendar: Calendar,
+    /// Runs booked and not ended, by number.
+    pub(crate) booked: BTreeMap<u64, Booked>,
+    /// Runs on the calendar while their peer is asked (not yet runnable).
+    pub(crate) tentative: HashMap<u64, String>,
+    /// Per led pair (`task/source/dest`): the next run number to plan.
+    pub(crate) next: HashMap<String, u64>,
+}
+
+impl Book {
+    /// A booked or tentative run's id, by its number.
+    pub(crate) fn run_name(&self, number: u64) -> String {
+        self.booked
+            .get(&number)
+            .map(|b| b.id.clone())
+            .or_else(|| self.tentative.get(&number).cloned())
+            .unwrap_or_else(|| format!("#{number:016x}"))
     }
 }
 

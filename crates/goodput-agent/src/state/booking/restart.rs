@@ -90,8 +90,8 @@ impl Shared {
                     peer: other.and_then(|o| loaded.peer(&o)),
                 };
                 let b = Booked::new(run, start_ms, end_ms, BookedBy::Restart);
-                if inner.calendar.book(b.booking()).is_ok() {
-                    inner.booked.insert(b.number, b);
+                if inner.book.calendar.book(b.booking()).is_ok() {
+                    inner.book.booked.insert(b.number, b);
                 } else {
                     let mut r = b.record(
                         RunState::Missed,
