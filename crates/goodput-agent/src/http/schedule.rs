@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use crate::clock;
 use crate::http::accept::Caller;
 use crate::state::booking::follow::{self, Held, Refused};
+use crate::state::booking::Booked;
 use crate::state::peer::{Reservation, SlotView};
-use crate::state::Booked;
 
 use super::auth::{authorise, from_the_other_end};
 use super::runs::{read_spec, services_only, targets};

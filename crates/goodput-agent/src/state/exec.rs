@@ -16,9 +16,10 @@ use tokio::task::JoinSet;
 
 use crate::clock;
 use crate::log::log;
+use crate::state::booking::Booked;
 use crate::state::minutes::{self, Minutes};
 use crate::state::peer;
-use crate::state::{Booked, Shared};
+use crate::state::Shared;
 
 /// Intervals and connection records kept in a stored result.
 const MAX_RECORDS: usize = 200;

@@ -12,7 +12,7 @@ pub(crate) mod minutes;
 pub(crate) mod options;
 pub(crate) mod peer;
 
-pub(crate) use booking::{Book, Booked};
+use booking::{Book, Booked};
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
