@@ -4,156 +4,56 @@
 //! the agent at the other end), keeps every run in its archive, and
 //! answers an HTTP API.
 //!
-//! The parts:
-//! - `config`: the mesh document from a file or a URL, reloaded on SIGHUP
-//!   and on a period, the old one kept when a new one is wrong;
-//! - `plan`: the runs this agent leads, placed on both ends' calendars
-//!   (the pure scheduling core is `goodput_core::schedule`);
-//! - `exec`: runs the booked runs whose source this host is, through the
-//!   engine's one run entry, and stores them;
-//! - `api`: the HTTP API (`/api/v1`, `/metrics`), which is also how agents
-//!   talk to each other;
-//! - `limits`: what a requester may ask of this agent, each refusal naming
-//!   its limit;
-//! - `minutes`: background STAMP streams kept as per-minute summaries
-//!   with mergeable histograms;
-//! - `forward`: store-and-forward of every ended run to the fleet's
-//!   archives, through a bounded queue in the agent's own archive;
-//! - `alerts`: the soft-failure rules evaluated over the measurements
-//!   this agent runs, alerts stored and sent to Alertmanager and webhooks;
-//! - `dashboard`: the web pages (grid, pair explorer, host page) on the
-//!   API's server.
+//! The crate has two layers above a few small leaf modules, and the
+//! arrows point one way: `http` calls into `state`, `state` never names
+//! `http`, and the leaves name neither (`tests/layers.rs` checks it).
+//!
+//! - `state`: what the agent does and holds. `Shared` is the hub (the
+//!   configuration in force, the calendar, runs under way, quotas, the
+//!   latest figures); beside it each subsystem with its own state:
+//!   `config` (the mesh document from a file or a URL, reloaded),
+//!   `booking` (the leader's, the follower's and the restart's sides of
+//!   putting a run on the calendars), `exec` (runs the booked runs through
+//!   the engine's one run entry, and the beacon), `minutes` (background
+//!   STAMP streams as per-minute summaries), `forward` (store-and-forward
+//!   to the fleet's archives), `alerts` (the soft-failure rules, alerts
+//!   stored and delivered), `fleet` (registering with the archives),
+//!   `peer` (calls to other agents), `options`;
+//! - `http`: the API's server (`router`: listeners, admission, routes),
+//!   `auth` (the token, the allow list, who a caller is), the JSON
+//!   handlers one file per resource, `pages` (the dashboard), `metrics`
+//!   (OpenMetrics), `openapi`; views of the state, which is also how
+//!   agents talk to each other;
+//! - leaves: `clock`, `limits` (what a requester may ask, each refusal
+//!   naming its limit), `log`, `secrets` (redaction), `tls`
+//!   (certificates and pins), `answer` (reading a bounded answer).
 #![warn(missing_docs, unreachable_pub)]
 
-mod alerts;
-mod api;
+mod answer;
 mod clock;
-mod config;
-mod dashboard;
-mod exec;
-mod fleet;
-mod forward;
+mod http;
 mod limits;
-mod listen;
-mod minutes;
-mod openapi;
-mod peer;
-mod plan;
+mod log;
 mod secrets;
 mod state;
 mod tls;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use goodput_archive::{Archive, Retention};
+use goodput_archive::Archive;
 use tokio_util::sync::CancellationToken;
 
-pub use config::{fetch as fetch_document, mine, own_identities, ConfigSource};
-pub use forward::ForwardTarget;
-pub use limits::{Limits, Window};
-pub use listen::ConnLimits;
-pub use openapi::document as openapi_document;
-pub use peer::json_capped;
+use crate::log::{log, redact};
+
+pub use answer::json_capped;
+pub use http::openapi::document as openapi_document;
+pub use limits::{ConnLimits, Limits, Window};
+pub use state::config::{fetch as fetch_document, mine, own_identities, ConfigSource};
+pub use state::forward::ForwardTarget;
+pub use state::options::{AgentOptions, Role};
 pub use tls::fingerprint;
-
-/// What the process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// A host's agent: beacon, schedule, tests, its own archive.
-    #[default]
-    Agent,
-    /// A fleet's archive: takes the runs agents forward, serves the
-    /// dashboard, API and alerts over all of them; runs no tests.
-    Archive,
-}
-
-/// How an agent runs.
-#[derive(Debug, Clone)]
-pub struct AgentOptions {
-    /// An agent, or a fleet's archive.
-    pub role: Role,
-    /// The archive's database instead of the `archive` file:
-    /// `postgres://…` (a fleet's), or `sqlite://PATH`.
-    pub database: Option<String>,
-    /// The archives every ended run is forwarded to.
-    pub forward: Vec<ForwardTarget>,
-    /// Most runs queued for one forwarding target; past it the oldest
-    /// background runs are dropped first, and the drop is logged and
-    /// counted.
-    pub forward_backlog: u64,
-    /// The lease this agent registers with its archives for: renewed every
-    /// third of it; an archive shows the agent down once it lapses.
-    pub lease: Duration,
-    /// Where the mesh configuration comes from.
-    pub config: ConfigSource,
-    /// Who this host is: addresses or names from the configuration (empty:
-    /// the addresses on its interfaces and its host name).
-    pub identities: Vec<String>,
-    /// The archive file (SQLite).
-    pub archive: PathBuf,
-    /// Where the API listens (empty: each of this host's configured
-    /// addresses at the mesh's `agent.api_port`). HTTPS when this host's
-    /// address has `tls_sha256` in the configuration.
-    pub api_listen: Vec<SocketAddr>,
-    /// Where the API also listens without TLS (a loopback address for a
-    /// local Prometheus, say).
-    pub plain_api_listen: Vec<SocketAddr>,
-    /// The API's certificate and key (PEM); none: one made once and kept
-    /// beside the archive.
-    pub tls_cert: Option<(PathBuf, PathBuf)>,
-    /// The shared token peers and mutating API calls must present.
-    pub token: Option<String>,
-    /// What requesters may ask.
-    pub limits: Limits,
-    /// What the API's connections may take.
-    pub connections: ConnLimits,
-    /// Serve the beacon services (TCP test port, STAMP reflector).
-    pub beacon: bool,
-    /// TCP test port of the beacon.
-    pub beacon_port: u16,
-    /// UDP port of the beacon's STAMP reflector.
-    pub stamp_port: u16,
-    /// Serve iperf3 clients on this port too (none: off).
-    pub iperf3_port: Option<u16>,
-    /// Serve QUIC perf clients on this UDP port too (none: off).
-    pub quic_port: Option<u16>,
-    /// How often a configuration URL is read again.
-    pub reload_every: Duration,
-    /// How much history the archive keeps.
-    pub retention: Retention,
-}
-
-impl Default for AgentOptions {
-    fn default() -> Self {
-        Self {
-            role: Role::Agent,
-            database: None,
-            forward: Vec::new(),
-            forward_backlog: 100_000,
-            lease: Duration::from_secs(90),
-            config: ConfigSource::File(PathBuf::from("/etc/goodput/mesh.toml")),
-            identities: Vec::new(),
-            archive: PathBuf::from("/var/lib/goodput/archive.sqlite"),
-            api_listen: Vec::new(),
-            plain_api_listen: Vec::new(),
-            tls_cert: None,
-            token: None,
-            limits: Limits::default(),
-            connections: ConnLimits::default(),
-            beacon: true,
-            beacon_port: 4444,
-            stamp_port: 862,
-            iperf3_port: None,
-            quic_port: None,
-            reload_every: Duration::from_secs(300),
-            retention: Retention::default(),
-        }
-    }
-}
 
 /// The SHA-256 fingerprint of the certificate the agent serves its API
 /// with (made and kept beside the archive on first use, unless given):
@@ -192,30 +92,12 @@ pub fn pinned_tls(pin: &str) -> Result<rustls::ClientConfig, String> {
     Ok(tls::pinned_client_config(tls::read_pin(pin)?))
 }
 
-/// A database URL without its password, for a log line.
-pub(crate) fn redact(url: &str) -> String {
-    secrets::redact_url(url)
-}
-
-/// A line for the agent's log (standard error, one line per event, with
-/// the time).
-pub(crate) fn log(line: &str) {
-    let now = clock::now_ms();
-    // Whatever a line quotes (an error with a URL in it), no secret is
-    // written.
-    eprintln!(
-        "{} goodput agent: {}",
-        goodput_core::mesh::ms_rfc3339(now),
-        secrets::redact_text(line)
-    );
-}
-
 /// Runs the agent until `cancel`: loads the configuration (an invalid one
 /// at start is an error), opens the archive, accounts for the runs missed
 /// while it was down, starts the beacon, the API, the planner and the
 /// executor, and on cancel stops them, marking runs cut short.
 pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(), String> {
-    let loaded = config::load(&options.config, &options.identities, options.token.as_deref()).await?;
+    let loaded = state::config::load(&options.config, &options.identities, options.token.as_deref()).await?;
     if let Some(dir) = options.archive.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
@@ -256,26 +138,26 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     let shared = Arc::new(state::Shared::new(options, archive, loaded, cancel.clone()));
     // Listening (and checking the certificate) comes before recovery
     // touches the archive's runs.
-    let gate = listen::Gate::new(shared.options.connections.clone());
-    let listeners = api::bind(&shared, &gate).await?;
+    let gate = http::listen::Gate::new(shared.options.connections.clone());
+    let listeners = http::bind(&shared, &gate).await?;
     let mut tasks = tokio::task::JoinSet::new();
     if role == Role::Agent {
         shared.recover().await?;
         if shared.options.beacon {
-            tasks.spawn(exec::beacon(shared.clone()));
+            tasks.spawn(state::exec::beacon(shared.clone()));
         }
-        tasks.spawn(plan::planner(shared.clone()));
-        tasks.spawn(exec::executor(shared.clone()));
-        tasks.spawn(forward::supervisor(shared.clone()));
-        tasks.spawn(fleet::registrar(shared.clone()));
+        tasks.spawn(state::booking::planner(shared.clone()));
+        tasks.spawn(state::exec::executor(shared.clone()));
+        tasks.spawn(state::forward::supervisor(shared.clone()));
+        tasks.spawn(state::fleet::registrar(shared.clone()));
     }
     for l in listeners {
-        tasks.spawn(api::serve(shared.clone(), l, gate.clone()));
+        tasks.spawn(http::serve(shared.clone(), l, gate.clone()));
     }
-    tasks.spawn(config::reloader(shared.clone()));
+    tasks.spawn(state::config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));
-    tasks.spawn(alerts::evaluator(shared.clone()));
-    tasks.spawn(alerts::deliverer(shared.clone()));
+    tasks.spawn(state::alerts::evaluator(shared.clone()));
+    tasks.spawn(state::alerts::deliverer(shared.clone()));
     match role {
         Role::Agent => log(&format!(
             "started: {} ({} task pairs led here), archive {}{}",
@@ -330,7 +212,7 @@ mod tests {
                 "postgres://u:…@db/x?sslmode=require",
             ),
         ] {
-            assert_eq!(super::redact(url), shown);
+            assert_eq!(crate::log::redact(url), shown);
         }
     }
 }

@@ -348,6 +348,62 @@ impl Writes {
     }
 }
 
+/// What the API's connections may take.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    /// Most connections open at once (also held below half the process's
+    /// descriptor limit, so runs keep theirs).
+    pub max_connections: usize,
+    /// Most connections one source address may hold at once.
+    pub per_address: usize,
+    /// Most requests of one source address handled at once.
+    pub requests_per_address: usize,
+    /// Longest wait for a request's headers, the first and each next one
+    /// on a kept-alive connection (so also the longest idle time).
+    pub header_timeout: Duration,
+    /// Longest wait for a request body before the time its size earns at
+    /// `body_min_rate`.
+    pub body_timeout: Duration,
+    /// Slowest body accepted, bytes/s (a body of N bytes has
+    /// `body_timeout + N / body_min_rate` to arrive).
+    pub body_min_rate: u64,
+    /// Longest a write of an answer may make no progress.
+    pub write_stall: Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            per_address: 32,
+            requests_per_address: 8,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            body_min_rate: 64 * 1024,
+            write_stall: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ConnLimits {
+    /// The connection cap in force: the configured one, but at most half
+    /// the descriptors this process may open (runs and the archive need the
+    /// rest).
+    pub(crate) fn effective_max(&self) -> usize {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct it is given.
+        let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+            usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+        } else {
+            1024
+        };
+        self.max_connections.min(nofile / 2).max(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,20 +5,12 @@
 //! certificate authority. The certificate is the agent's own
 //! (`--tls-cert`/`--tls-key`), or one made once and kept beside the archive.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
-use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-use tokio_util::either::Either;
-
-use crate::listen::{Gate, Slot};
 
 pub use goodput_engine::tls::fingerprint;
 
@@ -113,84 +105,6 @@ pub(crate) fn pinned_client_config(pin: [u8; 32]) -> rustls::ClientConfig {
         .expect("a pinned configuration needs no file");
     (*shared).clone()
 }
-
-/// The API's listening socket, plain or TLS: each connection is let in
-/// by the gate first (per-address and overall caps, see
-/// [`crate::listen`]), then its handshake is done in a task of its own
-/// (at most 64 at once, 10 s each), so a slow client holds up no one else.
-pub(crate) struct ApiListener {
-    rx: mpsc::Receiver<Accepted>,
-    local: SocketAddr,
-}
-
-/// A connection let in, with its place at the gate.
-pub(crate) type Accepted = (Either<TcpStream, TlsStream<TcpStream>>, SocketAddr, Slot);
-
-/// Handshakes under way at once, at most.
-const MAX_HANDSHAKES: usize = 64;
-
-impl ApiListener {
-    pub(crate) fn new(tcp: TcpListener, tls: Option<TlsAcceptor>, gate: Arc<Gate>) -> std::io::Result<Self> {
-        let local = tcp.local_addr()?;
-        let (tx, rx) = mpsc::channel(MAX_HANDSHAKES);
-        let permits = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-        tokio::spawn(async move {
-            loop {
-                let (stream, from) = tokio::select! {
-                    _ = tx.closed() => return,
-                    got = tcp.accept() => match got {
-                        Ok(x) => x,
-                        Err(_) => {
-                            // Out of descriptors, say: wait rather than spin.
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
-                        }
-                    },
-                };
-                // Refused: closed at once, before anything is read.
-                let Ok(slot) = gate.admit(from.ip()) else {
-                    continue;
-                };
-                let Some(tls) = &tls else {
-                    if tx.send((Either::Left(stream), from, slot)).await.is_err() {
-                        return;
-                    }
-                    continue;
-                };
-                let Ok(permit) = permits.clone().try_acquire_owned() else {
-                    // Too many handshakes under way: this one is turned away.
-                    continue;
-                };
-                let (tls, tx) = (tls.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    let handshake = tokio::time::timeout(Duration::from_secs(10), tls.accept(stream));
-                    let done = tokio::select! {
-                        _ = slot.evicted.cancelled() => return,
-                        done = handshake => done,
-                    };
-                    if let Ok(Ok(s)) = done {
-                        let _ = tx.send((Either::Right(s), from, slot)).await;
-                    }
-                });
-            }
-        });
-        Ok(Self { rx, local })
-    }
-
-    /// The next connection let in (none: the listener has ended).
-    pub(crate) async fn accept(&mut self) -> Option<Accepted> {
-        self.rx.recv().await
-    }
-
-    pub(crate) fn local_addr(&self) -> SocketAddr {
-        self.local
-    }
-}
-
-/// Who called: the caller's address, for the API's handlers.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Caller(pub(crate) SocketAddr);
 
 #[cfg(test)]
 mod tests {

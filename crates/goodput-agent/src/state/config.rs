@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
 
+use crate::clock;
+use crate::log::log;
 use crate::state::Shared;
-use crate::{clock, log};
 
 /// Where the configuration comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -231,7 +232,7 @@ pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Re
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             // A configuration is small; a bigger body is refused, not read.
-            let bytes = crate::peer::body_capped(response, MAX_CONFIG_BYTES)
+            let bytes = crate::answer::body_capped(response, MAX_CONFIG_BYTES)
                 .await
                 .map_err(|e| match e {
                     Some(e) => format!("cannot fetch {u}: {e}"),

@@ -6,9 +6,17 @@
 use schemars::gen::{SchemaGenerator, SchemaSettings};
 use serde_json::{json, Value};
 
-use crate::api::{GridView, Health, Ingest, OnDemand, PathsView, ScheduleView, SeriesView, TaskView};
-use crate::fleet::{AgentView, Registration};
-use crate::peer::Reservation;
+use axum::Json;
+
+use crate::http::archive::Ingest;
+use crate::http::fleet::AgentView;
+use crate::http::grid::GridView;
+use crate::http::runs::OnDemand;
+use crate::http::schedule::ScheduleView;
+use crate::http::series::{PathsView, SeriesView};
+use crate::http::status::{Health, TaskView};
+use crate::state::fleet::Registration;
+use crate::state::peer::Reservation;
 
 /// The document served at `/api/v1/openapi.json`.
 pub fn document() -> Value {
@@ -135,4 +143,8 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "application/openmetrics-text"}}}}
         }
     })
+}
+
+pub(crate) async fn openapi() -> Json<serde_json::Value> {
+    Json(crate::http::openapi::document())
 }

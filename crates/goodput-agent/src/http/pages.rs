@@ -30,8 +30,8 @@ use goodput_core::mesh::{ms_rfc3339, PairTask};
 use goodput_report::chart::{self, escape, palette, Band, Chart, Mark, Point, Series, Style};
 use serde::Deserialize;
 
-use crate::alerts::HalfCell;
 use crate::clock;
+use crate::state::alerts::HalfCell;
 use crate::state::Shared;
 
 type Ctx = Arc<Shared>;
@@ -150,7 +150,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         Ok(f) => f,
         Err(e) => return bad_request(e),
     };
-    let g = crate::api::grid_view(&s, family, false).await;
+    let g = crate::http::grid::grid_view(&s, family, false).await;
     let loaded = s.loaded();
     let mut body = String::new();
     let _ = write!(
@@ -225,7 +225,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         let _ = write!(body, "<li>{}</li>", escape(l));
     }
     body.push_str("</ul>");
-    let quiet: Vec<&crate::api::AgentSeen> = g.agents.iter().filter(|a| !a.answered).collect();
+    let quiet: Vec<&crate::http::grid::AgentSeen> = g.agents.iter().filter(|a| !a.answered).collect();
     if !quiet.is_empty() {
         body.push_str("<p class=\"warn\">");
         for a in quiet {
@@ -270,7 +270,7 @@ fn capital(s: &str) -> String {
 
 /// Where a pair's page is: here when this agent runs the row's tests,
 /// else on the agent that does.
-fn pair_href(s: &Shared, loaded: &crate::config::Loaded, source: &str, dest: &str) -> String {
+fn pair_href(s: &Shared, loaded: &crate::state::config::Loaded, source: &str, dest: &str) -> String {
     let path = format!("/ui/pair?source={}&dest={}", urlencode(source), urlencode(dest));
     if loaded.mine.iter().any(|m| m == source) {
         return path;
@@ -298,7 +298,7 @@ fn urlencode(s: &str) -> String {
 /// One cell: two triangles (or one square for a round trip).
 fn cell_svg(
     s: &Shared,
-    loaded: &crate::config::Loaded,
+    loaded: &crate::state::config::Loaded,
     family: Family,
     row: &str,
     col: &str,
@@ -819,13 +819,13 @@ async fn alerts_page(State(s): State<Ctx>) -> Response {
 }
 
 async fn host_page(State(s): State<Ctx>) -> Response {
-    let health = match crate::api::health_view(&s).await {
+    let health = match crate::http::status::health_view(&s).await {
         Ok(h) => serde_json::to_value(h).unwrap_or_default(),
         Err(_) => serde_json::Value::Null,
     };
     let now = clock::now_ms();
     let (from, to) = (now.saturating_sub(30 * 60_000), now.saturating_add(90 * 60_000));
-    let cal = crate::api::schedule_view(&s, from, to);
+    let cal = crate::http::schedule::schedule_view(&s, from, to);
     let mut body = String::from("<h1>This agent</h1><table class=\"list health\" id=\"health\">");
     let row = |body: &mut String, k: &str, v: String| {
         let _ = write!(body, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(&v));
@@ -907,7 +907,7 @@ async fn host_page(State(s): State<Ctx>) -> Response {
                 "{} sent, {} queued (at most {}), {} failed attempts, {} given up, {} dropped",
                 d.sent,
                 d.queued,
-                crate::alerts::MAX_QUEUE,
+                crate::state::alerts::MAX_QUEUE,
                 d.failed_attempts,
                 d.given_up,
                 d.dropped
@@ -949,7 +949,7 @@ async fn host_page(State(s): State<Ctx>) -> Response {
 
 /// The calendar as a timeline: a lane per class, the free slots for an
 /// exclusive run, and a line at now.
-fn timeline(cal: &crate::api::ScheduleView, now: u64) -> String {
+fn timeline(cal: &crate::http::schedule::ScheduleView, now: u64) -> String {
     let (w, lane) = (900.0f64, 22.0f64);
     let left = 110.0;
     let span = cal.to_ms.saturating_sub(cal.from_ms).max(1) as f64;

@@ -25,8 +25,9 @@ use goodput_archive::Run;
 use goodput_core::mesh::{ArchiveKind, Transform};
 use serde::Serialize;
 
+use crate::clock;
+use crate::log::log;
 use crate::state::Shared;
-use crate::{clock, log};
 
 /// An archive the agent forwards its runs to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -419,7 +420,7 @@ async fn send(
         }
     };
     let status = resp.status();
-    let text = crate::peer::body_capped(resp, 64 << 10)
+    let text = crate::answer::body_capped(resp, 64 << 10)
         .await
         .ok()
         .map(|b| String::from_utf8_lossy(&b).into_owned())

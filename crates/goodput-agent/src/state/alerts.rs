@@ -24,8 +24,9 @@ use goodput_core::mesh::{ms_rfc3339, PairTask};
 use goodput_core::schedule::Repeat;
 use serde::Serialize;
 
+use crate::clock;
+use crate::log::log;
 use crate::state::Shared;
-use crate::{clock, log};
 
 /// One half of a grid cell: a measurement's state for one metric family
 /// in one direction.
@@ -195,7 +196,7 @@ const JUDGED_AT_ONCE: usize = 8;
 /// Every rule over one measurement.
 async fn judge(
     shared: &Shared,
-    loaded: &crate::config::Loaded,
+    loaded: &crate::state::config::Loaded,
     rules: &[Rule],
     p: &PairTask,
     now: u64,

@@ -2,90 +2,34 @@
 //! of booked runs, the runs booked but not yet ended, quotas, and the
 //! latest figures per measurement. One lock, never held across an await.
 
+pub(crate) mod alerts;
+pub(crate) mod booking;
+pub(crate) mod config;
+pub(crate) mod exec;
+pub(crate) mod fleet;
+pub(crate) mod forward;
+pub(crate) mod minutes;
+pub(crate) mod options;
+pub(crate) mod peer;
+
+use booking::{Book, Booked};
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use goodput_archive::{figures_of, measurement_key, Archive, Figures, Run, RunFilter, RunState};
+use goodput_archive::{figures_of, Archive, Figures, Run, RunState};
 use goodput_core::result::TestResult;
-use goodput_core::schedule::{Booking, Calendar, RunClass};
-use goodput_core::spec::TestSpec;
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Loaded, Peer};
+use crate::clock;
 use crate::limits::{Quotas, Writes};
-use crate::{clock, log, AgentOptions};
-
-/// A run on this agent's calendar that has not ended.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub(crate) struct Booked {
-    /// The run's id (the same on both ends).
-    pub(crate) id: String,
-    /// Its number on the calendars (a hash of the id).
-    pub(crate) number: u64,
-    /// Its task (`on-demand` for a run asked through the API).
-    pub(crate) task: String,
-    /// The end that runs the test.
-    pub(crate) source: String,
-    /// The other end.
-    pub(crate) dest: Option<String>,
-    /// What it runs.
-    #[schemars(with = "serde_json::Value")]
-    pub(crate) spec: TestSpec,
-    /// How it shares the host.
-    pub(crate) class: RunClass,
-    /// When it was due (ms since the Unix epoch).
-    pub(crate) scheduled_ms: u64,
-    /// Its booked slot's start (ms).
-    pub(crate) start_ms: u64,
-    /// Its booked slot's end (ms).
-    pub(crate) end_ms: u64,
-    /// This host runs it (it is the source).
-    pub(crate) runs_here: bool,
-    /// Under way.
-    pub(crate) started: bool,
-    /// Who booked it: `this agent`, or the address of the peer that did.
-    pub(crate) booked_by: String,
-    /// The agent at the other end, which gets the result.
-    #[serde(skip)]
-    pub(crate) peer: Option<Peer>,
-}
-
-impl Booked {
-    /// The archive's record of it.
-    pub(crate) fn record(&self, state: RunState, reason: Option<String>) -> Run {
-        Run {
-            id: self.id.clone(),
-            task: self.task.clone(),
-            source: self.source.clone(),
-            dest: self.dest.clone(),
-            kind: self.spec.kind().into(),
-            class: self.class,
-            state,
-            reason,
-            scheduled_ms: self.scheduled_ms,
-            start_ms: Some(self.start_ms),
-            end_ms: Some(self.end_ms),
-            measurement_key: measurement_key(&self.spec, &self.source, self.dest.as_deref()),
-            spec: serde_json::to_value(&self.spec).unwrap_or_default(),
-            result: None,
-            figures: Figures::default(),
-        }
-    }
-
-    /// The booking on the calendar.
-    pub(crate) fn booking(&self) -> Booking {
-        Booking {
-            run: self.number,
-            start: self.start_ms,
-            end: self.end_ms,
-            class: self.class,
-        }
-    }
-}
+use crate::log::log;
+use crate::state::config::{Loaded, Peer};
+use crate::state::options::AgentOptions;
 
 /// A run's number on the calendars: FNV-1a of its id.
 pub(crate) fn run_number(id: &str) -> u64 {
@@ -149,11 +93,8 @@ pub(crate) struct Counters {
 pub(crate) struct Inner {
     pub(crate) loaded: Arc<Loaded>,
     pub(crate) config_error: Option<(u64, String)>,
-    pub(crate) calendar: Calendar,
-    /// Runs booked and not ended, by number.
-    pub(crate) booked: BTreeMap<u64, Booked>,
-    /// Per led pair (`task/source/dest`): the next run number to plan.
-    pub(crate) next: HashMap<String, u64>,
+    /// The calendar and the runs on it (booking's state).
+    pub(crate) book: Book,
     pub(crate) quotas: Quotas,
     /// Each requester's write quotas.
     pub(crate) writes: Writes,
@@ -161,18 +102,12 @@ pub(crate) struct Inner {
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
     pub(crate) beacon_error: Option<String>,
-    /// Runs on the calendar while their peer is asked (not yet runnable).
-    pub(crate) tentative: HashMap<u64, String>,
 }
 
 impl Inner {
     /// A booked or tentative run's id, by its number.
     pub(crate) fn run_name(&self, number: u64) -> String {
-        self.booked
-            .get(&number)
-            .map(|b| b.id.clone())
-            .or_else(|| self.tentative.get(&number).cloned())
-            .unwrap_or_else(|| format!("#{number:016x}"))
+        self.book.run_name(number)
     }
 }
 
@@ -196,12 +131,12 @@ pub(crate) struct Shared {
     /// Wakes the forwarders when a run is queued for them.
     pub(crate) wake_forward: Notify,
     /// Each forwarding target's counters, by URL.
-    forwarding: Mutex<BTreeMap<String, crate::forward::ForwardStatus>>,
+    forwarding: Mutex<BTreeMap<String, crate::state::forward::ForwardStatus>>,
     /// Counts configurations put in force (the forwarders and the
     /// registrar watch it for the mesh's `archives`).
     pub(crate) installed: tokio::sync::watch::Sender<u64>,
     inner: Mutex<Inner>,
-    alerting: Mutex<crate::alerts::AlertState>,
+    alerting: Mutex<crate::state::alerts::AlertState>,
     /// Whether the archive takes writes, and this agent's own runs it
     /// could not store yet.
     unstored: Mutex<Unstored>,
@@ -337,22 +272,19 @@ impl Shared {
             wake_forward: Notify::new(),
             forwarding: Mutex::new(BTreeMap::new()),
             installed: tokio::sync::watch::Sender::new(0),
-            alerting: Mutex::new(crate::alerts::AlertState::default()),
+            alerting: Mutex::new(crate::state::alerts::AlertState::default()),
             unstored: Mutex::new(Unstored::default()),
             store_turn: tokio::sync::Mutex::new(()),
             inner: Mutex::new(Inner {
                 loaded: Arc::new(loaded),
                 config_error: None,
-                calendar: Calendar::new(),
-                booked: BTreeMap::new(),
-                next: HashMap::new(),
+                book: Book::default(),
                 quotas: Quotas::default(),
                 writes: Writes::default(),
                 running: 0,
                 latest: BTreeMap::new(),
                 counters: Counters::default(),
                 beacon_error: None,
-                tentative: HashMap::new(),
             }),
         }
     }
@@ -364,7 +296,7 @@ impl Shared {
     }
 
     /// The alerting state, locked (never across an await).
-    pub(crate) fn alerting(&self) -> MutexGuard<'_, crate::alerts::AlertState> {
+    pub(crate) fn alerting(&self) -> MutexGuard<'_, crate::state::alerts::AlertState> {
         self.alerting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -463,7 +395,7 @@ impl Shared {
             })
             .map(|l| pair_key(&l.task.task, &l.task.source, l.task.dest.as_deref()))
             .collect();
-        inner.next.retain(|k, _| keep.contains(k));
+        inner.book.next.retain(|k, _| keep.contains(k));
         inner.loaded = Arc::new(loaded);
         inner.config_error = None;
         drop(inner);
@@ -635,8 +567,8 @@ impl Shared {
     pub(crate) fn unbook(&self, id: &str) {
         let n = run_number(id);
         let mut inner = self.lock();
-        inner.calendar.release(n);
-        inner.booked.remove(&n);
+        inner.book.calendar.release(n);
+        inner.book.booked.remove(&n);
     }
 
     /// Housekeeping's retry while writes fail: the held runs, or a probe
@@ -662,13 +594,13 @@ impl Shared {
     /// Where this agent forwards its runs: `--forward-to`'s archives, then
     /// the mesh document's `archives` (one target per URL; the flag's
     /// wins). An archive forwards nowhere.
-    pub(crate) fn targets(&self) -> Vec<crate::forward::ForwardTarget> {
+    pub(crate) fn targets(&self) -> Vec<crate::state::forward::ForwardTarget> {
         if self.is_archive() {
             return Vec::new();
         }
         let mut out = self.options.forward.clone();
         for (name, a) in &self.loaded().config.archives {
-            match crate::forward::ForwardTarget::from_mesh(a) {
+            match crate::state::forward::ForwardTarget::from_mesh(a) {
                 Ok(t) if !out.iter().any(|o| o.url == t.url) => out.push(t),
                 Ok(_) => {}
                 Err(e) => log(&format!("archives.{name}: {e}")),
@@ -687,7 +619,7 @@ impl Shared {
 
     /// This process is a fleet's archive: it speaks for every measurement.
     pub(crate) fn is_archive(&self) -> bool {
-        self.options.role == crate::Role::Archive
+        self.options.role == crate::state::options::Role::Archive
     }
 
     /// Whether this process speaks for the measurements `source` runs:
@@ -697,11 +629,15 @@ impl Shared {
     }
 
     /// Changes one forwarding target's counters.
-    pub(crate) fn forward_status(&self, url: &str, f: impl FnOnce(&mut crate::forward::ForwardStatus)) {
+    pub(crate) fn forward_status(
+        &self,
+        url: &str,
+        f: impl FnOnce(&mut crate::state::forward::ForwardStatus),
+    ) {
         let mut all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner());
         let s = all
             .entry(url.to_string())
-            .or_insert_with(|| crate::forward::ForwardStatus {
+            .or_insert_with(|| crate::state::forward::ForwardStatus {
                 url: url.to_string(),
                 ..Default::default()
             });
@@ -710,20 +646,20 @@ impl Shared {
 
     /// Every forwarding target's counters, with its queue read from the
     /// archive.
-    pub(crate) async fn forwarding(&self) -> Vec<crate::forward::ForwardStatus> {
+    pub(crate) async fn forwarding(&self) -> Vec<crate::state::forward::ForwardStatus> {
         let sizes = self.archive.backlog_sizes().await.unwrap_or_default();
         let now = clock::now_ms();
         let all = self.forwarding.lock().unwrap_or_else(|p| p.into_inner()).clone();
         self.targets()
             .iter()
             .map(|t| {
-                let mut s = all
-                    .get(&t.url)
-                    .cloned()
-                    .unwrap_or_else(|| crate::forward::ForwardStatus {
-                        url: t.url.clone(),
-                        ..Default::default()
-                    });
+                let mut s =
+                    all.get(&t.url)
+                        .cloned()
+                        .unwrap_or_else(|| crate::state::forward::ForwardStatus {
+                            url: t.url.clone(),
+                            ..Default::default()
+                        });
                 if let Some((_, n, oldest)) = sizes.iter().find(|(u, _, _)| *u == t.url) {
                     s.backlog = *n;
                     s.backlog_age_s = oldest.map_or(0.0, |o| now.saturating_sub(o) as f64 / 1000.0);
@@ -779,123 +715,6 @@ impl Shared {
         }
     }
 
-    /// After a start: the runs that were under way or due while the agent
-    /// was down are stored as missed; runs booked for later are booked
-    /// again.
-    pub(crate) async fn recover(&self) -> Result<(), String> {
-        let now = clock::now_ms();
-        let last_alive: Option<u64> = std::fs::read_to_string(self.heartbeat_path())
-            .ok()
-            .and_then(|t| t.trim().parse().ok());
-        let loaded = self.loaded();
-        let mut missed = Vec::new();
-        let mut again = Vec::new();
-        for state in [RunState::Running, RunState::Scheduled] {
-            let open = self
-                .archive
-                .runs(&RunFilter {
-                    state: Some(state),
-                    limit: 100_000,
-                    ..RunFilter::default()
-                })
-                .await
-                .map_err(|e| e.to_string())?;
-            for mut r in open {
-                let later = r.start_ms.is_some_and(|s| s > now + 1000);
-                match (state, later, serde_json::from_value::<TestSpec>(r.spec.clone())) {
-                    (RunState::Scheduled, true, Ok(spec)) => again.push((r, spec)),
-                    (RunState::Running, ..) => {
-                        r.state = RunState::Missed;
-                        r.reason = Some("the agent stopped during the run".into());
-                        missed.push(r);
-                    }
-                    _ => {
-                        r.state = RunState::Missed;
-                        r.reason = Some("the agent was not running at its time".into());
-                        missed.push(r);
-                    }
-                }
-            }
-        }
-        // Runs due while the agent was down that it has no record of.
-        if let Some(from) = last_alive {
-            for led in &loaded.led {
-                let t = &led.task;
-                // At most 10,000 per pair: a long absence with a short
-                // repeat is not worth a row for every run.
-                let due = t.repeat.due_between(t.seed, from, now, 10_000);
-                let ids: Vec<String> = due.iter().map(|(n, _)| t.run_id(*n)).collect();
-                let known = self.archive.existing(&ids).await.map_err(|e| e.to_string())?;
-                for ((_, at), id) in due.into_iter().zip(ids) {
-                    if known.contains(&id) {
-                        continue;
-                    }
-                    missed.push(missed_run(led, id, at, "the agent was not running at its time"));
-                }
-            }
-        }
-        // Runs booked for later are booked again (or, if their slot is
-        // taken meanwhile, missed).
-        {
-            let mut inner = self.lock();
-            for (r, spec) in again {
-                let runs_here = loaded.mine.contains(&r.source);
-                let other = if runs_here {
-                    r.dest.clone()
-                } else {
-                    Some(r.source.clone())
-                };
-                let b = Booked {
-                    number: run_number(&r.id),
-                    id: r.id,
-                    task: r.task,
-                    source: r.source,
-                    dest: r.dest,
-                    spec,
-                    class: r.class,
-                    scheduled_ms: r.scheduled_ms,
-                    start_ms: r.start_ms.unwrap_or(0),
-                    end_ms: r.end_ms.unwrap_or(0),
-                    runs_here,
-                    started: false,
-                    booked_by: "before a restart".into(),
-                    peer: other.and_then(|o| loaded.peer(&o)),
-                };
-                if inner.calendar.book(b.booking()).is_ok() {
-                    inner.booked.insert(b.number, b);
-                } else {
-                    let mut r = b.record(
-                        RunState::Missed,
-                        Some("its slot was taken while the agent was down".into()),
-                    );
-                    r.start_ms = None;
-                    r.end_ms = None;
-                    missed.push(r);
-                }
-            }
-        }
-        if !missed.is_empty() {
-            log(&format!("{} runs missed while the agent was down", missed.len()));
-            self.store(&missed).await;
-        }
-        // The latest figures per measurement, for /metrics.
-        if let Ok(recent) = self
-            .archive
-            .runs(&RunFilter {
-                state: Some(RunState::Finished),
-                limit: 5000,
-                ..RunFilter::default()
-            })
-            .await
-        {
-            for r in recent.iter().rev() {
-                self.note_latest(r);
-            }
-        }
-        self.heartbeat();
-        Ok(())
-    }
-
     /// Called when the agent stops: held runs get a last try.
     pub(crate) async fn shutdown(&self) {
         self.heartbeat();
@@ -949,32 +768,6 @@ impl Shared {
         r.result = serde_json::to_value(result).ok();
         r
     }
-}
-
-/// The record of a led run that never started: due at `at` while the
-/// agent was down, or passed over by a step of the wall clock.
-pub(crate) fn missed_run(led: &crate::config::Led, id: String, at: u64, why: &str) -> Run {
-    let t = &led.task;
-    let b = Booked {
-        id,
-        number: 0,
-        task: t.task.clone(),
-        source: t.source.clone(),
-        dest: t.dest.clone(),
-        spec: t.spec.clone(),
-        class: t.class,
-        scheduled_ms: at,
-        start_ms: at,
-        end_ms: at.saturating_add(t.expected_ms()),
-        runs_here: led.runs_here,
-        started: false,
-        booked_by: "this agent".into(),
-        peer: led.peer.clone(),
-    };
-    let mut r = b.record(RunState::Missed, Some(why.to_owned()));
-    r.start_ms = None;
-    r.end_ms = None;
-    r
 }
 
 /// Errors that say this host ran out of something (descriptors, memory,
@@ -1035,8 +828,9 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
         // Runs held for peers whose result never came.
         let stale: Vec<Booked> = {
             let mut inner = shared.lock();
-            inner.calendar.prune_before(now.saturating_sub(3_600_000));
+            inner.book.calendar.prune_before(now.saturating_sub(3_600_000));
             let gone: Vec<u64> = inner
+                .book
                 .booked
                 .values()
                 .filter(|b| !b.runs_here && b.end_ms.saturating_add(60_000) < now)
@@ -1044,8 +838,8 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
                 .collect();
             gone.iter()
                 .filter_map(|n| {
-                    inner.calendar.release(*n);
-                    inner.booked.remove(n)
+                    inner.book.calendar.release(*n);
+                    inner.book.booked.remove(n)
                 })
                 .collect()
         };
@@ -1086,6 +880,7 @@ pub(crate) async fn housekeeping(shared: Arc<Shared>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use goodput_core::schedule::RunClass;
 
     fn run(id: &str, state: RunState) -> Run {
         Run {

@@ -14,10 +14,12 @@ use goodput_engine::run::{run, RunContext};
 use goodput_engine::NullObserver;
 use tokio::task::JoinSet;
 
-use crate::minutes::{self, Minutes};
-use crate::peer;
-use crate::state::{Booked, Shared};
-use crate::{clock, log};
+use crate::clock;
+use crate::log::log;
+use crate::state::booking::Booked;
+use crate::state::minutes::{self, Minutes};
+use crate::state::peer;
+use crate::state::Shared;
 
 /// Intervals and connection records kept in a stored result.
 const MAX_RECORDS: usize = 200;
@@ -30,6 +32,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
         let next = {
             let inner = shared.lock();
             inner
+                .book
                 .booked
                 .values()
                 .filter(|b| b.runs_here && !b.started)
@@ -49,6 +52,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
         let start: Vec<Booked> = {
             let mut inner = shared.lock();
             let due: Vec<u64> = inner
+                .book
                 .booked
                 .values()
                 .filter(|b| b.runs_here && !b.started && b.start_ms <= now)
@@ -56,7 +60,7 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
                 .collect();
             due.iter()
                 .filter_map(|n| {
-                    let b = inner.booked.get_mut(n)?;
+                    let b = inner.book.booked.get_mut(n)?;
                     b.started = true;
                     Some(b.clone())
                 })
@@ -133,8 +137,8 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
     };
     {
         let mut inner = shared.lock();
-        inner.calendar.release(b.number);
-        inner.booked.remove(&b.number);
+        inner.book.calendar.release(b.number);
+        inner.book.booked.remove(&b.number);
     }
     shared.store(std::slice::from_ref(&record)).await;
     shared.note_latest(&record);

@@ -15,7 +15,7 @@ use goodput_engine::Observer;
 use hdrhistogram::Histogram;
 use tokio::sync::mpsc;
 
-use crate::state::Booked;
+use crate::state::booking::Booked;
 
 const MINUTE_MS: u64 = 60_000;
 

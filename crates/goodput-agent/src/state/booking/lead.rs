@@ -11,10 +11,12 @@ use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::{place, Booking, Calendar, NonStart, RunClass};
 use goodput_core::spec::TestSpec;
 
-use crate::config::Peer;
-use crate::peer::{self, Refusal, Reservation, SlotView};
-use crate::state::{pair_key, run_number, Booked, Shared};
-use crate::{clock, log};
+use crate::clock;
+use crate::log::log;
+use crate::state::booking::{missed_run, Booked, BookedBy, Wanted};
+use crate::state::config::Peer;
+use crate::state::peer::{self, Refusal, Reservation, SlotView};
+use crate::state::{pair_key, run_number, Shared};
 
 /// How far ahead of a run's time it is booked: the peer must hold it
 /// before it starts.
@@ -41,6 +43,23 @@ pub(crate) struct Planning {
     pub(crate) duration: u64,
     pub(crate) peer: Option<Peer>,
     pub(crate) runs_here: bool,
+}
+
+impl Planning {
+    /// The run to book, before it has a slot.
+    fn wanted(&self) -> Wanted {
+        Wanted {
+            id: self.id.clone(),
+            task: self.task.clone(),
+            source: self.source.clone(),
+            dest: self.dest.clone(),
+            spec: self.spec.clone(),
+            class: self.class,
+            scheduled_ms: self.at,
+            runs_here: self.runs_here,
+            peer: self.peer.clone(),
+        }
+    }
 }
 
 /// What became of a placing.
@@ -152,7 +171,7 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Ru
     for led in &inner.loaded.led {
         let t = &led.task;
         let key = pair_key(&t.task, &t.source, t.dest.as_deref());
-        let Some(&first) = inner.next.get(&key) else {
+        let Some(&first) = inner.book.next.get(&key) else {
             continue;
         };
         let mut n = first;
@@ -166,7 +185,7 @@ fn passed_over(shared: &Shared, now: u64, why: &str) -> (Vec<goodput_archive::Ru
             if out.len() >= MAX_MISSED {
                 return (out, true);
             }
-            out.push(crate::state::missed_run(led, t.run_id(n), at, why));
+            out.push(missed_run(led, t.run_id(n), at, why));
             n = t.repeat.next(n);
         }
     }
@@ -205,14 +224,15 @@ pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
         // rather than started late and cut at once.
         let mut inner = shared.lock();
         let passed: Vec<u64> = inner
+            .book
             .booked
             .values()
             .filter(|b| b.runs_here && !b.started && b.end_ms <= now)
             .map(|b| b.number)
             .collect();
         for number in passed {
-            if let Some(b) = inner.booked.remove(&number) {
-                inner.calendar.release(number);
+            if let Some(b) = inner.book.booked.remove(&number) {
+                inner.book.calendar.release(number);
                 let mut r = b.record(RunState::Missed, Some(why.clone()));
                 r.start_ms = None;
                 r.end_ms = None;
@@ -221,7 +241,7 @@ pub(crate) async fn replan(shared: &Shared, step: i64, now: u64) {
         }
     }
     // Every pair's next run is found again from the new time.
-    shared.lock().next.clear();
+    shared.lock().book.next.clear();
     if !missed.is_empty() {
         shared.store(&missed).await;
     }
@@ -248,7 +268,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
     for led in &loaded.led {
         let t = &led.task;
         let key = pair_key(&t.task, &t.source, t.dest.as_deref());
-        let mut n = *inner.next.entry(key.clone()).or_insert_with(|| {
+        let mut n = *inner.book.next.entry(key.clone()).or_insert_with(|| {
             // The first run whose (spread) time is still to come: runs
             // spread up to the slip after their base time.
             let mut n = t.repeat.first_at_or_after(now.saturating_sub(t.repeat.slip));
@@ -272,7 +292,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             let id = t.run_id(n);
             n = t.repeat.next(n);
             let number = run_number(&id);
-            if inner.booked.contains_key(&number) || inner.tentative.contains_key(&number) {
+            if inner.book.booked.contains_key(&number) || inner.book.tentative.contains_key(&number) {
                 continue;
             }
             out.push(Planning {
@@ -289,7 +309,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
                 runs_here: led.runs_here,
             });
         }
-        inner.next.insert(key, n);
+        inner.book.next.insert(key, n);
     }
     out.sort_by_key(|p| p.at);
     out
@@ -341,22 +361,7 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
         Err(e) => log(&format!("run {}: the archive could not be read: {e}", p.id)),
     }
     let placed = place_run(shared, &p).await;
-    let mut b = Booked {
-        number: run_number(&p.id),
-        id: p.id.clone(),
-        task: p.task.clone(),
-        source: p.source.clone(),
-        dest: p.dest.clone(),
-        spec: p.spec.clone(),
-        class: p.class,
-        scheduled_ms: p.at,
-        start_ms: 0,
-        end_ms: 0,
-        runs_here: p.runs_here,
-        started: false,
-        booked_by: "this agent".into(),
-        peer: p.peer.clone(),
-    };
+    let mut b = Booked::new(p.wanted(), 0, 0, BookedBy::ThisAgent);
     match &placed {
         Placed::Booked { start, end } => {
             b.start_ms = *start;
@@ -364,8 +369,8 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
             shared.store(&[b.record(RunState::Scheduled, None)]).await;
             {
                 let mut inner = shared.lock();
-                inner.tentative.remove(&b.number);
-                inner.booked.insert(b.number, b);
+                inner.book.tentative.remove(&b.number);
+                inner.book.booked.insert(b.number, b);
             }
             shared.wake.notify_one();
         }
@@ -418,7 +423,7 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
         let booked = {
             let mut inner = shared.lock();
             match place(
-                &inner.calendar,
+                &inner.book.calendar,
                 theirs.as_ref(),
                 earliest,
                 slip,
@@ -426,27 +431,17 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
                 p.class,
             ) {
                 Ok(start) => {
-                    let b = Booked {
-                        id: p.id.clone(),
-                        number: run_number(&p.id),
-                        task: p.task.clone(),
-                        source: p.source.clone(),
-                        dest: p.dest.clone(),
-                        spec: p.spec.clone(),
-                        class: p.class,
-                        scheduled_ms: p.at,
-                        start_ms: start,
-                        end_ms: start.saturating_add(p.duration),
-                        runs_here: p.runs_here,
-                        started: false,
-                        booked_by: "this agent".into(),
-                        peer: p.peer.clone(),
-                    };
+                    let b = Booked::new(
+                        p.wanted(),
+                        start,
+                        start.saturating_add(p.duration),
+                        BookedBy::ThisAgent,
+                    );
                     // On the calendar only: the executor sees it once the
                     // peer has agreed and it is stored.
-                    match inner.calendar.book(b.booking()) {
+                    match inner.book.calendar.book(b.booking()) {
                         Ok(()) => {
-                            inner.tentative.insert(b.number, b.id.clone());
+                            inner.book.tentative.insert(b.number, b.id.clone());
                             inner.counters.booked += 1;
                             Ok(b)
                         }
@@ -491,8 +486,8 @@ async fn place_run(shared: &Shared, p: &Planning) -> Placed {
         };
         {
             let mut inner = shared.lock();
-            inner.calendar.release(b.number);
-            inner.tentative.remove(&b.number);
+            inner.book.calendar.release(b.number);
+            inner.book.tentative.remove(&b.number);
         }
         match refusal {
             Refusal::Busy(why) => {
