@@ -323,7 +323,7 @@ const UDP: [Figure; 6] = [
         Quantity::Rate,
         "bits received per second of the run",
         |r| {
-            let m = r.media.as_ref()?;
+            let m = r.media()?;
             let bytes = m.total.received_bytes?;
             (r.summary.duration_s > 0.0).then(|| bytes as f64 * 8.0 / r.summary.duration_s)
         },
@@ -332,25 +332,25 @@ const UDP: [Figure; 6] = [
         "loss",
         Quantity::Share,
         "datagrams lost, percent of those sent",
-        |r| r.media.as_ref().map(|m| m.total.loss_percent),
+        |r| r.media().map(|m| m.total.loss_percent),
     ),
     fig("jitter", Quantity::Time, "RFC 3550 interarrival jitter", |r| {
-        r.media.as_ref().map(|m| us(m.total.jitter_us))
+        r.media().map(|m| us(m.total.jitter_us))
     }),
     fig("frames_dropped", Quantity::Count, "frames played short", |r| {
-        r.media.as_ref().map(|m| m.total.frames_dropped as f64)
+        r.media().map(|m| m.total.frames_dropped as f64)
     }),
     fig(
         "late",
         Quantity::Count,
         "datagrams that came after their frame was played",
-        |r| r.media.as_ref().map(|m| m.total.late as f64),
+        |r| r.media().map(|m| m.total.late as f64),
     ),
     fig(
         "reordered",
         Quantity::Count,
         "RFC 4737 reordered datagrams",
-        |r| r.media.as_ref().map(|m| m.total.reordered as f64),
+        |r| r.media().map(|m| m.total.reordered as f64),
     ),
 ];
 
@@ -360,36 +360,36 @@ const STAMP: [Figure; 8] = [
         Quantity::Share,
         "packets with no reply, percent of those sent",
         |r| {
-            let t = &r.stamp.as_ref()?.total;
+            let t = &r.stamp()?.total;
             (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64)
         },
     ),
     fig("rtt.min", Quantity::Time, "smallest round-trip delay", |r| {
-        r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.min_us))
+        r.stamp()?.total.rtt.as_ref().map(|d| us(d.min_us))
     }),
     fig("rtt.median", Quantity::Time, "median round-trip delay", |r| {
-        r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.median_us))
+        r.stamp()?.total.rtt.as_ref().map(|d| us(d.median_us))
     }),
     fig("rtt.mean", Quantity::Time, "mean round-trip delay", |r| {
-        r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.mean_us))
+        r.stamp()?.total.rtt.as_ref().map(|d| us(d.mean_us))
     }),
     fig(
         "rtt.p90",
         Quantity::Time,
         "90th percentile round-trip delay",
-        |r| r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.p90_us)),
+        |r| r.stamp()?.total.rtt.as_ref().map(|d| us(d.p90_us)),
     ),
     fig(
         "rtt.p99",
         Quantity::Time,
         "99th percentile round-trip delay",
-        |r| r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.p99_us)),
+        |r| r.stamp()?.total.rtt.as_ref().map(|d| us(d.p99_us)),
     ),
     fig("rtt.max", Quantity::Time, "largest round-trip delay", |r| {
-        r.stamp.as_ref()?.total.rtt.as_ref().map(|d| us(d.max_us))
+        r.stamp()?.total.rtt.as_ref().map(|d| us(d.max_us))
     }),
     fig("duplicates", Quantity::Count, "replies beyond the first", |r| {
-        r.stamp.as_ref().map(|s| s.total.duplicates as f64)
+        r.stamp().map(|s| s.total.duplicates as f64)
     }),
 ];
 
@@ -398,37 +398,37 @@ const ECHO: [Figure; 8] = [
         "rtt.min",
         Quantity::Time,
         "smallest round trip of a message",
-        |r| pct(&r.echo.as_ref()?.round_trip, |p| p.min_us),
+        |r| pct(&r.echo()?.round_trip, |p| p.min_us),
     ),
     fig("rtt.p50", Quantity::Time, "median round trip", |r| {
-        pct(&r.echo.as_ref()?.round_trip, |p| p.p50_us)
+        pct(&r.echo()?.round_trip, |p| p.p50_us)
     }),
     fig("rtt.p90", Quantity::Time, "90th percentile round trip", |r| {
-        pct(&r.echo.as_ref()?.round_trip, |p| p.p90_us)
+        pct(&r.echo()?.round_trip, |p| p.p90_us)
     }),
     fig("rtt.p99", Quantity::Time, "99th percentile round trip", |r| {
-        pct(&r.echo.as_ref()?.round_trip, |p| p.p99_us)
+        pct(&r.echo()?.round_trip, |p| p.p99_us)
     }),
     fig("rtt.max", Quantity::Time, "largest round trip", |r| {
-        pct(&r.echo.as_ref()?.round_trip, |p| p.max_us)
+        pct(&r.echo()?.round_trip, |p| p.max_us)
     }),
     fig(
         "connect.p99",
         Quantity::Time,
         "99th percentile connect time",
-        |r| pct(&r.echo.as_ref()?.connect_time, |p| p.p99_us),
+        |r| pct(&r.echo()?.connect_time, |p| p.p99_us),
     ),
     fig(
         "mismatched",
         Quantity::Count,
         "echoes that differed from what was sent",
-        |r| r.echo.as_ref().map(|e| e.mismatched as f64),
+        |r| r.echo().map(|e| e.mismatched as f64),
     ),
     fig(
         "missing",
         Quantity::Count,
         "messages whose echo never came",
-        |r| r.echo.as_ref().map(|e| e.missing as f64),
+        |r| r.echo().map(|e| e.missing as f64),
     ),
 ];
 
@@ -438,7 +438,7 @@ const QUIC: [Figure; 5] = [
         Quantity::Rate,
         "upload and download bits per second",
         |r| {
-            let q = r.quic.as_ref()?;
+            let q = r.quic()?;
             (q.duration_s > 0.0).then(|| (q.upload_bytes + q.download_bytes) as f64 * 8.0 / q.duration_s)
         },
     ),
@@ -447,7 +447,7 @@ const QUIC: [Figure; 5] = [
         Quantity::Count,
         "requests (transactions) per second",
         |r| {
-            let q = r.quic.as_ref()?;
+            let q = r.quic()?;
             Some(q.requests.as_ref().map_or(q.tps, |x| x.per_second))
         },
     ),
@@ -455,16 +455,16 @@ const QUIC: [Figure; 5] = [
         "latency.p50",
         Quantity::Time,
         "median request latency (--rps)",
-        |r| pct(&r.quic.as_ref()?.requests.as_ref()?.latency, |p| p.p50_us),
+        |r| pct(&r.quic()?.requests.as_ref()?.latency, |p| p.p50_us),
     ),
     fig(
         "latency.p99",
         Quantity::Time,
         "99th percentile request latency (--rps)",
-        |r| pct(&r.quic.as_ref()?.requests.as_ref()?.latency, |p| p.p99_us),
+        |r| pct(&r.quic()?.requests.as_ref()?.latency, |p| p.p99_us),
     ),
     fig("failed_streams", Quantity::Count, "streams that failed", |r| {
-        r.quic.as_ref().map(|q| q.failed_streams as f64)
+        r.quic().map(|q| q.failed_streams as f64)
     }),
 ];
 
@@ -474,7 +474,7 @@ const IPERF3: [Figure; 4] = [
         Quantity::Rate,
         "bits received per second, summed over streams",
         |r| {
-            let d = r.iperf3.as_ref()?;
+            let d = r.iperf3()?;
             let rate = |s: &crate::result::Iperf3StreamRecord| match s.seconds > 0.0 {
                 true => s.bytes as f64 * 8.0 / s.seconds,
                 false => 0.0,
@@ -498,12 +498,12 @@ const IPERF3: [Figure; 4] = [
         Quantity::Count,
         "TCP retransmits of this end's sending streams",
         |r| {
-            let d = r.iperf3.as_ref()?;
+            let d = r.iperf3()?;
             Some(d.streams.iter().filter_map(|s| s.retransmits).sum::<u64>() as f64)
         },
     ),
     fig("loss", Quantity::Share, "UDP datagrams lost, percent", |r| {
-        let d = r.iperf3.as_ref()?;
+        let d = r.iperf3()?;
         let (lost, total) = d
             .streams
             .iter()
@@ -512,7 +512,7 @@ const IPERF3: [Figure; 4] = [
         (total > 0).then(|| lost as f64 * 100.0 / total as f64)
     }),
     fig("jitter", Quantity::Time, "UDP jitter, mean over streams", |r| {
-        let d = r.iperf3.as_ref()?;
+        let d = r.iperf3()?;
         let j: Vec<f64> = d
             .streams
             .iter()
@@ -529,12 +529,12 @@ const TTCP: [Figure; 2] = [
         Quantity::Rate,
         "bits moved per second (ttcp's real time)",
         |r| {
-            let t = r.ttcp.as_ref()?;
+            let t = r.ttcp()?;
             (t.real_s > 0.0).then(|| t.bytes as f64 * 8.0 / t.real_s)
         },
     ),
     fig("bytes", Quantity::Bytes, "payload bytes moved", |r| {
-        r.ttcp.as_ref().map(|t| t.bytes as f64)
+        r.ttcp().map(|t| t.bytes as f64)
     }),
 ];
 
@@ -543,37 +543,37 @@ const TRACE: [Figure; 3] = [
         "reached",
         Quantity::Count,
         "1 when the destination answered, else 0",
-        |r| r.trace.as_ref().map(|t| f64::from(u8::from(t.reached))),
+        |r| r.trace().map(|t| f64::from(u8::from(t.reached))),
     ),
     fig(
         "hops",
         Quantity::Count,
         "hops to the destination (when reached)",
-        |r| r.trace.as_ref()?.hop_count.map(f64::from),
+        |r| r.trace()?.hop_count.map(f64::from),
     ),
     fig("pmtu", Quantity::Bytes, "path MTU found (with --pmtu)", |r| {
-        r.trace.as_ref()?.pmtu.map(f64::from)
+        r.trace()?.pmtu.map(f64::from)
     }),
 ];
 
 const PING: [Figure; 6] = [
     fig("loss", Quantity::Share, "requests with no reply, percent", |r| {
-        r.ping.as_ref().map(|p| p.loss_percent)
+        r.ping().map(|p| p.loss_percent)
     }),
     fig("rtt.min", Quantity::Time, "smallest round trip", |r| {
-        r.ping.as_ref()?.rtt.map(|x| us(x.min_us))
+        r.ping()?.rtt.map(|x| us(x.min_us))
     }),
     fig("rtt.avg", Quantity::Time, "mean round trip", |r| {
-        r.ping.as_ref()?.rtt.map(|x| us(x.avg_us))
+        r.ping()?.rtt.map(|x| us(x.avg_us))
     }),
     fig("rtt.max", Quantity::Time, "largest round trip", |r| {
-        r.ping.as_ref()?.rtt.map(|x| us(x.max_us))
+        r.ping()?.rtt.map(|x| us(x.max_us))
     }),
     fig("rtt.p50", Quantity::Time, "median round trip", |r| {
-        pct(&r.ping.as_ref()?.percentiles, |p| p.p50_us)
+        pct(&r.ping()?.percentiles, |p| p.p50_us)
     }),
     fig("rtt.p99", Quantity::Time, "99th percentile round trip", |r| {
-        pct(&r.ping.as_ref()?.percentiles, |p| p.p99_us)
+        pct(&r.ping()?.percentiles, |p| p.p99_us)
     }),
 ];
 

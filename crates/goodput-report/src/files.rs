@@ -241,7 +241,7 @@ impl View for ConnectionFile {
         self.out.flush()
     }
     fn finish(&mut self, result: &TestResult) -> io::Result<()> {
-        self.header(result.media.is_some())?;
+        self.header(result.media().is_some())?;
         self.out.flush()
     }
 }
@@ -319,8 +319,8 @@ impl View for JsonStream {
             "schema_version": result.schema_version,
             "end": result.end,
             "summary": result.summary,
-            "stamp": result.stamp.as_ref().map(|d| &d.total),
-            "media": result.media.as_ref().map(|d| &d.total),
+            "stamp": result.stamp().map(|d| &d.total),
+            "media": result.media().map(|d| &d.total),
         }))
     }
 }

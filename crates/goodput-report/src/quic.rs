@@ -106,7 +106,7 @@ bwe_max, p_quantum, p_rate, cc_state, cc_param";
 /// the header first when the file is new or empty. Columns quinn cannot
 /// provide are left empty (README lists them).
 pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
-    if r.quic.is_none() {
+    if r.quic().is_none() {
         return Ok(());
     }
     let empty = crate::files::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use goodput_core::media::limits::MediaLimits;
-use goodput_core::result::TestResult;
+use goodput_core::result::{Detail, ServerDetail, TestResult};
 use goodput_core::spec::{ServerSpec, TcpWire};
 use goodput_core::units::{format_bits_per_second, format_size, ByteSize};
 use tokio_util::sync::CancellationToken;
@@ -276,11 +276,13 @@ pub(crate) async fn run(
         tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
     let mut result = result.map_err(|e| Failure::test(error_chain(&e)))?;
     // Read again now that the discard and echo services have ended too.
-    result.admission = Some(admission.counters());
-    result.services = served;
-    result.stamp_reflector = reflected;
-    result.media_server = streamed;
-    result.quic_server = quicked;
+    result.detail = Detail::Server(Box::new(ServerDetail {
+        admission: Some(admission.counters()),
+        services: served,
+        stamp_reflector: reflected,
+        media_server: streamed,
+        quic_server: quicked,
+    }));
     Ok(result)
 }
 

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings,
-    TestKind, TestResult,
+    ConnectionRecord, Detail, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder,
+    TcpSettings, TestKind, TestResult,
 };
 use goodput_core::session::{HelloLimits, Verdict, VerifyMode};
 use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
@@ -402,7 +402,6 @@ impl Driven {
             assertions: Vec::new(),
             spec: None,
             error: None,
-            services: None,
             schema_version: goodput_core::result::SCHEMA_VERSION,
             tool: crate::tool_info(),
             kind,
@@ -414,18 +413,7 @@ impl Driven {
             connections_omitted: self.records.omitted,
             summary: self.summary,
             end: self.end,
-            stamp: None,
-            stamp_reflector: None,
-            echo: None,
-            media: None,
-            media_server: None,
-            quic: None,
-            quic_server: None,
-            admission: None,
-            trace: None,
-            ping: None,
-            ttcp: None,
-            iperf3: None,
+            detail: Detail::None,
         }
     }
 }

@@ -248,7 +248,7 @@ impl BoundServer {
             time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
         };
         let mut result = driven.into_result(TestKind::TcpServer, started_unix_ms, settings);
-        result.admission = Some(admission);
+        result.detail.server_mut().admission = Some(admission);
         Ok(result)
     }
 }
@@ -895,7 +895,7 @@ pub(super) mod tests {
         }
         cancel.cancel();
         let r = run.await.unwrap();
-        let adm = r.admission.unwrap();
+        let adm = r.admission().unwrap();
         assert_eq!(adm.internal_errors, 1);
         assert_eq!((adm.open_now, adm.pending_now), (0, 0));
         let internal = r
@@ -941,7 +941,7 @@ pub(super) mod tests {
         assert!(took < Duration::from_secs(3), "{took:?}");
         cancel.cancel();
         let r = run.await.unwrap();
-        assert_eq!(r.admission.unwrap().hello_timeouts, 1);
+        assert_eq!(r.admission().unwrap().hello_timeouts, 1);
     }
 
     /// The hello that divided by zero (push + pull past u64::MAX) is
@@ -976,6 +976,6 @@ pub(super) mod tests {
         }
         cancel.cancel();
         let r = run.await.unwrap();
-        assert_eq!(r.admission.unwrap().internal_errors, 0);
+        assert_eq!(r.admission().unwrap().internal_errors, 0);
     }
 }

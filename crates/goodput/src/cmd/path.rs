@@ -76,6 +76,6 @@ pub(crate) async fn run_path(spec: TestSpec, out: &ViewArgs) -> Result<u8, Stop>
     let mut views = Views::open(out, None)?;
     let result = engine_run(&spec, RunContext::with_records(out.max_records), &mut views, out).await?;
     views.finish(&result, out.json.as_deref())?;
-    let failed = result.ping.as_ref().is_some_and(|p| p.received == 0);
+    let failed = result.ping().is_some_and(|p| p.received == 0);
     Ok(exit_status(&result, failed))
 }

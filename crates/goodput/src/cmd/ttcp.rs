@@ -102,7 +102,7 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
     let document = TestSpec::Ttcp(spec);
     let result = engine_run(&document, context, &mut views, &view_args).await?;
     if data_on_stdout && verbosity > 0 {
-        if let Some(d) = &result.ttcp {
+        if let Some(d) = result.ttcp() {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));
         }
     }
