@@ -109,8 +109,8 @@ pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
     if r.quic().is_none() {
         return Ok(());
     }
-    let empty = crate::files::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);
-    let mut f = crate::files::open_output(path, true)?;
+    let empty = crate::sink::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+    let mut f = crate::sink::open_output(path, true)?;
     if empty {
         writeln!(f, "{PERF_LOG_HEADER}")?;
     }
