@@ -621,6 +621,15 @@ pub enum WireProtocol {
     Probes,
 }
 
+impl From<crate::spec::TcpWire> for WireProtocol {
+    fn from(w: crate::spec::TcpWire) -> Self {
+        match w {
+            crate::spec::TcpWire::Goodput => WireProtocol::Goodput,
+            crate::spec::TcpWire::Cts => WireProtocol::Cts,
+        }
+    }
+}
+
 /// How the client ends a successful connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]

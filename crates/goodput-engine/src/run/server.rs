@@ -12,7 +12,7 @@ use goodput_core::spec::{ServerSpec, TcpWire};
 use goodput_core::units::{format_bits_per_second, format_size, ByteSize};
 use tokio_util::sync::CancellationToken;
 
-use super::{error_chain, socket_options, tcp_wire, Failure};
+use super::{error_chain, socket_options, Failure};
 use crate::admission::AdmissionLimits;
 use crate::media::{bind_media, MediaServerSpec};
 use crate::socket::raise_open_file_limit;
@@ -39,7 +39,7 @@ pub(crate) async fn run(
     let max_connections = spec.max_connections.unwrap_or(defaults.max_connections);
     let max_per_client = spec.max_per_client.unwrap_or(defaults.max_per_client);
     let tcp = TcpServerSpec {
-        wire: tcp_wire(spec.wire),
+        wire: spec.wire,
         cts: (spec.wire == TcpWire::Cts).then_some(CtsServerPlan {
             pattern: spec.pattern,
             verify: spec.verify,

@@ -31,13 +31,14 @@ use wakeups::{Timer, Wakeups};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
+pub use goodput_core::spec::TcpWire;
 pub use server::{bind_server, BoundServer};
 
 /// Everything a TCP client run needs.
 #[derive(Debug, Clone)]
 pub struct TcpClientSpec {
     /// Wire protocol.
-    pub wire: WireProtocol,
+    pub wire: TcpWire,
     /// Server addresses, used round robin.
     pub targets: Vec<std::net::SocketAddr>,
     /// Local addresses to bind, round robin per family (empty = any).
@@ -169,7 +170,7 @@ pub struct CtsServerPlan {
 #[derive(Debug, Clone)]
 pub struct TcpServerSpec {
     /// Wire protocol.
-    pub wire: WireProtocol,
+    pub wire: TcpWire,
     /// The plan for `--wire cts` (ignored for the goodput wire).
     pub cts: Option<CtsServerPlan>,
     /// Listen addresses.
