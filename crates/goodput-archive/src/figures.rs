@@ -1,6 +1,7 @@
 //! The figures each run is indexed by, read from its result document, and
 //! the key that groups the runs of one measurement.
 
+use goodput_core::catalogue::{self, Series};
 use goodput_core::result::{Detail, MediaDetail, StampDetail, TestResult};
 use goodput_core::spec::TestSpec;
 use serde::{Deserialize, Serialize};
@@ -55,42 +56,72 @@ pub struct Figures {
     pub path_checksum: Option<String>,
 }
 
-/// The fastest rate a figure may say, bits/s (10 Tbit/s).
-pub(crate) const MAX_BPS: f64 = 1e13;
-/// The longest delay or jitter a figure may say, µs (an hour).
-pub(crate) const MAX_DELAY_US: f64 = 3.6e9;
-/// The largest count a figure may say (2^53: exact in a double).
-pub(crate) const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+pub(crate) use goodput_core::catalogue::MAX_DELAY_US;
 
 impl Figures {
+    /// The figures in the catalogue's order ([`catalogue::SERIES`]): the
+    /// one place the catalogue's columns meet this struct's fields.
+    pub fn values(&self) -> [Option<f64>; catalogue::SERIES.len()] {
+        [
+            self.throughput_up_bps,
+            self.throughput_down_bps,
+            self.loss_pct,
+            self.loss_forward_pct,
+            self.loss_backward_pct,
+            self.duplicates,
+            self.reordered,
+            self.delay_min_us,
+            self.delay_median_us,
+            self.delay_p95_us,
+            self.delay_max_us,
+            self.jitter_us,
+            self.retransmits,
+            self.errors,
+            self.hops,
+        ]
+    }
+
+    /// Figures from their values in the catalogue's order (as
+    /// [`Figures::values`] gives them) and the path's checksum.
+    pub fn with_values(v: [Option<f64>; catalogue::SERIES.len()], path_checksum: Option<String>) -> Self {
+        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops] =
+            v;
+        Figures {
+            throughput_up_bps,
+            throughput_down_bps,
+            loss_pct,
+            loss_forward_pct,
+            loss_backward_pct,
+            duplicates,
+            reordered,
+            delay_min_us,
+            delay_median_us,
+            delay_p95_us,
+            delay_max_us,
+            jitter_us,
+            retransmits,
+            errors,
+            hops,
+            path_checksum,
+        }
+    }
+
+    /// The value of a series figure of the catalogue.
+    pub fn value(&self, figure: &Series) -> Option<f64> {
+        let i = catalogue::SERIES.iter().position(|s| s.column == figure.column)?;
+        self.values()[i]
+    }
+
     /// The first figure outside physical sense, named with its value and
-    /// its range: every figure must be finite, rates 0 to 10 Tbit/s, loss
-    /// 0–100 %, delays and jitter 0 to an hour, counts 0 to 2^53, hops
-    /// 0–255. Figures from the network are checked with this before they
-    /// are stored.
+    /// its range: every figure must be finite and within the bounds the
+    /// catalogue gives it (rates 0 to 10 Tbit/s, loss 0–100 %, delays and
+    /// jitter 0 to an hour, counts 0 to 2^53, hops 0–255). Figures from
+    /// the network are checked with this before they are stored.
     pub fn out_of_range(&self) -> Option<String> {
-        let checks: [(&str, Option<f64>, f64, &str); 15] = [
-            ("throughput_up_bps", self.throughput_up_bps, MAX_BPS, "10 Tbit/s"),
-            (
-                "throughput_down_bps",
-                self.throughput_down_bps,
-                MAX_BPS,
-                "10 Tbit/s",
-            ),
-            ("loss_pct", self.loss_pct, 100.0, "100 %"),
-            ("loss_forward_pct", self.loss_forward_pct, 100.0, "100 %"),
-            ("loss_backward_pct", self.loss_backward_pct, 100.0, "100 %"),
-            ("duplicates", self.duplicates, MAX_COUNT, "2^53"),
-            ("reordered", self.reordered, MAX_COUNT, "2^53"),
-            ("delay_min_us", self.delay_min_us, MAX_DELAY_US, "an hour"),
-            ("delay_median_us", self.delay_median_us, MAX_DELAY_US, "an hour"),
-            ("delay_p95_us", self.delay_p95_us, MAX_DELAY_US, "an hour"),
-            ("delay_max_us", self.delay_max_us, MAX_DELAY_US, "an hour"),
-            ("jitter_us", self.jitter_us, MAX_DELAY_US, "an hour"),
-            ("retransmits", self.retransmits, MAX_COUNT, "2^53"),
-            ("errors", self.errors, MAX_COUNT, "2^53"),
-            ("hops", self.hops, 255.0, "255"),
-        ];
+        let checks = catalogue::SERIES
+            .iter()
+            .zip(self.values())
+            .map(|(s, v)| (s.column, v, s.max, s.max_text));
         for (name, v, max, max_text) in checks {
             if let Some(v) = v {
                 if !v.is_finite() || !(0.0..=max).contains(&v) {
@@ -249,6 +280,24 @@ pub fn measurement_key(spec: &TestSpec, source: &str, dest: Option<&str>) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_figure_sits_in_the_catalogues_column() {
+        // Give every figure a value of its own, then find each value under
+        // its catalogue column in the serialised figures.
+        let mut v = serde_json::to_value(Figures::default()).unwrap();
+        for (i, s) in catalogue::SERIES.iter().enumerate() {
+            v[s.column] = serde_json::json!(i as f64 + 1.0);
+        }
+        let f: Figures = serde_json::from_value(v).unwrap();
+        let want: Vec<Option<f64>> = (0..catalogue::SERIES.len())
+            .map(|i| Some(i as f64 + 1.0))
+            .collect();
+        assert_eq!(f.values().to_vec(), want);
+        for (i, s) in catalogue::SERIES.iter().enumerate() {
+            assert_eq!(f.value(s), Some(i as f64 + 1.0), "{}", s.name);
+        }
+    }
 
     #[test]
     fn figures_outside_physical_sense_are_named() {
