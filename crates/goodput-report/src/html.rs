@@ -54,16 +54,8 @@ pub struct Report {
     pub charts: Vec<ReportChart>,
 }
 
-/// Which way a figure is better, for a comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Better {
-    /// More is better (throughput).
-    Higher,
-    /// Less is better (loss, delay, errors).
-    Lower,
-    /// Neither (counts that describe the run, not its quality).
-    Neither,
-}
+/// Which way a figure is better, for a comparison: the catalogue's.
+pub use goodput_core::catalogue::Better;
 
 /// A headline figure of a run.
 #[derive(Debug, Clone, PartialEq)]
