@@ -1,7 +1,8 @@
 //! The figures each run is indexed by, read from its result document, and
 //! the key that groups the runs of one measurement.
 
-use goodput_core::result::TestResult;
+use goodput_core::catalogue::{self, Series};
+use goodput_core::result::{Detail, MediaDetail, StampDetail, TestResult};
 use goodput_core::spec::TestSpec;
 use serde::{Deserialize, Serialize};
 
@@ -55,42 +56,72 @@ pub struct Figures {
     pub path_checksum: Option<String>,
 }
 
-/// The fastest rate a figure may say, bits/s (10 Tbit/s).
-pub(crate) const MAX_BPS: f64 = 1e13;
-/// The longest delay or jitter a figure may say, µs (an hour).
-pub(crate) const MAX_DELAY_US: f64 = 3.6e9;
-/// The largest count a figure may say (2^53: exact in a double).
-pub(crate) const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+pub(crate) use goodput_core::catalogue::MAX_DELAY_US;
 
 impl Figures {
+    /// The figures in the catalogue's order ([`catalogue::SERIES`]): the
+    /// one place the catalogue's columns meet this struct's fields.
+    pub fn values(&self) -> [Option<f64>; catalogue::SERIES.len()] {
+        [
+            self.throughput_up_bps,
+            self.throughput_down_bps,
+            self.loss_pct,
+            self.loss_forward_pct,
+            self.loss_backward_pct,
+            self.duplicates,
+            self.reordered,
+            self.delay_min_us,
+            self.delay_median_us,
+            self.delay_p95_us,
+            self.delay_max_us,
+            self.jitter_us,
+            self.retransmits,
+            self.errors,
+            self.hops,
+        ]
+    }
+
+    /// Figures from their values in the catalogue's order (as
+    /// [`Figures::values`] gives them) and the path's checksum.
+    pub fn with_values(v: [Option<f64>; catalogue::SERIES.len()], path_checksum: Option<String>) -> Self {
+        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops] =
+            v;
+        Figures {
+            throughput_up_bps,
+            throughput_down_bps,
+            loss_pct,
+            loss_forward_pct,
+            loss_backward_pct,
+            duplicates,
+            reordered,
+            delay_min_us,
+            delay_median_us,
+            delay_p95_us,
+            delay_max_us,
+            jitter_us,
+            retransmits,
+            errors,
+            hops,
+            path_checksum,
+        }
+    }
+
+    /// The value of a series figure of the catalogue.
+    pub fn value(&self, figure: &Series) -> Option<f64> {
+        let i = catalogue::SERIES.iter().position(|s| s.column == figure.column)?;
+        self.values()[i]
+    }
+
     /// The first figure outside physical sense, named with its value and
-    /// its range: every figure must be finite, rates 0 to 10 Tbit/s, loss
-    /// 0–100 %, delays and jitter 0 to an hour, counts 0 to 2^53, hops
-    /// 0–255. Figures from the network are checked with this before they
-    /// are stored.
+    /// its range: every figure must be finite and within the bounds the
+    /// catalogue gives it (rates 0 to 10 Tbit/s, loss 0–100 %, delays and
+    /// jitter 0 to an hour, counts 0 to 2^53, hops 0–255). Figures from
+    /// the network are checked with this before they are stored.
     pub fn out_of_range(&self) -> Option<String> {
-        let checks: [(&str, Option<f64>, f64, &str); 15] = [
-            ("throughput_up_bps", self.throughput_up_bps, MAX_BPS, "10 Tbit/s"),
-            (
-                "throughput_down_bps",
-                self.throughput_down_bps,
-                MAX_BPS,
-                "10 Tbit/s",
-            ),
-            ("loss_pct", self.loss_pct, 100.0, "100 %"),
-            ("loss_forward_pct", self.loss_forward_pct, 100.0, "100 %"),
-            ("loss_backward_pct", self.loss_backward_pct, 100.0, "100 %"),
-            ("duplicates", self.duplicates, MAX_COUNT, "2^53"),
-            ("reordered", self.reordered, MAX_COUNT, "2^53"),
-            ("delay_min_us", self.delay_min_us, MAX_DELAY_US, "an hour"),
-            ("delay_median_us", self.delay_median_us, MAX_DELAY_US, "an hour"),
-            ("delay_p95_us", self.delay_p95_us, MAX_DELAY_US, "an hour"),
-            ("delay_max_us", self.delay_max_us, MAX_DELAY_US, "an hour"),
-            ("jitter_us", self.jitter_us, MAX_DELAY_US, "an hour"),
-            ("retransmits", self.retransmits, MAX_COUNT, "2^53"),
-            ("errors", self.errors, MAX_COUNT, "2^53"),
-            ("hops", self.hops, 255.0, "255"),
-        ];
+        let checks = catalogue::SERIES
+            .iter()
+            .zip(self.values())
+            .map(|(s, v)| (s.column, v, s.max, s.max_text));
         for (name, v, max, max_text) in checks {
             if let Some(v) = v {
                 if !v.is_finite() || !(0.0..=max).contains(&v) {
@@ -123,96 +154,114 @@ pub fn figures_of(r: &TestResult) -> Figures {
     if let Some(t) = &s.timed {
         f.throughput_up_bps = t.up.map(|d| d.bytes_per_second * 8.0);
         f.throughput_down_bps = t.down.map(|d| d.bytes_per_second * 8.0);
-    } else if r.media.is_none() && r.stamp.is_none() && r.echo.is_none() && r.quic.is_none() {
+    } else if this_ends_rates(&r.detail) {
         // A byte-planned TCP test, ttcp, iperf3: this end's rates.
         f.throughput_up_bps = (s.sent_bytes > 0).then_some(s.send_bytes_per_second * 8.0);
         f.throughput_down_bps = (s.received_bytes > 0).then_some(s.recv_bytes_per_second * 8.0);
     }
-    if let Some(d) = &r.iperf3 {
-        f.retransmits = Some(d.streams.iter().filter_map(|x| x.retransmits).sum::<u64>() as f64);
-    }
-    if let Some(m) = &r.media {
-        let t = &m.total;
-        if s.duration_s > 0.0 {
-            let bps = t.received_bytes.map(|b| b as f64 * 8.0 / s.duration_s);
-            if m.upload {
-                f.throughput_up_bps = bps;
-            } else {
-                f.throughput_down_bps = bps;
+    match &r.detail {
+        Detail::None | Detail::Server(_) | Detail::Ttcp(_) => {}
+        Detail::Iperf3(d) => {
+            f.retransmits = Some(d.streams.iter().filter_map(|x| x.retransmits).sum::<u64>() as f64);
+        }
+        Detail::Media(m) => media(&mut f, m, s.duration_s),
+        Detail::Stamp(st) => stamp(&mut f, st),
+        Detail::Echo(e) => {
+            if let Some(p) = e.round_trip.as_ref().filter(|p| p.count > 0) {
+                f.delay_min_us = Some(p.min_us);
+                f.delay_median_us = Some(p.p50_us);
+                f.delay_max_us = Some(p.max_us);
             }
         }
-        f.loss_pct = Some(t.loss_percent);
-        if m.upload {
+        Detail::Trace(t) => {
+            f.hops = t.hop_count.map(f64::from);
+            f.path_checksum = Some(t.path_checksum.clone());
+        }
+        Detail::Ping(p) => {
+            f.loss_pct = Some(p.loss_percent);
             f.loss_forward_pct = f.loss_pct;
-        } else {
-            f.loss_backward_pct = f.loss_pct;
-        }
-        f.duplicates = Some(t.duplicates as f64);
-        f.reordered = Some(t.reordered as f64);
-        f.jitter_us = Some(t.jitter_us);
-    }
-    if let Some(st) = &r.stamp {
-        let t = &st.total;
-        f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
-        match (t.lost_forward, t.lost_backward) {
-            (Some(fwd), Some(back)) if t.sent > 0 => {
-                // Over the packets the split covers: those lost in a way
-                // that has no direction are left out of both.
-                let unknown = t.lost.saturating_sub(fwd.saturating_add(back));
-                let covered = t.sent.saturating_sub(unknown);
-                f.loss_forward_pct = (covered > 0).then(|| fwd as f64 * 100.0 / covered as f64);
-                let reached = covered.saturating_sub(fwd);
-                f.loss_backward_pct = (reached > 0).then(|| back as f64 * 100.0 / reached as f64);
+            f.duplicates = Some(p.duplicates as f64);
+            if let Some(rtt) = &p.rtt {
+                f.delay_min_us = Some(rtt.min_us);
+                f.delay_max_us = Some(rtt.max_us);
+                f.jitter_us = Some(rtt.mdev_us);
             }
-            _ => f.loss_forward_pct = f.loss_pct,
+            f.delay_median_us = p.percentiles.map(|q| q.p50_us);
         }
-        f.duplicates = Some(t.duplicates as f64);
-        f.reordered = Some(t.reordered as f64);
-        if let Some(d) = &t.rtt {
-            f.delay_min_us = Some(d.min_us);
-            f.delay_median_us = Some(d.median_us);
-            f.delay_max_us = Some(d.max_us);
-            let p95 = t
-                .histograms
-                .rtt_ns
-                .as_deref()
-                .and_then(goodput_core::stamp::stats::decode_histogram)
-                .filter(|h| !h.is_empty())
-                .map(|h| h.value_at_quantile(0.95) as f64 / 1000.0);
-            f.delay_p95_us = p95;
-            f.jitter_us = p95.map(|p| (p - d.median_us).max(0.0));
-        }
-    }
-    if let Some(e) = &r.echo {
-        if let Some(p) = e.round_trip.as_ref().filter(|p| p.count > 0) {
-            f.delay_min_us = Some(p.min_us);
-            f.delay_median_us = Some(p.p50_us);
-            f.delay_max_us = Some(p.max_us);
-        }
-    }
-    if let Some(t) = &r.trace {
-        f.hops = t.hop_count.map(f64::from);
-        f.path_checksum = Some(t.path_checksum.clone());
-    }
-    if let Some(p) = &r.ping {
-        f.loss_pct = Some(p.loss_percent);
-        f.loss_forward_pct = f.loss_pct;
-        f.duplicates = Some(p.duplicates as f64);
-        if let Some(rtt) = &p.rtt {
-            f.delay_min_us = Some(rtt.min_us);
-            f.delay_max_us = Some(rtt.max_us);
-            f.jitter_us = Some(rtt.mdev_us);
-        }
-        f.delay_median_us = p.percentiles.map(|q| q.p50_us);
-    }
-    if let Some(q) = &r.quic {
-        if q.duration_s > 0.0 {
-            f.throughput_up_bps = (q.upload_bytes > 0).then(|| q.upload_bytes as f64 * 8.0 / q.duration_s);
-            f.throughput_down_bps =
-                (q.download_bytes > 0).then(|| q.download_bytes as f64 * 8.0 / q.duration_s);
+        Detail::Quic(q) => {
+            if q.duration_s > 0.0 {
+                f.throughput_up_bps =
+                    (q.upload_bytes > 0).then(|| q.upload_bytes as f64 * 8.0 / q.duration_s);
+                f.throughput_down_bps =
+                    (q.download_bytes > 0).then(|| q.download_bytes as f64 * 8.0 / q.duration_s);
+            }
         }
     }
     f
+}
+
+/// Whether a run without timed rates reports this end's byte rates as its
+/// throughput: those whose detail has no rates of its own.
+fn this_ends_rates(d: &Detail) -> bool {
+    match d {
+        Detail::None | Detail::Server(_) | Detail::Iperf3(_) | Detail::Ttcp(_) => true,
+        Detail::Trace(_) | Detail::Ping(_) => true,
+        Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
+    }
+}
+
+fn media(f: &mut Figures, m: &MediaDetail, duration_s: f64) {
+    let t = &m.total;
+    if duration_s > 0.0 {
+        let bps = t.received_bytes.map(|b| b as f64 * 8.0 / duration_s);
+        if m.upload {
+            f.throughput_up_bps = bps;
+        } else {
+            f.throughput_down_bps = bps;
+        }
+    }
+    f.loss_pct = Some(t.loss_percent);
+    if m.upload {
+        f.loss_forward_pct = f.loss_pct;
+    } else {
+        f.loss_backward_pct = f.loss_pct;
+    }
+    f.duplicates = Some(t.duplicates as f64);
+    f.reordered = Some(t.reordered as f64);
+    f.jitter_us = Some(t.jitter_us);
+}
+
+fn stamp(f: &mut Figures, st: &StampDetail) {
+    let t = &st.total;
+    f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
+    match (t.lost_forward, t.lost_backward) {
+        (Some(fwd), Some(back)) if t.sent > 0 => {
+            // Over the packets the split covers: those lost in a way
+            // that has no direction are left out of both.
+            let unknown = t.lost.saturating_sub(fwd.saturating_add(back));
+            let covered = t.sent.saturating_sub(unknown);
+            f.loss_forward_pct = (covered > 0).then(|| fwd as f64 * 100.0 / covered as f64);
+            let reached = covered.saturating_sub(fwd);
+            f.loss_backward_pct = (reached > 0).then(|| back as f64 * 100.0 / reached as f64);
+        }
+        _ => f.loss_forward_pct = f.loss_pct,
+    }
+    f.duplicates = Some(t.duplicates as f64);
+    f.reordered = Some(t.reordered as f64);
+    if let Some(d) = &t.rtt {
+        f.delay_min_us = Some(d.min_us);
+        f.delay_median_us = Some(d.median_us);
+        f.delay_max_us = Some(d.max_us);
+        let p95 = t
+            .histograms
+            .rtt_ns
+            .as_deref()
+            .and_then(goodput_core::stamp::stats::decode_histogram)
+            .filter(|h| !h.is_empty())
+            .map(|h| h.value_at_quantile(0.95) as f64 / 1000.0);
+        f.delay_p95_us = p95;
+        f.jitter_us = p95.map(|p| (p - d.median_us).max(0.0));
+    }
 }
 
 /// The key that groups the runs of one measurement over time: a hash of
@@ -231,6 +280,24 @@ pub fn measurement_key(spec: &TestSpec, source: &str, dest: Option<&str>) -> Str
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_figure_sits_in_the_catalogues_column() {
+        // Give every figure a value of its own, then find each value under
+        // its catalogue column in the serialised figures.
+        let mut v = serde_json::to_value(Figures::default()).unwrap();
+        for (i, s) in catalogue::SERIES.iter().enumerate() {
+            v[s.column] = serde_json::json!(i as f64 + 1.0);
+        }
+        let f: Figures = serde_json::from_value(v).unwrap();
+        let want: Vec<Option<f64>> = (0..catalogue::SERIES.len())
+            .map(|i| Some(i as f64 + 1.0))
+            .collect();
+        assert_eq!(f.values().to_vec(), want);
+        for (i, s) in catalogue::SERIES.iter().enumerate() {
+            assert_eq!(f.value(s), Some(i as f64 + 1.0), "{}", s.name);
+        }
+    }
 
     #[test]
     fn figures_outside_physical_sense_are_named() {

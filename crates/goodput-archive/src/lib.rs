@@ -17,6 +17,7 @@ pub mod pscheduler;
 use std::path::Path;
 use std::str::FromStr;
 
+use goodput_core::catalogue::{self, Series};
 use goodput_core::schedule::RunClass;
 use serde::{Deserialize, Serialize};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
@@ -245,22 +246,27 @@ impl Metric {
         Metric::ALL.iter().position(|m| *m == self).unwrap_or(0)
     }
 
-    fn column(self) -> &'static str {
+    /// Its figure in the catalogue, which names its column and its unit.
+    pub fn figure(self) -> &'static Series {
         match self {
-            Metric::ThroughputUp => "throughput_up_bps",
-            Metric::ThroughputDown => "throughput_down_bps",
-            Metric::Loss => "loss_pct",
-            Metric::LossForward => "loss_forward_pct",
-            Metric::LossBackward => "loss_backward_pct",
-            Metric::DelayMedian => "delay_median_us",
-            Metric::DelayP95 => "delay_p95_us",
-            Metric::Jitter => "jitter_us",
-            Metric::Errors => "errors",
-            Metric::Retransmits => "retransmits",
-            Metric::DelayMin => "delay_min_us",
-            Metric::DelayMax => "delay_max_us",
-            Metric::Hops => "hops",
+            Metric::ThroughputUp => &catalogue::THROUGHPUT_UP,
+            Metric::ThroughputDown => &catalogue::THROUGHPUT_DOWN,
+            Metric::Loss => &catalogue::LOSS,
+            Metric::LossForward => &catalogue::LOSS_FORWARD,
+            Metric::LossBackward => &catalogue::LOSS_BACKWARD,
+            Metric::DelayMedian => &catalogue::DELAY_MEDIAN,
+            Metric::DelayP95 => &catalogue::DELAY_P95,
+            Metric::Jitter => &catalogue::JITTER,
+            Metric::Errors => &catalogue::ERRORS,
+            Metric::Retransmits => &catalogue::RETRANSMITS,
+            Metric::DelayMin => &catalogue::DELAY_MIN,
+            Metric::DelayMax => &catalogue::DELAY_MAX,
+            Metric::Hops => &catalogue::HOPS,
         }
+    }
+
+    fn column(self) -> &'static str {
+        self.figure().column
     }
 }
 
@@ -1853,23 +1859,52 @@ where
         measurement_key: r.get("measurement_key"),
         spec: serde_json::from_str(&spec)?,
         result: result.map(|t| serde_json::from_str(&t)).transpose()?,
-        figures: Figures {
-            throughput_up_bps: r.get("throughput_up_bps"),
-            throughput_down_bps: r.get("throughput_down_bps"),
-            loss_pct: r.get("loss_pct"),
-            duplicates: r.get("duplicates"),
-            reordered: r.get("reordered"),
-            delay_min_us: r.get("delay_min_us"),
-            delay_median_us: r.get("delay_median_us"),
-            delay_p95_us: r.get("delay_p95_us"),
-            delay_max_us: r.get("delay_max_us"),
-            jitter_us: r.get("jitter_us"),
-            retransmits: r.get("retransmits"),
-            errors: r.get("errors"),
-            hops: r.get("hops"),
-            path_checksum: r.get("path_checksum"),
-            loss_forward_pct: r.get("loss_forward_pct"),
-            loss_backward_pct: r.get("loss_backward_pct"),
-        },
+        figures: Figures::with_values(
+            catalogue::SERIES.map(|f| r.get::<Option<f64>, _>(f.column)),
+            r.get("path_checksum"),
+        ),
     })
+}
+
+#[cfg(test)]
+mod catalogue_tests {
+    use super::*;
+
+    #[test]
+    fn the_archives_metrics_are_the_catalogues_served_series() {
+        let names: Vec<String> = Metric::ALL
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap().as_str().unwrap().to_owned())
+            .collect();
+        for (m, name) in Metric::ALL.iter().zip(&names) {
+            assert_eq!(m.figure().name, name, "{m:?} is served under another name");
+        }
+        let mut served: Vec<&str> = catalogue::served_series().map(|(n, _)| n).collect();
+        let mut ours: Vec<&str> = names.iter().map(String::as_str).collect();
+        served.sort_unstable();
+        ours.sort_unstable();
+        assert_eq!(ours, served);
+    }
+
+    #[test]
+    fn every_catalogue_column_is_stored_and_read() {
+        let cols = |text: &str| -> Vec<String> {
+            text.split(',')
+                .map(|c| c.trim().trim_start_matches("r.").to_owned())
+                .collect()
+        };
+        let (written, read) = (cols(COLUMNS), cols(R_COLUMNS));
+        for s in &catalogue::SERIES {
+            assert!(
+                written.iter().any(|c| c == s.column),
+                "runs are stored without {}",
+                s.column
+            );
+            assert!(
+                read.iter().any(|c| c == s.column),
+                "runs are read without {}",
+                s.column
+            );
+        }
+    }
 }

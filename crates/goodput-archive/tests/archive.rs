@@ -655,10 +655,10 @@ async fn a_measurements_paths_and_their_changes_come_back(e: &Engine) {
     let mut moved_doc = doc.clone();
     moved_doc["trace"]["hops"][1]["addresses"] = serde_json::json!(["10.81.5.2"]);
     let mut moved: TestResult = serde_json::from_value(moved_doc.clone()).unwrap();
-    let t = moved.trace.as_mut().unwrap();
+    let t = moved.trace_mut().unwrap();
     t.path_checksum = goodput_core::path::path_checksum(&t.hops);
     moved_doc["trace"]["path_checksum"] = t.path_checksum.clone().into();
-    assert_ne!(t.path_checksum, r.trace.as_ref().unwrap().path_checksum);
+    assert_ne!(t.path_checksum, r.trace().unwrap().path_checksum);
     // first, first, moved, moved, first: two paths, two changes.
     let which = [false, false, true, true, false];
     let runs: Vec<Run> = which
@@ -690,7 +690,7 @@ async fn a_measurements_paths_and_their_changes_come_back(e: &Engine) {
     let back = a.get("tr2").await.unwrap().unwrap();
     assert_eq!(
         back.figures.path_checksum,
-        moved.trace.unwrap().path_checksum.into()
+        moved.trace().unwrap().path_checksum.clone().into()
     );
 }
 
@@ -740,7 +740,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
 #[test]
 fn loss_splits_by_direction_where_the_test_tells_them_apart() {
     let (_, mut r) = fixture("stamp");
-    let t = &mut r.stamp.as_mut().unwrap().total;
+    let t = &mut r.stamp_mut().unwrap().total;
     t.sent = 1000;
     t.lost = 10;
     t.lost_forward = Some(4);
@@ -752,7 +752,7 @@ fn loss_splits_by_direction_where_the_test_tells_them_apart() {
     assert_eq!(f.loss_backward_pct, Some(6.0 * 100.0 / 996.0));
     // A reflector that does not number its replies: the round trip counts
     // as the measuring host's direction, the other is unknown.
-    let t = &mut r.stamp.as_mut().unwrap().total;
+    let t = &mut r.stamp_mut().unwrap().total;
     t.lost_forward = None;
     t.lost_backward = None;
     let f = figures_of(&r);

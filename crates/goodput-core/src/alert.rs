@@ -23,6 +23,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::catalogue;
 use crate::check::{CheckMetric, Range};
 use crate::schedule::Ms;
 use crate::spec::SpecError;
@@ -98,13 +99,13 @@ impl Family {
     /// the family has no such figure.
     pub fn archive_metric(self, d: Direction) -> Option<&'static str> {
         match (self, d) {
-            (Family::Throughput, Direction::Forward) => Some("throughput_up"),
-            (Family::Throughput, Direction::Backward) => Some("throughput_down"),
-            (Family::Loss, Direction::Forward) => Some("loss_forward"),
-            (Family::Loss, Direction::Backward) => Some("loss_backward"),
-            (Family::Delay, Direction::RoundTrip) => Some("delay_median"),
-            (Family::Jitter, Direction::RoundTrip) => Some("jitter"),
-            (Family::Path, Direction::Forward) => Some("hops"),
+            (Family::Throughput, Direction::Forward) => Some(catalogue::THROUGHPUT_UP.name),
+            (Family::Throughput, Direction::Backward) => Some(catalogue::THROUGHPUT_DOWN.name),
+            (Family::Loss, Direction::Forward) => Some(catalogue::LOSS_FORWARD.name),
+            (Family::Loss, Direction::Backward) => Some(catalogue::LOSS_BACKWARD.name),
+            (Family::Delay, Direction::RoundTrip) => Some(catalogue::DELAY_MEDIAN.name),
+            (Family::Jitter, Direction::RoundTrip) => Some(catalogue::JITTER.name),
+            (Family::Path, Direction::Forward) => Some(catalogue::HOPS.name),
             _ => None,
         }
     }
@@ -120,14 +121,14 @@ impl Family {
 
     /// Its units, as thresholds take them.
     pub fn unit(self) -> CheckMetric {
-        let name = match self {
-            Family::Throughput => "throughput_up",
-            Family::Loss => "loss",
-            Family::Delay => "delay_median",
-            Family::Jitter => "jitter",
-            Family::Path => "hops",
+        let figure = match self {
+            Family::Throughput => &catalogue::THROUGHPUT_UP,
+            Family::Loss => &catalogue::LOSS,
+            Family::Delay => &catalogue::DELAY_MEDIAN,
+            Family::Jitter => &catalogue::JITTER,
+            Family::Path => &catalogue::HOPS,
         };
-        CheckMetric::named(name).expect("a known metric")
+        CheckMetric::of(figure).expect("goodput check takes every family's figure")
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use crate::assertion::Quantity;
+use crate::catalogue::{Quantity, Series, SERIES};
 
 /// A plugin's state, its exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -68,73 +68,38 @@ pub struct CheckMetric {
     pub kind: &'static str,
 }
 
-/// Every metric, by its API name.
-pub const METRICS: [CheckMetric; 10] = [
-    rate("throughput_up"),
-    rate("throughput_down"),
-    loss("loss"),
-    loss("loss_forward"),
-    loss("loss_backward"),
-    time("delay_median"),
-    time("delay_p95"),
-    time("jitter"),
-    count("errors", "tcp"),
-    count("hops", "trace"),
-];
-
-const fn rate(name: &'static str) -> CheckMetric {
-    CheckMetric {
-        name,
-        quantity: Quantity::Rate,
-        unit: "Mbit/s",
-        scale: 1e6,
-        uom: "",
-        uom_scale: 1.0,
-        kind: "tcp",
-    }
-}
-
-const fn loss(name: &'static str) -> CheckMetric {
-    CheckMetric {
-        name,
-        quantity: Quantity::Share,
-        unit: "%",
-        scale: 1.0,
-        uom: "%",
-        uom_scale: 1.0,
-        kind: "stamp",
-    }
-}
-
-const fn time(name: &'static str) -> CheckMetric {
-    CheckMetric {
-        name,
-        quantity: Quantity::Time,
-        unit: "ms",
-        scale: 1e3,
-        uom: "s",
-        uom_scale: 1e6,
-        kind: "stamp",
-    }
-}
-
-const fn count(name: &'static str, kind: &'static str) -> CheckMetric {
-    CheckMetric {
-        name,
-        quantity: Quantity::Count,
-        unit: "",
-        scale: 1.0,
-        uom: "",
-        uom_scale: 1.0,
-        kind,
-    }
-}
-
 impl CheckMetric {
+    /// The plugin's view of a series figure of the catalogue, when
+    /// `goodput check` takes it.
+    pub fn of(s: &'static Series) -> Option<Self> {
+        let kind = s.check_kind?;
+        // The unit printed, and performance data's, for each quantity.
+        let (unit, scale, uom, uom_scale) = match s.quantity {
+            Quantity::Rate => ("Mbit/s", 1e6, "", 1.0),
+            Quantity::Share => ("%", 1.0, "%", 1.0),
+            Quantity::Time => ("ms", 1e3, "s", 1e6),
+            Quantity::Count | Quantity::Bytes => ("", 1.0, "", 1.0),
+        };
+        Some(CheckMetric {
+            name: s.name,
+            quantity: s.quantity,
+            unit,
+            scale,
+            uom,
+            uom_scale,
+            kind,
+        })
+    }
+
+    /// Every metric, in the catalogue's order.
+    pub fn all() -> impl Iterator<Item = CheckMetric> {
+        SERIES.iter().filter_map(CheckMetric::of)
+    }
+
     /// The metric of an API name.
     pub fn named(name: &str) -> Result<Self, String> {
-        METRICS.iter().find(|m| m.name == name).copied().ok_or_else(|| {
-            let names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+        CheckMetric::all().find(|m| m.name == name).ok_or_else(|| {
+            let names: Vec<&str> = CheckMetric::all().map(|m| m.name).collect();
             format!("no metric '{name}'; the metrics are {}", names.join(", "))
         })
     }

@@ -9,6 +9,7 @@
 
 pub mod alert;
 pub mod assertion;
+pub mod catalogue;
 pub mod check;
 pub mod cron;
 pub mod cts;

@@ -7,11 +7,17 @@ use crate::metrics;
 use crate::plan::{Direction, TcpPattern};
 use crate::session::{RejectCode, VerifyMode};
 
+mod detail;
+pub use detail::{Detail, ServerDetail};
+
 /// Version of the JSON document's shape; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The complete result of one run (client or server).
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+///
+/// Written and read as the JSON document of `detail`'s module: the
+/// detail's keys sit beside the common ones.
+#[derive(Debug, Clone)]
 pub struct TestResult {
     /// Shape version of this document ([`SCHEMA_VERSION`]).
     pub schema_version: u32,
@@ -21,7 +27,6 @@ pub struct TestResult {
     pub kind: TestKind,
     /// The test as a document, when it was run from one (`goodput run`
     /// reads it back to run the same test again).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<crate::spec::TestSpec>,
     /// Wall-clock start, milliseconds since the Unix epoch.
     pub started_unix_ms: u64,
@@ -44,51 +49,11 @@ pub struct TestResult {
     pub end: EndReason,
     /// The spec's assertions over this result, each with what was
     /// measured and whether it held.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub assertions: Vec<crate::assertion::AssertionOutcome>,
     /// Why the run failed, and how far it got, when it ended `failed`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunFailure>,
-    /// Servers running the discard or echo services: what they did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub services: Option<ServiceCounters>,
-    /// iperf3 tests only: the figures iperf3 itself reports, both ends'.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iperf3: Option<Iperf3Detail>,
-    /// STAMP sender runs only: delay, loss and reordering per session and in total.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stamp: Option<StampDetail>,
-    /// Servers running the STAMP reflector: what it received and answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stamp_reflector: Option<StampReflectorCounters>,
-    /// TTCP runs: ttcp's own figures.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttcp: Option<TtcpDetail>,
-    /// Echo load tests: connections, messages and round trips.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub echo: Option<EchoDetail>,
-    /// UDP media-stream runs: the plan, frames, datagrams and jitter.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media: Option<MediaDetail>,
-    /// Servers running the UDP media-stream service: what it answered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_server: Option<MediaServerCounters>,
-    /// QUIC perf runs: picoquic's statistics and quinn's connection figures.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quic: Option<QuicDetail>,
-    /// Servers running the QUIC perf service: what it did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quic_server: Option<QuicServerCounters>,
-    /// Servers: how the TCP services (test port, discard, echo, TLS echo)
-    /// admitted connections.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub admission: Option<AdmissionCounters>,
-    /// Trace runs: the hops, the path MTU and the path's checksum.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<crate::path::TraceDetail>,
-    /// Ping runs: every request and the round trips.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ping: Option<crate::path::PingDetail>,
+    /// What this kind of run adds to the common record.
+    pub detail: Detail,
 }
 
 /// How a server's TCP services admitted connections over its life, and the
@@ -654,6 +619,15 @@ pub enum WireProtocol {
     /// Path probes and what answers them: TTL-limited UDP, TCP SYN or ICMP
     /// echo, ICMP errors back (trace, ping).
     Probes,
+}
+
+impl From<crate::spec::TcpWire> for WireProtocol {
+    fn from(w: crate::spec::TcpWire) -> Self {
+        match w {
+            crate::spec::TcpWire::Goodput => WireProtocol::Goodput,
+            crate::spec::TcpWire::Cts => WireProtocol::Cts,
+        }
+    }
 }
 
 /// How the client ends a successful connection.

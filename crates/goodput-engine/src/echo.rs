@@ -12,8 +12,8 @@ use std::time::Duration;
 use goodput_core::echo::EchoTracker;
 use goodput_core::pattern::Pattern;
 use goodput_core::result::{
-    ConnectionRecord, EchoDetail, EchoInterval, EndReason, Interval, Outcome, Percentiles, ProtocolErrorKind,
-    SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol, SCHEMA_VERSION,
+    ConnectionRecord, Detail, EchoDetail, EchoInterval, EndReason, Interval, Outcome, Percentiles,
+    ProtocolErrorKind, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol, SCHEMA_VERSION,
 };
 use goodput_core::stamp::stats::encode_histogram;
 use hdrhistogram::Histogram;
@@ -453,7 +453,6 @@ pub async fn run_echo(
     Ok(TestResult {
         spec: None,
         error: None,
-        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::EchoClient,
@@ -478,18 +477,7 @@ pub async fn run_echo(
             EndReason::Completed
         },
         assertions: Vec::new(),
-        iperf3: None,
-        stamp: None,
-        stamp_reflector: None,
-        ttcp: None,
-        echo: Some(detail),
-        media: None,
-        media_server: None,
-        quic: None,
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
+        detail: Detail::Echo(Box::new(detail)),
     })
 }
 

@@ -9,8 +9,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Outcome, SummaryBuilder, TcpSettings, TestKind, TestResult, TtcpDetail,
-    WireProtocol, SCHEMA_VERSION,
+    ConnectionRecord, Detail, EndReason, Outcome, SummaryBuilder, TcpSettings, TestKind, TestResult,
+    TtcpDetail, WireProtocol, SCHEMA_VERSION,
 };
 use goodput_core::ttcp::{fill_pattern, MIN_UDP_BUFLEN, UDP_END_MARKERS, UDP_MARKER_LEN};
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
@@ -203,7 +203,6 @@ pub fn run_ttcp(
         assertions: Vec::new(),
         spec: None,
         error: None,
-        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: if transmit {
@@ -232,18 +231,7 @@ pub fn run_ttcp(
         } else {
             EndReason::Completed
         },
-        iperf3: None,
-        stamp: None,
-        stamp_reflector: None,
-        echo: None,
-        media: None,
-        media_server: None,
-        quic: None,
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
-        ttcp: Some(TtcpDetail {
+        detail: Detail::Ttcp(Box::new(TtcpDetail {
             transmit,
             udp: spec.udp,
             buflen: spec.buflen as u64,
@@ -258,7 +246,7 @@ pub fn run_ttcp(
             sinkmode: spec.sinkmode,
             peer,
             error,
-        }),
+        })),
     })
 }
 

@@ -93,7 +93,7 @@ async fn run(s: EchoSpec) -> TestResult {
 async fn every_message_echoed_by_goodput_echo_service() {
     let (addr, cancel, task) = goodput_echo().await;
     let r = run(spec(addr)).await;
-    let d = r.echo.as_ref().unwrap();
+    let d = r.echo().unwrap();
     assert_eq!(
         (d.established, d.sent, d.echoed, d.mismatched, d.short, d.missing),
         (20, 100, 100, 0, 0, 0)
@@ -123,7 +123,7 @@ async fn corrupted_echoes_are_counted_per_message() {
     })
     .await;
     let r = run(spec(addr)).await;
-    let d = r.echo.as_ref().unwrap();
+    let d = r.echo().unwrap();
     assert_eq!((d.sent, d.echoed, d.mismatched), (100, 100, 20));
     assert_eq!(r.summary.data_errors, 20);
     assert!(r
@@ -148,7 +148,7 @@ async fn short_and_missing_echoes_are_counted() {
     s.connections = 4;
     s.message_interval = Duration::from_millis(20);
     let r = run(s).await;
-    let d = r.echo.as_ref().unwrap();
+    let d = r.echo().unwrap();
     assert_eq!(d.echoed, 8, "{d:?}");
     assert_eq!(d.short, 4, "{d:?}");
     // The server closed on reading the fourth message: per connection the
@@ -169,7 +169,7 @@ async fn refused_connections_are_counted_by_kind() {
     let mut s = spec(SocketAddr::from(([127, 0, 0, 1], port)));
     s.connections = 7;
     let r = run(s).await;
-    let d = r.echo.as_ref().unwrap();
+    let d = r.echo().unwrap();
     assert_eq!((d.established, d.refused, d.sent), (0, 7, 0));
     assert_eq!(r.summary.network_errors, 7);
 }
@@ -186,7 +186,7 @@ async fn send_after_recv_paces_from_each_echo() {
     let t = Instant::now();
     let r = run(s).await;
     assert!(t.elapsed() >= Duration::from_millis(120));
-    assert_eq!(r.echo.unwrap().echoed, 10);
+    assert_eq!(r.echo().unwrap().echoed, 10);
     cancel.cancel();
 }
 
@@ -224,7 +224,7 @@ async fn batches_hold_and_connect_only() {
         "{batches:?}"
     );
     assert!(notes.0.iter().any(|n| n.contains("holding them open")));
-    let d = r.echo.unwrap();
+    let d = r.echo().unwrap();
     assert_eq!((d.established, d.sent), (10, 0));
     assert_eq!(r.summary.successful, 10);
     cancel.cancel();
@@ -266,7 +266,7 @@ async fn tls_echo_with_a_generated_certificate() {
     let mut s = tls_spec(addr, goodput_engine::tls::Trust::Anything, "localhost");
     s.preallocate = true;
     let r = run(s).await;
-    let d = r.echo.unwrap();
+    let d = r.echo().unwrap();
     assert_eq!((d.established, d.echoed, d.mismatched), (5, 25, 0));
     cancel.cancel();
     let c = task.await.unwrap();
@@ -301,11 +301,12 @@ async fn tls_echo_with_a_ca_and_sni_checks() {
     let trust = goodput_engine::tls::Trust::CaFile(ca_pem.clone());
     let d = run(tls_spec(addr, trust.clone(), "echo.test"))
         .await
-        .echo
+        .echo()
+        .cloned()
         .unwrap();
     assert_eq!((d.established, d.echoed), (5, 25));
     let bad = run(tls_spec(addr, trust, "other.test")).await;
-    let d = bad.echo.unwrap();
+    let d = bad.echo().unwrap();
     assert_eq!((d.established, d.other_failures), (0, 5));
     assert_eq!(bad.summary.network_errors, 5);
     cancel.cancel();

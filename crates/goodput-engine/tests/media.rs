@@ -77,7 +77,7 @@ async fn run(ip: IpAddr, spec: impl FnOnce(SocketAddr) -> MediaSpec) -> (TestRes
 }
 
 fn total(r: &TestResult) -> &MediaStats {
-    &r.media.as_ref().expect("media detail").total
+    &r.media().expect("media detail").total
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

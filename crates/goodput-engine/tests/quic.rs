@@ -85,7 +85,7 @@ async fn run(ip: IpAddr, f: impl FnOnce(SocketAddr) -> QuicSpec) -> (TestResult,
 }
 
 fn q(r: &TestResult) -> &QuicDetail {
-    r.quic.as_ref().unwrap()
+    r.quic().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

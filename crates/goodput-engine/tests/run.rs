@@ -58,7 +58,7 @@ async fn a_stamp_spec_counts_every_packet() {
     let mut seen = Seen::default();
     let r = run(&s, RunContext::default(), &mut seen, CancellationToken::new()).await;
     assert_eq!(r.end, EndReason::Completed, "{:?}", r.error);
-    let d = r.stamp.expect("a stamp result");
+    let d = r.stamp().expect("a stamp result");
     assert_eq!((d.total.sent, d.total.received), (20, 20));
     assert_eq!(seen.title, "goodput stamp");
 }

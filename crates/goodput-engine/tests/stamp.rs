@@ -61,7 +61,7 @@ async fn run(
 }
 
 fn total(r: &TestResult) -> &StampStats {
-    &r.stamp.as_ref().expect("stamp detail").total
+    &r.stamp().expect("stamp detail").total
 }
 
 #[tokio::test]
@@ -107,7 +107,7 @@ async fn ipv6_stateful_with_ssid_and_several_sessions() {
     assert_eq!((t.lost_forward, t.lost_backward), (Some(0), Some(0)));
     assert_eq!(c.sessions, 5);
     assert_eq!(c.reflected, 100);
-    let d = res.stamp.as_ref().unwrap();
+    let d = res.stamp().unwrap();
     let ssids: Vec<u16> = d.per_session.iter().map(|s| s.ssid).collect();
     assert_eq!(ssids, vec![1000, 1001, 1002, 1003, 1004]);
     assert!(d.per_session.iter().all(|s| s.stats.received == 20));
@@ -509,7 +509,7 @@ async fn many_sessions_stateful_counters_are_per_session() {
     assert_eq!((t.sent, t.received, t.lost), (500, 500, 0));
     assert_eq!(c.sessions, 50);
     let per: HashMap<u64, u64> = res
-        .stamp
+        .stamp()
         .as_ref()
         .unwrap()
         .per_session

@@ -12,15 +12,14 @@ use goodput_core::session::VerifyMode;
 use goodput_core::units::{ByteSize, PortRange, ValueRange};
 use goodput_engine::socket::SocketOptions;
 use goodput_engine::tcp::{
-    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec,
-    WireProtocol,
+    bind_server, run_client, CtsServerPlan, ServerLimits, ShutdownMode, TcpClientSpec, TcpServerSpec, TcpWire,
 };
 use goodput_engine::{CancellationToken, NullObserver};
 use relay::{Flip, Relay};
 
 fn server_spec(ip: IpAddr) -> TcpServerSpec {
     TcpServerSpec {
-        wire: WireProtocol::Goodput,
+        wire: TcpWire::Goodput,
         cts: None,
         listen: vec![SocketAddr::new(ip, 0)],
         listen_defaulted: false,
@@ -37,7 +36,7 @@ fn server_spec(ip: IpAddr) -> TcpServerSpec {
 
 fn client_spec(target: SocketAddr) -> TcpClientSpec {
     TcpClientSpec {
-        wire: WireProtocol::Goodput,
+        wire: TcpWire::Goodput,
         targets: vec![target],
         binds: vec![],
         local_port: PortRange { lo: 0, hi: 0 },
@@ -431,14 +430,14 @@ async fn cts_wire_bytes_match_the_ctstraffic_protocol() {
         buffer: 65536,
     };
     let server = TestServer::start(TcpServerSpec {
-        wire: WireProtocol::Cts,
+        wire: TcpWire::Cts,
         cts: Some(plan),
         ..server_spec(Ipv4Addr::LOCALHOST.into())
     });
     let addr = server.addr();
     let relay = Relay::start(addr, vec![], true).await;
     let spec = TcpClientSpec {
-        wire: WireProtocol::Cts,
+        wire: TcpWire::Cts,
         pattern: TcpPattern::Duplex,
         transfer: ValueRange::single(ByteSize(transfer)),
         connections: 2,

@@ -1,6 +1,6 @@
 use std::io::{self, IsTerminal, Write};
 
-use goodput_core::result::{ConnectionRecord, EndReason, Interval, TestResult};
+use goodput_core::result::{ConnectionRecord, Detail, EndReason, Interval, TestResult};
 use goodput_core::units::{format_bits_per_second, format_size};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -269,39 +269,27 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         )),
         EndReason::Completed => t.push('\n'),
     }
-    if let Some(d) = &result.trace {
-        t.push_str(&crate::path::trace_summary(result, d));
-        return t;
-    }
-    if let Some(d) = &result.ping {
-        t.push_str(&crate::path::ping_summary(result, d));
-        return t;
-    }
-    if let Some(d) = &result.echo {
-        t.push_str(&crate::echo::summary(result, d));
-        return t;
-    }
-    if let Some(d) = &result.media {
-        t.push_str(&crate::media::summary(result, d));
-        return t;
-    }
-    if let Some(d) = &result.quic {
-        t.push_str(&crate::quic::quic_summary(result, d));
-        return t;
-    }
-    if let Some(d) = &result.ttcp {
-        t.push_str(&crate::ttcp::ttcp_report(result, d));
-        return t;
-    }
-    if let Some(d) = &result.stamp {
-        t.push_str(&format!(
-            "  Sessions : {} succeeded, {} failed, {} aborted   Total Time : {:.3} s\n",
+    // A kind with a summary of its own says it all; the rest (TCP, iperf3,
+    // servers, runs that failed before their detail) share the one below.
+    let own = match &result.detail {
+        Detail::Trace(d) => Some(crate::path::trace_summary(result, d)),
+        Detail::Ping(d) => Some(crate::path::ping_summary(result, d)),
+        Detail::Echo(d) => Some(crate::echo::summary(result, d)),
+        Detail::Media(d) => Some(crate::media::summary(result, d)),
+        Detail::Quic(d) => Some(crate::quic::quic_summary(result, d)),
+        Detail::Ttcp(d) => Some(crate::ttcp::ttcp_report(result, d)),
+        Detail::Stamp(d) => Some(format!(
+            "  Sessions : {} succeeded, {} failed, {} aborted   Total Time : {:.3} s\n{}",
             s.successful,
             s.failures(),
             s.aborted,
-            s.duration_s
-        ));
-        t.push_str(&crate::stamp::summary(result, d));
+            s.duration_s,
+            crate::stamp::summary(result, d)
+        )),
+        Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
+    };
+    if let Some(own) = own {
+        t.push_str(&own);
         return t;
     }
     t.push_str("  Historic Connection Statistics (all connections over the complete lifetime)\n");
@@ -375,7 +363,7 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             result.connections_omitted
         ));
     }
-    if let Some(d) = &result.iperf3 {
+    if let Some(d) = result.iperf3() {
         t.push_str(&crate::iperf3::summary(result, d));
     }
     t

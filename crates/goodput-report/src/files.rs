@@ -1,40 +1,15 @@
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::Path;
 
 use goodput_core::result::{ConnectionRecord, Interval, Outcome, TestResult};
 use serde_json::json;
 
 use crate::format::{connection_line, csv_cell, error_text, status_header, status_legend, status_line};
+use crate::sink::{open_output, Output};
 use crate::View;
 
 fn is_csv(path: &Path) -> bool {
     path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-}
-
-/// Where an output flag writes: a file, or standard output for `-`.
-pub type Output = BufWriter<Box<dyn Write + Send>>;
-
-/// Whether an output path names standard output (`-`).
-pub fn is_stdout(path: &Path) -> bool {
-    path.as_os_str() == "-"
-}
-
-/// Opens an output: `-` is standard output, any other path is created
-/// (truncated), or appended to with `append`.
-pub fn open_output(path: &Path, append: bool) -> io::Result<Output> {
-    let w: Box<dyn Write + Send> = if is_stdout(path) {
-        Box::new(io::stdout())
-    } else {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .append(append)
-            .truncate(!append)
-            .open(path)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot create {}: {e}", path.display())))?;
-        Box::new(f)
-    };
-    Ok(BufWriter::with_capacity(1 << 16, w))
 }
 
 fn create(path: &Path) -> io::Result<Output> {
@@ -241,7 +216,7 @@ impl View for ConnectionFile {
         self.out.flush()
     }
     fn finish(&mut self, result: &TestResult) -> io::Result<()> {
-        self.header(result.media.is_some())?;
+        self.header(result.media().is_some())?;
         self.out.flush()
     }
 }
@@ -319,8 +294,8 @@ impl View for JsonStream {
             "schema_version": result.schema_version,
             "end": result.end,
             "summary": result.summary,
-            "stamp": result.stamp.as_ref().map(|d| &d.total),
-            "media": result.media.as_ref().map(|d| &d.total),
+            "stamp": result.stamp().map(|d| &d.total),
+            "media": result.media().map(|d| &d.total),
         }))
     }
 }

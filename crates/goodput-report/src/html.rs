@@ -54,16 +54,8 @@ pub struct Report {
     pub charts: Vec<ReportChart>,
 }
 
-/// Which way a figure is better, for a comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Better {
-    /// More is better (throughput).
-    Higher,
-    /// Less is better (loss, delay, errors).
-    Lower,
-    /// Neither (counts that describe the run, not its quality).
-    Neither,
-}
+/// Which way a figure is better, for a comparison: the catalogue's.
+pub use goodput_core::catalogue::Better;
 
 /// A headline figure of a run.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,7 +122,7 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
             if r.connections.iter().any(|c| c.tcp_info.is_some()) {
                 v.push(fig("Retransmitted segments", retrans as f64, "", Lower));
             }
-            if let Some(q) = &r.quic {
+            if let Some(q) = r.quic() {
                 v.push(fig("Requests per second", q.tps, "/s", Higher));
                 v.push(fig("Failed streams", q.failed_streams as f64, "", Lower));
                 if let Some(p) = q.requests.as_ref().and_then(|q| q.latency.as_ref()) {
@@ -142,12 +134,12 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
             }
         }
         TestKind::StampSender => {
-            if let Some(st) = &r.stamp {
+            if let Some(st) = r.stamp() {
                 stamp_figures(&mut v, &st.total);
             }
         }
         TestKind::MediaClient => {
-            if let Some(m) = &r.media {
+            if let Some(m) = r.media() {
                 let t = &m.total;
                 v.push(fig(
                     "Effective bitrate",
@@ -167,7 +159,7 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
             }
         }
         TestKind::EchoClient => {
-            if let Some(e) = &r.echo {
+            if let Some(e) = r.echo() {
                 v.push(fig("Connections established", e.established as f64, "", Higher));
                 v.push(fig("Connections refused", e.refused as f64, "", Lower));
                 v.push(fig("Connections reset", e.reset as f64, "", Lower));
@@ -183,7 +175,7 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
             }
         }
         TestKind::Trace => {
-            if let Some(t) = &r.trace {
+            if let Some(t) = r.trace() {
                 if let Some(h) = t.hop_count {
                     v.push(fig("Hops", f64::from(h), "", Neither));
                 }
@@ -197,7 +189,7 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
             }
         }
         TestKind::Ping => {
-            if let Some(p) = &r.ping {
+            if let Some(p) = r.ping() {
                 v.push(fig("Sent", p.sent as f64, "", Neither));
                 v.push(fig("Lost", p.loss_percent, "%", Lower));
                 if let Some(t) = &p.rtt {
@@ -579,7 +571,7 @@ fn add_measure(
 fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let has_bytes = d.max(Measure::Send) > 0.0 || d.max(Measure::Recv) > 0.0;
-    if has_bytes && r.media.is_none() {
+    if has_bytes && r.media().is_none() {
         let mut c = run_chart(r, d, "Rate over time", "Mbit/s");
         if d.max(Measure::Send) > 0.0 {
             add_measure(
@@ -756,7 +748,7 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
         out.push(("echo-rtt".to_owned(), chart::svg(&c)));
     }
     // Distributions: (file name, title, encoded histogram, colour).
-    let stamp_h = r.stamp.as_ref().map(|st| &st.total.histograms);
+    let stamp_h = r.stamp().map(|st| &st.total.histograms);
     let histograms = [
         (
             "rtt-histogram",
@@ -779,19 +771,19 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
         (
             "echo-histogram",
             "Echo round-trip distribution",
-            r.echo.as_ref().and_then(|e| e.round_trip_histogram.as_deref()),
+            r.echo().and_then(|e| e.round_trip_histogram.as_deref()),
             palette::BLUE,
         ),
         (
             "connect-histogram",
             "Connect time distribution",
-            r.echo.as_ref().and_then(|e| e.connect_histogram.as_deref()),
+            r.echo().and_then(|e| e.connect_histogram.as_deref()),
             palette::GREEN,
         ),
         (
             "delay-histogram",
             "Relative delay distribution (RFC 3550 transit, from the first datagram's)",
-            r.media
+            r.media()
                 .as_ref()
                 .and_then(|m| m.histograms.relative_delay_ns.as_deref()),
             palette::PURPLE,
@@ -802,7 +794,7 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
             out.push((name.to_owned(), svg));
         }
     }
-    if let Some(q) = &r.quic {
+    if let Some(q) = r.quic() {
         if let Some(p) = q.requests.as_ref().and_then(|q| q.latency.as_ref()) {
             out.push((
                 "request-latency".to_owned(),
@@ -828,7 +820,7 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
             ));
         }
     }
-    if let Some(t) = &r.trace {
+    if let Some(t) = r.trace() {
         let bars: Vec<(String, f64)> = t
             .hops
             .iter()
@@ -850,7 +842,7 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
             ),
         ));
     }
-    if let Some(p) = &r.ping {
+    if let Some(p) = r.ping() {
         let step = p.interval_ms.max(1);
         let mut c = Chart::new(
             "Round trip per request",
@@ -984,7 +976,7 @@ fn histogram_chart(title: &str, encoded: Option<&str>, color: &str) -> Option<St
 
 fn run_tables(r: &TestResult) -> String {
     let mut s = String::new();
-    if let Some(st) = &r.stamp {
+    if let Some(st) = r.stamp() {
         s += "<h3>Delay percentiles</h3><table class=\"percentiles\"><tr><th></th><th>count</th><th>min</th><th>median</th><th>p90</th><th>p99</th><th>max</th></tr>";
         if let Some(d) = &st.total.rtt {
             s += &delay_row("round trip", d);
@@ -1000,32 +992,26 @@ fn run_tables(r: &TestResult) -> String {
         }
     }
     let pct_tables: Vec<(&str, &Percentiles)> = [
-        (
-            "Echo round trip",
-            r.echo.as_ref().and_then(|e| e.round_trip.as_ref()),
-        ),
+        ("Echo round trip", r.echo().and_then(|e| e.round_trip.as_ref())),
         (
             "Echo connect time",
-            r.echo.as_ref().and_then(|e| e.connect_time.as_ref()),
+            r.echo().and_then(|e| e.connect_time.as_ref()),
         ),
         (
             "QUIC request latency",
-            r.quic
+            r.quic()
                 .as_ref()
                 .and_then(|q| q.requests.as_ref())
                 .and_then(|q| q.latency.as_ref()),
         ),
         (
             "QUIC handshake time",
-            r.quic
+            r.quic()
                 .as_ref()
                 .and_then(|q| q.handshakes.as_ref())
                 .and_then(|h| h.time.as_ref()),
         ),
-        (
-            "Ping round trip",
-            r.ping.as_ref().and_then(|p| p.percentiles.as_ref()),
-        ),
+        ("Ping round trip", r.ping().and_then(|p| p.percentiles.as_ref())),
     ]
     .into_iter()
     .filter_map(|(n, p)| p.map(|p| (n, p)))
@@ -1045,7 +1031,7 @@ fn run_tables(r: &TestResult) -> String {
         }
         s += "</table>";
     }
-    if let Some(q) = &r.quic {
+    if let Some(q) = r.quic() {
         if !q.media.is_empty() {
             s += "<h3>QUIC media streams</h3><table><tr><th>stream</th><th>frames received</th><th>expected</th><th>delay min</th><th>mean</th><th>max</th></tr>";
             for m in &q.media {
@@ -1063,7 +1049,7 @@ fn run_tables(r: &TestResult) -> String {
             s += "</table>";
         }
     }
-    if let Some(t) = &r.trace {
+    if let Some(t) = r.trace() {
         let _ = write!(
             s,
             "<h3>Hops to {} ({})</h3><table class=\"hops\"><tr><th>hop</th><th>address</th><th>name</th><th>round trips</th><th>notes</th></tr>",

@@ -17,7 +17,7 @@ fn bps(bytes: u64, seconds: f64) -> f64 {
 /// The iperf3 table of a result on its own (a server prints one per test).
 pub fn iperf3_summary(result: &TestResult) -> String {
     result
-        .iperf3
+        .iperf3()
         .as_ref()
         .map(|d| summary(result, d))
         .unwrap_or_default()
@@ -166,7 +166,7 @@ fn stream_sum(d: &Iperf3Detail, sender_side: bool, forward: Option<bool>, is_cli
 /// The result as iperf3's `-J` document (no duplicate keys; −1 printed
 /// signed, as iperf3 3.14+ does).
 pub fn iperf3_json(result: &TestResult) -> Value {
-    let Some(d) = &result.iperf3 else {
+    let Some(d) = result.iperf3() else {
         return json!({"start": {}, "intervals": [], "end": {}, "error": "not an iperf3 test"});
     };
     let is_client = result.kind == TestKind::Iperf3Client;

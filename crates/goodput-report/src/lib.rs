@@ -15,14 +15,13 @@ mod media;
 mod path;
 mod quic;
 mod server;
+mod sink;
 mod stamp;
 mod ttcp;
 
 pub use console::{assertions_text, console_line, ConsoleView, Verbosity};
 pub use echo::{echo_header, echo_legend, echo_line};
-pub use files::{
-    is_stdout, open_output, ConnectionFile, ErrorFile, JsonStream, Output, StatusFile, CONNECTION_CSV_HEADER,
-};
+pub use files::{ConnectionFile, ErrorFile, JsonStream, StatusFile, CONNECTION_CSV_HEADER};
 pub use format::{connection_line, status_header, status_legend, status_line};
 pub use html::{difference, headline_figures, html_report, Better, Figure, Report, ReportChart, ReportInput};
 pub use intervals::{read_documents, IntervalDigest, MAX_DOCUMENTS, MAX_INTERVAL_BUCKETS};
@@ -33,6 +32,7 @@ pub use media::{
 pub use path::{hop_line, ping_line};
 pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};
 pub use server::server_service_lines;
+pub use sink::{is_stdout, open_output, Output};
 pub use stamp::{stamp_header, stamp_legend, stamp_line, stamp_stats_text, PacketFile, PACKET_CSV_HEADER};
 pub use ttcp::{ttcp_prefix, ttcp_report};
 
@@ -154,7 +154,7 @@ fn close_spec_kinds(v: &mut serde_json::Value) {
 pub fn write_result_json(path: &std::path::Path, result: &TestResult) -> std::io::Result<()> {
     let mut text = serde_json::to_string_pretty(result).map_err(std::io::Error::other)?;
     text.push('\n');
-    let mut out = files::open_output(path, false)?;
+    let mut out = sink::open_output(path, false)?;
     std::io::Write::write_all(&mut out, text.as_bytes())?;
     std::io::Write::flush(&mut out)
 }

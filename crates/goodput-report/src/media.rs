@@ -262,7 +262,7 @@ pub(crate) fn summary(r: &TestResult, d: &MediaDetail) -> String {
 
 /// `--jitter-file`: one CSV row per received datagram.
 pub struct JitterFile {
-    out: crate::files::Output,
+    out: crate::sink::Output,
     /// The first write error, kept for `finish`.
     error: Option<io::Error>,
 }
@@ -274,7 +274,7 @@ pub const JITTER_CSV_HEADER: &str =
 impl JitterFile {
     /// Creates (truncates) the file and writes its header.
     pub fn create(path: &Path) -> io::Result<Self> {
-        let mut out = crate::files::open_output(path, false)?;
+        let mut out = crate::sink::open_output(path, false)?;
         writeln!(out, "{JITTER_CSV_HEADER}")?;
         Ok(Self { out, error: None })
     }

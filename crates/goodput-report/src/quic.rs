@@ -106,11 +106,11 @@ bwe_max, p_quantum, p_rate, cc_state, cc_param";
 /// the header first when the file is new or empty. Columns quinn cannot
 /// provide are left empty (README lists them).
 pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
-    if r.quic.is_none() {
+    if r.quic().is_none() {
         return Ok(());
     }
-    let empty = crate::files::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);
-    let mut f = crate::files::open_output(path, true)?;
+    let empty = crate::sink::is_stdout(path) || std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+    let mut f = crate::sink::open_output(path, true)?;
     if empty {
         writeln!(f, "{PERF_LOG_HEADER}")?;
     }

@@ -9,7 +9,7 @@ use goodput_core::result::TestResult;
 /// and the QUIC perf service.
 pub fn server_service_lines(result: &TestResult) -> Vec<String> {
     let mut lines = Vec::new();
-    if let Some(a) = &result.admission {
+    if let Some(a) = result.admission() {
         let refused = a.refused_total + a.refused_per_client + a.reset_pending + a.hello_timeouts;
         if refused > 0 || a.internal_errors > 0 {
             lines.push(format!(
@@ -25,7 +25,7 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
             ));
         }
     }
-    if let Some(c) = &result.services {
+    if let Some(c) = result.services() {
         lines.push(format!(
             "Simple services: discard {} connections, {} datagrams, {} B; echo {} connections, {} B; \
              {} failed TLS handshakes",
@@ -37,7 +37,7 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
             c.tls_handshake_failures
         ));
     }
-    if let Some(c) = &result.stamp_reflector {
+    if let Some(c) = result.stamp_reflector() {
         lines.push(format!(
             "STAMP reflector: {} received, {} reflected ({} short requests answered), \
              dropped: {} under 14 B, {} over 9000 B, {} by the ACL, {} by the rate limit; \
@@ -55,7 +55,7 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
             c.internal_errors
         ));
     }
-    if let Some(c) = &result.media_server {
+    if let Some(c) = result.media_server() {
         if c.accepted > 0 || c.challenged > 0 || c.unsolicited > 0 {
             lines.push(format!(
                 "UDP media service: {} streams accepted ({} completed, {} stopped when their reports \
@@ -78,7 +78,7 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
             ));
         }
     }
-    if let Some(c) = &result.quic_server {
+    if let Some(c) = result.quic_server() {
         lines.push(format!(
             "QUIC perf service: {} connections ({} refused, {} failed handshakes, {} handshakes \
              timed out, {} internal errors; {} Retry packets sent, {} Initials dropped), {} streams \

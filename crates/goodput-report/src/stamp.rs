@@ -247,7 +247,7 @@ pub(crate) fn summary(result: &TestResult, d: &StampDetail) -> String {
 /// `--packet-file`: every packet's fate, CSV for `.csv` names, otherwise
 /// aligned text.
 pub struct PacketFile {
-    out: crate::files::Output,
+    out: crate::sink::Output,
     csv: bool,
 }
 
@@ -258,7 +258,7 @@ impl PacketFile {
     /// Creates (truncates) the file and writes its header.
     pub fn create(path: &Path) -> io::Result<Self> {
         let csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-        let mut out = crate::files::open_output(path, false)?;
+        let mut out = crate::sink::open_output(path, false)?;
         if csv {
             writeln!(out, "{PACKET_CSV_HEADER}")?;
         } else {

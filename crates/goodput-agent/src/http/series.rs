@@ -144,7 +144,7 @@ pub(crate) async fn paths(
             let result: Option<goodput_core::result::TestResult> = run
                 .and_then(|r| r.result)
                 .and_then(|v| serde_json::from_value(v).ok());
-            if let Some(t) = result.and_then(|r| r.trace) {
+            if let Some(t) = result.and_then(|r| r.into_trace()) {
                 hops_addresses = t.hops.into_iter().map(|h| h.addresses).collect();
             }
         }

@@ -10,8 +10,8 @@ use goodput_core::iperf3::results::{Results, StreamResult, MAX_RESULTS_LEN};
 use goodput_core::iperf3::{client_sends_on, cookie_text, make_cookie, stream_id, udp, COOKIE_LEN};
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Iperf3Detail, Iperf3PeerStream, Iperf3Protocol, Iperf3StreamRecord, Outcome,
-    PeerView, Span, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
+    ConnectionRecord, Detail, EndReason, Iperf3Detail, Iperf3PeerStream, Iperf3Protocol, Iperf3StreamRecord,
+    Outcome, PeerView, Span, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
 };
 use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
@@ -549,7 +549,6 @@ pub(crate) fn build_result(
         assertions: Vec::new(),
         spec: None,
         error: None,
-        services: None,
         schema_version: goodput_core::result::SCHEMA_VERSION,
         tool: tool_info(),
         kind,
@@ -583,18 +582,7 @@ pub(crate) fn build_result(
         summary,
         connections_omitted: 0,
         end,
-        stamp: None,
-        stamp_reflector: None,
-        echo: None,
-        media: None,
-        media_server: None,
-        quic: None,
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
-        ttcp: None,
-        iperf3: Some(Iperf3Detail {
+        detail: Detail::Iperf3(Box::new(Iperf3Detail {
             protocol: match p.protocol {
                 Protocol::Tcp => Iperf3Protocol::Tcp,
                 Protocol::Udp => Iperf3Protocol::Udp,
@@ -634,7 +622,7 @@ pub(crate) fn build_result(
             server_output_text: server_output_text
                 .or_else(|| peer.as_ref().and_then(|r| r.server_output_text.clone())),
             error,
-        }),
+        })),
     }
 }
 

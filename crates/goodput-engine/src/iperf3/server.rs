@@ -140,7 +140,7 @@ impl Iperf3Server {
                 }
             };
             tests += 1;
-            if let Some(e) = result.iperf3.as_ref().and_then(|d| d.error.as_ref()) {
+            if let Some(e) = result.iperf3().and_then(|d| d.error.as_ref()) {
                 observer.on_notice(&format!("iperf3: test from {} failed: {e}", addr_text(peer)));
             }
             observer.on_result(&result);

@@ -15,8 +15,8 @@ use goodput_core::media::stats::MediaTotals;
 use goodput_core::media::wire::{Message, Report, Request, COOKIE_LEN, DATA_HEADER_LEN};
 use goodput_core::media::MediaPlan;
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, MediaDatagram, MediaDetail, MediaInterval, MediaStats, Outcome,
-    ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol,
+    ConnectionRecord, Detail, EndReason, Interval, MediaDatagram, MediaDetail, MediaInterval, MediaStats,
+    Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol,
     SCHEMA_VERSION,
 };
 use socket2::{Domain, Protocol, Socket, Type};
@@ -161,7 +161,6 @@ pub async fn run_media(
     Ok(TestResult {
         spec: None,
         error: None,
-        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::MediaClient,
@@ -183,12 +182,7 @@ pub async fn run_media(
         connections_omitted,
         end: f.end,
         assertions: Vec::new(),
-        iperf3: None,
-        stamp: None,
-        stamp_reflector: None,
-        ttcp: None,
-        echo: None,
-        media: Some(MediaDetail {
+        detail: Detail::Media(Box::new(MediaDetail {
             upload: spec.upload,
             verify_data: spec.verify_data,
             bits_per_second: plan.bits_per_second,
@@ -204,13 +198,7 @@ pub async fn run_media(
             streams_failed: f.failed,
             total: f.total,
             histograms: f.histograms,
-        }),
-        media_server: None,
-        quic: None,
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
+        })),
     })
 }
 

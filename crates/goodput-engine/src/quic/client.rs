@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use goodput_core::quic::scenario::{Body, MediaDesc, Response, Scenario};
 use goodput_core::quic::{error_code, MediaRequest, Request, HEADER_LEN, MEDIA_HEADER_LEN, UNLIMITED};
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, Outcome, Percentiles, QuicDetail, QuicHandshakeStats,
+    ConnectionRecord, Detail, EndReason, Interval, Outcome, Percentiles, QuicDetail, QuicHandshakeStats,
     QuicMediaStats, QuicRequestStats, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol,
     SCHEMA_VERSION,
 };
@@ -428,7 +428,6 @@ pub async fn run_quic(
     Ok(TestResult {
         spec: None,
         error: None,
-        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::QuicClient,
@@ -452,18 +451,7 @@ pub async fn run_quic(
             EndReason::Completed
         },
         assertions: Vec::new(),
-        iperf3: None,
-        stamp: None,
-        stamp_reflector: None,
-        ttcp: None,
-        echo: None,
-        media: None,
-        media_server: None,
-        quic: Some(detail),
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
+        detail: Detail::Quic(Box::new(detail)),
     })
 }
 

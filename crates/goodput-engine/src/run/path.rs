@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use goodput_core::path::{path_checksum, PingDetail, PingMethod, ProbeMethod, RttSummary, TraceDetail};
-use goodput_core::result::{EndReason, Percentiles, TestResult};
+use goodput_core::result::{Detail, EndReason, Percentiles, TestResult};
 use goodput_core::spec::{Family, PingSpec, TestSpec, TraceSpec};
 use tokio_util::sync::CancellationToken;
 
@@ -97,7 +97,7 @@ pub(super) async fn trace(
     if out.interrupted {
         result.end = EndReason::Interrupted;
     }
-    result.trace = Some(TraceDetail {
+    result.detail = Detail::Trace(Box::new(TraceDetail {
         target: spec.host.clone(),
         address: dest.to_string(),
         method: spec.method,
@@ -116,7 +116,7 @@ pub(super) async fn trace(
         black_hole: out.black_hole,
         path_checksum: path_checksum(&out.hops),
         hops: out.hops,
-    });
+    }));
     Ok(result)
 }
 
@@ -184,7 +184,7 @@ pub(super) async fn ping(
     if max_records > 0 {
         replies.truncate(max_records);
     }
-    result.ping = Some(PingDetail {
+    result.detail = Detail::Ping(Box::new(PingDetail {
         target: spec.host.clone(),
         address: dest.to_string(),
         method: out.method,
@@ -206,6 +206,6 @@ pub(super) async fn ping(
         rtt: RttSummary::of(&rtts),
         percentiles: Percentiles::from_histogram(&h),
         replies,
-    });
+    }));
     Ok(result)
 }

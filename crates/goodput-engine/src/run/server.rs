@@ -7,12 +7,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use goodput_core::media::limits::MediaLimits;
-use goodput_core::result::TestResult;
+use goodput_core::result::{Detail, ServerDetail, TestResult};
 use goodput_core::spec::{ServerSpec, TcpWire};
 use goodput_core::units::{format_bits_per_second, format_size, ByteSize};
 use tokio_util::sync::CancellationToken;
 
-use super::{error_chain, socket_options, tcp_wire, Failure};
+use super::{error_chain, socket_options, Failure};
 use crate::admission::AdmissionLimits;
 use crate::media::{bind_media, MediaServerSpec};
 use crate::socket::raise_open_file_limit;
@@ -39,7 +39,7 @@ pub(crate) async fn run(
     let max_connections = spec.max_connections.unwrap_or(defaults.max_connections);
     let max_per_client = spec.max_per_client.unwrap_or(defaults.max_per_client);
     let tcp = TcpServerSpec {
-        wire: tcp_wire(spec.wire),
+        wire: spec.wire,
         cts: (spec.wire == TcpWire::Cts).then_some(CtsServerPlan {
             pattern: spec.pattern,
             verify: spec.verify,
@@ -276,11 +276,13 @@ pub(crate) async fn run(
         tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
     let mut result = result.map_err(|e| Failure::test(error_chain(&e)))?;
     // Read again now that the discard and echo services have ended too.
-    result.admission = Some(admission.counters());
-    result.services = served;
-    result.stamp_reflector = reflected;
-    result.media_server = streamed;
-    result.quic_server = quicked;
+    result.detail = Detail::Server(Box::new(ServerDetail {
+        admission: Some(admission.counters()),
+        services: served,
+        stamp_reflector: reflected,
+        media_server: streamed,
+        quic_server: quicked,
+    }));
     Ok(result)
 }
 

@@ -12,9 +12,7 @@ use goodput_core::spec::{Family, TcpSpec};
 use goodput_core::units::{format_size, ByteRate};
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    capped_connections, error_chain, loopback, resolve, socket_options, tcp_wire, Embedded, Failure,
-};
+use super::{capped_connections, error_chain, loopback, resolve, socket_options, Embedded, Failure};
 use crate::tcp::{bind_server, run_client, CtsServerPlan, ServerLimits, TcpClientSpec, TcpServerSpec};
 use crate::{NullObserver, Observer};
 
@@ -40,7 +38,7 @@ pub(super) async fn run(
     let mut server = Embedded::new(&cancel);
     let targets = if embedded {
         let server_spec = TcpServerSpec {
-            wire: tcp_wire(spec.wire),
+            wire: spec.wire,
             cts: Some(CtsServerPlan {
                 pattern: spec.pattern,
                 verify: spec.verify,
@@ -90,7 +88,7 @@ pub(super) async fn run(
 
     crate::socket::preflight_tcp(&targets, &spec.bind, &socket).map_err(|e| Failure::setup(e.to_string()))?;
     let client = TcpClientSpec {
-        wire: tcp_wire(spec.wire),
+        wire: spec.wire,
         targets,
         binds: spec.bind.clone(),
         local_port: spec.local_port,

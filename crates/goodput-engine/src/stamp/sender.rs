@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, Outcome, StampDetail, StampInterval, StampPacket,
+    ConnectionRecord, Detail, EndReason, Interval, Outcome, StampDetail, StampInterval, StampPacket,
     StampPacketStatus, StampSessionRecord, Summary, TcpSettings, TestKind, TestResult, WireProtocol,
     SCHEMA_VERSION,
 };
@@ -261,7 +261,6 @@ pub async fn run_sender(
         assertions: Vec::new(),
         spec: None,
         error: None,
-        services: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::StampSender,
@@ -281,8 +280,7 @@ pub async fn run_sender(
         summary,
         connections_omitted,
         end,
-        iperf3: None,
-        stamp: Some(StampDetail {
+        detail: Detail::Stamp(Box::new(StampDetail {
             packet_bytes: spec.packet_bytes as u32,
             interval_ns: spec.interval.as_nanos() as u64,
             sessions: spec.sessions,
@@ -291,17 +289,7 @@ pub async fn run_sender(
             timeout_ms: spec.timeout.as_millis() as u64,
             total: total.stats(),
             per_session,
-        }),
-        stamp_reflector: None,
-        echo: None,
-        media: None,
-        media_server: None,
-        quic: None,
-        quic_server: None,
-        admission: None,
-        trace: None,
-        ping: None,
-        ttcp: None,
+        })),
     })
 }
 

@@ -11,9 +11,10 @@ use goodput_core::pattern::Pattern;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
     ConnectionRecord, Outcome, PeerView, ProtocolErrorKind, ReceiverGoodput, Span, TcpSettings, TestKind,
-    TestResult, TimedFigures, WireProtocol,
+    TestResult, TimedFigures,
 };
 use goodput_core::session::{Completion, Hello, Message, Verdict, VerifyMode};
+use goodput_core::spec::TcpWire;
 use goodput_core::units::ValueRange;
 use rand::Rng;
 use socket2::SockRef;
@@ -58,7 +59,7 @@ fn span<T: Copy + Into<u64>>(r: ValueRange<T>) -> Span {
 /// The settings section of a client's result document.
 pub(crate) fn client_settings(spec: &TcpClientSpec) -> TcpSettings {
     TcpSettings {
-        wire: spec.wire,
+        wire: spec.wire.into(),
         pattern: Some(spec.pattern),
         verify: Some(spec.verify),
         transfer_bytes: Some(span(spec.transfer)),
@@ -85,20 +86,6 @@ pub async fn run_client(
 ) -> Result<TestResult, EngineError> {
     if spec.targets.is_empty() {
         return Err(EngineError::Config("no target address".into()));
-    }
-    if matches!(
-        spec.wire,
-        WireProtocol::Iperf3
-            | WireProtocol::Stamp
-            | WireProtocol::Raw
-            | WireProtocol::Media
-            | WireProtocol::Quic
-            | WireProtocol::Probes
-    ) {
-        return Err(EngineError::Config(format!(
-            "the {:?} wire is not a TCP test protocol",
-            spec.wire
-        )));
     }
     if !spec.binds.is_empty() {
         let usable = spec
@@ -279,7 +266,7 @@ impl Terms {
             verify: spec.verify == VerifyMode::Data,
             pacer: Pacer::new(self.rate, spec.rate_period, spec.burst),
             // A timed test's trailer comes after the server's FIN.
-            watch_trailer: spec.wire == WireProtocol::Goodput && spec.duration.is_none(),
+            watch_trailer: spec.wire == TcpWire::Goodput && spec.duration.is_none(),
             deadline_ns: None,
             timed: spec
                 .duration
@@ -419,7 +406,7 @@ struct Session<'c> {
 async fn negotiation(
     link: &Link<'_>,
     hello: Hello,
-    wire: WireProtocol,
+    wire: TcpWire,
     id: &mut ConnId,
 ) -> Option<Box<Result<Outcome, Failure>>> {
     match link.guard(negotiate(link, hello, wire, id)).await {
@@ -683,11 +670,11 @@ fn judge(trailer: Trailer, progress: Progress, planned: (u64, u64), heard: &mut 
 async fn negotiate(
     link: &Link<'_>,
     hello: Hello,
-    wire: WireProtocol,
+    wire: TcpWire,
     connection_id: &mut ConnId,
 ) -> Result<Option<Outcome>, Failure> {
     match wire {
-        WireProtocol::Goodput => {
+        TcpWire::Goodput => {
             link.write_message(&Message::Hello(hello), "hello").await?;
             match link.read_message("hello reply").await? {
                 Message::Accept { connection_id: id } => {
@@ -701,13 +688,7 @@ async fn negotiate(
                 ))),
             }
         }
-        WireProtocol::Cts
-        | WireProtocol::Iperf3
-        | WireProtocol::Stamp
-        | WireProtocol::Raw
-        | WireProtocol::Media
-        | WireProtocol::Quic
-        | WireProtocol::Probes => {
+        TcpWire::Cts => {
             let mut id = [0u8; cts::CONNECTION_ID_LEN];
             link.read_exact(&mut id, "connection id").await?;
             *connection_id = ConnId::from_text(cts::decode_connection_id(&id));
@@ -721,7 +702,7 @@ async fn negotiate(
 /// may still have the server's reason waiting, sent just before its reset.
 async fn trailer_after(
     link: &Link<'_>,
-    wire: WireProtocol,
+    wire: TcpWire,
     moved: Result<Ended, Failure>,
     all_received: bool,
 ) -> Result<Trailer, Failure> {
@@ -737,22 +718,16 @@ async fn trailer_after(
     }
 }
 
-async fn read_trailer(link: &Link<'_>, wire: WireProtocol) -> Result<Trailer, Failure> {
+async fn read_trailer(link: &Link<'_>, wire: TcpWire) -> Result<Trailer, Failure> {
     match wire {
-        WireProtocol::Goodput => match link.read_message("completion").await? {
+        TcpWire::Goodput => match link.read_message("completion").await? {
             Message::Completion(c) => Ok(Trailer::Completion(c)),
             other => Err(Failure::BadMessage(format!(
                 "expected Completion, got {}",
                 other.name()
             ))),
         },
-        WireProtocol::Cts
-        | WireProtocol::Iperf3
-        | WireProtocol::Stamp
-        | WireProtocol::Raw
-        | WireProtocol::Media
-        | WireProtocol::Quic
-        | WireProtocol::Probes => {
+        TcpWire::Cts => {
             let mut done = [0u8; 4];
             link.read_exact(&mut done, "DONE").await?;
             if &done == cts::DONE {

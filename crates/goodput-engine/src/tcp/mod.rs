@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
-    ConnectionRecord, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder, TcpSettings,
-    TestKind, TestResult,
+    ConnectionRecord, Detail, EndReason, Interval, Outcome, ProtocolErrorKind, Summary, SummaryBuilder,
+    TcpSettings, TestKind, TestResult,
 };
 use goodput_core::session::{HelloLimits, Verdict, VerifyMode};
 use goodput_core::units::{ByteRate, ByteSize, PortRange, ValueRange};
@@ -31,13 +31,14 @@ use wakeups::{Timer, Wakeups};
 
 pub use client::run_client;
 pub use goodput_core::result::{ShutdownMode, WireProtocol};
+pub use goodput_core::spec::TcpWire;
 pub use server::{bind_server, BoundServer};
 
 /// Everything a TCP client run needs.
 #[derive(Debug, Clone)]
 pub struct TcpClientSpec {
     /// Wire protocol.
-    pub wire: WireProtocol,
+    pub wire: TcpWire,
     /// Server addresses, used round robin.
     pub targets: Vec<std::net::SocketAddr>,
     /// Local addresses to bind, round robin per family (empty = any).
@@ -169,7 +170,7 @@ pub struct CtsServerPlan {
 #[derive(Debug, Clone)]
 pub struct TcpServerSpec {
     /// Wire protocol.
-    pub wire: WireProtocol,
+    pub wire: TcpWire,
     /// The plan for `--wire cts` (ignored for the goodput wire).
     pub cts: Option<CtsServerPlan>,
     /// Listen addresses.
@@ -402,7 +403,6 @@ impl Driven {
             assertions: Vec::new(),
             spec: None,
             error: None,
-            services: None,
             schema_version: goodput_core::result::SCHEMA_VERSION,
             tool: crate::tool_info(),
             kind,
@@ -414,18 +414,7 @@ impl Driven {
             connections_omitted: self.records.omitted,
             summary: self.summary,
             end: self.end,
-            stamp: None,
-            stamp_reflector: None,
-            echo: None,
-            media: None,
-            media_server: None,
-            quic: None,
-            quic_server: None,
-            admission: None,
-            trace: None,
-            ping: None,
-            ttcp: None,
-            iperf3: None,
+            detail: Detail::None,
         }
     }
 }

@@ -12,9 +12,10 @@ use goodput_core::pattern::Pattern;
 use goodput_core::plan::TcpPattern;
 use goodput_core::result::{
     ConnectionRecord, Outcome, ProtocolErrorKind, ReceiverGoodput, TcpSettings, TestKind, TestResult,
-    TimedFigures, WireProtocol,
+    TimedFigures,
 };
 use goodput_core::session::{Completion, Hello, Message, RejectCode, Verdict, VerifyMode, WireError};
+use goodput_core::spec::TcpWire;
 use socket2::SockRef;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -51,20 +52,6 @@ pub struct BoundServer {
 /// Binds every listen address of `spec`. Must be called inside a tokio
 /// runtime.
 pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
-    if matches!(
-        spec.wire,
-        WireProtocol::Iperf3
-            | WireProtocol::Stamp
-            | WireProtocol::Raw
-            | WireProtocol::Media
-            | WireProtocol::Quic
-            | WireProtocol::Probes
-    ) {
-        return Err(EngineError::Config(format!(
-            "the {:?} wire is not a TCP test protocol",
-            spec.wire
-        )));
-    }
     let mut listeners = Vec::new();
     let mut notices = Vec::new();
     for &addr in &spec.listen {
@@ -79,7 +66,7 @@ pub fn bind_server(spec: TcpServerSpec) -> Result<BoundServer, EngineError> {
     if listeners.is_empty() {
         return Err(EngineError::Config("no listen address could be bound".into()));
     }
-    if spec.wire == WireProtocol::Cts && spec.cts.is_none() {
+    if spec.wire == TcpWire::Cts && spec.cts.is_none() {
         return Err(EngineError::Config(
             "`wire` cts needs the pattern and transfer on the server".into(),
         ));
@@ -231,7 +218,7 @@ impl BoundServer {
         let driven = drive(rx, &ctx.run, clock, observer, control, done).await;
         let admission = ctx.admission.counters();
         let settings = TcpSettings {
-            wire: spec.wire,
+            wire: spec.wire.into(),
             pattern: spec.cts.map(|c| c.pattern),
             verify: spec.cts.map(|c| c.verify),
             transfer_bytes: None,
@@ -248,7 +235,7 @@ impl BoundServer {
             time_limit_ms: spec.time_limit.map(|d| d.as_millis() as u64),
         };
         let mut result = driven.into_result(TestKind::TcpServer, started_unix_ms, settings);
-        result.admission = Some(admission);
+        result.detail.server_mut().admission = Some(admission);
         Ok(result)
     }
 }
@@ -461,7 +448,7 @@ async fn accept_phase(
     let spec = &ctx.spec;
     let over_limit = |r: Refusal| r.reason(ctx.admission.limits(), peer.ip());
     let hello = match spec.wire {
-        WireProtocol::Goodput => {
+        TcpWire::Goodput => {
             // A refused client is told at once, without waiting for its
             // hello: it holds only a pending place while it is told.
             let hello = match refusal {
@@ -487,13 +474,7 @@ async fn accept_phase(
                 }
             }
         }
-        WireProtocol::Cts
-        | WireProtocol::Iperf3
-        | WireProtocol::Stamp
-        | WireProtocol::Raw
-        | WireProtocol::Media
-        | WireProtocol::Quic
-        | WireProtocol::Probes => {
+        TcpWire::Cts => {
             if let Some(r) = refusal {
                 // ctsTraffic has no way to say why: reset the connection.
                 return Admitted::Ended(Outcome::rejected(RejectCode::TooManyConnections, &over_limit(r)));
@@ -535,19 +516,13 @@ async fn accept_phase(
     }
     let greeting = async {
         match spec.wire {
-            WireProtocol::Goodput => {
+            TcpWire::Goodput => {
                 let accept = Message::Accept {
                     connection_id: *uuid.as_bytes(),
                 };
                 link.write_message(&accept, "accept").await
             }
-            WireProtocol::Cts
-            | WireProtocol::Iperf3
-            | WireProtocol::Stamp
-            | WireProtocol::Raw
-            | WireProtocol::Media
-            | WireProtocol::Quic
-            | WireProtocol::Probes => {
+            TcpWire::Cts => {
                 let text = uuid.hyphenated().to_string();
                 let id = cts::encode_connection_id(&text).expect("uuid text is 36 bytes");
                 link.write_all(&id, "connection id").await
@@ -611,8 +586,8 @@ async fn finish_phase(
     // send one (the client would read it as pattern bytes): it resets, and
     // its own record carries the reason.
     let trailer = match spec.wire {
-        WireProtocol::Goodput if result.is_err() && !client_expects_trailer => Ok(()),
-        WireProtocol::Goodput => {
+        TcpWire::Goodput if result.is_err() && !client_expects_trailer => Ok(()),
+        TcpWire::Goodput => {
             let c = Completion {
                 sent: progress.sent,
                 received: progress.received,
@@ -623,17 +598,11 @@ async fn finish_phase(
             link.guard(link.write_message(&Message::Completion(c), "completion"))
                 .await
         }
-        WireProtocol::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
-        WireProtocol::Cts
-        | WireProtocol::Iperf3
-        | WireProtocol::Stamp
-        | WireProtocol::Raw
-        | WireProtocol::Media
-        | WireProtocol::Quic
-        | WireProtocol::Probes => Ok(()),
+        TcpWire::Cts if result.is_ok() => link.guard(link.write_all(cts::DONE, "DONE")).await,
+        TcpWire::Cts => Ok(()),
     };
     match (result, trailer) {
-        (Err(f), Ok(())) if spec.wire == WireProtocol::Goodput && client_expects_trailer => {
+        (Err(f), Ok(())) if spec.wire == TcpWire::Goodput && client_expects_trailer => {
             // The client is reading towards our verdict: let it arrive
             // (an immediate reset would discard it with any unsent data).
             drain(link, spec.idle_timeout).await;
@@ -801,7 +770,7 @@ pub(super) mod tests {
         limits: ServerLimits,
     ) -> (SocketAddr, CancellationToken, tokio::task::JoinHandle<TestResult>) {
         let spec = TcpServerSpec {
-            wire: WireProtocol::Goodput,
+            wire: TcpWire::Goodput,
             cts: None,
             listen: vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0)],
             listen_defaulted: false,
@@ -895,7 +864,7 @@ pub(super) mod tests {
         }
         cancel.cancel();
         let r = run.await.unwrap();
-        let adm = r.admission.unwrap();
+        let adm = r.admission().unwrap();
         assert_eq!(adm.internal_errors, 1);
         assert_eq!((adm.open_now, adm.pending_now), (0, 0));
         let internal = r
@@ -941,7 +910,7 @@ pub(super) mod tests {
         assert!(took < Duration::from_secs(3), "{took:?}");
         cancel.cancel();
         let r = run.await.unwrap();
-        assert_eq!(r.admission.unwrap().hello_timeouts, 1);
+        assert_eq!(r.admission().unwrap().hello_timeouts, 1);
     }
 
     /// The hello that divided by zero (push + pull past u64::MAX) is
@@ -976,6 +945,6 @@ pub(super) mod tests {
         }
         cancel.cancel();
         let r = run.await.unwrap();
-        assert_eq!(r.admission.unwrap().internal_errors, 0);
+        assert_eq!(r.admission().unwrap().internal_errors, 0);
     }
 }

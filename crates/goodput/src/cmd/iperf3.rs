@@ -105,6 +105,6 @@ pub(crate) async fn run_iperf3(
                 .map_err(Stop::Output)?;
         }
     }
-    let failed = result.summary.failures() > 0 || result.iperf3.as_ref().is_some_and(|d| d.error.is_some());
+    let failed = result.summary.failures() > 0 || result.iperf3().is_some_and(|d| d.error.is_some());
     Ok(exit_status(&result, failed))
 }

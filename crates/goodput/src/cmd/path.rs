@@ -64,7 +64,7 @@ pub(crate) async fn run_path(spec: TestSpec, out: &ViewArgs) -> Result<u8, Stop>
         RunContext::with_records(out.max_records),
         Views::open(out, None)?,
         out,
-        |r| r.ping.as_ref().is_some_and(|p| p.received == 0),
+        |r| r.ping().is_some_and(|p| p.received == 0),
     )
     .await
 }

@@ -78,6 +78,6 @@ pub(crate) async fn run_quic(spec: QuicSpec, out: &ViewArgs, perf_log: Option<&P
             .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", p.display())))?;
     }
     views.finish(&result, out.json.as_deref())?;
-    let failed = result.quic.as_ref().is_some_and(|q| q.failed_streams > 0) || result.summary.failures() > 0;
+    let failed = result.quic().is_some_and(|q| q.failed_streams > 0) || result.summary.failures() > 0;
     Ok(exit_status(&result, failed))
 }

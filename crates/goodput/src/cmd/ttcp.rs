@@ -100,7 +100,7 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
     };
     let result = engine_run(&spec.into(), context, &mut views, &view_args).await?;
     if data_on_stdout && verbosity > 0 {
-        if let Some(d) = &result.ttcp {
+        if let Some(d) = result.ttcp() {
             eprintln!("{}", goodput_report::ttcp_report(&result, d));
         }
     }

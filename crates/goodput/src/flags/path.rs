@@ -81,9 +81,9 @@ pub struct TraceArgs {
     /// `goodput run`) and exit without running it.
     #[arg(long)]
     pub print_spec: bool,
-    /// A pass/fail check on the result (repeatable): 'reached == 1',
-    /// 'hops <= 8', 'pmtu >= 1500B'. Any that fails makes the exit status 4.
-    #[arg(long = "assert", value_name = "EXPR")]
+    /// A pass/fail check on the result (repeatable); its help lists the
+    /// kind's figures from the catalogue.
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("trace"))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }
 
@@ -136,9 +136,8 @@ pub struct PingArgs {
     /// `goodput run`) and exit without running it.
     #[arg(long)]
     pub print_spec: bool,
-    /// A pass/fail check on the result (repeatable): 'loss == 0%',
-    /// 'rtt.avg < 2ms', 'rtt.p99 < 5ms'. Any that fails makes the exit
-    /// status 4.
-    #[arg(long = "assert", value_name = "EXPR")]
+    /// A pass/fail check on the result (repeatable); its help lists the
+    /// kind's figures from the catalogue.
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("ping"))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }

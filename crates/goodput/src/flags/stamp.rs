@@ -75,11 +75,8 @@ pub struct StampArgs {
     /// `goodput run`) and exit without running it.
     #[arg(long)]
     pub print_spec: bool,
-    /// A pass/fail check on the result (repeatable): FIGURE OP VALUE, the
-    /// value with its figure's unit, e.g. 'goodput >= 900Mbit',
-    /// 'loss < 0.1%', 'rtt.p99 < 5ms', 'errors == 0'. Any that fails makes
-    /// the exit status 4. Figures: loss (%), rtt.min, rtt.median, rtt.mean, rtt.p90, rtt.p99, rtt.max (times), duplicates; and errors, successful, aborted
-    /// (counts).
-    #[arg(long = "assert", value_name = "EXPR")]
+    /// A pass/fail check on the result (repeatable); its help lists the
+    /// kind's figures from the catalogue.
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("stamp"))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }
