@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 
 pub use crate::catalogue::{assertion_figures as figures, Figure, Quantity};
+use crate::kind::Kind;
 use crate::result::TestResult;
 use crate::spec::SpecError;
 use crate::units::{ByteRate, ByteSize};
@@ -221,14 +222,14 @@ pub(crate) fn value_of(text: &str, quantity: Quantity) -> Result<f64, String> {
 
 /// Checks assertions against a kind's figures and units before a test
 /// starts (field `assert`).
-pub fn check(kind: &str, assertions: &[Assertion]) -> Result<(), SpecError> {
+pub fn check(kind: Kind, assertions: &[Assertion]) -> Result<(), SpecError> {
     for a in assertions {
         figure_of(kind, a)?;
     }
     Ok(())
 }
 
-fn figure_of(kind: &str, a: &Assertion) -> Result<(&'static Figure, f64), SpecError> {
+fn figure_of(kind: Kind, a: &Assertion) -> Result<(&'static Figure, f64), SpecError> {
     let all = figures(kind);
     let Some(f) = all.iter().find(|f| f.name == a.figure) else {
         let names: Vec<&str> = all.iter().map(|f| f.name).collect();
@@ -246,7 +247,7 @@ fn figure_of(kind: &str, a: &Assertion) -> Result<(&'static Figure, f64), SpecEr
 }
 
 /// Evaluates checked assertions against a result of `kind`.
-pub fn evaluate(kind: &str, assertions: &[Assertion], result: &TestResult) -> Vec<AssertionOutcome> {
+pub fn evaluate(kind: Kind, assertions: &[Assertion], result: &TestResult) -> Vec<AssertionOutcome> {
     assertions
         .iter()
         .map(|a| match figure_of(kind, a) {
@@ -324,14 +325,14 @@ mod tests {
 
     #[test]
     fn an_unknown_figure_lists_the_kinds_figures() {
-        let e = check("tcp", &[a("gooput >= 1Gbit")]).unwrap_err();
+        let e = check(Kind::Tcp, &[a("gooput >= 1Gbit")]).unwrap_err();
         assert_eq!(e.field, "assert");
         assert!(e.message.contains("unknown figure 'gooput'"), "{}", e.message);
         assert!(e.message.contains("goodput, goodput.up"), "{}", e.message);
-        let e = check("stamp", &[a("rtt.p99 < 5")]).unwrap_err();
+        let e = check(Kind::Stamp, &[a("rtt.p99 < 5")]).unwrap_err();
         assert!(e.message.contains("needs a time"), "{}", e.message);
-        assert!(check("tcp", &[a("loss < 1%")]).is_err(), "tcp has no loss");
-        for kind in ["tcp", "udp", "stamp", "echo", "quic", "iperf3", "ttcp"] {
+        assert!(check(Kind::Tcp, &[a("loss < 1%")]).is_err(), "tcp has no loss");
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::Server) {
             assert!(check(kind, &[a("errors == 0")]).is_ok());
         }
     }

@@ -10,6 +10,7 @@
 //!   spec's `assert`) may name, with how each is read from a result, and
 //!   [`assert_help`], the `--assert` help made from them.
 
+use crate::kind::Kind;
 use crate::result::{Percentiles, TestResult};
 use crate::units::{format_bits_per_second, format_size};
 
@@ -109,7 +110,7 @@ pub struct Series {
     pub served: bool,
     /// Whether `goodput check` takes it, and the kind of test whose runs
     /// carry it when the command names none.
-    pub check_kind: Option<&'static str>,
+    pub check_kind: Option<Kind>,
     /// How `/metrics` exports the latest value, when it does.
     pub exported: Option<Exported>,
 }
@@ -132,7 +133,7 @@ const fn rate(name: &'static str, column: &'static str, about: &'static str) -> 
         max: MAX_BPS,
         max_text: "10 Tbit/s",
         served: true,
-        check_kind: Some("tcp"),
+        check_kind: Some(Kind::Tcp),
         exported: None,
     }
 }
@@ -148,7 +149,7 @@ const fn share(name: &'static str, column: &'static str, about: &'static str) ->
         max: 100.0,
         max_text: "100 %",
         served: true,
-        check_kind: Some("stamp"),
+        check_kind: Some(Kind::Stamp),
         exported: None,
     }
 }
@@ -164,7 +165,7 @@ const fn time(name: &'static str, column: &'static str, about: &'static str) -> 
         max: MAX_DELAY_US,
         max_text: "an hour",
         served: true,
-        check_kind: Some("stamp"),
+        check_kind: Some(Kind::Stamp),
         exported: None,
     }
 }
@@ -291,7 +292,7 @@ pub const RETRANSMITS: Series = Series {
 };
 /// Failed connections, sessions or streams.
 pub const ERRORS: Series = Series {
-    check_kind: Some("tcp"),
+    check_kind: Some(Kind::Tcp),
     exported: exported("goodput_errors", "", "Latest failed connections.", 1.0),
     ..count("errors", "errors", "failed connections, sessions or streams")
 };
@@ -300,7 +301,7 @@ pub const HOPS: Series = Series {
     better: Better::Neither,
     max: 255.0,
     max_text: "255",
-    check_kind: Some("trace"),
+    check_kind: Some(Kind::Trace),
     exported: exported(
         "goodput_hops",
         "",
@@ -411,7 +412,8 @@ const COMMON: [Figure; 3] = [
     ),
 ];
 
-const TCP: [Figure; 6] = [
+/// The tcp kind's own assertion figures.
+pub const TCP: [Figure; 6] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -482,7 +484,8 @@ const TCP: [Figure; 6] = [
     ),
 ];
 
-const UDP: [Figure; 6] = [
+/// The udp kind's own assertion figures.
+pub const UDP: [Figure; 6] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -531,7 +534,8 @@ const UDP: [Figure; 6] = [
     ),
 ];
 
-const STAMP: [Figure; 8] = [
+/// The stamp kind's own assertion figures.
+pub const STAMP: [Figure; 8] = [
     fig(
         "loss",
         Quantity::Share,
@@ -593,7 +597,8 @@ const STAMP: [Figure; 8] = [
     ),
 ];
 
-const ECHO: [Figure; 8] = [
+/// The echo kind's own assertion figures.
+pub const ECHO: [Figure; 8] = [
     fig(
         "rtt.min",
         Quantity::Time,
@@ -652,7 +657,8 @@ const ECHO: [Figure; 8] = [
     ),
 ];
 
-const QUIC: [Figure; 5] = [
+/// The quic kind's own assertion figures.
+pub const QUIC: [Figure; 5] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -696,7 +702,8 @@ const QUIC: [Figure; 5] = [
     ),
 ];
 
-const IPERF3: [Figure; 4] = [
+/// The iperf3 kind's own assertion figures.
+pub const IPERF3: [Figure; 4] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -765,7 +772,8 @@ const IPERF3: [Figure; 4] = [
     ),
 ];
 
-const TTCP: [Figure; 2] = [
+/// The ttcp kind's own assertion figures.
+pub const TTCP: [Figure; 2] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -785,7 +793,8 @@ const TTCP: [Figure; 2] = [
     ),
 ];
 
-const TRACE: [Figure; 3] = [
+/// The trace kind's own assertion figures.
+pub const TRACE: [Figure; 3] = [
     fig(
         "reached",
         Quantity::Count,
@@ -809,7 +818,8 @@ const TRACE: [Figure; 3] = [
     ),
 ];
 
-const PING: [Figure; 6] = [
+/// The ping kind's own assertion figures.
+pub const PING: [Figure; 6] = [
     fig(
         "loss",
         Quantity::Share,
@@ -851,27 +861,20 @@ const PING: [Figure; 6] = [
 ];
 
 /// The figures a kind's assertions may name: its own, then the common
-/// counts.
-pub fn assertion_figures(kind: &str) -> Vec<&'static Figure> {
-    let own: &'static [Figure] = match kind {
-        "tcp" => &TCP,
-        "udp" => &UDP,
-        "stamp" => &STAMP,
-        "echo" => &ECHO,
-        "quic" => &QUIC,
-        "iperf3" => &IPERF3,
-        "ttcp" => &TTCP,
-        "trace" => &TRACE,
-        "ping" => &PING,
-        _ => &[],
-    };
+/// counts (each kind's `KindSpec::figures` says which are its own).
+pub fn assertion_figures(kind: Kind) -> Vec<&'static Figure> {
+    kind.figures()
+}
+
+/// A kind's own figures followed by the counts every kind has.
+pub fn with_common(own: &'static [Figure]) -> Vec<&'static Figure> {
     own.iter().chain(COMMON.iter()).collect()
 }
 
 /// The help of `--assert` for a kind: the grammar, and the kind's figures
 /// in runs of one quantity, each run followed by its quantity (no full
 /// stop at the end, as clap gives a doc comment).
-pub fn assert_help(kind: &str) -> String {
+pub fn assert_help(kind: Kind) -> String {
     fn runs(figures: &[&Figure], label_counts: bool) -> String {
         let mut out: Vec<String> = Vec::new();
         let mut i = 0;

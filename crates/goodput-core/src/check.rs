@@ -65,7 +65,7 @@ pub struct CheckMetric {
     /// Archive units per performance-data unit.
     pub uom_scale: f64,
     /// The kind of test whose runs carry it, when none is named.
-    pub kind: &'static str,
+    pub kind: crate::kind::Kind,
 }
 
 impl CheckMetric {

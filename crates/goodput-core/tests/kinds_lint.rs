@@ -42,32 +42,6 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
     ("crates/goodput/src/cmd/ttcp.rs", "udp", "ttcp spec field"),
 ];
 
-/// TEMPORARY: files other parts of issue 37 own, still keyed by kind
-/// strings until they are converted when the parts are merged. Each entry
-/// says what it should become; delete it with the conversion.
-const NOT_YET: &[(&str, &str)] = &[
-    (
-        "crates/goodput-core/src/assertion.rs",
-        "figures(kind: &str) matches names with `_ => &[]`; check/evaluate take &str: take Kind, read the catalogue",
-    ),
-    (
-        "crates/goodput-core/src/check.rs",
-        "METRICS entries carry `kind: \"tcp\"`: carry Kind",
-    ),
-    (
-        "crates/goodput-agent/src/dashboard.rs",
-        "`kind == \"iperf3\"` on a run's kind: compare with Kind::Iperf3",
-    ),
-    (
-        "crates/goodput-agent/src/state.rs",
-        "test fixtures `kind: \"stamp\".into()`: Kind::Stamp.into()",
-    ),
-    (
-        "crates/goodput-agent/src/api.rs",
-        "services_only's two `_ =>` arms over TestSpec (a spec naming a file; the beacon ports a kind reaches): KindSpec facts; fixture `kind: \"stamp\".into()`",
-    ),
-];
-
 /// One place that breaks the rule.
 #[derive(Debug)]
 struct Finding {
@@ -262,14 +236,12 @@ fn check(file: &str, text: &str) -> Vec<Finding> {
     out
 }
 
-/// Findings outside the kind's home and the allow-lists.
+/// Findings outside the kind's home and the allow-list.
 fn findings() -> Vec<Finding> {
     let root = workspace();
     all_sources(&root)
         .iter()
         .filter(|(f, _)| f != "crates/goodput-core/src/kind.rs")
-        // `KINDS_LINT_ALL=1` shows what the temporary list still hides.
-        .filter(|(f, _)| std::env::var_os("KINDS_LINT_ALL").is_some() || !NOT_YET.iter().any(|(t, _)| t == f))
         .flat_map(|(f, text)| check(f, text))
         .collect()
 }
@@ -338,9 +310,6 @@ match x {
 #[test]
 fn the_temporary_allow_list_names_files_that_exist() {
     let root = workspace();
-    for (f, _) in NOT_YET {
-        assert!(root.join(f).exists(), "{f} is gone: drop it from NOT_YET");
-    }
     for (f, _, _) in NOT_KINDS {
         assert!(root.join(f).exists(), "{f} is gone: drop it from NOT_KINDS");
     }

@@ -157,8 +157,17 @@ fn a_document_carries_its_assertions_and_they_run_as_the_flags_do() {
 
 #[test]
 fn help_lists_every_figure_of_each_kind() {
-    for kind in ["tcp", "udp", "quic", "stamp", "iperf3", "echo", "ttcp"] {
-        let (_, out, _) = run(&[kind, "--help"]);
+    use goodput_core::kind::Kind;
+    for kind in [
+        Kind::Tcp,
+        Kind::Udp,
+        Kind::Quic,
+        Kind::Stamp,
+        Kind::Iperf3,
+        Kind::Echo,
+        Kind::Ttcp,
+    ] {
+        let (_, out, _) = run(&[kind.name(), "--help"]);
         let help = out.replace('\n', " ");
         for f in goodput_core::assertion::figures(kind) {
             assert!(help.contains(f.name), "{kind} --help lacks the figure {}", f.name);

@@ -392,7 +392,7 @@ mod tests {
             task: "latency".into(),
             source: source.into(),
             dest: dest.map(Into::into),
-            kind: "stamp".into(),
+            kind: goodput_core::kind::Kind::Stamp.into(),
             class: goodput_core::schedule::RunClass::Background,
             state: goodput_archive::RunState::Failed,
             reason: None,

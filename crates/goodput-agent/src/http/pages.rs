@@ -618,7 +618,7 @@ async fn measurement_section(
         }
         out.push_str(&chart::svg(&c));
         let re = series(Metric::Retransmits).await?;
-        if re.iter().any(|x| x.max > 0.0) || kind == "iperf3" {
+        if re.iter().any(|x| x.max > 0.0) || kind == goodput_core::kind::Kind::Iperf3.name() {
             let mut c = new_chart("TCP retransmits", "segments");
             c.series
                 .push(line("retransmits", palette::VERMILLION, &re, 1.0, "segments"));

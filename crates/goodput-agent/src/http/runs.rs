@@ -103,7 +103,14 @@ pub(crate) fn services_only(
     let file = match spec {
         TestSpec::Echo(e) => e.ca.is_some(),
         TestSpec::Quic(q) => q.ca.is_some(),
-        _ => false,
+        TestSpec::Tcp(_)
+        | TestSpec::Stamp(_)
+        | TestSpec::Iperf3(_)
+        | TestSpec::Server(_)
+        | TestSpec::Ttcp(_)
+        | TestSpec::Udp(_)
+        | TestSpec::Trace(_)
+        | TestSpec::Ping(_) => false,
     };
     if file {
         return Err(refuse(
@@ -127,7 +134,8 @@ pub(crate) fn services_only(
             v
         }
         TestSpec::Ping(_) => vec![o.beacon_port, goodput_core::spec::PingSpec::default().port],
-        _ => Vec::new(),
+        // No beacon service answers these: only the mesh's own ports.
+        TestSpec::Server(_) | TestSpec::Echo(_) | TestSpec::Ttcp(_) => Vec::new(),
     };
     for p in loaded
         .pairs

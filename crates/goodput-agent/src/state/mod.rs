@@ -888,7 +888,7 @@ mod tests {
             task: "t".into(),
             source: "a".into(),
             dest: Some("b".into()),
-            kind: "stamp".into(),
+            kind: goodput_core::kind::Kind::Stamp.into(),
             class: RunClass::Background,
             state,
             reason: None,

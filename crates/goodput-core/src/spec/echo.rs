@@ -129,7 +129,7 @@ impl KindSpec for EchoSpec {
 
     /// Every rule of `goodput echo`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if self.target.trim().is_empty() {
             return Err(SpecError::new(
                 "target",
@@ -195,6 +195,6 @@ impl KindSpec for EchoSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::ECHO)
     }
 }

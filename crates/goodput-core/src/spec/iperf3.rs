@@ -187,7 +187,7 @@ impl KindSpec for Iperf3Spec {
     /// Every rule of `goodput iperf3`'s flags, and the checks an iperf3
     /// server makes of the parameters, before anything is sent.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }
@@ -235,6 +235,6 @@ impl KindSpec for Iperf3Spec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::IPERF3)
     }
 }

@@ -152,7 +152,7 @@ impl KindSpec for QuicSpec {
 
     /// Every rule of `goodput quic`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         // The ways of running exclude each other, as the flags do.
         let given = [
             ("upload", self.upload.is_some()),
@@ -216,7 +216,7 @@ impl KindSpec for QuicSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::QUIC)
     }
 }
 

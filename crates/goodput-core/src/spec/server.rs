@@ -403,6 +403,6 @@ impl KindSpec for ServerSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&[])
     }
 }

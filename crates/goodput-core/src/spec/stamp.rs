@@ -115,7 +115,7 @@ impl KindSpec for StampSpec {
 
     /// Every rule of `goodput stamp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if let Some(h) = &self.host {
             super::split_target(h, self.port).map_err(|e| SpecError::new("host", e))?;
         }
@@ -200,6 +200,6 @@ impl KindSpec for StampSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::STAMP)
     }
 }

@@ -261,7 +261,7 @@ impl KindSpec for TcpSpec {
 
     /// Every rule of `goodput tcp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         for h in &self.hosts {
             super::split_target(h, self.port).map_err(|e| SpecError::new("hosts", e))?;
         }
@@ -327,7 +327,7 @@ impl KindSpec for TcpSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::TCP)
     }
 }
 

@@ -113,7 +113,7 @@ impl KindSpec for TraceSpec {
 
     /// Every rule of `goodput trace`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if self.host.trim().is_empty() {
             return Err(SpecError::new("host", "is required: the destination to trace"));
         }
@@ -199,7 +199,7 @@ impl KindSpec for TraceSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::TRACE)
     }
 }
 
@@ -257,7 +257,7 @@ impl KindSpec for PingSpec {
 
     /// Every rule of `goodput ping`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if self.host.trim().is_empty() {
             return Err(SpecError::new("host", "is required: the destination to ping"));
         }
@@ -303,7 +303,7 @@ impl KindSpec for PingSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::PING)
     }
 }
 

@@ -115,7 +115,7 @@ impl KindSpec for TtcpSpec {
 
     /// Every rule of `goodput ttcp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         match (self.role, &self.host) {
             (None, _) => {
                 return Err(SpecError::new(
@@ -173,6 +173,6 @@ impl KindSpec for TtcpSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::TTCP)
     }
 }

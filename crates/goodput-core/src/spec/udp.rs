@@ -116,7 +116,7 @@ impl KindSpec for UdpSpec {
 
     /// Every rule of `goodput udp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
-        crate::assertion::check(Self::KIND.name(), &self.assert)?;
+        crate::assertion::check(Self::KIND, &self.assert)?;
         if !(1..=1_000_000).contains(&self.frame_rate) {
             return Err(SpecError::new("frame_rate", "must be 1-1000000"));
         }
@@ -175,7 +175,7 @@ impl KindSpec for UdpSpec {
     }
 
     fn figures() -> Vec<&'static Figure> {
-        crate::assertion::figures(Self::KIND.name())
+        crate::catalogue::with_common(&crate::catalogue::UDP)
     }
 }
 

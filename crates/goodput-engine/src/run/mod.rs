@@ -110,7 +110,7 @@ pub async fn run(
                 passed: false,
             })
             .collect(),
-        _ => assertion::evaluate(spec.kind().name(), spec.assertions(), &result),
+        _ => assertion::evaluate(spec.kind(), spec.assertions(), &result),
     };
     result
 }

@@ -44,7 +44,7 @@ fn evaluate(args: &CheckArgs) -> Result<(State, String, String), String> {
     if args.window.0.is_zero() {
         return Err("--window must be above zero".into());
     }
-    let kind = args.kind.clone().unwrap_or_else(|| metric.kind.to_owned());
+    let kind = args.kind.clone().unwrap_or_else(|| metric.kind.name().to_owned());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -112,6 +112,6 @@ pub struct Iperf3Args {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("iperf3"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Iperf3))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }

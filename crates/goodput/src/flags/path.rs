@@ -83,7 +83,7 @@ pub struct TraceArgs {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("trace"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Trace))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }
 
@@ -138,6 +138,6 @@ pub struct PingArgs {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("ping"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Ping))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }

@@ -90,7 +90,7 @@ pub struct TcpArgs {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("tcp"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Tcp))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }
 

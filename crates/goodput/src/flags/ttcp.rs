@@ -62,6 +62,6 @@ pub struct TtcpArgs {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("ttcp"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Ttcp))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }

@@ -76,6 +76,6 @@ pub struct UdpArgs {
     pub print_spec: bool,
     /// A pass/fail check on the result (repeatable); its help lists the
     /// kind's figures from the catalogue.
-    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help("udp"))]
+    #[arg(long = "assert", value_name = "EXPR", help = goodput_core::catalogue::assert_help(goodput_core::kind::Kind::Udp))]
     pub assert: Vec<goodput_core::assertion::Assertion>,
 }
