@@ -167,61 +167,18 @@ pub(crate) async fn metrics(
             }
         }
     }
-    type Family = (
-        &'static str,
-        &'static str,
-        &'static str,
-        fn(&goodput_archive::Figures) -> Option<f64>,
-    );
-    let families: [Family; 9] = [
-        (
-            "goodput_throughput_up_bits_per_second",
-            "bits_per_second",
-            "Latest good-put client to server.",
-            |f| f.throughput_up_bps,
-        ),
-        (
-            "goodput_throughput_down_bits_per_second",
-            "bits_per_second",
-            "Latest good-put server to client.",
-            |f| f.throughput_down_bps,
-        ),
-        ("goodput_loss_ratio", "ratio", "Latest loss.", |f| {
-            f.loss_pct.map(|p| p / 100.0)
-        }),
-        (
-            "goodput_delay_median_seconds",
-            "seconds",
-            "Latest median delay.",
-            |f| f.delay_median_us.map(|u| u / 1e6),
-        ),
-        (
-            "goodput_delay_p95_seconds",
-            "seconds",
-            "Latest 95th percentile delay.",
-            |f| f.delay_p95_us.map(|u| u / 1e6),
-        ),
-        ("goodput_jitter_seconds", "seconds", "Latest jitter.", |f| {
-            f.jitter_us.map(|u| u / 1e6)
-        }),
-        ("goodput_retransmits", "", "Latest retransmits.", |f| {
-            f.retransmits
-        }),
-        ("goodput_errors", "", "Latest failed connections.", |f| f.errors),
-        (
-            "goodput_hops",
-            "",
-            "Latest hop count to the destination (traces).",
-            |f| f.hops,
-        ),
-    ];
-    for (name, unit, help, get) in families {
-        out += &format!("# TYPE {name} gauge\n# HELP {name} {help}\n");
-        if !unit.is_empty() {
-            out += &format!("# UNIT {name} {unit}\n");
+    // The figures' families, each as the catalogue exports it.
+    for (series, e) in goodput_core::catalogue::SERIES
+        .iter()
+        .filter_map(|s| s.exported.map(|e| (s, e)))
+    {
+        let name = e.name;
+        out += &format!("# TYPE {name} gauge\n# HELP {name} {}\n", e.help);
+        if !e.unit.is_empty() {
+            out += &format!("# UNIT {name} {}\n", e.unit);
         }
         for l in inner.latest.values() {
-            if let Some(v) = get(&l.figures) {
+            if let Some(v) = l.figures.value(series).map(|v| v / e.per) {
                 out += &format!(
                     "{name}{{task=\"{}\",source=\"{}\",dest=\"{}\",kind=\"{}\"}} {v} {}\n",
                     esc(&l.task),
