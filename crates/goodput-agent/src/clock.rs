@@ -90,7 +90,7 @@ fn steps_cell() -> &'static std::sync::Mutex<Steps> {
 pub(crate) fn note_step(step_ms: i64, at_ms: u64) {
     let mut s = steps_cell().lock().unwrap_or_else(|p| p.into_inner());
     s.count += 1;
-    s.last_at = Some(goodput_core::mesh::ms_rfc3339(at_ms));
+    s.last_at = Some(goodput_core::time::ms_rfc3339(at_ms));
     s.last_ms = Some(step_ms);
 }
 

@@ -156,8 +156,8 @@ impl Limits {
         Err(format!(
             "limit window: exclusive runs from {who} only {} UTC; this one is {}–{}",
             spans.join(", "),
-            goodput_core::mesh::ms_rfc3339(start),
-            goodput_core::mesh::ms_rfc3339(end)
+            goodput_core::time::ms_rfc3339(start),
+            goodput_core::time::ms_rfc3339(end)
         ))
     }
 }

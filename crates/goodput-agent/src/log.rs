@@ -16,7 +16,7 @@ pub(crate) fn log(line: &str) {
     // written.
     eprintln!(
         "{} goodput agent: {}",
-        goodput_core::mesh::ms_rfc3339(now),
+        goodput_core::time::ms_rfc3339(now),
         secrets::redact_text(line)
     );
 }

@@ -268,12 +268,12 @@ fn stamp(f: &mut Figures, st: &StampDetail) {
 /// the spec (as a document), the end that ran it and the pair.
 pub fn measurement_key(spec: &TestSpec, source: &str, dest: Option<&str>) -> String {
     let text = serde_json::to_string(spec).unwrap_or_default();
-    let h = [text.as_str(), source, dest.unwrap_or("")]
+    // Each part ends in a NUL, so ("ab", "c") and ("a", "bc") differ.
+    let bytes: Vec<u8> = [text.as_str(), source, dest.unwrap_or("")]
         .iter()
         .flat_map(|p| p.bytes().chain(std::iter::once(0)))
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
+        .collect();
+    let h = goodput_core::hash::fnv1a(&bytes);
     format!("{h:016x}")
 }
 

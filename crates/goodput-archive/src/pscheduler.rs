@@ -48,7 +48,7 @@ pub fn iso_time_ms(t: &str) -> Result<u64, String> {
     let t = t.trim();
     let bad = || format!("'{t}' is not an ISO 8601 time with an offset");
     if let Some(base) = t.strip_suffix('Z') {
-        return goodput_core::mesh::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad());
+        return goodput_core::time::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad());
     }
     if t.len() < 6 || !t.is_char_boundary(t.len() - 6) {
         return Err(bad());
@@ -64,7 +64,7 @@ pub fn iso_time_ms(t: &str) -> Result<u64, String> {
     if h > 23 || m > 59 {
         return Err(bad());
     }
-    let utc = goodput_core::mesh::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad())? as i64;
+    let utc = goodput_core::time::rfc3339_ms(&format!("{base}Z")).map_err(|_| bad())? as i64;
     let ms = utc - sign * (h * 3_600_000 + m * 60_000);
     u64::try_from(ms).map_err(|_| bad())
 }

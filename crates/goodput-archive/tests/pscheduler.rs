@@ -5,8 +5,8 @@
 
 use goodput_archive::pscheduler::{from_pscheduler, iso_seconds, iso_time_ms};
 use goodput_archive::RunState;
-use goodput_core::mesh::rfc3339_ms;
 use goodput_core::schedule::RunClass;
+use goodput_core::time::rfc3339_ms;
 use serde_json::Value;
 
 fn fixture(name: &str) -> Value {

@@ -664,7 +664,7 @@ pub fn default_rules() -> BTreeMap<String, RuleConfig> {
 impl AlertsSection {
     /// The evaluation period, ms.
     pub fn every_ms(&self) -> Result<Ms, SpecError> {
-        let ms = crate::mesh::duration_ms(&self.every).map_err(|e| SpecError::new("alerts.every", e))?;
+        let ms = crate::time::duration_ms(&self.every).map_err(|e| SpecError::new("alerts.every", e))?;
         if ms < 1000 {
             return Err(SpecError::new("alerts.every", "must be at least 1s"));
         }
@@ -703,7 +703,7 @@ impl AlertsSection {
                     SpecError::new(&at("window"), format!("'{window_text}': write N repeats, N ≥ 1"))
                 })?),
                 None => Window::Fixed(
-                    crate::mesh::duration_ms(&window_text)
+                    crate::time::duration_ms(&window_text)
                         .ok()
                         .filter(|ms| *ms > 0)
                         .ok_or_else(|| {
@@ -734,7 +734,7 @@ impl AlertsSection {
             }
             let baseline_ms = match &r.baseline {
                 None => 7 * 86_400_000,
-                Some(b) => crate::mesh::duration_ms(b)
+                Some(b) => crate::time::duration_ms(b)
                     .ok()
                     .filter(|ms| *ms > 0)
                     .ok_or_else(|| SpecError::new(&at("baseline"), format!("'{b}' is not a duration")))?,
@@ -835,8 +835,8 @@ impl Maintenance {
     /// Its start and end, ms.
     pub fn span(&self) -> Result<(Ms, Ms), String> {
         Ok((
-            crate::mesh::rfc3339_ms(&self.start).map_err(|e| format!("start: {e}"))?,
-            crate::mesh::rfc3339_ms(&self.end).map_err(|e| format!("end: {e}"))?,
+            crate::time::rfc3339_ms(&self.start).map_err(|e| format!("start: {e}"))?,
+            crate::time::rfc3339_ms(&self.end).map_err(|e| format!("end: {e}"))?,
         ))
     }
 }
@@ -1033,7 +1033,7 @@ mod tests {
             end: "2026-01-01T01:00:00Z".into(),
             reason: "fibre work".into(),
         });
-        let t = crate::mesh::rfc3339_ms("2026-01-01T00:30:00Z").unwrap();
+        let t = crate::time::rfc3339_ms("2026-01-01T00:30:00Z").unwrap();
         assert!(s.maintenance_of("a", Some("b"), t).is_some());
         assert!(s.maintenance_of("d", Some("c"), t).is_some());
         assert!(s.maintenance_of("a", Some("c"), t).is_none());

@@ -181,7 +181,7 @@ mod tests {
 
     /// Minutes since the epoch of a UTC time.
     fn at(t: &str) -> u64 {
-        crate::mesh::rfc3339_ms(t).unwrap() / 60_000
+        crate::time::rfc3339_ms(t).unwrap() / 60_000
     }
 
     #[test]

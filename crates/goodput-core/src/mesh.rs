@@ -40,9 +40,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::schedule::{mix, Ms, Repeat, RunClass};
 use crate::spec::{SpecError, TestSpec};
-// The time helpers moved to `crate::time`; kept here for the crates that
-// still name them through the mesh module.
-pub use crate::time::{duration_ms, ms_rfc3339, rfc3339_ms};
+use crate::time::{duration_ms, rfc3339_ms};
 
 /// The whole configuration document.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]

@@ -207,7 +207,7 @@ fn tick_label(v: f64, step: f64) -> String {
 /// A time (ms) as a label for a span of `span_ms`: the date for long
 /// spans, the time of day for short ones (UTC).
 pub fn time_label(ms: u64, span_ms: u64) -> String {
-    let t = goodput_core::mesh::ms_rfc3339(ms);
+    let t = goodput_core::time::ms_rfc3339(ms);
     // 2026-11-25T20:23:14.000Z
     let date = t.get(5..10).unwrap_or("");
     let time = t.get(11..16).unwrap_or("");

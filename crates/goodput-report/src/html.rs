@@ -383,7 +383,7 @@ fn kind_name(k: TestKind) -> &'static str {
 }
 
 fn started(r: &TestResult) -> String {
-    goodput_core::mesh::ms_rfc3339(r.started_unix_ms)
+    goodput_core::time::ms_rfc3339(r.started_unix_ms)
 }
 
 fn comparison_table(n: usize, run: &ReportInput, base: &TestResult, base_figures: &[Figure]) -> String {

@@ -267,8 +267,8 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     );
 
     // A maintenance window over the pair: its cells say so.
-    let start = goodput_core::mesh::ms_rfc3339(now_ms() - 60_000);
-    let end = goodput_core::mesh::ms_rfc3339(now_ms() + 3_600_000);
+    let start = goodput_core::time::ms_rfc3339(now_ms() - 60_000);
+    let end = goodput_core::time::ms_rfc3339(now_ms() + 3_600_000);
     let extra = format!(
         "\n[[alerts.maintenance]]\nhosts = [\"b\"]\nstart = \"{start}\"\nend = \"{end}\"\nreason = \"fibre work\"\n"
     );

@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use goodput_archive::AgentRecord;
-use goodput_core::mesh::ms_rfc3339;
+use goodput_core::time::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
 use crate::clock;
@@ -28,9 +28,7 @@ pub(crate) struct ConfigQuery {
 
 /// An entity tag for a body: FNV-1a of its bytes.
 fn etag(body: &[u8]) -> String {
-    let h = body.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    });
+    let h = goodput_core::hash::fnv1a(body);
     format!("\"{h:016x}\"")
 }
 

@@ -4,7 +4,7 @@
 
 use axum::extract::{Query, State};
 use axum::Json;
-use goodput_core::mesh::ms_rfc3339;
+use goodput_core::time::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
 use super::{bad, Ctx, Failure};

@@ -26,7 +26,8 @@ use axum::routing::get;
 use axum::Router;
 use goodput_archive::{measurement_key, Metric, Run, RunFilter, RunState};
 use goodput_core::alert::{Direction, Family, Status};
-use goodput_core::mesh::{ms_rfc3339, PairTask};
+use goodput_core::mesh::PairTask;
+use goodput_core::time::ms_rfc3339;
 use goodput_report::chart::{self, escape, palette, Band, Chart, Mark, Point, Series, Style};
 use serde::Deserialize;
 

@@ -5,9 +5,9 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use goodput_archive::{Run, RunFilter, RunState};
-use goodput_core::mesh::{duration_ms, ms_rfc3339};
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::TestSpec;
+use goodput_core::time::{duration_ms, ms_rfc3339};
 use serde::Deserialize;
 
 use crate::clock;

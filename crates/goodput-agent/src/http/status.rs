@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::{Extension, Json};
-use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::RunClass;
+use goodput_core::time::ms_rfc3339;
 use serde::Serialize;
 
 use crate::clock;

@@ -20,8 +20,9 @@ use futures_util::{StreamExt, TryStreamExt};
 
 use goodput_archive::{measurement_key, AlertRecord, Metric};
 use goodput_core::alert::{median, Direction, Family, Rule, Status, Tracker};
-use goodput_core::mesh::{ms_rfc3339, PairTask};
+use goodput_core::mesh::PairTask;
 use goodput_core::schedule::Repeat;
+use goodput_core::time::ms_rfc3339;
 use serde::Serialize;
 
 use crate::clock;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use goodput_core::mesh::ms_rfc3339;
+use goodput_core::time::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
 use crate::clock;

@@ -283,7 +283,7 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                 if let Err(e) = shared.archive.dequeue(&target.url, &ids).await {
                     log(&format!("forwarding to {}: {e}", target.url));
                 }
-                let now = goodput_core::mesh::ms_rfc3339(clock::now_ms());
+                let now = goodput_core::time::ms_rfc3339(clock::now_ms());
                 let stored = (ids.len() - refused.len().min(ids.len())) as u64;
                 shared.forward_status(&target.url, |s| {
                     s.delivered += stored;

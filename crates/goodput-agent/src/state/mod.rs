@@ -33,9 +33,7 @@ use crate::state::options::AgentOptions;
 
 /// A run's number on the calendars: FNV-1a of its id.
 pub(crate) fn run_number(id: &str) -> u64 {
-    id.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+    goodput_core::hash::fnv1a(id.as_bytes())
 }
 
 /// The latest figures of one measurement.
@@ -509,7 +507,7 @@ impl Shared {
             (None, Some((since, ..))) => {
                 log(&format!(
                     "the archive takes writes again (they failed since {})",
-                    goodput_core::mesh::ms_rfc3339(*since)
+                    goodput_core::time::ms_rfc3339(*since)
                 ));
                 u.failing = None;
             }
@@ -538,7 +536,7 @@ impl Shared {
         Some(format!(
             "the archive's disk is full since {}: nothing was stored ({error}); writes are taken \
              again by themselves once there is room",
-            goodput_core::mesh::ms_rfc3339(*since)
+            goodput_core::time::ms_rfc3339(*since)
         ))
     }
 
@@ -551,7 +549,7 @@ impl Shared {
             u.failing.as_ref().is_some_and(|(.., full)| *full),
             u.failing
                 .as_ref()
-                .map(|(t, e, _)| format!("{}: {e}", goodput_core::mesh::ms_rfc3339(*t))),
+                .map(|(t, e, _)| format!("{}: {e}", goodput_core::time::ms_rfc3339(*t))),
             u.runs.len(),
             u.dropped,
         )
@@ -752,7 +750,7 @@ impl Shared {
                 RunState::Failed,
                 Some(format!(
                     "stopped at the end of its booked slot ({}): it took longer than booked",
-                    goodput_core::mesh::ms_rfc3339(b.end_ms)
+                    goodput_core::time::ms_rfc3339(b.end_ms)
                 )),
             ),
             _ => match local_shortage(result) {

@@ -7,9 +7,9 @@
 use std::net::IpAddr;
 
 use goodput_archive::RunState;
-use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::TestSpec;
+use goodput_core::time::ms_rfc3339;
 
 use crate::clock;
 use crate::limits::Bucket;

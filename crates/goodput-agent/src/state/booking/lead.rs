@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_archive::RunState;
-use goodput_core::mesh::ms_rfc3339;
 use goodput_core::schedule::{place, Booking, Calendar, NonStart, RunClass};
 use goodput_core::spec::TestSpec;
+use goodput_core::time::ms_rfc3339;
 
 use crate::clock;
 use crate::log::log;
