@@ -875,7 +875,7 @@ pub fn with_common(own: &'static [Figure]) -> Vec<&'static Figure> {
 /// in runs of one quantity, each run followed by its quantity (no full
 /// stop at the end, as clap gives a doc comment).
 pub fn assert_help(kind: Kind) -> String {
-    fn runs(figures: &[&Figure], label_counts: bool) -> String {
+    fn runs(figures: &[&Figure]) -> String {
         let mut out: Vec<String> = Vec::new();
         let mut i = 0;
         while i < figures.len() {
@@ -890,10 +890,7 @@ pub fn assert_help(kind: Kind) -> String {
                 Quantity::Count => ("count", "counts"),
             };
             let label = if n == 1 { one } else { many };
-            out.push(match (q, label_counts) {
-                (Quantity::Count, false) => names.join(", "),
-                _ => format!("{} ({label})", names.join(", ")),
-            });
+            out.push(format!("{} ({label})", names.join(", ")));
             i += n;
         }
         out.join(", ")
@@ -901,11 +898,26 @@ pub fn assert_help(kind: Kind) -> String {
     let all = assertion_figures(kind);
     let common = COMMON.len();
     let (own, shared) = all.split_at(all.len() - common);
+    // An example of each quantity the kind's own figures take, then a count.
+    let mut examples: Vec<String> = Vec::new();
+    for q in [Quantity::Rate, Quantity::Share, Quantity::Time, Quantity::Bytes] {
+        if let Some(f) = own.iter().find(|f| f.quantity == q) {
+            let value = match q {
+                Quantity::Rate => ">= 900Mbit",
+                Quantity::Share => "< 0.1%",
+                Quantity::Time => "< 5ms",
+                Quantity::Bytes => ">= 1500B",
+                Quantity::Count => "== 0",
+            };
+            examples.push(format!("'{} {value}'", f.name));
+        }
+    }
+    examples.push("'errors == 0'".into());
     format!(
         "A pass/fail check on the result (repeatable): FIGURE OP VALUE, the value with its figure's \
-         unit, e.g. 'goodput >= 900Mbit', 'loss < 0.1%', 'rtt.p99 < 5ms', 'errors == 0'. Any that \
-         fails makes the exit status 4. Figures: {}; and {}",
-        runs(own, false),
-        runs(shared, true)
+         unit, e.g. {}. Any that fails makes the exit status 4. Figures: {}; and {}",
+        examples.join(", "),
+        runs(own),
+        runs(shared)
     )
 }

@@ -202,3 +202,22 @@ fn metrics_exports_the_families_it_always_has() {
         .collect();
     assert_eq!(got, want);
 }
+
+#[test]
+fn the_assert_helps_examples_are_valid_for_their_kind() {
+    for kind in kinds() {
+        let help = catalogue::assert_help(kind);
+        let listed = help
+            .split_once("e.g. ")
+            .and_then(|(_, rest)| rest.split_once(". Any"))
+            .map(|(examples, _)| examples)
+            .unwrap_or_else(|| panic!("{kind}: no examples in {help}"));
+        let examples: Vec<&str> = listed.split(", ").map(|e| e.trim_matches('\'')).collect();
+        assert!(examples.len() >= 2, "{kind}: {help}");
+        for e in examples {
+            let a: goodput_core::assertion::Assertion = e.parse().unwrap();
+            goodput_core::assertion::check(kind, &[a])
+                .unwrap_or_else(|err| panic!("{kind}'s example '{e}' is refused: {err}"));
+        }
+    }
+}
