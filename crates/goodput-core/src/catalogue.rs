@@ -350,7 +350,7 @@ pub struct Figure {
     pub quantity: Quantity,
     /// Which way is better.
     pub better: Better,
-    /// What it is, for `--help` and the README.
+    /// What it is, for `--help` and the option reference.
     pub about: &'static str,
     read: fn(&TestResult) -> Option<f64>,
 }

@@ -104,7 +104,7 @@ bwe_max, p_quantum, p_rate, cc_state, cc_param";
 
 /// Appends one row per connection to a picoquic performance log, writing
 /// the header first when the file is new or empty. Columns quinn cannot
-/// provide are left empty (README lists them).
+/// provide are left empty (docs/guide/quic.md lists them).
 pub fn append_perf_log(path: &Path, r: &TestResult) -> io::Result<()> {
     if r.quic().is_none() {
         return Ok(());

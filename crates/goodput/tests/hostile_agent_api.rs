@@ -213,7 +213,7 @@ fn connections(ports: Ports) -> Value {
 }
 
 /// Ceilings the agent stays under after an attack (documented in the
-/// README's limits section).
+/// guide's agent-security page, docs/guide/agent-security.md).
 const RSS_CEILING_KIB: u64 = 256 << 10;
 const DESCRIPTORS_AFTER: usize = 200;
 

@@ -84,8 +84,8 @@ pub(crate) fn exit_status(result: &TestResult, failed: bool) -> u8 {
     }
 }
 
-/// A failure wins over an interruption: the README's 130 means "stopped,
-/// nothing failed".
+/// A failure wins over an interruption: the exit status 130
+/// (docs/guide/outputs.md) means "stopped, nothing failed".
 pub(crate) fn exit_code(interrupted: bool, failed: bool) -> u8 {
     match (interrupted, failed) {
         (_, true) => EXIT_FAILED,
