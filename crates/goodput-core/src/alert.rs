@@ -76,17 +76,7 @@ impl Family {
 
     /// Whether a test of this kind measures it.
     pub fn measured_by(self, kind: crate::kind::Kind) -> bool {
-        use crate::kind::Kind;
-        use Family::*;
-        let families: &[Family] = match kind {
-            Kind::Tcp | Kind::Iperf3 | Kind::Quic | Kind::Ttcp => &[Throughput],
-            Kind::Udp => &[Throughput, Loss, Jitter],
-            Kind::Stamp | Kind::Ping => &[Loss, Delay, Jitter],
-            Kind::Echo => &[Delay],
-            Kind::Trace => &[Path],
-            Kind::Server => &[],
-        };
-        families.contains(&self)
+        kind.families().contains(&self)
     }
 
     /// Whether it has a figure per direction (else one for the pair's

@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::alert::Family;
 use crate::assertion::{Assertion, Figure};
 use crate::schedule::{Ms, RunClass};
 use crate::spec::SpecError;
@@ -149,6 +150,11 @@ impl Kind {
     pub fn figures(self) -> Vec<&'static Figure> {
         with_spec!(self, S => S::figures())
     }
+
+    /// The alert families its runs measure.
+    pub fn families(self) -> &'static [Family] {
+        with_spec!(self, S => S::FAMILIES)
+    }
 }
 
 impl fmt::Display for Kind {
@@ -208,6 +214,29 @@ pub type Target = (String, Option<u16>);
 /// when the kind cannot mark them (a task that asks is refused).
 pub type Marking<S> = Option<fn(&mut S, u8)>;
 
+/// A service an agent's beacon answers on; the agent knows its port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BeaconService {
+    /// The TCP and UDP test port (`goodput server`'s).
+    TestPort,
+    /// The STAMP Session-Reflector.
+    Stamp,
+    /// The iperf3 server, when on.
+    Iperf3,
+    /// The QUIC perf server, when on.
+    Quic,
+}
+
+/// Where a test given on demand (through an agent's API) may go on a
+/// peer, besides the ports the mesh's own tests of the kind use to it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Reach {
+    /// The beacon's services it may test against.
+    pub services: &'static [BeaconService],
+    /// A port of its own it may reach (a probe's default port).
+    pub port: Option<u16>,
+}
+
 /// The facts a test kind states about itself. Each `spec/<kind>.rs`
 /// implements it for its spec struct; [`crate::spec::TestSpec`] answers
 /// every question by asking its kind. No fact has a default: a new kind
@@ -228,6 +257,10 @@ pub trait KindSpec: Sized + Into<crate::spec::TestSpec> {
     /// Whether and how it takes a mesh task's `dscp`.
     const DSCP: Marking<Self>;
 
+    /// The alert families its runs measure (none: no alert rule of a
+    /// family applies to it).
+    const FAMILIES: &'static [Family];
+
     /// Every rule a valid spec keeps; the error names the field (without
     /// the kind's prefix: [`crate::spec::TestSpec::validate`] adds it).
     fn validate(&self) -> Result<(), SpecError>;
@@ -245,6 +278,13 @@ pub trait KindSpec: Sized + Into<crate::spec::TestSpec> {
     /// The rate it asks for, bits/s; `None`: as fast as it can, or no
     /// rate at all.
     fn bitrate(&self) -> Option<u64>;
+
+    /// The field that names a file on the host that runs it, when one is
+    /// set (a spec given through an agent's API is refused for it).
+    fn names_a_file(&self) -> Option<&'static str>;
+
+    /// Where it may go on a peer when given on demand.
+    fn reach(&self) -> Reach;
 
     /// The figures its assertions may name: its own, then the common
     /// counts.
@@ -305,5 +345,87 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), before, "a kind is in ALL twice");
         assert_eq!(all, variants);
+    }
+
+    #[test]
+    fn each_kind_measures_its_alert_families() {
+        use Family::*;
+        let measured =
+            |k: Kind| -> Vec<Family> { Family::ALL.into_iter().filter(|f| f.measured_by(k)).collect() };
+        for k in Kind::ALL {
+            let want: &[Family] = match k {
+                Kind::Tcp | Kind::Iperf3 | Kind::Quic | Kind::Ttcp => &[Throughput],
+                Kind::Udp => &[Throughput, Loss, Jitter],
+                Kind::Stamp | Kind::Ping => &[Loss, Delay, Jitter],
+                Kind::Echo => &[Delay],
+                Kind::Trace => &[Path],
+                Kind::Server => &[],
+            };
+            assert_eq!(measured(k), want, "{k}");
+        }
+    }
+
+    #[test]
+    fn on_demand_specs_reach_their_beacon_services_and_name_their_files() {
+        use crate::path::ProbeMethod;
+        use crate::spec::*;
+        use BeaconService::*;
+        let reach = |spec: TestSpec| {
+            let r = spec.reach();
+            (r.services.to_vec(), r.port)
+        };
+        assert_eq!(reach(TcpSpec::default().into()), (vec![TestPort], None));
+        assert_eq!(reach(UdpSpec::default().into()), (vec![TestPort], None));
+        assert_eq!(reach(StampSpec::default().into()), (vec![Stamp], None));
+        assert_eq!(reach(Iperf3Spec::default().into()), (vec![Iperf3], None));
+        assert_eq!(reach(QuicSpec::default().into()), (vec![Quic], None));
+        assert_eq!(reach(EchoSpec::default().into()), (vec![], None));
+        assert_eq!(reach(TtcpSpec::default().into()), (vec![], None));
+        assert_eq!(reach(ServerSpec::default().into()), (vec![], None));
+        assert_eq!(
+            reach(PingSpec::default().into()),
+            (vec![TestPort], Some(PingSpec::default().port))
+        );
+        // A trace reaches its method's default port, but not a port it set.
+        let trace = |method, port| {
+            TraceSpec {
+                method,
+                port,
+                ..TraceSpec::default()
+            }
+            .into()
+        };
+        assert_eq!(
+            reach(trace(ProbeMethod::Udp, None)),
+            (vec![TestPort, Stamp], Some(33434))
+        );
+        assert_eq!(
+            reach(trace(ProbeMethod::Tcp, None)),
+            (vec![TestPort, Stamp], Some(80))
+        );
+        assert_eq!(
+            reach(trace(ProbeMethod::Icmp, None)),
+            (vec![TestPort, Stamp], None)
+        );
+        assert_eq!(
+            reach(trace(ProbeMethod::Udp, Some(4000))),
+            (vec![TestPort, Stamp], None)
+        );
+
+        let ca = Some(std::path::PathBuf::from("/etc/ca.pem"));
+        let echo: TestSpec = EchoSpec {
+            ca: ca.clone(),
+            ..EchoSpec::default()
+        }
+        .into();
+        let quic: TestSpec = QuicSpec {
+            ca,
+            ..QuicSpec::default()
+        }
+        .into();
+        assert_eq!(echo.names_a_file(), Some("ca"));
+        assert_eq!(quic.names_a_file(), Some("ca"));
+        assert_eq!(TestSpec::from(EchoSpec::default()).names_a_file(), None);
+        assert_eq!(TestSpec::from(QuicSpec::default()).names_a_file(), None);
     }
 }

@@ -5,6 +5,7 @@ use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use goodput_archive::{Run, RunFilter, RunState};
+use goodput_core::kind::BeaconService;
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::TestSpec;
 use goodput_core::time::{duration_ms, ms_rfc3339};
@@ -100,43 +101,27 @@ pub(crate) fn services_only(
         count_refusal(s, |c| c.refused_spec += 1);
         Failure(StatusCode::FORBIDDEN, why)
     };
-    let file = match spec {
-        TestSpec::Echo(e) => e.ca.is_some(),
-        TestSpec::Quic(q) => q.ca.is_some(),
-        TestSpec::Tcp(_)
-        | TestSpec::Stamp(_)
-        | TestSpec::Iperf3(_)
-        | TestSpec::Server(_)
-        | TestSpec::Ttcp(_)
-        | TestSpec::Udp(_)
-        | TestSpec::Trace(_)
-        | TestSpec::Ping(_) => false,
-    };
-    if file {
-        return Err(refuse(
-            "spec: ca names a file on the agent, and a spec given through the API names no file \
-             (put the test in the mesh configuration)"
-                .into(),
-        ));
+    if let Some(field) = spec.names_a_file() {
+        return Err(refuse(format!(
+            "spec: {field} names a file on the agent, and a spec given through the API names no \
+             file (put the test in the mesh configuration)"
+        )));
     }
     let o = &s.options;
     let api = loaded.config.agent.api_port;
     let kind = spec.kind();
-    let mut allowed: Vec<u16> = match spec {
-        TestSpec::Tcp(_) | TestSpec::Udp(_) => vec![o.beacon_port],
-        TestSpec::Stamp(_) => vec![o.stamp_port],
-        TestSpec::Iperf3(_) => o.iperf3_port.into_iter().collect(),
-        TestSpec::Quic(_) => o.quic_port.into_iter().collect(),
-        // Probes reach their own default ports, or a test service's.
-        TestSpec::Trace(t) => {
-            let mut v = vec![o.beacon_port, o.stamp_port];
-            v.extend(t.port.is_none().then(|| t.dest_port()).flatten());
-            v
-        }
-        TestSpec::Ping(_) => vec![o.beacon_port, goodput_core::spec::PingSpec::default().port],
-        // No beacon service answers these: only the mesh's own ports.
-        TestSpec::Server(_) | TestSpec::Echo(_) | TestSpec::Ttcp(_) => Vec::new(),
-    };
+    let reach = spec.reach();
+    let mut allowed: Vec<u16> = reach
+        .services
+        .iter()
+        .filter_map(|service| match service {
+            BeaconService::TestPort => Some(o.beacon_port),
+            BeaconService::Stamp => Some(o.stamp_port),
+            BeaconService::Iperf3 => o.iperf3_port,
+            BeaconService::Quic => o.quic_port,
+        })
+        .chain(reach.port)
+        .collect();
     for p in loaded
         .pairs
         .iter()

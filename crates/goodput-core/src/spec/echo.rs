@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{target, Kind, KindSpec, Marking, Target};
+use crate::kind::{target, Kind, KindSpec, Marking, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 use crate::units::{ByteSize, HumanDuration};
 
@@ -126,6 +127,7 @@ impl KindSpec for EchoSpec {
     // The engine sets no TOS on the echo client's sockets: a mark is
     // refused, not dropped, until it does.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Delay];
 
     /// Every rule of `goodput echo`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -192,6 +194,15 @@ impl KindSpec for EchoSpec {
 
     fn bitrate(&self) -> Option<u64> {
         None
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        self.ca.is_some().then_some("ca")
+    }
+
+    fn reach(&self) -> Reach {
+        // No beacon service answers it: only the mesh's own ports.
+        Reach::default()
     }
 
     fn figures() -> Vec<&'static Figure> {

@@ -7,9 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
 use crate::iperf3::params::{Params, Protocol};
-use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, target, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 use crate::units::{BitRate, HumanDuration, Iperf3Size};
 
@@ -183,6 +184,7 @@ impl KindSpec for Iperf3Spec {
     // iperf3's own `tos` is the whole byte: the code point above the two
     // ECN bits.
     const DSCP: Marking<Self> = Some(|s, d| s.tos = d << 2);
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Throughput];
 
     /// Every rule of `goodput iperf3`'s flags, and the checks an iperf3
     /// server makes of the parameters, before anything is sent.
@@ -232,6 +234,17 @@ impl KindSpec for Iperf3Spec {
 
     fn bitrate(&self) -> Option<u64> {
         self.bitrate.map(|b| b.0).filter(|b| *b > 0)
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        Reach {
+            services: &[BeaconService::Iperf3],
+            port: None,
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {

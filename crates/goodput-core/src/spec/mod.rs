@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
 
-use crate::kind::{Kind, KindSpec, Target};
+use crate::kind::{Kind, KindSpec, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 
 pub mod echo;
@@ -163,6 +163,16 @@ impl TestSpec {
     /// The rate it asks for, bits/s (none: as fast as it can, or no rate).
     pub fn bitrate(&self) -> Option<u64> {
         each_kind!(self, s => s.bitrate())
+    }
+
+    /// The field that names a file on the host that runs it, when set.
+    pub fn names_a_file(&self) -> Option<&'static str> {
+        each_kind!(self, s => s.names_a_file())
+    }
+
+    /// Where it may go on a peer when given on demand.
+    pub fn reach(&self) -> Reach {
+        each_kind!(self, s => s.reach())
     }
 
     /// Marks its traffic with DSCP code point `dscp` (0-63); refused, with

@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, target, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::quic::scenario::{Body, Scenario};
 use crate::schedule::{Ms, RunClass};
 use crate::units::{ByteSize, HumanDuration, SizeOrTime};
@@ -149,6 +150,7 @@ impl KindSpec for QuicSpec {
     const RATE_LIMITED: bool = true;
     // The engine sets no TOS on the QUIC endpoint's socket.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Throughput];
 
     /// Every rule of `goodput quic`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -213,6 +215,17 @@ impl KindSpec for QuicSpec {
 
     fn bitrate(&self) -> Option<u64> {
         None
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        self.ca.is_some().then_some("ca")
+    }
+
+    fn reach(&self) -> Reach {
+        Reach {
+            services: &[BeaconService::Quic],
+            port: None,
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {

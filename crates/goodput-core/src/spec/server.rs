@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::tcp::{check_data, check_run, MAX_BUFFER};
 use super::{SocketSpec, SpecError, TcpWire};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{Kind, KindSpec, Marking, Target};
+use crate::kind::{Kind, KindSpec, Marking, Reach, Target};
 use crate::plan::TcpPattern;
 use crate::schedule::{Ms, RunClass};
 use crate::session::VerifyMode;
@@ -304,6 +305,7 @@ impl KindSpec for ServerSpec {
     // A server is no mesh test (the mesh refuses it); its replies are not
     // marked.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] = &[];
 
     /// Every rule of `goodput server`'s flags. A limit of zero would refuse
     /// every client, or end every connection at once: refused, naming the
@@ -400,6 +402,15 @@ impl KindSpec for ServerSpec {
 
     fn bitrate(&self) -> Option<u64> {
         None
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        // Not a run an agent is asked for (its beacon is its server).
+        Reach::default()
     }
 
     fn figures() -> Vec<&'static Figure> {

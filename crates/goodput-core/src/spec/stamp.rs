@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, target, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 use crate::stamp::{BASE_LEN, MAX_PACKET_LEN};
 use crate::units::HumanDuration;
@@ -112,6 +113,8 @@ impl KindSpec for StampSpec {
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = true;
     const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
+    const FAMILIES: &'static [alert::Family] =
+        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Jitter];
 
     /// Every rule of `goodput stamp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -197,6 +200,17 @@ impl KindSpec for StampSpec {
             _ => 10.0,
         };
         Some((per_second * self.size as f64 * 8.0 * f64::from(self.sessions.max(1))) as u64)
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        Reach {
+            services: &[BeaconService::Stamp],
+            port: None,
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {

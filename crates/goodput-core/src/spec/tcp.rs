@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::SpecError;
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, target, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::plan::TcpPattern;
 use crate::result::ShutdownMode;
 use crate::schedule::{Ms, RunClass};
@@ -258,6 +259,7 @@ impl KindSpec for TcpSpec {
     const CLASS: RunClass = RunClass::Exclusive;
     const RATE_LIMITED: bool = true;
     const DSCP: Marking<Self> = Some(|s, d| s.socket.dscp = Some(d));
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Throughput];
 
     /// Every rule of `goodput tcp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -324,6 +326,17 @@ impl KindSpec for TcpSpec {
         self.rate_limit
             .as_ref()
             .map(|r| r.hi.0.saturating_mul(8).saturating_mul(self.connections.max(1)))
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        Reach {
+            services: &[BeaconService::TestPort],
+            port: None,
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {

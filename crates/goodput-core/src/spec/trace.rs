@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{ms, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::path::{PingMethod, ProbeMethod};
 use crate::schedule::{Ms, RunClass};
 use crate::units::HumanDuration;
@@ -110,6 +111,7 @@ impl KindSpec for TraceSpec {
     const RATE_LIMITED: bool = false;
     // The engine sets no TOS on its probes.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Path];
 
     /// Every rule of `goodput trace`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -198,6 +200,18 @@ impl KindSpec for TraceSpec {
         None
     }
 
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        // Its own default port, or a test service's.
+        Reach {
+            services: &[BeaconService::TestPort, BeaconService::Stamp],
+            port: self.port.is_none().then(|| self.dest_port()).flatten(),
+        }
+    }
+
     fn figures() -> Vec<&'static Figure> {
         crate::catalogue::with_common(&crate::catalogue::TRACE)
     }
@@ -254,6 +268,8 @@ impl KindSpec for PingSpec {
     const RATE_LIMITED: bool = false;
     // The engine sets no TOS on its echo requests or connects.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] =
+        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Jitter];
 
     /// Every rule of `goodput ping`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -300,6 +316,18 @@ impl KindSpec for PingSpec {
 
     fn bitrate(&self) -> Option<u64> {
         None
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        // Its own default port, or the test port.
+        Reach {
+            services: &[BeaconService::TestPort],
+            port: Some(PingSpec::default().port),
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {

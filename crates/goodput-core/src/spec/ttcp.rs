@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{target, Kind, KindSpec, Marking, Target};
+use crate::kind::{target, Kind, KindSpec, Marking, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 use crate::ttcp::MIN_UDP_BUFLEN;
 use crate::units::{ByteSize, HumanDuration};
@@ -112,6 +113,7 @@ impl KindSpec for TtcpSpec {
     const RATE_LIMITED: bool = true;
     // The engine sets no TOS on TTCP's sockets.
     const DSCP: Marking<Self> = None;
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Throughput];
 
     /// Every rule of `goodput ttcp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -170,6 +172,15 @@ impl KindSpec for TtcpSpec {
 
     fn bitrate(&self) -> Option<u64> {
         None
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        // No beacon service answers it: only the mesh's own ports.
+        Reach::default()
     }
 
     fn figures() -> Vec<&'static Figure> {

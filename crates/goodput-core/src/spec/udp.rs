@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Family, SpecError};
+use crate::alert;
 use crate::assertion::{Assertion, Figure};
-use crate::kind::{ms, target, Kind, KindSpec, Marking, Target};
+use crate::kind::{ms, target, BeaconService, Kind, KindSpec, Marking, Reach, Target};
 use crate::media::receiver::MAX_BUFFERED_FRAMES;
 use crate::media::{MediaPlan, PlanError};
 use crate::schedule::{Ms, RunClass};
@@ -113,6 +114,11 @@ impl KindSpec for UdpSpec {
     const CLASS: RunClass = RunClass::Exclusive;
     const RATE_LIMITED: bool = true;
     const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
+    const FAMILIES: &'static [alert::Family] = &[
+        alert::Family::Throughput,
+        alert::Family::Loss,
+        alert::Family::Jitter,
+    ];
 
     /// Every rule of `goodput udp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
@@ -172,6 +178,17 @@ impl KindSpec for UdpSpec {
 
     fn bitrate(&self) -> Option<u64> {
         Some(self.bitrate.0)
+    }
+
+    fn names_a_file(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn reach(&self) -> Reach {
+        Reach {
+            services: &[BeaconService::TestPort],
+            port: None,
+        }
     }
 
     fn figures() -> Vec<&'static Figure> {
