@@ -75,9 +75,12 @@ fn main() -> ExitCode {
             Ok(EXIT_OK)
         }
         Command::Completions { shell } => {
+            // Rendered whole first: clap_complete panics on a failed write,
+            // and a reader that stops early (`| head`) is no failure.
             let mut cmd = definitions();
-            clap_complete::generate(shell, &mut cmd, "goodput", &mut io::stdout());
-            Ok(EXIT_OK)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "goodput", &mut script);
+            write_stdout(&script)
         }
         Command::Man { command } => {
             let markdown = matches
@@ -147,7 +150,11 @@ fn man_page(command: Option<&str>, markdown: bool) -> Result<u8, Stop> {
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<u8, Stop> {
-    io::Write::write_all(&mut io::stdout(), bytes)
-        .map_err(|e| Stop::Fatal(anyhow!("cannot write the page: {e}")))?;
-    Ok(EXIT_OK)
+    let mut out = io::stdout().lock();
+    match io::Write::write_all(&mut out, bytes).and_then(|()| io::Write::flush(&mut out)) {
+        // The reader took what it wanted and closed the pipe (`| head`).
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(EXIT_OK),
+        Err(e) => Err(Stop::Fatal(anyhow!("cannot write the page: {e}"))),
+        Ok(()) => Ok(EXIT_OK),
+    }
 }

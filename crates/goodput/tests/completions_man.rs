@@ -65,3 +65,28 @@ fn completion_scripts_know_every_command_and_flag() {
     let out = goodput().args(["completions", "tcsh"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "an unknown shell is a usage error");
 }
+
+/// A reader that stops early (`goodput completions bash | head`) closes
+/// the pipe: the page's writer ends quietly with status 0, no panic.
+#[test]
+fn a_closed_pipe_ends_a_page_quietly() {
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"],
+        &["man"],
+        &["man", "--markdown"],
+    ] {
+        let mut child = goodput()
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Close the read end before the child writes a byte.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+}
