@@ -207,6 +207,16 @@ impl View for ConsoleView {
             b.finish_and_clear();
         }
         if self.verbosity.0 == 0 {
+            // Silent, but a failed assertion is why the exit status is 4:
+            // name it, so a CI log says which one.
+            let mut err = io::stderr().lock();
+            for a in result.assertions.iter().filter(|a| !a.passed) {
+                let _ = writeln!(
+                    err,
+                    "goodput: assertion failed: {} (measured {})",
+                    a.expression, a.measured_text
+                );
+            }
             return Ok(());
         }
         console_line(&summary_text(result));

@@ -40,6 +40,28 @@ fn family(name: &str, test: &[&str], holds: &str, fails: &str) {
     assert!(out.contains("Assertions : 0 of 1 held (exit status 4)"), "{out}");
 }
 
+/// At `-v 0` nothing is printed, except the assertion that failed: the
+/// exit status 4 then says why in a CI log.
+#[test]
+fn a_silent_run_names_the_assertion_that_failed() {
+    let stamp = ["stamp", "--count", "5", "--interval", "10ms", "-v", "0"];
+    let (code, out, err) = run(&[
+        &stamp[..],
+        &["--assert", "rtt.max < 1ns", "--assert", "loss < 50%"],
+    ]
+    .concat());
+    assert_eq!(code, Some(4), "{out}{err}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("goodput: assertion failed: rtt.max < 1ns (measured "),
+        "{err}"
+    );
+    assert!(!err.contains("loss < 50%"), "only the failed one: {err}");
+    let (code, out, err) = run(&[&stamp[..], &["--assert", "loss < 50%"]].concat());
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.is_empty() && err.is_empty(), "{out}{err}");
+}
+
 #[test]
 fn throughput_holds_and_fails() {
     family(
