@@ -15,6 +15,7 @@ pub mod iperf3;
 mod lowat;
 pub mod media;
 mod observer;
+pub mod owamp;
 mod own_runtime;
 pub mod path;
 pub mod quic;

@@ -262,7 +262,10 @@ impl Slot {
             1 => SlotKind::Fixed,
             _ => return Err(ControlError::Invalid("a schedule slot of unknown type")),
         };
-        Ok(Self { kind, gap: be64(b, 8) })
+        Ok(Self {
+            kind,
+            gap: be64(b, 8),
+        })
     }
 
     /// The gap in nanoseconds.
@@ -374,7 +377,9 @@ impl RequestSession {
             ));
         }
         if twoway && (conf_sender || conf_receiver) {
-            return Err(ControlError::Invalid("a two-way session with Conf-Sender or Conf-Receiver set"));
+            return Err(ControlError::Invalid(
+                "a two-way session with Conf-Sender or Conf-Receiver set",
+            ));
         }
         Ok(Self {
             twoway,
@@ -769,7 +774,10 @@ mod tests {
 
     #[test]
     fn the_fixed_messages_have_their_rfc_sizes() {
-        assert_eq!(ServerGreeting::LEN + SetupResponse::LEN + ServerStart::LEN, 64 + 164 + 48);
+        assert_eq!(
+            ServerGreeting::LEN + SetupResponse::LEN + ServerStart::LEN,
+            64 + 164 + 48
+        );
         let ack = FetchAck {
             accept: 0,
             finished: false,
@@ -778,7 +786,11 @@ mod tests {
             records: 3,
         };
         let d = FetchAck::decode(&ack.encode());
-        assert_eq!((d.next_seq, d.skips, d.records), (0, 0, 3), "unfinished sessions carry no counts");
+        assert_eq!(
+            (d.next_seq, d.skips, d.records),
+            (0, 0, 3),
+            "unfinished sessions carry no counts"
+        );
         let g = ServerGreeting {
             modes: 7,
             challenge: [1; 16],

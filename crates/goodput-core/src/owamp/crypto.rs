@@ -81,7 +81,13 @@ fn token_key(passphrase: &[u8], salt: &[u8; 16], count: u32) -> Aes128 {
 
 /// Builds the Set-Up-Response's Token: challenge, AES key and HMAC key,
 /// encrypted under the passphrase's derived key.
-pub fn seal_token(passphrase: &[u8], salt: &[u8; 16], count: u32, challenge: &[u8; 16], keys: &SessionKeys) -> [u8; 64] {
+pub fn seal_token(
+    passphrase: &[u8],
+    salt: &[u8; 16],
+    count: u32,
+    challenge: &[u8; 16],
+    keys: &SessionKeys,
+) -> [u8; 64] {
     let mut t = [0u8; 64];
     t[..16].copy_from_slice(challenge);
     t[16..32].copy_from_slice(&keys.aes);
@@ -92,7 +98,12 @@ pub fn seal_token(passphrase: &[u8], salt: &[u8; 16], count: u32, challenge: &[u
 
 /// Opens a Token: the challenge it answers and the session keys. Whether
 /// the passphrase was right shows only in the challenge matching.
-pub fn open_token(passphrase: &[u8], salt: &[u8; 16], count: u32, token: &[u8; 64]) -> ([u8; 16], SessionKeys) {
+pub fn open_token(
+    passphrase: &[u8],
+    salt: &[u8; 16],
+    count: u32,
+    token: &[u8; 64],
+) -> ([u8; 16], SessionKeys) {
     let mut t = *token;
     cbc_decrypt(&token_key(passphrase, salt, count), &mut [0u8; 16], &mut t);
     let mut challenge = [0u8; 16];
@@ -128,7 +139,11 @@ pub struct Channel {
 
 impl std::fmt::Debug for Channel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.secured.is_some() { "Channel(secured)" } else { "Channel(open)" })
+        f.write_str(if self.secured.is_some() {
+            "Channel(secured)"
+        } else {
+            "Channel(open)"
+        })
     }
 }
 

@@ -1,0 +1,5 @@
+//! OWAMP and TWAMP on the wire: the control connection both ends share,
+//! the clients (owping's and twping's part) and the servers (owampd's and
+//! twampd's part). The messages and packets are `goodput_core::owamp`'s.
+
+pub mod conn;
