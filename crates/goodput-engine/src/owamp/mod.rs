@@ -3,3 +3,4 @@
 //! twampd's part). The messages and packets are `goodput_core::owamp`'s.
 
 pub mod conn;
+pub mod endpoint;
