@@ -102,10 +102,15 @@ pub struct Series {
     pub unit: &'static str,
     /// Which way is better.
     pub better: Better,
-    /// The largest value that makes physical sense (the smallest is 0).
+    /// The largest value that makes physical sense.
     pub max: f64,
     /// The same, in words.
     pub max_text: &'static str,
+    /// The smallest (0 but for one-way delay, which synchronised clocks
+    /// within their error may still make a little negative).
+    pub min: f64,
+    /// The same, in words.
+    pub min_text: &'static str,
     /// Whether the archive serves it as a series.
     pub served: bool,
     /// Whether `goodput check` takes it, and the kind of test whose runs
@@ -132,6 +137,8 @@ const fn rate(name: &'static str, column: &'static str, about: &'static str) -> 
         better: Better::Higher,
         max: MAX_BPS,
         max_text: "10 Tbit/s",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Tcp),
         exported: None,
@@ -148,6 +155,8 @@ const fn share(name: &'static str, column: &'static str, about: &'static str) ->
         better: Better::Lower,
         max: 100.0,
         max_text: "100 %",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Stamp),
         exported: None,
@@ -164,6 +173,8 @@ const fn time(name: &'static str, column: &'static str, about: &'static str) -> 
         better: Better::Lower,
         max: MAX_DELAY_US,
         max_text: "an hour",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Stamp),
         exported: None,
@@ -180,6 +191,8 @@ const fn count(name: &'static str, column: &'static str, about: &'static str) ->
         better: Better::Lower,
         max: MAX_COUNT,
         max_text: "2^53",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: None,
         exported: None,
@@ -285,6 +298,30 @@ pub const JITTER: Series = Series {
     exported: exported("goodput_jitter_seconds", "seconds", "Latest jitter.", 1e6),
     ..time("jitter", "jitter_us", "jitter")
 };
+/// Median one-way delay source → destination, from synchronised clocks
+/// only: a run whose clocks were not synchronised has no value here (its
+/// document keeps the relative figures, marked).
+pub const OWD_FORWARD_MEDIAN: Series = Series {
+    check_kind: Some(Kind::Owamp),
+    min: -MAX_DELAY_US,
+    min_text: "minus an hour",
+    ..time(
+        "owd_forward_median",
+        "owd_forward_median_us",
+        "median one-way delay source to destination (synchronised clocks only)",
+    )
+};
+/// Median one-way delay destination → source, as the forward one.
+pub const OWD_BACKWARD_MEDIAN: Series = Series {
+    check_kind: Some(Kind::Owamp),
+    min: -MAX_DELAY_US,
+    min_text: "minus an hour",
+    ..time(
+        "owd_backward_median",
+        "owd_backward_median_us",
+        "median one-way delay destination to source (synchronised clocks only)",
+    )
+};
 /// TCP retransmits.
 pub const RETRANSMITS: Series = Series {
     exported: exported("goodput_retransmits", "", "Latest retransmits.", 1.0),
@@ -313,7 +350,7 @@ pub const HOPS: Series = Series {
 
 /// Every figure a run is indexed by, in the order a stored run's figures
 /// are checked (the path's checksum, a text, is not a figure here).
-pub const SERIES: [Series; 15] = [
+pub const SERIES: [Series; 17] = [
     THROUGHPUT_UP,
     THROUGHPUT_DOWN,
     LOSS,
@@ -329,6 +366,8 @@ pub const SERIES: [Series; 15] = [
     RETRANSMITS,
     ERRORS,
     HOPS,
+    OWD_FORWARD_MEDIAN,
+    OWD_BACKWARD_MEDIAN,
 ];
 
 /// The series figure of an API name.
