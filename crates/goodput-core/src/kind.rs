@@ -376,7 +376,9 @@ mod tests {
             let want: &[Family] = match k {
                 Kind::Tcp | Kind::Iperf3 | Kind::Quic | Kind::Ttcp => &[Throughput],
                 Kind::Udp => &[Throughput, Loss, Jitter],
-                Kind::Stamp | Kind::Ping | Kind::Owamp | Kind::Twamp => &[Loss, Delay, Jitter],
+                Kind::Ping => &[Loss, Delay, Jitter],
+                Kind::Stamp | Kind::Twamp => &[Loss, Delay, OneWayDelay, Jitter],
+                Kind::Owamp => &[Loss, OneWayDelay, Jitter],
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],

@@ -269,8 +269,12 @@ impl KindSpec for OwampSpec {
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = false;
     const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
-    const FAMILIES: &'static [alert::Family] =
-        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Jitter];
+    // One-way only: no round trip.
+    const FAMILIES: &'static [alert::Family] = &[
+        alert::Family::Loss,
+        alert::Family::OneWayDelay,
+        alert::Family::Jitter,
+    ];
 
     /// Every rule of `goodput owamp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {

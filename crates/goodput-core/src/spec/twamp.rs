@@ -131,8 +131,14 @@ impl KindSpec for TwampSpec {
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = false;
     const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
-    const FAMILIES: &'static [alert::Family] =
-        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Jitter];
+    // The round trip, and each way's delay when the clocks are
+    // synchronised.
+    const FAMILIES: &'static [alert::Family] = &[
+        alert::Family::Loss,
+        alert::Family::Delay,
+        alert::Family::OneWayDelay,
+        alert::Family::Jitter,
+    ];
 
     /// Every rule of `goodput twamp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {
