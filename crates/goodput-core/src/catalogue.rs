@@ -303,6 +303,12 @@ pub const JITTER: Series = Series {
 /// document keeps the relative figures, marked).
 pub const OWD_FORWARD_MEDIAN: Series = Series {
     check_kind: Some(Kind::Owamp),
+    exported: exported(
+        "goodput_owd_forward_median_seconds",
+        "seconds",
+        "Latest median one-way delay source to destination (synchronised clocks only).",
+        1e6,
+    ),
     min: -MAX_DELAY_US,
     min_text: "minus an hour",
     ..time(
@@ -314,6 +320,12 @@ pub const OWD_FORWARD_MEDIAN: Series = Series {
 /// Median one-way delay destination → source, as the forward one.
 pub const OWD_BACKWARD_MEDIAN: Series = Series {
     check_kind: Some(Kind::Owamp),
+    exported: exported(
+        "goodput_owd_backward_median_seconds",
+        "seconds",
+        "Latest median one-way delay destination to source (synchronised clocks only).",
+        1e6,
+    ),
     min: -MAX_DELAY_US,
     min_text: "minus an hour",
     ..time(

@@ -200,6 +200,18 @@ fn metrics_exports_the_families_it_always_has() {
         ("goodput_retransmits", "", 1.0, "retransmits"),
         ("goodput_errors", "", 1.0, "errors"),
         ("goodput_hops", "", 1.0, "hops"),
+        (
+            "goodput_owd_forward_median_seconds",
+            "seconds",
+            1e6,
+            "owd_forward_median_us",
+        ),
+        (
+            "goodput_owd_backward_median_seconds",
+            "seconds",
+            1e6,
+            "owd_backward_median_us",
+        ),
     ];
     let got: Vec<_> = SERIES
         .iter()
