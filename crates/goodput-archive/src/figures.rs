@@ -3,7 +3,7 @@
 
 use goodput_core::catalogue::{self, Series};
 use goodput_core::result::{
-    Detail, MediaDetail, OneWayStats, OwampDetail, StampDetail, StampStats, TestResult,
+    Detail, MediaDetail, OneWayStats, OneWaySummary, OwampDetail, StampDetail, StampStats, TestResult,
 };
 use goodput_core::spec::TestSpec;
 use serde::{Deserialize, Serialize};
@@ -360,6 +360,34 @@ fn owamp(f: &mut Figures, o: &OwampDetail) {
         o.to.as_ref().and_then(|d| d.delay.as_ref()),
         o.from.as_ref().and_then(|d| d.delay.as_ref()),
     );
+}
+
+/// The figures of one summary of a continuous OWAMP stream (powstream's
+/// summary), stored as a row of its own: its loss, duplicates,
+/// reordering, jitter and, from synchronised clocks only, its median
+/// one-way delay, in the direction's columns (`forward`: the stream goes
+/// source → destination, OWAMP's `to`).
+pub fn one_way_summary_figures(s: &OneWaySummary, forward: bool) -> Figures {
+    let loss = (s.sent > 0).then(|| s.lost.min(s.sent) as f64 * 100.0 / s.sent as f64);
+    let mut f = Figures {
+        loss_pct: loss,
+        duplicates: Some(s.duplicates as f64),
+        reordered: Some(s.reordered as f64),
+        jitter_us: s
+            .delay
+            .as_ref()
+            .filter(|d| d.count > 0 && d.jitter_us.is_finite())
+            .map(|d| d.jitter_us.max(0.0)),
+        ..Figures::default()
+    };
+    if forward {
+        f.loss_forward_pct = loss;
+        one_way(&mut f, s.delay.as_ref(), None);
+    } else {
+        f.loss_backward_pct = loss;
+        one_way(&mut f, None, s.delay.as_ref());
+    }
+    f
 }
 
 /// The key that groups the runs of one measurement over time: a hash of

@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool};
 
-pub use figures::{figures_of, measurement_key, Figures};
+pub use figures::{figures_of, measurement_key, one_way_summary_figures, Figures};
 
 pub use migrations::SCHEMA_VERSION;
 

@@ -905,6 +905,46 @@ fn owamp_fills_the_one_way_series_each_way_and_never_the_round_trip() {
 }
 
 #[test]
+fn a_streams_summary_is_a_row_of_one_direction() {
+    use goodput_archive::one_way_summary_figures;
+    use goodput_core::result::OneWaySummary;
+    let summary = |delay: OneWayStats| OneWaySummary {
+        start_ns: 1_700_000_000_000_000_000,
+        end_ns: 1_700_000_059_900_000_000,
+        sent: 600,
+        unsent: 0,
+        received: 594,
+        lost: 6,
+        duplicates: 1,
+        reordered: 2,
+        delay: Some(delay),
+        hops: None,
+        histogram_ns: None,
+        histogram_negative_ns: None,
+    };
+    let f = one_way_summary_figures(&summary(one_way(10_220.0, true)), true);
+    assert_eq!(
+        (f.loss_pct, f.loss_forward_pct, f.loss_backward_pct),
+        (Some(1.0), Some(1.0), None)
+    );
+    assert_eq!(
+        (f.duplicates, f.reordered, f.jitter_us),
+        (Some(1.0), Some(2.0), Some(120.0))
+    );
+    assert_eq!(
+        (f.owd_forward_median_us, f.owd_backward_median_us),
+        (Some(10_220.0), None)
+    );
+    assert_eq!(f.owd_synchronized, Some(true));
+    // The other way, from unsynchronised clocks: loss, no delay.
+    let f = one_way_summary_figures(&summary(one_way(-700.0, false)), false);
+    assert_eq!((f.loss_forward_pct, f.loss_backward_pct), (None, Some(1.0)));
+    assert_eq!((f.owd_forward_median_us, f.owd_backward_median_us), (None, None));
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!(f.out_of_range(), None);
+}
+
+#[test]
 fn twamp_fills_the_round_trip_and_its_synchronised_one_way_delays() {
     let (_, st) = fixture("stamp");
     let mut stats = st.stamp().unwrap().total.clone();
