@@ -404,8 +404,8 @@ mod tests {
         assert_eq!(reach(EchoSpec::default().into()), (vec![], None));
         assert_eq!(reach(TtcpSpec::default().into()), (vec![], None));
         assert_eq!(reach(ServerSpec::default().into()), (vec![], None));
-        assert_eq!(reach(OwampSpec::default().into()), (vec![Owamp], None));
-        assert_eq!(reach(TwampSpec::default().into()), (vec![Twamp], None));
+        assert_eq!(reach(OwampSpec::default().into()), (vec![Owamp], Some(861)));
+        assert_eq!(reach(TwampSpec::default().into()), (vec![Twamp], Some(862)));
         assert_eq!(
             reach(PingSpec::default().into()),
             (vec![TestPort], Some(PingSpec::default().port))

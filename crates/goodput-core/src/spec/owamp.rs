@@ -345,9 +345,11 @@ impl KindSpec for OwampSpec {
     }
 
     fn reach(&self) -> Reach {
+        // The beacon's service, and the registered control port, where a
+        // perfSONAR host answers.
         Reach {
             services: &[BeaconService::Owamp],
-            port: None,
+            port: Some(OWAMP_PORT),
         }
     }
 

@@ -195,9 +195,11 @@ impl KindSpec for TwampSpec {
     }
 
     fn reach(&self) -> Reach {
+        // The beacon's service, and the registered control port, where a
+        // perfSONAR host answers.
         Reach {
             services: &[BeaconService::Twamp],
-            port: None,
+            port: Some(TWAMP_PORT),
         }
     }
 
