@@ -2,7 +2,9 @@
 //! the key that groups the runs of one measurement.
 
 use goodput_core::catalogue::{self, Series};
-use goodput_core::result::{Detail, MediaDetail, StampDetail, TestResult};
+use goodput_core::result::{
+    Detail, MediaDetail, OneWayStats, OneWaySummary, OwampDetail, StampDetail, StampStats, TestResult,
+};
 use goodput_core::spec::TestSpec;
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +34,8 @@ pub struct Figures {
     pub duplicates: Option<f64>,
     /// Reordered packets or datagrams.
     pub reordered: Option<f64>,
-    /// Smallest delay, µs (STAMP: round trip; echo: a message's round trip).
+    /// Smallest round-trip delay, µs (STAMP, TWAMP: (T4 − T1) − (T3 − T2);
+    /// echo: a message's round trip). One-way delay is never here.
     pub delay_min_us: Option<f64>,
     /// Median delay, µs.
     pub delay_median_us: Option<f64>,
@@ -41,7 +44,9 @@ pub struct Figures {
     /// Largest delay, µs.
     pub delay_max_us: Option<f64>,
     /// Jitter, µs: RFC 3550 interarrival jitter for UDP streams; for STAMP
-    /// the 95th percentile less the median of the round trip (owping's);
+    /// and TWAMP the 95th percentile less the median of the round trip
+    /// (owping's); for OWAMP owping's own, of the one-way delay, the
+    /// worse direction's (a spread, valid without synchronised clocks);
     /// for ping its mdev.
     pub jitter_us: Option<f64>,
     /// TCP retransmits (iperf3 tests).
@@ -54,6 +59,19 @@ pub struct Figures {
     /// The path's checksum (traces; `goodput_core::path::path_checksum`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path_checksum: Option<String>,
+    /// Median one-way delay source → destination, µs (OWAMP's `to`,
+    /// TWAMP's and STAMP's forward), from synchronised clocks only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owd_forward_median_us: Option<f64>,
+    /// Median one-way delay destination → source, µs, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owd_backward_median_us: Option<f64>,
+    /// Whether the run's one-way delays came from clocks that were
+    /// synchronised, every direction it measured (false: a direction
+    /// whose clocks were not has no median here; its relative figures
+    /// stay, marked, in the result document); none: no one-way delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owd_synchronized: Option<bool>,
 }
 
 pub(crate) use goodput_core::catalogue::MAX_DELAY_US;
@@ -78,13 +96,20 @@ impl Figures {
             self.retransmits,
             self.errors,
             self.hops,
+            self.owd_forward_median_us,
+            self.owd_backward_median_us,
         ]
     }
 
     /// Figures from their values in the catalogue's order (as
-    /// [`Figures::values`] gives them) and the path's checksum.
-    pub fn with_values(v: [Option<f64>; catalogue::SERIES.len()], path_checksum: Option<String>) -> Self {
-        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops] =
+    /// [`Figures::values`] gives them), the path's checksum and whether
+    /// the one-way delays were synchronised.
+    pub fn with_values(
+        v: [Option<f64>; catalogue::SERIES.len()],
+        path_checksum: Option<String>,
+        owd_synchronized: Option<bool>,
+    ) -> Self {
+        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, owd_forward_median_us, owd_backward_median_us] =
             v;
         Figures {
             throughput_up_bps,
@@ -103,6 +128,9 @@ impl Figures {
             errors,
             hops,
             path_checksum,
+            owd_forward_median_us,
+            owd_backward_median_us,
+            owd_synchronized,
         }
     }
 
@@ -115,23 +143,26 @@ impl Figures {
     /// The first figure outside physical sense, named with its value and
     /// its range: every figure must be finite and within the bounds the
     /// catalogue gives it (rates 0 to 10 Tbit/s, loss 0–100 %, delays and
-    /// jitter 0 to an hour, counts 0 to 2^53, hops 0–255). Figures from
+    /// jitter 0 to an hour, one-way delay ± an hour, counts 0 to 2^53,
+    /// hops 0–255). Figures from
     /// the network are checked with this before they are stored.
     pub fn out_of_range(&self) -> Option<String> {
         let checks = catalogue::SERIES
             .iter()
             .zip(self.values())
-            .map(|(s, v)| (s.column, v, s.max, s.max_text));
-        for (name, v, max, max_text) in checks {
+            .map(|(s, v)| (s.column, v, s.min, s.min_text, s.max, s.max_text));
+        for (name, v, min, min_text, max, max_text) in checks {
             if let Some(v) = v {
-                if !v.is_finite() || !(0.0..=max).contains(&v) {
+                if !v.is_finite() || !(min..=max).contains(&v) {
                     // Huge values in short (1e308, not 309 digits).
                     let shown = if v.is_finite() && v.abs() >= 1e15 {
                         format!("{v:e}")
                     } else {
                         format!("{v}")
                     };
-                    return Some(format!("figure {name} is {shown}, outside 0 to {max_text}"));
+                    return Some(format!(
+                        "figure {name} is {shown}, outside {min_text} to {max_text}"
+                    ));
                 }
             }
         }
@@ -188,6 +219,10 @@ pub fn figures_of(r: &TestResult) -> Figures {
             }
             f.delay_median_us = p.percentiles.map(|q| q.p50_us);
         }
+        Detail::Owamp(o) => owamp(&mut f, o),
+        Detail::Twamp(t) => {
+            stamp_stats(&mut f, &t.stats);
+        }
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -207,6 +242,7 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::None | Detail::Server(_) | Detail::Iperf3(_) | Detail::Ttcp(_) => true,
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
+        Detail::Owamp(_) | Detail::Twamp(_) => false,
     }
 }
 
@@ -232,7 +268,13 @@ fn media(f: &mut Figures, m: &MediaDetail, duration_s: f64) {
 }
 
 fn stamp(f: &mut Figures, st: &StampDetail) {
-    let t = &st.total;
+    stamp_stats(f, &st.total);
+}
+
+/// STAMP's and TWAMP's figures: loss (split by direction when the
+/// reflector numbers its replies), the round trip, and the one-way
+/// medians when both clocks were synchronised.
+fn stamp_stats(f: &mut Figures, t: &StampStats) {
     f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
     match (t.lost_forward, t.lost_backward) {
         (Some(fwd), Some(back)) if t.sent > 0 => {
@@ -262,6 +304,90 @@ fn stamp(f: &mut Figures, st: &StampDetail) {
         f.delay_p95_us = p95;
         f.jitter_us = p95.map(|p| (p - d.median_us).max(0.0));
     }
+    one_way(f, t.forward.as_ref(), t.backward.as_ref());
+}
+
+/// The one-way medians, each way, and whether they are exact: a
+/// direction whose clocks were not synchronised for every sample keeps
+/// its median out of the series (it is relative, not a delay), and marks
+/// the run unsynchronised.
+fn one_way(f: &mut Figures, forward: Option<&OneWayStats>, backward: Option<&OneWayStats>) {
+    let measured: Vec<&OneWayStats> = [forward, backward]
+        .into_iter()
+        .flatten()
+        .filter(|d| d.count > 0)
+        .collect();
+    if measured.is_empty() {
+        return;
+    }
+    let synchronized = measured.iter().all(|d| d.synchronized);
+    f.owd_synchronized = Some(synchronized);
+    let exact = |d: Option<&OneWayStats>| {
+        d.filter(|d| d.count > 0 && d.synchronized && d.median_us.is_finite())
+            .map(|d| d.median_us)
+    };
+    f.owd_forward_median_us = exact(forward);
+    f.owd_backward_median_us = exact(backward);
+}
+
+/// OWAMP's figures: `to` is the forward direction (this host, the
+/// source, sends to the destination), `from` the backward one.
+fn owamp(f: &mut Figures, o: &OwampDetail) {
+    let ways = [o.to.as_ref(), o.from.as_ref()];
+    let (lost, sent) = ways.iter().flatten().fold((0u64, 0u64), |(l, s), d| {
+        (l.saturating_add(d.lost), s.saturating_add(d.sent))
+    });
+    f.loss_pct = (sent > 0).then(|| lost.min(sent) as f64 * 100.0 / sent as f64);
+    let loss = |d: Option<&goodput_core::result::OneWayDirection>| {
+        d.filter(|d| d.sent > 0)
+            .map(|d| d.lost.min(d.sent) as f64 * 100.0 / d.sent as f64)
+    };
+    f.loss_forward_pct = loss(o.to.as_ref());
+    f.loss_backward_pct = loss(o.from.as_ref());
+    f.duplicates = Some(ways.iter().flatten().map(|d| d.duplicates).sum::<u64>() as f64);
+    f.reordered = Some(ways.iter().flatten().map(|d| d.reordered).sum::<u64>() as f64);
+    // owping's jitter (95th percentile less the median) is a spread, valid
+    // whether or not the clocks agree: the worse direction's.
+    f.jitter_us = ways
+        .iter()
+        .flatten()
+        .filter_map(|d| d.delay.as_ref())
+        .filter(|d| d.count > 0 && d.jitter_us.is_finite())
+        .map(|d| d.jitter_us.max(0.0))
+        .reduce(f64::max);
+    one_way(
+        f,
+        o.to.as_ref().and_then(|d| d.delay.as_ref()),
+        o.from.as_ref().and_then(|d| d.delay.as_ref()),
+    );
+}
+
+/// The figures of one summary of a continuous OWAMP stream (powstream's
+/// summary), stored as a row of its own: its loss, duplicates,
+/// reordering, jitter and, from synchronised clocks only, its median
+/// one-way delay, in the direction's columns (`forward`: the stream goes
+/// source → destination, OWAMP's `to`).
+pub fn one_way_summary_figures(s: &OneWaySummary, forward: bool) -> Figures {
+    let loss = (s.sent > 0).then(|| s.lost.min(s.sent) as f64 * 100.0 / s.sent as f64);
+    let mut f = Figures {
+        loss_pct: loss,
+        duplicates: Some(s.duplicates as f64),
+        reordered: Some(s.reordered as f64),
+        jitter_us: s
+            .delay
+            .as_ref()
+            .filter(|d| d.count > 0 && d.jitter_us.is_finite())
+            .map(|d| d.jitter_us.max(0.0)),
+        ..Figures::default()
+    };
+    if forward {
+        f.loss_forward_pct = loss;
+        one_way(&mut f, s.delay.as_ref(), None);
+    } else {
+        f.loss_backward_pct = loss;
+        one_way(&mut f, None, s.delay.as_ref());
+    }
+    f
 }
 
 /// The key that groups the runs of one measurement over time: a hash of

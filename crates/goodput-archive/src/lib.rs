@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool};
 
-pub use figures::{figures_of, measurement_key, Figures};
+pub use figures::{figures_of, measurement_key, one_way_summary_figures, Figures};
 
 pub use migrations::SCHEMA_VERSION;
 
@@ -221,11 +221,15 @@ pub enum Metric {
     DelayMax,
     /// Hops to the destination (traces).
     Hops,
+    /// Median one-way delay source → destination (synchronised only).
+    OwdForwardMedian,
+    /// Median one-way delay destination → source (synchronised only).
+    OwdBackwardMedian,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 13] = [
+    pub const ALL: [Metric; 15] = [
         Metric::ThroughputUp,
         Metric::ThroughputDown,
         Metric::Loss,
@@ -239,6 +243,8 @@ impl Metric {
         Metric::DelayMin,
         Metric::DelayMax,
         Metric::Hops,
+        Metric::OwdForwardMedian,
+        Metric::OwdBackwardMedian,
     ];
 
     /// Its place in [`Metric::ALL`].
@@ -262,6 +268,8 @@ impl Metric {
             Metric::DelayMin => &catalogue::DELAY_MIN,
             Metric::DelayMax => &catalogue::DELAY_MAX,
             Metric::Hops => &catalogue::HOPS,
+            Metric::OwdForwardMedian => &catalogue::OWD_FORWARD_MEDIAN,
+            Metric::OwdBackwardMedian => &catalogue::OWD_BACKWARD_MEDIAN,
         }
     }
 
@@ -507,14 +515,16 @@ macro_rules! in_transaction {
 const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, scheduled_ms, start_ms, end_ms, \
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
-     path_checksum, loss_forward_pct, loss_backward_pct";
+     path_checksum, loss_forward_pct, loss_backward_pct, owd_forward_median_us, owd_backward_median_us, \
+     owd_synchronized";
 
 /// The same, each named by its table (`runs` is `r`).
 const R_COLUMNS: &str =
     "r.id, r.task, r.source, r.dest, r.kind, r.class, r.state, r.reason, r.scheduled_ms, \
      r.start_ms, r.end_ms, r.measurement_key, r.throughput_up_bps, r.throughput_down_bps, r.loss_pct, \
      r.duplicates, r.reordered, r.delay_min_us, r.delay_median_us, r.delay_p95_us, r.delay_max_us, \
-     r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum, r.loss_forward_pct, r.loss_backward_pct";
+     r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum, r.loss_forward_pct, r.loss_backward_pct, \
+     r.owd_forward_median_us, r.owd_backward_median_us, r.owd_synchronized";
 
 impl Archive {
     /// Opens (or creates) the archive file and brings its schema up to
@@ -712,7 +722,7 @@ impl Archive {
             // the database.
             let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
             for chunk in unique.chunks(rows_per) {
-                let sql = upsert_sql("runs", COLUMNS, 28, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
+                let sql = upsert_sql("runs", COLUMNS, 31, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
                 let mut q = sqlx::query(&sql);
                 for r in chunk {
                     let f = &r.figures;
@@ -744,7 +754,10 @@ impl Archive {
                         .bind(f.hops)
                         .bind(&f.path_checksum)
                         .bind(f.loss_forward_pct)
-                        .bind(f.loss_backward_pct);
+                        .bind(f.loss_backward_pct)
+                        .bind(f.owd_forward_median_us)
+                        .bind(f.owd_backward_median_us)
+                        .bind(f.owd_synchronized.map(i64::from));
                 }
                 q.execute(&mut *tx).await?;
                 // PostgreSQL's documents are partitioned like their runs,
@@ -1712,7 +1725,9 @@ const RUNS_UPDATE: &str = "task = excluded.task, source = excluded.source, dest 
      delay_p95_us = excluded.delay_p95_us, delay_max_us = excluded.delay_max_us, \
      jitter_us = excluded.jitter_us, retransmits = excluded.retransmits, errors = excluded.errors, \
      hops = excluded.hops, path_checksum = excluded.path_checksum, \
-     loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct";
+     loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct, \
+     owd_forward_median_us = excluded.owd_forward_median_us, \
+     owd_backward_median_us = excluded.owd_backward_median_us, owd_synchronized = excluded.owd_synchronized";
 
 /// PostgreSQL's partitions each hold this span of time (30 days, counted
 /// from the Unix epoch), named `TABLE_pDAY` after their first day.
@@ -1862,6 +1877,7 @@ where
         figures: Figures::with_values(
             catalogue::SERIES.map(|f| r.get::<Option<f64>, _>(f.column)),
             r.get("path_checksum"),
+            r.get::<Option<i64>, _>("owd_synchronized").map(|s| s != 0),
         ),
     })
 }

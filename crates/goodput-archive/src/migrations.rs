@@ -122,6 +122,15 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
         lease_until_ms BIGINT NOT NULL
     )",
     ),
+    (
+        7,
+        // One-way delay, a metric of its own beside the round trip: each
+        // direction's median from synchronised clocks, and whether the
+        // run's clocks were (0 or 1; null: no one-way delay).
+        "ALTER TABLE runs ADD COLUMN owd_forward_median_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN owd_backward_median_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN owd_synchronized BIGINT",
+    ),
 ];
 
 /// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
@@ -231,6 +240,15 @@ pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[
         seen_ms BIGINT NOT NULL,
         lease_until_ms BIGINT NOT NULL
     )",
+    ),
+    (
+        7,
+        // One-way delay, a metric of its own beside the round trip: each
+        // direction's median from synchronised clocks, and whether the
+        // run's clocks were (0 or 1; null: no one-way delay).
+        "ALTER TABLE runs ADD COLUMN owd_forward_median_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN owd_backward_median_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN owd_synchronized BIGINT",
     ),
 ];
 

@@ -151,8 +151,9 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
         .get("spec")
         .and_then(Value::as_object)
         .ok_or("no test.spec object")?;
-    let (kind, goodput_spec, _) =
-        goodput_test(ty, spec, ImportChoices::default()).map_err(|e| format!("test type '{ty}': {e}"))?;
+    let tool = test_tool(top);
+    let (kind, goodput_spec, _) = goodput_test(ty, spec, tool, ImportChoices::default())
+        .map_err(|e| format!("test type '{ty}': {e}"))?;
     let result = top
         .get("result")
         .and_then(Value::as_object)
@@ -230,6 +231,11 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
     })
 }
 
+/// The tool that ran the test (`tool.name`), when the document says.
+fn test_tool(top: &Map<String, Value>) -> Option<&str> {
+    top.get("tool")?.get("name")?.as_str().filter(|t| t.len() <= 64)
+}
+
 /// throughput: the summary's bits/s (the way the spec's `reverse` says),
 /// retransmits, and for UDP the loss and jitter.
 fn throughput(r: &Map<String, Value>, spec: &Map<String, Value>) -> Figures {
@@ -259,8 +265,12 @@ fn throughput(r: &Map<String, Value>, spec: &Map<String, Value>) -> Figures {
 }
 
 /// latency and latencybg (one way, source → destination): loss,
-/// duplicates, reordering, and the delay's percentiles from
-/// `histogram-latency` (keys: delay in ms).
+/// duplicates, reordering, the one-way delay's median from
+/// `histogram-latency` (keys: delay in ms) and owping's jitter (its 95th
+/// percentile less the median). One-way delay is not the round trip: it
+/// goes to the one-way series, never to the round-trip ones. owping and
+/// powstream refuse to run on an unsynchronised clock, so their delays
+/// count as synchronised, unless the raw packets say a clock was not.
 fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
     let mut f = Figures::default();
     let sent = r.get("packets-sent").and_then(count);
@@ -298,15 +308,23 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
         }
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
         let used: Vec<(f64, u64)> = buckets.into_iter().filter(|(_, n)| *n > 0).collect();
-        f.delay_min_us = used.first().map(|b| b.0);
-        f.delay_max_us = used.last().map(|b| b.0);
-        f.delay_median_us = quantile(&used, 0.5);
-        f.delay_p95_us = quantile(&used, 0.95);
-        // As goodput's STAMP: the 95th percentile less the median.
-        f.jitter_us = f
-            .delay_p95_us
-            .zip(f.delay_median_us)
-            .map(|(p, m)| (p - m).max(0.0));
+        let median = quantile(&used, 0.5);
+        let p95 = quantile(&used, 0.95);
+        f.jitter_us = p95.zip(median).map(|(p, m)| (p - m).max(0.0));
+        if median.is_some() {
+            let unsynced = r
+                .get("raw-packets")
+                .and_then(Value::as_array)
+                .is_some_and(|packets| {
+                    packets.iter().take(1_000_000).any(|p| {
+                        ["src-clock-sync", "dst-clock-sync"]
+                            .iter()
+                            .any(|k| p.get(*k).and_then(Value::as_bool) == Some(false))
+                    })
+                });
+            f.owd_synchronized = Some(!unsynced);
+            f.owd_forward_median_us = median.filter(|_| !unsynced);
+        }
     }
     Ok(f)
 }
@@ -412,8 +430,8 @@ mod tests {
 
     #[test]
     fn buckets_and_figures_outside_physical_sense_are_refused() {
-        let ok = from_pscheduler(&latency(serde_json::json!({"10.21": 100, "3600000": 1}))).unwrap();
-        assert_eq!(ok.run.figures.delay_max_us, Some(3.6e9));
+        let ok = from_pscheduler(&latency(serde_json::json!({"10.21": 1, "3600000": 100}))).unwrap();
+        assert_eq!(ok.run.figures.owd_forward_median_us, Some(3.6e9));
         for (bucket, says) in [
             ("1e308", "bucket '1e308' is outside 0 to 3600000 ms"),
             ("-1e308", "bucket '-1e308' is outside 0 to 3600000 ms"),

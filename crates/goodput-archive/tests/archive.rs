@@ -7,7 +7,9 @@
 mod pg;
 
 use goodput_archive::{figures_of, measurement_key, Archive, ArchiveError, Metric, Run, RunFilter, RunState};
-use goodput_core::result::TestResult;
+use goodput_core::result::{
+    ClockState, Detail, OneWayDirection, OneWayStats, OwampDetail, TestKind, TestResult, TwampDetail,
+};
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::TestSpec;
 
@@ -88,6 +90,7 @@ on_both!(alerts_are_stored_updated_ended_and_listed);
 on_both!(ended_runs_are_queued_for_each_target_and_the_limit_drops_background_first);
 on_both!(agents_register_and_renew_their_leases);
 on_both!(recent_runs_give_every_metrics_series_as_series_does);
+on_both!(one_way_medians_and_their_clocks_state_are_stored_and_served);
 
 /// PostgreSQL over TLS: with `sslmode=verify-full` and the server's
 /// certificate as the root, the archive connects and stores; a server
@@ -214,6 +217,52 @@ async fn a_connection_cut_mid_batch_leaves_nothing_and_the_batch_goes_in_whole_a
 /// the series `Archive::series` reads without a step: same points, same
 /// runs left out (failed, outside the window, without the figure), runs
 /// that started in the same millisecond averaged.
+async fn one_way_medians_and_their_clocks_state_are_stored_and_served(e: &Engine) {
+    let a = e.open().await;
+    let (doc, stamp) = fixture("stamp");
+    let base = 20_000_000;
+    // Synchronised, a little negative within the clocks' error: stored.
+    let mut synced = run("o-1", base, RunState::Finished, &doc, &stamp);
+    synced.figures.owd_forward_median_us = Some(-12.5);
+    synced.figures.owd_backward_median_us = Some(830.0);
+    synced.figures.owd_synchronized = Some(true);
+    assert_eq!(synced.figures.out_of_range(), None);
+    // Unsynchronised: marked, no median.
+    let mut unsynced = run("o-2", base + 60_000, RunState::Finished, &doc, &stamp);
+    unsynced.figures.owd_forward_median_us = None;
+    unsynced.figures.owd_backward_median_us = None;
+    unsynced.figures.owd_synchronized = Some(false);
+    a.put(&[synced.clone(), unsynced.clone()]).await.unwrap();
+    let back = a.get("o-1").await.unwrap().unwrap();
+    assert_eq!(back.figures, synced.figures);
+    let back = a.get("o-2").await.unwrap().unwrap();
+    assert_eq!(back.figures.owd_synchronized, Some(false));
+    assert_eq!(back.figures.owd_forward_median_us, None);
+    let key = &synced.measurement_key;
+    let series = a
+        .series(key, Metric::OwdForwardMedian, base, base + 120_000, None)
+        .await
+        .unwrap();
+    let points: Vec<(u64, f64)> = series.iter().map(|p| (p.at_ms, p.mean)).collect();
+    assert_eq!(points, [(base + 5, -12.5)]);
+    let recent = a.recent(key, base, base + 120_000).await.unwrap();
+    assert_eq!(
+        recent
+            .series(Metric::OwdBackwardMedian, base, base + 120_000)
+            .iter()
+            .map(|p| p.mean)
+            .collect::<Vec<_>>(),
+        [830.0]
+    );
+    // A figure beyond an hour either way is refused before it is stored.
+    let mut wild = synced.figures.clone();
+    wild.owd_forward_median_us = Some(-3.7e9);
+    assert_eq!(
+        wild.out_of_range().as_deref(),
+        Some("figure owd_forward_median_us is -3700000000, outside minus an hour to an hour")
+    );
+}
+
 async fn recent_runs_give_every_metrics_series_as_series_does(e: &Engine) {
     let a = e.open().await;
     let (stamp_doc, stamp) = fixture("stamp");
@@ -357,6 +406,11 @@ fn figures_come_from_each_kinds_result() {
     );
     assert_eq!(f.jitter_us, Some(p95 - f.delay_median_us.unwrap()));
     assert_eq!(f.loss_pct, Some(0.0));
+    // Its one-way delays came from unsynchronised clocks (loopback, no
+    // clock error known): marked, and not stored as delays.
+    assert_eq!(doc["stamp"]["total"]["forward"]["synchronized"], false);
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!((f.owd_forward_median_us, f.owd_backward_median_us), (None, None));
 
     let (doc, r) = fixture("udp");
     let f = figures_of(&r);
@@ -711,6 +765,9 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "ALTER TABLE runs DROP COLUMN owd_forward_median_us",
+            "ALTER TABLE runs DROP COLUMN owd_backward_median_us",
+            "ALTER TABLE runs DROP COLUMN owd_synchronized",
             "DROP TABLE agents",
             "DROP TABLE outbox",
             "DROP INDEX runs_pair_state_time",
@@ -735,6 +792,188 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
         .await
         .unwrap();
     assert_eq!(a.get("new").await.unwrap().unwrap().figures.hops, Some(4.0));
+}
+
+/// A result of `kind` with `detail`, from the STAMP fixture's common
+/// record.
+fn with_detail(kind: TestKind, detail: Detail) -> TestResult {
+    let (_, mut r) = fixture("stamp");
+    r.kind = kind;
+    r.detail = detail;
+    r
+}
+
+fn one_way(median_us: f64, synchronized: bool) -> OneWayStats {
+    OneWayStats {
+        count: 100,
+        min_us: median_us - 50.0,
+        median_us,
+        max_us: median_us + 400.0,
+        jitter_us: 120.0,
+        synchronized,
+        error_bound_us: synchronized.then_some(80.0),
+        ipdv: None,
+    }
+}
+
+fn direction(sent: u64, lost: u64, delay: OneWayStats) -> OneWayDirection {
+    OneWayDirection {
+        sid: "c0000201e95f3a1c0000000000000001".into(),
+        sender: "192.0.2.1:8760".into(),
+        receiver: "192.0.2.2:8761".into(),
+        sent,
+        unsent: 0,
+        received: sent - lost,
+        lost,
+        duplicates: 1,
+        reordered: 2,
+        reordered_percent: 0.0,
+        n_reordering_percent: Vec::new(),
+        delay: Some(delay),
+        percentiles: None,
+        hops: None,
+        histogram_ns: None,
+        histogram_negative_ns: None,
+        first_ns: None,
+        last_ns: None,
+        intervals: Vec::new(),
+    }
+}
+
+fn owamp(to: Option<OneWayDirection>, from: Option<OneWayDirection>) -> TestResult {
+    with_detail(
+        TestKind::OwampClient,
+        Detail::Owamp(Box::new(OwampDetail {
+            mode: "open".into(),
+            padding: 0,
+            packet_bytes: 14,
+            interval_ns: 100_000_000,
+            poisson: false,
+            dscp: 0,
+            timeout_ms: 2000,
+            local_clock: ClockState {
+                synchronized: true,
+                error_us: Some(40.0),
+            },
+            to,
+            from,
+        })),
+    )
+}
+
+#[test]
+fn owamp_fills_the_one_way_series_each_way_and_never_the_round_trip() {
+    // to = forward (source → destination), from = backward.
+    let f = figures_of(&owamp(
+        Some(direction(200, 20, one_way(5_000.0, true))),
+        Some(direction(100, 0, one_way(7_000.0, true))),
+    ));
+    assert_eq!(f.loss_forward_pct, Some(10.0));
+    assert_eq!(f.loss_backward_pct, Some(0.0));
+    assert_eq!(f.loss_pct, Some(20.0 * 100.0 / 300.0));
+    assert_eq!((f.duplicates, f.reordered), (Some(2.0), Some(4.0)));
+    assert_eq!(f.owd_forward_median_us, Some(5_000.0));
+    assert_eq!(f.owd_backward_median_us, Some(7_000.0));
+    assert_eq!(f.owd_synchronized, Some(true));
+    assert_eq!(f.jitter_us, Some(120.0));
+    assert_eq!(
+        (f.delay_min_us, f.delay_median_us, f.delay_p95_us, f.delay_max_us),
+        (None, None, None, None)
+    );
+    assert_eq!(f.out_of_range(), None);
+
+    // Unsynchronised clocks: a negative "delay" is the clocks' offset,
+    // not a figure. Loss and jitter stay; the one-way medians do not.
+    let f = figures_of(&owamp(Some(direction(200, 20, one_way(-3_000.0, false))), None));
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!((f.owd_forward_median_us, f.owd_backward_median_us), (None, None));
+    assert_eq!(f.loss_forward_pct, Some(10.0));
+    assert_eq!(f.loss_backward_pct, None);
+    assert_eq!(f.jitter_us, Some(120.0));
+    assert_eq!(f.out_of_range(), None);
+
+    // One direction synchronised, the other not: each as it is.
+    let f = figures_of(&owamp(
+        Some(direction(10, 0, one_way(900.0, true))),
+        Some(direction(10, 0, one_way(-40.0, false))),
+    ));
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!(
+        (f.owd_forward_median_us, f.owd_backward_median_us),
+        (Some(900.0), None)
+    );
+}
+
+#[test]
+fn a_streams_summary_is_a_row_of_one_direction() {
+    use goodput_archive::one_way_summary_figures;
+    use goodput_core::result::OneWaySummary;
+    let summary = |delay: OneWayStats| OneWaySummary {
+        start_ns: 1_700_000_000_000_000_000,
+        end_ns: 1_700_000_059_900_000_000,
+        sent: 600,
+        unsent: 0,
+        received: 594,
+        lost: 6,
+        duplicates: 1,
+        reordered: 2,
+        delay: Some(delay),
+        hops: None,
+        histogram_ns: None,
+        histogram_negative_ns: None,
+    };
+    let f = one_way_summary_figures(&summary(one_way(10_220.0, true)), true);
+    assert_eq!(
+        (f.loss_pct, f.loss_forward_pct, f.loss_backward_pct),
+        (Some(1.0), Some(1.0), None)
+    );
+    assert_eq!(
+        (f.duplicates, f.reordered, f.jitter_us),
+        (Some(1.0), Some(2.0), Some(120.0))
+    );
+    assert_eq!(
+        (f.owd_forward_median_us, f.owd_backward_median_us),
+        (Some(10_220.0), None)
+    );
+    assert_eq!(f.owd_synchronized, Some(true));
+    // The other way, from unsynchronised clocks: loss, no delay.
+    let f = one_way_summary_figures(&summary(one_way(-700.0, false)), false);
+    assert_eq!((f.loss_forward_pct, f.loss_backward_pct), (None, Some(1.0)));
+    assert_eq!((f.owd_forward_median_us, f.owd_backward_median_us), (None, None));
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!(f.out_of_range(), None);
+}
+
+#[test]
+fn twamp_fills_the_round_trip_and_its_synchronised_one_way_delays() {
+    let (_, st) = fixture("stamp");
+    let mut stats = st.stamp().unwrap().total.clone();
+    stats.forward = Some(one_way(300.0, true));
+    stats.backward = Some(one_way(250.0, true));
+    let r = with_detail(
+        TestKind::TwampClient,
+        Detail::Twamp(Box::new(TwampDetail {
+            mode: "open".into(),
+            padding: 27,
+            packet_bytes: 41,
+            interval_ns: 100_000_000,
+            dscp: 0,
+            timeout_ms: 2000,
+            local_clock: ClockState {
+                synchronized: true,
+                error_us: None,
+            },
+            sid: "c0000201e95f3a1c0000000000000002".into(),
+            stats: stats.clone(),
+            processing: None,
+        })),
+    );
+    let f = figures_of(&r);
+    assert_eq!(f.delay_median_us, stats.rtt.map(|d| d.median_us));
+    assert!(f.delay_p95_us.is_some());
+    assert_eq!(f.owd_forward_median_us, Some(300.0));
+    assert_eq!(f.owd_backward_median_us, Some(250.0));
+    assert_eq!(f.owd_synchronized, Some(true));
 }
 
 #[test]

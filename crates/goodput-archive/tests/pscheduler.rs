@@ -59,12 +59,15 @@ fn throughput_maps_to_good_put_and_retransmits_each_way() {
 }
 
 #[test]
-fn latency_maps_to_loss_duplicates_and_delay_percentiles() {
+fn latency_maps_to_loss_duplicates_and_one_way_delay() {
     let m = from_pscheduler(&fixture("latencybg")).unwrap();
     let (r, f) = (&m.run, &m.run.figures);
-    assert_eq!((r.kind.as_str(), r.class), ("stamp", RunClass::Background));
-    assert_eq!(r.spec["count"], 600);
+    // powstream's test is goodput's continuous OWAMP stream.
+    assert_eq!((r.kind.as_str(), r.class), ("owamp", RunClass::Background));
+    assert_eq!(r.spec["continuous"], true);
+    assert_eq!(r.spec["summary_every"], 600);
     assert_eq!(r.spec["interval"], "100ms");
+    assert_eq!(r.spec["direction"], "to");
     // 6 of 600 lost, one way: source → destination.
     assert_eq!(f.loss_pct, Some(1.0));
     assert_eq!(f.loss_forward_pct, Some(1.0));
@@ -72,12 +75,28 @@ fn latency_maps_to_loss_duplicates_and_delay_percentiles() {
     assert_eq!((f.duplicates, f.reordered), (Some(1.0), Some(2.0)));
     // 594 received: 100 at 10.21 ms, 300 at 10.22, 150 at 10.25, 30 at
     // 10.80, 14 at 12.50. The median is the 297th: 10.22 ms; the 95th
-    // percentile the 565th: 10.80 ms.
-    assert!(close(f.delay_min_us, 10_210.0), "{f:?}");
-    assert!(close(f.delay_median_us, 10_220.0), "{f:?}");
-    assert!(close(f.delay_p95_us, 10_800.0), "{f:?}");
-    assert!(close(f.delay_max_us, 12_500.0), "{f:?}");
+    // percentile the 565th: 10.80 ms. One way, so none of it is the
+    // round trip.
+    assert!(close(f.owd_forward_median_us, 10_220.0), "{f:?}");
+    assert_eq!(f.owd_backward_median_us, None);
+    assert_eq!(f.owd_synchronized, Some(true));
     assert!(close(f.jitter_us, 580.0), "{f:?}");
+    assert_eq!(
+        (f.delay_min_us, f.delay_median_us, f.delay_p95_us, f.delay_max_us),
+        (None, None, None, None),
+        "one-way delay is not stored as the round trip"
+    );
+    // Raw packets from an unsynchronised clock: loss stays, the one-way
+    // delay is not a figure to keep.
+    let mut doc = fixture("latencybg");
+    doc["result"]["raw-packets"] = serde_json::json!([
+        {"seq-num": 0, "src-clock-sync": true, "dst-clock-sync": true},
+        {"seq-num": 1, "src-clock-sync": true, "dst-clock-sync": false}
+    ]);
+    let f = from_pscheduler(&doc).unwrap().run.figures;
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!(f.owd_forward_median_us, None);
+    assert_eq!(f.loss_forward_pct, Some(1.0));
 }
 
 #[test]

@@ -40,6 +40,10 @@ pub enum Family {
     Loss,
     /// Median round-trip delay.
     Delay,
+    /// Median one-way delay, each direction, from synchronised clocks
+    /// only (a run whose clocks were not has no value: it is never
+    /// alerted on as if it were exact).
+    OneWayDelay,
     /// Jitter.
     Jitter,
     /// Path changes seen by traces.
@@ -48,10 +52,11 @@ pub enum Family {
 
 impl Family {
     /// Every family, in the grid's order.
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Throughput,
         Family::Loss,
         Family::Delay,
+        Family::OneWayDelay,
         Family::Jitter,
         Family::Path,
     ];
@@ -62,15 +67,29 @@ impl Family {
             Family::Throughput => "throughput",
             Family::Loss => "loss",
             Family::Delay => "delay",
+            Family::OneWayDelay => "one_way_delay",
             Family::Jitter => "jitter",
             Family::Path => "path",
+        }
+    }
+
+    /// Its name in headings.
+    pub fn title(self) -> &'static str {
+        match self {
+            Family::Throughput => "Throughput",
+            Family::Loss => "Loss",
+            Family::Delay => "Delay",
+            Family::OneWayDelay => "One-way delay",
+            Family::Jitter => "Jitter",
+            Family::Path => "Path",
         }
     }
 
     /// The family of a name.
     pub fn named(name: &str) -> Result<Self, String> {
         Family::ALL.into_iter().find(|f| f.name() == name).ok_or_else(|| {
-            format!("no metric '{name}'; the metrics are throughput, loss, delay, jitter, path")
+            let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+            format!("no metric '{name}'; the metrics are {}", names.join(", "))
         })
     }
 
@@ -82,7 +101,7 @@ impl Family {
     /// Whether it has a figure per direction (else one for the pair's
     /// round trip, or for the path the source traced).
     pub fn directional(self) -> bool {
-        matches!(self, Family::Throughput | Family::Loss)
+        matches!(self, Family::Throughput | Family::Loss | Family::OneWayDelay)
     }
 
     /// The archive's metric (its API name) for a direction: `None` where
@@ -94,6 +113,8 @@ impl Family {
             (Family::Loss, Direction::Forward) => Some(catalogue::LOSS_FORWARD.name),
             (Family::Loss, Direction::Backward) => Some(catalogue::LOSS_BACKWARD.name),
             (Family::Delay, Direction::RoundTrip) => Some(catalogue::DELAY_MEDIAN.name),
+            (Family::OneWayDelay, Direction::Forward) => Some(catalogue::OWD_FORWARD_MEDIAN.name),
+            (Family::OneWayDelay, Direction::Backward) => Some(catalogue::OWD_BACKWARD_MEDIAN.name),
             (Family::Jitter, Direction::RoundTrip) => Some(catalogue::JITTER.name),
             (Family::Path, Direction::Forward) => Some(catalogue::HOPS.name),
             _ => None,
@@ -103,7 +124,9 @@ impl Family {
     /// The directions it has.
     pub fn directions(self) -> &'static [Direction] {
         match self {
-            Family::Throughput | Family::Loss => &[Direction::Forward, Direction::Backward],
+            Family::Throughput | Family::Loss | Family::OneWayDelay => {
+                &[Direction::Forward, Direction::Backward]
+            }
             Family::Delay | Family::Jitter => &[Direction::RoundTrip],
             Family::Path => &[Direction::Forward],
         }
@@ -115,6 +138,7 @@ impl Family {
             Family::Throughput => &catalogue::THROUGHPUT_UP,
             Family::Loss => &catalogue::LOSS,
             Family::Delay => &catalogue::DELAY_MEDIAN,
+            Family::OneWayDelay => &catalogue::OWD_FORWARD_MEDIAN,
             Family::Jitter => &catalogue::JITTER,
             Family::Path => &catalogue::HOPS,
         };
@@ -362,7 +386,8 @@ impl Threshold {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuleConfig {
-    /// What it watches: throughput, loss, delay, jitter, path, or
+    /// What it watches: throughput, loss, delay (the round trip),
+    /// one_way_delay (synchronised clocks only), jitter, path, or
     /// `no_data` (no finished run for longer than its window).
     pub metric: String,
     /// How far back it looks (`30m`, `1d`; for `no_data` a count of the
@@ -612,7 +637,8 @@ fn statistic_name(s: Statistic) -> &'static str {
 /// and more critical), throughput (the last run below 70% of the pair's
 /// 7-day median is a warning, below 30% critical), delay (the median
 /// round trip over 30 minutes above 1.5× the 7-day median and 1 ms more
-/// is a warning, above 3× and 10 ms more critical), path (a trace that
+/// is a warning, above 3× and 10 ms more critical), one-way delay (the
+/// same, each direction, over synchronised runs only), path (a trace that
 /// found another path in the last day is a warning), and no data (no
 /// finished run for 3 repeat intervals).
 pub fn default_rules() -> BTreeMap<String, RuleConfig> {
@@ -637,6 +663,16 @@ pub fn default_rules() -> BTreeMap<String, RuleConfig> {
             "delay".into(),
             rule(
                 "delay",
+                "30m",
+                Some(Statistic::Median),
+                "~:1.5x+1ms",
+                Some("~:3x+10ms"),
+            ),
+        ),
+        (
+            Family::OneWayDelay.name().into(),
+            rule(
+                Family::OneWayDelay.name(),
                 "30m",
                 Some(Statistic::Median),
                 "~:1.5x+1ms",
@@ -918,14 +954,23 @@ mod tests {
     fn the_defaults_read_and_say_what_they_do() {
         let rules = AlertsSection::default().rules().unwrap();
         let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["delay", "loss", "no_data", "path", "throughput"]);
+        assert_eq!(
+            names,
+            ["delay", "loss", "no_data", "one_way_delay", "path", "throughput"]
+        );
         let loss = &rules[1];
         assert_eq!(loss.judge(0.0, None), Some(Status::Ok));
         assert_eq!(loss.judge(0.01, None), Some(Status::Warning));
         assert_eq!(loss.judge(1.0, None), Some(Status::Critical));
         assert_eq!(loss.window, Window::Fixed(30 * 60_000));
         assert_eq!(rules[2].window.ms(60_000), 180_000);
-        let tp = &rules[4];
+        let owd = &rules[3];
+        assert_eq!(owd.family, Some(Family::OneWayDelay));
+        // 1.5 × a 10 ms baseline and 1 ms more: 16 ms.
+        assert_eq!(owd.judge(15_900.0, Some(10_000.0)), Some(Status::Ok));
+        assert_eq!(owd.judge(16_100.0, Some(10_000.0)), Some(Status::Warning));
+        assert_eq!(owd.judge(40_100.0, Some(10_000.0)), Some(Status::Critical));
+        let tp = &rules[5];
         assert_eq!(tp.judge(50e6, Some(100e6)), Some(Status::Warning));
         assert_eq!(tp.judge(20e6, Some(100e6)), Some(Status::Critical));
         assert_eq!(tp.judge(95e6, Some(100e6)), Some(Status::Ok));

@@ -102,10 +102,15 @@ pub struct Series {
     pub unit: &'static str,
     /// Which way is better.
     pub better: Better,
-    /// The largest value that makes physical sense (the smallest is 0).
+    /// The largest value that makes physical sense.
     pub max: f64,
     /// The same, in words.
     pub max_text: &'static str,
+    /// The smallest (0 but for one-way delay, which synchronised clocks
+    /// within their error may still make a little negative).
+    pub min: f64,
+    /// The same, in words.
+    pub min_text: &'static str,
     /// Whether the archive serves it as a series.
     pub served: bool,
     /// Whether `goodput check` takes it, and the kind of test whose runs
@@ -132,6 +137,8 @@ const fn rate(name: &'static str, column: &'static str, about: &'static str) -> 
         better: Better::Higher,
         max: MAX_BPS,
         max_text: "10 Tbit/s",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Tcp),
         exported: None,
@@ -148,6 +155,8 @@ const fn share(name: &'static str, column: &'static str, about: &'static str) ->
         better: Better::Lower,
         max: 100.0,
         max_text: "100 %",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Stamp),
         exported: None,
@@ -164,6 +173,8 @@ const fn time(name: &'static str, column: &'static str, about: &'static str) -> 
         better: Better::Lower,
         max: MAX_DELAY_US,
         max_text: "an hour",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: Some(Kind::Stamp),
         exported: None,
@@ -180,6 +191,8 @@ const fn count(name: &'static str, column: &'static str, about: &'static str) ->
         better: Better::Lower,
         max: MAX_COUNT,
         max_text: "2^53",
+        min: 0.0,
+        min_text: "0",
         served: true,
         check_kind: None,
         exported: None,
@@ -285,6 +298,42 @@ pub const JITTER: Series = Series {
     exported: exported("goodput_jitter_seconds", "seconds", "Latest jitter.", 1e6),
     ..time("jitter", "jitter_us", "jitter")
 };
+/// Median one-way delay source → destination, from synchronised clocks
+/// only: a run whose clocks were not synchronised has no value here (its
+/// document keeps the relative figures, marked).
+pub const OWD_FORWARD_MEDIAN: Series = Series {
+    check_kind: Some(Kind::Owamp),
+    exported: exported(
+        "goodput_owd_forward_median_seconds",
+        "seconds",
+        "Latest median one-way delay source to destination (synchronised clocks only).",
+        1e6,
+    ),
+    min: -MAX_DELAY_US,
+    min_text: "minus an hour",
+    ..time(
+        "owd_forward_median",
+        "owd_forward_median_us",
+        "median one-way delay source to destination (synchronised clocks only)",
+    )
+};
+/// Median one-way delay destination → source, as the forward one.
+pub const OWD_BACKWARD_MEDIAN: Series = Series {
+    check_kind: Some(Kind::Owamp),
+    exported: exported(
+        "goodput_owd_backward_median_seconds",
+        "seconds",
+        "Latest median one-way delay destination to source (synchronised clocks only).",
+        1e6,
+    ),
+    min: -MAX_DELAY_US,
+    min_text: "minus an hour",
+    ..time(
+        "owd_backward_median",
+        "owd_backward_median_us",
+        "median one-way delay destination to source (synchronised clocks only)",
+    )
+};
 /// TCP retransmits.
 pub const RETRANSMITS: Series = Series {
     exported: exported("goodput_retransmits", "", "Latest retransmits.", 1.0),
@@ -313,7 +362,7 @@ pub const HOPS: Series = Series {
 
 /// Every figure a run is indexed by, in the order a stored run's figures
 /// are checked (the path's checksum, a text, is not a figure here).
-pub const SERIES: [Series; 15] = [
+pub const SERIES: [Series; 17] = [
     THROUGHPUT_UP,
     THROUGHPUT_DOWN,
     LOSS,
@@ -329,6 +378,8 @@ pub const SERIES: [Series; 15] = [
     RETRANSMITS,
     ERRORS,
     HOPS,
+    OWD_FORWARD_MEDIAN,
+    OWD_BACKWARD_MEDIAN,
 ];
 
 /// The series figure of an API name.
@@ -594,6 +645,186 @@ pub const STAMP: [Figure; 8] = [
         Better::Lower,
         "replies beyond the first",
         |r| r.stamp().map(|s| s.total.duplicates as f64),
+    ),
+];
+
+fn owamp_way(
+    r: &TestResult,
+    way: fn(&crate::result::OwampDetail) -> Option<&crate::result::OneWayDirection>,
+) -> Option<&crate::result::OneWayDirection> {
+    way(r.owamp()?)
+}
+
+fn owamp_loss(d: &crate::result::OneWayDirection) -> Option<f64> {
+    (d.sent > 0).then(|| d.lost as f64 * 100.0 / d.sent as f64)
+}
+
+/// The owamp kind's own assertion figures.
+pub const OWAMP: [Figure; 11] = [
+    fig(
+        "loss",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost, percent of those sent, both directions together",
+        |r| {
+            let o = r.owamp()?;
+            let (lost, sent) = [o.to.as_ref(), o.from.as_ref()]
+                .into_iter()
+                .flatten()
+                .fold((0u64, 0u64), |(l, s), d| (l + d.lost, s + d.sent));
+            (sent > 0).then(|| lost as f64 * 100.0 / sent as f64)
+        },
+    ),
+    fig(
+        "loss.to",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost on the way to the server, percent",
+        |r| owamp_loss(owamp_way(r, |o| o.to.as_ref())?),
+    ),
+    fig(
+        "loss.from",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost on the way from the server, percent",
+        |r| owamp_loss(owamp_way(r, |o| o.from.as_ref())?),
+    ),
+    fig(
+        "delay.to.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest one-way delay to the server (exact only with synchronised clocks)",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.min_us)),
+    ),
+    fig(
+        "delay.to.median",
+        Quantity::Time,
+        Better::Lower,
+        "median one-way delay to the server",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.median_us)),
+    ),
+    fig(
+        "delay.from.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest one-way delay from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.min_us)),
+    ),
+    fig(
+        "delay.from.median",
+        Quantity::Time,
+        Better::Lower,
+        "median one-way delay from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.median_us)),
+    ),
+    fig(
+        "jitter.to",
+        Quantity::Time,
+        Better::Lower,
+        "owping's jitter to the server (95th percentile minus median delay)",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.jitter_us)),
+    ),
+    fig(
+        "jitter.from",
+        Quantity::Time,
+        Better::Lower,
+        "owping's jitter from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.jitter_us)),
+    ),
+    fig(
+        "duplicates",
+        Quantity::Count,
+        Better::Lower,
+        "copies beyond the first, both directions",
+        |r| {
+            let o = r.owamp()?;
+            Some(
+                [o.to.as_ref(), o.from.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.duplicates)
+                    .sum::<u64>() as f64,
+            )
+        },
+    ),
+    fig(
+        "reordered",
+        Quantity::Count,
+        Better::Lower,
+        "RFC 4737 reordered packets, both directions",
+        |r| {
+            let o = r.owamp()?;
+            Some(
+                [o.to.as_ref(), o.from.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.reordered)
+                    .sum::<u64>() as f64,
+            )
+        },
+    ),
+];
+
+/// The twamp kind's own assertion figures.
+pub const TWAMP: [Figure; 8] = [
+    fig(
+        "loss",
+        Quantity::Share,
+        Better::Lower,
+        "packets with no reflection, percent of those sent",
+        |r| {
+            let t = &r.twamp()?.stats;
+            (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64)
+        },
+    ),
+    fig(
+        "rtt.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest round-trip delay (the reflector's time taken out)",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.min_us)),
+    ),
+    fig(
+        "rtt.median",
+        Quantity::Time,
+        Better::Lower,
+        "median round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.median_us)),
+    ),
+    fig(
+        "rtt.p90",
+        Quantity::Time,
+        Better::Lower,
+        "90th percentile round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.p90_us)),
+    ),
+    fig(
+        "rtt.p99",
+        Quantity::Time,
+        Better::Lower,
+        "99th percentile round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.p99_us)),
+    ),
+    fig(
+        "rtt.max",
+        Quantity::Time,
+        Better::Lower,
+        "largest round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.max_us)),
+    ),
+    fig(
+        "processing.max",
+        Quantity::Time,
+        Better::Lower,
+        "longest time the reflector held a packet",
+        |r| r.twamp()?.processing.as_ref().map(|d| us(d.max_us)),
+    ),
+    fig(
+        "duplicates",
+        Quantity::Count,
+        Better::Lower,
+        "reflections beyond the first",
+        |r| r.twamp().map(|t| t.stats.duplicates as f64),
     ),
 ];
 

@@ -12,7 +12,8 @@
 //! address = "10.0.0.2"
 //! [addresses.router]
 //! address = "10.0.0.254"
-//! no_agent = true           # a STAMP reflector, an iperf3 server: no negotiation
+//! no_agent = true           # a perfSONAR host (owampd, twampd), a STAMP reflector,
+//!                           # an iperf3 server: no negotiation
 //!
 //! [groups.core]
 //! type = "mesh"             # every ordered pair; "disjoint": a × b; "list": each alone
@@ -254,9 +255,10 @@ pub struct Address {
     /// Free-form tags (site, role), for the dashboard and for filters.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
-    /// No agent runs there (a stock iperf3 server, a router's reflector, a
-    /// plain `goodput server`): it is only ever tested to, with no
-    /// negotiation, and never runs tasks itself.
+    /// No agent runs there (a perfSONAR host, whose owampd and twampd
+    /// answer owamp and twamp tests; a stock iperf3 server, a router's
+    /// reflector, a plain `goodput server`): it is only ever tested to,
+    /// with no negotiation, and never runs tasks itself.
     pub no_agent: bool,
     /// The SHA-256 fingerprint of its agent's certificate (64 hex digits,
     /// colons allowed; `goodput agent --print-fingerprint`): its API is
@@ -1119,7 +1121,7 @@ dscp = {dscp}
             assert_eq!(
                 e,
                 format!(
-                    "tasks.marked.dscp: {kind} cannot mark its packets; dscp is for tcp, udp, stamp, iperf3"
+                    "tasks.marked.dscp: {kind} cannot mark its packets; dscp is for tcp, udp, stamp, iperf3, owamp, twamp"
                 )
             );
         }
@@ -1267,6 +1269,128 @@ connections = 0"#,
         let stamp = tasks.iter().find(|t| t.task == "router-latency").unwrap();
         // 100 packets 100 ms apart, the 2 s timeout, the margin.
         assert_eq!(stamp.expected_ms(), 10_000 + 2_000 + 2_000);
+    }
+
+    #[test]
+    fn owamp_and_twamp_tests_to_perfsonar_hosts_round_trip_and_pair() {
+        // A goodput host measuring two perfSONAR hosts (no agent: owampd
+        // and twampd answer) with their own protocols.
+        let text = r#"
+[addresses.gp]
+address = "192.0.2.10"
+[addresses.ps-east]
+address = "192.0.2.20"
+no_agent = true
+[addresses.ps-west]
+address = "2001:db8::30"
+no_agent = true
+
+[groups.perfsonar]
+type = "disjoint"
+a = ["gp"]
+b = ["ps-east", "ps-west"]
+unidirectional = true
+
+[tests.owd]
+kind = "owamp"
+host = "{{dest}}"
+direction = "both"
+count = 600
+interval = "100ms"
+padding = 20
+dscp = 46
+
+[tests.owd-stream]
+kind = "owamp"
+host = "{{dest}}"
+direction = "to"
+continuous = true
+summary_every = 600
+
+[tests.rtt]
+kind = "twamp"
+host = "{{dest}}"
+count = 100
+mode = "authenticated"
+key_identity = "mesh"
+passphrase_file = "/etc/goodput/twamp.pfs"
+
+[schedules.often]
+repeat = "PT10M"
+[schedules.daily]
+repeat = "P1D"
+
+[tasks.owd]
+group = "perfsonar"
+test = "owd"
+schedule = "often"
+[tasks.owd-stream]
+group = "perfsonar"
+test = "owd-stream"
+schedule = "daily"
+[tasks.rtt]
+group = "perfsonar"
+test = "rtt"
+schedule = "often"
+"#;
+        let c = MeshConfig::read(text, true).unwrap();
+        // TOML → JSON → TOML, the same configuration each time.
+        let json = serde_json::to_string(&c).unwrap();
+        let back = MeshConfig::read(&json, false).unwrap();
+        assert_eq!(back, c);
+        let again = MeshConfig::read(&toml::to_string(&back).unwrap(), true).unwrap();
+        assert_eq!(again, c);
+
+        let pairs = c.tasks_for(&["gp".into()]).unwrap();
+        let got: Vec<(&str, &str, bool, crate::kind::Kind, RunClass)> = pairs
+            .iter()
+            .map(|p| {
+                (
+                    p.task.as_str(),
+                    p.dest.as_deref().unwrap_or(""),
+                    p.dest_has_agent,
+                    p.spec.kind(),
+                    p.class,
+                )
+            })
+            .collect();
+        use crate::kind::Kind::{Owamp, Twamp};
+        use RunClass::Background;
+        assert_eq!(
+            got,
+            [
+                ("owd", "ps-east", false, Owamp, Background),
+                ("owd", "ps-west", false, Owamp, Background),
+                ("owd-stream", "ps-east", false, Owamp, Background),
+                ("owd-stream", "ps-west", false, Owamp, Background),
+                ("rtt", "ps-east", false, Twamp, Background),
+                ("rtt", "ps-west", false, Twamp, Background),
+            ]
+        );
+        let TestSpec::Owamp(o) = &pairs[1].spec else {
+            panic!("{:?}", pairs[1].spec)
+        };
+        assert_eq!(o.host.as_deref(), Some("2001:db8::30"));
+        assert_eq!((o.count, o.padding, o.dscp), (600, 20, 46));
+        assert_eq!(
+            pairs[1].spec.targets(),
+            vec![("2001:db8::30".to_owned(), Some(861))]
+        );
+        // 600 packets 100 ms apart, the 2 s loss timeout and the margin.
+        assert_eq!(pairs[0].expected_ms(), 60_000 + 2_000 + 2_000);
+        // A continuous stream has no end of its own: it books a minute.
+        assert_eq!(pairs[2].expected_ms(), 60_000);
+        assert_eq!(
+            pairs[4].spec.targets(),
+            vec![("192.0.2.20".to_owned(), Some(862))]
+        );
+        // A TWAMP test in authenticated mode without its key is refused
+        // where it is written.
+        let e = MeshConfig::read(&text.replace("key_identity = \"mesh\"\n", ""), true).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "tests.rtt.twamp.key_identity: is required in authenticated mode (with `passphrase_file`)"
+        );
     }
 
     /// A full mesh of `n` addresses with one task, as TOML.

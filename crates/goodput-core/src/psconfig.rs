@@ -2,9 +2,13 @@
 //! addresses, groups, schedules and tasks carry over nearly one to one
 //! (goodput's mesh document was modelled on pSConfig), and each pScheduler
 //! test spec becomes a goodput test of the kind that measures the same
-//! thing: throughput → `tcp` (or `iperf3`), latency and latencybg →
-//! `stamp`, rtt → `ping` (or `stamp`), trace → `trace`. Whatever cannot be
-//! carried over is named in a note, one line each, never dropped silently.
+//! thing with the same protocol where perfSONAR's hosts speak it:
+//! throughput → `tcp` (or `iperf3`), latency and latencybg → `owamp`
+//! (owping's and powstream's protocol: a perfSONAR host answers it),
+//! rtt → `ping` (or `stamp`), or `twamp` when the test asks for TWAMP
+//! (`protocol: twamp`, or the `twping` tool), trace → `trace`. Whatever
+//! cannot be carried over is named in a note, one line each, never
+//! dropped silently.
 //!
 //! Written from pSConfig's published JSON schema and pScheduler's test
 //! spec fields; template variables `{% address[0] %}` and
@@ -36,9 +40,24 @@ pub struct Imported {
     pub notes: Vec<String>,
 }
 
-/// The schedule latencybg tasks get when the template gives none:
-/// perfSONAR's background latency reports once a minute.
-const LATENCYBG_REPEAT: &str = "PT1M";
+/// The schedule latencybg tasks get when the template gives none: a
+/// continuous stream, renewed daily as pScheduler renews its background
+/// tasks (each stream reports a summary every `packet-count` packets).
+const LATENCYBG_REPEAT: &str = "P1D";
+
+/// The tools pScheduler runs a latency or latencybg test with that speak
+/// OWAMP.
+const OWAMP_TOOLS: [&str; 2] = ["owping", "powstream"];
+
+/// The tool pScheduler runs a TWAMP rtt test with.
+const TWAMP_TOOL: &str = "twping";
+
+/// The tool pScheduler runs an ICMP rtt test with.
+const PING_TOOL: &str = "ping";
+
+/// The rtt test's `protocol` values: ICMP echo (ping's) and TWAMP.
+const RTT_ICMP: &str = "icmp";
+const RTT_TWAMP: &str = "twamp";
 
 /// Converts a pSConfig template (its JSON). Fails only when the document
 /// is not a template at all, or when what could be converted is not a
@@ -294,9 +313,26 @@ fn tests(
     notes: &mut Vec<String>,
     choices: ImportChoices,
 ) -> BTreeMap<String, Kind> {
+    // The tools the tasks name for each test (pScheduler picks a task's
+    // tool; here a test's kind follows the first its tasks name).
+    let mut tools: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (_, task) in obj(top, "tasks") {
+        if let Some(test) = task.get("test").and_then(Value::as_str) {
+            let named = task
+                .get("tools")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .take(16)
+                .map(str::to_owned);
+            tools.entry(test).or_default().extend(named);
+        }
+    }
     let mut kinds = BTreeMap::new();
     for (name, t) in obj(top, "tests") {
         let place = format!("tests.{name}");
+        let tools = tools.get(name.as_str()).map_or(&[][..], Vec::as_slice);
         if disabled(t) {
             notes.push(format!("{place}: disabled; skipped"));
             continue;
@@ -329,7 +365,7 @@ fn tests(
             ));
             continue;
         }
-        match convert_test(ty, &s, choices, &place, notes) {
+        match convert_test(ty, &s, choices, tools, &place, notes) {
             Ok((kind, doc)) => {
                 kinds.insert(name.clone(), kind);
                 config.tests.insert(name.clone(), doc);
@@ -367,17 +403,20 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// One pScheduler test (`type` and `spec`, variables already replaced)
-/// as a goodput test document: its kind, the document, and what was not
-/// carried over. The same conversion `import_psconfig` makes, so a
-/// pScheduler result of a template's test maps to the imported task.
+/// One pScheduler test (`type` and `spec`, variables already replaced,
+/// and the tool that ran it, when known) as a goodput test document: its
+/// kind, the document, and what was not carried over. The same
+/// conversion `import_psconfig` makes, so a pScheduler result of a
+/// template's test maps to the imported task.
 pub fn goodput_test(
     ty: &str,
     spec: &Map<String, Value>,
+    tool: Option<&str>,
     choices: ImportChoices,
 ) -> Result<(Kind, Value, Vec<String>), String> {
     let mut notes = Vec::new();
-    let (kind, doc) = convert_test(ty, spec, choices, "spec", &mut notes)?;
+    let tools: Vec<String> = tool.into_iter().map(str::to_owned).collect();
+    let (kind, doc) = convert_test(ty, spec, choices, &tools, "spec", &mut notes)?;
     Ok((kind, doc, notes))
 }
 
@@ -385,6 +424,7 @@ fn convert_test(
     ty: &str,
     spec: &Map<String, Value>,
     choices: ImportChoices,
+    tools: &[String],
     place: &str,
     notes: &mut Vec<String>,
 ) -> Result<(Kind, Value), String> {
@@ -453,31 +493,65 @@ fn convert_test(
             }
         }
         "latency" | "latencybg" => {
+            if let Some(t) = tools.first().filter(|t| !OWAMP_TOOLS.contains(&t.as_str())) {
+                notes.push(format!(
+                    "{place}: its tasks name the tool {t:?}; goodput measures it with OWAMP, as owping and powstream do"
+                ));
+            }
             let interval = f
                 .get("packet-interval")
                 .map(duration)
                 .transpose()
-                .map_err(|e| format!("spec.packet-interval: {e}"))?;
+                .map_err(|e| format!("spec.packet-interval: {e}"))?
+                .unwrap_or_else(|| "100ms".into());
             let count = f
                 .u64("packet-count")
-                .unwrap_or(if ty == "latencybg" { 600 } else { 100 });
+                .unwrap_or(if ty == "latencybg" { 600 } else { 100 })
+                .clamp(1, crate::spec::owamp::MAX_COUNT);
+            // pScheduler's flip: the destination sends, toward the source.
+            let direction = if f.flag("flip") { "from" } else { "to" };
             let mut d = json!({
-                "kind": Kind::Stamp, "host": dest, "count": count,
-                "interval": interval.unwrap_or_else(|| "100ms".into()),
+                "kind": Kind::Owamp, "host": dest, "direction": direction, "interval": interval,
             });
+            if ty == "latencybg" {
+                // powstream: one endless stream, a summary every
+                // packet-count packets.
+                d["continuous"] = json!(true);
+                d["summary_every"] = json!(count.min(crate::spec::owamp::MAX_SUMMARY_EVERY));
+            } else {
+                d["count"] = json!(count);
+            }
             if let Some(t) = dur(&mut f, "packet-timeout")? {
                 d["timeout"] = json!(t);
             }
             if let Some(p) = f.u64("packet-padding") {
-                // A STAMP test packet is 44 bytes before padding.
-                d["size"] = json!(p.saturating_add(44).min(9000));
+                let max = crate::spec::owamp::MAX_TEST_PACKET - crate::spec::owamp::OPEN_HEADER;
+                d["padding"] = json!(p.min(u64::from(max)));
             }
-            (Kind::Stamp, d)
+            dscp_of_tos(&mut f, &mut d);
+            (Kind::Owamp, d)
         }
         "rtt" => {
+            let protocol = f.get("protocol").and_then(Value::as_str);
+            let twamp = protocol == Some(RTT_TWAMP) || tools.first().is_some_and(|t| t == TWAMP_TOOL);
+            if let Some(p) = protocol.filter(|p| *p != RTT_TWAMP && *p != RTT_ICMP) {
+                notes.push(format!(
+                    "{place}: spec.protocol {p:?} is not icmp or twamp; ICMP echo"
+                ));
+            }
             let count = f.u64("count").unwrap_or(5);
             let interval = dur(&mut f, "interval")?.unwrap_or_else(|| "1s".into());
-            if choices.rtt_stamp {
+            if twamp {
+                let mut d = json!({
+                    "kind": Kind::Twamp, "host": dest, "interval": interval,
+                    "count": count.clamp(1, crate::spec::owamp::MAX_COUNT),
+                });
+                if let Some(t) = dur(&mut f, "timeout")? {
+                    d["timeout"] = json!(t);
+                }
+                dscp_of_tos(&mut f, &mut d);
+                (Kind::Twamp, d)
+            } else if choices.rtt_stamp {
                 (
                     Kind::Stamp,
                     json!({ "kind": Kind::Stamp, "host": dest, "count": count, "interval": interval }),
@@ -529,6 +603,13 @@ fn convert_test(
         ));
     }
     Ok((kind, doc))
+}
+
+/// pScheduler's `ip-tos` (the whole TOS byte) as the DSCP it carries.
+fn dscp_of_tos(f: &mut Fields, d: &mut Value) {
+    if let Some(tos) = f.u64("ip-tos") {
+        d["dscp"] = json!((tos.min(255) >> 2).min(63));
+    }
 }
 
 fn schedules(top: &Map<String, Value>, config: &mut MeshConfig, notes: &mut Vec<String>) {
@@ -609,7 +690,7 @@ fn tasks(
                     ..Schedule::default()
                 });
                 notes.push(format!(
-                    "{place}: latencybg streams without a schedule in perfSONAR; here a {kind} session every minute (schedule 'latencybg')"
+                    "{place}: latencybg streams without a schedule in perfSONAR; here a continuous {kind} stream, renewed daily (schedule 'latencybg')"
                 ));
                 s
             }
@@ -620,9 +701,25 @@ fn tasks(
                 continue;
             }
         };
-        for key in ["archives", "tools", "priority", "reference", "subtasks"] {
+        for key in ["archives", "priority", "reference", "subtasks"] {
             if t.get(key).is_some() {
                 notes.push(format!("{place}.{key}: not carried over"));
+            }
+        }
+        // A tool is honoured when its protocol is the kind's.
+        let first_tool = t
+            .get("tools")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str);
+        if let Some(tool) = first_tool {
+            let honoured = (*kind == Kind::Owamp && OWAMP_TOOLS.contains(&tool))
+                || (*kind == Kind::Twamp && tool == TWAMP_TOOL)
+                || (*kind == Kind::Ping && tool == PING_TOOL);
+            if !honoured {
+                notes.push(format!(
+                    "{place}.tools: {tool:?} is not used; the test runs as {kind}"
+                ));
             }
         }
         let scheduled_by = match t.get("scheduled-by").and_then(Value::as_u64) {
@@ -680,7 +777,8 @@ mod tests {
             }
         });
         let i = import_psconfig(&t, ImportChoices::default()).unwrap();
-        assert_eq!(i.config.tests["lat"]["size"], 9000);
+        assert_eq!(i.config.tests["lat"]["padding"], 8986);
+        assert_eq!(i.config.tests["lat"]["count"], 1_000_000_000);
         assert_eq!(i.config.tests["tp"]["connections"], 1);
         assert_eq!(i.config.tests["tr"]["max_hops"], 255);
         assert_eq!(i.config.tests["tr"]["first_hop"], 1);
@@ -689,6 +787,77 @@ mod tests {
             i.notes.iter().any(|n| n.starts_with("tests.bad: spec.interval")),
             "{:?}",
             i.notes
+        );
+    }
+
+    #[test]
+    fn latency_becomes_owamp_and_twamp_rtt_becomes_twamp() {
+        let t = json!({
+            "addresses": { "a": { "address": "192.0.2.1" }, "b": { "address": "192.0.2.2", "no-agent": true } },
+            "groups": { "g": { "type": "mesh", "addresses": [{ "name": "a" }, { "name": "b" }] } },
+            "tests": {
+                "owd": { "type": "latency", "spec": { "dest": "{% address[1] %}", "packet-count": 50,
+                          "packet-interval": 0.01, "packet-padding": 20, "packet-timeout": 5,
+                          "flip": true, "ip-tos": 184 } },
+                "bg": { "type": "latencybg", "spec": { "dest": "{% address[1] %}", "packet-count": 300,
+                         "packet-interval": 0.2 } },
+                "tw": { "type": "rtt", "spec": { "dest": "{% address[1] %}", "protocol": "twamp",
+                         "count": 20, "interval": "PT0.1S" } },
+                "tool": { "type": "rtt", "spec": { "dest": "{% address[1] %}" } },
+                "icmp": { "type": "rtt", "spec": { "dest": "{% address[1] %}", "protocol": "icmp" } }
+            },
+            "schedules": { "s": { "repeat": "PT1H" } },
+            "tasks": {
+                "owd": { "group": "g", "test": "owd", "schedule": "s", "tools": ["owping"] },
+                "bg": { "group": "g", "test": "bg", "tools": ["powstream"] },
+                "tw": { "group": "g", "test": "tw", "schedule": "s" },
+                "tool": { "group": "g", "test": "tool", "schedule": "s", "tools": ["twping", "ping"] },
+                "icmp": { "group": "g", "test": "icmp", "schedule": "s", "tools": ["ping"] }
+            }
+        });
+        let i = import_psconfig(&t, ImportChoices::default()).unwrap();
+        let tests = &i.config.tests;
+        assert_eq!(
+            tests["owd"],
+            json!({ "kind": "owamp", "host": "{{dest}}", "direction": "from", "count": 50,
+                    "interval": "10ms", "padding": 20, "timeout": "5s", "dscp": 46 })
+        );
+        assert_eq!(
+            tests["bg"],
+            json!({ "kind": "owamp", "host": "{{dest}}", "direction": "to", "interval": "200ms",
+                    "continuous": true, "summary_every": 300 })
+        );
+        assert_eq!(
+            tests["tw"],
+            json!({ "kind": "twamp", "host": "{{dest}}", "count": 20, "interval": "100ms" })
+        );
+        assert_eq!(
+            tests["tool"],
+            json!({ "kind": "twamp", "host": "{{dest}}", "count": 5, "interval": "1s" })
+        );
+        assert_eq!(tests["icmp"]["kind"], "ping");
+        assert_eq!(i.config.schedules["latencybg"].repeat, "P1D");
+        // Tools that chose the kind are not noted; nothing here is lost.
+        assert_eq!(
+            i.notes,
+            vec![
+                "tasks.bg: latencybg streams without a schedule in perfSONAR; here a continuous \
+                 owamp stream, renewed daily (schedule 'latencybg')"
+                    .to_owned()
+            ]
+        );
+        // Each becomes a valid spec of its kind for the pair a → b.
+        let pairs = i.config.tasks_for(&["a".to_owned()]).unwrap();
+        let kinds: Vec<(String, Kind)> = pairs.iter().map(|p| (p.task.clone(), p.spec.kind())).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("bg".to_owned(), Kind::Owamp),
+                ("icmp".to_owned(), Kind::Ping),
+                ("owd".to_owned(), Kind::Owamp),
+                ("tool".to_owned(), Kind::Twamp),
+                ("tw".to_owned(), Kind::Twamp),
+            ]
         );
     }
 

@@ -19,7 +19,7 @@ fn kinds() -> impl Iterator<Item = Kind> {
 #[test]
 fn goodput_check_takes_the_catalogues_figures_with_their_old_units() {
     // What `goodput check` took before the catalogue, unit for unit.
-    let want: [(&str, &str, f64, &str, f64, &str); 10] = [
+    let want: [(&str, &str, f64, &str, f64, &str); 12] = [
         ("throughput_up", "Mbit/s", 1e6, "", 1.0, "tcp"),
         ("throughput_down", "Mbit/s", 1e6, "", 1.0, "tcp"),
         ("loss", "%", 1.0, "%", 1.0, "stamp"),
@@ -30,6 +30,9 @@ fn goodput_check_takes_the_catalogues_figures_with_their_old_units() {
         ("jitter", "ms", 1e3, "s", 1e6, "stamp"),
         ("errors", "", 1.0, "", 1.0, "tcp"),
         ("hops", "", 1.0, "", 1.0, "trace"),
+        // One-way delay, apart from the round trip.
+        ("owd_forward_median", "ms", 1e3, "s", 1e6, "owamp"),
+        ("owd_backward_median", "ms", 1e3, "s", 1e6, "owamp"),
     ];
     let got: Vec<_> = CheckMetric::all()
         .map(|m| (m.name, m.unit, m.scale, m.uom, m.uom_scale, m.kind.name()))
@@ -197,6 +200,18 @@ fn metrics_exports_the_families_it_always_has() {
         ("goodput_retransmits", "", 1.0, "retransmits"),
         ("goodput_errors", "", 1.0, "errors"),
         ("goodput_hops", "", 1.0, "hops"),
+        (
+            "goodput_owd_forward_median_seconds",
+            "seconds",
+            1e6,
+            "owd_forward_median_us",
+        ),
+        (
+            "goodput_owd_backward_median_seconds",
+            "seconds",
+            1e6,
+            "owd_backward_median_us",
+        ),
     ];
     let got: Vec<_> = SERIES
         .iter()

@@ -289,13 +289,80 @@ impl View for JsonStream {
         self.line(json!({"event": "ping", "reply": r}))
     }
     fn finish(&mut self, result: &TestResult) -> io::Result<()> {
-        self.line(json!({
+        let mut end = json!({
             "event": "end",
             "schema_version": result.schema_version,
             "end": result.end,
             "summary": result.summary,
             "stamp": result.stamp().map(|d| &d.total),
             "media": result.media().map(|d| &d.total),
-        }))
+        });
+        // The latency kinds' totals, only for their runs (the keys other
+        // kinds' end events have are unchanged).
+        if let Some(o) = result.owamp() {
+            end["owamp"] = json!({"to": o.to, "from": o.from});
+        }
+        if let Some(t) = result.twamp() {
+            end["twamp"] = json!(t.stats);
+        }
+        self.line(end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use goodput_core::result::{Detail, TestKind};
+
+    fn stamp_fixture() -> TestResult {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../goodput-archive/tests/fixtures/stamp.json"
+        ))
+        .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn end_event(r: &TestResult) -> serde_json::Value {
+        let path = std::env::temp_dir().join(format!(
+            "goodput-report-end-{}-{:?}.jsonl",
+            std::process::id(),
+            r.kind
+        ));
+        let mut s = JsonStream::create(&path).unwrap();
+        s.finish(r).unwrap();
+        drop(s);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        serde_json::from_str(text.lines().last().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_stream_ends_with_the_latency_kinds_totals_and_only_theirs() {
+        let stamp = stamp_fixture();
+        let total = stamp.stamp().unwrap().total.clone();
+        let end = end_event(&stamp);
+        assert!(end.get("twamp").is_none() && end.get("owamp").is_none(), "{end}");
+        let mut twamp = stamp.clone();
+        twamp.kind = TestKind::TwampClient;
+        twamp.detail = Detail::Twamp(Box::new(goodput_core::result::TwampDetail {
+            mode: "open".into(),
+            padding: 27,
+            packet_bytes: 41,
+            interval_ns: 100_000_000,
+            dscp: 0,
+            timeout_ms: 2000,
+            local_clock: goodput_core::result::ClockState {
+                synchronized: false,
+                error_us: None,
+            },
+            sid: "7f000001e95f3a1c0000000000000002".into(),
+            stats: total.clone(),
+            processing: None,
+        }));
+        let end = end_event(&twamp);
+        assert_eq!(end["twamp"]["sent"], total.sent);
+        assert_eq!(end["twamp"]["rtt"]["median_us"], total.rtt.unwrap().median_us);
+        assert!(end["stamp"].is_null() && end.get("owamp").is_none(), "{end}");
     }
 }

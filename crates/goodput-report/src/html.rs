@@ -8,7 +8,7 @@
 use crate::chart::{self, escape, palette, Band, Chart, Point, Series, Style};
 use crate::intervals::{IntervalDigest, Measure};
 use goodput_core::result::{
-    DelayStats, EndReason, IpdvStats, OneWayStats, Percentiles, StampStats, TestKind, TestResult,
+    DelayStats, EndReason, IpdvStats, OneWayStats, OwampDetail, Percentiles, StampStats, TestKind, TestResult,
 };
 use goodput_core::stamp::stats::decode_histogram;
 use std::fmt::Write as _;
@@ -138,6 +138,19 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
                 stamp_figures(&mut v, &st.total);
             }
         }
+        TestKind::OwampClient => {
+            if let Some(o) = r.owamp() {
+                owamp_figures(&mut v, o);
+            }
+        }
+        TestKind::TwampClient => {
+            if let Some(t) = r.twamp() {
+                stamp_figures(&mut v, &t.stats);
+                if let Some(p) = &t.processing {
+                    v.push(fig("Reflector time max", p.max_us / 1e3, "ms", Lower));
+                }
+            }
+        }
         TestKind::MediaClient => {
             if let Some(m) = r.media() {
                 let t = &m.total;
@@ -223,6 +236,88 @@ fn percentile_figures(v: &mut Vec<Figure>, what: &'static str, p: &Percentiles) 
     };
     for (n, us) in names {
         v.push(fig(n, us / 1e3, "ms", Better::Lower));
+    }
+}
+
+/// The names of one OWAMP direction's headline figures: they are
+/// `&'static` so that runs compare by name.
+struct OneWayNames {
+    sent: &'static str,
+    lost: &'static str,
+    duplicates: &'static str,
+    reordered: &'static str,
+    /// Min, median, max: synchronised clocks, then unsynchronised.
+    delay: [[&'static str; 3]; 2],
+    jitter: &'static str,
+    hops: &'static str,
+}
+
+const TO_SERVER: OneWayNames = OneWayNames {
+    sent: "To server: packets sent",
+    lost: "To server: lost",
+    duplicates: "To server: duplicates",
+    reordered: "To server: reordered",
+    delay: [
+        [
+            "To server: delay min",
+            "To server: delay median",
+            "To server: delay max",
+        ],
+        [
+            "To server: delay min (unsync)",
+            "To server: delay median (unsync)",
+            "To server: delay max (unsync)",
+        ],
+    ],
+    jitter: "To server: jitter",
+    hops: "To server: hops",
+};
+
+const FROM_SERVER: OneWayNames = OneWayNames {
+    sent: "From server: packets sent",
+    lost: "From server: lost",
+    duplicates: "From server: duplicates",
+    reordered: "From server: reordered",
+    delay: [
+        [
+            "From server: delay min",
+            "From server: delay median",
+            "From server: delay max",
+        ],
+        [
+            "From server: delay min (unsync)",
+            "From server: delay median (unsync)",
+            "From server: delay max (unsync)",
+        ],
+    ],
+    jitter: "From server: jitter",
+    hops: "From server: hops",
+};
+
+fn owamp_figures(v: &mut Vec<Figure>, o: &OwampDetail) {
+    use Better::{Lower, Neither};
+    for (n, d) in [(&TO_SERVER, &o.to), (&FROM_SERVER, &o.from)] {
+        let Some(d) = d else { continue };
+        let pct = |x: u64| match d.sent {
+            0 => 0.0,
+            sent => x as f64 * 100.0 / sent as f64,
+        };
+        v.push(fig(n.sent, d.sent as f64, "", Neither));
+        v.push(fig(n.lost, pct(d.lost), "%", Lower));
+        v.push(fig(n.duplicates, d.duplicates as f64, "", Lower));
+        v.push(fig(n.reordered, d.reordered_percent, "%", Lower));
+        if let Some(w) = &d.delay {
+            // Unsynchronised clocks make one-way delay a relative figure:
+            // its name says so, so it is never compared with an exact one.
+            let [min, median, max] = n.delay[usize::from(!w.synchronized)];
+            v.push(fig(min, w.min_us / 1e3, "ms", Lower));
+            v.push(fig(median, w.median_us / 1e3, "ms", Lower));
+            v.push(fig(max, w.max_us / 1e3, "ms", Lower));
+            v.push(fig(n.jitter, w.jitter_us / 1e3, "ms", Lower));
+        }
+        if let Some(h) = &d.hops {
+            v.push(fig(n.hops, f64::from(h.max), "", Neither));
+        }
     }
 }
 
@@ -379,6 +474,8 @@ fn kind_name(k: TestKind) -> &'static str {
         TestKind::QuicClient => "QUIC perf client",
         TestKind::Trace => "trace",
         TestKind::Ping => "ping",
+        TestKind::OwampClient => "OWAMP client",
+        TestKind::TwampClient => "TWAMP client",
     }
 }
 
@@ -747,8 +844,14 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
         );
         out.push(("echo-rtt".to_owned(), chart::svg(&c)));
     }
+    out.extend(owamp_summary_charts(r));
     // Distributions: (file name, title, encoded histogram, colour).
-    let stamp_h = r.stamp().map(|st| &st.total.histograms);
+    let stamp_h = r
+        .stamp()
+        .map(|st| &st.total.histograms)
+        .or(r.twamp().map(|t| &t.stats.histograms));
+    let owamp_to = r.owamp().and_then(|o| o.to.as_ref());
+    let owamp_from = r.owamp().and_then(|o| o.from.as_ref());
     let histograms = [
         (
             "rtt-histogram",
@@ -766,6 +869,18 @@ fn run_charts(r: &TestResult, d: &IntervalDigest) -> Vec<(String, String)> {
             "backward-histogram",
             "Backward delay distribution",
             stamp_h.and_then(|h| h.backward_ns.as_deref()),
+            palette::ORANGE,
+        ),
+        (
+            "to-histogram",
+            "One-way delay distribution, to the server (values ≥ 0)",
+            owamp_to.and_then(|d| d.histogram_ns.as_deref()),
+            palette::GREEN,
+        ),
+        (
+            "from-histogram",
+            "One-way delay distribution, from the server (values ≥ 0)",
+            owamp_from.and_then(|d| d.histogram_ns.as_deref()),
             palette::ORANGE,
         ),
         (
@@ -976,20 +1091,27 @@ fn histogram_chart(title: &str, encoded: Option<&str>, color: &str) -> Option<St
 
 fn run_tables(r: &TestResult) -> String {
     let mut s = String::new();
-    if let Some(st) = r.stamp() {
+    let stamp_stats = r.stamp().map(|st| &st.total).or(r.twamp().map(|t| &t.stats));
+    if let Some(t) = stamp_stats {
         s += "<h3>Delay percentiles</h3><table class=\"percentiles\"><tr><th></th><th>count</th><th>min</th><th>median</th><th>p90</th><th>p99</th><th>max</th></tr>";
-        if let Some(d) = &st.total.rtt {
+        if let Some(d) = &t.rtt {
             s += &delay_row("round trip", d);
         }
-        for (name, w) in [("forward", &st.total.forward), ("backward", &st.total.backward)] {
+        for (name, w) in [("forward", &t.forward), ("backward", &t.backward)] {
             if let Some(o) = w {
-                s += &one_way_row(name, o);
+                s += &one_way_row(name, o, None);
             }
         }
+        if let Some(d) = r.twamp().and_then(|t| t.processing.as_ref()) {
+            s += &delay_row("reflector's time (T3 − T2)", d);
+        }
         s += "</table>";
-        if let Some(ipdv) = &st.total.rtt_ipdv {
+        if let Some(ipdv) = &t.rtt_ipdv {
             s += &ipdv_table("Round-trip delay variation (IPDV)", ipdv);
         }
+    }
+    if let Some(o) = r.owamp() {
+        s += &owamp_tables(o);
     }
     let pct_tables: Vec<(&str, &Percentiles)> = [
         ("Echo round trip", r.echo().and_then(|e| e.round_trip.as_ref())),
@@ -1107,15 +1229,159 @@ fn delay_row(name: &str, d: &DelayStats) -> String {
     )
 }
 
-fn one_way_row(name: &str, o: &OneWayStats) -> String {
+/// A one-way delay's row: p90 and p99 when its histogram gave them.
+fn one_way_row(name: &str, o: &OneWayStats, p: Option<&Percentiles>) -> String {
+    let cell = |v: Option<f64>| {
+        v.map_or("<td></td>".to_owned(), |v| {
+            format!("<td class=\"num\">{}</td>", ms(v))
+        })
+    };
     format!(
-        "<tr><td>{name}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td></td><td></td><td class=\"num\">{}</td></tr>",
+        "<tr><td>{name}{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>{}{}<td class=\"num\">{}</td></tr>",
         if o.synchronized { "" } else { " (clocks not synchronized)" },
         o.count,
         ms(o.min_us),
         ms(o.median_us),
+        cell(p.map(|p| p.p90_us)),
+        cell(p.map(|p| p.p99_us)),
         ms(o.max_us)
     )
+}
+
+/// Each direction of an OWAMP run, as owping reports it, and a
+/// continuous stream's summaries.
+fn owamp_tables(o: &OwampDetail) -> String {
+    let ways = [("to the server", &o.to), ("from the server", &o.from)];
+    let mut s = format!(
+        "<h3>OWAMP sessions</h3><p>{} mode, {} bytes per packet, {} every {} ms{}, DSCP {}; a packet is lost after {} ms. \
+         This host's clock: {}.</p>",
+        escape(&o.mode),
+        o.packet_bytes,
+        if o.poisson { "on average one" } else { "one" },
+        o.interval_ns as f64 / 1e6,
+        if o.poisson { " (Poisson)" } else { "" },
+        o.dscp,
+        o.timeout_ms,
+        match (o.local_clock.synchronized, o.local_clock.error_us) {
+            (true, Some(e)) => format!("synchronized, error {}", ms(e)),
+            (true, None) => "synchronized".to_owned(),
+            (false, _) => "not synchronized: one-way delays are relative".to_owned(),
+        }
+    );
+    s += "<table><tr><th></th><th>SID</th><th>sent</th><th>lost</th><th>duplicates</th><th>reordered</th><th>hops</th></tr>";
+    for (name, d) in ways {
+        let Some(d) = d else { continue };
+        let _ = write!(
+            s,
+            "<tr><td>{name}</td><td><code>{}</code></td><td class=\"num\">{}</td><td class=\"num\">{} ({:.3}%)</td><td class=\"num\">{}</td><td class=\"num\">{} ({:.3}%)</td><td class=\"num\">{}</td></tr>",
+            escape(&d.sid),
+            d.sent,
+            d.lost,
+            if d.sent == 0 { 0.0 } else { d.lost as f64 * 100.0 / d.sent as f64 },
+            d.duplicates,
+            d.reordered,
+            d.reordered_percent,
+            d.hops.map_or("".to_owned(), |h| if h.min == h.max { h.min.to_string() } else { format!("{}–{}", h.min, h.max) })
+        );
+    }
+    s += "</table>";
+    s += "<h3>One-way delay percentiles</h3><table class=\"percentiles\"><tr><th></th><th>count</th><th>min</th><th>median</th><th>p90</th><th>p99</th><th>max</th></tr>";
+    for (name, d) in ways {
+        if let Some((w, d)) = d.as_ref().and_then(|d| d.delay.as_ref().map(|w| (w, d))) {
+            s += &one_way_row(name, w, d.percentiles.as_ref());
+        }
+    }
+    s += "</table>";
+    for (name, d) in ways {
+        let Some(d) = d.as_ref().filter(|d| !d.intervals.is_empty()) else {
+            continue;
+        };
+        // The newest summaries, at most a page of them.
+        const SHOWN: usize = 200;
+        let skip = d.intervals.len().saturating_sub(SHOWN);
+        let _ = write!(
+            s,
+            "<h3>Summaries {name}{}</h3><table><tr><th>start</th><th>sent</th><th>lost</th><th>duplicates</th><th>reordered</th><th>median delay</th></tr>",
+            if skip > 0 { format!(" (the last {SHOWN} of {})", d.intervals.len()) } else { String::new() }
+        );
+        for i in &d.intervals[skip..] {
+            let _ = write!(
+                s,
+                "<tr><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>",
+                goodput_core::time::ms_rfc3339((i.start_ns.max(0) / 1_000_000) as u64),
+                i.sent,
+                i.lost,
+                i.duplicates,
+                i.reordered,
+                i.delay.as_ref().map_or("".to_owned(), |w| {
+                    format!("{}{}", ms(w.median_us), if w.synchronized { "" } else { " (unsync)" })
+                })
+            );
+        }
+        s += "</table>";
+    }
+    s
+}
+
+/// A continuous OWAMP stream's summaries over time: each direction's
+/// median one-way delay, and its losses as marks.
+fn owamp_summary_charts(r: &TestResult) -> Vec<(String, String)> {
+    let Some(o) = r.owamp() else {
+        return Vec::new();
+    };
+    let ways = [
+        ("to the server", &o.to, palette::GREEN),
+        ("from the server", &o.from, palette::ORANGE),
+    ];
+    let at = |ns: i64| (ns.max(0) / 1_000_000) as u64;
+    let spans: Vec<(u64, u64)> = ways
+        .iter()
+        .filter_map(|(_, d, _)| d.as_ref())
+        .flat_map(|d| d.intervals.iter().map(|i| (at(i.start_ns), at(i.end_ns))))
+        .collect();
+    let (Some(from), Some(to)) = (spans.iter().map(|x| x.0).min(), spans.iter().map(|x| x.1).max()) else {
+        return Vec::new();
+    };
+    let synced = ways
+        .iter()
+        .filter_map(|(_, d, _)| d.as_ref())
+        .flat_map(|d| &d.intervals)
+        .filter_map(|i| i.delay.as_ref())
+        .all(|w| w.synchronized);
+    let mut c = Chart::new(
+        if synced {
+            "One-way delay per summary (median)"
+        } else {
+            "One-way delay per summary (median; clocks not synchronized: relative)"
+        },
+        "ms",
+        from,
+        to.max(from.saturating_add(1)),
+    );
+    for (name, d, color) in ways {
+        let Some(d) = d else { continue };
+        c.series.push(series(
+            name,
+            color,
+            Style::LineDots,
+            d.intervals
+                .iter()
+                .filter_map(|i| {
+                    i.delay
+                        .as_ref()
+                        .map(|w| Point::new(at(i.start_ns), w.median_us / 1e3))
+                })
+                .collect(),
+        ));
+        for i in d.intervals.iter().filter(|i| i.lost > 0) {
+            c.marks.push(chart::Mark {
+                at_ms: at(i.start_ns),
+                color: palette::VERMILLION,
+                title: format!("{name}: {} lost of {} sent in the summary", i.lost, i.sent),
+            });
+        }
+    }
+    vec![("owamp-summaries".to_owned(), chart::svg(&c))]
 }
 
 fn ipdv_table(title: &str, i: &IpdvStats) -> String {
@@ -1153,5 +1419,193 @@ mod tests {
         assert_eq!(show(941.234, "Mbit/s"), "941.2 Mbit/s");
         assert_eq!(show(0.25, "%"), "0.250 %");
         assert_eq!(show(12.0, ""), "12");
+    }
+
+    /// A real STAMP result document (the archive's fixture).
+    fn stamp_fixture() -> TestResult {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../goodput-archive/tests/fixtures/stamp.json"
+        ))
+        .unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// A result of `kind` with `detail`, on a real document's common
+    /// record.
+    fn with_detail(kind: TestKind, detail: goodput_core::result::Detail) -> TestResult {
+        let mut r = stamp_fixture();
+        r.kind = kind;
+        r.detail = detail;
+        r
+    }
+
+    fn way(median_us: f64, synchronized: bool, summaries: usize) -> goodput_core::result::OneWayDirection {
+        use goodput_core::result::{OneWayDirection, OneWaySummary};
+        let delay = OneWayStats {
+            count: 99,
+            min_us: median_us - 100.0,
+            median_us,
+            max_us: median_us + 900.0,
+            jitter_us: 70.0,
+            synchronized,
+            error_bound_us: None,
+            ipdv: None,
+        };
+        // A real histogram of delays (the fixture's round trips).
+        let doc = with_detail(TestKind::StampSender, stamp_fixture().detail);
+        let encoded = doc.stamp().unwrap().total.histograms.rtt_ns.clone().unwrap();
+        let h = decode_histogram(&encoded).unwrap();
+        OneWayDirection {
+            sid: "7f000001e95f3a1c0000000000000001".into(),
+            sender: "127.0.0.1:8760".into(),
+            receiver: "127.0.0.1:8761".into(),
+            sent: 100,
+            unsent: 0,
+            received: 99,
+            lost: 1,
+            duplicates: 0,
+            reordered: 0,
+            reordered_percent: 0.0,
+            n_reordering_percent: Vec::new(),
+            delay: Some(delay),
+            percentiles: Percentiles::from_histogram(&h),
+            hops: Some(goodput_core::result::HopRange { min: 3, max: 3 }),
+            histogram_ns: Some(encoded),
+            histogram_negative_ns: None,
+            first_ns: Some(1_700_000_000_000_000_000),
+            last_ns: Some(1_700_000_009_900_000_000),
+            intervals: (0..summaries as i64)
+                .map(|i| OneWaySummary {
+                    start_ns: 1_700_000_000_000_000_000 + i * 60_000_000_000,
+                    end_ns: 1_700_000_000_000_000_000 + (i + 1) * 60_000_000_000 - 100_000_000,
+                    sent: 600,
+                    unsent: 0,
+                    received: 600 - i as u64,
+                    lost: i as u64,
+                    duplicates: 0,
+                    reordered: 0,
+                    delay: Some(delay),
+                    hops: None,
+                    histogram_ns: None,
+                    histogram_negative_ns: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn owamp(
+        to: Option<goodput_core::result::OneWayDirection>,
+        from: Option<goodput_core::result::OneWayDirection>,
+    ) -> TestResult {
+        with_detail(
+            TestKind::OwampClient,
+            goodput_core::result::Detail::Owamp(Box::new(OwampDetail {
+                mode: "open".into(),
+                padding: 0,
+                packet_bytes: 14,
+                interval_ns: 100_000_000,
+                poisson: false,
+                dscp: 0,
+                timeout_ms: 2000,
+                local_clock: goodput_core::result::ClockState {
+                    synchronized: true,
+                    error_us: Some(12.0),
+                },
+                to,
+                from,
+            })),
+        )
+    }
+
+    #[test]
+    fn an_owamp_run_shows_each_direction_and_marks_unsynchronised_delay() {
+        let r = owamp(Some(way(4_500.0, true, 0)), Some(way(-2_000.0, false, 0)));
+        let names: Vec<(&str, f64)> = headline_figures(&r).iter().map(|f| (f.name, f.value)).collect();
+        assert!(names.contains(&("To server: delay median", 4.5)), "{names:?}");
+        assert!(names.contains(&("To server: lost", 1.0)), "{names:?}");
+        assert!(names.contains(&("To server: hops", 3.0)), "{names:?}");
+        // The way back's clocks were not synchronised: never a plain delay.
+        assert!(
+            names.contains(&("From server: delay median (unsync)", -2.0)),
+            "{names:?}"
+        );
+        assert!(
+            !names.iter().any(|(n, _)| *n == "From server: delay median"),
+            "{names:?}"
+        );
+        let report = html_report(&[ReportInput::new("owping".into(), r)], None);
+        let html = &report.html;
+        assert!(html.contains("OWAMP client"), "the kind is named");
+        assert!(html.contains("<code>7f000001e95f3a1c0000000000000001</code>"));
+        assert!(html.contains("from the server (clocks not synchronized)"));
+        let charts: Vec<&str> = report.charts.iter().map(|c| c.name.as_str()).collect();
+        assert!(charts.contains(&"1-to-histogram"), "{charts:?}");
+        assert!(charts.contains(&"1-from-histogram"), "{charts:?}");
+        assert!(
+            !charts.iter().any(|c| c.ends_with("owamp-summaries")),
+            "{charts:?}"
+        );
+    }
+
+    #[test]
+    fn a_continuous_owamp_stream_charts_and_lists_its_summaries() {
+        let r = owamp(Some(way(4_500.0, true, 3)), None);
+        let report = html_report(&[ReportInput::new("powstream".into(), r)], None);
+        let charts: Vec<&str> = report.charts.iter().map(|c| c.name.as_str()).collect();
+        assert!(charts.contains(&"1-owamp-summaries"), "{charts:?}");
+        assert!(
+            report.html.contains("Summaries to the server"),
+            "summaries listed"
+        );
+        // Two of the three summaries lost packets: a mark each.
+        let svg = &report
+            .charts
+            .iter()
+            .find(|c| c.name == "1-owamp-summaries")
+            .unwrap()
+            .svg;
+        assert_eq!(svg.matches("lost of 600 sent in the summary").count(), 2, "{svg}");
+    }
+
+    #[test]
+    fn a_twamp_run_shows_the_round_trip_and_the_reflectors_time() {
+        let stats = stamp_fixture().stamp().unwrap().total.clone();
+        let processing = DelayStats {
+            count: 50,
+            min_us: 3.0,
+            median_us: 5.0,
+            p90_us: 8.0,
+            p99_us: 9.0,
+            max_us: 11.0,
+            mean_us: 5.5,
+        };
+        let r = with_detail(
+            TestKind::TwampClient,
+            goodput_core::result::Detail::Twamp(Box::new(goodput_core::result::TwampDetail {
+                mode: "open".into(),
+                padding: 27,
+                packet_bytes: 41,
+                interval_ns: 100_000_000,
+                dscp: 0,
+                timeout_ms: 2000,
+                local_clock: goodput_core::result::ClockState {
+                    synchronized: false,
+                    error_us: None,
+                },
+                sid: "7f000001e95f3a1c0000000000000002".into(),
+                stats: stats.clone(),
+                processing: Some(processing),
+            })),
+        );
+        let names: Vec<(&str, f64)> = headline_figures(&r).iter().map(|f| (f.name, f.value)).collect();
+        let rtt = stats.rtt.unwrap();
+        assert!(names.contains(&("RTT median", rtt.median_us / 1e3)), "{names:?}");
+        assert!(names.contains(&("Reflector time max", 0.011)), "{names:?}");
+        let report = html_report(&[ReportInput::new("twping".into(), r)], None);
+        assert!(report.html.contains("TWAMP client"));
+        assert!(report.html.contains("reflector&#39;s time") || report.html.contains("reflector's time"));
+        let charts: Vec<&str> = report.charts.iter().map(|c| c.name.as_str()).collect();
+        assert!(charts.contains(&"1-rtt-histogram"), "{charts:?}");
     }
 }

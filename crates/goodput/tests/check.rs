@@ -57,7 +57,17 @@ fn seed(path: &std::path::Path) {
         errors: Some(0.0),
         ..Figures::default()
     };
+    // An OWAMP run: one-way delay, its own metric, the way there only
+    // (the way back's clocks were not synchronised).
+    let owamp = serde_json::json!({"kind": "owamp", "host": "127.0.0.8"});
+    let one_way = Figures {
+        loss_pct: Some(0.0),
+        owd_forward_median_us: Some(12_500.0),
+        owd_synchronized: Some(false),
+        ..Figures::default()
+    };
     let runs = vec![
+        run("o-1", &owamp, now - 4 * 60_000, one_way),
         run("s-old", &stamp, now - 2 * 3_600_000, loss(50.0)),
         run("s-1", &stamp, now - 10 * 60_000, loss(0.5)),
         run("s-2", &stamp, now - 5 * 60_000 - NOW_SLACK_MS, loss(0.5)),
@@ -158,6 +168,21 @@ fn check_reports_each_state_from_a_seeded_agent_and_unknown_when_it_is_down() {
         out.contains("delay_median 0.400 ms") && out.contains("delay_median=0.0004s;0.0003;0.002"),
         "{out}"
     );
+
+    // One-way delay is not the round trip: its own metric, of owamp runs
+    // unless told otherwise.
+    let (code, out) = check(
+        &url,
+        &[&pair[..], &["-m", "owd_forward_median", "-w", "10", "-c", "20ms"]].concat(),
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert_eq!(
+        out,
+        "GOODPUT OWD_FORWARD_MEDIAN WARNING - owd_forward_median 12.500 ms (mean of 1 runs in the last \
+         30 min, a -> b, owamp) | owd_forward_median=0.0125s;0.01;0.02 runs=1"
+    );
+    let (code, out) = check(&url, &[&pair[..], &["-m", "owd_backward_median"]].concat());
+    assert_eq!(code, Some(3), "{out}");
 
     // No data, bad requests: UNKNOWN, 3.
     let (code, out) = check(&url, &[&pair[..], &["-m", "hops"]].concat());

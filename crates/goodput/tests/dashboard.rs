@@ -192,7 +192,7 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
 
     // The loss grid.
     browser.go(&format!("{base}/ui/grid?metric=loss"));
-    assert_eq!(browser.title(), "loss grid · goodput");
+    assert_eq!(browser.title(), "Loss grid · goodput");
     let halves = browser.all("polygon.half");
     assert_eq!(halves.len(), 12, "3 hosts: 6 cells of 2 halves");
     let half = |src: &str, dst: &str, dir: &str| {
@@ -234,6 +234,21 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     );
     assert!(browser.all("#legend li").len() == 6);
     browser.screenshot(&shots().join("grid-loss.png"));
+
+    // One-way delay has a grid of its own, linked from every page, apart
+    // from the round trip's.
+    let links: Vec<String> = browser
+        .all("header a")
+        .iter()
+        .map(|a| browser.attr(a, "href").unwrap_or_default())
+        .collect();
+    assert!(
+        links.iter().any(|h| h == "/ui/grid?metric=one_way_delay")
+            && links.iter().any(|h| h == "/ui/grid?metric=delay"),
+        "{links:?}"
+    );
+    browser.go(&format!("{base}/ui/grid?metric=one_way_delay"));
+    assert_eq!(browser.title(), "One-way delay grid · goodput");
 
     browser.go(&format!("{base}/ui/grid?metric=throughput"));
     let el = half("a", "b", "forward");

@@ -700,3 +700,55 @@ fn every_kind_defaults_as_its_flags_do() {
     let doc = spec_doc(&out);
     assert_eq!(doc["tests"][1]["kind"], "stamp", "{doc}");
 }
+
+/// OWAMP and TWAMP tests are documents too: `goodput run` reads them
+/// with owping's and twping's defaults, and a run that cannot start
+/// leaves a failed result of their own kind carrying the spec.
+#[test]
+fn owamp_and_twamp_documents_print_with_their_defaults_and_fail_as_their_kind() {
+    let f = tmp("specs", "latency-kinds.toml");
+    std::fs::write(
+        &f,
+        "[[tests]]\nkind = \"owamp\"\nhost = \"owampd.invalid\"\ndirection = \"to\"\n\
+         [[tests]]\nkind = \"twamp\"\nhost = \"twampd.invalid\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(&["run", f.to_str().unwrap(), "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc = spec_doc(&out);
+    let (o, t) = (&doc["tests"][0], &doc["tests"][1]);
+    assert_eq!(o["kind"], "owamp", "{doc}");
+    assert_eq!(
+        (o["port"].as_u64(), o["count"].as_u64(), o["interval"].as_str()),
+        (Some(861), Some(100), Some("100ms"))
+    );
+    assert_eq!(
+        (o["direction"].as_str(), o["mode"].as_str()),
+        (Some("to"), Some("open"))
+    );
+    assert_eq!(t["kind"], "twamp", "{doc}");
+    assert_eq!(
+        (t["port"].as_u64(), t["timeout"].as_str()),
+        (Some(862), Some("2s"))
+    );
+    assert!(t.get("padding").is_none(), "twping's default padding: {t}");
+
+    for (i, kind) in [(1, "owamp"), (2, "twamp")] {
+        let one = tmp("specs", &format!("latency-kind-{kind}.json"));
+        std::fs::write(
+            &one,
+            format!(r#"{{"kind": "{kind}", "host": "{kind}d.invalid", "count": 3}}"#),
+        )
+        .unwrap();
+        let json = tmp("specs", &format!("failed-{kind}-{i}.json"));
+        let (code, _, err) = run(&["run", one.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+        assert_eq!(code, Some(3), "{kind}: {err}");
+        let r = result_doc(&json);
+        assert_eq!(r["end"], "failed", "{r}");
+        assert_eq!(r["kind"], format!("{kind}_client"), "{r}");
+        assert_eq!(r["spec"]["kind"], kind, "{r}");
+        assert_eq!(r["spec"]["count"], 3, "{r}");
+        assert_eq!(r["error"]["stage"], "setup", "{r}");
+        assert!(r.get(kind).is_none(), "no detail before it ran: {r}");
+    }
+}

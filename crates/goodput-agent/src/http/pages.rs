@@ -92,16 +92,11 @@ code{font-size:12px}
 /// A whole page.
 fn page(title: &str, nav: &str, who: &str, body: &str) -> Html<String> {
     let mut links = String::new();
-    for (href, name) in [
-        ("/ui/grid?metric=throughput", "Throughput"),
-        ("/ui/grid?metric=loss", "Loss"),
-        ("/ui/grid?metric=delay", "Delay"),
-        ("/ui/grid?metric=jitter", "Jitter"),
-        ("/ui/grid?metric=path", "Path"),
-        ("/ui/alerts", "Alerts"),
-        ("/ui/host", "Host"),
-    ] {
-        let on = if name.eq_ignore_ascii_case(nav) {
+    // A grid per metric family, then the other pages.
+    let grids = Family::ALL.map(|f| (format!("/ui/grid?metric={}", f.name()), f.title(), f.name()));
+    let others = [("/ui/alerts", "Alerts"), ("/ui/host", "Host")].map(|(h, n)| (h.to_owned(), n, n));
+    for (href, name, key) in grids.into_iter().chain(others) {
+        let on = if key.eq_ignore_ascii_case(nav) {
             " class=\"on\""
         } else {
             ""
@@ -157,7 +152,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
     let _ = write!(
         body,
         "<h1>{} grid</h1><p>Rows run the test; columns are its other end. {}</p>",
-        capital(family.name()),
+        family.title(),
         if family.directional() {
             "Each cell's upper-left half is the direction row → column, its lower-right half column → row."
         } else {
@@ -245,7 +240,13 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         body.push_str("<h2>Open alerts here</h2>");
         body.push_str(&alerts_table(&open));
     }
-    let mut html = page(&format!("{} grid", family.name()), family.name(), &who(&s), &body).0;
+    let mut html = page(
+        &format!("{} grid", family.title()),
+        family.name(),
+        &who(&s),
+        &body,
+    )
+    .0;
     // Refresh with the evaluations, at most once a minute.
     let every_s = loaded
         .config
@@ -260,13 +261,6 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         1,
     );
     Html(html).into_response()
-}
-
-fn capital(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
 }
 
 /// Where a pair's page is: here when this agent runs the row's tests,
@@ -665,6 +659,34 @@ async fn measurement_section(
             });
         }
         out.push_str(&chart::svg(&c));
+    }
+    if Family::OneWayDelay.measured_by(kind) {
+        let (f, b) = tokio::try_join!(
+            series(Metric::OwdForwardMedian),
+            series(Metric::OwdBackwardMedian)
+        )?;
+        // Runs whose clocks were not synchronised have no one-way delay
+        // (the gaps): their documents keep the relative figures, marked.
+        if !f.is_empty() || !b.is_empty() || kind == goodput_core::kind::Kind::Owamp.name() {
+            let mut c = new_chart("One-way delay (synchronised clocks)", "ms");
+            c.series.push(line(
+                &format!("{} → {}", p.source, dest),
+                palette::BLUE,
+                &f,
+                1e3,
+                "ms",
+            ));
+            if !b.is_empty() {
+                c.series.push(line(
+                    &format!("{} → {}", dest, p.source),
+                    palette::ORANGE,
+                    &b,
+                    1e3,
+                    "ms",
+                ));
+            }
+            out.push_str(&chart::svg(&c));
+        }
     }
     if Family::Loss.measured_by(kind) {
         let mut c = new_chart("Loss", "%");

@@ -113,8 +113,13 @@ impl KindSpec for StampSpec {
     const CLASS: RunClass = RunClass::Background;
     const RATE_LIMITED: bool = true;
     const DSCP: Marking<Self> = Some(|s, d| s.dscp = d);
-    const FAMILIES: &'static [alert::Family] =
-        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Jitter];
+    // One-way delay too, when the two clocks are synchronised.
+    const FAMILIES: &'static [alert::Family] = &[
+        alert::Family::Loss,
+        alert::Family::Delay,
+        alert::Family::OneWayDelay,
+        alert::Family::Jitter,
+    ];
 
     /// Every rule of `goodput stamp`'s flags.
     fn validate(&self) -> Result<(), SpecError> {

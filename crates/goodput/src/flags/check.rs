@@ -34,14 +34,17 @@ pub struct CheckArgs {
     #[arg(long, short = 'd', value_name = "NAME")]
     pub dest: Option<String>,
     /// The kind of test (default: the metric's: tcp for throughput and
-    /// errors, stamp for loss, delay and jitter, trace for hops).
+    /// errors, stamp for loss, delay and jitter, owamp for one-way delay,
+    /// trace for hops).
     #[arg(long, value_name = "KIND")]
     pub kind: Option<String>,
     /// A measurement key instead of source, dest and kind.
     #[arg(long, value_name = "KEY")]
     pub key: Option<String>,
     /// What to check: throughput_up, throughput_down (printed in Mbit/s),
-    /// loss (%), delay_median, delay_p95, jitter (ms), errors, hops.
+    /// loss (%), delay_median, delay_p95 (round trip), jitter,
+    /// owd_forward_median, owd_backward_median (one way, synchronised
+    /// clocks only; all in ms), errors, hops.
     #[arg(long, short = 'm', value_name = "METRIC")]
     pub metric: String,
     /// The window of runs looked at, ending now.
