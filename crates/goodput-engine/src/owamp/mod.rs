@@ -3,3 +3,5 @@
 //! twampd's part). The messages and packets are `goodput_core::owamp`'s.
 
 pub mod conn;
+mod reflector;
+pub mod server;
