@@ -98,17 +98,30 @@ pub(crate) struct ReflectorTally {
     pub ignored: u64,
 }
 
+/// Drops, unanswered, what waited in the session's socket before
+/// Start-Sessions; returns how many datagrams. Called before the Start-Ack
+/// goes out, so nothing the sender sends after it is taken for early.
+pub(crate) fn drain(s: &ReflectorSession) -> u64 {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    // Bounded: the socket's receive buffer holds only so much, but a
+    // sender flooding it must not keep the control task here.
+    while n < 100_000 {
+        match msg::recv_one(s.socket.as_raw_fd(), &mut buf) {
+            Ok(Some(_)) => n += 1,
+            _ => break,
+        }
+    }
+    n
+}
+
 /// Reflects until `cancel` or until the sender has been silent for the
-/// session's idle time. Packets that waited in the socket before the
-/// reflector started (before Start-Sessions) are dropped unanswered.
+/// session's idle time.
 pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) -> ReflectorTally {
     let mut tally = ReflectorTally::default();
     let mut buf = vec![0u8; MAX_TEST_PACKET];
     let mut out = vec![0u8; MAX_TEST_PACKET];
     let fd = s.socket.as_raw_fd();
-    while let Ok(Some(_)) = msg::recv_one(fd, &mut buf) {
-        tally.ignored += 1;
-    }
     let rate = s.max_bits_per_second as f64;
     let mut tokens = rate;
     let mut filled = Instant::now();

@@ -21,6 +21,7 @@ use goodput_core::stamp::{ntp_from_unix_ns, Cidr};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ControlConn, ControlFailure, ServerPolicy};
 use super::reflector::{self, ReflectorSession};
@@ -126,6 +127,10 @@ struct Shared {
     counters: Mutex<OwampServerCounters>,
     clients: Mutex<HashMap<IpAddr, ClientUse>>,
     connections: Mutex<usize>,
+    /// The server's end; every session's token is a child of it.
+    cancel: CancellationToken,
+    /// Every session's task, waited for before the counters are read.
+    tasks: TaskTracker,
 }
 
 /// What one client address holds at the moment.
@@ -227,12 +232,16 @@ impl BoundControlServer {
             counters: Mutex::new(OwampServerCounters::default()),
             clients: Mutex::new(HashMap::new()),
             connections: Mutex::new(0),
+            cancel: cancel.clone(),
+            tasks: TaskTracker::new(),
         });
         let mut tasks = tokio::task::JoinSet::new();
         for l in self.listeners {
             tasks.spawn(accept_loop(l, shared.clone(), cancel.clone()));
         }
         while tasks.join_next().await.is_some() {}
+        shared.tasks.close();
+        shared.tasks.wait().await;
         let c = *shared.counters.lock().unwrap_or_else(|p| p.into_inner());
         c
     }
@@ -350,7 +359,9 @@ async fn serve_connection(s: TcpStream, ip: IpAddr, shared: &Arc<Shared>) {
                 }
             }
             Ok(Command::StartSessions) => start(&mut conn, first, shared, &mut sessions, &mut started).await,
-            Ok(Command::StopSessions) => stop(&mut conn, first, &mut sessions, &mut started).await,
+            Ok(Command::StopSessions) => {
+                stop(&mut conn, first, &shared.tasks, &mut sessions, &mut started).await
+            }
             Ok(Command::FetchSession) => Err(ControlFailure::protocol(
                 "Fetch-Session: this server keeps no receive logs",
             )),
@@ -533,7 +544,7 @@ async fn request(
     sessions.push(Session {
         sid,
         role: Role::Reflect(Some(session)),
-        cancel: CancellationToken::new(),
+        cancel: shared.cancel.child_token(),
         task: None,
         timeout: duration_of(req.timeout).min(spec.limits.max_timeout),
         _place: place,
@@ -647,8 +658,10 @@ async fn start(
     for s in sessions.iter_mut() {
         let Role::Reflect(r) = &mut s.role;
         if let Some(r) = r.take() {
+            let early = reflector::drain(&r);
+            shared.count(|c| c.packets_ignored += early);
             let (cancel, shared) = (s.cancel.clone(), shared.clone());
-            s.task = Some(tokio::spawn(async move {
+            s.task = Some(shared.tasks.clone().spawn(async move {
                 let t = reflector::reflect(r, cancel).await;
                 shared.count(|c| {
                     c.packets_reflected += t.reflected;
@@ -667,6 +680,7 @@ async fn start(
 async fn stop(
     conn: &mut ControlConn<TcpStream>,
     first: [u8; BLOCK],
+    tasks: &TaskTracker,
     sessions: &mut Vec<Session>,
     started: &mut bool,
 ) -> Result<(), ControlFailure> {
@@ -681,8 +695,11 @@ async fn stop(
             _place,
             ..
         } = s;
-        tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {}
+                _ = cancel.cancelled() => {}
+            }
             cancel.cancel();
             if let Some(t) = task {
                 let _ = t.await;
