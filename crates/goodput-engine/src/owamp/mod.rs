@@ -3,5 +3,6 @@
 //! twampd's part). The messages and packets are `goodput_core::owamp`'s.
 
 pub mod conn;
+pub mod endpoint;
 mod reflector;
 pub mod server;
