@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use goodput_core::owamp::control::{
     self, AcceptSession, Command, ControlError, DataRecord, FetchAck, FetchSession, RequestSession,
-    ServerGreeting, SkipRange, Slot, SlotKind, StopHeader, StopSession,
+    ServerGreeting, SkipRange, Slot, StopHeader, StopSession,
 };
 use goodput_core::owamp::crypto::{TestKeys, BLOCK};
 use goodput_core::owamp::packet;
+use goodput_core::owamp::schedule::Schedule;
 use goodput_core::owamp::{Accept, Mode};
 use goodput_core::result::OwampServerCounters;
 use goodput_core::stamp::{ntp_from_unix_ns, unix_ns_from_ntp, Cidr};
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ControlConn, ControlFailure, ServerPolicy};
-use super::endpoint::{self, Gaps, Received, RecvPlan, SendOutcome, SendPlan, TestSocket};
+use super::endpoint::{self, Received, RecvPlan, SendOutcome, SendPlan, TestSocket};
 use super::reflector::{self, ReflectorSession};
 use crate::EngineError;
 
@@ -661,31 +662,11 @@ async fn request(
     Ok(())
 }
 
-/// The gaps of an OWAMP schedule: its slots in turn, again and again.
-/// An exponential slot draws its gap at random around its mean.
-fn schedule_gaps(slots: Vec<Slot>) -> Gaps {
-    Box::new(slots.into_iter().cycle().map(|s| match s.kind {
-        SlotKind::Fixed => s.gap_ns(),
-        SlotKind::Exponential => {
-            let u: f64 = rand::random::<f64>().max(f64::MIN_POSITIVE);
-            (-u.ln() * s.gap_ns() as f64).min(1e15) as u64
-        }
-    }))
-}
-
-/// When packet `seq` was due: the start plus its share of the schedule
-/// (an exponential slot counted at its mean).
-fn due_ns(start_ns: i64, slots: &[Slot], seq: u32) -> i64 {
-    let n = u64::from(seq) + 1;
-    let k = slots.len().max(1) as u64;
-    let cycle: u64 = slots.iter().map(|s| s.gap_ns()).fold(0, u64::saturating_add);
-    let part: u64 = slots
-        .iter()
-        .take((n % k) as usize)
-        .map(|s| s.gap_ns())
-        .fold(0, u64::saturating_add);
-    let off = (n / k).saturating_mul(cycle).saturating_add(part);
-    start_ns.saturating_add(i64::try_from(off).unwrap_or(i64::MAX))
+/// How long after the start packet `seq` of a schedule is due, 32.32
+/// seconds.
+fn offset_of(sid: &[u8; 16], slots: &[Slot], seq: u32) -> u64 {
+    let mut s = Schedule::new(sid, slots);
+    (0..=seq).fold(0u64, |t, _| t.saturating_add(s.next_gap()))
 }
 
 fn test_socket_refusal(e: &std::io::Error) -> Refusal {
@@ -757,14 +738,14 @@ async fn one_way(
             packets: req.packets,
             max_records: max_records as usize,
         };
-        // The receiver listens until the client's Stop-Sessions, or at
-        // most twice the schedule's mean length past the start, plus the
-        // loss timeout and a margin.
-        let schedule = due_ns(0, &slots, req.packets.saturating_sub(1));
-        let end_ns = start_ns
-            .saturating_add(schedule.saturating_mul(2))
-            .saturating_add(timeout_ns)
-            .saturating_add(10_000_000_000);
+        // The last packet is due at a time both ends compute from the
+        // SID; past it and the loss timeout the server may say it is done
+        // (as owampd does), and ten seconds later it stops listening if
+        // the client has not said so.
+        let last = offset_of(&req.sid, &slots, req.packets.saturating_sub(1));
+        let last_ns = i64::try_from((u128::from(last) * 1_000_000_000) >> 32).unwrap_or(i64::MAX);
+        local_end = start_ns.saturating_add(last_ns).saturating_add(timeout_ns);
+        let end_ns = local_end.saturating_add(10_000_000_000);
         let log = Arc::new(ReceiveLog {
             request: req.clone(),
             slots: slots.clone(),
@@ -776,14 +757,6 @@ async fn one_way(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(req.sid, log.clone());
-        // With a fixed schedule the last packet's time is known exactly,
-        // and the server may say it is done, as owampd does; an
-        // exponential one is left to the client's Stop-Sessions.
-        let exact = slots.iter().all(|s| s.kind == SlotKind::Fixed);
-        local_end = match exact {
-            true => due_ns(start_ns, &slots, req.packets.saturating_sub(1)).saturating_add(timeout_ns),
-            false => end_ns,
-        };
         Role::Receive(Some((socket, plan, end_ns)), log)
     } else {
         let keys = conn.keys.as_ref().map(|k| TestKeys::derive(k, &req.sid));
@@ -793,7 +766,7 @@ async fn one_way(
             keys: keys.filter(|_| mode.is_secured()),
             padding: req.padding as usize,
             packets: req.packets,
-            gaps: schedule_gaps(slots),
+            gaps: Box::new(Schedule::new(&req.sid, &slots)),
             start_ns,
             timeout_ns,
         };
@@ -1170,10 +1143,18 @@ async fn finish(shared: &Shared, sessions: Vec<Session>, told: &HashMap<[u8; 16]
                     .get(&s.sid)
                     .cloned()
                     .unwrap_or((log.request.packets, Vec::new()));
-                let start_ns = unix_ns_from_ntp(log.request.start_time, crate::datagram::now_unix_ns());
-                let slots = &log.slots;
+                // A lost packet's send time is when it was due (next_seq
+                // is bounded by the session's packets).
+                let mut schedule = Schedule::new(&log.request.sid, &log.slots);
+                let mut t = log.request.start_time;
+                let due: Vec<u64> = (0..next_seq)
+                    .map(|_| {
+                        t = t.wrapping_add(schedule.next_gap());
+                        t
+                    })
+                    .collect();
                 endpoint::fill_lost(&mut r.records, next_seq, |seq| {
-                    ntp_from_unix_ns(due_ns(start_ns, slots, seq))
+                    due.get(seq as usize).copied().unwrap_or(0)
                 });
                 if let Ok(mut e) = log.ended.lock() {
                     *e = Some(EndedLog {
