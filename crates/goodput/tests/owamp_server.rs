@@ -288,6 +288,13 @@ fn an_owamp_receive_session_is_kept_and_fetched_as_owampd_sends_it() {
                 .map(|r| r.seq)
                 .collect();
             assert_eq!(lost, vec![3], "{mode}");
+            for r in got.records.iter().filter(|r| r.is_lost()) {
+                assert!(
+                    r.send_err & 0xFF != 0 && r.recv_err & 0xFF != 0,
+                    "a lost record's error estimates are valid (owping refuses a zero multiplier): {r:?}"
+                );
+                assert_eq!(r.ttl, 255);
+            }
             assert_eq!(
                 got.records.iter().filter(|r| r.seq == 5).count(),
                 2,
@@ -371,4 +378,41 @@ fn receive_logs_past_the_memory_budget_are_refused_for_now() {
     });
     let (_, doc) = srv.stop();
     assert_eq!(doc["owamp_server"]["refused_memory"], 1);
+}
+
+#[test]
+fn a_lost_packet_is_logged_where_the_receiver_gave_up_on_it() {
+    // owping reads a fetched log in order and cannot go back to a packet
+    // long past its timeout: a lost record must come where owampd would
+    // have written it, not at the end.
+    let srv = start("owamp-server-lost-order", &[]);
+    runtime().block_on(async {
+        let mut c = connect(srv.owamp, Mode::Open).await.unwrap();
+        let sock = test_socket();
+        let mut req = ow_request(sock.local_addr().unwrap().port(), 4, 0);
+        // Due a second ago, 100 ms of timeout: packet 1, never sent, was
+        // given up before anything arrived.
+        req.start_time = ntp_now() - (1 << 32);
+        req.timeout = 1 << 32 >> 3;
+        let a = request(&mut c, &req, &[slot(10)]).await.unwrap();
+        assert_eq!(a.accept, 0);
+        assert_eq!(start_sessions(&mut c).await.unwrap(), 0);
+        for seq in [0u32, 2, 3] {
+            let mut b = [0u8; 14];
+            let f = SenderFields {
+                seq,
+                timestamp: ntp_now(),
+                error: 1,
+            };
+            packet::write_sender(Mode::Open, None, &f, &mut b);
+            sock.send_to(&b, (LOOPBACK, a.port)).unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ow_stop(&mut c, a.sid, 4).await.unwrap();
+        read_stop(&mut c).await.unwrap();
+        let got = fetch(&mut c, a.sid).await.unwrap().unwrap();
+        let order: Vec<(u32, bool)> = got.records.iter().map(|r| (r.seq, r.is_lost())).collect();
+        assert_eq!(order, vec![(1, true), (0, false), (2, false), (3, false)]);
+    });
+    srv.stop();
 }
