@@ -4,3 +4,5 @@
 
 pub mod conn;
 pub mod endpoint;
+mod reflector;
+pub mod server;
