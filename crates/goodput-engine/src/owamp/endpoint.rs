@@ -363,8 +363,12 @@ pub async fn receive_session(sock: &UdpSocket, plan: &RecvPlan, stop: &Cancellat
 /// Adds a lost record (receive time zero) for every sequence number below
 /// `next_seq` that never came, and drops records at or past it, as owampd
 /// trims its log to the sender's Stop-Sessions. `send_time` gives a lost
-/// packet's scheduled send time (NTP format).
+/// packet's scheduled send time (NTP format). A lost record's error
+/// estimates are valid ones, as owampd writes them (a zero multiplier
+/// makes owping refuse a whole fetch): "unsynchronised" (0x0001) for the
+/// send time, this clock's for the receive time.
 pub fn fill_lost(records: &mut Vec<DataRecord>, next_seq: u32, send_time: impl Fn(u32) -> u64) {
+    let recv_err = dg::clock_error().to_u16();
     records.retain(|r| r.seq < next_seq);
     let mut seen = vec![false; next_seq as usize];
     for r in records.iter() {
@@ -375,8 +379,8 @@ pub fn fill_lost(records: &mut Vec<DataRecord>, next_seq: u32, send_time: impl F
             let seq = seq as u32;
             records.push(DataRecord {
                 seq,
-                send_err: 0,
-                recv_err: 0,
+                send_err: 0x0001,
+                recv_err,
                 send_time: send_time(seq),
                 recv_time: 0,
                 ttl: 255,

@@ -1156,19 +1156,6 @@ async fn finish(shared: &Shared, sessions: Vec<Session>, told: &HashMap<[u8; 16]
                 endpoint::fill_lost(&mut r.records, next_seq, |seq| {
                     due.get(seq as usize).copied().unwrap_or(0)
                 });
-                // A lost record's error estimates must still be valid (a
-                // zero multiplier makes owping refuse the whole fetch):
-                // owampd's are "unsynchronised" (0x0001) for the send
-                // time and its clock's for the (zero) receive time.
-                let now_err = crate::datagram::clock_error().to_u16();
-                for rec in r.records.iter_mut().filter(|rec| rec.is_lost()) {
-                    if rec.send_err & 0xFF == 0 {
-                        rec.send_err = 0x0001;
-                    }
-                    if rec.recv_err & 0xFF == 0 {
-                        rec.recv_err = now_err;
-                    }
-                }
                 // Records stay in arrival order; a lost one goes where the
                 // receiver gave up on it, its due time plus the timeout,
                 // as owampd's log has it (owping reads a log in that order
