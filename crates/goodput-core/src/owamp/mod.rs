@@ -10,6 +10,7 @@ pub mod control;
 pub mod crypto;
 pub mod packet;
 pub mod pfs;
+pub mod schedule;
 
 /// OWAMP-Control's port.
 pub const OWAMP_PORT: u16 = 861;
