@@ -1,0 +1,890 @@
+//! The OWAMP and TWAMP clients: owping's and twping's part of the
+//! protocols. One control connection per test: Request-Session(s),
+//! Start-Sessions, the test packets, Stop-Sessions, and for OWAMP the
+//! server's receive log through Fetch-Session. Every count the server
+//! sends is bounded by what this client asked for before anything is
+//! allocated by it, and every wait has a limit.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use goodput_core::owamp::control::{
+    pad16, AcceptSession, DataRecord, FetchAck, FetchSession, RequestSession, SkipRange, Slot, StopHeader,
+    StopSession,
+};
+use goodput_core::owamp::crypto::{TestKeys, BLOCK};
+use goodput_core::owamp::packet::{self, ReflectorFields, SenderFields};
+use goodput_core::owamp::pfs::Key;
+use goodput_core::owamp::{Accept, Mode, SEND_TTL};
+use goodput_core::stamp::stats::{SignedHistogram, SplitFacts, Tally, Tracker, Verdict};
+use goodput_core::stamp::{ntp_from_unix_ns, ErrorEstimate, ReflectorPacket};
+use goodput_core::units::PortRange;
+use rand::RngCore;
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::io::Interest;
+use tokio::net::{TcpStream, UdpSocket};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::conn::{client_handshake, ControlConn, ControlFailure, ServerHello};
+use crate::datagram as msg;
+
+/// The largest test packet either side sends, bytes of UDP payload.
+pub const MAX_PACKET: usize = 9000;
+
+/// Why a client run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The control connection could not be opened.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The server.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The control connection failed (greeting, set-up, a message).
+    #[error("{0}")]
+    Control(#[from] ControlFailure),
+    /// The server refused a session.
+    #[error("the server refused the {what} session: {}", Accept::describe(*code))]
+    Refused {
+        /// Which session.
+        what: &'static str,
+        /// The Accept code.
+        code: u8,
+    },
+    /// A test socket could not be set up.
+    #[error("test socket: {0}")]
+    Socket(std::io::Error),
+    /// The server said something a client cannot accept.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl ClientError {
+    fn protocol(s: impl Into<String>) -> Self {
+        Self::Protocol(s.into())
+    }
+}
+
+/// Where and how to open the control connection.
+#[derive(Debug, Clone)]
+pub struct ControlTarget {
+    /// The server's control address.
+    pub server: SocketAddr,
+    /// Local address to connect (and send test packets) from.
+    pub bind: Option<IpAddr>,
+    /// The mode to ask for.
+    pub mode: Mode,
+    /// The key of the authenticated modes.
+    pub key: Option<Key>,
+    /// The longest wait for a control message the server owes.
+    pub io_timeout: Duration,
+}
+
+/// An open control connection and what the client learned opening it.
+pub struct Control {
+    /// The connection.
+    pub conn: ControlConn<TcpStream>,
+    /// The server's greeting and start.
+    pub hello: ServerHello,
+    /// How long the greeting and set-up took: a bound on the round trip.
+    pub setup_time: Duration,
+    /// Our end of the control connection.
+    pub local: SocketAddr,
+}
+
+/// Connects and goes through the greeting and set-up.
+pub async fn open_control(t: &ControlTarget) -> Result<Control, ClientError> {
+    let connect = async {
+        let sock = crate::socket::tcp_socket(&t.server)?;
+        if let Some(ip) = t.bind {
+            crate::socket::bind_client(&sock, ip, 0)?;
+        }
+        sock.set_nonblocking(true)?;
+        let s = tokio::net::TcpSocket::from_std_stream(sock.into());
+        s.connect(t.server).await
+    };
+    let begun = Instant::now();
+    let stream = match tokio::time::timeout(t.io_timeout, connect).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            return Err(ClientError::Connect {
+                addr: t.server,
+                source: e,
+            })
+        }
+        Err(_) => {
+            return Err(ClientError::Connect {
+                addr: t.server,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {:?}", t.io_timeout),
+                ),
+            })
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().map_err(ClientError::Socket)?;
+    let (conn, hello) = client_handshake(stream, t.mode, t.key.as_ref(), t.io_timeout).await?;
+    Ok(Control {
+        conn,
+        hello,
+        setup_time: begun.elapsed(),
+        local,
+    })
+}
+
+/// A SID as owamp's receiver makes one: its IPv4 address (or the last 4
+/// octets of its IPv6 one), the time, 4 random octets.
+pub fn new_sid(receiver: IpAddr, now_ntp: u64) -> [u8; 16] {
+    let mut sid = [0u8; 16];
+    match receiver {
+        IpAddr::V4(a) => sid[..4].copy_from_slice(&a.octets()),
+        IpAddr::V6(a) => sid[..4].copy_from_slice(&a.octets()[12..]),
+    }
+    sid[4..12].copy_from_slice(&now_ntp.to_be_bytes());
+    rand::rngs::OsRng.fill_bytes(&mut sid[12..]);
+    sid
+}
+
+/// A duration as a 32.32 NTP interval.
+pub fn ntp_duration(d: Duration) -> u64 {
+    (d.as_secs() << 32) + ((u64::from(d.subsec_nanos()) << 32) / 1_000_000_000)
+}
+
+/// A UDP test socket on `ip`, a port from `ports` (any when none), TTL
+/// 255, the DSCP, kernel receive timestamps and TTLs.
+pub fn test_socket(ip: IpAddr, ports: Option<PortRange>, dscp: u8) -> std::io::Result<UdpSocket> {
+    let v6 = ip.is_ipv6();
+    let candidates: Vec<u16> = match ports {
+        Some(r) if !r.is_ephemeral() => (r.lo..=r.hi).collect(),
+        _ => vec![0],
+    };
+    // Start somewhere in the range so concurrent clients spread out.
+    let first = (rand::rngs::OsRng.next_u32() as usize) % candidates.len();
+    let mut last_err = None;
+    for i in 0..candidates.len() {
+        let port = candidates[(first + i) % candidates.len()];
+        let s = Socket::new(
+            if v6 { Domain::IPV6 } else { Domain::IPV4 },
+            Type::DGRAM,
+            Some(Protocol::UDP),
+        )?;
+        match s.bind(&SocketAddr::new(ip, port).into()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                last_err = Some(e);
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        msg::set_ttl(s.as_raw_fd(), v6, SEND_TTL)?;
+        msg::enable_ancillary(s.as_raw_fd(), v6, false)?;
+        if dscp > 0 {
+            let tos = u32::from(dscp & 0x3F) << 2;
+            if v6 {
+                s.set_tclass_v6(tos)?;
+            } else {
+                s.set_tos(tos)?;
+            }
+        }
+        s.set_nonblocking(true)?;
+        return UdpSocket::from_std(s.into());
+    }
+    Err(last_err.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free test port")))
+}
+
+/// When the sessions start: now plus owping's lead (a second, and a round
+/// trip per session for the messages still to go), as an NTP timestamp
+/// and as an instant.
+fn start_time(setup: Duration, sessions: u32) -> (u64, Instant, i64) {
+    let rtt = setup.min(Duration::from_secs(5));
+    let lead = Duration::from_secs(1) + rtt * (1 + sessions);
+    let now_ns = msg::now_unix_ns();
+    let at_ns = now_ns + lead.as_nanos() as i64;
+    (ntp_from_unix_ns(at_ns), Instant::now() + lead, at_ns)
+}
+
+async fn request(
+    conn: &mut ControlConn<TcpStream>,
+    req: &RequestSession,
+    slots: &[Slot],
+    what: &'static str,
+) -> Result<AcceptSession, ClientError> {
+    let mut b = req.encode();
+    conn.send(&mut b).await?;
+    if !req.twoway {
+        let mut blocks: Vec<u8> = slots.iter().flat_map(|s| s.encode()).collect();
+        conn.send_blocks(&mut blocks).await?;
+        conn.send_hmac().await?;
+    }
+    let a = AcceptSession::decode(&conn.recv::<{ AcceptSession::LEN }>().await?);
+    if a.accept != Accept::Ok.byte() {
+        return Err(ClientError::Refused { what, code: a.accept });
+    }
+    Ok(a)
+}
+
+async fn start(conn: &mut ControlConn<TcpStream>) -> Result<(), ClientError> {
+    let mut s = goodput_core::owamp::control::start_sessions();
+    conn.send(&mut s).await?;
+    let ack: [u8; 32] = conn.recv().await?;
+    if ack[0] != Accept::Ok.byte() {
+        return Err(ClientError::Refused {
+            what: "start of the",
+            code: ack[0],
+        });
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- TWAMP
+
+/// A TWAMP test as twping runs it.
+#[derive(Debug, Clone)]
+pub struct TwampRequest {
+    /// Packets.
+    pub count: u32,
+    /// Time between packets.
+    pub interval: Duration,
+    /// Padding after the sender's header, bytes.
+    pub padding: u32,
+    /// DSCP.
+    pub dscp: u8,
+    /// A reflection not back this long after its packet left is lost.
+    pub timeout: Duration,
+    /// Local UDP ports to choose from.
+    pub test_ports: Option<PortRange>,
+}
+
+/// What a TWAMP session measured.
+#[derive(Debug, Clone)]
+pub struct TwampOutcome {
+    /// The session's SID (the server's).
+    pub sid: [u8; 16],
+    /// Our test address.
+    pub sender: SocketAddr,
+    /// The reflector's test address.
+    pub reflector: SocketAddr,
+    /// The mode used.
+    pub mode: Mode,
+    /// Packets, replies and delays, with the loss split by the
+    /// reflector's own sequence numbers.
+    pub tally: Tally,
+    /// T3 − T2 of each first reply, nanoseconds.
+    pub processing: SignedHistogram,
+    /// Our clock when the session started.
+    pub clock: ErrorEstimate,
+    /// Send time of the first packet, Unix nanoseconds.
+    pub first_ns: Option<i64>,
+    /// Send time of the last packet, Unix nanoseconds.
+    pub last_ns: Option<i64>,
+    /// The session was cut short by the cancel token.
+    pub interrupted: bool,
+}
+
+/// Runs one TWAMP session to `target` and stops it.
+pub async fn run_twamp(
+    target: &ControlTarget,
+    req: &TwampRequest,
+    cancel: CancellationToken,
+) -> Result<TwampOutcome, ClientError> {
+    let mut c = open_control(target).await?;
+    let local_ip = target.bind.unwrap_or(c.local.ip());
+    let sock = test_socket(local_ip, req.test_ports, req.dscp).map_err(ClientError::Socket)?;
+    let local = sock.local_addr().map_err(ClientError::Socket)?;
+    let (start_ntp, start_at, _) = start_time(c.setup_time, 1);
+    let rq = RequestSession {
+        twoway: true,
+        conf_sender: false,
+        conf_receiver: false,
+        slots: 0,
+        packets: 0,
+        sender_port: local.port(),
+        receiver_port: local.port(),
+        sender: local_ip,
+        receiver: target.server.ip(),
+        sid: [0; 16],
+        padding: req.padding,
+        start_time: start_ntp,
+        timeout: ntp_duration(req.timeout),
+        type_p: RequestSession::type_p_of(req.dscp),
+    };
+    let a = request(&mut c.conn, &rq, &[], "TWAMP test").await?;
+    if a.port == 0 {
+        return Err(ClientError::protocol(
+            "the server accepted the session with reflector port 0",
+        ));
+    }
+    let reflector = SocketAddr::new(target.server.ip(), a.port);
+    let mode = c.conn.mode;
+    let keys = match (&c.conn.keys, mode.is_secured()) {
+        (Some(k), true) => Some(TestKeys::derive(k, &a.sid)),
+        _ => None,
+    };
+    start(&mut c.conn).await?;
+    sock.connect(reflector).await.map_err(ClientError::Socket)?;
+    let mut out = TwampOutcome {
+        sid: a.sid,
+        sender: local,
+        reflector,
+        mode,
+        tally: Tally::default(),
+        processing: SignedHistogram::default(),
+        clock: msg::clock_error(),
+        first_ns: None,
+        last_ns: None,
+        interrupted: false,
+    };
+    twamp_session(&sock, req, mode, keys.as_ref(), start_at, &mut out, &cancel).await;
+    // Stop-Sessions: one session, no records, its HMAC.
+    let mut stop = [0u8; 32];
+    stop[..BLOCK].copy_from_slice(
+        &StopHeader {
+            accept: if out.interrupted {
+                Accept::Failure.byte()
+            } else {
+                Accept::Ok.byte()
+            },
+            sessions: 1,
+        }
+        .encode(),
+    );
+    c.conn.send(&mut stop).await?;
+    Ok(out)
+}
+
+fn reflector_packet(f: &ReflectorFields) -> ReflectorPacket {
+    ReflectorPacket {
+        seq: f.seq,
+        timestamp: f.timestamp,
+        error: ErrorEstimate::from_u16(f.error),
+        ssid: 0,
+        receive_timestamp: f.receive_timestamp,
+        sender_seq: f.sender_seq,
+        sender_timestamp: f.sender_timestamp,
+        sender_error: ErrorEstimate::from_u16(f.sender_error),
+        sender_ttl: f.sender_ttl,
+    }
+}
+
+async fn twamp_session(
+    sock: &UdpSocket,
+    req: &TwampRequest,
+    mode: Mode,
+    keys: Option<&TestKeys>,
+    start_at: Instant,
+    out: &mut TwampOutcome,
+    cancel: &CancellationToken,
+) {
+    let len = (packet::sender_header(mode) + req.padding as usize).min(MAX_PACKET);
+    let mut buf = vec![0u8; len];
+    rand::rngs::OsRng.fill_bytes(&mut buf);
+    // A reflection is as long as the packet or the reflector's header.
+    let mut inb = vec![0u8; packet::reflected_len(mode, len) + 64];
+    let timeout_ns = req.timeout.as_nanos() as i64;
+    // twampd numbers the packets it reflects itself: loss splits by way.
+    let mut tracker = Tracker::new(timeout_ns, 0).with_stateful_reflector();
+    let error = out.clock;
+    let mut sent = 0u32;
+    let mut next = start_at;
+    let mut drain_until: Option<Instant> = None;
+    let mut expiry = tokio::time::interval(Duration::from_millis(50));
+    let tally = &mut out.tally;
+    loop {
+        if sent >= req.count && drain_until.is_none() {
+            drain_until = Some(Instant::now() + req.timeout);
+        }
+        if drain_until.is_some() && tracker.pending() == 0 {
+            break;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                tally.sent -= tracker.abandon() as u64;
+                out.interrupted = true;
+                break;
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or(next)), if drain_until.is_some() => break,
+            _ = tokio::time::sleep_until(next), if drain_until.is_none() => {
+                let t1 = msg::now_unix_ns();
+                let f = SenderFields {
+                    seq: tracker.next_seq(),
+                    timestamp: ntp_from_unix_ns(t1),
+                    error: error.to_u16(),
+                };
+                packet::write_sender(mode, keys, &f, &mut buf);
+                // A refused send is a packet sent and lost: count it.
+                let _ = sock.send(&buf).await;
+                tracker.sent(t1);
+                tally.sent += 1;
+                out.first_ns.get_or_insert(t1);
+                out.last_ns = Some(t1);
+                sent += 1;
+                next += req.interval;
+            }
+            r = sock.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                loop {
+                    let got = sock.try_io(Interest::READABLE, || {
+                        msg::recv_one(sock.as_raw_fd(), &mut inb)
+                            .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::WouldBlock.into()))
+                    });
+                    let meta = match got {
+                        Ok(m) => m,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => break,
+                    };
+                    let n = meta.len.min(inb.len());
+                    let Some(f) = packet::read_reflector(mode, keys, &mut inb[..n]) else {
+                        tally.unmatched += 1;
+                        continue;
+                    };
+                    let t4 = meta.t_ns.unwrap_or_else(msg::now_unix_ns);
+                    let v = tracker.reply(&reflector_packet(&f), t4, meta.ttl, error);
+                    if let Verdict::First(s) = &v {
+                        out.processing.record(s.t[2] - s.t[1]);
+                    }
+                    tally.verdict(&v, 0, 0);
+                }
+            }
+            _ = expiry.tick() => {
+                tally.lost(tracker.expire(msg::now_unix_ns()).len() as u64);
+            }
+        }
+    }
+    if !out.interrupted {
+        tally.lost(tracker.expire_all().len() as u64);
+    }
+    let split: SplitFacts = tracker.split();
+    tally.finish_session(split);
+}
+
+// ---------------------------------------------------------------- OWAMP
+
+/// An OWAMP test as owping runs it.
+#[derive(Debug, Clone)]
+pub struct OwampRequest {
+    /// Packets per session.
+    pub count: u32,
+    /// The schedule's slots (one: fixed or exponential interval).
+    pub slots: Vec<Slot>,
+    /// Padding after the header, bytes.
+    pub padding: u32,
+    /// DSCP.
+    pub dscp: u8,
+    /// A packet not there this long after its scheduled time is lost.
+    pub timeout: Duration,
+    /// Local UDP ports to choose from.
+    pub test_ports: Option<PortRange>,
+    /// A session from us to the server.
+    pub to: bool,
+    /// A session from the server to us.
+    pub from: bool,
+}
+
+impl OwampRequest {
+    /// The most data records a server may return for a session: every
+    /// packet, and duplicates up to as many again (a log longer than that
+    /// is refused, not allocated).
+    pub fn max_records(&self) -> u64 {
+        u64::from(self.count) * 2 + 16
+    }
+}
+
+/// One OWAMP session, negotiated.
+#[derive(Debug, Clone)]
+pub struct SessionPlan {
+    /// The SID.
+    pub sid: [u8; 16],
+    /// The sender's test address.
+    pub sender: SocketAddr,
+    /// The receiver's test address.
+    pub receiver: SocketAddr,
+    /// Start Time (NTP).
+    pub start_time: u64,
+    /// Start Time, Unix nanoseconds.
+    pub start_unix_ns: i64,
+    /// The test packets' keys (authenticated modes).
+    pub keys: Option<TestKeys>,
+}
+
+/// What the sender of a session reports at its end.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SenderEnd {
+    /// The next sequence number it would have sent.
+    pub next_seq: u32,
+    /// Packets it scheduled and did not send.
+    pub skips: Vec<SkipRange>,
+}
+
+/// One direction's outcome: its plan and the receiver's log.
+#[derive(Debug, Clone)]
+pub struct OneWayOutcome {
+    /// The session.
+    pub plan: SessionPlan,
+    /// The receiver's data records in arrival order.
+    pub records: Vec<DataRecord>,
+    /// The sender's end.
+    pub end: SenderEnd,
+}
+
+/// What an OWAMP test measured.
+#[derive(Debug, Clone)]
+pub struct OwampOutcome {
+    /// The mode used.
+    pub mode: Mode,
+    /// Our clock when the sessions started.
+    pub clock: ErrorEstimate,
+    /// The session from us to the server.
+    pub to: Option<OneWayOutcome>,
+    /// The session from the server to us.
+    pub from: Option<OneWayOutcome>,
+    /// The sessions were cut short by the cancel token.
+    pub interrupted: bool,
+}
+
+/// The data path both directions use, the engine's OWAMP endpoints.
+pub trait Endpoints {
+    /// Sends the session's packets on `sock` to the plan's receiver.
+    fn send(
+        &self,
+        sock: UdpSocket,
+        plan: &SessionPlan,
+        req: &OwampRequest,
+        mode: Mode,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = SenderEnd> + Send;
+    /// Receives the session's packets on `sock` from the plan's sender.
+    fn receive(
+        &self,
+        sock: UdpSocket,
+        plan: &SessionPlan,
+        req: &OwampRequest,
+        mode: Mode,
+        cancel: CancellationToken,
+    ) -> impl std::future::Future<Output = Vec<DataRecord>> + Send;
+}
+
+/// Runs an OWAMP test: the sessions asked for, their Stop-Sessions, and
+/// the server's log of the session it received.
+pub async fn run_owamp<E: Endpoints>(
+    target: &ControlTarget,
+    req: &OwampRequest,
+    endpoints: &E,
+    cancel: CancellationToken,
+) -> Result<OwampOutcome, ClientError> {
+    if req.slots.is_empty() || req.count == 0 || !(req.to || req.from) {
+        return Err(ClientError::protocol(
+            "an OWAMP test needs a slot, a packet and a direction",
+        ));
+    }
+    let mut c = open_control(target).await?;
+    let local_ip = target.bind.unwrap_or(c.local.ip());
+    let server_ip = target.server.ip();
+    let sessions = u32::from(req.to) + u32::from(req.from);
+    let (start_ntp, _, start_ns) = start_time(c.setup_time, sessions);
+    let mode = c.conn.mode;
+    let keys_for = |sid: &[u8; 16], c: &Control| match (&c.conn.keys, mode.is_secured()) {
+        (Some(k), true) => Some(TestKeys::derive(k, sid)),
+        _ => None,
+    };
+    let base = RequestSession {
+        twoway: false,
+        conf_sender: false,
+        conf_receiver: false,
+        slots: req.slots.len() as u32,
+        packets: req.count,
+        sender_port: 0,
+        receiver_port: 0,
+        sender: local_ip,
+        receiver: server_ip,
+        sid: [0; 16],
+        padding: req.padding,
+        start_time: start_ntp,
+        timeout: ntp_duration(req.timeout),
+        type_p: RequestSession::type_p_of(req.dscp),
+    };
+    let mut to = None;
+    if req.to {
+        let sock = test_socket(local_ip, req.test_ports, req.dscp).map_err(ClientError::Socket)?;
+        let local = sock.local_addr().map_err(ClientError::Socket)?;
+        let rq = RequestSession {
+            conf_receiver: true,
+            sender_port: local.port(),
+            ..base.clone()
+        };
+        let a = request(&mut c.conn, &rq, &req.slots, "to").await?;
+        if a.port == 0 {
+            return Err(ClientError::protocol(
+                "the server accepted the session with receiver port 0",
+            ));
+        }
+        let plan = SessionPlan {
+            sid: a.sid,
+            sender: local,
+            receiver: SocketAddr::new(server_ip, a.port),
+            start_time: start_ntp,
+            start_unix_ns: start_ns,
+            keys: keys_for(&a.sid, &c),
+        };
+        to = Some((sock, plan));
+    }
+    let mut from = None;
+    if req.from {
+        let sock = test_socket(local_ip, req.test_ports, req.dscp).map_err(ClientError::Socket)?;
+        let local = sock.local_addr().map_err(ClientError::Socket)?;
+        let sid = new_sid(local_ip, ntp_from_unix_ns(msg::now_unix_ns()));
+        let rq = RequestSession {
+            conf_sender: true,
+            receiver_port: local.port(),
+            sender: server_ip,
+            receiver: local_ip,
+            sid,
+            ..base.clone()
+        };
+        let a = request(&mut c.conn, &rq, &req.slots, "from").await?;
+        if a.port == 0 {
+            return Err(ClientError::protocol(
+                "the server accepted the session with sender port 0",
+            ));
+        }
+        if a.sid != sid {
+            return Err(ClientError::protocol(
+                "the server answered the from session with another SID",
+            ));
+        }
+        let plan = SessionPlan {
+            sid,
+            sender: SocketAddr::new(server_ip, a.port),
+            receiver: local,
+            start_time: start_ntp,
+            start_unix_ns: start_ns,
+            keys: keys_for(&sid, &c),
+        };
+        from = Some((sock, plan));
+    }
+    start(&mut c.conn).await?;
+    let clock = msg::clock_error();
+    let (to_sock, to) = match to {
+        Some((s, p)) => (Some(s), Some(p)),
+        None => (None, None),
+    };
+    let (from_sock, from) = match from {
+        Some((s, p)) => (Some(s), Some(p)),
+        None => (None, None),
+    };
+    let send = async {
+        match (to_sock, &to) {
+            (Some(sock), Some(plan)) => Some(endpoints.send(sock, plan, req, mode, cancel.clone()).await),
+            _ => None,
+        }
+    };
+    let receive = async {
+        match (from_sock, &from) {
+            (Some(sock), Some(plan)) => Some(endpoints.receive(sock, plan, req, mode, cancel.clone()).await),
+            _ => None,
+        }
+    };
+    let (sent, received) = tokio::join!(send, receive);
+    let interrupted = cancel.is_cancelled();
+    // Our Stop-Sessions: the session we sent, with where its sender got to.
+    let mut head = StopHeader {
+        accept: if interrupted {
+            Accept::Failure.byte()
+        } else {
+            Accept::Ok.byte()
+        },
+        sessions: u32::from(sent.is_some()),
+    }
+    .encode();
+    c.conn.send_blocks(&mut head).await?;
+    if let (Some(plan), Some(end)) = (&to, &sent) {
+        let mut rec = StopSession {
+            sid: plan.sid,
+            next_seq: end.next_seq,
+            skips: end.skips.clone(),
+        }
+        .encode();
+        c.conn.send_blocks(&mut rec).await?;
+    }
+    c.conn.send_hmac().await?;
+    // The server's: where its sender got to (owampd sends one even with
+    // no session of its own).
+    let server_end = read_stop(&mut c.conn, req, from.as_ref().map(|p| p.sid)).await?;
+    let from = match (from, received) {
+        (Some(plan), Some(records)) => Some(OneWayOutcome {
+            plan,
+            records,
+            end: server_end.unwrap_or(SenderEnd {
+                next_seq: req.count,
+                skips: Vec::new(),
+            }),
+        }),
+        _ => None,
+    };
+    let to = match (to, sent) {
+        (Some(plan), Some(end)) if !interrupted => {
+            let records = fetch(&mut c.conn, req, &plan.sid).await?;
+            Some(OneWayOutcome { plan, records, end })
+        }
+        (Some(plan), Some(end)) => Some(OneWayOutcome {
+            plan,
+            records: Vec::new(),
+            end,
+        }),
+        _ => None,
+    };
+    Ok(OwampOutcome {
+        mode,
+        clock,
+        to,
+        from,
+        interrupted,
+    })
+}
+
+/// Reads the server's Stop-Sessions; returns its sender's end for
+/// `from_sid` when that session is in it.
+async fn read_stop(
+    conn: &mut ControlConn<TcpStream>,
+    req: &OwampRequest,
+    from_sid: Option<[u8; 16]>,
+) -> Result<Option<SenderEnd>, ClientError> {
+    // The server's sender may still be a timeout behind ours.
+    let wait = conn.read_timeout + req.timeout;
+    let first = conn.recv_first_block(wait).await?;
+    let head = StopHeader::decode(&first)
+        .map_err(|e| ClientError::protocol(format!("instead of Stop-Sessions: {e}")))?;
+    if head.sessions > u32::from(from_sid.is_some()) {
+        return Err(ClientError::protocol(format!(
+            "the server's Stop-Sessions names {} sending sessions; it has at most {}",
+            head.sessions,
+            u32::from(from_sid.is_some())
+        )));
+    }
+    let mut found = None;
+    for _ in 0..head.sessions {
+        let mut b = [0u8; 2 * BLOCK];
+        conn.recv_blocks(&mut b).await?;
+        let sid: [u8; 16] = b[..16].try_into().expect("16 octets");
+        let next_seq = u32::from_be_bytes(b[16..20].try_into().expect("4 octets"));
+        let n = u32::from_be_bytes(b[20..24].try_into().expect("4 octets"));
+        if next_seq > req.count || n > req.count {
+            return Err(ClientError::protocol(format!(
+                "the server's Stop-Sessions says {next_seq} packets and {n} skip ranges; the session had {}",
+                req.count
+            )));
+        }
+        let mut raw = b[24..32].to_vec();
+        let more = StopSession::tail_len(n as usize) - BLOCK;
+        if more > 0 {
+            let mut rest = vec![0u8; more];
+            conn.recv_blocks(&mut rest).await?;
+            raw.extend_from_slice(&rest);
+        }
+        let skips = raw
+            .chunks_exact(8)
+            .take(n as usize)
+            .map(|c| SkipRange {
+                first: u32::from_be_bytes(c[..4].try_into().expect("4 octets")),
+                last: u32::from_be_bytes(c[4..].try_into().expect("4 octets")),
+            })
+            .collect();
+        if Some(sid) == from_sid {
+            found = Some(SenderEnd { next_seq, skips });
+        }
+    }
+    conn.recv_hmac().await?;
+    Ok(found)
+}
+
+/// Fetch-Session for the whole session: its records in arrival order.
+async fn fetch(
+    conn: &mut ControlConn<TcpStream>,
+    req: &OwampRequest,
+    sid: &[u8; 16],
+) -> Result<Vec<DataRecord>, ClientError> {
+    let mut f = FetchSession {
+        begin: 0,
+        end: u32::MAX,
+        sid: *sid,
+    }
+    .encode();
+    conn.send(&mut f).await?;
+    let ack = FetchAck::decode(&conn.recv::<{ FetchAck::LEN }>().await?);
+    if ack.accept != Accept::Ok.byte() {
+        return Err(ClientError::Refused {
+            what: "fetch of the to",
+            code: ack.accept,
+        });
+    }
+    if u64::from(ack.records) > req.max_records() || ack.skips > req.count {
+        return Err(ClientError::protocol(format!(
+            "the server offers {} records and {} skip ranges for a session of {} packets",
+            ack.records, ack.skips, req.count
+        )));
+    }
+    // The session's request as the server kept it, and its slots.
+    let mut rq = [0u8; RequestSession::LEN];
+    conn.recv_blocks(&mut rq[..RequestSession::LEN - BLOCK]).await?;
+    conn.recv_hmac().await?;
+    let echoed = RequestSession::decode(&rq)
+        .map_err(|e| ClientError::protocol(format!("the fetched session's request: {e}")))?;
+    if echoed.sid != *sid || echoed.slots as usize != req.slots.len() {
+        return Err(ClientError::protocol(format!(
+            "the fetched session is not the one asked for ({} slots)",
+            echoed.slots
+        )));
+    }
+    let mut slots = vec![0u8; req.slots.len() * BLOCK];
+    conn.recv_blocks(&mut slots).await?;
+    conn.recv_hmac().await?;
+    let mut skips = vec![0u8; pad16(ack.skips as usize * 8)];
+    conn.recv_blocks(&mut skips).await?;
+    conn.recv_hmac().await?;
+    // Records, 16 (25 blocks) at a time.
+    let n = ack.records as usize;
+    let mut records = Vec::with_capacity(n);
+    let mut chunk = [0u8; 400];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(16);
+        let len = if k == 16 { 400 } else { pad16(k * DataRecord::LEN) };
+        conn.recv_blocks(&mut chunk[..len]).await?;
+        records.extend(
+            chunk[..k * DataRecord::LEN]
+                .chunks_exact(DataRecord::LEN)
+                .map(DataRecord::decode),
+        );
+        left -= k;
+    }
+    conn.recv_hmac().await?;
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sid_names_its_receiver_and_time() {
+        let sid = new_sid("127.0.0.1".parse().unwrap(), 0xeeb4_8dff_c144_bb1a);
+        assert_eq!(
+            &sid[..12],
+            &[127, 0, 0, 1, 0xee, 0xb4, 0x8d, 0xff, 0xc1, 0x44, 0xbb, 0x1a]
+        );
+        let v6 = new_sid("2001:db8::c0a8:1".parse().unwrap(), 0);
+        assert_eq!(&v6[..4], &[0xc0, 0xa8, 0, 1]);
+    }
+
+    #[test]
+    fn durations_become_32_32_seconds() {
+        assert_eq!(ntp_duration(Duration::from_secs(2)), 2 << 32);
+        assert_eq!(ntp_duration(Duration::from_millis(100)), 0x1999_9999);
+    }
+}
