@@ -188,6 +188,8 @@ pub fn figures_of(r: &TestResult) -> Figures {
             }
             f.delay_median_us = p.percentiles.map(|q| q.p50_us);
         }
+        // Filled below (after the milestone): one-way series.
+        Detail::Owamp(_) | Detail::Twamp(_) => {}
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -207,6 +209,7 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::None | Detail::Server(_) | Detail::Iperf3(_) | Detail::Ttcp(_) => true,
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
+        Detail::Owamp(_) | Detail::Twamp(_) => false,
     }
 }
 

@@ -597,6 +597,186 @@ pub const STAMP: [Figure; 8] = [
     ),
 ];
 
+fn owamp_way(
+    r: &TestResult,
+    way: fn(&crate::result::OwampDetail) -> Option<&crate::result::OneWayDirection>,
+) -> Option<&crate::result::OneWayDirection> {
+    way(r.owamp()?)
+}
+
+fn owamp_loss(d: &crate::result::OneWayDirection) -> Option<f64> {
+    (d.sent > 0).then(|| d.lost as f64 * 100.0 / d.sent as f64)
+}
+
+/// The owamp kind's own assertion figures.
+pub const OWAMP: [Figure; 11] = [
+    fig(
+        "loss",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost, percent of those sent, both directions together",
+        |r| {
+            let o = r.owamp()?;
+            let (lost, sent) = [o.to.as_ref(), o.from.as_ref()]
+                .into_iter()
+                .flatten()
+                .fold((0u64, 0u64), |(l, s), d| (l + d.lost, s + d.sent));
+            (sent > 0).then(|| lost as f64 * 100.0 / sent as f64)
+        },
+    ),
+    fig(
+        "loss.to",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost on the way to the server, percent",
+        |r| owamp_loss(owamp_way(r, |o| o.to.as_ref())?),
+    ),
+    fig(
+        "loss.from",
+        Quantity::Share,
+        Better::Lower,
+        "packets lost on the way from the server, percent",
+        |r| owamp_loss(owamp_way(r, |o| o.from.as_ref())?),
+    ),
+    fig(
+        "delay.to.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest one-way delay to the server (exact only with synchronised clocks)",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.min_us)),
+    ),
+    fig(
+        "delay.to.median",
+        Quantity::Time,
+        Better::Lower,
+        "median one-way delay to the server",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.median_us)),
+    ),
+    fig(
+        "delay.from.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest one-way delay from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.min_us)),
+    ),
+    fig(
+        "delay.from.median",
+        Quantity::Time,
+        Better::Lower,
+        "median one-way delay from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.median_us)),
+    ),
+    fig(
+        "jitter.to",
+        Quantity::Time,
+        Better::Lower,
+        "owping's jitter to the server (95th percentile minus median delay)",
+        |r| owamp_way(r, |o| o.to.as_ref())?.delay.map(|d| us(d.jitter_us)),
+    ),
+    fig(
+        "jitter.from",
+        Quantity::Time,
+        Better::Lower,
+        "owping's jitter from the server",
+        |r| owamp_way(r, |o| o.from.as_ref())?.delay.map(|d| us(d.jitter_us)),
+    ),
+    fig(
+        "duplicates",
+        Quantity::Count,
+        Better::Lower,
+        "copies beyond the first, both directions",
+        |r| {
+            let o = r.owamp()?;
+            Some(
+                [o.to.as_ref(), o.from.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.duplicates)
+                    .sum::<u64>() as f64,
+            )
+        },
+    ),
+    fig(
+        "reordered",
+        Quantity::Count,
+        Better::Lower,
+        "RFC 4737 reordered packets, both directions",
+        |r| {
+            let o = r.owamp()?;
+            Some(
+                [o.to.as_ref(), o.from.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .map(|d| d.reordered)
+                    .sum::<u64>() as f64,
+            )
+        },
+    ),
+];
+
+/// The twamp kind's own assertion figures.
+pub const TWAMP: [Figure; 8] = [
+    fig(
+        "loss",
+        Quantity::Share,
+        Better::Lower,
+        "packets with no reflection, percent of those sent",
+        |r| {
+            let t = &r.twamp()?.stats;
+            (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64)
+        },
+    ),
+    fig(
+        "rtt.min",
+        Quantity::Time,
+        Better::Lower,
+        "smallest round-trip delay (the reflector's time taken out)",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.min_us)),
+    ),
+    fig(
+        "rtt.median",
+        Quantity::Time,
+        Better::Lower,
+        "median round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.median_us)),
+    ),
+    fig(
+        "rtt.p90",
+        Quantity::Time,
+        Better::Lower,
+        "90th percentile round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.p90_us)),
+    ),
+    fig(
+        "rtt.p99",
+        Quantity::Time,
+        Better::Lower,
+        "99th percentile round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.p99_us)),
+    ),
+    fig(
+        "rtt.max",
+        Quantity::Time,
+        Better::Lower,
+        "largest round-trip delay",
+        |r| r.twamp()?.stats.rtt.as_ref().map(|d| us(d.max_us)),
+    ),
+    fig(
+        "processing.max",
+        Quantity::Time,
+        Better::Lower,
+        "longest time the reflector held a packet",
+        |r| r.twamp()?.processing.as_ref().map(|d| us(d.max_us)),
+    ),
+    fig(
+        "duplicates",
+        Quantity::Count,
+        Better::Lower,
+        "reflections beyond the first",
+        |r| r.twamp().map(|t| t.stats.duplicates as f64),
+    ),
+];
+
 /// The echo kind's own assertion figures.
 pub const ECHO: [Figure; 8] = [
     fig(

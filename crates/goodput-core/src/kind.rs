@@ -42,6 +42,10 @@ pub enum Kind {
     Ping,
     /// The services a peer tests against (`goodput server`).
     Server,
+    /// An OWAMP client, owping's or powstream's test (`goodput owamp`).
+    Owamp,
+    /// A TWAMP client, twping's test (`goodput twamp`).
+    Twamp,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -90,13 +94,21 @@ macro_rules! with_spec {
                 type $S = ServerSpec;
                 $body
             }
+            Kind::Owamp => {
+                type $S = OwampSpec;
+                $body
+            }
+            Kind::Twamp => {
+                type $S = TwampSpec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -107,6 +119,8 @@ impl Kind {
         Kind::Trace,
         Kind::Ping,
         Kind::Server,
+        Kind::Owamp,
+        Kind::Twamp,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -122,6 +136,8 @@ impl Kind {
             Kind::Trace => "trace",
             Kind::Ping => "ping",
             Kind::Server => "server",
+            Kind::Owamp => "owamp",
+            Kind::Twamp => "twamp",
         }
     }
 
@@ -225,6 +241,10 @@ pub enum BeaconService {
     Iperf3,
     /// The QUIC perf server, when on.
     Quic,
+    /// The OWAMP server (TCP 861 for control), when on.
+    Owamp,
+    /// The TWAMP server (TCP 862 for control), when on.
+    Twamp,
 }
 
 /// Where a test given on demand (through an agent's API) may go on a
@@ -322,7 +342,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
         );
     }
 
@@ -356,7 +376,7 @@ mod tests {
             let want: &[Family] = match k {
                 Kind::Tcp | Kind::Iperf3 | Kind::Quic | Kind::Ttcp => &[Throughput],
                 Kind::Udp => &[Throughput, Loss, Jitter],
-                Kind::Stamp | Kind::Ping => &[Loss, Delay, Jitter],
+                Kind::Stamp | Kind::Ping | Kind::Owamp | Kind::Twamp => &[Loss, Delay, Jitter],
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
@@ -382,6 +402,8 @@ mod tests {
         assert_eq!(reach(EchoSpec::default().into()), (vec![], None));
         assert_eq!(reach(TtcpSpec::default().into()), (vec![], None));
         assert_eq!(reach(ServerSpec::default().into()), (vec![], None));
+        assert_eq!(reach(OwampSpec::default().into()), (vec![Owamp], None));
+        assert_eq!(reach(TwampSpec::default().into()), (vec![Twamp], None));
         assert_eq!(
             reach(PingSpec::default().into()),
             (vec![TestPort], Some(PingSpec::default().port))
@@ -427,5 +449,20 @@ mod tests {
         assert_eq!(quic.names_a_file(), Some("ca"));
         assert_eq!(TestSpec::from(EchoSpec::default()).names_a_file(), None);
         assert_eq!(TestSpec::from(QuicSpec::default()).names_a_file(), None);
+        let pfs = Some(std::path::PathBuf::from("/etc/owamp/owamp-server.pfs"));
+        let owamp: TestSpec = OwampSpec {
+            passphrase_file: pfs.clone(),
+            ..OwampSpec::default()
+        }
+        .into();
+        let twamp: TestSpec = TwampSpec {
+            passphrase_file: pfs,
+            ..TwampSpec::default()
+        }
+        .into();
+        assert_eq!(owamp.names_a_file(), Some("passphrase_file"));
+        assert_eq!(twamp.names_a_file(), Some("passphrase_file"));
+        assert_eq!(TestSpec::from(OwampSpec::default()).names_a_file(), None);
+        assert_eq!(TestSpec::from(TwampSpec::default()).names_a_file(), None);
     }
 }

@@ -1119,7 +1119,7 @@ dscp = {dscp}
             assert_eq!(
                 e,
                 format!(
-                    "tasks.marked.dscp: {kind} cannot mark its packets; dscp is for tcp, udp, stamp, iperf3"
+                    "tasks.marked.dscp: {kind} cannot mark its packets; dscp is for tcp, udp, stamp, iperf3, owamp, twamp"
                 )
             );
         }

@@ -596,6 +596,10 @@ pub enum TestKind {
     Trace,
     /// `goodput ping`, ICMP echo or TCP connect round trips.
     Ping,
+    /// `goodput owamp`, an OWAMP Control-Client (owping, powstream).
+    OwampClient,
+    /// `goodput twamp`, a TWAMP Control-Client and Session-Sender (twping).
+    TwampClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -619,6 +623,10 @@ pub enum WireProtocol {
     /// Path probes and what answers them: TTL-limited UDP, TCP SYN or ICMP
     /// echo, ICMP errors back (trace, ping).
     Probes,
+    /// OWAMP-Control over TCP and OWAMP-Test over UDP (RFC 4656).
+    Owamp,
+    /// TWAMP-Control over TCP and TWAMP-Test over UDP (RFC 5357).
+    Twamp,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {
@@ -1358,6 +1366,152 @@ pub struct StampHistograms {
     pub backward_ns: Option<String>,
     /// Backward one-way delay, magnitudes of values < 0.
     pub backward_negative_ns: Option<String>,
+}
+
+/// The local clock as the kernel reported it (`ntp_adjtime`) when the
+/// test's timestamps were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ClockState {
+    /// Whether the kernel said the clock was synchronised.
+    pub synchronized: bool,
+    /// The kernel's estimate of the clock's error, microseconds (none:
+    /// not known).
+    pub error_us: Option<f64>,
+}
+
+/// What an OWAMP client run adds to the common record: one direction or
+/// both, each with owping's figures and goodput's exact ones. Delays are
+/// in microseconds, histograms and times in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OwampDetail {
+    /// Security mode: `open`, `authenticated` or `encrypted`.
+    pub mode: String,
+    /// Padding bytes after the test packet's header.
+    pub padding: u32,
+    /// UDP payload per test packet, bytes (header plus padding).
+    pub packet_bytes: u32,
+    /// Time between packets (with `poisson`, the mean), nanoseconds.
+    pub interval_ns: u64,
+    /// Send times drawn from an exponential distribution.
+    pub poisson: bool,
+    /// DSCP of the test packets.
+    pub dscp: u8,
+    /// How long a packet may take before it counts as lost, milliseconds.
+    pub timeout_ms: u64,
+    /// This host's clock.
+    pub local_clock: ClockState,
+    /// The session from this host to the server (owping's `-t`), when
+    /// there was one.
+    pub to: Option<OneWayDirection>,
+    /// The session from the server to this host (owping's `-f`), when
+    /// there was one.
+    pub from: Option<OneWayDirection>,
+}
+
+/// One OWAMP session: loss, duplicates, reordering, one-way delay and
+/// hops of its packets, as the receiver's log shows them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OneWayDirection {
+    /// The session's SID, 32 hex digits.
+    pub sid: String,
+    /// The sender's test address, `ip:port`.
+    pub sender: String,
+    /// The receiver's test address, `ip:port`.
+    pub receiver: String,
+    /// Test packets sent.
+    pub sent: u64,
+    /// Packets scheduled but not sent (the sender was late beyond the
+    /// timeout and skipped them: RFC 4656's skip ranges).
+    pub unsent: u64,
+    /// Packets that arrived (first copies) within the timeout.
+    pub received: u64,
+    /// Packets sent that did not arrive within the timeout.
+    pub lost: u64,
+    /// Copies beyond the first.
+    pub duplicates: u64,
+    /// RFC 4737 reordered packets.
+    pub reordered: u64,
+    /// Reordered / received, percent.
+    pub reordered_percent: f64,
+    /// n-reordering percent of received packets for n = 1, 2, … up to the
+    /// first n with none (empty = no reordering).
+    pub n_reordering_percent: Vec<f64>,
+    /// One-way delay: receive time minus send time, each on its own
+    /// host's clock (exact only when `synchronized`).
+    pub delay: Option<OneWayStats>,
+    /// The delay's percentiles from its HdrHistogram (negative values
+    /// possible when the clocks are not synchronised).
+    pub percentiles: Option<Percentiles>,
+    /// Hops (255 − the TTL the receiver saw).
+    pub hops: Option<HopRange>,
+    /// One-way delay as an HdrHistogram (V2 compressed, base64), values ≥ 0.
+    pub histogram_ns: Option<String>,
+    /// Magnitudes of one-way delays < 0 (unsynchronised clocks).
+    pub histogram_negative_ns: Option<String>,
+    /// Send time of the first packet, Unix nanoseconds.
+    pub first_ns: Option<i64>,
+    /// Send time of the last packet, Unix nanoseconds.
+    pub last_ns: Option<i64>,
+    /// A continuous stream's summaries, one per `summary_every` packets,
+    /// in order (empty for a test of `count` packets).
+    pub intervals: Vec<OneWaySummary>,
+}
+
+/// One summary of a continuous OWAMP stream (powstream's summary file):
+/// the packets scheduled from `start_ns` to `end_ns`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OneWaySummary {
+    /// Scheduled send time of its first packet, Unix nanoseconds.
+    pub start_ns: i64,
+    /// Scheduled send time of its last packet, Unix nanoseconds.
+    pub end_ns: i64,
+    /// Test packets sent.
+    pub sent: u64,
+    /// Packets scheduled but not sent.
+    pub unsent: u64,
+    /// Packets that arrived (first copies) within the timeout.
+    pub received: u64,
+    /// Packets sent that did not arrive within the timeout.
+    pub lost: u64,
+    /// Copies beyond the first.
+    pub duplicates: u64,
+    /// RFC 4737 reordered packets.
+    pub reordered: u64,
+    /// One-way delay of its packets.
+    pub delay: Option<OneWayStats>,
+    /// Hops.
+    pub hops: Option<HopRange>,
+    /// One-way delay as an HdrHistogram, values ≥ 0.
+    pub histogram_ns: Option<String>,
+    /// Magnitudes of one-way delays < 0.
+    pub histogram_negative_ns: Option<String>,
+}
+
+/// What a TWAMP client run adds to the common record. Delays are in
+/// microseconds; histograms are in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TwampDetail {
+    /// Security mode: `open`, `authenticated` or `encrypted`.
+    pub mode: String,
+    /// Padding bytes after the sender's header.
+    pub padding: u32,
+    /// UDP payload per test packet sent, bytes (header plus padding).
+    pub packet_bytes: u32,
+    /// Time between packets, nanoseconds.
+    pub interval_ns: u64,
+    /// DSCP of the test packets.
+    pub dscp: u8,
+    /// How long a packet may take before it counts as lost, milliseconds.
+    pub timeout_ms: u64,
+    /// This host's clock.
+    pub local_clock: ClockState,
+    /// The session's SID, 32 hex digits.
+    pub sid: String,
+    /// Loss, delay (round trip, and one way each way), reordering and
+    /// hops, with loss split by the reflector's own sequence numbers.
+    pub stats: StampStats,
+    /// Time the reflector held each packet (T3 − T2).
+    pub processing: Option<DelayStats>,
 }
 
 /// All sessions within one status interval. Replies are counted when they

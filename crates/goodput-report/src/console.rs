@@ -296,7 +296,8 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             s.duration_s,
             crate::stamp::summary(result, d)
         )),
-        Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
+        // CLIENT's owping- and twping-shaped summaries take these arms.
+        Detail::None | Detail::Server(_) | Detail::Iperf3(_) | Detail::Owamp(_) | Detail::Twamp(_) => None,
     };
     if let Some(own) = own {
         t.push_str(&own);

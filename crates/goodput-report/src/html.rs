@@ -8,7 +8,7 @@
 use crate::chart::{self, escape, palette, Band, Chart, Point, Series, Style};
 use crate::intervals::{IntervalDigest, Measure};
 use goodput_core::result::{
-    DelayStats, EndReason, IpdvStats, OneWayStats, Percentiles, StampStats, TestKind, TestResult,
+    DelayStats, EndReason, IpdvStats, OneWayStats, OwampDetail, Percentiles, StampStats, TestKind, TestResult,
 };
 use goodput_core::stamp::stats::decode_histogram;
 use std::fmt::Write as _;
@@ -138,6 +138,19 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
                 stamp_figures(&mut v, &st.total);
             }
         }
+        TestKind::OwampClient => {
+            if let Some(o) = r.owamp() {
+                owamp_figures(&mut v, o);
+            }
+        }
+        TestKind::TwampClient => {
+            if let Some(t) = r.twamp() {
+                stamp_figures(&mut v, &t.stats);
+                if let Some(p) = &t.processing {
+                    v.push(fig("Reflector time max", p.max_us / 1e3, "ms", Lower));
+                }
+            }
+        }
         TestKind::MediaClient => {
             if let Some(m) = r.media() {
                 let t = &m.total;
@@ -223,6 +236,88 @@ fn percentile_figures(v: &mut Vec<Figure>, what: &'static str, p: &Percentiles) 
     };
     for (n, us) in names {
         v.push(fig(n, us / 1e3, "ms", Better::Lower));
+    }
+}
+
+/// The names of one OWAMP direction's headline figures: they are
+/// `&'static` so that runs compare by name.
+struct OneWayNames {
+    sent: &'static str,
+    lost: &'static str,
+    duplicates: &'static str,
+    reordered: &'static str,
+    /// Min, median, max: synchronised clocks, then unsynchronised.
+    delay: [[&'static str; 3]; 2],
+    jitter: &'static str,
+    hops: &'static str,
+}
+
+const TO_SERVER: OneWayNames = OneWayNames {
+    sent: "To server: packets sent",
+    lost: "To server: lost",
+    duplicates: "To server: duplicates",
+    reordered: "To server: reordered",
+    delay: [
+        [
+            "To server: delay min",
+            "To server: delay median",
+            "To server: delay max",
+        ],
+        [
+            "To server: delay min (unsync)",
+            "To server: delay median (unsync)",
+            "To server: delay max (unsync)",
+        ],
+    ],
+    jitter: "To server: jitter",
+    hops: "To server: hops",
+};
+
+const FROM_SERVER: OneWayNames = OneWayNames {
+    sent: "From server: packets sent",
+    lost: "From server: lost",
+    duplicates: "From server: duplicates",
+    reordered: "From server: reordered",
+    delay: [
+        [
+            "From server: delay min",
+            "From server: delay median",
+            "From server: delay max",
+        ],
+        [
+            "From server: delay min (unsync)",
+            "From server: delay median (unsync)",
+            "From server: delay max (unsync)",
+        ],
+    ],
+    jitter: "From server: jitter",
+    hops: "From server: hops",
+};
+
+fn owamp_figures(v: &mut Vec<Figure>, o: &OwampDetail) {
+    use Better::{Lower, Neither};
+    for (n, d) in [(&TO_SERVER, &o.to), (&FROM_SERVER, &o.from)] {
+        let Some(d) = d else { continue };
+        let pct = |x: u64| match d.sent {
+            0 => 0.0,
+            sent => x as f64 * 100.0 / sent as f64,
+        };
+        v.push(fig(n.sent, d.sent as f64, "", Neither));
+        v.push(fig(n.lost, pct(d.lost), "%", Lower));
+        v.push(fig(n.duplicates, d.duplicates as f64, "", Lower));
+        v.push(fig(n.reordered, d.reordered_percent, "%", Lower));
+        if let Some(w) = &d.delay {
+            // Unsynchronised clocks make one-way delay a relative figure:
+            // its name says so, so it is never compared with an exact one.
+            let [min, median, max] = n.delay[usize::from(!w.synchronized)];
+            v.push(fig(min, w.min_us / 1e3, "ms", Lower));
+            v.push(fig(median, w.median_us / 1e3, "ms", Lower));
+            v.push(fig(max, w.max_us / 1e3, "ms", Lower));
+            v.push(fig(n.jitter, w.jitter_us / 1e3, "ms", Lower));
+        }
+        if let Some(h) = &d.hops {
+            v.push(fig(n.hops, f64::from(h.max), "", Neither));
+        }
     }
 }
 
@@ -379,6 +474,8 @@ fn kind_name(k: TestKind) -> &'static str {
         TestKind::QuicClient => "QUIC perf client",
         TestKind::Trace => "trace",
         TestKind::Ping => "ping",
+        TestKind::OwampClient => "OWAMP client",
+        TestKind::TwampClient => "TWAMP client",
     }
 }
 

@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     AdmissionCounters, ConnectionRecord, EchoDetail, EndReason, Interval, Iperf3Detail, MediaDetail,
-    MediaServerCounters, QuicDetail, QuicServerCounters, RunFailure, ServiceCounters, StampDetail,
-    StampReflectorCounters, Summary, TcpSettings, TestKind, TestResult, ToolInfo, TtcpDetail,
+    MediaServerCounters, OwampDetail, QuicDetail, QuicServerCounters, RunFailure, ServiceCounters,
+    StampDetail, StampReflectorCounters, Summary, TcpSettings, TestKind, TestResult, ToolInfo, TtcpDetail,
+    TwampDetail,
 };
 use crate::assertion::AssertionOutcome;
 use crate::path::{PingDetail, TraceDetail};
@@ -44,6 +45,10 @@ pub enum Detail {
     Trace(Box<TraceDetail>),
     /// Ping runs: every request and the round trips.
     Ping(Box<PingDetail>),
+    /// OWAMP client runs: each direction's one-way figures.
+    Owamp(Box<OwampDetail>),
+    /// TWAMP client runs: round-trip and one-way figures.
+    Twamp(Box<TwampDetail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -163,6 +168,10 @@ whole! {
     trace, trace_mut, into_trace: TraceDetail => Trace;
     /// A ping's round trips.
     ping, ping_mut, into_ping: PingDetail => Ping;
+    /// An OWAMP client's figures.
+    owamp, owamp_mut, into_owamp: OwampDetail => Owamp;
+    /// A TWAMP client's figures.
+    twamp, twamp_mut, into_twamp: TwampDetail => Twamp;
 }
 
 server! {
@@ -275,6 +284,14 @@ struct Document {
     /// Ping runs: every request and the round trips.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ping: Option<PingDetail>,
+    /// OWAMP client runs only: each direction's loss, one-way delay,
+    /// reordering and hops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owamp: Option<OwampDetail>,
+    /// TWAMP client runs only: round-trip and one-way delay, loss each
+    /// way, the reflector's processing time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    twamp: Option<TwampDetail>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -323,6 +340,10 @@ struct DocumentRef<'a> {
     trace: Option<&'a TraceDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ping: Option<&'a PingDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owamp: Option<&'a OwampDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    twamp: Option<&'a TwampDetail>,
 }
 
 impl Serialize for TestResult {
@@ -356,6 +377,8 @@ impl Serialize for TestResult {
             admission: d.admission(),
             trace: d.trace(),
             ping: d.ping(),
+            owamp: d.owamp(),
+            twamp: d.twamp(),
         }
         .serialize(s)
     }
@@ -404,6 +427,8 @@ impl TestResult {
             TestKind::QuicClient => boxed(doc.quic.take()).map(Detail::Quic),
             TestKind::Trace => boxed(doc.trace.take()).map(Detail::Trace),
             TestKind::Ping => boxed(doc.ping.take()).map(Detail::Ping),
+            TestKind::OwampClient => boxed(doc.owamp.take()).map(Detail::Owamp),
+            TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -420,6 +445,8 @@ impl TestResult {
             ("admission", doc.admission.is_some()),
             ("trace", doc.trace.is_some()),
             ("ping", doc.ping.is_some()),
+            ("owamp", doc.owamp.is_some()),
+            ("twamp", doc.twamp.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();
@@ -514,6 +541,135 @@ mod tests {
             let back: TestResult = serde_json::from_value(v).unwrap();
             assert_eq!(back.detail, Detail::None, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn owamp_and_twamp_details_sit_under_their_keys_and_come_back() {
+        use crate::result::{
+            ClockState, OneWayDirection, OneWayStats, OneWaySummary, StampHistograms, StampReflectorMode,
+            StampStats,
+        };
+        let delay = OneWayStats {
+            count: 9,
+            min_us: -12.5,
+            median_us: 40.0,
+            max_us: 90.0,
+            jitter_us: 7.0,
+            synchronized: false,
+            error_bound_us: Some(1500.0),
+            ipdv: None,
+        };
+        let way = OneWayDirection {
+            sid: "c0a80001e95f3a1c0000000000000001".into(),
+            sender: "192.0.2.1:8760".into(),
+            receiver: "192.0.2.2:8761".into(),
+            sent: 10,
+            unsent: 0,
+            received: 9,
+            lost: 1,
+            duplicates: 0,
+            reordered: 0,
+            reordered_percent: 0.0,
+            n_reordering_percent: Vec::new(),
+            delay: Some(delay),
+            percentiles: None,
+            hops: None,
+            histogram_ns: None,
+            histogram_negative_ns: None,
+            first_ns: Some(1_700_000_000_000_000_000),
+            last_ns: Some(1_700_000_000_900_000_000),
+            intervals: vec![OneWaySummary {
+                start_ns: 1_700_000_000_000_000_000,
+                end_ns: 1_700_000_000_900_000_000,
+                sent: 10,
+                unsent: 0,
+                received: 9,
+                lost: 1,
+                duplicates: 0,
+                reordered: 0,
+                delay: Some(delay),
+                hops: None,
+                histogram_ns: None,
+                histogram_negative_ns: None,
+            }],
+        };
+        let owamp = OwampDetail {
+            mode: "open".into(),
+            padding: 0,
+            packet_bytes: 14,
+            interval_ns: 100_000_000,
+            poisson: false,
+            dscp: 0,
+            timeout_ms: 2000,
+            local_clock: ClockState {
+                synchronized: false,
+                error_us: None,
+            },
+            to: None,
+            from: Some(way),
+        };
+        let r = result(TestKind::OwampClient, Detail::Owamp(Box::new(owamp.clone())));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["kind"], "owamp_client");
+        assert_eq!(v["owamp"]["from"]["lost"], 1);
+        assert_eq!(v["owamp"]["from"]["delay"]["min_us"], -12.5);
+        assert_eq!(v["owamp"]["to"], serde_json::Value::Null);
+        let back: TestResult = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back.owamp(), Some(&owamp));
+        let mut wrong = v;
+        wrong["kind"] = "twamp_client".into();
+        assert_eq!(
+            serde_json::from_value::<TestResult>(wrong)
+                .unwrap_err()
+                .to_string(),
+            "a twamp_client result has no `owamp`"
+        );
+
+        let stats = StampStats {
+            sent: 100,
+            received: 98,
+            lost: 2,
+            lost_forward: Some(1),
+            lost_backward: Some(1),
+            reflector_mode: StampReflectorMode::Stateful,
+            duplicates: 0,
+            late: 0,
+            unmatched: 0,
+            ssid_mismatch: 0,
+            ssid_zero: 0,
+            reordered: 0,
+            reordered_percent: 0.0,
+            n_reordering_percent: Vec::new(),
+            rtt: None,
+            forward: None,
+            backward: None,
+            rtt_ipdv: None,
+            hops_forward: None,
+            hops_backward: None,
+            histograms: StampHistograms::default(),
+        };
+        let twamp = TwampDetail {
+            mode: "authenticated".into(),
+            padding: 64,
+            packet_bytes: 112,
+            interval_ns: 100_000_000,
+            dscp: 46,
+            timeout_ms: 2000,
+            local_clock: ClockState {
+                synchronized: true,
+                error_us: Some(3.0),
+            },
+            sid: "c0a80001e95f3a1c0000000000000002".into(),
+            stats,
+            processing: None,
+        };
+        let r = result(TestKind::TwampClient, Detail::Twamp(Box::new(twamp.clone())));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["twamp"]["stats"]["lost_backward"], 1);
+        assert_eq!(v["twamp"]["local_clock"]["error_us"], 3.0);
+        let back: TestResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back.twamp(), Some(&twamp));
+        assert_eq!(back.owamp(), None);
     }
 
     #[test]

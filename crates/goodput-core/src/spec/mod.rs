@@ -17,22 +17,26 @@ use crate::schedule::{Ms, RunClass};
 
 pub mod echo;
 pub mod iperf3;
+pub mod owamp;
 pub mod quic;
 pub mod server;
 pub mod stamp;
 pub mod tcp;
 pub mod trace;
 pub mod ttcp;
+pub mod twamp;
 pub mod udp;
 
 pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
+pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
 pub use quic::QuicSpec;
 pub use server::ServerSpec;
 pub use stamp::StampSpec;
 pub use tcp::{Family, SocketSpec, TcpSpec, TcpWire};
 pub use trace::{PingSpec, TraceSpec};
 pub use ttcp::{TtcpRole, TtcpSpec};
+pub use twamp::TwampSpec;
 pub use udp::UdpSpec;
 
 /// One test, tagged by its kind (`"kind": "tcp"`).
@@ -62,6 +66,10 @@ pub enum TestSpec {
     Trace(TraceSpec),
     /// Round trips by ICMP echo or TCP connect (`goodput ping`).
     Ping(PingSpec),
+    /// An OWAMP test, owping's or powstream's (`goodput owamp`).
+    Owamp(OwampSpec),
+    /// A TWAMP test, twping's (`goodput twamp`).
+    Twamp(TwampSpec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -81,6 +89,8 @@ macro_rules! each_kind {
             TestSpec::Quic($s) => $body,
             TestSpec::Trace($s) => $body,
             TestSpec::Ping($s) => $body,
+            TestSpec::Owamp($s) => $body,
+            TestSpec::Twamp($s) => $body,
         }
     };
 }
@@ -107,6 +117,8 @@ into_test_spec!(
     Quic(QuicSpec),
     Trace(TraceSpec),
     Ping(PingSpec),
+    Owamp(OwampSpec),
+    Twamp(TwampSpec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -343,6 +355,8 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Trace => read::<TraceSpec>(body),
         Kind::Ping => read::<PingSpec>(body),
         Kind::Server => read::<ServerSpec>(body),
+        Kind::Owamp => read::<OwampSpec>(body),
+        Kind::Twamp => read::<TwampSpec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
@@ -427,6 +441,8 @@ mod tests {
             QuicSpec::default().into(),
             TraceSpec::default().into(),
             PingSpec::default().into(),
+            OwampSpec::default().into(),
+            TwampSpec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
@@ -457,7 +473,7 @@ mod tests {
         let before = s.clone();
         assert_eq!(
             s.set_dscp(8).unwrap_err().to_string(),
-            "dscp: echo cannot mark its packets; dscp is for tcp, udp, stamp, iperf3"
+            "dscp: echo cannot mark its packets; dscp is for tcp, udp, stamp, iperf3, owamp, twamp"
         );
         assert_eq!(s, before, "a refused mark changes nothing");
         assert_eq!(
@@ -504,7 +520,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

@@ -5,12 +5,14 @@
 
 mod echo;
 mod iperf3;
+mod owamp;
 mod path;
 mod quic;
 mod server;
 mod stamp;
 mod tcp;
 mod ttcp;
+mod twamp;
 mod udp;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -91,6 +93,8 @@ pub async fn run(
         TestSpec::Server(s) => server::run(s, context.iperf3_observer, observer, cancel, max_records).await,
         TestSpec::Trace(s) => path::trace(spec, s, observer, cancel).await,
         TestSpec::Ping(s) => path::ping(spec, s, observer, cancel, max_records).await,
+        TestSpec::Owamp(s) => owamp::run(s, observer, cancel, max_records).await,
+        TestSpec::Twamp(s) => twamp::run(s, observer, cancel, max_records).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -287,6 +291,8 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Quic(_) => (TestKind::QuicClient, WireProtocol::Quic),
         TestSpec::Trace(_) => (TestKind::Trace, WireProtocol::Probes),
         TestSpec::Ping(_) => (TestKind::Ping, WireProtocol::Probes),
+        TestSpec::Owamp(_) => (TestKind::OwampClient, WireProtocol::Owamp),
+        TestSpec::Twamp(_) => (TestKind::TwampClient, WireProtocol::Twamp),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

@@ -126,6 +126,7 @@ async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Resu
         TestSpec::Udp(t) => run_udp(t, views, extras.jitter_file).await,
         TestSpec::Quic(t) => run_quic(t, views, extras.perf_log).await,
         s @ (TestSpec::Trace(_) | TestSpec::Ping(_)) => super::path::run_path(s, views).await,
+        s @ (TestSpec::Owamp(_) | TestSpec::Twamp(_)) => run_latency(s, views).await,
     };
     match outcome {
         Err(Stop::Fatal(e)) => {
@@ -137,6 +138,15 @@ async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Resu
         Err(Stop::Exit(code)) => Ok(code),
         other => other,
     }
+}
+
+/// An OWAMP or TWAMP spec, through the engine with the common views.
+async fn run_latency(spec: TestSpec, out: &ViewArgs) -> Result<u8, Stop> {
+    let views = Views::open(out, None)?;
+    super::run_and_report(spec, RunContext::with_records(out.max_records), views, out, |r| {
+        r.summary.failures() > 0
+    })
+    .await
 }
 
 /// Writes the `failed` result of `spec` to `--json`, unless the test
