@@ -16,6 +16,7 @@ use goodput_core::owamp::control::{
 use goodput_core::owamp::crypto::{TestKeys, BLOCK};
 use goodput_core::owamp::packet::{self, ReflectorFields, SenderFields};
 use goodput_core::owamp::pfs::Key;
+use goodput_core::owamp::schedule::Schedule;
 use goodput_core::owamp::{Accept, Mode, SEND_TTL};
 use goodput_core::stamp::stats::{SignedHistogram, SplitFacts, Tally, Tracker, Verdict};
 use goodput_core::stamp::{ntp_from_unix_ns, ErrorEstimate, ReflectorPacket};
@@ -570,6 +571,173 @@ pub trait Endpoints {
     ) -> impl std::future::Future<Output = Vec<DataRecord>> + Send;
 }
 
+/// The engine's own OWAMP endpoints: a sender on the session's schedule
+/// and a receiver that logs every valid packet of the session's sender.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineEndpoints;
+
+impl Endpoints for EngineEndpoints {
+    async fn send(
+        &self,
+        sock: UdpSocket,
+        plan: &SessionPlan,
+        req: &OwampRequest,
+        mode: Mode,
+        cancel: CancellationToken,
+    ) -> SenderEnd {
+        send_session(sock, plan, req, mode, cancel).await
+    }
+
+    async fn receive(
+        &self,
+        sock: UdpSocket,
+        plan: &SessionPlan,
+        req: &OwampRequest,
+        mode: Mode,
+        cancel: CancellationToken,
+    ) -> Vec<DataRecord> {
+        receive_session(sock, plan, req, mode, cancel).await
+    }
+}
+
+/// When a session's offset (ns after Start Time) falls, as an instant.
+fn instant_of(plan: &SessionPlan, offset_ns: u64) -> Instant {
+    let at = plan.start_unix_ns.saturating_add(offset_ns as i64);
+    let wait = at - msg::now_unix_ns();
+    if wait > 0 {
+        Instant::now() + Duration::from_nanos(wait as u64)
+    } else {
+        Instant::now()
+    }
+}
+
+async fn send_session(
+    sock: UdpSocket,
+    plan: &SessionPlan,
+    req: &OwampRequest,
+    mode: Mode,
+    cancel: CancellationToken,
+) -> SenderEnd {
+    let mut end = SenderEnd::default();
+    let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) else {
+        return end;
+    };
+    if sock.connect(plan.receiver).await.is_err() {
+        return end;
+    }
+    let len = (packet::sender_header(mode) + req.padding as usize).min(MAX_PACKET);
+    let mut buf = vec![0u8; len];
+    let timeout_ns = req.timeout.as_nanos() as i64;
+    let mut error = msg::clock_error();
+    for seq in 0..req.count {
+        let offset = schedule.next_offset_ns();
+        let due = plan.start_unix_ns.saturating_add(offset as i64);
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep_until(instant_of(plan, offset)) => {}
+        }
+        let now = msg::now_unix_ns();
+        end.next_seq = seq + 1;
+        if now - due > timeout_ns {
+            // Too late to be anything but lost: skip it, as owamp does.
+            match end.skips.last_mut() {
+                Some(r) if r.last + 1 == seq => r.last = seq,
+                _ => end.skips.push(SkipRange {
+                    first: seq,
+                    last: seq,
+                }),
+            }
+            continue;
+        }
+        if seq.is_multiple_of(64) {
+            error = msg::clock_error();
+        }
+        rand::rngs::OsRng.fill_bytes(&mut buf);
+        let f = SenderFields {
+            seq,
+            timestamp: ntp_from_unix_ns(msg::now_unix_ns()),
+            error: error.to_u16(),
+        };
+        packet::write_sender(mode, plan.keys.as_ref(), &f, &mut buf);
+        // A refused send (an ICMP error) is a packet sent and lost.
+        let _ = sock.send(&buf).await;
+    }
+    end
+}
+
+async fn receive_session(
+    sock: UdpSocket,
+    plan: &SessionPlan,
+    req: &OwampRequest,
+    mode: Mode,
+    cancel: CancellationToken,
+) -> Vec<DataRecord> {
+    let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) else {
+        return Vec::new();
+    };
+    let offsets: Vec<u64> = (0..req.count).map(|_| schedule.next_offset_ns()).collect();
+    let last = offsets.last().copied().unwrap_or(0);
+    let deadline = instant_of(plan, last) + req.timeout;
+    let max = req.max_records() as usize;
+    let mut records: Vec<DataRecord> = Vec::new();
+    let mut seen = vec![false; req.count as usize];
+    let mut buf = vec![0u8; MAX_PACKET + 64];
+    let expected = packet::sender_header(mode) + req.padding as usize;
+    let mut error = msg::clock_error();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep_until(deadline) => break,
+            r = sock.readable() => {
+                if r.is_err() {
+                    continue;
+                }
+                loop {
+                    let got = sock.try_io(Interest::READABLE, || {
+                        msg::recv_one(sock.as_raw_fd(), &mut buf)
+                            .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::WouldBlock.into()))
+                    });
+                    let Ok(meta) = got else { break };
+                    let t = meta.t_ns.unwrap_or_else(msg::now_unix_ns);
+                    if meta.src != plan.sender || meta.len != expected || records.len() >= max {
+                        continue;
+                    }
+                    let Some(f) = packet::read_sender(mode, plan.keys.as_ref(), &mut buf[..meta.len]) else {
+                        continue;
+                    };
+                    let Some(s) = seen.get_mut(f.seq as usize) else { continue };
+                    *s = true;
+                    if records.len().is_multiple_of(64) {
+                        error = msg::clock_error();
+                    }
+                    records.push(DataRecord {
+                        seq: f.seq,
+                        send_err: f.error,
+                        recv_err: error.to_u16(),
+                        send_time: f.timestamp,
+                        recv_time: ntp_from_unix_ns(t),
+                        ttl: meta.ttl.unwrap_or(SEND_TTL),
+                    });
+                }
+            }
+        }
+    }
+    // Every packet not seen is lost, at its scheduled send time.
+    for (seq, off) in offsets.iter().enumerate() {
+        if !seen[seq] {
+            records.push(DataRecord {
+                seq: seq as u32,
+                send_err: error.to_u16(),
+                recv_err: error.to_u16(),
+                send_time: ntp_from_unix_ns(plan.start_unix_ns.saturating_add(*off as i64)),
+                recv_time: 0,
+                ttl: SEND_TTL,
+            });
+        }
+    }
+    records
+}
+
 /// Runs an OWAMP test: the sessions asked for, their Stop-Sessions, and
 /// the server's log of the session it received.
 pub async fn run_owamp<E: Endpoints>(
@@ -691,6 +859,17 @@ pub async fn run_owamp<E: Endpoints>(
         }
     };
     let (sent, received) = tokio::join!(send, receive);
+    // As owamp's sender does: Stop-Sessions only once the last packet's
+    // scheduled time plus the timeout has passed, so that the receiver
+    // has it (owampd counts what is not in when Stop-Sessions comes as
+    // lost).
+    if let Some(plan) = &to {
+        let last = Schedule::offset_ns(&plan.sid, &req.slots, req.count - 1).unwrap_or(0);
+        tokio::select! {
+            _ = cancel.cancelled() => {}
+            _ = tokio::time::sleep_until(instant_of(plan, last) + req.timeout) => {}
+        }
+    }
     let interrupted = cancel.is_cancelled();
     // Our Stop-Sessions: the session we sent, with where its sender got to.
     let mut head = StopHeader {

@@ -1,20 +1,315 @@
-//! A `owamp` spec's run. A placeholder until the OWAMP client is
-//! built: it refuses to start, so a spec of the kind runs to a failed
-//! result with the reason rather than to nothing.
+//! An `owamp` spec's run: owping's test, a session each way (or one) with
+//! the server, the server's log fetched, and owping's figures of each.
 
-use goodput_core::result::TestResult;
-use goodput_core::spec::OwampSpec;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use goodput_core::owamp::control::{Slot, SlotKind};
+use goodput_core::owamp::pfs;
+use goodput_core::owamp::stats::OneWayFigures;
+use goodput_core::owamp::Mode;
+use goodput_core::result::{
+    ClockState, ConnectionRecord, Detail, EndReason, HopRange, OneWayDirection, OneWayStats, OwampDetail,
+    Percentiles, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol, SCHEMA_VERSION,
+};
+use goodput_core::spec::owamp::SecurityMode;
+use goodput_core::spec::{Family, OwampDirection, OwampSpec};
+use goodput_core::stamp::{unix_ns_from_ntp, ErrorEstimate};
 use tokio_util::sync::CancellationToken;
 
-use super::Failure;
+use super::{error_chain, resolve, Failure};
+use crate::owamp::client::{run_owamp, ControlTarget, OneWayOutcome, OwampRequest};
 use crate::Observer;
+
+/// The longest wait for a control message the server owes.
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The refusal of a spec with no host: goodput has no embedded OWAMP or
+/// TWAMP server to test against yet.
+pub(super) fn no_embedded_server(kind: &str) -> Failure {
+    Failure::setup(format!(
+        "{kind} needs a `host` (an OWAMP/TWAMP server such as a perfSONAR host): \
+         goodput has no embedded {kind} server to test against on loopback"
+    ))
+}
+
+/// (IPv4 only, IPv6 only).
+pub(super) fn families(f: Family) -> (bool, bool) {
+    (f == Family::Ipv4, f == Family::Ipv6)
+}
+
+/// The protocol's mode for the spec's.
+pub(super) fn mode_of(m: SecurityMode) -> Mode {
+    match m {
+        SecurityMode::Open => Mode::Open,
+        SecurityMode::Authenticated => Mode::Authenticated,
+        SecurityMode::Encrypted => Mode::Encrypted,
+    }
+}
+
+/// Where to connect and with what key: the key identity's passphrase
+/// read from the pfs file.
+pub(super) fn control_target(
+    server: SocketAddr,
+    bind: Option<IpAddr>,
+    mode: SecurityMode,
+    key_identity: &Option<String>,
+    passphrase_file: &Option<PathBuf>,
+) -> Result<ControlTarget, Failure> {
+    let key = match (key_identity, passphrase_file) {
+        (Some(id), Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::setup(format!("`passphrase_file` {}: {e}", path.display())))?;
+            let keys = pfs::parse(&text)
+                .map_err(|e| Failure::setup(format!("`passphrase_file` {}: {e}", path.display())))?;
+            let k = pfs::find(&keys, id).ok_or_else(|| {
+                Failure::setup(format!(
+                    "`passphrase_file` {} has no key for `key_identity` {id:?}",
+                    path.display()
+                ))
+            })?;
+            Some(k.clone())
+        }
+        _ => None,
+    };
+    Ok(ControlTarget {
+        server,
+        bind,
+        mode: mode_of(mode),
+        key,
+        io_timeout: CONTROL_TIMEOUT,
+    })
+}
+
+/// Our clock as a result states it.
+pub(super) fn clock_state(e: ErrorEstimate) -> ClockState {
+    ClockState {
+        synchronized: e.synchronized,
+        error_us: e.error_ns().filter(|_| e.synchronized).map(|ns| ns / 1e3),
+    }
+}
+
+/// Octets as lower-case hex.
+pub(super) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// One direction's figures for the result document.
+fn direction(o: &OneWayOutcome) -> OneWayDirection {
+    let f = OneWayFigures::from_records(&o.records, o.end.next_seq, &o.end.skips);
+    let near = o.plan.start_unix_ns;
+    let us = |ns: i64| ns as f64 / 1e3;
+    let delay = (!f.delay.is_empty()).then(|| OneWayStats {
+        count: f.delay.len(),
+        min_us: us(f.delay.min()),
+        median_us: us(f.delay.quantile(0.5)),
+        max_us: us(f.delay.max()),
+        jitter_us: us(f.jitter_ns().unwrap_or(0)),
+        synchronized: f.synchronized,
+        error_bound_us: f.max_error_ns.map(|e| e / 1e3),
+        ipdv: f.ipdv.ipdv_stats(),
+    });
+    let percentiles = (!f.delay.is_empty()).then(|| Percentiles {
+        count: f.delay.len(),
+        min_us: us(f.delay.min()),
+        p50_us: us(f.delay.quantile(0.5)),
+        p90_us: us(f.delay.quantile(0.9)),
+        p99_us: us(f.delay.quantile(0.99)),
+        p999_us: us(f.delay.quantile(0.999)),
+        max_us: us(f.delay.max()),
+    });
+    OneWayDirection {
+        sid: hex(&o.plan.sid),
+        sender: o.plan.sender.to_string(),
+        receiver: o.plan.receiver.to_string(),
+        sent: f.sent,
+        unsent: f.unsent,
+        received: f.received,
+        lost: f.lost,
+        duplicates: f.duplicates,
+        reordered: f.reordered,
+        reordered_percent: f.n_reordering_percent().first().copied().unwrap_or(0.0),
+        n_reordering_percent: f.n_reordering_percent(),
+        delay,
+        percentiles,
+        hops: f.hops().map(|(min, max)| HopRange { min, max }),
+        histogram_ns: f.delay.encode_positive(),
+        histogram_negative_ns: f.delay.encode_negative(),
+        first_ns: f.first_send.map(|t| unix_ns_from_ntp(t, near)),
+        last_ns: f.last_send.map(|t| unix_ns_from_ntp(t, near)),
+        intervals: Vec::new(),
+    }
+}
+
+/// The schedule's slot for the spec: its interval, fixed or the mean of
+/// exponential gaps.
+pub(super) fn slot_of(spec: &OwampSpec) -> Slot {
+    let kind = if spec.poisson {
+        SlotKind::Exponential
+    } else {
+        SlotKind::Fixed
+    };
+    Slot::from_ns(kind, spec.interval.0.as_nanos() as u64)
+}
 
 /// Runs a validated OWAMP spec.
 pub(super) async fn run(
-    _spec: &OwampSpec,
-    _observer: &mut dyn Observer,
-    _cancel: CancellationToken,
+    spec: &OwampSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
     _max_records: usize,
 ) -> Result<TestResult, Failure> {
-    Err(Failure::setup("the OWAMP client is not built yet"))
+    let Some(host) = &spec.host else {
+        return Err(no_embedded_server("owamp"));
+    };
+    if spec.continuous {
+        return Err(Failure::setup(
+            "`continuous` streams are not run by this client yet: give `count` packets instead",
+        ));
+    }
+    let (v4, v6) = families(spec.family);
+    let server = resolve(host, spec.port, v4, v6).await?[0];
+    let target = control_target(
+        server,
+        spec.bind,
+        spec.mode,
+        &spec.key_identity,
+        &spec.passphrase_file,
+    )?;
+    let count = u32::try_from(spec.count).map_err(|_| Failure::setup("`count` must be below 2^32"))?;
+    let req = OwampRequest {
+        count,
+        slots: vec![slot_of(spec)],
+        padding: spec.padding,
+        dscp: spec.dscp,
+        timeout: spec.timeout.0,
+        test_ports: spec.test_ports,
+        to: spec.direction.sends(),
+        from: spec.direction.receives(),
+    };
+    let ways = match spec.direction {
+        OwampDirection::Both => "to and from the server",
+        OwampDirection::To => "to the server",
+        OwampDirection::From => "from the server",
+    };
+    let banner = vec![
+        (
+            "Server".to_owned(),
+            format!("{server} (OWAMP-Control, {} mode)", spec.mode.name()),
+        ),
+        (
+            "Packets".into(),
+            format!(
+                "{count} of {} B {ways}, {} {:.3} ms, DSCP {}, TTL 255",
+                spec.packet_bytes(),
+                if spec.poisson { "Poisson, mean" } else { "every" },
+                spec.interval.0.as_secs_f64() * 1e3,
+                spec.dscp
+            ),
+        ),
+        (
+            "Loss timeout".into(),
+            format!("{} ms", spec.timeout.0.as_millis()),
+        ),
+    ];
+    observer.on_start("goodput owamp", &banner);
+    let started_unix_ms = (crate::datagram::now_unix_ns() / 1_000_000) as u64;
+    let t0 = std::time::Instant::now();
+    let out = run_owamp(
+        &target,
+        &req,
+        &crate::owamp::client::EngineEndpoints,
+        cancel.clone(),
+    )
+    .await
+    .map_err(|e| Failure::test(error_chain(&e)))?;
+    if !out.clock.synchronized {
+        observer.on_notice(
+            "this host's clock is not synchronised (ntp_adjtime): its one-way delays are marked unsync",
+        );
+    }
+    let to = out.to.as_ref().map(direction);
+    let from = out.from.as_ref().map(direction);
+    let elapsed_ns = t0.elapsed().as_nanos() as u64;
+    let bytes = u64::from(spec.packet_bytes());
+    let mut summary = SummaryBuilder::default();
+    let mut connections = Vec::new();
+    for (i, (way, o)) in [(&to, &out.to), (&from, &out.from)].into_iter().enumerate() {
+        let (Some(d), Some(o)) = (way, o) else { continue };
+        let sending = i == 0;
+        let outcome = if d.sent > 0 && d.received == 0 {
+            goodput_core::result::Outcome::NetworkError {
+                during: "receive".into(),
+                errno: None,
+                name: "NoPackets".into(),
+                message: format!("none of {} packets arrived", d.sent),
+            }
+        } else {
+            goodput_core::result::Outcome::Succeeded
+        };
+        let record = ConnectionRecord {
+            index: i as u64,
+            connection_id: d.sid.clone(),
+            local_address: if sending { o.plan.sender } else { o.plan.receiver }.to_string(),
+            remote_address: if sending { o.plan.receiver } else { o.plan.sender }.to_string(),
+            start_s: 0.0,
+            time_slice_s: elapsed_ns as f64 / 1e9,
+            elapsed_ns,
+            pattern: None,
+            transfer_bytes: d.sent * bytes,
+            buffer_bytes: bytes,
+            rate_limit_bytes_per_second: (bytes as f64 / spec.interval.0.as_secs_f64()) as u64,
+            sent_bytes: if sending { d.sent * bytes } else { 0 },
+            received_bytes: if sending { 0 } else { d.received * bytes },
+            outcome,
+            peer: None,
+            shutdown: None,
+            quic: None,
+            tcp_info: None,
+            media: None,
+            timed: None,
+        };
+        summary.add(&record);
+        connections.push(record);
+    }
+    Ok(TestResult {
+        assertions: Vec::new(),
+        spec: None,
+        error: None,
+        schema_version: SCHEMA_VERSION,
+        tool: crate::tool_info(),
+        kind: TestKind::OwampClient,
+        started_unix_ms,
+        settings: TcpSettings {
+            connections: Some(connections.len() as u64),
+            ..TcpSettings::bare(
+                WireProtocol::Owamp,
+                vec![server.to_string()],
+                spec.status_interval.0.as_millis() as u64,
+            )
+        },
+        intervals: Vec::new(),
+        intervals_omitted: 0,
+        connections,
+        summary: summary.finish(elapsed_ns),
+        connections_omitted: 0,
+        end: if out.interrupted {
+            EndReason::Interrupted
+        } else {
+            EndReason::Completed
+        },
+        detail: Detail::Owamp(Box::new(OwampDetail {
+            mode: out.mode.name().to_owned(),
+            padding: spec.padding,
+            packet_bytes: spec.packet_bytes(),
+            interval_ns: spec.interval.0.as_nanos() as u64,
+            poisson: spec.poisson,
+            dscp: spec.dscp,
+            timeout_ms: spec.timeout.0.as_millis() as u64,
+            local_clock: clock_state(out.clock),
+            to,
+            from,
+        })),
+    })
 }
