@@ -38,7 +38,7 @@ pub const MAX_PACKET: usize = 9000;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The control connection could not be opened.
-    #[error("cannot connect to {addr}: {source}")]
+    #[error("cannot connect to {addr}")]
     Connect {
         /// The server.
         addr: SocketAddr,
@@ -46,10 +46,10 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The control connection failed (greeting, set-up, a message).
-    #[error("{0}")]
+    #[error(transparent)]
     Control(#[from] ControlFailure),
     /// The server refused a session.
-    #[error("the server refused the {what} session: {}", Accept::describe(*code))]
+    #[error("the server refused the {what} session: Accept code {code}, {}", Accept::describe(*code))]
     Refused {
         /// Which session.
         what: &'static str,
@@ -57,8 +57,8 @@ pub enum ClientError {
         code: u8,
     },
     /// A test socket could not be set up.
-    #[error("test socket: {0}")]
-    Socket(std::io::Error),
+    #[error("test socket")]
+    Socket(#[source] std::io::Error),
     /// The server said something a client cannot accept.
     #[error("{0}")]
     Protocol(String),
