@@ -1633,6 +1633,69 @@ pub struct StampReflectorCounters {
     pub sessions: u64,
 }
 
+/// An OWAMP or TWAMP server's counters over its life (owampd's and
+/// twampd's part of `goodput server`): control connections, sessions
+/// accepted and refused by reason, and the test packets moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(default)]
+pub struct OwampServerCounters {
+    /// Control connections past the greeting.
+    pub connections: u64,
+    /// Connections turned away at once: too many at the server or from
+    /// one client address (greeting with no modes).
+    pub busy: u64,
+    /// Connections from addresses outside the allowed CIDRs.
+    pub denied: u64,
+    /// Set-ups refused: a mode not offered, an unknown key identity or a
+    /// wrong passphrase.
+    pub setup_refused: u64,
+    /// Connections closed for silence (before or between sessions).
+    pub idle_timeouts: u64,
+    /// Connections closed for a malformed message or a wrong HMAC.
+    pub protocol_errors: u64,
+    /// Sessions accepted.
+    pub sessions: u64,
+    /// Refused (3): a Type-P, role or command not supported.
+    pub refused_unsupported: u64,
+    /// Refused (1): a sender or receiver address that is not the
+    /// control connection's client.
+    pub refused_address: u64,
+    /// Refused (4): more packets than a session may have.
+    pub refused_packets: u64,
+    /// Refused (4): more schedule slots than a session may have.
+    pub refused_slots: u64,
+    /// Refused (4): more padding than a packet may carry.
+    pub refused_padding: u64,
+    /// Refused (4): a timeout longer than allowed.
+    pub refused_timeout: u64,
+    /// Refused (4): a start time too far ahead or too long past.
+    pub refused_start_time: u64,
+    /// Refused (4 alone, 5 with the client's other sessions): over the
+    /// bandwidth one client may use.
+    pub refused_bandwidth: u64,
+    /// Refused (5): as many sessions as one client may hold at once.
+    pub refused_sessions: u64,
+    /// Refused (5): the receive logs' memory budget is spent.
+    pub refused_memory: u64,
+    /// Refused (5 or 2): no test port could be bound.
+    pub refused_ports: u64,
+    /// OWAMP test packets received and logged.
+    pub packets_received: u64,
+    /// OWAMP test packets sent.
+    pub packets_sent: u64,
+    /// TWAMP test packets reflected.
+    pub packets_reflected: u64,
+    /// Test packets dropped: from a source without a session, before
+    /// Start-Sessions, malformed, with a wrong HMAC, or over the rate.
+    pub packets_ignored: u64,
+    /// Fetch-Session answered with the records.
+    pub fetches: u64,
+    /// Fetch-Session refused (an unknown or expired session).
+    pub fetches_refused: u64,
+    /// Receive logs dropped unfetched when they expired.
+    pub logs_expired: u64,
+}
+
 /// Why a run failed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunFailure {

@@ -119,9 +119,8 @@ pub(crate) fn services_only(
             BeaconService::Stamp => Some(o.stamp_port),
             BeaconService::Iperf3 => o.iperf3_port,
             BeaconService::Quic => o.quic_port,
-            // Not served by the beacon yet: the server part wires the
-            // beacon's OWAMP and TWAMP ports in here.
-            BeaconService::Owamp | BeaconService::Twamp => None,
+            BeaconService::Owamp => o.owamp_port,
+            BeaconService::Twamp => o.twamp_port,
         })
         .chain(reach.port)
         .collect();

@@ -264,6 +264,11 @@ pub(crate) async fn beacon(shared: Arc<Shared>) {
         quic: shared.options.quic_port.is_some(),
         quic_port: shared.options.quic_port.unwrap_or(4433),
         quic_listen: ips.clone(),
+        owamp: shared.options.owamp_port.is_some(),
+        owamp_port: shared.options.owamp_port.unwrap_or(861),
+        twamp: shared.options.twamp_port.is_some(),
+        twamp_port: shared.options.twamp_port.unwrap_or(862),
+        ow_twamp_listen: ips.clone(),
         ..ServerSpec::default()
     };
     let spec = TestSpec::Server(spec);

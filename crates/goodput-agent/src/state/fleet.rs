@@ -154,6 +154,8 @@ pub(crate) async fn registrar(shared: Arc<Shared>) {
         }
         services.extend(o.iperf3_port.map(|p| format!("iperf3:{p}")));
         services.extend(o.quic_port.map(|p| format!("quic:{p}")));
+        services.extend(o.owamp_port.map(|p| format!("owamp:{p}")));
+        services.extend(o.twamp_port.map(|p| format!("twamp:{p}")));
         let reg = Registration {
             version: env!("CARGO_PKG_VERSION").into(),
             addresses: loaded

@@ -72,6 +72,10 @@ pub struct AgentOptions {
     pub iperf3_port: Option<u16>,
     /// Serve QUIC perf clients on this UDP port too (none: off).
     pub quic_port: Option<u16>,
+    /// Serve OWAMP on this TCP port too (none: off).
+    pub owamp_port: Option<u16>,
+    /// Serve TWAMP on this TCP port too (none: off).
+    pub twamp_port: Option<u16>,
     /// How often a configuration URL is read again.
     pub reload_every: Duration,
     /// How much history the archive keeps.
@@ -100,6 +104,8 @@ impl Default for AgentOptions {
             stamp_port: 862,
             iperf3_port: None,
             quic_port: None,
+            owamp_port: None,
+            twamp_port: None,
             reload_every: Duration::from_secs(300),
             retention: Retention::default(),
         }

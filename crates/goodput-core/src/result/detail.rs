@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     AdmissionCounters, ConnectionRecord, EchoDetail, EndReason, Interval, Iperf3Detail, MediaDetail,
-    MediaServerCounters, OwampDetail, QuicDetail, QuicServerCounters, RunFailure, ServiceCounters,
-    StampDetail, StampReflectorCounters, Summary, TcpSettings, TestKind, TestResult, ToolInfo, TtcpDetail,
-    TwampDetail,
+    MediaServerCounters, OwampDetail, OwampServerCounters, QuicDetail, QuicServerCounters, RunFailure,
+    ServiceCounters, StampDetail, StampReflectorCounters, Summary, TcpSettings, TestKind, TestResult,
+    ToolInfo, TtcpDetail, TwampDetail,
 };
 use crate::assertion::AssertionOutcome;
 use crate::path::{PingDetail, TraceDetail};
@@ -63,6 +63,10 @@ pub struct ServerDetail {
     pub media_server: Option<MediaServerCounters>,
     /// The QUIC perf service.
     pub quic_server: Option<QuicServerCounters>,
+    /// The OWAMP server (owampd's part).
+    pub owamp_server: Option<OwampServerCounters>,
+    /// The TWAMP server (twampd's part).
+    pub twamp_server: Option<OwampServerCounters>,
     /// How the TCP services admitted connections.
     pub admission: Option<AdmissionCounters>,
 }
@@ -183,6 +187,10 @@ server! {
     media_server, media_server_mut: MediaServerCounters;
     /// A server's QUIC perf counters.
     quic_server, quic_server_mut: QuicServerCounters;
+    /// A server's OWAMP counters.
+    owamp_server, owamp_server_mut: OwampServerCounters;
+    /// A server's TWAMP counters.
+    twamp_server, twamp_server_mut: OwampServerCounters;
     /// A server's TCP admission counters.
     admission, admission_mut: AdmissionCounters;
 }
@@ -274,6 +282,12 @@ struct Document {
     /// Servers running the QUIC perf service: what it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     quic_server: Option<QuicServerCounters>,
+    /// Servers running OWAMP (owampd's part): sessions and refusals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owamp_server: Option<OwampServerCounters>,
+    /// Servers running TWAMP (twampd's part): sessions and refusals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    twamp_server: Option<OwampServerCounters>,
     /// Servers: how the TCP services (test port, discard, echo, TLS echo)
     /// admitted connections.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -335,6 +349,10 @@ struct DocumentRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     quic_server: Option<&'a QuicServerCounters>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    owamp_server: Option<&'a OwampServerCounters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    twamp_server: Option<&'a OwampServerCounters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     admission: Option<&'a AdmissionCounters>,
     #[serde(skip_serializing_if = "Option::is_none")]
     trace: Option<&'a TraceDetail>,
@@ -374,6 +392,8 @@ impl Serialize for TestResult {
             media_server: d.media_server(),
             quic: d.quic(),
             quic_server: d.quic_server(),
+            owamp_server: d.owamp_server(),
+            twamp_server: d.twamp_server(),
             admission: d.admission(),
             trace: d.trace(),
             ping: d.ping(),
@@ -415,6 +435,8 @@ impl TestResult {
                     stamp_reflector: doc.stamp_reflector.take(),
                     media_server: doc.media_server.take(),
                     quic_server: doc.quic_server.take(),
+                    owamp_server: doc.owamp_server.take(),
+                    twamp_server: doc.twamp_server.take(),
                     admission: doc.admission.take(),
                 };
                 (s != ServerDetail::default()).then(|| Detail::Server(Box::new(s)))
@@ -442,6 +464,8 @@ impl TestResult {
             ("media_server", doc.media_server.is_some()),
             ("quic", doc.quic.is_some()),
             ("quic_server", doc.quic_server.is_some()),
+            ("owamp_server", doc.owamp_server.is_some()),
+            ("twamp_server", doc.twamp_server.is_some()),
             ("admission", doc.admission.is_some()),
             ("trace", doc.trace.is_some()),
             ("ping", doc.ping.is_some()),

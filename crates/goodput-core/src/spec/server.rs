@@ -111,6 +111,46 @@ pub struct ServerSpec {
     pub stamp_rate_limit: u32,
     /// Answer short TWAMP-Light requests with the full 44-byte packet.
     pub stamp_pad_short: bool,
+    /// Run the OWAMP server (RFC 4656, owampd's part: receiver and
+    /// sender, receive logs kept for Fetch-Session).
+    pub owamp: bool,
+    /// TCP port of OWAMP-Control.
+    pub owamp_port: u16,
+    /// Run the TWAMP server (RFC 5357, twampd's part: a reflector per
+    /// accepted session).
+    pub twamp: bool,
+    /// TCP port of TWAMP-Control (UDP of the same number is STAMP's).
+    pub twamp_port: u16,
+    /// Addresses of the OWAMP and TWAMP servers (empty: 0.0.0.0 and ::).
+    pub ow_twamp_listen: Vec<IpAddr>,
+    /// owamp's passphrase file (`identity<TAB>hex passphrase` lines) for
+    /// the authenticated and encrypted modes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ow_twamp_pfs: Option<PathBuf>,
+    /// Modes offered, letters of O (open), A (authenticated), E
+    /// (encrypted); default: O, or OAE with a passphrase file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ow_twamp_modes: Option<String>,
+    /// Serve only clients in these networks (empty: every client).
+    pub ow_twamp_allow: Vec<Cidr>,
+    /// UDP ports of the test sessions, `LO-HI` (default: any port).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ow_twamp_test_ports: Option<String>,
+    /// Most OWAMP or TWAMP control connections at once (each).
+    pub ow_twamp_max_connections: usize,
+    /// Most control connections at once from one client address.
+    pub ow_twamp_max_per_client: usize,
+    /// Most sessions one client address holds at once.
+    pub ow_twamp_max_sessions: usize,
+    /// Most packets in one OWAMP session.
+    pub ow_twamp_max_packets: u32,
+    /// Highest bit rate of test packets one client address may have sent
+    /// or reflected (IP and UDP headers counted).
+    pub ow_twamp_max_bitrate: BitRate,
+    /// Memory all kept OWAMP receive logs may hold.
+    pub ow_twamp_max_memory: ByteSize,
+    /// Close a control connection silent this long outside a test.
+    pub ow_twamp_idle_timeout: HumanDuration,
     /// Run the QUIC perf server.
     pub quic: bool,
     /// UDP port of the QUIC perf server.
@@ -208,6 +248,22 @@ impl Default for ServerSpec {
             stamp_allow: Vec::new(),
             stamp_rate_limit: 10_000,
             stamp_pad_short: false,
+            owamp: false,
+            owamp_port: crate::owamp::OWAMP_PORT,
+            twamp: false,
+            twamp_port: crate::owamp::TWAMP_PORT,
+            ow_twamp_listen: Vec::new(),
+            ow_twamp_pfs: None,
+            ow_twamp_modes: None,
+            ow_twamp_allow: Vec::new(),
+            ow_twamp_test_ports: None,
+            ow_twamp_max_connections: 64,
+            ow_twamp_max_per_client: 8,
+            ow_twamp_max_sessions: 16,
+            ow_twamp_max_packets: 100_000,
+            ow_twamp_max_bitrate: BitRate(100_000_000),
+            ow_twamp_max_memory: ByteSize(64 << 20),
+            ow_twamp_idle_timeout: HumanDuration(Duration::from_secs(30)),
             quic: false,
             quic_port: 4433,
             quic_listen: Vec::new(),
@@ -289,6 +345,55 @@ impl ServerSpec {
             })
     }
 
+    /// The OWAMP and TWAMP modes offered, as their bitmask (open 1,
+    /// authenticated 2, encrypted 4).
+    pub fn ow_twamp_mode_bits(&self) -> Result<u32, SpecError> {
+        let err = |m: String| SpecError::new("ow_twamp_modes", m);
+        let Some(letters) = &self.ow_twamp_modes else {
+            return Ok(if self.ow_twamp_pfs.is_some() { 7 } else { 1 });
+        };
+        let mut bits = 0;
+        for c in letters.chars() {
+            bits |= match c.to_ascii_uppercase() {
+                'O' => 1,
+                'A' => 2,
+                'E' => 4,
+                _ => {
+                    return Err(err(format!(
+                        "'{c}' in {letters:?}: modes are letters of O, A and E"
+                    )))
+                }
+            };
+        }
+        if bits == 0 {
+            return Err(err("offers no mode".into()));
+        }
+        if bits & 6 != 0 && self.ow_twamp_pfs.is_none() {
+            return Err(err(
+                "the authenticated and encrypted modes need `ow_twamp_pfs`, a passphrase file".into(),
+            ));
+        }
+        Ok(bits)
+    }
+
+    /// The test sessions' UDP port range, both ends included (`None`:
+    /// any port).
+    pub fn ow_twamp_port_range(&self) -> Result<Option<(u16, u16)>, SpecError> {
+        let Some(r) = &self.ow_twamp_test_ports else {
+            return Ok(None);
+        };
+        let parsed = r
+            .split_once('-')
+            .and_then(|(lo, hi)| Some((lo.trim().parse::<u16>().ok()?, hi.trim().parse::<u16>().ok()?)))
+            .filter(|&(lo, hi)| lo >= 1 && lo <= hi);
+        parsed.map(Some).ok_or_else(|| {
+            SpecError::new(
+                "ow_twamp_test_ports",
+                format!("'{r}': expected LO-HI, two ports 1-65535 in order"),
+            )
+        })
+    }
+
     /// The media service's deepest play-out buffer, milliseconds.
     pub fn udp_max_buffer_ms(&self) -> Result<u32, SpecError> {
         u32::try_from(self.udp_max_buffer.0.as_millis())
@@ -333,7 +438,19 @@ impl KindSpec for ServerSpec {
                 format!("must be between 1 byte and {}", format_size(MAX_BUFFER)),
             ));
         }
-        let counts: [(&str, Option<u64>); 10] = [
+        let counts: [(&str, Option<u64>); 16] = [
+            (
+                "ow_twamp_max_connections",
+                Some(self.ow_twamp_max_connections as u64),
+            ),
+            (
+                "ow_twamp_max_per_client",
+                Some(self.ow_twamp_max_per_client as u64),
+            ),
+            ("ow_twamp_max_sessions", Some(self.ow_twamp_max_sessions as u64)),
+            ("ow_twamp_max_packets", Some(u64::from(self.ow_twamp_max_packets))),
+            ("ow_twamp_max_bitrate", Some(self.ow_twamp_max_bitrate.0)),
+            ("ow_twamp_max_memory", Some(self.ow_twamp_max_memory.0)),
             ("max_connections", self.max_connections),
             ("max_per_client", self.max_per_client),
             ("max_pending", Some(self.max_pending)),
@@ -365,6 +482,7 @@ impl KindSpec for ServerSpec {
             ("hello_timeout", self.hello_timeout),
             ("udp_max_length", self.udp_max_length),
             ("udp_max_buffer", self.udp_max_buffer),
+            ("ow_twamp_idle_timeout", self.ow_twamp_idle_timeout),
         ] {
             if d.0.is_zero() {
                 return Err(SpecError::new(field, "must be above zero"));
@@ -383,6 +501,11 @@ impl KindSpec for ServerSpec {
         }
         if self.cert.is_some() != self.key.is_some() {
             return Err(SpecError::new("cert", "and `key` go together"));
+        }
+        self.ow_twamp_mode_bits()?;
+        self.ow_twamp_port_range()?;
+        if self.owamp && self.twamp && self.owamp_port == self.twamp_port {
+            return Err(SpecError::new("twamp_port", "must differ from `owamp_port`"));
         }
         self.listen_addrs()?;
         self.socket.validate()

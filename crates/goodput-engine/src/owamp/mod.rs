@@ -4,3 +4,5 @@
 
 pub mod client;
 pub mod conn;
+mod reflector;
+pub mod server;

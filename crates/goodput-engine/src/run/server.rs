@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::{error_chain, socket_options, Failure};
 use crate::admission::AdmissionLimits;
 use crate::media::{bind_media, MediaServerSpec};
+use crate::owamp::conn::ServerPolicy;
+use crate::owamp::server::{bind_control_server, BoundControlServer, ControlServerSpec, SessionLimits};
 use crate::socket::raise_open_file_limit;
 use crate::stamp::{bind_reflector, ReflectorSpec};
 use crate::tcp::{bind_server, CtsServerPlan, ServerLimits, TcpServerSpec};
@@ -180,6 +182,12 @@ pub(crate) async fn run(
         }
         false => None,
     };
+    let (owamp, twamp) = ow_twamp_servers(spec)?;
+    for (name, srv) in [("OWAMP server", &owamp), ("TWAMP server", &twamp)] {
+        if let Some(srv) = srv {
+            banner.push((name.into(), ow_twamp_banner(spec, &srv.local_addrs())?));
+        }
+    }
     let services = match (spec.discard_port, spec.echo_port, spec.echo_tls_port) {
         (None, None, None) => None,
         _ => {
@@ -247,6 +255,18 @@ pub(crate) async fn run(
             None => None,
         }
     };
+    let owamp_run = async {
+        match owamp {
+            Some(s) => Some(s.run(cancel.clone()).await),
+            None => None,
+        }
+    };
+    let twamp_run = async {
+        match twamp {
+            Some(s) => Some(s.run(cancel.clone()).await),
+            None => None,
+        }
+    };
     let media_run = async {
         match media {
             Some(m) => Some(m.run(cancel.clone()).await),
@@ -272,8 +292,16 @@ pub(crate) async fn run(
         cancel.cancel();
         r
     };
-    let (result, (), reflected, served, streamed, quicked) =
-        tokio::join!(tcp_run, iperf3_run, stamp_run, services_run, media_run, quic_run);
+    let (result, (), reflected, served, streamed, quicked, owamped, twamped) = tokio::join!(
+        tcp_run,
+        iperf3_run,
+        stamp_run,
+        services_run,
+        media_run,
+        quic_run,
+        owamp_run,
+        twamp_run
+    );
     let mut result = result.map_err(|e| Failure::test(error_chain(&e)))?;
     // Read again now that the discard and echo services have ended too.
     result.detail = Detail::Server(Box::new(ServerDetail {
@@ -282,6 +310,8 @@ pub(crate) async fn run(
         stamp_reflector: reflected,
         media_server: streamed,
         quic_server: quicked,
+        owamp_server: owamped,
+        twamp_server: twamped,
     }));
     Ok(result)
 }
@@ -388,6 +418,96 @@ fn quic_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> String {
         spec.quic_threads,
         if spec.quic_threads == 1 { "" } else { "s" }
     )
+}
+
+/// The OWAMP and TWAMP servers the spec asks for, bound.
+fn ow_twamp_servers(
+    spec: &ServerSpec,
+) -> Result<(Option<BoundControlServer>, Option<BoundControlServer>), Failure> {
+    if !spec.owamp && !spec.twamp {
+        return Ok((None, None));
+    }
+    let spec_error = |e: goodput_core::spec::SpecError| Failure::setup(e.to_string());
+    let modes = spec.ow_twamp_mode_bits().map_err(spec_error)?;
+    let keys = match &spec.ow_twamp_pfs {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::setup(format!("cannot read the passphrase file {}: {e}", path.display()))
+            })?;
+            goodput_core::owamp::pfs::parse(&text)
+                .map_err(|e| Failure::setup(format!("passphrase file {}: {e}", path.display())))?
+        }
+        None => Vec::new(),
+    };
+    let ips: Vec<IpAddr> = match spec.ow_twamp_listen.is_empty() {
+        true => vec![Ipv4Addr::UNSPECIFIED.into(), Ipv6Addr::UNSPECIFIED.into()],
+        false => spec.ow_twamp_listen.clone(),
+    };
+    let limits = SessionLimits {
+        max_connections: spec.ow_twamp_max_connections,
+        max_per_client: spec.ow_twamp_max_per_client,
+        control_timeout: spec.ow_twamp_idle_timeout.0,
+        max_sessions: spec.ow_twamp_max_sessions,
+        max_packets: spec.ow_twamp_max_packets,
+        max_bits_per_second: spec.ow_twamp_max_bitrate.0,
+        max_log_memory: spec.ow_twamp_max_memory.0,
+        ..SessionLimits::default()
+    };
+    let server = |twoway: bool, port: u16| -> Result<BoundControlServer, Failure> {
+        bind_control_server(ControlServerSpec {
+            twoway,
+            listen: ips.iter().map(|&ip| SocketAddr::new(ip, port)).collect(),
+            policy: ServerPolicy {
+                modes,
+                keys: keys.clone(),
+                count: 2048,
+            },
+            allow: spec.ow_twamp_allow.clone(),
+            test_ports: spec.ow_twamp_port_range().map_err(spec_error)?,
+            limits: limits.clone(),
+        })
+        .map_err(|e| stamp_bind_error(e, port))
+    };
+    let owamp = match spec.owamp {
+        true => Some(server(false, spec.owamp_port)?),
+        false => None,
+    };
+    let twamp = match spec.twamp {
+        true => Some(server(true, spec.twamp_port)?),
+        false => None,
+    };
+    Ok((owamp, twamp))
+}
+
+fn ow_twamp_banner(spec: &ServerSpec, addrs: &[SocketAddr]) -> Result<String, Failure> {
+    let bits = spec
+        .ow_twamp_mode_bits()
+        .map_err(|e| Failure::setup(e.to_string()))?;
+    let modes: Vec<&str> = goodput_core::owamp::Mode::ALL
+        .into_iter()
+        .filter(|m| bits & m.bit() != 0)
+        .map(|m| m.name())
+        .collect();
+    let mut s = format!(
+        "{} (TCP; {}; at most {} connections, {} per client, {} sessions per client, \
+         {} packets per session, {} per client; idle connections closed after {} s",
+        list(addrs),
+        modes.join(", "),
+        spec.ow_twamp_max_connections,
+        spec.ow_twamp_max_per_client,
+        spec.ow_twamp_max_sessions,
+        spec.ow_twamp_max_packets,
+        format_bits_per_second(spec.ow_twamp_max_bitrate.0 as f64 / 8.0),
+        spec.ow_twamp_idle_timeout.0.as_secs()
+    );
+    if let Some(p) = &spec.ow_twamp_test_ports {
+        s += &format!("; test ports {p}");
+    }
+    if !spec.ow_twamp_allow.is_empty() {
+        let allow: Vec<String> = spec.ow_twamp_allow.iter().map(|c| c.to_string()).collect();
+        s += &format!("; allow {}", allow.join(" "));
+    }
+    Ok(s + ")")
 }
 
 fn reflector_spec(spec: &ServerSpec) -> ReflectorSpec {

@@ -121,6 +121,20 @@ pub struct AgentArgs {
     /// The QUIC perf service's UDP port.
     #[arg(long, value_name = "PORT", default_value_t = 4433)]
     pub quic_port: u16,
+    /// Serve OWAMP too (as owampd: owping, powstream and perfSONAR's
+    /// latency tests can measure to this host).
+    #[arg(long)]
+    pub owamp: bool,
+    /// The OWAMP server's TCP port.
+    #[arg(long, value_name = "PORT", default_value_t = 861)]
+    pub owamp_port: u16,
+    /// Serve TWAMP too (as twampd: twping and perfSONAR's rtt tests with
+    /// protocol twamp); TCP beside the STAMP reflector's UDP port.
+    #[arg(long)]
+    pub twamp: bool,
+    /// The TWAMP server's TCP port.
+    #[arg(long, value_name = "PORT", default_value_t = 862)]
+    pub twamp_port: u16,
     /// Most runs booked by others held at once.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_held: usize,

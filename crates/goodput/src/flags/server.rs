@@ -53,6 +53,70 @@ pub struct ServerArgs {
     /// with its own length, so no source gets more bytes than it sent.
     #[arg(long)]
     pub stamp_pad_short: bool,
+    /// Also run an OWAMP server (RFC 4656, as owampd) on TCP
+    /// --owamp-port: receives from owping and powstream, keeps each
+    /// receive log for Fetch-Session, and sends to them.
+    #[arg(long)]
+    pub owamp: bool,
+    /// TCP port of OWAMP-Control (861 needs root or CAP_NET_BIND_SERVICE).
+    #[arg(long, default_value_t = 861, value_name = "PORT")]
+    pub owamp_port: u16,
+    /// Also run a TWAMP server (RFC 5357, as twampd) on TCP --twamp-port:
+    /// a reflector per session twping asks for. TCP 862 beside the STAMP
+    /// reflector's UDP 862 is no conflict.
+    #[arg(long)]
+    pub twamp: bool,
+    /// TCP port of TWAMP-Control (862 needs root or CAP_NET_BIND_SERVICE).
+    #[arg(long, default_value_t = 862, value_name = "PORT")]
+    pub twamp_port: u16,
+    /// Address of the OWAMP and TWAMP servers (repeatable; default 0.0.0.0
+    /// and ::).
+    #[arg(long, value_name = "ADDR")]
+    pub ow_twamp_listen: Vec<IpAddr>,
+    /// owamp's passphrase file (lines `identity<TAB>hex passphrase`, as
+    /// pfstore writes them): offers the authenticated and encrypted modes
+    /// to the identities in it.
+    #[arg(long, value_name = "FILE")]
+    pub ow_twamp_pfs: Option<PathBuf>,
+    /// Modes the OWAMP and TWAMP servers offer, letters of O (open), A
+    /// (authenticated) and E (encrypted), as owampd's authmode [default: O,
+    /// or OAE with --ow-twamp-pfs].
+    #[arg(long, value_name = "MODES")]
+    pub ow_twamp_modes: Option<String>,
+    /// Serve OWAMP and TWAMP only to clients in these networks
+    /// (repeatable; ADDR or ADDR/PREFIX).
+    #[arg(long, value_name = "CIDR")]
+    pub ow_twamp_allow: Vec<goodput_core::stamp::Cidr>,
+    /// UDP ports of the OWAMP and TWAMP test sessions, LO-HI (for a
+    /// firewall; owampd's example uses 8760-9960) [default: any port].
+    #[arg(long, value_name = "LO-HI")]
+    pub ow_twamp_test_ports: Option<String>,
+    /// Most OWAMP (and, apart, TWAMP) control connections at once.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub ow_twamp_max_connections: usize,
+    /// Most OWAMP or TWAMP control connections from one client address.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub ow_twamp_max_per_client: usize,
+    /// Most OWAMP or TWAMP sessions one client address holds at once;
+    /// more are refused with Accept 5 (temporary resource limit).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub ow_twamp_max_sessions: usize,
+    /// Most packets in one OWAMP session; more are refused with Accept 4
+    /// (permanent resource limit).
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub ow_twamp_max_packets: u32,
+    /// Highest bit rate of test packets one client address may have
+    /// received, sent or reflected, IP and UDP headers counted.
+    #[arg(long, default_value = "100M", value_name = "RATE")]
+    pub ow_twamp_max_bitrate: Iperf3Rate,
+    /// Memory all kept OWAMP receive logs may hold (32 bytes a packet);
+    /// a session past it is refused with Accept 5.
+    #[arg(long, default_value = "64MiB", value_name = "SIZE")]
+    pub ow_twamp_max_memory: ByteSize,
+    /// Close an OWAMP or TWAMP control connection silent this long in its
+    /// set-up or outside a running test.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub ow_twamp_idle_timeout: HumanDuration,
     /// Also run a QUIC perf server (ALPN perf) on UDP --quic-port.
     #[arg(long)]
     pub quic: bool,
@@ -280,6 +344,22 @@ impl ServerArgs {
             stamp_allow: self.stamp_allow.clone(),
             stamp_rate_limit: self.stamp_rate_limit,
             stamp_pad_short: self.stamp_pad_short,
+            owamp: self.owamp,
+            owamp_port: self.owamp_port,
+            twamp: self.twamp,
+            twamp_port: self.twamp_port,
+            ow_twamp_listen: self.ow_twamp_listen.clone(),
+            ow_twamp_pfs: self.ow_twamp_pfs.clone(),
+            ow_twamp_modes: self.ow_twamp_modes.clone(),
+            ow_twamp_allow: self.ow_twamp_allow.clone(),
+            ow_twamp_test_ports: self.ow_twamp_test_ports.clone(),
+            ow_twamp_max_connections: self.ow_twamp_max_connections,
+            ow_twamp_max_per_client: self.ow_twamp_max_per_client,
+            ow_twamp_max_sessions: self.ow_twamp_max_sessions,
+            ow_twamp_max_packets: self.ow_twamp_max_packets,
+            ow_twamp_max_bitrate: self.ow_twamp_max_bitrate,
+            ow_twamp_max_memory: self.ow_twamp_max_memory,
+            ow_twamp_idle_timeout: self.ow_twamp_idle_timeout,
             quic: self.quic,
             quic_port: self.quic_port().unwrap_or(self.quic_port),
             quic_listen: self.quic_listen.iter().map(|l| l.ip).collect(),
