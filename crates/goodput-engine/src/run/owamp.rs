@@ -28,9 +28,11 @@ const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The refusal of a spec with no host: goodput has no embedded OWAMP or
 /// TWAMP server to test against yet.
 pub(super) fn no_embedded_server(kind: &str) -> Failure {
+    let name = kind.to_ascii_uppercase();
     Failure::setup(format!(
-        "{kind} needs a `host` (an OWAMP/TWAMP server such as a perfSONAR host): \
-         goodput has no embedded {kind} server to test against on loopback"
+        "a {kind} test needs the {name} server's host name or address (a perfSONAR host, \
+         {kind}d, a goodput server or agent): goodput has no embedded {name} server to run \
+         against on loopback"
     ))
 }
 

@@ -1,0 +1,204 @@
+//! `goodput owamp` and `goodput twamp`, the owping and twping
+//! equivalents, against `goodput server --owamp --twamp` on loopback:
+//! the figures of the result document, the console in twping's shape,
+//! and the errors a user meets (a refusal's Accept code, a wrong
+//! passphrase, no host). Interop with perfSONAR's own owampd and twampd
+//! is shown by hand (the tools are in no registry) and by the recorded
+//! transcripts' tests.
+
+mod common;
+mod owamp_client;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::*;
+use owamp_client::{start, IDENTITY, PASSPHRASE};
+use serde_json::Value;
+
+/// A pfs file with the key the test server knows (or a wrong one).
+fn pfs(group: &str, passphrase: &[u8]) -> std::path::PathBuf {
+    let path = tmp(group, "client.pfs");
+    let hex: String = passphrase.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, format!("{IDENTITY}\t{hex}\n")).unwrap();
+    path
+}
+
+/// Runs the client with `args`, its result document in `json`.
+fn client(args: &[&str], json: &Path) -> Output {
+    let out = goodput()
+        .args(args)
+        .arg("--json")
+        .arg(json)
+        .output()
+        .expect("goodput runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    out
+}
+
+fn document(json: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(json).expect("a result document")).unwrap()
+}
+
+#[test]
+fn twamp_measures_goodputs_server_in_every_mode() {
+    let srv = start("twamp-client-modes", &[]);
+    let key = pfs("twamp-client-modes", PASSPHRASE);
+    let target = format!("127.0.0.1:{}", srv.twamp);
+    for mode in ["open", "authenticated", "encrypted"] {
+        let json = tmp("twamp-client-modes", &format!("{mode}.json"));
+        let mut args = vec![
+            "twamp", &target, "-c", "10", "-i", "10ms", "-L", "1s", "--mode", mode,
+        ];
+        if mode != "open" {
+            args.extend(["--passphrase-file", key.to_str().unwrap()]);
+        }
+        let out = client(&args, &json);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("10 sent, 0 lost (0.000%)"), "{mode}: {stdout}");
+        assert!(
+            stdout.contains("send hops = 0 (consistently)"),
+            "{mode}: {stdout}"
+        );
+        let d = &document(&json)["twamp"];
+        assert_eq!(d["mode"], mode);
+        let s = &d["stats"];
+        assert_eq!(
+            (s["sent"].as_u64(), s["received"].as_u64()),
+            (Some(10), Some(10)),
+            "{s}"
+        );
+        assert_eq!(s["lost"], 0);
+        // The goodput reflector numbers its own packets: the loss splits.
+        assert_eq!(
+            (s["lost_forward"].as_u64(), s["lost_backward"].as_u64()),
+            (Some(0), Some(0)),
+            "{s}"
+        );
+        assert_eq!(s["hops_forward"], serde_json::json!({"min": 0, "max": 0}));
+        assert_eq!(s["hops_backward"], serde_json::json!({"min": 0, "max": 0}));
+        assert_eq!(s["rtt"]["count"], 10);
+        assert_eq!(d["processing"]["count"], 10);
+        // Open mode pads to the reflector's 41 octets, the others to 112.
+        let bytes = if mode == "open" { 41 } else { 112 };
+        assert_eq!(d["packet_bytes"], bytes, "{d}");
+        assert_eq!(d["sid"].as_str().map(|s| &s[..8]), Some("7f000001"), "{d}");
+    }
+    let (_, doc) = srv.stop();
+    assert_eq!(
+        doc["twamp_server"]["packets_reflected"], 30,
+        "{}",
+        doc["twamp_server"]
+    );
+}
+
+#[test]
+fn a_twamp_refusal_names_its_accept_code() {
+    let srv = start("twamp-client-refused", &[]);
+    let json = tmp("twamp-client-refused", "r.json");
+    // An hour's timeout is more than the server lets a session hold.
+    let target = format!("127.0.0.1:{}", srv.twamp);
+    let out = client(&["twamp", &target, "-c", "3", "-L", "1h"], &json);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "refused the TWAMP test session: Accept code 4, refused (permanent resource limitation)"
+        ),
+        "{err}"
+    );
+    assert_eq!(document(&json)["end"], "failed");
+    srv.stop();
+}
+
+#[test]
+fn a_wrong_passphrase_is_named_as_the_likely_cause() {
+    let srv = start("twamp-client-wrong-key", &[]);
+    let key = pfs("twamp-client-wrong-key", b"not-the-passphrase");
+    let json = tmp("twamp-client-wrong-key", "r.json");
+    let target = format!("127.0.0.1:{}", srv.twamp);
+    let out = client(
+        &[
+            "twamp",
+            &target,
+            "-c",
+            "3",
+            "-A",
+            "E",
+            "-k",
+            key.to_str().unwrap(),
+        ],
+        &json,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("wrong key identity or passphrase"), "{err}");
+    srv.stop();
+}
+
+#[test]
+fn without_a_host_the_clients_say_what_they_need() {
+    for kind in ["owamp", "twamp"] {
+        let json = tmp("latency-client-no-host", &format!("{kind}.json"));
+        let out = client(&[kind, "-c", "1"], &json);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{err}");
+        assert!(err.contains("server's host name or address"), "{err}");
+    }
+}
+
+#[test]
+fn an_owamp_spec_from_flags_reads_back() {
+    let out = goodput()
+        .args([
+            "owamp",
+            "ps.example.net",
+            "-f",
+            "-c",
+            "600",
+            "-i",
+            "100ms",
+            "--poisson",
+            "-s",
+            "20",
+        ])
+        .args([
+            "-D",
+            "46",
+            "-P",
+            "8760..9960",
+            "-A",
+            "A",
+            "-u",
+            "mesh",
+            "-k",
+            "/etc/owamp.pfs",
+        ])
+        .arg("--print-spec")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "owamp");
+    assert_eq!(v["host"], "ps.example.net");
+    assert_eq!(v["direction"], "from");
+    assert_eq!(v["count"], 600);
+    assert_eq!(v["poisson"], true);
+    assert_eq!(v["padding"], 20);
+    assert_eq!(v["dscp"], 46);
+    assert_eq!(v["test_ports"], "8760..9960");
+    assert_eq!(v["mode"], "authenticated");
+    assert_eq!(v["key_identity"], "mesh");
+}
