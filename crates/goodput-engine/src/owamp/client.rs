@@ -672,15 +672,14 @@ async fn receive_session(
     mode: Mode,
     cancel: CancellationToken,
 ) -> Vec<DataRecord> {
-    let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) else {
+    let Ok(last) = Schedule::offset_ns(&plan.sid, &req.slots, req.count.saturating_sub(1)) else {
         return Vec::new();
     };
-    let offsets: Vec<u64> = (0..req.count).map(|_| schedule.next_offset_ns()).collect();
-    let last = offsets.last().copied().unwrap_or(0);
     let deadline = instant_of(plan, last) + req.timeout;
     let max = req.max_records() as usize;
     let mut records: Vec<DataRecord> = Vec::new();
-    let mut seen = vec![false; req.count as usize];
+    // One bit per packet: a million packets cost 125 KiB.
+    let mut seen = vec![0u64; (req.count as usize).div_ceil(64)];
     let mut buf = vec![0u8; MAX_PACKET + 64];
     let expected = packet::sender_header(mode) + req.padding as usize;
     let mut error = msg::clock_error();
@@ -705,8 +704,10 @@ async fn receive_session(
                     let Some(f) = packet::read_sender(mode, plan.keys.as_ref(), &mut buf[..meta.len]) else {
                         continue;
                     };
-                    let Some(s) = seen.get_mut(f.seq as usize) else { continue };
-                    *s = true;
+                    if f.seq >= req.count {
+                        continue;
+                    }
+                    seen[f.seq as usize / 64] |= 1 << (f.seq % 64);
                     if records.len().is_multiple_of(64) {
                         error = msg::clock_error();
                     }
@@ -723,16 +724,19 @@ async fn receive_session(
         }
     }
     // Every packet not seen is lost, at its scheduled send time.
-    for (seq, off) in offsets.iter().enumerate() {
-        if !seen[seq] {
-            records.push(DataRecord {
-                seq: seq as u32,
-                send_err: error.to_u16(),
-                recv_err: error.to_u16(),
-                send_time: ntp_from_unix_ns(plan.start_unix_ns.saturating_add(*off as i64)),
-                recv_time: 0,
-                ttl: SEND_TTL,
-            });
+    if let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) {
+        for seq in 0..req.count {
+            let off = schedule.next_offset_ns();
+            if seen[seq as usize / 64] & (1 << (seq % 64)) == 0 && records.len() < max {
+                records.push(DataRecord {
+                    seq,
+                    send_err: error.to_u16(),
+                    recv_err: error.to_u16(),
+                    send_time: ntp_from_unix_ns(plan.start_unix_ns.saturating_add(off as i64)),
+                    recv_time: 0,
+                    ttl: SEND_TTL,
+                });
+            }
         }
     }
     records
@@ -1059,6 +1063,129 @@ mod tests {
         );
         let v6 = new_sid("2001:db8::c0a8:1".parse().unwrap(), 0);
         assert_eq!(&v6[..4], &[0xc0, 0xa8, 0, 1]);
+    }
+
+    /// A scripted OWAMP server on loopback: accepts or refuses the
+    /// request with `accept`, then answers Fetch-Session with a Fetch-Ack
+    /// offering `records` records (and nothing after it).
+    async fn scripted_server(accept: u8, records: u32) -> SocketAddr {
+        use super::super::conn::{server_handshake, ServerPolicy};
+        use goodput_core::owamp::control::start_ack;
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let sink = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = sink.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let _sink = sink;
+            let (s, _) = l.accept().await.unwrap();
+            let policy = ServerPolicy {
+                modes: 1,
+                keys: Vec::new(),
+                count: 1024,
+            };
+            let t = Duration::from_secs(5);
+            let (mut c, _) = server_handshake(s, &policy, 0, t).await.unwrap();
+            let rq: [u8; RequestSession::LEN] = c.recv().await.unwrap();
+            let n = RequestSession::decode(&rq).unwrap().slots as usize;
+            let mut slots = vec![0u8; n * BLOCK];
+            c.recv_blocks(&mut slots).await.unwrap();
+            c.recv_hmac().await.unwrap();
+            let mut a = AcceptSession {
+                accept,
+                port: if accept == 0 { port } else { 0 },
+                sid: [7; 16],
+            }
+            .encode();
+            c.send(&mut a).await.unwrap();
+            if accept != 0 {
+                return;
+            }
+            let _: [u8; 32] = c.recv().await.unwrap();
+            c.send(&mut start_ack(0)).await.unwrap();
+            // The client's Stop-Sessions (one session, no skips), then ours.
+            let _ = c.recv_first_block(t).await.unwrap();
+            let mut rec = [0u8; 2 * BLOCK];
+            c.recv_blocks(&mut rec).await.unwrap();
+            c.recv_hmac().await.unwrap();
+            let mut head = StopHeader {
+                accept: 0,
+                sessions: 0,
+            }
+            .encode();
+            c.send_blocks(&mut head).await.unwrap();
+            c.send_hmac().await.unwrap();
+            let _: [u8; FetchSession::LEN] = c.recv().await.unwrap();
+            let mut ack = FetchAck {
+                accept: 0,
+                finished: true,
+                next_seq: 2,
+                skips: 0,
+                records,
+            }
+            .encode();
+            c.send(&mut ack).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        addr
+    }
+
+    fn request_of(count: u32) -> OwampRequest {
+        OwampRequest {
+            count,
+            slots: vec![Slot::from_ns(
+                goodput_core::owamp::control::SlotKind::Fixed,
+                1_000_000,
+            )],
+            padding: 0,
+            dscp: 0,
+            timeout: Duration::from_millis(100),
+            test_ports: None,
+            to: true,
+            from: false,
+        }
+    }
+
+    fn target(server: SocketAddr) -> ControlTarget {
+        ControlTarget {
+            server,
+            bind: None,
+            mode: Mode::Open,
+            key: None,
+            io_timeout: Duration::from_secs(5),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_session_names_its_accept_code() {
+        let server = scripted_server(Accept::TemporaryLimit.byte(), 0).await;
+        let e = run_owamp(
+            &target(server),
+            &request_of(2),
+            &EngineEndpoints,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, ClientError::Refused { what: "to", code: 5 }), "{e}");
+        assert!(e.to_string().contains("temporary resource limitation"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_fetch_offering_more_records_than_packets_is_refused_unread() {
+        let server = scripted_server(0, 1_000_000_000).await;
+        let e = run_owamp(
+            &target(server),
+            &request_of(2),
+            &EngineEndpoints,
+            CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("offers 1000000000 records and 0 skip ranges for a session of 2 packets"),
+            "{e}"
+        );
     }
 
     #[test]
