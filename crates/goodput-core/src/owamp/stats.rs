@@ -193,6 +193,46 @@ impl OneWayFigures {
         f
     }
 
+    /// Adds another session's figures (a continuous stream's total):
+    /// counts add, distributions merge, the TTL range widens (its count
+    /// of distinct values becomes a lower bound), first and last span
+    /// both.
+    pub fn merge(&mut self, o: &OneWayFigures) {
+        self.sent += o.sent;
+        self.unsent += o.unsent;
+        self.received += o.received;
+        self.lost += o.lost;
+        self.duplicates += o.duplicates;
+        self.arrivals += o.arrivals;
+        self.reordered += o.reordered;
+        for (a, b) in self.n_reordered.iter_mut().zip(o.n_reordered) {
+            *a += b;
+        }
+        self.delay.merge(&o.delay);
+        self.ipdv.merge(&o.ipdv);
+        self.synchronized &= o.synchronized;
+        self.max_error_ns = match (self.max_error_ns, o.max_error_ns) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.ttl = match (self.ttl, o.ttl) {
+            (Some((a, b, n)), Some((c, d, m))) => {
+                let (lo, hi) = (a.min(c), b.max(d));
+                Some((lo, hi, n.max(m).max(u16::from(lo != hi) + 1)))
+            }
+            (a, b) => a.or(b),
+        };
+        self.first_send = match (self.first_send, o.first_send) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_send = match (self.last_send, o.last_send) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.ignored += o.ignored;
+    }
+
     /// Lost, percent of sent.
     pub fn loss_percent(&self) -> f64 {
         if self.sent == 0 {
@@ -361,6 +401,21 @@ mod tests {
         assert_eq!(f.ipdv.len(), 3);
         assert_eq!(f.last_send, Some(rec(5, 0, 0).send_time));
         assert!(OneWayFigures::from_records(&[], 0, &[]).delay.is_empty());
+    }
+
+    #[test]
+    fn sessions_merge_into_a_streams_total() {
+        let a = OneWayFigures::from_records(&[rec(0, 5, 255), lost(1), rec(2, 9, 250)], 3, &[]);
+        let b = OneWayFigures::from_records(&[rec(1, 1, 255), rec(0, 7, 255), rec(1, 1, 255)], 2, &[]);
+        let mut t = a.clone();
+        t.merge(&b);
+        assert_eq!((t.sent, t.received, t.lost, t.duplicates), (5, 4, 1, 1));
+        assert_eq!(t.reordered, 1);
+        assert_eq!(t.delay.len(), 4);
+        assert_eq!((t.delay.min(), t.delay.max()), (1_000_000, 8_999_999));
+        assert_eq!(t.ttl, Some((250, 255, 2)));
+        assert_eq!(t.first_send, Some(rec(0, 0, 0).send_time));
+        assert_eq!(t.last_send, Some(rec(2, 0, 0).send_time));
     }
 
     #[test]

@@ -898,16 +898,30 @@ pub async fn run_owamp<E: Endpoints>(
     c.conn.send_hmac().await?;
     // The server's: where its sender got to (owampd sends one even with
     // no session of its own).
-    let server_end = read_stop(&mut c.conn, req, from.as_ref().map(|p| p.sid)).await?;
+    // Cut short, the server's sender may still be at it: take what came,
+    // up to the highest number seen, and do not wait for its Stop.
+    let server_end = if interrupted {
+        None
+    } else {
+        read_stop(&mut c.conn, req, from.as_ref().map(|p| p.sid)).await?
+    };
     let from = match (from, received) {
-        (Some(plan), Some(records)) => Some(OneWayOutcome {
-            plan,
-            records,
-            end: server_end.unwrap_or(SenderEnd {
-                next_seq: req.count,
-                skips: Vec::new(),
-            }),
-        }),
+        (Some(plan), Some(records)) => {
+            let seen = records
+                .iter()
+                .filter(|r| !r.is_lost())
+                .map(|r| r.seq + 1)
+                .max()
+                .unwrap_or(0);
+            Some(OneWayOutcome {
+                plan,
+                records,
+                end: server_end.unwrap_or(SenderEnd {
+                    next_seq: if interrupted { seen } else { req.count },
+                    skips: Vec::new(),
+                }),
+            })
+        }
         _ => None,
     };
     let to = match (to, sent) {

@@ -10,8 +10,9 @@ use goodput_core::owamp::pfs;
 use goodput_core::owamp::stats::OneWayFigures;
 use goodput_core::owamp::Mode;
 use goodput_core::result::{
-    ClockState, ConnectionRecord, Detail, EndReason, HopRange, OneWayDirection, OneWayStats, OwampDetail,
-    Percentiles, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol, SCHEMA_VERSION,
+    ClockState, ConnectionRecord, Detail, EndReason, HopRange, OneWayDirection, OneWayStats, OneWaySummary,
+    OwampDetail, Percentiles, SummaryBuilder, TcpSettings, TestKind, TestResult, WireProtocol,
+    SCHEMA_VERSION,
 };
 use goodput_core::spec::owamp::SecurityMode;
 use goodput_core::spec::{Family, OwampDirection, OwampSpec};
@@ -19,7 +20,7 @@ use goodput_core::stamp::{unix_ns_from_ntp, ErrorEstimate};
 use tokio_util::sync::CancellationToken;
 
 use super::{error_chain, resolve, Failure};
-use crate::owamp::client::{run_owamp, ControlTarget, OneWayOutcome, OwampRequest};
+use crate::owamp::client::{run_owamp, ControlTarget, EngineEndpoints, OneWayOutcome, OwampRequest};
 use crate::Observer;
 
 /// The longest wait for a control message the server owes.
@@ -97,12 +98,36 @@ pub(super) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// One direction's figures for the result document.
-fn direction(o: &OneWayOutcome) -> OneWayDirection {
-    let f = OneWayFigures::from_records(&o.records, o.end.next_seq, &o.end.skips);
-    let near = o.plan.start_unix_ns;
-    let us = |ns: i64| ns as f64 / 1e3;
-    let delay = (!f.delay.is_empty()).then(|| OneWayStats {
+/// One direction over a run: its figures (a stream's sessions merged),
+/// the session it names (a stream's first) and a stream's summaries.
+struct Way {
+    figures: OneWayFigures,
+    sid: [u8; 16],
+    sender: SocketAddr,
+    receiver: SocketAddr,
+    near_ns: i64,
+    intervals: Vec<OneWaySummary>,
+}
+
+impl Way {
+    fn of(o: &OneWayOutcome) -> Self {
+        Way {
+            figures: OneWayFigures::from_records(&o.records, o.end.next_seq, &o.end.skips),
+            sid: o.plan.sid,
+            sender: o.plan.sender,
+            receiver: o.plan.receiver,
+            near_ns: o.plan.start_unix_ns,
+            intervals: Vec::new(),
+        }
+    }
+}
+
+fn us(ns: i64) -> f64 {
+    ns as f64 / 1e3
+}
+
+fn delay_of(f: &OneWayFigures) -> Option<OneWayStats> {
+    (!f.delay.is_empty()).then(|| OneWayStats {
         count: f.delay.len(),
         min_us: us(f.delay.min()),
         median_us: us(f.delay.quantile(0.5)),
@@ -111,7 +136,31 @@ fn direction(o: &OneWayOutcome) -> OneWayDirection {
         synchronized: f.synchronized,
         error_bound_us: f.max_error_ns.map(|e| e / 1e3),
         ipdv: f.ipdv.ipdv_stats(),
-    });
+    })
+}
+
+/// A stream's summary of one session (powstream's .sum).
+fn summary_of(f: &OneWayFigures, near: i64) -> OneWaySummary {
+    OneWaySummary {
+        start_ns: f.first_send.map_or(near, |t| unix_ns_from_ntp(t, near)),
+        end_ns: f.last_send.map_or(near, |t| unix_ns_from_ntp(t, near)),
+        sent: f.sent,
+        unsent: f.unsent,
+        received: f.received,
+        lost: f.lost,
+        duplicates: f.duplicates,
+        reordered: f.reordered,
+        delay: delay_of(f),
+        hops: f.hops().map(|(min, max)| HopRange { min, max }),
+        histogram_ns: f.delay.encode_positive(),
+        histogram_negative_ns: f.delay.encode_negative(),
+    }
+}
+
+/// One direction's figures for the result document.
+fn direction(w: Way) -> OneWayDirection {
+    let f = &w.figures;
+    let near = w.near_ns;
     let percentiles = (!f.delay.is_empty()).then(|| Percentiles {
         count: f.delay.len(),
         min_us: us(f.delay.min()),
@@ -122,9 +171,9 @@ fn direction(o: &OneWayOutcome) -> OneWayDirection {
         max_us: us(f.delay.max()),
     });
     OneWayDirection {
-        sid: hex(&o.plan.sid),
-        sender: o.plan.sender.to_string(),
-        receiver: o.plan.receiver.to_string(),
+        sid: hex(&w.sid),
+        sender: w.sender.to_string(),
+        receiver: w.receiver.to_string(),
         sent: f.sent,
         unsent: f.unsent,
         received: f.received,
@@ -133,15 +182,35 @@ fn direction(o: &OneWayOutcome) -> OneWayDirection {
         reordered: f.reordered,
         reordered_percent: f.n_reordering_percent().first().copied().unwrap_or(0.0),
         n_reordering_percent: f.n_reordering_percent(),
-        delay,
+        delay: delay_of(f),
         percentiles,
         hops: f.hops().map(|(min, max)| HopRange { min, max }),
         histogram_ns: f.delay.encode_positive(),
         histogram_negative_ns: f.delay.encode_negative(),
         first_ns: f.first_send.map(|t| unix_ns_from_ntp(t, near)),
         last_ns: f.last_send.map(|t| unix_ns_from_ntp(t, near)),
-        intervals: Vec::new(),
+        intervals: w.intervals,
     }
+}
+
+/// A stream's summary as one status line.
+fn summary_line(n: usize, what: &str, s: &OneWaySummary) -> String {
+    let delay = s.delay.map_or_else(
+        || "no delay".to_owned(),
+        |d| {
+            format!(
+                "delay min/median/max {:.3}/{:.3}/{:.3} ms{}",
+                d.min_us / 1e3,
+                d.median_us / 1e3,
+                d.max_us / 1e3,
+                if d.synchronized { "" } else { " (unsync)" }
+            )
+        },
+    );
+    format!(
+        "summary {n} {what}: {} sent, {} lost, {} duplicates, {} reordered, {delay}",
+        s.sent, s.lost, s.duplicates, s.reordered
+    )
 }
 
 /// The schedule's slot for the spec: its interval, fixed or the mean of
@@ -160,16 +229,11 @@ pub(super) async fn run(
     spec: &OwampSpec,
     observer: &mut dyn Observer,
     cancel: CancellationToken,
-    _max_records: usize,
+    max_records: usize,
 ) -> Result<TestResult, Failure> {
     let Some(host) = &spec.host else {
         return Err(no_embedded_server("owamp"));
     };
-    if spec.continuous {
-        return Err(Failure::setup(
-            "`continuous` streams are not run by this client yet: give `count` packets instead",
-        ));
-    }
     let (v4, v6) = families(spec.family);
     let server = resolve(host, spec.port, v4, v6).await?[0];
     let target = control_target(
@@ -179,7 +243,13 @@ pub(super) async fn run(
         &spec.key_identity,
         &spec.passphrase_file,
     )?;
-    let count = u32::try_from(spec.count).map_err(|_| Failure::setup("`count` must be below 2^32"))?;
+    // A stream's sessions are its summaries, one after the other.
+    let per_session = if spec.continuous {
+        spec.summary_every
+    } else {
+        spec.count
+    };
+    let count = u32::try_from(per_session).map_err(|_| Failure::setup("`count` must be below 2^32"))?;
     let req = OwampRequest {
         count,
         slots: vec![slot_of(spec)],
@@ -203,7 +273,12 @@ pub(super) async fn run(
         (
             "Packets".into(),
             format!(
-                "{count} of {} B {ways}, {} {:.3} ms, DSCP {}, TTL 255",
+                "{}{count} of {} B {ways}, {} {:.3} ms, DSCP {}, TTL 255",
+                if spec.continuous {
+                    "until stopped, sessions and summaries of "
+                } else {
+                    ""
+                },
                 spec.packet_bytes(),
                 if spec.poisson { "Poisson, mean" } else { "every" },
                 spec.interval.0.as_secs_f64() * 1e3,
@@ -218,27 +293,66 @@ pub(super) async fn run(
     observer.on_start("goodput owamp", &banner);
     let started_unix_ms = (crate::datagram::now_unix_ns() / 1_000_000) as u64;
     let t0 = std::time::Instant::now();
-    let out = run_owamp(
-        &target,
-        &req,
-        &crate::owamp::client::EngineEndpoints,
-        cancel.clone(),
-    )
-    .await
-    .map_err(|e| Failure::test(error_chain(&e)))?;
-    if !out.clock.synchronized {
-        observer.on_notice(
-            "this host's clock is not synchronised (ntp_adjtime): its one-way delays are marked unsync",
-        );
-    }
-    let to = out.to.as_ref().map(direction);
-    let from = out.from.as_ref().map(direction);
+    let mut ways: [Option<Way>; 2] = [None, None];
+    let mut sessions = 0usize;
+    let mut warned = false;
+    let (mode, clock, interrupted) = loop {
+        let out = match run_owamp(&target, &req, &EngineEndpoints, cancel.clone()).await {
+            Ok(o) => o,
+            // A stream outlives one failed session; a test does not.
+            Err(e) if spec.continuous && sessions > 0 && !cancel.is_cancelled() => {
+                observer.on_notice(&format!(
+                    "a session failed ({}); starting the next",
+                    error_chain(&e)
+                ));
+                tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                continue;
+            }
+            Err(e) => return Err(Failure::test(error_chain(&e))),
+        };
+        if !out.clock.synchronized && !warned {
+            warned = true;
+            observer.on_notice(
+                "this host's clock is not synchronised (ntp_adjtime): its one-way delays are marked unsync",
+            );
+        }
+        sessions += 1;
+        // A stream's session cut short is left out once others have
+        // counted: its loss would only be the cut.
+        let keep = !(spec.continuous && out.interrupted && ways.iter().any(Option::is_some));
+        for (i, o) in [&out.to, &out.from].into_iter().enumerate() {
+            let (Some(o), true) = (o, keep) else { continue };
+            let mut w = Way::of(o);
+            if spec.continuous {
+                let s = summary_of(&w.figures, w.near_ns);
+                observer.on_notice(&summary_line(sessions, if i == 0 { "to" } else { "from" }, &s));
+                w.intervals.push(s);
+            }
+            match &mut ways[i] {
+                Some(total) => {
+                    total.figures.merge(&w.figures);
+                    if total.intervals.len() < max_records.max(1) {
+                        total.intervals.append(&mut w.intervals);
+                    }
+                }
+                none => *none = Some(w),
+            }
+        }
+        if !spec.continuous || out.interrupted || cancel.is_cancelled() {
+            break (out.mode, out.clock, out.interrupted || cancel.is_cancelled());
+        }
+    };
+    let [to, from] = ways;
+    let (to, from) = (to.map(direction), from.map(direction));
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
     let bytes = u64::from(spec.packet_bytes());
     let mut summary = SummaryBuilder::default();
     let mut connections = Vec::new();
-    for (i, (way, o)) in [(&to, &out.to), (&from, &out.from)].into_iter().enumerate() {
-        let (Some(d), Some(o)) = (way, o) else { continue };
+    for (i, way) in [&to, &from].into_iter().enumerate() {
+        let Some(d) = way else { continue };
         let sending = i == 0;
         let outcome = if d.sent > 0 && d.received == 0 {
             goodput_core::result::Outcome::NetworkError {
@@ -253,8 +367,8 @@ pub(super) async fn run(
         let record = ConnectionRecord {
             index: i as u64,
             connection_id: d.sid.clone(),
-            local_address: if sending { o.plan.sender } else { o.plan.receiver }.to_string(),
-            remote_address: if sending { o.plan.receiver } else { o.plan.sender }.to_string(),
+            local_address: if sending { &d.sender } else { &d.receiver }.clone(),
+            remote_address: if sending { &d.receiver } else { &d.sender }.clone(),
             start_s: 0.0,
             time_slice_s: elapsed_ns as f64 / 1e9,
             elapsed_ns,
@@ -296,20 +410,20 @@ pub(super) async fn run(
         connections,
         summary: summary.finish(elapsed_ns),
         connections_omitted: 0,
-        end: if out.interrupted {
+        end: if interrupted {
             EndReason::Interrupted
         } else {
             EndReason::Completed
         },
         detail: Detail::Owamp(Box::new(OwampDetail {
-            mode: out.mode.name().to_owned(),
+            mode: mode.name().to_owned(),
             padding: spec.padding,
             packet_bytes: spec.packet_bytes(),
             interval_ns: spec.interval.0.as_nanos() as u64,
             poisson: spec.poisson,
             dscp: spec.dscp,
             timeout_ms: spec.timeout.0.as_millis() as u64,
-            local_clock: clock_state(out.clock),
+            local_clock: clock_state(clock),
             to,
             from,
         })),

@@ -48,6 +48,8 @@ pub(crate) async fn owamp(args: OwampArgs) -> Result<u8, Stop> {
         test_ports: c.port_range,
         bind: c.bind,
         family: Family::of(c.ipv4, c.ipv6),
+        continuous: args.continuous,
+        summary_every: args.summary_every,
         assert: args.assert.clone(),
         ..OwampSpec::default()
     };

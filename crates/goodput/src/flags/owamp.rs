@@ -94,6 +94,15 @@ pub struct OwampArgs {
     /// is 14 bytes open, 48 authenticated or encrypted); owping's -s.
     #[arg(long, short = 's', default_value_t = 0, value_name = "BYTES")]
     pub padding: u32,
+    /// A stream that runs until stopped (powstream's): sessions of
+    /// --summary-every packets one after the other, each summarised as it
+    /// ends; --count is then unused.
+    #[arg(long)]
+    pub continuous: bool,
+    /// With --continuous: packets per session and summary (powstream's
+    /// -N; pScheduler's latencybg uses 600 at 0.1 s).
+    #[arg(long, default_value_t = 600, value_name = "N", requires = "continuous")]
+    pub summary_every: u64,
     #[command(flatten)]
     pub common: LatencyCommon,
     /// A pass/fail check on the result (repeatable); its help lists the
