@@ -1,12 +1,19 @@
-//! Benchmark load for STAMP reflectors (used by `bench/run.sh stamp`): keeps
-//! WINDOW valid STAMP requests outstanding on each of SOCKETS connected UDP
-//! sockets, with `sendmmsg`/`recvmmsg`, and prints the replies per second
-//! the reflector sustained. Closed loop, so it measures the reflector, not
-//! a send rate; any reflector (goodput's, stamp-suite's) is loaded the same.
+//! Benchmark load for STAMP and TWAMP reflectors (used by `bench/run.sh
+//! stamp` and `twamp`): keeps WINDOW valid requests outstanding on each of
+//! SOCKETS connected UDP sockets, with `sendmmsg`/`recvmmsg`, and prints
+//! the replies per second the reflector sustained. Closed loop, so it
+//! measures the reflector, not a send rate; any reflector (goodput's,
+//! stamp-suite's, twampd's) is loaded the same.
 //!
-//! usage: stamp_flood ADDR:PORT SECONDS [SOCKETS=4] [WINDOW=64] [SIZE=44]
+//! With `--twamp`, ADDR:PORT is a TWAMP-Control server: each socket first
+//! gets its own session (open mode, Request-TW-Session, Start-Sessions) and
+//! floods the reflector port the server gave it; a TWAMP open sender packet
+//! of SIZE octets is STAMP's (sequence, timestamp, error estimate, zeros).
+//!
+//! usage: stamp_flood [--twamp] ADDR:PORT SECONDS [SOCKETS=4] [WINDOW=64] [SIZE=44]
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -15,9 +22,13 @@ use goodput_core::stamp::{ntp_from_unix_ns, ErrorEstimate, SenderPacket};
 const BATCH: usize = 64;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let twamp = args.get(1).is_some_and(|a| a == "--twamp");
+    if twamp {
+        args.remove(1);
+    }
     if args.len() < 3 {
-        eprintln!("usage: stamp_flood ADDR:PORT SECONDS [SOCKETS] [WINDOW] [SIZE]");
+        eprintln!("usage: stamp_flood [--twamp] ADDR:PORT SECONDS [SOCKETS] [WINDOW] [SIZE]");
         std::process::exit(2);
     }
     let target: SocketAddr = args[1].parse().expect("ADDR:PORT");
@@ -30,10 +41,17 @@ fn main() {
     } else {
         "[::1]:0"
     };
+    let mut controls = Vec::new();
     let socks: Vec<UdpSocket> = (0..n_sock)
         .map(|_| {
             let s = UdpSocket::bind(bind).expect("bind");
-            s.connect(target).expect("connect");
+            if twamp {
+                let (ctrl, port) = twamp_session(target, &s, size);
+                controls.push(ctrl);
+                s.connect(SocketAddr::new(target.ip(), port)).expect("connect");
+            } else {
+                s.connect(target).expect("connect");
+            }
             s.set_nonblocking(true).expect("nonblocking");
             s
         })
@@ -113,6 +131,63 @@ fn main() {
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
         }
     }
+}
+
+/// Opens a TWAMP-Control connection in open mode and one session whose
+/// sender is `udp`, packets of `size` octets; returns the connection (kept
+/// open while the session runs) and the reflector's port.
+fn twamp_session(ctrl: SocketAddr, udp: &UdpSocket, size: usize) -> (TcpStream, u16) {
+    use goodput_core::owamp::control::{
+        self, AcceptSession, RequestSession, ServerGreeting, ServerStart, SetupResponse,
+    };
+    let mut c = TcpStream::connect(ctrl).expect("TWAMP-Control connect");
+    let mut g = [0u8; ServerGreeting::LEN];
+    c.read_exact(&mut g).expect("Server-Greeting");
+    assert!(
+        ServerGreeting::decode(&g).modes & 1 != 0,
+        "the server does not offer open mode"
+    );
+    let setup = SetupResponse {
+        mode: 1,
+        key_id: [0; 80],
+        token: [0; 64],
+        client_iv: [0; 16],
+    };
+    c.write_all(&setup.encode()).expect("Set-Up-Response");
+    let mut st = [0u8; ServerStart::LEN];
+    c.read_exact(&mut st).expect("Server-Start");
+    assert_eq!(ServerStart::decode(&st).accept, 0, "Server-Start refused");
+    let local = udp.local_addr().expect("local");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as i64;
+    let req = RequestSession {
+        twoway: true,
+        conf_sender: false,
+        conf_receiver: false,
+        slots: 0,
+        packets: 0,
+        sender_port: local.port(),
+        receiver_port: local.port(),
+        sender: local.ip(),
+        receiver: ctrl.ip(),
+        sid: [0; 16],
+        padding: (size.max(14) - 14) as u32,
+        start_time: ntp_from_unix_ns(now),
+        timeout: 2 << 32,
+        type_p: 0,
+    };
+    c.write_all(&req.encode()).expect("Request-TW-Session");
+    let mut a = [0u8; AcceptSession::LEN];
+    c.read_exact(&mut a).expect("Accept-Session");
+    let a = AcceptSession::decode(&a);
+    assert_eq!(a.accept, 0, "Accept-Session refused");
+    c.write_all(&control::start_sessions()).expect("Start-Sessions");
+    let mut ack = [0u8; 32];
+    c.read_exact(&mut ack).expect("Start-Ack");
+    assert_eq!(ack[0], 0, "Start-Ack refused");
+    (c, a.port)
 }
 
 /// One `sendmmsg` (send) or `recvmmsg` of `n` slots of `slot` bytes in

@@ -4,5 +4,6 @@
 
 pub mod client;
 pub mod conn;
+pub mod endpoint;
 mod reflector;
 pub mod server;
