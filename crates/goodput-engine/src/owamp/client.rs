@@ -22,13 +22,13 @@ use goodput_core::stamp::stats::{SignedHistogram, SplitFacts, Tally, Tracker, Ve
 use goodput_core::stamp::{ntp_from_unix_ns, ErrorEstimate, ReflectorPacket};
 use goodput_core::units::PortRange;
 use rand::RngCore;
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::conn::{client_handshake, ControlConn, ControlFailure, ServerHello};
+use super::endpoint;
 use crate::datagram as msg;
 
 /// The largest test packet either side sends, bytes of UDP payload.
@@ -156,46 +156,10 @@ pub fn ntp_duration(d: Duration) -> u64 {
     (d.as_secs() << 32) + ((u64::from(d.subsec_nanos()) << 32) / 1_000_000_000)
 }
 
-/// A UDP test socket on `ip`, a port from `ports` (any when none), TTL
-/// 255, the DSCP, kernel receive timestamps and TTLs.
-pub fn test_socket(ip: IpAddr, ports: Option<PortRange>, dscp: u8) -> std::io::Result<UdpSocket> {
-    let v6 = ip.is_ipv6();
-    let candidates: Vec<u16> = match ports {
-        Some(r) if !r.is_ephemeral() => (r.lo..=r.hi).collect(),
-        _ => vec![0],
-    };
-    // Start somewhere in the range so concurrent clients spread out.
-    let first = (rand::rngs::OsRng.next_u32() as usize) % candidates.len();
-    let mut last_err = None;
-    for i in 0..candidates.len() {
-        let port = candidates[(first + i) % candidates.len()];
-        let s = Socket::new(
-            if v6 { Domain::IPV6 } else { Domain::IPV4 },
-            Type::DGRAM,
-            Some(Protocol::UDP),
-        )?;
-        match s.bind(&SocketAddr::new(ip, port).into()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                last_err = Some(e);
-                continue;
-            }
-            Err(e) => return Err(e),
-        }
-        msg::set_ttl(s.as_raw_fd(), v6, SEND_TTL)?;
-        msg::enable_ancillary(s.as_raw_fd(), v6, false)?;
-        if dscp > 0 {
-            let tos = u32::from(dscp & 0x3F) << 2;
-            if v6 {
-                s.set_tclass_v6(tos)?;
-            } else {
-                s.set_tos(tos)?;
-            }
-        }
-        s.set_nonblocking(true)?;
-        return UdpSocket::from_std(s.into());
-    }
-    Err(last_err.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::AddrInUse, "no free test port")))
+/// A test socket (the engine's endpoint one) on `ip`, a port of `ports`.
+fn test_socket(ip: IpAddr, ports: Option<PortRange>, dscp: u8) -> std::io::Result<UdpSocket> {
+    let range = ports.filter(|r| !r.is_ephemeral()).map(|r| (r.lo, r.hi));
+    Ok(endpoint::test_socket(ip, range, dscp)?.sock)
 }
 
 /// When the sessions start: now plus owping's lead (a second, and a round
@@ -571,8 +535,9 @@ pub trait Endpoints {
     ) -> impl std::future::Future<Output = Vec<DataRecord>> + Send;
 }
 
-/// The engine's own OWAMP endpoints: a sender on the session's schedule
-/// and a receiver that logs every valid packet of the session's sender.
+/// The engine's OWAMP endpoints ([`endpoint`]): the sender on the
+/// session's schedule, and the receiver logging the session's packets
+/// until the last one's time plus the timeout.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineEndpoints;
 
@@ -585,7 +550,24 @@ impl Endpoints for EngineEndpoints {
         mode: Mode,
         cancel: CancellationToken,
     ) -> SenderEnd {
-        send_session(sock, plan, req, mode, cancel).await
+        let Ok(schedule) = Schedule::new(&plan.sid, &req.slots) else {
+            return SenderEnd::default();
+        };
+        let send = endpoint::SendPlan {
+            peer: plan.receiver,
+            mode,
+            keys: plan.keys.clone(),
+            padding: req.padding as usize,
+            packets: req.count,
+            gaps: gaps(schedule),
+            start_ns: plan.start_unix_ns,
+            timeout_ns: req.timeout.as_nanos() as i64,
+        };
+        let out = endpoint::send_session(&sock, send, &cancel).await;
+        SenderEnd {
+            next_seq: out.next_seq,
+            skips: out.skips,
+        }
     }
 
     async fn receive(
@@ -596,8 +578,41 @@ impl Endpoints for EngineEndpoints {
         mode: Mode,
         cancel: CancellationToken,
     ) -> Vec<DataRecord> {
-        receive_session(sock, plan, req, mode, cancel).await
+        let Ok(last) = Schedule::offset_ns(&plan.sid, &req.slots, req.count.saturating_sub(1)) else {
+            return Vec::new();
+        };
+        let recv = endpoint::RecvPlan {
+            peer: plan.sender,
+            mode,
+            keys: plan.keys.clone(),
+            padding: req.padding as usize,
+            packets: req.count,
+            max_records: req.max_records() as usize,
+        };
+        let stop = cancel.child_token();
+        let deadline = instant_of(plan, last) + req.timeout;
+        let timer = stop.clone();
+        let ends = tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            timer.cancel();
+        });
+        let mut records = endpoint::receive_session(&sock, &recv, &stop).await.records;
+        ends.abort();
+        lost_records(&mut records, plan, req);
+        records
     }
+}
+
+/// The schedule's gaps in nanoseconds, taken as differences of the exact
+/// 32.32 offsets so that rounding never adds up over a long session.
+fn gaps(mut schedule: Schedule) -> endpoint::Gaps {
+    let mut prev = 0u64;
+    Box::new(std::iter::from_fn(move || {
+        let at = schedule.next_offset_ns();
+        let gap = at.saturating_sub(prev);
+        prev = at;
+        Some(gap)
+    }))
 }
 
 /// When a session's offset (ns after Start Time) falls, as an instant.
@@ -611,135 +626,31 @@ fn instant_of(plan: &SessionPlan, offset_ns: u64) -> Instant {
     }
 }
 
-async fn send_session(
-    sock: UdpSocket,
-    plan: &SessionPlan,
-    req: &OwampRequest,
-    mode: Mode,
-    cancel: CancellationToken,
-) -> SenderEnd {
-    let mut end = SenderEnd::default();
-    let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) else {
-        return end;
-    };
-    if sock.connect(plan.receiver).await.is_err() {
-        return end;
-    }
-    let len = (packet::sender_header(mode) + req.padding as usize).min(MAX_PACKET);
-    let mut buf = vec![0u8; len];
-    let timeout_ns = req.timeout.as_nanos() as i64;
-    let mut error = msg::clock_error();
-    for seq in 0..req.count {
-        let offset = schedule.next_offset_ns();
-        let due = plan.start_unix_ns.saturating_add(offset as i64);
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep_until(instant_of(plan, offset)) => {}
-        }
-        let now = msg::now_unix_ns();
-        end.next_seq = seq + 1;
-        if now - due > timeout_ns {
-            // Too late to be anything but lost: skip it, as owamp does.
-            match end.skips.last_mut() {
-                Some(r) if r.last + 1 == seq => r.last = seq,
-                _ => end.skips.push(SkipRange {
-                    first: seq,
-                    last: seq,
-                }),
-            }
-            continue;
-        }
-        if seq.is_multiple_of(64) {
-            error = msg::clock_error();
-        }
-        rand::rngs::OsRng.fill_bytes(&mut buf);
-        let f = SenderFields {
-            seq,
-            timestamp: ntp_from_unix_ns(msg::now_unix_ns()),
-            error: error.to_u16(),
-        };
-        packet::write_sender(mode, plan.keys.as_ref(), &f, &mut buf);
-        // A refused send (an ICMP error) is a packet sent and lost.
-        let _ = sock.send(&buf).await;
-    }
-    end
-}
-
-async fn receive_session(
-    sock: UdpSocket,
-    plan: &SessionPlan,
-    req: &OwampRequest,
-    mode: Mode,
-    cancel: CancellationToken,
-) -> Vec<DataRecord> {
-    let Ok(last) = Schedule::offset_ns(&plan.sid, &req.slots, req.count.saturating_sub(1)) else {
-        return Vec::new();
-    };
-    let deadline = instant_of(plan, last) + req.timeout;
-    let max = req.max_records() as usize;
-    let mut records: Vec<DataRecord> = Vec::new();
-    // One bit per packet: a million packets cost 125 KiB.
+/// Adds a lost record (receive time zero, at its scheduled send time) for
+/// every packet of the session that never came, walking the schedule once;
+/// one bit per packet remembers what came.
+fn lost_records(records: &mut Vec<DataRecord>, plan: &SessionPlan, req: &OwampRequest) {
     let mut seen = vec![0u64; (req.count as usize).div_ceil(64)];
-    let mut buf = vec![0u8; MAX_PACKET + 64];
-    let expected = packet::sender_header(mode) + req.padding as usize;
-    let mut error = msg::clock_error();
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep_until(deadline) => break,
-            r = sock.readable() => {
-                if r.is_err() {
-                    continue;
-                }
-                loop {
-                    let got = sock.try_io(Interest::READABLE, || {
-                        msg::recv_one(sock.as_raw_fd(), &mut buf)
-                            .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::WouldBlock.into()))
-                    });
-                    let Ok(meta) = got else { break };
-                    let t = meta.t_ns.unwrap_or_else(msg::now_unix_ns);
-                    if meta.src != plan.sender || meta.len != expected || records.len() >= max {
-                        continue;
-                    }
-                    let Some(f) = packet::read_sender(mode, plan.keys.as_ref(), &mut buf[..meta.len]) else {
-                        continue;
-                    };
-                    if f.seq >= req.count {
-                        continue;
-                    }
-                    seen[f.seq as usize / 64] |= 1 << (f.seq % 64);
-                    if records.len().is_multiple_of(64) {
-                        error = msg::clock_error();
-                    }
-                    records.push(DataRecord {
-                        seq: f.seq,
-                        send_err: f.error,
-                        recv_err: error.to_u16(),
-                        send_time: f.timestamp,
-                        recv_time: ntp_from_unix_ns(t),
-                        ttl: meta.ttl.unwrap_or(SEND_TTL),
-                    });
-                }
-            }
+    for r in records.iter().filter(|r| r.seq < req.count) {
+        seen[r.seq as usize / 64] |= 1 << (r.seq % 64);
+    }
+    let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) else {
+        return;
+    };
+    let max = req.max_records() as usize;
+    for seq in 0..req.count {
+        let off = schedule.next_offset_ns();
+        if seen[seq as usize / 64] & (1 << (seq % 64)) == 0 && records.len() < max {
+            records.push(DataRecord {
+                seq,
+                send_err: 0x0001,
+                recv_err: 0x0001,
+                send_time: ntp_from_unix_ns(plan.start_unix_ns.saturating_add(off as i64)),
+                recv_time: 0,
+                ttl: SEND_TTL,
+            });
         }
     }
-    // Every packet not seen is lost, at its scheduled send time.
-    if let Ok(mut schedule) = Schedule::new(&plan.sid, &req.slots) {
-        for seq in 0..req.count {
-            let off = schedule.next_offset_ns();
-            if seen[seq as usize / 64] & (1 << (seq % 64)) == 0 && records.len() < max {
-                records.push(DataRecord {
-                    seq,
-                    send_err: error.to_u16(),
-                    recv_err: error.to_u16(),
-                    send_time: ntp_from_unix_ns(plan.start_unix_ns.saturating_add(off as i64)),
-                    recv_time: 0,
-                    ttl: SEND_TTL,
-                });
-            }
-        }
-    }
-    records
 }
 
 /// Runs an OWAMP test: the sessions asked for, their Stop-Sessions, and
