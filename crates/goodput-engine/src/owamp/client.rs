@@ -163,14 +163,20 @@ fn test_socket(ip: IpAddr, ports: Option<PortRange>, dscp: u8) -> std::io::Resul
 }
 
 /// When the sessions start: now plus owping's lead (a second, and a round
-/// trip per session for the messages still to go), as an NTP timestamp
-/// and as an instant.
-fn start_time(setup: Duration, sessions: u32) -> (u64, Instant, i64) {
+/// trip per session for the messages still to go), or `wanted` (Unix ns)
+/// when that leaves at least the round trips and a tenth of a second; as
+/// an NTP timestamp, an instant and Unix nanoseconds.
+fn start_time(setup: Duration, sessions: u32, wanted: Option<i64>) -> (u64, Instant, i64) {
     let rtt = setup.min(Duration::from_secs(5));
+    let needed = Duration::from_millis(100) + rtt * (1 + sessions);
     let lead = Duration::from_secs(1) + rtt * (1 + sessions);
     let now_ns = msg::now_unix_ns();
-    let at_ns = now_ns + lead.as_nanos() as i64;
-    (ntp_from_unix_ns(at_ns), Instant::now() + lead, at_ns)
+    let at_ns = match wanted {
+        Some(w) if w >= now_ns + needed.as_nanos() as i64 => w,
+        _ => now_ns + lead.as_nanos() as i64,
+    };
+    let wait = Duration::from_nanos((at_ns - now_ns).max(0) as u64);
+    (ntp_from_unix_ns(at_ns), Instant::now() + wait, at_ns)
 }
 
 async fn request(
@@ -261,7 +267,7 @@ pub async fn run_twamp(
     let local_ip = target.bind.unwrap_or(c.local.ip());
     let sock = test_socket(local_ip, req.test_ports, req.dscp).map_err(ClientError::Socket)?;
     let local = sock.local_addr().map_err(ClientError::Socket)?;
-    let (start_ntp, start_at, _) = start_time(c.setup_time, 1);
+    let (start_ntp, start_at, _) = start_time(c.setup_time, 1, None);
     let rq = RequestSession {
         twoway: true,
         conf_sender: false,
@@ -450,6 +456,9 @@ pub struct OwampRequest {
     pub to: bool,
     /// A session from the server to us.
     pub from: bool,
+    /// Start Time, Unix nanoseconds (none: owping's lead from now; a
+    /// time too near for the messages still to go is replaced by that).
+    pub start_unix_ns: Option<i64>,
 }
 
 impl OwampRequest {
@@ -670,7 +679,7 @@ pub async fn run_owamp<E: Endpoints>(
     let local_ip = target.bind.unwrap_or(c.local.ip());
     let server_ip = target.server.ip();
     let sessions = u32::from(req.to) + u32::from(req.from);
-    let (start_ntp, _, start_ns) = start_time(c.setup_time, sessions);
+    let (start_ntp, _, start_ns) = start_time(c.setup_time, sessions, req.start_unix_ns);
     let mode = c.conn.mode;
     let keys_for = |sid: &[u8; 16], c: &Control| match (&c.conn.keys, mode.is_secured()) {
         (Some(k), true) => Some(TestKeys::derive(k, sid)),
@@ -1067,6 +1076,7 @@ mod tests {
             test_ports: None,
             to: true,
             from: false,
+            start_unix_ns: None,
         }
     }
 

@@ -20,7 +20,9 @@ use goodput_core::stamp::{unix_ns_from_ntp, ErrorEstimate};
 use tokio_util::sync::CancellationToken;
 
 use super::{error_chain, resolve, Failure};
-use crate::owamp::client::{run_owamp, ControlTarget, EngineEndpoints, OneWayOutcome, OwampRequest};
+use crate::owamp::client::{
+    run_owamp, ClientError, ControlTarget, EngineEndpoints, OneWayOutcome, OwampOutcome, OwampRequest,
+};
 use crate::Observer;
 
 /// The longest wait for a control message the server owes.
@@ -224,6 +226,132 @@ pub(super) fn slot_of(spec: &OwampSpec) -> Slot {
     Slot::from_ns(kind, spec.interval.0.as_nanos() as u64)
 }
 
+/// What a run has gathered: each direction, and the sessions so far.
+struct Stream {
+    ways: [Option<Way>; 2],
+    sessions: usize,
+    warned: bool,
+    continuous: bool,
+    max_records: usize,
+    /// The last session's mode and clock.
+    last: Option<(Mode, ErrorEstimate)>,
+}
+
+impl Stream {
+    /// Adds a session's outcome: to each direction's totals, and for a
+    /// stream as a summary (printed, and kept while there is room).
+    fn absorb(&mut self, out: OwampOutcome, observer: &mut dyn Observer) {
+        if !out.clock.synchronized && !self.warned {
+            self.warned = true;
+            observer.on_notice(
+                "this host's clock is not synchronised (ntp_adjtime): its one-way delays are marked unsync",
+            );
+        }
+        self.sessions += 1;
+        self.last = Some((out.mode, out.clock));
+        // A stream's session cut short is left out once others have
+        // counted: its loss would only be the cut.
+        if self.continuous && out.interrupted && self.ways.iter().any(Option::is_some) {
+            return;
+        }
+        for (i, o) in [&out.to, &out.from].into_iter().enumerate() {
+            let Some(o) = o else { continue };
+            let mut w = Way::of(o);
+            if self.continuous {
+                let s = summary_of(&w.figures, w.near_ns);
+                observer.on_notice(&summary_line(
+                    self.sessions,
+                    if i == 0 { "to" } else { "from" },
+                    &s,
+                ));
+                w.intervals.push(s);
+            }
+            match &mut self.ways[i] {
+                Some(total) => {
+                    total.figures.merge(&w.figures);
+                    if total.intervals.len() < self.max_records.max(1) {
+                        total.intervals.append(&mut w.intervals);
+                    }
+                }
+                none => *none = Some(w),
+            }
+        }
+    }
+}
+
+/// How long before its Start Time a stream's next session is set up (its
+/// control connection, the greeting and the requests).
+const STREAM_SETUP_LEAD: Duration = Duration::from_secs(2);
+
+/// Most sessions of a stream in flight at once (one sending, the one
+/// before it finishing its timeout and fetch, and room for slow ones).
+const STREAM_IN_FLIGHT: usize = 4;
+
+/// A stream's Start Times: the first a little ahead, each next one where
+/// the previous one's schedule ends, so that the
+/// sessions follow each other without a gap (powstream overlaps its
+/// sessions the same way). A Poisson schedule ends where its draws say;
+/// the next session starts at the expected end.
+async fn run_stream(
+    target: &ControlTarget,
+    req: &OwampRequest,
+    spec: &OwampSpec,
+    stream: &mut Stream,
+    observer: &mut dyn Observer,
+    cancel: &CancellationToken,
+) -> Result<(), Failure> {
+    let period_ns = i64::from(req.count).saturating_mul(spec.interval.0.as_nanos() as i64);
+    let mut start = crate::datagram::now_unix_ns() + STREAM_SETUP_LEAD.as_nanos() as i64;
+    let mut running: std::collections::VecDeque<tokio::task::JoinHandle<Result<OwampOutcome, ClientError>>> =
+        std::collections::VecDeque::new();
+    let mut launching = true;
+    loop {
+        if launching && running.len() < STREAM_IN_FLIGHT && !cancel.is_cancelled() {
+            let (t, mut r, c) = (target.clone(), req.clone(), cancel.clone());
+            r.start_unix_ns = Some(start);
+            running.push_back(tokio::spawn(async move {
+                run_owamp(&t, &r, &EngineEndpoints, c).await
+            }));
+            // Packet i is due at Start Time plus i + 1 gaps: the next
+            // session's first comes one interval after this one's last.
+            start = start.saturating_add(period_ns);
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        let launch_in = (start - STREAM_SETUP_LEAD.as_nanos() as i64 - crate::datagram::now_unix_ns()).max(0);
+        let next_due = tokio::time::sleep(Duration::from_nanos(launch_in as u64));
+        let front = running.front_mut().expect("a session runs");
+        tokio::select! {
+            _ = next_due, if launching && !cancel.is_cancelled() => {}
+            _ = cancel.cancelled(), if launching => launching = false,
+            done = front => {
+                running.pop_front();
+                match done {
+                    Ok(Ok(out)) => stream.absorb(out, observer),
+                    // No session has ended well yet: the stream cannot
+                    // start (a refusal, a wrong key); say why and stop.
+                    Ok(Err(e)) if stream.last.is_none() => {
+                        cancel_rest(&mut running);
+                        return Err(Failure::test(error_chain(&e)));
+                    }
+                    // Later, one failed session is a gap in the stream.
+                    Ok(Err(e)) => observer.on_notice(&format!("a session failed: {}", error_chain(&e))),
+                    Err(e) => observer.on_notice(&format!("a session's task ended: {e}")),
+                }
+            }
+        }
+    }
+}
+
+fn cancel_rest(
+    running: &mut std::collections::VecDeque<tokio::task::JoinHandle<Result<OwampOutcome, ClientError>>>,
+) {
+    for h in running.drain(..) {
+        h.abort();
+    }
+}
+
 /// Runs a validated OWAMP spec.
 pub(super) async fn run(
     spec: &OwampSpec,
@@ -259,6 +387,7 @@ pub(super) async fn run(
         test_ports: spec.test_ports,
         to: spec.direction.sends(),
         from: spec.direction.receives(),
+        start_unix_ns: None,
     };
     let ways = match spec.direction {
         OwampDirection::Both => "to and from the server",
@@ -293,58 +422,29 @@ pub(super) async fn run(
     observer.on_start("goodput owamp", &banner);
     let started_unix_ms = (crate::datagram::now_unix_ns() / 1_000_000) as u64;
     let t0 = std::time::Instant::now();
-    let mut ways: [Option<Way>; 2] = [None, None];
-    let mut sessions = 0usize;
-    let mut warned = false;
-    let (mode, clock, interrupted) = loop {
-        let out = match run_owamp(&target, &req, &EngineEndpoints, cancel.clone()).await {
-            Ok(o) => o,
-            // A stream outlives one failed session; a test does not.
-            Err(e) if spec.continuous && sessions > 0 && !cancel.is_cancelled() => {
-                observer.on_notice(&format!(
-                    "a session failed ({}); starting the next",
-                    error_chain(&e)
-                ));
-                tokio::select! {
-                    _ = cancel.cancelled() => {}
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
-                continue;
-            }
-            Err(e) => return Err(Failure::test(error_chain(&e))),
-        };
-        if !out.clock.synchronized && !warned {
-            warned = true;
-            observer.on_notice(
-                "this host's clock is not synchronised (ntp_adjtime): its one-way delays are marked unsync",
-            );
-        }
-        sessions += 1;
-        // A stream's session cut short is left out once others have
-        // counted: its loss would only be the cut.
-        let keep = !(spec.continuous && out.interrupted && ways.iter().any(Option::is_some));
-        for (i, o) in [&out.to, &out.from].into_iter().enumerate() {
-            let (Some(o), true) = (o, keep) else { continue };
-            let mut w = Way::of(o);
-            if spec.continuous {
-                let s = summary_of(&w.figures, w.near_ns);
-                observer.on_notice(&summary_line(sessions, if i == 0 { "to" } else { "from" }, &s));
-                w.intervals.push(s);
-            }
-            match &mut ways[i] {
-                Some(total) => {
-                    total.figures.merge(&w.figures);
-                    if total.intervals.len() < max_records.max(1) {
-                        total.intervals.append(&mut w.intervals);
-                    }
-                }
-                none => *none = Some(w),
-            }
-        }
-        if !spec.continuous || out.interrupted || cancel.is_cancelled() {
-            break (out.mode, out.clock, out.interrupted || cancel.is_cancelled());
-        }
+    let mut stream = Stream {
+        ways: [None, None],
+        sessions: 0,
+        warned: false,
+        continuous: spec.continuous,
+        max_records,
+        last: None,
     };
+    if spec.continuous {
+        run_stream(&target, &req, spec, &mut stream, observer, &cancel).await?;
+    } else {
+        let out = run_owamp(&target, &req, &EngineEndpoints, cancel.clone())
+            .await
+            .map_err(|e| Failure::test(error_chain(&e)))?;
+        stream.absorb(out, observer);
+    }
+    let Some((mode, clock)) = stream.last else {
+        return Err(Failure::test(
+            "the stream was stopped before its first session ended",
+        ));
+    };
+    let interrupted = cancel.is_cancelled();
+    let ways = stream.ways;
     let [to, from] = ways;
     let (to, from) = (to.map(direction), from.map(direction));
     let elapsed_ns = t0.elapsed().as_nanos() as u64;
