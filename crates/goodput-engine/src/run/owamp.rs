@@ -529,3 +529,107 @@ pub(super) async fn run(
         })),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::owamp::client::{SenderEnd, SessionPlan};
+    use goodput_core::owamp::control::DataRecord;
+    use goodput_core::stamp::ntp_from_unix_ns;
+
+    const T0: i64 = 1_800_000_000_000_000_000;
+
+    /// A session from the server: `lost` of its 10 packets never came.
+    fn session(k: i64, lost: &[u32], interrupted: bool) -> OwampOutcome {
+        let start = T0 + k * 1_000_000_000;
+        let records = (0..10u32)
+            .map(|seq| {
+                let sent = start + i64::from(seq + 1) * 100_000_000;
+                DataRecord {
+                    seq,
+                    send_err: 1,
+                    recv_err: 1,
+                    send_time: ntp_from_unix_ns(sent),
+                    recv_time: if lost.contains(&seq) {
+                        0
+                    } else {
+                        ntp_from_unix_ns(sent + 250_000)
+                    },
+                    ttl: 254,
+                }
+            })
+            .collect();
+        let at = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        OwampOutcome {
+            mode: Mode::Open,
+            clock: ErrorEstimate::from_u16(1),
+            to: None,
+            from: Some(OneWayOutcome {
+                plan: SessionPlan {
+                    sid: [k as u8; 16],
+                    sender: at(8760),
+                    receiver: at(9000),
+                    start_time: ntp_from_unix_ns(start),
+                    start_unix_ns: start,
+                    keys: None,
+                },
+                records,
+                end: SenderEnd {
+                    next_seq: 10,
+                    skips: Vec::new(),
+                },
+            }),
+            interrupted,
+        }
+    }
+
+    #[test]
+    fn a_stream_sums_its_sessions_and_leaves_out_a_cut_one() {
+        let mut s = Stream {
+            ways: [None, None],
+            sessions: 0,
+            warned: false,
+            continuous: true,
+            max_records: 100,
+            last: None,
+        };
+        let mut o = crate::observer::NullObserver;
+        s.absorb(session(0, &[3], false), &mut o);
+        s.absorb(session(1, &[], false), &mut o);
+        // Stopped half-way: everything after the cut reads as lost.
+        s.absorb(session(2, &[5, 6, 7, 8, 9], true), &mut o);
+        assert!(s.warned, "an unsynchronised clock is said once");
+        assert!(s.ways[0].is_none());
+        let d = direction(s.ways[1].take().unwrap());
+        assert_eq!((d.sent, d.received, d.lost), (20, 19, 1));
+        assert_eq!(d.intervals.len(), 2);
+        assert_eq!(
+            (d.intervals[0].lost, d.intervals[1].lost, d.intervals[1].sent),
+            (1, 0, 10)
+        );
+        assert_eq!(d.intervals[1].start_ns, T0 + 1_100_000_000);
+        assert_eq!(d.first_ns, Some(T0 + 100_000_000));
+        assert_eq!(d.last_ns, Some(T0 + 2_000_000_000));
+        let delay = d.delay.unwrap();
+        assert!(!delay.synchronized);
+        assert_eq!((delay.min_us, delay.max_us), (250.0, 250.0));
+        assert_eq!(d.hops, Some(HopRange { min: 1, max: 1 }));
+        assert_eq!(d.sid, "00".repeat(16));
+    }
+
+    #[test]
+    fn a_one_off_test_keeps_a_cut_session() {
+        let mut s = Stream {
+            ways: [None, None],
+            sessions: 0,
+            warned: false,
+            continuous: false,
+            max_records: 100,
+            last: None,
+        };
+        s.absorb(session(0, &[8, 9], true), &mut crate::observer::NullObserver);
+        let d = direction(s.ways[1].take().unwrap());
+        assert_eq!((d.sent, d.lost), (10, 2));
+        assert!(d.intervals.is_empty());
+    }
+}
