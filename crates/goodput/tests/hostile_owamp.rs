@@ -274,3 +274,62 @@ fn the_reflector_answers_no_source_without_a_started_session() {
     assert_eq!(t["packets_reflected"], 1, "{t}");
     assert_eq!(t["packets_ignored"], 3, "{t}");
 }
+
+#[test]
+fn absurd_stop_sessions_end_the_connection_without_allocating() {
+    let srv = start("hostile-owamp-stop", &[]);
+    let rt = runtime();
+    rt.block_on(async {
+        // 2^32 - 1 sessions named by a client that sends in one.
+        let mut c = connect(srv.owamp, Mode::Authenticated).await.unwrap();
+        let a = request(&mut c, &ow_request(9999, 10, 0), &[slot(10)])
+            .await
+            .unwrap();
+        assert_eq!(a.accept, 0);
+        assert_eq!(start_sessions(&mut c).await.unwrap(), 0);
+        let mut head = goodput_core::owamp::control::StopHeader {
+            accept: 0,
+            sessions: u32::MAX,
+        }
+        .encode();
+        c.send_blocks(&mut head).await.unwrap();
+        c.send_hmac().await.unwrap();
+        let mut b = [0u8; 16];
+        assert!(c.recv_blocks(&mut b).await.is_err(), "the connection is closed");
+        // One session, with 2^32 - 1 skip ranges claimed.
+        let mut c = connect(srv.owamp, Mode::Open).await.unwrap();
+        let a = request(&mut c, &ow_request(9999, 10, 0), &[slot(10)])
+            .await
+            .unwrap();
+        assert_eq!(start_sessions(&mut c).await.unwrap(), 0);
+        let mut head = goodput_core::owamp::control::StopHeader {
+            accept: 0,
+            sessions: 1,
+        }
+        .encode();
+        c.send_blocks(&mut head).await.unwrap();
+        let mut rec = [0u8; 32];
+        rec[..16].copy_from_slice(&a.sid);
+        rec[16..20].copy_from_slice(&10u32.to_be_bytes());
+        rec[20..24].copy_from_slice(&u32::MAX.to_be_bytes());
+        c.send_blocks(&mut rec).await.unwrap();
+        let mut b = [0u8; 16];
+        assert!(c.recv_blocks(&mut b).await.is_err(), "the connection is closed");
+        // Stop-Sessions before Start-Sessions, and a Fetch of nothing.
+        let mut c = connect(srv.owamp, Mode::Open).await.unwrap();
+        assert!(fetch(&mut c, [0; 16]).await.unwrap().is_none());
+        let mut head = goodput_core::owamp::control::StopHeader {
+            accept: 0,
+            sessions: 0,
+        }
+        .encode();
+        c.send_blocks(&mut head).await.unwrap();
+        c.send_hmac().await.unwrap();
+        assert!(c.recv_blocks(&mut b).await.is_err(), "the connection is closed");
+    });
+    peak_ok(&srv);
+    let (_, doc) = srv.stop();
+    let o = &doc["owamp_server"];
+    assert_eq!(o["protocol_errors"], 3, "{o}");
+    assert_eq!(o["fetches_refused"], 1, "{o}");
+}

@@ -169,7 +169,7 @@ fn refusals_carry_the_accept_code_clients_understand() {
                 "start long past",
                 {
                     let mut r = base.clone();
-                    r.start_time -= 7 * 86_400 << 32;
+                    r.start_time -= (7 * 86_400) << 32;
                     r
                 },
                 4,
@@ -227,4 +227,148 @@ fn refusals_carry_the_accept_code_clients_understand() {
     let o = &doc["owamp_server"];
     assert_eq!(o["refused_packets"], 1, "{o}");
     assert_eq!(o["refused_bandwidth"], 1, "{o}");
+}
+
+#[test]
+fn an_owamp_receive_session_is_kept_and_fetched_as_owampd_sends_it() {
+    let srv = start("owamp-server-fetch", &[]);
+    let rt = runtime();
+    for mode in Mode::ALL {
+        rt.block_on(async {
+            let mut c = connect(srv.owamp, mode).await.unwrap();
+            let sock = test_socket();
+            let port = sock.local_addr().unwrap().port();
+            let req = ow_request(port, 10, 20);
+            let a = request(&mut c, &req, &[slot(10)]).await.unwrap();
+            assert_eq!(a.accept, 0, "{mode}");
+            assert_eq!(&a.sid[..4], &[127, 0, 0, 1]);
+            assert_eq!(start_sessions(&mut c).await.unwrap(), 0);
+            let keys = c
+                .keys
+                .as_ref()
+                .filter(|_| mode.is_secured())
+                .map(|k| TestKeys::derive(k, &a.sid));
+            let mut sent = Vec::new();
+            // Packet 3 never goes; packet 5 goes twice.
+            for seq in [0u32, 1, 2, 4, 5, 5, 6, 7, 8, 9] {
+                let f = SenderFields {
+                    seq,
+                    timestamp: ntp_now(),
+                    error: 0x0001,
+                };
+                let mut b = vec![0u8; packet::sender_header(mode) + 20];
+                assert!(packet::write_sender(mode, keys.as_ref(), &f, &mut b));
+                sock.send_to(&b, (LOOPBACK, a.port)).unwrap();
+                sent.push(f);
+            }
+            // A stranger's packet is not logged.
+            let stranger = test_socket();
+            let mut b = vec![0u8; packet::sender_header(mode) + 20];
+            packet::write_sender(mode, keys.as_ref(), &sent[0], &mut b);
+            stranger.send_to(&b, (LOOPBACK, a.port)).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            ow_stop(&mut c, a.sid, 10).await.unwrap();
+            assert_eq!(
+                read_stop(&mut c).await.unwrap(),
+                vec![],
+                "the server sent in no session"
+            );
+            let got = fetch(&mut c, a.sid).await.unwrap().expect("the log is kept");
+            assert_eq!((got.ack.finished, got.ack.next_seq, got.ack.skips), (true, 10, 0));
+            assert_eq!(got.ack.records, 11, "ten sent, one twice, one lost");
+            assert_eq!(got.records.len(), 11);
+            assert_eq!(got.request.sid, a.sid, "the request comes back with its SID");
+            assert_eq!(got.request.receiver_port, a.port, "and the receiver's port");
+            assert_eq!((got.request.packets, got.request.padding), (10, 20));
+            assert_eq!(got.slots, vec![slot(10)]);
+            let lost: Vec<u32> = got
+                .records
+                .iter()
+                .filter(|r| r.is_lost())
+                .map(|r| r.seq)
+                .collect();
+            assert_eq!(lost, vec![3], "{mode}");
+            assert_eq!(
+                got.records.iter().filter(|r| r.seq == 5).count(),
+                2,
+                "duplicates kept"
+            );
+            for r in got.records.iter().filter(|r| !r.is_lost()) {
+                assert!(
+                    sent.iter()
+                        .any(|f| (f.seq, f.timestamp, f.error) == (r.seq, r.send_time, r.send_err)),
+                    "the record carries what was sent: {r:?}"
+                );
+                assert!(r.recv_time >= r.send_time);
+                assert_eq!(r.ttl, 255);
+            }
+            // An unknown session is refused.
+            assert!(fetch(&mut c, [9; 16]).await.unwrap().is_none());
+        });
+    }
+    let (_, doc) = srv.stop();
+    let o = &doc["owamp_server"];
+    assert_eq!(o["sessions"], 3, "{o}");
+    assert_eq!(o["packets_received"], 30, "{o}");
+    assert_eq!(o["packets_ignored"], 3, "{o}");
+    assert_eq!(o["fetches"], 3, "{o}");
+    assert_eq!(o["fetches_refused"], 3, "{o}");
+}
+
+#[test]
+fn the_owamp_server_sends_to_the_clients_receiver_and_reports_it() {
+    let srv = start("owamp-server-send", &[]);
+    runtime().block_on(async {
+        let mut c = connect(srv.owamp, Mode::Encrypted).await.unwrap();
+        let sock = test_socket();
+        let mut req = ow_request(0, 5, 0);
+        (req.conf_sender, req.conf_receiver) = (true, false);
+        req.receiver_port = sock.local_addr().unwrap().port();
+        req.sid = [7; 16];
+        let a = request(&mut c, &req, &[slot(5)]).await.unwrap();
+        assert_eq!((a.accept, a.sid), (0, [7; 16]), "the client's SID is echoed");
+        assert_eq!(start_sessions(&mut c).await.unwrap(), 0);
+        let keys = TestKeys::derive(c.keys.as_ref().unwrap(), &[7; 16]);
+        let mut seqs = Vec::new();
+        for _ in 0..5 {
+            let mut b = [0u8; 256];
+            let (n, from) = sock.recv_from(&mut b).expect("the server's packets");
+            assert_eq!((n, from.port()), (48, a.port));
+            seqs.push(
+                packet::read_sender(Mode::Encrypted, Some(&keys), &mut b[..n])
+                    .unwrap()
+                    .seq,
+            );
+        }
+        assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
+        let mut head = goodput_core::owamp::control::StopHeader {
+            accept: 0,
+            sessions: 0,
+        }
+        .encode();
+        c.send_blocks(&mut head).await.unwrap();
+        c.send_hmac().await.unwrap();
+        assert_eq!(read_stop(&mut c).await.unwrap(), vec![([7; 16], 5)]);
+    });
+    let (_, doc) = srv.stop();
+    assert_eq!(doc["owamp_server"]["packets_sent"], 5);
+}
+
+#[test]
+fn receive_logs_past_the_memory_budget_are_refused_for_now() {
+    let srv = start("owamp-server-memory", &["--ow-twamp-max-memory", "512KiB"]);
+    runtime().block_on(async {
+        let mut c = connect(srv.owamp, Mode::Open).await.unwrap();
+        // (10000 + 1024) records of 32 bytes: 352,768 bytes, once.
+        let a = request(&mut c, &ow_request(9999, 10_000, 0), &[slot(1)])
+            .await
+            .unwrap();
+        assert_eq!(a.accept, 0);
+        let b = request(&mut c, &ow_request(9999, 10_000, 0), &[slot(1)])
+            .await
+            .unwrap();
+        assert_eq!(b.accept, 5, "temporary: the budget frees as logs expire");
+    });
+    let (_, doc) = srv.stop();
+    assert_eq!(doc["owamp_server"]["refused_memory"], 1);
 }

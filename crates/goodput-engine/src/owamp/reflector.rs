@@ -3,77 +3,25 @@
 //! own sequence numbers, T2 from the kernel's receive timestamp and T3
 //! taken just before the send.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use goodput_core::owamp::crypto::TestKeys;
 use goodput_core::owamp::packet::{self, ReflectorFields};
-use goodput_core::owamp::{Mode, SEND_TTL};
+use goodput_core::owamp::Mode;
 use goodput_core::stamp::ntp_from_unix_ns;
-use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio_util::sync::CancellationToken;
 
+use super::endpoint::MAX_TEST_PACKET;
 use crate::datagram as msg;
-
-/// The largest test packet taken (a 64 KiB datagram less its headers).
-pub(crate) const MAX_TEST_PACKET: usize = 65_507;
-
-/// Binds a UDP test socket on `ip`, on a free port of `ports` (both ends
-/// included; `None`: any port the kernel gives), with TTL 255, `dscp`, and
-/// kernel receive timestamps and TTLs. Tries at most 4096 ports.
-pub(crate) fn bind_test_socket(
-    ip: IpAddr,
-    ports: Option<(u16, u16)>,
-    dscp: u8,
-) -> std::io::Result<UdpSocket> {
-    let addr = SocketAddr::new(ip, 0);
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if ip.is_ipv6() {
-        s.set_only_v6(true)?;
-    }
-    let v6 = ip.is_ipv6();
-    msg::enable_ancillary(s.as_raw_fd(), v6, false)?;
-    msg::set_ttl(s.as_raw_fd(), v6, SEND_TTL)?;
-    if dscp != 0 {
-        let tos = u32::from(dscp & 0x3F) << 2;
-        if v6 {
-            s.set_tclass_v6(tos)?;
-        } else {
-            s.set_tos(tos)?;
-        }
-    }
-    match ports {
-        None => s.bind(&addr.into())?,
-        Some((lo, hi)) => {
-            let span = u32::from(hi.saturating_sub(lo)) + 1;
-            // Start somewhere in the range so sessions spread over it.
-            let first = rand::random::<u32>() % span;
-            let mut bound = false;
-            for i in 0..span.min(4096) {
-                let port = lo + ((first + i) % span) as u16;
-                if s.bind(&SocketAddr::new(ip, port).into()).is_ok() {
-                    bound = true;
-                    break;
-                }
-            }
-            if !bound {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::AddrInUse,
-                    format!("no free UDP port in {lo}-{hi} on {ip}"),
-                ));
-            }
-        }
-    }
-    s.set_nonblocking(true)?;
-    UdpSocket::from_std(s.into())
-}
 
 /// One accepted TWAMP session as its reflector needs it.
 pub(crate) struct ReflectorSession {
-    /// The socket the session's Accept-Session named.
+    /// The socket the session's Accept-Session named (a test socket:
+    /// TTL 255, the session's DSCP, kernel timestamps and TTLs).
     pub socket: UdpSocket,
     /// The mode of the control connection.
     pub mode: Mode,
@@ -119,8 +67,9 @@ pub(crate) fn drain(s: &ReflectorSession) -> u64 {
 /// session's idle time.
 pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) -> ReflectorTally {
     let mut tally = ReflectorTally::default();
-    let mut buf = vec![0u8; MAX_TEST_PACKET];
-    let mut out = vec![0u8; MAX_TEST_PACKET];
+    // One octet more than the largest packet taken, so a longer one shows.
+    let mut buf = vec![0u8; MAX_TEST_PACKET + 1];
+    let mut out = vec![0u8; MAX_TEST_PACKET + 1];
     let fd = s.socket.as_raw_fd();
     let rate = s.max_bits_per_second as f64;
     let mut tokens = rate;
@@ -156,7 +105,7 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
             let src = SocketAddr::new(crate::socket::unmapped_ip(meta.src.ip()), meta.src.port());
             let from_sender =
                 src.ip() == s.sender.ip() && (s.sender.port() == 0 || s.sender.port() == src.port());
-            if !from_sender || meta.truncated {
+            if !from_sender || meta.truncated || meta.len > MAX_TEST_PACKET {
                 tally.ignored += 1;
                 continue;
             }

@@ -11,19 +11,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use goodput_core::owamp::control::{
-    self, AcceptSession, Command, ControlError, RequestSession, ServerGreeting, Slot,
+    self, AcceptSession, Command, ControlError, DataRecord, FetchAck, FetchSession, RequestSession,
+    ServerGreeting, SkipRange, Slot, SlotKind, StopHeader, StopSession,
 };
 use goodput_core::owamp::crypto::{TestKeys, BLOCK};
 use goodput_core::owamp::packet;
 use goodput_core::owamp::{Accept, Mode};
 use goodput_core::result::OwampServerCounters;
-use goodput_core::stamp::{ntp_from_unix_ns, Cidr};
+use goodput_core::stamp::{ntp_from_unix_ns, unix_ns_from_ntp, Cidr};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{self, ControlConn, ControlFailure, ServerPolicy};
+use super::endpoint::{self, Gaps, Received, RecvPlan, SendOutcome, SendPlan, TestSocket};
 use super::reflector::{self, ReflectorSession};
 use crate::EngineError;
 
@@ -71,7 +73,7 @@ impl Default for SessionLimits {
             max_sessions: 16,
             max_packets: 100_000,
             max_slots: 1024,
-            max_padding: 9000 - 112,
+            max_padding: (endpoint::MAX_TEST_PACKET - 112) as u32,
             max_timeout: Duration::from_secs(60),
             max_start_ahead: Duration::from_secs(300),
             max_start_behind: Duration::from_secs(86_400),
@@ -131,7 +133,34 @@ struct Shared {
     cancel: CancellationToken,
     /// Every session's task, waited for before the counters are read.
     tasks: TaskTracker,
+    /// OWAMP receive logs by SID, kept for Fetch-Session.
+    logs: Mutex<HashMap<[u8; 16], Arc<ReceiveLog>>>,
+    /// Octets of memory the receive logs have reserved.
+    log_bytes: Mutex<u64>,
 }
+
+/// What an OWAMP receive session keeps for Fetch-Session: the request as
+/// accepted (port and SID filled in), its slots, and once the session has
+/// ended, its records and the sender's Stop-Sessions figures.
+struct ReceiveLog {
+    request: RequestSession,
+    slots: Vec<Slot>,
+    /// Octets reserved in the memory budget, given back when it expires.
+    reserved: u64,
+    ended: Mutex<Option<EndedLog>>,
+}
+
+struct EndedLog {
+    records: Vec<DataRecord>,
+    next_seq: u32,
+    skips: Vec<SkipRange>,
+    expires: tokio::time::Instant,
+}
+
+/// Memory one kept record is counted as (its size in the log).
+const RECORD_BYTES: u64 = std::mem::size_of::<DataRecord>() as u64;
+/// Records kept beyond a session's packet count, for duplicates.
+const DUPLICATE_ALLOWANCE: u32 = 1024;
 
 /// What one client address holds at the moment.
 #[derive(Debug, Default, Clone, Copy)]
@@ -234,8 +263,13 @@ impl BoundControlServer {
             connections: Mutex::new(0),
             cancel: cancel.clone(),
             tasks: TaskTracker::new(),
+            logs: Mutex::new(HashMap::new()),
+            log_bytes: Mutex::new(0),
         });
         let mut tasks = tokio::task::JoinSet::new();
+        if !shared.spec.twoway {
+            tasks.spawn(expire_logs(shared.clone(), cancel.clone()));
+        }
         for l in self.listeners {
             tasks.spawn(accept_loop(l, shared.clone(), cancel.clone()));
         }
@@ -244,6 +278,53 @@ impl BoundControlServer {
         shared.tasks.wait().await;
         let c = *shared.counters.lock().unwrap_or_else(|p| p.into_inner());
         c
+    }
+}
+
+/// Drops receive logs kept past their time, every second.
+async fn expire_logs(shared: Arc<Shared>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let now = tokio::time::Instant::now();
+        let mut gone = Vec::new();
+        {
+            let mut logs = shared.logs.lock().unwrap_or_else(|p| p.into_inner());
+            logs.retain(|_, log| {
+                let expired = log
+                    .ended
+                    .lock()
+                    .map(|e| e.as_ref().is_some_and(|e| e.expires <= now))
+                    .unwrap_or(true);
+                if expired {
+                    gone.push(log.reserved);
+                }
+                !expired
+            });
+        }
+        for bytes in gone {
+            shared.release_log(bytes);
+            shared.count(|c| c.logs_expired += 1);
+        }
+    }
+}
+
+impl Shared {
+    /// Reserves `bytes` of the receive logs' budget; false when full.
+    fn reserve_log(&self, bytes: u64) -> bool {
+        let mut used = self.log_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        if used.saturating_add(bytes) > self.spec.limits.max_log_memory {
+            return false;
+        }
+        *used += bytes;
+        true
+    }
+
+    fn release_log(&self, bytes: u64) {
+        let mut used = self.log_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(bytes);
     }
 }
 
@@ -303,14 +384,29 @@ struct Session {
     sid: [u8; 16],
     role: Role,
     cancel: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    task: Option<JoinHandle<Outcome>>,
     timeout: Duration,
+    /// OWAMP receivers: when the last packet is due plus the timeout
+    /// (Unix ns), after which the server may send its Stop-Sessions.
+    local_end_ns: i64,
     _place: SessionPlace,
 }
 
 enum Role {
     /// A TWAMP reflector, ready to start.
     Reflect(Option<ReflectorSession>),
+    /// An OWAMP receiver: its socket, plan and latest end (Unix ns) until
+    /// it starts; its log.
+    Receive(Option<(TestSocket, RecvPlan, i64)>, Arc<ReceiveLog>),
+    /// An OWAMP sender: its socket and plan until it starts.
+    Send(Option<(TestSocket, SendPlan)>),
+}
+
+/// What a session's task leaves.
+enum Outcome {
+    Reflected,
+    Received(Received),
+    Sent(SendOutcome),
 }
 
 impl Session {
@@ -344,7 +440,27 @@ async fn serve_connection(s: TcpStream, ip: IpAddr, shared: &Arc<Shared>) {
     shared.count(|c| c.connections += 1);
     let mut sessions: Vec<Session> = Vec::new();
     let mut started = false;
+    let mut stop_sent = false;
     let end = loop {
+        if started && !spec.twoway && !stop_sent {
+            // As owampd: the server's Stop-Sessions goes out when its own
+            // sessions are done, unless the client's comes first.
+            let readable = tokio::select! {
+                r = conn.get_ref().readable() => r.map(|_| true),
+                () = local_done(waits(&sessions)) => Ok(false),
+            };
+            match readable {
+                Ok(true) => {}
+                Ok(false) => {
+                    if let Err(e) = send_own_stop(&mut conn, shared, &mut sessions).await {
+                        break Some(e);
+                    }
+                    stop_sent = true;
+                    continue;
+                }
+                Err(e) => break Some(e.into()),
+            }
+        }
         let first = match conn.recv_first_block(t).await {
             Ok(b) => b,
             Err(ControlFailure::Timeout(_)) if started && sessions.iter().any(Session::alive) => continue,
@@ -358,13 +474,19 @@ async fn serve_connection(s: TcpStream, ip: IpAddr, shared: &Arc<Shared>) {
                     request(&mut conn, first, shared, ip, local_ip, &mut sessions).await
                 }
             }
-            Ok(Command::StartSessions) => start(&mut conn, first, shared, &mut sessions, &mut started).await,
-            Ok(Command::StopSessions) => {
-                stop(&mut conn, first, &shared.tasks, &mut sessions, &mut started).await
+            Ok(Command::StartSessions) => {
+                stop_sent = false;
+                start(&mut conn, first, shared, &mut sessions, &mut started).await
             }
-            Ok(Command::FetchSession) => Err(ControlFailure::protocol(
-                "Fetch-Session: this server keeps no receive logs",
-            )),
+            Ok(Command::StopSessions) if started => {
+                stop(&mut conn, first, shared, &mut sessions, &mut started, stop_sent).await
+            }
+            Ok(Command::StopSessions) => Err(ControlFailure::protocol("Stop-Sessions before Start-Sessions")),
+            Ok(Command::FetchSession) if !spec.twoway && !started => fetch(&mut conn, first, shared).await,
+            Ok(Command::FetchSession) => Err(ControlFailure::protocol(match spec.twoway {
+                true => "Fetch-Session is no TWAMP command",
+                false => "Fetch-Session while sessions run",
+            })),
             Err(e) => Err(ControlFailure::protocol(e.to_string())),
         };
         if let Err(e) = step {
@@ -378,14 +500,9 @@ async fn serve_connection(s: TcpStream, ip: IpAddr, shared: &Arc<Shared>) {
         }
         _ => {}
     }
-    for s in &sessions {
-        s.cancel.cancel();
-    }
-    for s in sessions {
-        if let Some(t) = s.task {
-            let _ = t.await;
-        }
-    }
+    // Receive logs of sessions the client never stopped are kept, with
+    // every packet not seen counted lost.
+    finish(shared, sessions, &HashMap::new()).await;
 }
 
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -505,26 +622,17 @@ async fn request(
         bits_per_second,
     };
     if !req.twoway {
-        drop(place);
-        return refuse(
-            conn,
-            shared,
-            Refusal(Accept::NotSupported, |c| c.refused_unsupported += 1),
-        )
-        .await;
+        return one_way(conn, req, slots, shared, ip, local_ip, dscp, place, sessions).await;
     }
-    let socket = match reflector::bind_test_socket(local_ip, spec.test_ports, dscp) {
+    let socket = match endpoint::test_socket(local_ip, spec.test_ports, dscp) {
         Ok(s) => s,
         Err(e) => {
             drop(place);
-            let code = match e.kind() {
-                std::io::ErrorKind::AddrInUse => Accept::TemporaryLimit,
-                _ => Accept::Internal,
-            };
-            return refuse(conn, shared, Refusal(code, |c| c.refused_ports += 1)).await;
+            return refuse(conn, shared, test_socket_refusal(&e)).await;
         }
     };
-    let port = socket.local_addr().map(|a| a.port()).unwrap_or(0);
+    let port = socket.local.port();
+    let socket = socket.sock;
     let sid = make_sid(local_ip);
     let keys = conn.keys.as_ref().map(|k| TestKeys::derive(k, &sid));
     let sender_ip = match req.sender.is_unspecified() {
@@ -547,6 +655,159 @@ async fn request(
         cancel: shared.cancel.child_token(),
         task: None,
         timeout: duration_of(req.timeout).min(spec.limits.max_timeout),
+        local_end_ns: i64::MIN,
+        _place: place,
+    });
+    Ok(())
+}
+
+/// The gaps of an OWAMP schedule: its slots in turn, again and again.
+/// An exponential slot draws its gap at random around its mean.
+fn schedule_gaps(slots: Vec<Slot>) -> Gaps {
+    Box::new(slots.into_iter().cycle().map(|s| match s.kind {
+        SlotKind::Fixed => s.gap_ns(),
+        SlotKind::Exponential => {
+            let u: f64 = rand::random::<f64>().max(f64::MIN_POSITIVE);
+            (-u.ln() * s.gap_ns() as f64).min(1e15) as u64
+        }
+    }))
+}
+
+/// When packet `seq` was due: the start plus its share of the schedule
+/// (an exponential slot counted at its mean).
+fn due_ns(start_ns: i64, slots: &[Slot], seq: u32) -> i64 {
+    let n = u64::from(seq) + 1;
+    let k = slots.len().max(1) as u64;
+    let cycle: u64 = slots.iter().map(|s| s.gap_ns()).fold(0, u64::saturating_add);
+    let part: u64 = slots
+        .iter()
+        .take((n % k) as usize)
+        .map(|s| s.gap_ns())
+        .fold(0, u64::saturating_add);
+    let off = (n / k).saturating_mul(cycle).saturating_add(part);
+    start_ns.saturating_add(i64::try_from(off).unwrap_or(i64::MAX))
+}
+
+fn test_socket_refusal(e: &std::io::Error) -> Refusal {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => Refusal(Accept::TemporaryLimit, |c| c.refused_ports += 1),
+        _ => Refusal(Accept::Internal, |c| c.refused_ports += 1),
+    }
+}
+
+/// An OWAMP session: the server receives (it makes the SID, opens a test
+/// socket and keeps a log) or sends (to the client's receiver port, with
+/// the client's SID).
+#[allow(clippy::too_many_arguments)]
+async fn one_way(
+    conn: &mut ControlConn<TcpStream>,
+    mut req: RequestSession,
+    slots: Vec<Slot>,
+    shared: &Arc<Shared>,
+    ip: IpAddr,
+    local_ip: IpAddr,
+    dscp: u8,
+    place: SessionPlace,
+    sessions: &mut Vec<Session>,
+) -> Result<(), ControlFailure> {
+    let spec = &shared.spec;
+    let timeout = duration_of(req.timeout);
+    let timeout_ns = i64::try_from(timeout.as_nanos()).unwrap_or(i64::MAX);
+    let start_ns = unix_ns_from_ntp(req.start_time, crate::datagram::now_unix_ns());
+    let mode = conn.mode;
+    if req.conf_sender && req.receiver_port == 0 {
+        drop(place);
+        return refuse(
+            conn,
+            shared,
+            Refusal(Accept::NotSupported, |c| c.refused_unsupported += 1),
+        )
+        .await;
+    }
+    let socket = match endpoint::test_socket(local_ip, spec.test_ports, dscp) {
+        Ok(s) => s,
+        Err(e) => {
+            drop(place);
+            return refuse(conn, shared, test_socket_refusal(&e)).await;
+        }
+    };
+    let port = socket.local.port();
+    let them = |port: u16| SocketAddr::new(ip, port);
+    let mut local_end = i64::MIN;
+    let role = if req.conf_receiver {
+        let max_records = req.packets.saturating_add(DUPLICATE_ALLOWANCE);
+        let reserved = u64::from(max_records) * RECORD_BYTES;
+        if !shared.reserve_log(reserved) {
+            drop(place);
+            return refuse(
+                conn,
+                shared,
+                Refusal(Accept::TemporaryLimit, |c| c.refused_memory += 1),
+            )
+            .await;
+        }
+        req.sid = make_sid(local_ip);
+        req.receiver_port = port;
+        let keys = conn.keys.as_ref().map(|k| TestKeys::derive(k, &req.sid));
+        let plan = RecvPlan {
+            peer: them(req.sender_port),
+            mode,
+            keys: keys.filter(|_| mode.is_secured()),
+            padding: req.padding as usize,
+            packets: req.packets,
+            max_records: max_records as usize,
+        };
+        // The receiver listens until the client's Stop-Sessions, or at
+        // most twice the schedule's mean length past the start, plus the
+        // loss timeout and a margin.
+        let schedule = due_ns(0, &slots, req.packets.saturating_sub(1));
+        let end_ns = start_ns
+            .saturating_add(schedule.saturating_mul(2))
+            .saturating_add(timeout_ns)
+            .saturating_add(10_000_000_000);
+        let log = Arc::new(ReceiveLog {
+            request: req.clone(),
+            slots: slots.clone(),
+            reserved,
+            ended: Mutex::new(None),
+        });
+        shared
+            .logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(req.sid, log.clone());
+        // With a fixed schedule the last packet's time is known exactly,
+        // and the server may say it is done, as owampd does; an
+        // exponential one is left to the client's Stop-Sessions.
+        let exact = slots.iter().all(|s| s.kind == SlotKind::Fixed);
+        local_end = match exact {
+            true => due_ns(start_ns, &slots, req.packets.saturating_sub(1)).saturating_add(timeout_ns),
+            false => end_ns,
+        };
+        Role::Receive(Some((socket, plan, end_ns)), log)
+    } else {
+        let keys = conn.keys.as_ref().map(|k| TestKeys::derive(k, &req.sid));
+        let plan = SendPlan {
+            peer: them(req.receiver_port),
+            mode,
+            keys: keys.filter(|_| mode.is_secured()),
+            padding: req.padding as usize,
+            packets: req.packets,
+            gaps: schedule_gaps(slots),
+            start_ns,
+            timeout_ns,
+        };
+        Role::Send(Some((socket, plan)))
+    };
+    answer(conn, Accept::Ok, port, req.sid).await?;
+    shared.count(|c| c.sessions += 1);
+    sessions.push(Session {
+        sid: req.sid,
+        role,
+        cancel: shared.cancel.child_token(),
+        task: None,
+        timeout,
+        local_end_ns: local_end,
         _place: place,
     });
     Ok(())
@@ -656,18 +917,48 @@ async fn start(
     msg[..BLOCK].copy_from_slice(&first);
     conn.recv_rest(&mut msg).await?;
     for s in sessions.iter_mut() {
-        let Role::Reflect(r) = &mut s.role;
-        if let Some(r) = r.take() {
-            let early = reflector::drain(&r);
-            shared.count(|c| c.packets_ignored += early);
-            let (cancel, shared) = (s.cancel.clone(), shared.clone());
-            s.task = Some(shared.tasks.clone().spawn(async move {
-                let t = reflector::reflect(r, cancel).await;
-                shared.count(|c| {
-                    c.packets_reflected += t.reflected;
-                    c.packets_ignored += t.ignored;
-                });
-            }));
+        let cancel = s.cancel.clone();
+        let tasks = shared.tasks.clone();
+        match &mut s.role {
+            Role::Reflect(r) => {
+                if let Some(r) = r.take() {
+                    let early = reflector::drain(&r);
+                    shared.count(|c| c.packets_ignored += early);
+                    let shared = shared.clone();
+                    s.task = Some(tasks.spawn(async move {
+                        let t = reflector::reflect(r, cancel).await;
+                        shared.count(|c| {
+                            c.packets_reflected += t.reflected;
+                            c.packets_ignored += t.ignored;
+                        });
+                        Outcome::Reflected
+                    }));
+                }
+            }
+            Role::Receive(setup, _) => {
+                if let Some((sock, plan, end_ns)) = setup.take() {
+                    s.task = Some(tasks.spawn(async move {
+                        let timer = cancel.clone();
+                        let left = end_ns.saturating_sub(crate::datagram::now_unix_ns()).max(0) as u64;
+                        let deadline = async move {
+                            tokio::select! {
+                                _ = tokio::time::sleep(Duration::from_nanos(left)) => timer.cancel(),
+                                _ = timer.cancelled() => {}
+                            }
+                        };
+                        let (r, ()) =
+                            tokio::join!(endpoint::receive_session(&sock.sock, &plan, &cancel), deadline);
+                        Outcome::Received(r)
+                    }));
+                }
+            }
+            Role::Send(setup) => {
+                if let Some((sock, plan)) = setup.take() {
+                    s.task = Some(tasks.spawn(async move {
+                        Outcome::Sent(endpoint::send_session(&sock.sock, plan, &cancel).await)
+                    }));
+                }
+            }
         }
     }
     *started = true;
@@ -675,38 +966,317 @@ async fn start(
     conn.send(&mut ack).await
 }
 
-/// Stop-Sessions: TWAMP's reflectors end after their sessions' Timeout
-/// (late packets are still answered).
+/// Stop-Sessions. TWAMP: the reflectors end after their sessions'
+/// Timeout (late packets are still answered). OWAMP: the client's record
+/// of each session it sent (bounded by what was accepted) ends the
+/// server's receivers; the server's senders end and it answers with its
+/// own Stop-Sessions, as owping waits for.
 async fn stop(
     conn: &mut ControlConn<TcpStream>,
     first: [u8; BLOCK],
-    tasks: &TaskTracker,
+    shared: &Arc<Shared>,
     sessions: &mut Vec<Session>,
     started: &mut bool,
+    stop_sent: bool,
 ) -> Result<(), ControlFailure> {
-    let mut msg = [0u8; 32];
+    *started = false;
+    if shared.spec.twoway {
+        let mut msg = [0u8; 32];
+        msg[..BLOCK].copy_from_slice(&first);
+        conn.recv_rest(&mut msg).await?;
+        for s in sessions.drain(..) {
+            let Session {
+                cancel,
+                task,
+                timeout,
+                _place,
+                ..
+            } = s;
+            shared.tasks.spawn(async move {
+                tokio::select! {
+                    _ = tokio::time::sleep(timeout) => {}
+                    _ = cancel.cancelled() => {}
+                }
+                cancel.cancel();
+                if let Some(t) = task {
+                    let _ = t.await;
+                }
+                drop(_place);
+            });
+        }
+        return Ok(());
+    }
+    let header = StopHeader::decode(&first).map_err(|e| ControlFailure::protocol(e.to_string()))?;
+    let receiving: Vec<([u8; 16], u32)> = sessions
+        .iter()
+        .filter_map(|s| match &s.role {
+            Role::Receive(_, log) => Some((s.sid, log.request.packets)),
+            _ => None,
+        })
+        .collect();
+    if header.sessions as usize > receiving.len() {
+        return Err(ControlFailure::protocol(format!(
+            "Stop-Sessions names {} sessions; the client sends in {}",
+            header.sessions,
+            receiving.len()
+        )));
+    }
+    let mut told = HashMap::new();
+    for _ in 0..header.sessions {
+        let mut sid = [0u8; 16];
+        conn.recv_blocks(&mut sid).await?;
+        let Some(&(_, packets)) = receiving.iter().find(|(s, _)| *s == sid) else {
+            return Err(ControlFailure::protocol(
+                "Stop-Sessions names a session the client does not send in",
+            ));
+        };
+        let mut b = [0u8; BLOCK];
+        conn.recv_blocks(&mut b).await?;
+        let next_seq = be32(&b, 0).min(packets);
+        let n = be32(&b, 4);
+        if n > packets {
+            return Err(ControlFailure::protocol(format!(
+                "{n} skip ranges in a session of {packets} packets"
+            )));
+        }
+        let mut raw = b[8..].to_vec();
+        let rest = StopSession::tail_len(n as usize) - BLOCK;
+        if rest > 0 {
+            let mut more = vec![0u8; rest];
+            conn.recv_blocks(&mut more).await?;
+            raw.extend_from_slice(&more);
+        }
+        let skips = raw
+            .chunks_exact(8)
+            .take(n as usize)
+            .map(|c| SkipRange {
+                first: be32(c, 0),
+                last: be32(c, 4),
+            })
+            .collect::<Vec<_>>();
+        told.insert(sid, (next_seq, skips));
+    }
+    conn.recv_hmac().await?;
+    if !stop_sent {
+        send_own_stop(conn, shared, sessions).await?;
+    }
+    let done = std::mem::take(sessions);
+    finish(shared, done, &told).await;
+    Ok(())
+}
+
+/// What a connection's own sessions wait for before they are done.
+enum LocalWait<'a> {
+    /// A sender's task.
+    Sender(&'a JoinHandle<Outcome>),
+    /// A receiver's end, Unix ns.
+    Until(i64),
+}
+
+fn waits(sessions: &[Session]) -> Vec<LocalWait<'_>> {
+    sessions
+        .iter()
+        .filter_map(|s| match (&s.role, &s.task) {
+            (Role::Send(_), Some(t)) => Some(LocalWait::Sender(t)),
+            (Role::Receive(..), _) => Some(LocalWait::Until(s.local_end_ns)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the connection's own sessions are done: every sender has
+/// sent, every receiver is past its last packet and timeout. Polled, so
+/// it can wait beside the control socket.
+async fn local_done(waits: Vec<LocalWait<'_>>) {
+    loop {
+        let now = crate::datagram::now_unix_ns();
+        let done = waits.iter().all(|w| match w {
+            LocalWait::Sender(t) => t.is_finished(),
+            LocalWait::Until(end) => now >= *end,
+        });
+        if done {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The server's Stop-Sessions: its senders end (if still sending), then
+/// one record per session it sent in.
+async fn send_own_stop(
+    conn: &mut ControlConn<TcpStream>,
+    shared: &Shared,
+    sessions: &mut [Session],
+) -> Result<(), ControlFailure> {
+    for s in sessions.iter() {
+        if matches!(s.role, Role::Send(_)) {
+            s.cancel.cancel();
+        }
+    }
+    let mut sent = Vec::new();
+    for s in sessions.iter_mut() {
+        if let Role::Send(_) = s.role {
+            let outcome = match s.task.take() {
+                Some(t) => t.await.ok(),
+                None => None,
+            };
+            let (next_seq, skips) = match outcome {
+                Some(Outcome::Sent(o)) => {
+                    shared.count(|c| c.packets_sent += o.sent);
+                    (o.next_seq, o.skips)
+                }
+                _ => (0, Vec::new()),
+            };
+            sent.push(StopSession {
+                sid: s.sid,
+                next_seq,
+                skips,
+            });
+        }
+    }
+    let mut head = StopHeader {
+        accept: 0,
+        sessions: sent.len() as u32,
+    }
+    .encode();
+    conn.send_blocks(&mut head).await?;
+    for s in &sent {
+        let mut b = s.encode();
+        conn.send_blocks(&mut b).await?;
+    }
+    conn.send_hmac().await
+}
+
+/// Ends sessions: stops their tasks, and puts each receiver's records in
+/// its log (trimmed to the sender's next sequence number, every packet
+/// not seen below it counted lost). A receiver that never started leaves
+/// no log.
+async fn finish(shared: &Shared, sessions: Vec<Session>, told: &HashMap<[u8; 16], (u32, Vec<SkipRange>)>) {
+    for s in &sessions {
+        s.cancel.cancel();
+    }
+    for s in sessions {
+        let outcome = match s.task {
+            Some(t) => t.await.ok(),
+            None => None,
+        };
+        match (s.role, outcome) {
+            (Role::Receive(_, log), Some(Outcome::Received(mut r))) => {
+                shared.count(|c| {
+                    c.packets_received += r.records.len() as u64;
+                    c.packets_ignored += r.refused + r.over_budget;
+                });
+                let (next_seq, skips) = told
+                    .get(&s.sid)
+                    .cloned()
+                    .unwrap_or((log.request.packets, Vec::new()));
+                let start_ns = unix_ns_from_ntp(log.request.start_time, crate::datagram::now_unix_ns());
+                let slots = &log.slots;
+                endpoint::fill_lost(&mut r.records, next_seq, |seq| {
+                    ntp_from_unix_ns(due_ns(start_ns, slots, seq))
+                });
+                if let Ok(mut e) = log.ended.lock() {
+                    *e = Some(EndedLog {
+                        records: r.records,
+                        next_seq,
+                        skips,
+                        expires: tokio::time::Instant::now() + shared.spec.limits.log_keep,
+                    });
+                }
+            }
+            (Role::Receive(_, log), _) => {
+                let removed = shared
+                    .logs
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&s.sid)
+                    .is_some();
+                if removed {
+                    shared.release_log(log.reserved);
+                }
+            }
+            (Role::Send(_), Some(Outcome::Sent(o))) => shared.count(|c| c.packets_sent += o.sent),
+            _ => {}
+        }
+    }
+}
+
+/// Fetch-Session: the kept log of a session this server received, as
+/// owampd sends it: Fetch-Ack, the request as accepted, its slots, the
+/// skip ranges and the records, each part with its HMAC.
+async fn fetch(
+    conn: &mut ControlConn<TcpStream>,
+    first: [u8; BLOCK],
+    shared: &Arc<Shared>,
+) -> Result<(), ControlFailure> {
+    let mut msg = [0u8; FetchSession::LEN];
     msg[..BLOCK].copy_from_slice(&first);
     conn.recv_rest(&mut msg).await?;
-    for s in sessions.drain(..) {
-        let Session {
-            cancel,
-            task,
-            timeout,
-            _place,
-            ..
-        } = s;
-        tasks.spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep(timeout) => {}
-                _ = cancel.cancelled() => {}
-            }
-            cancel.cancel();
-            if let Some(t) = task {
-                let _ = t.await;
-            }
-            drop(_place);
-        });
+    let f = FetchSession::decode(&msg).map_err(|e| ControlFailure::protocol(e.to_string()))?;
+    let log = shared
+        .logs
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&f.sid)
+        .cloned();
+    // Copied out, so no lock is held while the client reads.
+    let ended = log.as_ref().and_then(|log| {
+        log.ended.lock().ok().and_then(|e| {
+            e.as_ref().map(|e| {
+                let wanted: Vec<DataRecord> = e
+                    .records
+                    .iter()
+                    .filter(|r| r.seq >= f.begin && r.seq <= f.end)
+                    .copied()
+                    .collect();
+                (wanted, e.next_seq, e.skips.clone())
+            })
+        })
+    });
+    let (Some(log), Some((records, next_seq, skips))) = (log, ended) else {
+        shared.count(|c| c.fetches_refused += 1);
+        let mut ack = FetchAck {
+            accept: Accept::Failure.byte(),
+            finished: false,
+            next_seq: 0,
+            skips: 0,
+            records: 0,
+        }
+        .encode();
+        return conn.send(&mut ack).await;
+    };
+    let mut ack = FetchAck {
+        accept: 0,
+        finished: true,
+        next_seq,
+        skips: skips.len() as u32,
+        records: records.len() as u32,
     }
-    *started = false;
+    .encode();
+    conn.send(&mut ack).await?;
+    let mut echo = log.request.encode();
+    conn.send(&mut echo).await?;
+    let mut slot_blocks: Vec<u8> = log.slots.iter().flat_map(|s| s.encode()).collect();
+    conn.send_blocks(&mut slot_blocks).await?;
+    conn.send_hmac().await?;
+    if !skips.is_empty() {
+        let mut b: Vec<u8> = skips
+            .iter()
+            .flat_map(|s| s.first.to_be_bytes().into_iter().chain(s.last.to_be_bytes()))
+            .collect();
+        b.resize(control::pad16(b.len()), 0);
+        conn.send_blocks(&mut b).await?;
+    }
+    conn.send_hmac().await?;
+    // Sixteen records are 25 blocks: sent a group at a time.
+    for group in records.chunks(16) {
+        let mut b = vec![0u8; control::pad16(group.len() * DataRecord::LEN)];
+        for (i, r) in group.iter().enumerate() {
+            r.encode(&mut b[i * DataRecord::LEN..]);
+        }
+        conn.send_blocks(&mut b).await?;
+    }
+    conn.send_hmac().await?;
+    shared.count(|c| c.fetches += 1);
     Ok(())
 }

@@ -197,3 +197,102 @@ pub fn test_socket() -> std::net::UdpSocket {
     s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     s
 }
+
+/// OWAMP's Stop-Sessions from a client that sent in one session.
+pub async fn ow_stop(
+    c: &mut ControlConn<TcpStream>,
+    sid: [u8; 16],
+    next_seq: u32,
+) -> Result<(), ControlFailure> {
+    let mut head = control::StopHeader {
+        accept: 0,
+        sessions: 1,
+    }
+    .encode();
+    c.send_blocks(&mut head).await?;
+    let mut rec = control::StopSession {
+        sid,
+        next_seq,
+        skips: Vec::new(),
+    }
+    .encode();
+    c.send_blocks(&mut rec).await?;
+    c.send_hmac().await
+}
+
+/// Reads the server's Stop-Sessions; returns its records' (SID, next
+/// sequence number).
+pub async fn read_stop(c: &mut ControlConn<TcpStream>) -> Result<Vec<([u8; 16], u32)>, ControlFailure> {
+    let first = c.recv_first_block(Duration::from_secs(10)).await?;
+    let h = control::StopHeader::decode(&first).unwrap();
+    assert!(h.sessions <= 16);
+    let mut out = Vec::new();
+    for _ in 0..h.sessions {
+        let mut b = [0u8; 32];
+        c.recv_blocks(&mut b).await?;
+        let n = u32::from_be_bytes(b[20..24].try_into().unwrap());
+        assert_eq!(n, 0, "no skips expected here");
+        out.push((
+            b[..16].try_into().unwrap(),
+            u32::from_be_bytes(b[16..20].try_into().unwrap()),
+        ));
+    }
+    c.recv_hmac().await?;
+    Ok(out)
+}
+
+/// What Fetch-Session returned.
+pub struct Fetched {
+    pub ack: control::FetchAck,
+    pub request: RequestSession,
+    pub slots: Vec<Slot>,
+    pub records: Vec<control::DataRecord>,
+}
+
+/// Fetch-Session of every record of `sid`; `None` when refused.
+pub async fn fetch(c: &mut ControlConn<TcpStream>, sid: [u8; 16]) -> Result<Option<Fetched>, ControlFailure> {
+    let mut m = control::FetchSession {
+        begin: 0,
+        end: u32::MAX,
+        sid,
+    }
+    .encode();
+    c.send(&mut m).await?;
+    let a: [u8; control::FetchAck::LEN] = c.recv().await?;
+    let ack = control::FetchAck::decode(&a);
+    if ack.accept != 0 {
+        return Ok(None);
+    }
+    assert!(ack.records <= 100_000 && ack.skips <= 1000);
+    let r: [u8; RequestSession::LEN] = c.recv().await?;
+    let request = RequestSession::decode(&r).unwrap();
+    assert!(request.slots <= 1024);
+    let mut sb = vec![0u8; request.slots as usize * 16];
+    c.recv_blocks(&mut sb).await?;
+    c.recv_hmac().await?;
+    let slots = sb
+        .chunks_exact(16)
+        .map(|b| Slot::decode(b.try_into().unwrap()).unwrap())
+        .collect();
+    let mut skips = vec![0u8; control::pad16(ack.skips as usize * 8)];
+    if !skips.is_empty() {
+        c.recv_blocks(&mut skips).await?;
+    }
+    c.recv_hmac().await?;
+    let mut rb = vec![0u8; control::pad16(ack.records as usize * control::DataRecord::LEN)];
+    if !rb.is_empty() {
+        c.recv_blocks(&mut rb).await?;
+    }
+    c.recv_hmac().await?;
+    let records = rb
+        .chunks_exact(control::DataRecord::LEN)
+        .take(ack.records as usize)
+        .map(control::DataRecord::decode)
+        .collect();
+    Ok(Some(Fetched {
+        ack,
+        request,
+        slots,
+        records,
+    }))
+}
