@@ -1,7 +1,8 @@
 //! `goodput owamp` and `goodput twamp`, the owping and twping
 //! equivalents, against `goodput server --owamp --twamp` on loopback:
-//! the figures of the result document, the console in twping's shape,
-//! and the errors a user meets (a refusal's Accept code, a wrong
+//! the figures of the result document, the console in owping's and
+//! twping's shape, a continuous stream's summaries, and the errors a user
+//! meets (a refusal's Accept code, a wrong
 //! passphrase, no host). Interop with perfSONAR's own owampd and twampd
 //! is shown by hand (the tools are in no registry) and by the recorded
 //! transcripts' tests.
@@ -97,6 +98,116 @@ fn twamp_measures_goodputs_server_in_every_mode() {
         "{}",
         doc["twamp_server"]
     );
+}
+
+#[test]
+fn owamp_measures_goodputs_server_both_ways_in_every_mode() {
+    let srv = start("owamp-client-modes", &[]);
+    let key = pfs("owamp-client-modes", PASSPHRASE);
+    let target = format!("127.0.0.1:{}", srv.owamp);
+    for mode in ["open", "authenticated", "encrypted"] {
+        let json = tmp("owamp-client-modes", &format!("{mode}.json"));
+        let mut args = vec![
+            "owamp", &target, "-c", "10", "-i", "10ms", "-L", "1s", "-s", "20", "--mode", mode,
+        ];
+        if mode == "encrypted" {
+            args.push("--poisson");
+        }
+        if mode != "open" {
+            args.extend(["--passphrase-file", key.to_str().unwrap()]);
+        }
+        let out = client(&args, &json);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout.matches("10 sent, 0 lost (0.000%), 0 duplicates").count(),
+            2,
+            "{mode}: {stdout}"
+        );
+        assert_eq!(
+            stdout.matches("hops = 0 (consistently)").count(),
+            2,
+            "{mode}: {stdout}"
+        );
+        let d = &document(&json)["owamp"];
+        assert_eq!(d["mode"], mode);
+        let header = if mode == "open" { 14 } else { 48 };
+        assert_eq!(d["packet_bytes"], header + 20, "{d}");
+        assert_eq!(d["poisson"], mode == "encrypted");
+        for way in ["to", "from"] {
+            let w = &d[way];
+            assert_eq!(
+                (w["sent"].as_u64(), w["received"].as_u64(), w["lost"].as_u64()),
+                (Some(10), Some(10), Some(0)),
+                "{mode} {way}: {w}"
+            );
+            assert_eq!(
+                (w["duplicates"].as_u64(), w["unsent"].as_u64()),
+                (Some(0), Some(0))
+            );
+            assert_eq!(w["n_reordering_percent"], serde_json::json!([]));
+            assert_eq!(w["hops"], serde_json::json!({"min": 0, "max": 0}));
+            assert_eq!(w["delay"]["count"], 10);
+            assert_eq!(w["percentiles"]["count"], 10);
+            // The SID begins with the receiver's address: the server's
+            // for the session it received, ours for the one we did.
+            assert_eq!(w["sid"].as_str().map(|s| &s[..8]), Some("7f000001"), "{w}");
+            assert!(w["histogram_ns"].is_string(), "{w}");
+        }
+    }
+    let (_, doc) = srv.stop();
+    let o = &doc["owamp_server"];
+    assert_eq!(o["sessions"], 6, "{o}");
+    assert_eq!(o["packets_received"], 30, "{o}");
+    assert_eq!(o["packets_sent"], 30, "{o}");
+    assert_eq!(o["fetches"], 3, "{o}");
+}
+
+#[test]
+fn an_owamp_stream_summarises_each_session_until_stopped() {
+    let srv = start("owamp-client-stream", &[]);
+    let json = tmp("owamp-client-stream", "stream.json");
+    let target = format!("127.0.0.1:{}", srv.owamp);
+    let mut cmd = goodput();
+    cmd.args(["owamp", &target, "-f", "--continuous", "--summary-every", "10"])
+        .args(["-i", "20ms", "-L", "500ms", "--json"])
+        .arg(&json);
+    let child = Reaped::spawn(cmd);
+    // Sessions of 10 packets at 20 ms: 200 ms each, back to back after
+    // a two-second lead.
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    let (code, out, err) = child.stop(libc::SIGINT);
+    assert_eq!(code, Some(130), "{out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let w = &document(&json)["owamp"]["from"];
+    let n = w["intervals"].as_array().map_or(0, Vec::len);
+    assert!(n >= 3, "{n} summaries in {w}");
+    assert!(err.matches("from: 10 sent, 0 lost").count() >= 3, "{err}");
+    for s in w["intervals"].as_array().unwrap() {
+        assert_eq!(
+            (s["sent"].as_u64(), s["lost"].as_u64()),
+            (Some(10), Some(0)),
+            "{s}"
+        );
+    }
+    assert_eq!(w["sent"].as_u64(), Some(10 * n as u64), "{w}");
+    assert_eq!(w["lost"], 0);
+    // Back to back: a summary's first packet one interval (20 ms, and
+    // the sender's lateness) after the one before it ended.
+    let iv = w["intervals"].as_array().unwrap();
+    for pair in iv.windows(2) {
+        let gap = pair[1]["start_ns"].as_i64().unwrap() - pair[0]["end_ns"].as_i64().unwrap();
+        assert!(
+            (15_000_000..60_000_000).contains(&gap),
+            "{gap} ns between sessions"
+        );
+    }
+    srv.stop();
 }
 
 #[test]
