@@ -296,8 +296,19 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
             s.duration_s,
             crate::stamp::summary(result, d)
         )),
-        // CLIENT's owping- and twping-shaped summaries take these arms.
-        Detail::None | Detail::Server(_) | Detail::Iperf3(_) | Detail::Owamp(_) | Detail::Twamp(_) => None,
+        Detail::Owamp(d) => Some(crate::owamp::owamp_summary(d)),
+        Detail::Twamp(d) => Some(crate::owamp::twamp_summary(
+            d,
+            result
+                .connections
+                .first()
+                .map_or("-", |c| c.local_address.as_str()),
+            result
+                .connections
+                .first()
+                .map_or("-", |c| c.remote_address.as_str()),
+        )),
+        Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
     };
     if let Some(own) = own {
         t.push_str(&own);

@@ -12,6 +12,7 @@ mod html;
 mod intervals;
 mod iperf3;
 mod media;
+mod owamp;
 mod path;
 mod quic;
 mod server;
@@ -29,6 +30,7 @@ pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
 };
+pub use owamp::{g3, one_way_text, owamp_summary, twamp_summary};
 pub use path::{hop_line, ping_line};
 pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};
 pub use server::server_service_lines;

@@ -11,6 +11,7 @@ pub mod crypto;
 pub mod packet;
 pub mod pfs;
 pub mod schedule;
+pub mod stats;
 
 /// OWAMP-Control's port.
 pub const OWAMP_PORT: u16 = 861;

@@ -665,7 +665,10 @@ async fn request(
 /// How long after the start packet `seq` of a schedule is due, 32.32
 /// seconds.
 fn offset_of(sid: &[u8; 16], slots: &[Slot], seq: u32) -> u64 {
-    let mut s = Schedule::new(sid, slots);
+    // The slots were checked to be 1 or more when the session was asked.
+    let Ok(mut s) = Schedule::new(sid, slots) else {
+        return 0;
+    };
     (0..=seq).fold(0u64, |t, _| t.saturating_add(s.next_gap()))
 }
 
@@ -766,7 +769,11 @@ async fn one_way(
             keys: keys.filter(|_| mode.is_secured()),
             padding: req.padding as usize,
             packets: req.packets,
-            gaps: Box::new(Schedule::new(&req.sid, &slots)),
+            // Slots were checked to be 1 or more when the session was asked.
+            gaps: match Schedule::new(&req.sid, &slots) {
+                Ok(s) => Box::new(s),
+                Err(_) => endpoint::fixed_gaps(0),
+            },
             start_ns,
             timeout_ns,
         };
@@ -1145,14 +1152,17 @@ async fn finish(shared: &Shared, sessions: Vec<Session>, told: &HashMap<[u8; 16]
                     .unwrap_or((log.request.packets, Vec::new()));
                 // A lost packet's send time is when it was due (next_seq
                 // is bounded by the session's packets).
-                let mut schedule = Schedule::new(&log.request.sid, &log.slots);
+                let schedule = Schedule::new(&log.request.sid, &log.slots).ok();
                 let mut t = log.request.start_time;
-                let due: Vec<u64> = (0..next_seq)
-                    .map(|_| {
-                        t = t.wrapping_add(schedule.next_gap());
-                        t
-                    })
-                    .collect();
+                let due: Vec<u64> = match schedule {
+                    Some(mut schedule) => (0..next_seq)
+                        .map(|_| {
+                            t = t.wrapping_add(schedule.next_gap());
+                            t
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
                 endpoint::fill_lost(&mut r.records, next_seq, |seq| {
                     due.get(seq as usize).copied().unwrap_or(0)
                 });

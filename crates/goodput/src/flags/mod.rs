@@ -5,6 +5,7 @@ mod agent;
 mod check;
 mod echo;
 mod iperf3;
+mod owamp;
 mod path;
 mod quic;
 mod report;
@@ -18,6 +19,7 @@ pub use agent::*;
 pub use check::*;
 pub use echo::*;
 pub use iperf3::*;
+pub use owamp::*;
 pub use path::*;
 pub use quic::*;
 pub use report::*;
@@ -60,6 +62,15 @@ pub enum Command {
     /// TWAMP-Light reflector (or, with no HOST, an embedded goodput
     /// reflector on loopback).
     Stamp(Box<StampArgs>),
+    /// OWAMP (RFC 4656) client, owping's equivalent: one-way delay, loss,
+    /// duplicates, reordering and hops each way against owampd, a
+    /// perfSONAR host or a goodput agent, in open, authenticated or
+    /// encrypted mode; owping's summary plus exact percentiles.
+    Owamp(Box<OwampArgs>),
+    /// TWAMP (RFC 5357) client, twping's equivalent: round-trip delay,
+    /// one-way delay and loss each way, the reflector's processing time and
+    /// hops against twampd, a perfSONAR host or a goodput agent.
+    Twamp(Box<TwampArgs>),
     /// TTCP: memory-to-memory transfer with no protocol on the wire, to or
     /// from anything (`-t HOST` transmits, `-r` receives): a discard
     /// service, nc, socat, a classic ttcp.
