@@ -255,13 +255,33 @@ fn a_wrong_passphrase_is_named_as_the_likely_cause() {
 }
 
 #[test]
-fn without_a_host_the_clients_say_what_they_need() {
+fn without_a_host_the_clients_test_an_embedded_server_in_each_mode() {
+    let pfs = tmp("latency-client-no-host", "keys.pfs");
+    std::fs::write(&pfs, "alice\t68756e74657232\n").unwrap();
     for kind in ["owamp", "twamp"] {
-        let json = tmp("latency-client-no-host", &format!("{kind}.json"));
-        let out = client(&[kind, "-c", "1"], &json);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(3), "{err}");
-        assert!(err.contains("server's host name or address"), "{err}");
+        for mode in ["open", "encrypted"] {
+            let json = tmp("latency-client-no-host", &format!("{kind}-{mode}.json"));
+            let mut args = vec![kind, "-c", "5", "-i", "10ms", "-A", mode];
+            if mode != "open" {
+                args.extend(["-u", "alice", "-k", pfs.to_str().unwrap()]);
+            }
+            let out = client(&args, &json);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(0), "{kind} {mode}: {err}");
+            let doc = result_doc(&json);
+            let detail = &doc[kind];
+            assert_eq!(detail["mode"], mode, "{kind}");
+            let sent = |d: &serde_json::Value| d["sent"].as_u64().unwrap();
+            if kind == "owamp" {
+                for way in ["to", "from"] {
+                    assert_eq!(sent(&detail[way]), 5, "{kind} {mode} {way}");
+                    assert_eq!(detail[way]["lost"], 0, "{kind} {mode} {way}");
+                }
+            } else {
+                assert_eq!(sent(&detail["stats"]), 5, "{kind} {mode}");
+                assert_eq!(detail["stats"]["lost"], 0, "{kind} {mode}");
+            }
+        }
     }
 }
 

@@ -23,20 +23,72 @@ use super::{error_chain, resolve, Failure};
 use crate::owamp::client::{
     run_owamp, ClientError, ControlTarget, EngineEndpoints, OneWayOutcome, OwampOutcome, OwampRequest,
 };
+use crate::owamp::conn::ServerPolicy;
+use crate::owamp::server::{bind_control_server, ControlServerSpec, SessionLimits};
 use crate::Observer;
 
 /// The longest wait for a control message the server owes.
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The refusal of a spec with no host: goodput has no embedded OWAMP or
-/// TWAMP server to test against yet.
-pub(super) fn no_embedded_server(kind: &str) -> Failure {
-    let name = kind.to_ascii_uppercase();
-    Failure::setup(format!(
-        "a {kind} test needs the {name} server's host name or address (a perfSONAR host, \
-         {kind}d, a goodput server or agent): goodput has no embedded {name} server to run \
-         against on loopback"
-    ))
+/// goodput's own OWAMP or TWAMP server on loopback, for a spec that
+/// names no host: it offers the spec's mode, with the spec's key.
+pub(super) struct Embedded {
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<goodput_core::result::OwampServerCounters>,
+}
+
+impl Embedded {
+    /// Stops it and waits for its sessions to end.
+    pub(super) async fn stop(self) {
+        self.cancel.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Where the client connects, with its key, and the embedded server when
+/// the spec names no host.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn target_or_embedded(
+    twoway: bool,
+    host: &Option<String>,
+    port: u16,
+    family: Family,
+    bind: Option<IpAddr>,
+    mode: SecurityMode,
+    key_identity: &Option<String>,
+    passphrase_file: &Option<PathBuf>,
+) -> Result<(ControlTarget, Option<Embedded>), Failure> {
+    if let Some(host) = host {
+        let (v4, v6) = families(family);
+        let server = resolve(host, port, v4, v6).await?[0];
+        return Ok((control_target(server, bind, mode, key_identity, passphrase_file)?, None));
+    }
+    let ip: IpAddr = if family == Family::Ipv6 {
+        std::net::Ipv6Addr::LOCALHOST.into()
+    } else {
+        std::net::Ipv4Addr::LOCALHOST.into()
+    };
+    let mut target = control_target(SocketAddr::new(ip, 0), bind, mode, key_identity, passphrase_file)?;
+    let spec = ControlServerSpec {
+        twoway,
+        listen: vec![SocketAddr::new(ip, 0)],
+        policy: ServerPolicy {
+            modes: Mode::Open.bit() | target.key.as_ref().map_or(0, |_| Mode::Authenticated.bit() | Mode::Encrypted.bit()),
+            keys: target.key.iter().cloned().collect(),
+            count: 2048,
+        },
+        allow: Vec::new(),
+        test_ports: None,
+        limits: SessionLimits::default(),
+    };
+    let bound = bind_control_server(spec).map_err(|e| Failure::setup(format!("the embedded server: {e}")))?;
+    target.server = *bound
+        .local_addrs()
+        .first()
+        .ok_or_else(|| Failure::setup("the embedded server has no address"))?;
+    let cancel = CancellationToken::new();
+    let task = tokio::spawn(bound.run(cancel.clone()));
+    Ok((target, Some(Embedded { cancel, task })))
 }
 
 /// (IPv4 only, IPv6 only).
@@ -359,18 +411,32 @@ pub(super) async fn run(
     cancel: CancellationToken,
     max_records: usize,
 ) -> Result<TestResult, Failure> {
-    let Some(host) = &spec.host else {
-        return Err(no_embedded_server("owamp"));
-    };
-    let (v4, v6) = families(spec.family);
-    let server = resolve(host, spec.port, v4, v6).await?[0];
-    let target = control_target(
-        server,
+    let (target, embedded) = target_or_embedded(
+        false,
+        &spec.host,
+        spec.port,
+        spec.family,
         spec.bind,
         spec.mode,
         &spec.key_identity,
         &spec.passphrase_file,
-    )?;
+    )
+    .await?;
+    let result = run_with(spec, observer, cancel, max_records, target).await;
+    if let Some(e) = embedded {
+        e.stop().await;
+    }
+    result
+}
+
+async fn run_with(
+    spec: &OwampSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+    max_records: usize,
+    target: ControlTarget,
+) -> Result<TestResult, Failure> {
+    let server = target.server;
     // A stream's sessions are its summaries, one after the other.
     let per_session = if spec.continuous {
         spec.summary_every

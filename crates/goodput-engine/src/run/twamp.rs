@@ -9,9 +9,9 @@ use goodput_core::spec::TwampSpec;
 use goodput_core::stamp::stats::SignedHistogram;
 use tokio_util::sync::CancellationToken;
 
-use super::owamp::{clock_state, control_target, hex, no_embedded_server};
-use super::{error_chain, resolve, Failure};
-use crate::owamp::client::{run_twamp, TwampRequest};
+use super::owamp::{clock_state, hex, target_or_embedded};
+use super::{error_chain, Failure};
+use crate::owamp::client::{run_twamp, ControlTarget, TwampRequest};
 use crate::Observer;
 
 /// Runs a validated TWAMP spec.
@@ -21,18 +21,31 @@ pub(super) async fn run(
     cancel: CancellationToken,
     _max_records: usize,
 ) -> Result<TestResult, Failure> {
-    let Some(host) = &spec.host else {
-        return Err(no_embedded_server("twamp"));
-    };
-    let (v4, v6) = super::owamp::families(spec.family);
-    let server = resolve(host, spec.port, v4, v6).await?[0];
-    let target = control_target(
-        server,
+    let (target, embedded) = target_or_embedded(
+        true,
+        &spec.host,
+        spec.port,
+        spec.family,
         spec.bind,
         spec.mode,
         &spec.key_identity,
         &spec.passphrase_file,
-    )?;
+    )
+    .await?;
+    let result = run_with(spec, observer, cancel, target).await;
+    if let Some(e) = embedded {
+        e.stop().await;
+    }
+    result
+}
+
+async fn run_with(
+    spec: &TwampSpec,
+    observer: &mut dyn Observer,
+    cancel: CancellationToken,
+    target: ControlTarget,
+) -> Result<TestResult, Failure> {
+    let server = target.server;
     let count = u32::try_from(spec.count).map_err(|_| Failure::setup("`count` must be below 2^32"))?;
     let req = TwampRequest {
         count,
