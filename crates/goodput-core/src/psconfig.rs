@@ -44,6 +44,8 @@ pub struct Imported {
 /// continuous stream, renewed daily as pScheduler renews its background
 /// tasks (each stream reports a summary every `packet-count` packets).
 const LATENCYBG_REPEAT: &str = "P1D";
+/// How long each of those streams runs: the repeat.
+const LATENCYBG_DURATION: &str = "24h";
 
 /// The tools pScheduler runs a latency or latencybg test with that speak
 /// OWAMP.
@@ -518,6 +520,9 @@ fn convert_test(
                 // packet-count packets.
                 d["continuous"] = json!(true);
                 d["summary_every"] = json!(count.min(crate::spec::owamp::MAX_SUMMARY_EVERY));
+                // Each stream runs as long as the daily schedule's repeat
+                // (LATENCYBG_REPEAT), so the next day's run takes over.
+                d["duration"] = json!(LATENCYBG_DURATION);
             } else {
                 d["count"] = json!(count);
             }
@@ -825,7 +830,7 @@ mod tests {
         assert_eq!(
             tests["bg"],
             json!({ "kind": "owamp", "host": "{{dest}}", "direction": "to", "interval": "200ms",
-                    "continuous": true, "summary_every": 300 })
+                    "continuous": true, "summary_every": 300, "duration": "24h" })
         );
         assert_eq!(
             tests["tw"],

@@ -30,6 +30,9 @@ pub trait Observer: Send {
     fn on_hop(&mut self, _hop: &goodput_core::path::TraceHop) {}
     /// A ping's request was answered, refused, failed or timed out.
     fn on_ping(&mut self, _reply: &goodput_core::path::PingReply) {}
+    /// A continuous OWAMP stream's session ended: its summary, in the
+    /// direction to the server (`to_server`) or from it.
+    fn on_one_way_summary(&mut self, _to_server: bool, _summary: &goodput_core::result::OneWaySummary) {}
     /// Whether to report every packet (costs an event per packet).
     fn wants_packets(&self) -> bool {
         false

@@ -42,8 +42,9 @@ fn a_mesh_template_imports_to_the_right_tests_and_tasks() {
     assert_eq!(t["bitrate"].as_str(), Some("100000000"));
     assert_eq!(t["time"].as_str(), Some("10s"));
     // latencybg → owamp as powstream runs it: one continuous stream, a
-    // summary every packet-count packets; latency → owamp as owping: the
-    // count, interval and padding. Both one way, source → destination.
+    // summary every packet-count packets, each run as long as the daily
+    // repeat; latency → owamp as owping: the count, interval and padding.
+    // Both one way, source → destination.
     let t = test("latencybg");
     let want: toml::Value = toml::from_str(
         r#"kind = "owamp"
@@ -51,7 +52,8 @@ host = "{{dest}}"
 direction = "to"
 interval = "100ms"
 continuous = true
-summary_every = 600"#,
+summary_every = 600
+duration = "24h""#,
     )
     .unwrap();
     assert_eq!(t, want);

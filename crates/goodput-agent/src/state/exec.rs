@@ -174,15 +174,7 @@ async fn engine_run(
     };
     let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
         // A background stream is kept as per-minute summaries.
-        let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
-        let store = {
-            let shared = shared.clone();
-            tokio::spawn(async move {
-                while let Some(row) = rx.recv().await {
-                    shared.store(&[row]).await;
-                }
-            })
-        };
+        let (tx, store) = summary_store(shared);
         let mut minutes = Minutes::new(b.clone(), tx);
         let joined = tokio::spawn(async move {
             let result = run(&spec, context, &mut minutes, token).await;
@@ -203,10 +195,47 @@ async fn engine_run(
             }
             result
         })
+    } else if matches!(&b.spec, TestSpec::Owamp(o) if o.continuous) {
+        // A continuous OWAMP stream is kept summary by summary.
+        let (tx, store) = summary_store(shared);
+        let mut summaries = minutes::Summaries::new(b.clone(), tx);
+        let joined = tokio::spawn(async move {
+            let result = run(&spec, context, &mut summaries, token).await;
+            (result, summaries.dropped)
+        })
+        .await;
+        let _ = store.await;
+        joined.map(|(result, dropped)| {
+            if dropped > 0 {
+                log(&format!(
+                    "run {}: {dropped} stream summaries not stored (the archive was behind)",
+                    b.id
+                ));
+            }
+            result
+        })
     } else {
         tokio::spawn(async move { run(&spec, context, &mut NullObserver, token).await }).await
     };
     joined.map_err(|e| format!("the run stopped abnormally: {e}"))
+}
+
+/// A queue of a stream's summary rows and the task that stores them; the
+/// task ends once the queue's sender is dropped and it is drained.
+fn summary_store(
+    shared: &Arc<Shared>,
+) -> (
+    tokio::sync::mpsc::Sender<goodput_archive::Run>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
+    let shared = shared.clone();
+    let store = tokio::spawn(async move {
+        while let Some(row) = rx.recv().await {
+            shared.store(&[row]).await;
+        }
+    });
+    (tx, store)
 }
 
 /// A STAMP run to a peer agent's beacon (its address or one of its

@@ -1,15 +1,17 @@
-//! Background STAMP streams kept as per-minute summaries: while a
+//! Background streams kept as summaries. STAMP's per minute: while a
 //! background STAMP run goes on, each minute's packets (by their send
 //! time) are counted and their round-trip delays kept in an HdrHistogram;
 //! when a minute is complete it is stored as one row (kind `stamp_minute`,
 //! id `RUN/minute/START_MS`) with its figures and its histogram (V2,
 //! deflated, base64: mergeable into hours or days without the packets).
-//! Nothing is stored per packet.
+//! Nothing is stored per packet. A continuous OWAMP stream's summaries
+//! (one per session of `summary_every` packets, as powstream's) are
+//! stored as they come, each direction on its own ([`Summaries`]).
 
 use std::collections::BTreeMap;
 
 use goodput_archive::{Figures, Run, RunState};
-use goodput_core::result::{ConnectionRecord, Interval, StampPacket, StampPacketStatus};
+use goodput_core::result::{ConnectionRecord, Interval, OneWaySummary, StampPacket, StampPacketStatus};
 use goodput_core::stamp::stats::encode_histogram;
 use goodput_engine::Observer;
 use hdrhistogram::Histogram;
@@ -173,5 +175,52 @@ impl Observer for Minutes {
         // A packet's fate is known within its timeout, far less than a
         // minute: the minute before the last one seen is complete.
         self.flush_before(start.saturating_sub(MINUTE_MS));
+    }
+}
+
+/// The kind of a continuous OWAMP stream's summary row.
+pub(crate) const SUMMARY_KIND: &str = "owamp_summary";
+
+/// The observer a continuous OWAMP stream (powstream's) reports its
+/// summaries to: each becomes one row (kind `owamp_summary`, id
+/// `RUN/summary/to|from/START_MS`) with its figures in the direction's
+/// columns and its histogram, as each minute of a STAMP stream is.
+pub(crate) struct Summaries {
+    run: Booked,
+    out: mpsc::Sender<Run>,
+    /// Summaries the store could not take in time (counted, never silent).
+    pub(crate) dropped: u64,
+}
+
+impl Summaries {
+    pub(crate) fn new(run: Booked, out: mpsc::Sender<Run>) -> Self {
+        Self { run, out, dropped: 0 }
+    }
+}
+
+fn one_way_row(run: &Booked, to_server: bool, s: &OneWaySummary) -> Run {
+    let way = if to_server { "to" } else { "from" };
+    let start = (s.start_ns.max(0) / 1_000_000) as u64;
+    let end = (s.end_ns.max(0) / 1_000_000) as u64;
+    let mut r = run.record(RunState::Finished, None);
+    r.id = format!("{}/summary/{way}/{start}", run.id);
+    r.kind = SUMMARY_KIND.into();
+    r.scheduled_ms = start;
+    r.start_ms = Some(start);
+    r.end_ms = Some(end.max(start));
+    r.measurement_key = format!("{}/summary/{way}", r.measurement_key);
+    r.figures = goodput_archive::one_way_summary_figures(s, to_server);
+    r.result = serde_json::to_value(s).ok();
+    r
+}
+
+impl Observer for Summaries {
+    fn on_interval(&mut self, _interval: &Interval) {}
+    fn on_connection(&mut self, _record: &ConnectionRecord) {}
+
+    fn on_one_way_summary(&mut self, to_server: bool, s: &OneWaySummary) {
+        if self.out.try_send(one_way_row(&self.run, to_server, s)).is_err() {
+            self.dropped += 1;
+        }
     }
 }

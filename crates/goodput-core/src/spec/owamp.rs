@@ -165,6 +165,12 @@ pub struct OwampSpec {
     /// With `continuous`: packets per summary (powstream's `-N`;
     /// pScheduler's `latencybg` default is 600).
     pub summary_every: u64,
+    /// With `continuous`: how long the stream sends (none: until
+    /// stopped); the sessions under way then finish.
+    /// A mesh's stream lasts as long as its schedule's `repeat`, so the
+    /// next run takes over where it ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<HumanDuration>,
     /// Pass/fail assertions over the result's figures, such as
     /// "loss.to < 0.1%" (see `goodput_core::assertion`); any that fails
     /// gives the exit status for failed assertions.
@@ -193,6 +199,7 @@ impl Default for OwampSpec {
             status_interval: HumanDuration(Duration::from_secs(1)),
             continuous: false,
             summary_every: 600,
+            duration: None,
             assert: Vec::new(),
         }
     }
@@ -311,6 +318,17 @@ impl KindSpec for OwampSpec {
         if self.status_interval.0 < Duration::from_millis(10) {
             return Err(SpecError::new("status_interval", "must be at least 10ms"));
         }
+        if let Some(d) = self.duration {
+            if !self.continuous {
+                return Err(SpecError::new(
+                    "duration",
+                    "is for a continuous stream (a session lasts count × interval)",
+                ));
+            }
+            if d.0 < Duration::from_secs(1) {
+                return Err(SpecError::new("duration", "must be at least 1s"));
+            }
+        }
         Ok(())
     }
 
@@ -319,8 +337,15 @@ impl KindSpec for OwampSpec {
     }
 
     fn expected_ms(&self) -> Option<Ms> {
-        // A continuous stream has no end of its own.
-        (!self.continuous).then(|| {
+        // A continuous stream sends for its duration (none: never ends),
+        // after the first session's set-up (2 s), and its last session
+        // then waits out the loss timeout and is fetched (a second).
+        if self.continuous {
+            return self
+                .duration
+                .map(|d| ms(d.0).saturating_add(ms(self.timeout.0)).saturating_add(3_000));
+        }
+        Some({
             let sending = self.count as f64 * ms(self.interval.0) as f64;
             (sending.min(u64::MAX as f64 / 4.0) as Ms).saturating_add(ms(self.timeout.0))
         })

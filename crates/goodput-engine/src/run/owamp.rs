@@ -61,7 +61,10 @@ pub(super) async fn target_or_embedded(
     if let Some(host) = host {
         let (v4, v6) = families(family);
         let server = resolve(host, port, v4, v6).await?[0];
-        return Ok((control_target(server, bind, mode, key_identity, passphrase_file)?, None));
+        return Ok((
+            control_target(server, bind, mode, key_identity, passphrase_file)?,
+            None,
+        ));
     }
     let ip: IpAddr = if family == Family::Ipv6 {
         std::net::Ipv6Addr::LOCALHOST.into()
@@ -73,7 +76,11 @@ pub(super) async fn target_or_embedded(
         twoway,
         listen: vec![SocketAddr::new(ip, 0)],
         policy: ServerPolicy {
-            modes: Mode::Open.bit() | target.key.as_ref().map_or(0, |_| Mode::Authenticated.bit() | Mode::Encrypted.bit()),
+            modes: Mode::Open.bit()
+                | target
+                    .key
+                    .as_ref()
+                    .map_or(0, |_| Mode::Authenticated.bit() | Mode::Encrypted.bit()),
             keys: target.key.iter().cloned().collect(),
             count: 2048,
         },
@@ -311,6 +318,7 @@ impl Stream {
             let mut w = Way::of(o);
             if self.continuous {
                 let s = summary_of(&w.figures, w.near_ns);
+                observer.on_one_way_summary(i == 0, &s);
                 observer.on_notice(&summary_line(
                     self.sessions,
                     if i == 0 { "to" } else { "from" },
@@ -354,10 +362,19 @@ async fn run_stream(
 ) -> Result<(), Failure> {
     let period_ns = i64::from(req.count).saturating_mul(spec.interval.0.as_nanos() as i64);
     let mut start = crate::datagram::now_unix_ns() + STREAM_SETUP_LEAD.as_nanos() as i64;
+    // With a duration, no session is started whose schedule would end
+    // past it; those under way finish (their timeout and fetch), so the
+    // stream ends whole rather than cut (and that is no interruption).
+    let until = spec
+        .duration
+        .map(|d| start.saturating_add(d.0.as_nanos().min(i64::MAX as u128) as i64));
     let mut running: std::collections::VecDeque<tokio::task::JoinHandle<Result<OwampOutcome, ClientError>>> =
         std::collections::VecDeque::new();
     let mut launching = true;
     loop {
+        if launching && until.is_some_and(|u| start.saturating_add(period_ns) > u) {
+            launching = false;
+        }
         if launching && running.len() < STREAM_IN_FLIGHT && !cancel.is_cancelled() {
             let (t, mut r, c) = (target.clone(), req.clone(), cancel.clone());
             r.start_unix_ns = Some(start);

@@ -50,6 +50,7 @@ pub(crate) async fn owamp(args: OwampArgs) -> Result<u8, Stop> {
         family: Family::of(c.ipv4, c.ipv6),
         continuous: args.continuous,
         summary_every: args.summary_every,
+        duration: args.duration,
         assert: args.assert.clone(),
         ..OwampSpec::default()
     };

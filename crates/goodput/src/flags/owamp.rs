@@ -103,6 +103,10 @@ pub struct OwampArgs {
     /// -N; pScheduler's latencybg uses 600 at 0.1 s).
     #[arg(long, default_value_t = 600, value_name = "N", requires = "continuous")]
     pub summary_every: u64,
+    /// With --continuous: stop the stream after this long, e.g. 1h
+    /// (default: until stopped with Ctrl-C).
+    #[arg(long, value_name = "DURATION", requires = "continuous")]
+    pub duration: Option<HumanDuration>,
     #[command(flatten)]
     pub common: LatencyCommon,
     /// A pass/fail check on the result (repeatable); its help lists the
