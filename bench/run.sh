@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard|fleet]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|twamp|owamp-sessions|owamp-precision|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard|fleet]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -15,7 +15,10 @@
 #   DASHBOARD_HOSTS (default 50), DASHBOARD_REQUESTS (default 21 timed
 #   requests per URL), DASHBOARD_LOADS (default 7 browser loads per page),
 #   FLEET_HOSTS (default 100), FLEET_REQUESTS (default 21),
-#   FLEET_INGEST_SECONDS (default 20).
+#   FLEET_INGEST_SECONDS (default 20), OWAMP_SESSIONS (default 50),
+#   TWAMPD, OWAMPD, OWPING (perfSONAR's twampd, owampd and owping, built
+#   beside the project from github.com/perfsonar/owamp: no package
+#   registry has them; without them goodput is measured alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +33,10 @@ PORT_SS=18621
 PORT_ECHO=14470
 PORT_SP=11111
 PORT_Q=14433
+PORT_OW=18861
+PORT_TW=18862
+PORT_OWD=18863
+PORT_TWD=18864
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -50,11 +57,26 @@ echo
 # flood the STAMP reflector from one address past its per-source default.
 BENCH_LIMITS="--max-connections 19000 --max-per-client 19000 --max-pending-per-client 4096 --stamp-rate-limit 0"
 
+# perfSONAR's owampd or twampd on loopback with no limits: $1 the binary,
+# $2 owamp|twamp, $3 the control port, $4 the test ports.
+start_perfsonar() {
+  local dir=$work/$2
+  mkdir -p "$dir"
+  printf 'srcnode 127.0.0.1:%s\nvardir %s\ndatadir %s\ntestports %s\n' "$3" "$dir" "$dir" "$4" > "$dir/$2-server.conf"
+  printf 'limit root with bandwidth=0, disk=0, delete_on_fetch=on\nassign default root\n' > "$dir/$2-server.limits"
+  "$1" -f -Z -c "$dir" >/dev/null 2>&1 & pids+=($!)
+}
+
 start_servers() {
   $GP server --listen 127.0.0.1 --port $PORT_GP --verbosity 0 $BENCH_LIMITS \
       --iperf3 --iperf3-listen 127.0.0.1 --iperf3-port $PORT_GI \
       --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST --echo-port $PORT_ECHO \
-      --quic --quic-listen 127.0.0.1 --quic-port $PORT_Q & pids+=($!)
+      --quic --quic-listen 127.0.0.1 --quic-port $PORT_Q \
+      --owamp --owamp-port $PORT_OW --twamp --twamp-port $PORT_TW --ow-twamp-listen 127.0.0.1 \
+      --ow-twamp-max-bitrate 0 --ow-twamp-max-connections 1000 --ow-twamp-max-per-client 1000 \
+      --ow-twamp-max-sessions 1000 & pids+=($!)
+  [ -n "${OWAMPD:-}" ] && start_perfsonar "$OWAMPD" owamp $PORT_OWD 19000-19999
+  [ -n "${TWAMPD:-}" ] && start_perfsonar "$TWAMPD" twamp $PORT_TWD 20000-20999
   if command -v sockperf >/dev/null; then
     sockperf server --tcp -i 127.0.0.1 -p $PORT_SP >/dev/null 2>&1 & pids+=($!)
   fi
@@ -211,6 +233,93 @@ bench_stamp() {
   ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
   printf '%-52s %16s %16s %8s\n' "stamp reflector ${size} B: goodput vs stamp-suite" \
     "$(awk -v v="$ma" 'BEGIN{printf "%.0f pkt/s", v}')" "$(awk -v v="$mb" 'BEGIN{printf "%.0f pkt/s", v}')" "$(ratio "$ma" "$mb")"
+}
+
+# TWAMP reflector: replies/s under the same closed-loop load (stamp_flood
+# --twamp: 4 sessions, each its own socket, 64 packets outstanding),
+# goodput's reflector against twampd's, A/B alternated.
+bench_twamp() {
+  local size=${STAMP_SIZE:-44} ra=() rb=() ma mb
+  for _ in $(seq "$ROUNDS"); do
+    ra+=("$($FLOOD --twamp 127.0.0.1:$PORT_TW "$T" 4 64 "$size" | cut -d' ' -f1)")
+    [ -n "${TWAMPD:-}" ] && rb+=("$($FLOOD --twamp 127.0.0.1:$PORT_TWD "$T" 4 64 "$size" | cut -d' ' -f1)")
+  done
+  ma=$(printf '%s\n' "${ra[@]}" | median)
+  if [ ${#rb[@]} -eq 0 ]; then
+    printf '%-52s %16s %16s\n' "twamp reflector ${size} B: goodput (set TWAMPD to compare)" \
+      "$(awk -v v="$ma" 'BEGIN{printf "%.0f pkt/s", v}')" "-"
+    return
+  fi
+  mb=$(printf '%s\n' "${rb[@]}" | median)
+  printf '%-52s %16s %16s %8s\n' "twamp reflector ${size} B: goodput vs twampd" \
+    "$(awk -v v="$ma" 'BEGIN{printf "%.0f pkt/s", v}')" "$(awk -v v="$mb" 'BEGIN{printf "%.0f pkt/s", v}')" "$(ratio "$ma" "$mb")"
+}
+
+# Resident memory of a process and its children (owampd forks per
+# connection and per session), KiB.
+tree_rss_kib() {
+  local total=0 p
+  for p in $1 $(pgrep -P "$1" || true); do
+    total=$((total + $(rss_kib "$p")))
+    for c in $(pgrep -P "$p" || true); do total=$((total + $(rss_kib "$c"))); done
+  done
+  echo $total
+}
+
+# OWAMP sessions held at once: N goodput clients each send one session of
+# 10 packets/s for T seconds to the server, which keeps every receive log
+# until fetched; the server's memory with all N under way, and how many
+# ended whole (all packets fetched, none lost).
+owamp_hold() {  # $1 port, $2 server pid
+  local n=${OWAMP_SESSIONS:-50} count=$((T * 10)) cpids=() i rss whole
+  for i in $(seq "$n"); do
+    $GP owamp 127.0.0.1:"$1" --to -c $count -i 100ms -v 0 --json "$work/hold-$1-$i.json" >/dev/null 2>&1 & cpids+=($!)
+  done
+  sleep $((T / 2 + 3))
+  rss=$(tree_rss_kib "$2")
+  for p in "${cpids[@]}"; do wait "$p" || true; done
+  whole=0
+  for i in $(seq "$n"); do
+    python3 -c "import json,sys; d=json.load(open('$work/hold-$1-$i.json'))['owamp']['to']; sys.exit(0 if d['sent']==$count and d['lost']==0 else 1)" 2>/dev/null && whole=$((whole + 1))
+  done
+  echo "$rss $whole"
+}
+bench_owamp_sessions() {
+  local n=${OWAMP_SESSIONS:-50} a b gp_pid
+  gp_pid=$(pgrep -f -- "--owamp-port $PORT_OW" | head -1)
+  a=$(owamp_hold $PORT_OW "$gp_pid")
+  printf '%-52s %16s %16s\n' "owamp: $n sessions at once, server memory" \
+    "$(echo "$a" | awk '{printf "%.1f MiB", $1/1024}')" "$([ -n "${OWAMPD:-}" ] || echo '(set OWAMPD)')"
+  if [ -n "${OWAMPD:-}" ]; then
+    b=$(owamp_hold $PORT_OWD "$(pgrep -f -- "$work/owamp" | head -1)")
+    printf '%-52s %16s %16s %8s\n' "owamp: $n sessions at once, server memory: goodput vs owampd" \
+      "$(echo "$a" | awk '{printf "%.1f MiB", $1/1024}')" "$(echo "$b" | awk '{printf "%.1f MiB", $1/1024}')" \
+      "$(ratio "$(echo "$b" | cut -d' ' -f1)" "$(echo "$a" | cut -d' ' -f1)")"
+    echo "  sessions whole (every packet fetched, none lost): goodput $(echo "$a" | cut -d' ' -f2)/$n, owampd $(echo "$b" | cut -d' ' -f2)/$n"
+  else
+    echo "  sessions whole (every packet fetched, none lost): $(echo "$a" | cut -d' ' -f2)/$n"
+  fi
+}
+
+# One-way delay precision on loopback: ROUNDS x 2 runs of 100 packets at
+# 10 ms to owampd (goodput's server without OWAMPD), each tool's median
+# and the spread of its medians. owping reads its median from 0.1 ms
+# buckets; goodput's is exact to 0.1%.
+bench_owamp_precision() {
+  local port=$PORT_OW gm=() om=() i
+  [ -n "${OWAMPD:-}" ] && port=$PORT_OWD
+  for i in $(seq $((ROUNDS * 2))); do
+    $GP owamp 127.0.0.1:$port --to -c 100 -i 10ms -v 0 --json "$work/prec.json" >/dev/null 2>&1 || true
+    gm+=("$(json_get "$work/prec.json" "d['owamp']['to']['delay']['median_us']/1000")")
+    if [ -n "${OWPING:-}" ]; then
+      om+=("$("$OWPING" -t -c 100 -i 0.01f -M 127.0.0.1:$port 2>/dev/null | awk '$1=="MEDIAN"{print $2*1000}')")
+    fi
+  done
+  printf '  goodput medians (ms): %s; spread %s ms\n' "${gm[*]}" \
+    "$(printf '%s\n' "${gm[@]}" | sort -g | awk 'NR==1{a=$1} {b=$1} END{printf "%.4f", b-a}')"
+  [ ${#om[@]} -gt 0 ] && printf '  owping medians (ms):  %s; spread %s ms\n' "${om[*]}" \
+    "$(printf '%s\n' "${om[@]}" | sort -g | awk 'NR==1{a=$1} {b=$1} END{printf "%.4f", b-a}')"
+  return 0
 }
 
 # STAMP sender at scale: N sessions at 10 packets/s each for T seconds
@@ -637,6 +746,9 @@ for w in "${what[@]}"; do
     ttcp) header; bench_ttcp ;;
     stamp) header; bench_stamp ;;
     stamp-sessions) bench_stamp_sessions ;;
+    twamp) header; bench_twamp ;;
+    owamp-sessions) bench_owamp_sessions ;;
+    owamp-precision) bench_owamp_precision ;;
     iperf3) header; bench_iperf3 ;;
     iperf3-server) header; bench_iperf3_server ;;
     single) header; bench_single ;;

@@ -109,7 +109,7 @@ pub fn one_way_text(d: &OneWayDirection) -> String {
     // goodput's own: exact where owping rounds to its buckets.
     if d.unsent > 0 {
         t.push_str(&format!(
-            "{} scheduled but not sent (the sender fell behind)\n",
+            "{} scheduled but not sent (this host refused to send them, or they were more than the loss timeout late)\n",
             d.unsent
         ));
     }

@@ -382,7 +382,7 @@ fn every_tenth_packet_dropped_one_way_is_counted_exactly() {
             "--ow-twamp-listen",
             "10.77.0.2",
         ])
-        .args(["--ow-twamp-test-ports", "20000-20099", "--json"])
+        .args(["--ow-twamp-test-ports", "20000..20099", "--json"])
         .arg(&json);
     let server = Reaped::spawn(cmd);
     let mut up = false;

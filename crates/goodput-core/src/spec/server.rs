@@ -382,14 +382,16 @@ impl ServerSpec {
         let Some(r) = &self.ow_twamp_test_ports else {
             return Ok(None);
         };
+        // goodput's LOW..HIGH, or owampd's testports LOW-HIGH.
         let parsed = r
-            .split_once('-')
+            .split_once("..")
+            .or_else(|| r.split_once('-'))
             .and_then(|(lo, hi)| Some((lo.trim().parse::<u16>().ok()?, hi.trim().parse::<u16>().ok()?)))
             .filter(|&(lo, hi)| lo >= 1 && lo <= hi);
         parsed.map(Some).ok_or_else(|| {
             SpecError::new(
                 "ow_twamp_test_ports",
-                format!("'{r}': expected LO-HI, two ports 1-65535 in order"),
+                format!("'{r}': expected LOW..HIGH (or owampd's LOW-HIGH), two ports 1-65535 in order"),
             )
         })
     }

@@ -87,9 +87,10 @@ pub struct ServerArgs {
     /// (repeatable; ADDR or ADDR/PREFIX).
     #[arg(long, value_name = "CIDR")]
     pub ow_twamp_allow: Vec<goodput_core::stamp::Cidr>,
-    /// UDP ports of the OWAMP and TWAMP test sessions, LO-HI (for a
-    /// firewall; owampd's example uses 8760-9960) [default: any port].
-    #[arg(long, value_name = "LO-HI")]
+    /// UDP ports of the OWAMP and TWAMP test sessions, LOW..HIGH (for a
+    /// firewall; owampd's example uses 8760..9960; owampd's spelling
+    /// 8760-9960 is read too) [default: any port].
+    #[arg(long, value_name = "LOW..HIGH")]
     pub ow_twamp_test_ports: Option<String>,
     /// Most OWAMP (and, apart, TWAMP) control connections at once.
     #[arg(long, default_value_t = 64, value_name = "N")]
