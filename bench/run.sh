@@ -73,7 +73,7 @@ start_servers() {
       --stamp --stamp-listen 127.0.0.1 --stamp-port $PORT_ST --echo-port $PORT_ECHO \
       --quic --quic-listen 127.0.0.1 --quic-port $PORT_Q \
       --owamp --owamp-port $PORT_OW --twamp --twamp-port $PORT_TW --ow-twamp-listen 127.0.0.1 \
-      --ow-twamp-max-bitrate 0 --ow-twamp-max-connections 1000 --ow-twamp-max-per-client 1000 \
+      --ow-twamp-max-bitrate 100G --ow-twamp-max-connections 1000 --ow-twamp-max-per-client 1000 \
       --ow-twamp-max-sessions 1000 & pids+=($!)
   [ -n "${OWAMPD:-}" ] && start_perfsonar "$OWAMPD" owamp $PORT_OWD 19000-19999
   [ -n "${TWAMPD:-}" ] && start_perfsonar "$TWAMPD" twamp $PORT_TWD 20000-20999

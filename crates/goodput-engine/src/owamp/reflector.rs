@@ -63,13 +63,28 @@ pub(crate) fn drain(s: &ReflectorSession) -> u64 {
     n
 }
 
+/// Datagrams taken and answered per `recvmmsg` and `sendmmsg`.
+const BATCH: usize = 32;
+
+/// Where a reply's transmit timestamp (T3) sits in the clear, so that it
+/// is written just before the batch goes out; `None` in encrypted mode,
+/// where it is encrypted with the rest and written as the reply is built.
+fn t3_offset(mode: Mode) -> Option<usize> {
+    match mode {
+        Mode::Open => Some(4),
+        Mode::Authenticated => Some(16),
+        Mode::Encrypted => None,
+    }
+}
+
 /// Reflects until `cancel` or until the sender has been silent for the
-/// session's idle time.
+/// session's idle time. Datagrams come in by `recvmmsg` and the replies to
+/// a batch leave in one `sendmmsg`, T3 written into each just before it.
 pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) -> ReflectorTally {
     let mut tally = ReflectorTally::default();
-    // One octet more than the largest packet taken, so a longer one shows.
+    let mut rx = msg::RecvBatch::new(BATCH, MAX_TEST_PACKET + 1);
+    let mut tx = msg::SendBatch::new(BATCH);
     let mut buf = vec![0u8; MAX_TEST_PACKET + 1];
-    let mut out = vec![0u8; MAX_TEST_PACKET + 1];
     let fd = s.socket.as_raw_fd();
     let rate = s.max_bits_per_second as f64;
     let mut tokens = rate;
@@ -78,6 +93,7 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
     let mut seq: u32 = 0;
     let mut error = msg::clock_error().to_u16();
     let mut error_at = Instant::now();
+    let t3_at = t3_offset(s.mode);
     loop {
         let idle_left = s.idle.saturating_sub(last_heard.elapsed());
         if idle_left.is_zero() {
@@ -89,78 +105,97 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
             r = s.socket.readable() => if r.is_err() { break },
         }
         loop {
-            let got = s
-                .socket
-                .try_io(Interest::READABLE, || match msg::recv_one(fd, &mut buf) {
-                    Ok(Some(m)) => Ok(m),
-                    Ok(None) => Err(std::io::ErrorKind::WouldBlock.into()),
-                    Err(e) => Err(e),
-                });
-            let meta = match got {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                // An ICMP error queued by an earlier send, say: go on.
+            // Through try_io, so that "nothing waiting" clears readiness.
+            let got = s.socket.try_io(Interest::READABLE, || match rx.recv(fd) {
+                Ok(0) => Err(std::io::ErrorKind::WouldBlock.into()),
+                other => other,
+            });
+            let n = match got {
+                Ok(n) => n,
+                // Nothing waiting, or an ICMP error queued by an earlier
+                // send: back to waiting.
                 Err(_) => break,
             };
-            let src = SocketAddr::new(crate::socket::unmapped_ip(meta.src.ip()), meta.src.port());
-            let from_sender =
-                src.ip() == s.sender.ip() && (s.sender.port() == 0 || s.sender.port() == src.port());
-            if !from_sender || meta.truncated || meta.len > MAX_TEST_PACKET {
-                tally.ignored += 1;
-                continue;
-            }
-            let n = meta.len;
-            let Some(f) = packet::read_sender(s.mode, s.keys.as_ref(), &mut buf[..n]) else {
-                tally.ignored += 1;
-                continue;
-            };
-            last_heard = Instant::now();
-            if s.sender.port() == 0 {
-                s.sender.set_port(src.port());
-            }
-            let len = packet::reflected_len(s.mode, n);
-            if rate > 0.0 {
-                let now = Instant::now();
-                tokens = (tokens + now.duration_since(filled).as_secs_f64() * rate).min(rate);
-                filled = now;
-                let bits = (len as f64 + 28.0) * 8.0;
-                if tokens < bits {
+            // One clock reading per batch for the idle timer and the
+            // token bucket; T2 is the kernel's, T3 written at the send.
+            let batch_at = Instant::now();
+            for i in 0..n {
+                let (req, meta) = rx.get(i);
+                let src = SocketAddr::new(crate::socket::unmapped_ip(meta.src.ip()), meta.src.port());
+                let from_sender =
+                    src.ip() == s.sender.ip() && (s.sender.port() == 0 || s.sender.port() == src.port());
+                if !from_sender || meta.truncated || meta.len > MAX_TEST_PACKET {
                     tally.ignored += 1;
                     continue;
                 }
-                tokens -= bits;
-            }
-            let t2 = ntp_from_unix_ns(meta.t_ns.unwrap_or_else(msg::now_unix_ns));
-            let h = packet::reflector_header(s.mode);
-            // The sender's padding past our header keeps its place, so the
-            // answer ends where the request did.
-            if n > h {
-                out[h..n].copy_from_slice(&buf[h..n]);
-            }
-            if error_at.elapsed() > Duration::from_secs(1) {
-                error = msg::clock_error().to_u16();
-                error_at = Instant::now();
-            }
-            let fields = ReflectorFields {
-                seq,
-                timestamp: ntp_from_unix_ns(msg::now_unix_ns()),
-                error,
-                receive_timestamp: t2,
-                sender_seq: f.seq,
-                sender_timestamp: f.timestamp,
-                sender_error: f.error,
-                sender_ttl: meta.ttl.unwrap_or(0),
-            };
-            if !packet::write_reflector(s.mode, s.keys.as_ref(), &fields, &mut out[..len]) {
-                tally.ignored += 1;
-                continue;
-            }
-            match s.socket.try_send_to(&out[..len], src) {
-                Ok(_) => {
-                    tally.reflected += 1;
-                    seq = seq.wrapping_add(1);
+                let len_in = meta.len;
+                buf[..len_in].copy_from_slice(req);
+                let Some(f) = packet::read_sender(s.mode, s.keys.as_ref(), &mut buf[..len_in]) else {
+                    tally.ignored += 1;
+                    continue;
+                };
+                last_heard = batch_at;
+                if s.sender.port() == 0 {
+                    s.sender.set_port(src.port());
                 }
-                Err(_) => tally.ignored += 1,
+                let len = packet::reflected_len(s.mode, len_in);
+                if rate > 0.0 {
+                    tokens =
+                        (tokens + batch_at.saturating_duration_since(filled).as_secs_f64() * rate).min(rate);
+                    filled = filled.max(batch_at);
+                    let bits = (len as f64 + 28.0) * 8.0;
+                    if tokens < bits {
+                        tally.ignored += 1;
+                        continue;
+                    }
+                    tokens -= bits;
+                }
+                let t2 = ntp_from_unix_ns(meta.t_ns.unwrap_or_else(msg::now_unix_ns));
+                if error_at.elapsed() > Duration::from_secs(1) {
+                    error = msg::clock_error().to_u16();
+                    error_at = Instant::now();
+                }
+                let h = packet::reflector_header(s.mode);
+                let out = &mut tx.next_buf()[..len];
+                // The sender's padding past our header keeps its place, so
+                // the answer ends where the request did.
+                if len_in > h {
+                    out[h..len_in].copy_from_slice(&buf[h..len_in]);
+                }
+                let fields = ReflectorFields {
+                    seq,
+                    // Written at the send where it is in the clear.
+                    timestamp: match t3_at {
+                        Some(_) => 0,
+                        None => ntp_from_unix_ns(msg::now_unix_ns()),
+                    },
+                    error,
+                    receive_timestamp: t2,
+                    sender_seq: f.seq,
+                    sender_timestamp: f.timestamp,
+                    sender_error: f.error,
+                    sender_ttl: meta.ttl.unwrap_or(0),
+                };
+                if !packet::write_reflector(s.mode, s.keys.as_ref(), &fields, out) {
+                    tally.ignored += 1;
+                    continue;
+                }
+                tx.push(len, src, None);
+                seq = seq.wrapping_add(1);
+            }
+            if tx.len() > 0 {
+                let queued = tx.len() as u64;
+                let t3 = ntp_from_unix_ns(msg::now_unix_ns()).to_be_bytes();
+                let failed = tx.flush(fd, |p| {
+                    if let Some(at) = t3_at {
+                        p[at..at + 8].copy_from_slice(&t3);
+                    }
+                }) as u64;
+                tally.reflected += queued - failed;
+                tally.ignored += failed;
+            }
+            if n < BATCH {
+                break;
             }
         }
     }
