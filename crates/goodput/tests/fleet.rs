@@ -505,7 +505,7 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
     let mut keys = std::collections::HashMap::new();
     for (name, method, task, source, dest, kind) in [
         ("throughput", "PUT", "core-throughput", "site-a", "site-b", "tcp"),
-        ("latencybg", "POST", "core-latencybg", "site-a", "site-b", "stamp"),
+        ("latencybg", "POST", "core-latencybg", "site-a", "site-b", "owamp"),
         ("rtt", "POST", "core-rtt", "site-b", "site-c", "ping"),
         ("trace", "PUT", "core-trace", "site-a", "site-c", "trace"),
         ("failed", "POST", "core-throughput", "site-b", "site-a", "tcp"),
@@ -567,7 +567,8 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
         p[0]["mean"].as_f64().unwrap()
     };
     assert_eq!(point("latencybg", "loss"), 1.0);
-    assert!((point("latencybg", "delay_median") - 10_220.0).abs() < 1e-6);
+    // A latency result is one-way delay, not a round trip.
+    assert!((point("latencybg", "owd_forward_median") - 10_220.0).abs() < 1e-6);
     assert_eq!(point("throughput", "throughput_up"), 9.3e9);
     assert_eq!(point("rtt", "loss"), 20.0);
     assert_eq!(point("trace", "hops"), 4.0);
@@ -600,7 +601,7 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
     let (status, v) = post("PUT", &text);
     assert_eq!(status, 200, "{v}");
     let stored = get_json("127.0.0.1", port, "/api/v1/runs/pscheduler/big-histogram");
-    let median = stored["figures"]["delay_median_us"].as_f64().unwrap();
+    let median = stored["figures"]["owd_forward_median_us"].as_f64().unwrap();
     assert!((median - 150_000.0).abs() <= 1_000.0, "{median}");
     let (status, _) = post("PUT", &" ".repeat(5 << 20));
     assert_eq!(status, 413);

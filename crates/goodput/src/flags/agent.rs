@@ -213,8 +213,10 @@ pub enum AgentAction {
     /// ends), wait for it, and print its result's figures.
     Run(AgentRunArgs),
     /// Convert a perfSONAR pSConfig template into goodput's mesh
-    /// configuration (TOML): throughput → tcp (or iperf3), latency and
-    /// latencybg → stamp, rtt → ping (or stamp), trace → trace. Each thing
+    /// configuration (TOML): throughput → tcp (or iperf3), latency →
+    /// owamp (as owping), latencybg → a continuous owamp stream (as
+    /// powstream), rtt → ping (or stamp; twamp when the test asks for
+    /// TWAMP or twping), trace → trace. Each thing
     /// that could not be carried over is named, on standard error and as a
     /// comment at the top of the output.
     ImportPsconfig(ImportPsconfigArgs),
