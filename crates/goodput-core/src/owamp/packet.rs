@@ -165,6 +165,17 @@ fn reflector_layout(mode: Mode) -> ReflectorLayout {
     }
 }
 
+/// Where a reflector's transmit timestamp (T3) sits when it can be written
+/// last, just before the send: in open and authenticated modes it is in the
+/// clear; in encrypted mode it is encrypted with the rest (`None`), so it
+/// must be in place before [`write_reflector`].
+pub fn reflector_timestamp_at(mode: Mode) -> Option<usize> {
+    match mode {
+        Mode::Open | Mode::Authenticated => Some(reflector_layout(mode).ts),
+        Mode::Encrypted => None,
+    }
+}
+
 /// Writes a reflector's packet into `buf` (header plus padding). Returns
 /// false when `buf` is shorter than the header.
 pub fn write_reflector(mode: Mode, keys: Option<&TestKeys>, f: &ReflectorFields, buf: &mut [u8]) -> bool {

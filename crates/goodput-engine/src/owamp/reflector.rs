@@ -63,27 +63,101 @@ pub(crate) fn drain(s: &ReflectorSession) -> u64 {
     n
 }
 
-/// Datagrams taken and answered per `recvmmsg` and `sendmmsg`.
+/// Datagrams taken per `recvmmsg`, and replies sent at most in one send.
 const BATCH: usize = 32;
 
-/// Where a reply's transmit timestamp (T3) sits in the clear, so that it
-/// is written just before the batch goes out; `None` in encrypted mode,
-/// where it is encrypted with the rest and written as the reply is built.
-fn t3_offset(mode: Mode) -> Option<usize> {
-    match mode {
-        Mode::Open => Some(4),
-        Mode::Authenticated => Some(16),
-        Mode::Encrypted => None,
+/// The most octets one UDP GSO send carries (the IP payload limit, less
+/// the UDP header, with room to spare).
+const GSO_MAX_BYTES: usize = 65_000;
+
+/// Replies waiting for one send: of one length, to one destination, laid
+/// end to end so that one UDP GSO send carries them all (the kernel cuts
+/// them into datagrams), or one `sendmmsg` where GSO is refused.
+struct Pending {
+    buf: Vec<u8>,
+    /// Each reply's length.
+    seg: usize,
+    count: usize,
+    to: SocketAddr,
+    /// Cleared for good the first time the kernel refuses a GSO send.
+    gso: bool,
+    /// Where T3 is written in each reply just before the send.
+    t3_at: Option<usize>,
+    /// Set once the socket is connected to `to`: the kernel then keeps
+    /// the route, and sends name no address.
+    connected: bool,
+}
+
+impl Pending {
+    fn new(mode: Mode) -> Self {
+        Self {
+            buf: vec![0; BATCH * (MAX_TEST_PACKET + 1)],
+            seg: 0,
+            count: 0,
+            to: SocketAddr::from(([0, 0, 0, 0], 0)),
+            gso: true,
+            t3_at: packet::reflector_timestamp_at(mode),
+            connected: false,
+        }
+    }
+
+    /// Whether a reply of `len` octets to `to` can join the waiting ones.
+    fn fits(&self, len: usize, to: SocketAddr) -> bool {
+        self.count == 0
+            || (self.seg == len
+                && self.to == to
+                && self.count < BATCH
+                && (self.count + 1) * len <= GSO_MAX_BYTES)
+    }
+
+    /// The buffer for the next reply of `len` octets to `to`; call
+    /// [`Pending::push`] to keep it. Only after [`Pending::fits`].
+    fn next(&mut self, len: usize, to: SocketAddr) -> &mut [u8] {
+        self.seg = len;
+        self.to = to;
+        &mut self.buf[self.count * len..(self.count + 1) * len]
+    }
+
+    fn push(&mut self) {
+        self.count += 1;
+    }
+
+    /// Writes T3 into every waiting reply and sends them; adds what went
+    /// and what the kernel refused to `tally`.
+    fn flush(&mut self, fd: std::os::fd::RawFd, tally: &mut ReflectorTally) {
+        if self.count == 0 {
+            return;
+        }
+        let (seg, count) = (self.seg, self.count);
+        self.count = 0;
+        let bytes = &mut self.buf[..seg * count];
+        if let Some(at) = self.t3_at {
+            let t3 = ntp_from_unix_ns(msg::now_unix_ns()).to_be_bytes();
+            for reply in bytes.chunks_exact_mut(seg) {
+                reply[at..at + 8].copy_from_slice(&t3);
+            }
+        }
+        let to = (!self.connected).then_some(self.to);
+        let mut sent = msg::send_segments(fd, to, None, bytes, seg, self.gso);
+        if self.gso && matches!(&sent, Err(e) if e.kind() == std::io::ErrorKind::Unsupported) {
+            self.gso = false;
+            sent = msg::send_segments(fd, to, None, bytes, seg, false);
+        }
+        let sent = sent.map_or(0, |n| n.min(count)) as u64;
+        tally.reflected += sent;
+        tally.ignored += count as u64 - sent;
     }
 }
 
 /// Reflects until `cancel` or until the sender has been silent for the
-/// session's idle time. Datagrams come in by `recvmmsg` and the replies to
-/// a batch leave in one `sendmmsg`, T3 written into each just before it.
+/// session's idle time. Datagrams come in by `recvmmsg`; the replies to a
+/// batch leave together (one UDP GSO send when they are alike, as they
+/// are when the sender keeps one padding), T3 written into each just
+/// before the send.
 pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) -> ReflectorTally {
     let mut tally = ReflectorTally::default();
     let mut rx = msg::RecvBatch::new(BATCH, MAX_TEST_PACKET + 1);
-    let mut tx = msg::SendBatch::new(BATCH);
+    let mut tx = Pending::new(s.mode);
     let mut buf = vec![0u8; MAX_TEST_PACKET + 1];
     let fd = s.socket.as_raw_fd();
     let rate = s.max_bits_per_second as f64;
@@ -93,7 +167,7 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
     let mut seq: u32 = 0;
     let mut error = msg::clock_error().to_u16();
     let mut error_at = Instant::now();
-    let t3_at = t3_offset(s.mode);
+    let t3_later = tx.t3_at.is_some();
     loop {
         let idle_left = s.idle.saturating_sub(last_heard.elapsed());
         if idle_left.is_zero() {
@@ -119,6 +193,10 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
             // One clock reading per batch for the idle timer and the
             // token bucket; T2 is the kernel's, T3 written at the send.
             let batch_at = Instant::now();
+            if error_at.elapsed() > Duration::from_secs(1) {
+                error = msg::clock_error().to_u16();
+                error_at = batch_at;
+            }
             for i in 0..n {
                 let (req, meta) = rx.get(i);
                 let src = SocketAddr::new(crate::socket::unmapped_ip(meta.src.ip()), meta.src.port());
@@ -138,6 +216,14 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
                 if s.sender.port() == 0 {
                     s.sender.set_port(src.port());
                 }
+                if !tx.connected {
+                    // From here on only the sender's datagrams reach the
+                    // socket, and replies take the route the kernel keeps.
+                    tx.flush(fd, &mut tally);
+                    tx.connected = socket2::SockRef::from(&s.socket)
+                        .connect(&meta.src.into())
+                        .is_ok();
+                }
                 let len = packet::reflected_len(s.mode, len_in);
                 if rate > 0.0 {
                     tokens =
@@ -151,12 +237,11 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
                     tokens -= bits;
                 }
                 let t2 = ntp_from_unix_ns(meta.t_ns.unwrap_or_else(msg::now_unix_ns));
-                if error_at.elapsed() > Duration::from_secs(1) {
-                    error = msg::clock_error().to_u16();
-                    error_at = Instant::now();
+                if !tx.fits(len, src) {
+                    tx.flush(fd, &mut tally);
                 }
                 let h = packet::reflector_header(s.mode);
-                let out = &mut tx.next_buf()[..len];
+                let out = tx.next(len, src);
                 // The sender's padding past our header keeps its place, so
                 // the answer ends where the request did.
                 if len_in > h {
@@ -165,9 +250,10 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
                 let fields = ReflectorFields {
                     seq,
                     // Written at the send where it is in the clear.
-                    timestamp: match t3_at {
-                        Some(_) => 0,
-                        None => ntp_from_unix_ns(msg::now_unix_ns()),
+                    timestamp: if t3_later {
+                        0
+                    } else {
+                        ntp_from_unix_ns(msg::now_unix_ns())
                     },
                     error,
                     receive_timestamp: t2,
@@ -180,20 +266,10 @@ pub(crate) async fn reflect(mut s: ReflectorSession, cancel: CancellationToken) 
                     tally.ignored += 1;
                     continue;
                 }
-                tx.push(len, src, None);
+                tx.push();
                 seq = seq.wrapping_add(1);
             }
-            if tx.len() > 0 {
-                let queued = tx.len() as u64;
-                let t3 = ntp_from_unix_ns(msg::now_unix_ns()).to_be_bytes();
-                let failed = tx.flush(fd, |p| {
-                    if let Some(at) = t3_at {
-                        p[at..at + 8].copy_from_slice(&t3);
-                    }
-                }) as u64;
-                tally.reflected += queued - failed;
-                tally.ignored += failed;
-            }
+            tx.flush(fd, &mut tally);
             if n < BATCH {
                 break;
             }
