@@ -82,10 +82,15 @@ const MAX_ERROR_KINDS: usize = 64;
 /// the end, so 1,000 refused connects are one line and not 1,000.
 #[derive(Debug, Default)]
 pub(crate) struct ErrorTally {
-    /// (what failed, the peer) → (how many, the time of the last, the
-    /// first one's full line).
-    pending: Vec<((String, String), (u64, f64, String))>,
+    /// One entry per kind of failure, in the order first seen.
+    pending: Vec<(FailureKey, Repeats)>,
 }
+
+/// What failed, and at which peer.
+type FailureKey = (String, String);
+
+/// How many failed so, the time of the last, and the first one's line.
+type Repeats = (u64, f64, String);
 
 impl ErrorTally {
     /// Counts a failure; `Some(line)` when it cannot be kept (too many
