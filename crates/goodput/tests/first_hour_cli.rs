@@ -281,3 +281,100 @@ fn summaries_carry_units_without_noise() {
     assert!(line.contains(" MiB, sent "), "{line}");
     assert!((3.0..8.0).contains(&received), "{line}");
 }
+
+/// `goodput ping` in a fresh network namespace, where ICMP datagram
+/// sockets are open to no group (net.ipv4.ping_group_range "1 0"): root
+/// pings with ICMP on a raw socket and says so; nobody falls back to TCP
+/// connects, where a reset (a closed port) is counted apart and never as
+/// an answer, and a listening port is.
+#[test]
+fn ping_as_root_uses_icmp_and_a_reset_is_no_answer() {
+    let Some(lan) = Lan::make(1) else { return };
+    let ns = &lan.agents[0];
+    let sysctl = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            ns,
+            "sysctl",
+            "-qw",
+            "net.ipv4.ping_group_range=1 0",
+        ])
+        .status()
+        .unwrap();
+    assert!(sysctl.success());
+    let exec = |user: Option<&std::path::Path>, args: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        match user {
+            None => c.arg(BIN),
+            Some(bin) => c
+                .args([
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--",
+                ])
+                .arg(bin),
+        };
+        let o = c.args(args).stdin(Stdio::null()).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = exec(None, &["ping", "10.77.0.1", "-c", "3", "-i", "20ms"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("--- 10.77.0.1 ping statistics (ICMP echo) ---"),
+        "{out}"
+    );
+    assert!(out.contains("3 requests, 3 answered, 0.0% loss"), "{out}");
+    assert_eq!(count(&out, "64 bytes: icmp_seq="), 3, "{out}");
+    assert!(
+        err.contains("pinging with ICMP echo on a raw socket instead"),
+        "{err}"
+    );
+
+    // Nobody may open either: TCP connects, to a closed port and to a
+    // listening one (a goodput server in the namespace).
+    let bin = tmp("first-hour-ping", "goodput");
+    std::fs::copy(BIN, &bin).unwrap();
+    for dir in [bin.as_path(), bin.parent().unwrap()] {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (code, out, err) = exec(
+        Some(&bin),
+        &["ping", "10.77.0.1", "-c", "2", "-i", "20ms", "-p", "9"],
+    );
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(err.contains("timing TCP connects to port 9 instead"), "{err}");
+    assert!(
+        out.contains("2 requests, 0 connected, 2 reset (port closed), 100.0% loss"),
+        "{out}"
+    );
+    let port = free_tcp_port().to_string();
+    let _server = Reaped(Some(
+        Command::new("ip")
+            .args(["netns", "exec", ns, BIN, "server", "-p", &port, "-v", "0"])
+            .spawn()
+            .unwrap(),
+    ));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, out, err) = exec(
+            Some(&bin),
+            &["ping", "10.77.0.1", "-c", "2", "-i", "20ms", "-p", &port],
+        );
+        if code == Some(0) {
+            assert!(out.contains("2 requests, 2 connected, 0.0% loss"), "{out}");
+            assert!(!out.contains("reset"), "{out}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the server never listened: {out}{err}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -96,8 +96,9 @@ pub enum Command {
     /// each hop, tracepath's summary and a checksum of the path.
     Trace(Box<TraceArgs>),
     /// Round trips where no STAMP reflector runs: ICMP echo on an
-    /// unprivileged ICMP socket, or TCP connect time to a port (tcpping's
-    /// way) where ICMP sockets are not allowed.
+    /// unprivileged ICMP socket (a raw one as root), or TCP connect time to
+    /// a port (tcpping's way, a reset counted apart) where ICMP is not
+    /// allowed.
     Ping(Box<PingArgs>),
     /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
     /// archive against --warning and --critical ranges; one line with
