@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_goodput");
 
+/// Held while a test has its namespaces: `Lan` names them by process, so
+/// two tests of this process cannot have theirs at once.
+static NAMESPACES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Lines of `text` that contain `needle`.
 fn count(text: &str, needle: &str) -> usize {
     text.lines().filter(|l| l.contains(needle)).count()
@@ -66,6 +70,7 @@ fn a_remote_host_gets_a_short_timed_test() {
     let (_, help, _) = run(&["tcp", "--help"]);
     assert!(help.contains("runs a timed test of --duration 10s"), "{help}");
 
+    let _held = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
     let Some(lan) = Lan::make(1) else { return };
     let (server_ns, client_ns) = (&lan.agents[0], &lan.bridge);
     let port = free_tcp_port().to_string();
@@ -289,6 +294,7 @@ fn summaries_carry_units_without_noise() {
 /// an answer, and a listening port is.
 #[test]
 fn ping_as_root_uses_icmp_and_a_reset_is_no_answer() {
+    let _held = NAMESPACES.lock().unwrap_or_else(|e| e.into_inner());
     let Some(lan) = Lan::make(1) else { return };
     let ns = &lan.agents[0];
     let sysctl = Command::new("ip")
