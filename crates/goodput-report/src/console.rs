@@ -48,6 +48,105 @@ pub struct ConsoleView {
     bar: Option<ProgressBar>,
     /// The run counts streams, not connections (the QUIC perf client).
     streams: bool,
+    /// Failed connections not yet printed, collapsed by what failed.
+    errors: ErrorTally,
+    /// What to run at the far end, named when a connection is refused.
+    peer_hint: Option<String>,
+    /// What the status line counts down to.
+    progress: Progress,
+    /// Bytes moved so far, summed over the intervals (for `progress`).
+    moved: f64,
+    /// The end of the last interval, seconds since the start.
+    last_slice: f64,
+    /// Connections completed and failed as of the last interval.
+    last_counts: (u64, u64, u64),
+}
+
+/// What a run's status line counts towards.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Progress {
+    /// Nothing known ahead (a run until stopped, a server).
+    None,
+    /// A sized run: this many bytes in all, both directions together.
+    Bytes(u64),
+    /// A timed run: it ends this many seconds after it started.
+    Seconds(f64),
+}
+
+/// The most different failures kept apart; beyond it each is printed as it
+/// comes, so a peer's variety of errors cannot grow the tally.
+const MAX_ERROR_KINDS: usize = 64;
+
+/// Failed connections collapsed by what failed and where: the first of a
+/// kind, and a count of the rest, printed at the next status line or at
+/// the end, so 1,000 refused connects are one line and not 1,000.
+#[derive(Debug, Default)]
+pub(crate) struct ErrorTally {
+    /// One entry per kind of failure, in the order first seen.
+    pending: Vec<(FailureKey, Repeats)>,
+}
+
+/// What failed, and at which peer.
+type FailureKey = (String, String);
+
+/// How many failed so, the time of the last, and the first one's line.
+type Repeats = (u64, f64, String);
+
+impl ErrorTally {
+    /// Counts a failure; `Some(line)` when it cannot be kept (too many
+    /// kinds) and must be printed now.
+    pub(crate) fn add(&mut self, r: &ConnectionRecord) -> Option<String> {
+        let line = error_text(r)?;
+        let key = (failure_of(r), r.remote_address.clone());
+        if let Some((_, (n, t, _))) = self.pending.iter_mut().find(|(k, _)| *k == key) {
+            *n += 1;
+            *t = r.time_slice_s;
+            return None;
+        }
+        if self.pending.len() >= MAX_ERROR_KINDS {
+            return Some(line);
+        }
+        self.pending.push((key, (1, r.time_slice_s, line)));
+        None
+    }
+
+    /// The lines for the failures counted since the last call: a single
+    /// failure as its own line, repeats as one line with their count.
+    pub(crate) fn drain(&mut self, hint: Option<&str>) -> Vec<String> {
+        self.pending
+            .drain(..)
+            .map(|((what, peer), (n, t, line))| {
+                if n == 1 {
+                    return line;
+                }
+                let advice = match hint {
+                    Some(h) if what.starts_with("ECONNREFUSED") => format!(": {h}"),
+                    _ => String::new(),
+                };
+                format!("[{t:.3}] {what} × {n} ({peer}){advice}")
+            })
+            .collect()
+    }
+}
+
+/// What failed, without which connection or when: `ECONNREFUSED during
+/// connect: Connection refused`.
+fn failure_of(r: &ConnectionRecord) -> String {
+    use goodput_core::result::Outcome;
+    match &r.outcome {
+        Outcome::NetworkError {
+            during,
+            name,
+            message,
+            ..
+        } => {
+            // The OS's "(os error 111)" repeats the name.
+            let message = message.split(" (os error").next().unwrap_or(message);
+            format!("{name} during {during}: {message}")
+        }
+        Outcome::ProtocolError { kind, message, .. } => format!("{}: {message}", kind.cts_name()),
+        _ => r.outcome.label().to_owned(),
+    }
 }
 
 impl ConsoleView {
@@ -71,6 +170,51 @@ impl ConsoleView {
             lines: 0,
             bar,
             streams: false,
+            errors: ErrorTally::default(),
+            peer_hint: None,
+            progress: Progress::None,
+            moved: 0.0,
+            last_slice: 0.0,
+            last_counts: (0, 0, 0),
+        }
+    }
+
+    /// What must run at the far end, as a question (``is `goodput server
+    /// --echo` running there?``): the line of refused connections ends
+    /// with it.
+    pub fn peer_hint(&mut self, hint: &str) {
+        self.peer_hint = Some(hint.to_owned());
+    }
+
+    /// A sized run: the status line shows the bytes done of `total` (both
+    /// directions together).
+    pub fn progress_bytes(&mut self, total: u64) {
+        self.progress = Progress::Bytes(total);
+    }
+
+    /// A timed run that ends `seconds` after its start: the status line
+    /// shows the time left.
+    pub fn progress_seconds(&mut self, seconds: f64) {
+        self.progress = Progress::Seconds(seconds);
+    }
+
+    /// Prints the failures counted since the last status line.
+    fn flush_errors(&mut self) {
+        for line in self.errors.drain(self.peer_hint.as_deref()) {
+            self.say(&line);
+        }
+    }
+
+    /// The status line's progress column: `1.50 GiB of 8 GiB` or `7 s left`.
+    fn progress_text(&self) -> Option<String> {
+        match self.progress {
+            Progress::None => None,
+            Progress::Bytes(total) => Some(format!(
+                "{} of {}",
+                plain_size(self.moved.min(total as f64) as u64),
+                plain_size(total)
+            )),
+            Progress::Seconds(end) => Some(format!("{:.0} s left", (end - self.last_slice).max(0.0).ceil())),
         }
     }
 
@@ -107,11 +251,31 @@ fn bar_message(iv: &Interval) -> String {
 
 impl View for ConsoleView {
     fn interval(&mut self, iv: &Interval) -> io::Result<()> {
+        let seconds = (iv.time_slice_s - self.last_slice).max(0.0);
+        self.moved += (iv.send_bytes_per_second as f64 + iv.recv_bytes_per_second as f64) * seconds;
+        self.last_slice = iv.time_slice_s;
+        if self.verbosity.errors() {
+            self.flush_errors();
+        }
         if let Some(b) = &self.bar {
             b.set_position(iv.completed + iv.network_errors + iv.data_errors);
             b.set_message(bar_message(iv));
         }
         if !self.verbosity.status() {
+            return Ok(());
+        }
+        // An idle interval (an idle server, between a client's passes)
+        // says nothing the last line did not: no line of zeros.
+        let counts = (iv.completed, iv.network_errors, iv.data_errors);
+        let idle = iv.stamp.is_none()
+            && iv.echo.is_none()
+            && iv.media.is_none()
+            && iv.send_bytes_per_second == 0
+            && iv.recv_bytes_per_second == 0
+            && iv.in_flight == 0
+            && counts == self.last_counts;
+        self.last_counts = counts;
+        if idle {
             return Ok(());
         }
         let (legend, header, line) = match (&iv.stamp, &iv.echo) {
@@ -136,14 +300,29 @@ impl View for ConsoleView {
             (None, None) if self.streams => (quic_status_legend(), status_header(), status_line(iv)),
             (None, None) => (status_legend(), status_header(), status_line(iv)),
         };
+        // The whole legend only when everything is asked for (-v 5): on
+        // every run it is noise. Otherwise one line says where it is.
         if self.lines == 0 {
-            self.say(legend.trim_end());
+            if self.verbosity.0 == 5 {
+                self.say(legend.trim_end());
+            } else {
+                self.say("Legend: -v 5 explains the columns");
+            }
         }
+        let progress = self
+            .progress_text()
+            .filter(|_| iv.stamp.is_none() && iv.echo.is_none() && iv.media.is_none());
         if self.lines.is_multiple_of(40) {
-            self.say(&header);
+            match &progress {
+                Some(_) => self.say(&format!("{header}  Progress")),
+                None => self.say(&header),
+            }
         }
         self.lines += 1;
-        self.say(&line);
+        match progress {
+            Some(p) => self.say(&format!("{line}  {p}")),
+            None => self.say(&line),
+        }
         Ok(())
     }
 
@@ -154,7 +333,7 @@ impl View for ConsoleView {
         if self.verbosity.connections() {
             self.say(&connection_line(r));
         } else if self.verbosity.errors() {
-            if let Some(e) = error_text(r) {
+            if let Some(e) = self.errors.add(r) {
                 self.say(&e);
             }
         }
@@ -206,22 +385,25 @@ impl View for ConsoleView {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
-        if self.verbosity.0 == 0 {
-            // Silent, but a failed assertion is why the exit status is 4:
-            // name it, so a CI log says which one.
-            let mut err = io::stderr().lock();
-            for a in result.assertions.iter().filter(|a| !a.passed) {
-                let _ = writeln!(
-                    err,
-                    "goodput: assertion failed: {} (measured {})",
-                    a.expression, a.measured_text
-                );
-            }
-            return Ok(());
+        if self.verbosity.errors() {
+            self.flush_errors();
         }
-        console_line(&summary_text(result));
-        if let Some(text) = assertions_text(result) {
-            console_line(&text);
+        if self.verbosity.0 > 0 {
+            console_line(&summary_text(result));
+            if let Some(text) = assertions_text(result) {
+                console_line(&text);
+            }
+        }
+        // A failed assertion is why the exit status is 4: one line each on
+        // standard error at every verbosity, so a CI log that keeps only
+        // standard error (or runs -v 0) says which one.
+        let mut err = io::stderr().lock();
+        for a in result.assertions.iter().filter(|a| !a.passed) {
+            let _ = writeln!(
+                err,
+                "goodput: assertion failed: {} (measured {})",
+                a.expression, a.measured_text
+            );
         }
         Ok(())
     }
@@ -250,11 +432,24 @@ pub fn assertions_text(result: &TestResult) -> Option<String> {
     Some(t.trim_end().to_owned())
 }
 
+/// A rate in bits per second, the unit links are sold in, with bytes per
+/// second after it: `9.41 Gbit/s, 1176 MB/s`.
 fn rate(bytes_per_second: f64) -> String {
     format!(
-        "{bytes_per_second:.0} B/s ({})",
-        format_bits_per_second(bytes_per_second)
+        "{}, {:.0} MB/s",
+        format_bits_per_second(bytes_per_second),
+        bytes_per_second / 1e6
     )
+}
+
+/// A size in the largest binary unit it reaches, to two decimals, without
+/// the exact count `format_size` adds (`13.87 GiB`, `64 KiB`, `512 B`).
+pub(crate) fn plain_size(n: u64) -> String {
+    let s = format_size(n);
+    match s.split_once(" (") {
+        Some((short, _)) => short.to_owned(),
+        None => s,
+    }
 }
 
 /// The end-of-run summary as text.
@@ -319,37 +514,44 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         "  SuccessfulConnections [{}]   NetworkErrors [{}]   ProtocolErrors [{}]   Aborted [{}]\n",
         s.successful, s.network_errors, s.data_errors, s.aborted
     ));
+    // One form per figure: a size in units here, the exact count in the
+    // JSON document (and the connection lines, -v 3).
     t.push_str(&format!(
-        "  Total Bytes Sent : {} ({})   Total Bytes Recv : {} ({})\n",
-        s.sent_bytes,
-        format_size(s.sent_bytes),
-        s.received_bytes,
-        format_size(s.received_bytes)
+        "  Total Bytes Sent : {}   Total Bytes Recv : {}\n",
+        plain_size(s.sent_bytes),
+        plain_size(s.received_bytes)
     ));
     t.push_str(&format!("  Total Time : {:.3} s\n", s.duration_s));
     // A timed test's headline is its receivers' (below); this end's
-    // bytes over the whole run are only context there.
+    // bytes over the whole run are only context there. A direction that
+    // moved nothing (the other way of a push test) is left out.
+    let mut rates = Vec::new();
+    if s.sent_bytes > 0 || s.received_bytes == 0 {
+        rates.push(format!("sent {}", rate(s.send_bytes_per_second)));
+    }
+    if s.received_bytes > 0 {
+        rates.push(format!("received {}", rate(s.recv_bytes_per_second)));
+    }
     t.push_str(&format!(
-        "  {} : sent {}   received {}\n",
+        "  {} : {}\n",
         if s.timed.is_some() {
             "This end over the whole run"
         } else {
             "Good-put"
         },
-        rate(s.send_bytes_per_second),
-        rate(s.recv_bytes_per_second)
+        rates.join("   ")
     ));
     if let Some(timed) = &s.timed {
         // The headline of a timed test: what the receivers got over their
         // own data-phase time, after the warm-up.
         let line = |name: &str, d: &goodput_core::result::DirectionTotals| {
             format!(
-                "  Good-put {name} (receiver side) : {} over {:.3} s   {} connections, {} received ({} in the warm-up, left out of the rate)\n",
+                "  Good-put {name} (receiver side) : {} over {:.3} s   {} connections, {} received, {} of it in the warm-up and left out of the rate\n",
                 rate(d.bytes_per_second),
                 d.window_end_s - d.window_start_s,
                 d.connections,
-                format_size(d.bytes),
-                format_size(d.warm_up_bytes)
+                plain_size(d.bytes),
+                plain_size(d.warm_up_bytes)
             )
         };
         if let Some(d) = &timed.up {

@@ -3,7 +3,7 @@
 //! that parse iperf3 output can read goodput's.
 
 use goodput_core::result::{Iperf3Detail, Iperf3Protocol, Iperf3StreamRecord, TestKind, TestResult};
-use goodput_core::units::{format_bits_per_second, format_size};
+use goodput_core::units::format_bits_per_second;
 use serde_json::{json, Map, Value};
 
 fn bps(bytes: u64, seconds: f64) -> f64 {
@@ -11,6 +11,26 @@ fn bps(bytes: u64, seconds: f64) -> f64 {
         bytes as f64 * 8.0 / seconds
     } else {
         0.0
+    }
+}
+
+/// Bytes as iperf3 prints them: binary units named KBytes, MBytes,
+/// GBytes, with three significant figures (`23.9 MBytes`, `128 KBytes`).
+pub(crate) fn iperf3_bytes(n: u64) -> String {
+    const UNITS: [(&str, f64); 4] = [
+        ("TBytes", 1_099_511_627_776.0),
+        ("GBytes", 1_073_741_824.0),
+        ("MBytes", 1_048_576.0),
+        ("KBytes", 1024.0),
+    ];
+    let Some((name, size)) = UNITS.iter().find(|(_, size)| n as f64 >= *size) else {
+        return format!("{n} Bytes");
+    };
+    let v = n as f64 / size;
+    match v {
+        v if v < 9.995 => format!("{v:.2} {name}"),
+        v if v < 99.95 => format!("{v:.1} {name}"),
+        v => format!("{v:.0} {name}"),
     }
 }
 
@@ -38,14 +58,16 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
         "forward (client sends)"
     };
     t.push_str(&format!(
-        "\n  iperf3 {proto} test, {mode}, {} stream(s), {} B blocks, cookie {}\n",
-        d.parallel, d.block_bytes, d.cookie
+        "\n  iperf3 {proto} test, {mode}, {} stream(s), {} blocks, cookie {}\n",
+        d.parallel,
+        iperf3_bytes(u64::from(d.block_bytes)),
+        d.cookie
     ));
     t.push_str("  [ ID] Role      Local                  Remote                 Bytes            Seconds  Rate             Peer's bytes     Peer's rate\n");
     for s in &d.streams {
         let (peer_bytes, peer_rate) = match &s.peer {
             Some(p) => (
-                p.bytes.to_string(),
+                iperf3_bytes(p.bytes),
                 format_bits_per_second(bps(p.bytes, p.seconds) / 8.0),
             ),
             None => ("not available".into(), String::new()),
@@ -56,7 +78,7 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
             if s.sender { "sender" } else { "receiver" },
             s.local_address,
             s.remote_address,
-            s.bytes,
+            iperf3_bytes(s.bytes),
             s.seconds,
             format_bits_per_second(bps(s.bytes, s.seconds) / 8.0),
             peer_bytes,
@@ -65,7 +87,7 @@ pub(crate) fn summary(result: &TestResult, d: &Iperf3Detail) -> String {
         if let Some(r) = s.retransmits {
             t.push_str(&format!("        retransmits {r}"));
             if let Some(c) = s.max_snd_cwnd_bytes {
-                t.push_str(&format!(", max cwnd {}", format_size(c)));
+                t.push_str(&format!(", max cwnd {}", iperf3_bytes(c)));
             }
             if let Some([lo, mean, hi]) = s.rtt_us {
                 t.push_str(&format!(", RTT min/mean/max {lo}/{mean}/{hi} µs"));
@@ -473,6 +495,15 @@ fn rfc1123(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_read_as_iperf3_prints_them() {
+        assert_eq!(iperf3_bytes(25_034_752), "23.9 MBytes");
+        assert_eq!(iperf3_bytes(131_072), "128 KBytes");
+        assert_eq!(iperf3_bytes(1_178_694), "1.12 MBytes");
+        assert_eq!(iperf3_bytes(14_893_478_070), "13.9 GBytes");
+        assert_eq!(iperf3_bytes(1000), "1000 Bytes");
+    }
 
     #[test]
     fn rfc1123_dates() {

@@ -106,7 +106,11 @@ pub fn ping_line(r: &PingReply) -> String {
         (Some(rtt), _) if tcp => format!(
             "seq={} {} time={}",
             r.seq,
-            if r.refused { "refused (reset)" } else { "connected" },
+            if r.refused {
+                "reset: port closed, no answer from a service"
+            } else {
+                "connected"
+            },
             ms(rtt)
         ),
         (Some(rtt), _) => format!(
@@ -131,9 +135,21 @@ pub(crate) fn ping_summary(result: &TestResult, d: &PingDetail) -> String {
             _ => "ICMP echo".to_owned(),
         }
     );
+    // A reset is the host saying the port is closed: not an answer from
+    // the service, so it is named apart (and counted lost).
+    let resets = d.replies.iter().filter(|r| r.refused).count();
+    let answered = match d.method {
+        PingMethod::Tcp => format!("{} connected", d.received),
+        _ => format!("{} answered", d.received),
+    };
+    let reset_text = match resets {
+        0 => String::new(),
+        1 => ", 1 reset (port closed)".to_owned(),
+        n => format!(", {n} reset (port closed)"),
+    };
     t.push_str(&format!(
-        "{} requests, {} answered, {:.1}% loss, {} errors, {} duplicates, time {:.3} s\n",
-        d.sent, d.received, d.loss_percent, d.errors, d.duplicates, result.summary.duration_s
+        "{} requests, {answered}{reset_text}, {:.1}% loss, {} errors, {} duplicates, time {:.3} s\n",
+        d.sent, d.loss_percent, d.errors, d.duplicates, result.summary.duration_s
     ));
     if let Some(r) = &d.rtt {
         t.push_str(&format!(

@@ -104,11 +104,33 @@ fn errors_hold_and_fail() {
 
 #[test]
 fn a_failed_connection_outranks_a_failed_assertion() {
-    // Nothing listens on port 1: the connection fails (1), whatever the
-    // assertion says.
+    // One connection of two goes where nothing listens (port 1): it fails
+    // (1), whatever the assertion says. (Had both gone there, the test
+    // would not have started: exit 3.)
+    let port = common::free_tcp_port();
+    let _server = common::Reaped(Some(
+        common::goodput()
+            .args(["server", "-p", &port.to_string(), "-v", "0"])
+            .spawn()
+            .unwrap(),
+    ));
+    common::wait_tcp_listening(port);
     let (code, out, a) = asserted(
         "refused",
-        &["tcp", "127.0.0.1:1", "-c", "1", "--assert", "goodput > 1Tbit"],
+        &[
+            "tcp",
+            "127.0.0.1",
+            "--target",
+            "127.0.0.1:1",
+            "-p",
+            &port.to_string(),
+            "-c",
+            "2",
+            "--transfer",
+            "1MiB",
+            "--assert",
+            "goodput > 1Tbit",
+        ],
     );
     assert_eq!(code, Some(1), "{out}");
     assert_eq!(a[0]["passed"], false);

@@ -120,8 +120,11 @@ fn sigint_mid_run_flushes_files_and_prints_summary() {
     assert!(lines.iter().filter(|l| l["event"] == "connection").count() == 4);
 }
 
+/// Nothing listens: every connect is refused, the test never started
+/// (exit 3), the refused connects are one line with their count, and the
+/// error names the server to start.
 #[test]
-fn unreachable_server_exits_one_and_names_the_error() {
+fn unreachable_server_is_a_start_failure_that_names_the_server() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port().to_string();
     drop(l);
@@ -129,10 +132,21 @@ fn unreachable_server_exits_one_and_names_the_error() {
         .args(["tcp", "127.0.0.1", "--port", &port, "--connections", "2"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("ECONNREFUSED during connect"), "{stdout}");
-    assert!(stdout.contains("NetworkErrors [2]"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains(&format!(
+            "ECONNREFUSED during connect: Connection refused × 2 (127.0.0.1:{port})"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "nothing listens on TCP 127.0.0.1:{port}: start `goodput server`"
+        )),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -62,8 +62,23 @@ pub async fn ping(
         PingMethod::Tcp => Err(String::new()),
         _ => sock::icmp_socket(plan.dest, plan.bind),
     };
+    // Where unprivileged ICMP sockets are not open to the user, one that
+    // may open a raw socket (root, CAP_NET_RAW) still pings with ICMP.
+    let icmp = match icmp {
+        Err(why) if !why.is_empty() => match sock::raw_icmp_socket(plan.dest, plan.bind) {
+            Ok(s) => {
+                let why = why.split("; an administrator").next().unwrap_or(&why);
+                observer.on_notice(&format!(
+                    "{why}: pinging with ICMP echo on a raw socket instead (this user may open one)"
+                ));
+                return icmp_ping(s, Some(raw_id()), &plan, observer, cancel).await;
+            }
+            Err(_) => Err(why),
+        },
+        other => other,
+    };
     match (icmp, plan.method) {
-        (Ok(s), _) => icmp_ping(s, &plan, observer, cancel).await,
+        (Ok(s), _) => icmp_ping(s, None, &plan, observer, cancel).await,
         (Err(why), PingMethod::Icmp) => Err(why),
         (Err(why), _) => {
             let fallback = (!why.is_empty())
@@ -136,8 +151,19 @@ fn micros(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1e3
 }
 
+/// The identifier of this process's echo requests on a raw socket (an
+/// ICMP datagram socket has the kernel pick one): the process id's low
+/// bits, as ping's.
+fn raw_id() -> u16 {
+    std::process::id() as u16
+}
+
+/// ICMP echo on `s`: an ICMP datagram socket, or with `raw_id` a raw one,
+/// which sees every ICMP message to this host: only echo replies with
+/// this identifier from the destination count.
 async fn icmp_ping(
     s: Socket,
+    raw_id: Option<u16>,
     plan: &PingPlan,
     observer: &mut dyn Observer,
     cancel: &CancellationToken,
@@ -172,9 +198,16 @@ async fn icmp_ping(
             g = fd.ready(Interest::READABLE | Interest::ERROR) => {
                 let mut g = g.map_err(|e| format!("waiting for replies: {e}"))?;
                 g.clear_ready();
-                while let Some(h) = sock::receive_any(fd.get_ref()).map_err(|e| format!("reading replies: {e}"))? {
+                while let Some(h) = sock::receive_any_from(fd.get_ref(), raw_id.is_some() && !v6).map_err(|e| format!("reading replies: {e}"))? {
                     let at = Instant::now();
                     let Some(wire) = sock::echo_seq(&h) else { continue };
+                    if let Some(id) = raw_id {
+                        let ours = sock::echo_id(&h) == Some(id)
+                            && (h.error.is_some() || h.peer.map(|p| p.ip()) == Some(plan.dest));
+                        if !ours {
+                            continue;
+                        }
+                    }
                     if h.error.is_none() && !sock::is_echo_reply(&h, v6) {
                         continue;
                     }
@@ -212,7 +245,10 @@ async fn icmp_ping(
                     sent += 1;
                     let wire = sent as u16;
                     answered.remove(&wire);
-                    let packet = sock::echo_request(v6, wire, plan.payload as usize);
+                    let mut packet = sock::echo_request(v6, wire, plan.payload as usize);
+                    if let Some(id) = raw_id {
+                        sock::raw_echo_request(&mut packet, v6, id);
+                    }
                     // A failed send may only report an earlier reply's ICMP
                     // error (IP_RECVERR); the failed call clears it.
                     let (at, sent_ns) = (Instant::now(), sock::wall_ns());

@@ -159,6 +159,22 @@ unsafe fn read_addr(p: *const u8, len: usize) -> Option<SocketAddr> {
 /// One message from `s`: its error queue (`errqueue`) or its ordinary
 /// receive queue; `None` when that queue is empty.
 pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
+    receive_from(s, errqueue, false)
+}
+
+/// The length of the IPv4 header `data` starts with, when it starts with
+/// one that fits in it (a raw IPv4 socket's datagrams do; an ICMP message
+/// never starts with 0x4_, no ICMP type being 64 to 79 in use).
+fn ipv4_header_len(data: &[u8]) -> Option<usize> {
+    let first = *data.first()?;
+    let len = usize::from(first & 0x0f) * 4;
+    (first >> 4 == 4 && len >= 20 && data.len() >= len).then_some(len)
+}
+
+/// As [`receive`]; with `raw_v4` (a raw IPv4 socket), the IP header the
+/// kernel hands over is skipped, so `head` and `len` are the ICMP
+/// message's as on an ICMP datagram socket.
+fn receive_from(s: &Socket, errqueue: bool, raw_v4: bool) -> io::Result<Option<Heard>> {
     let mut name = MaybeUninit::<libc::sockaddr_storage>::zeroed();
     // Whole datagrams: an ICMP socket reports only what it copied.
     let mut buf = vec![0u8; 65_536];
@@ -187,10 +203,16 @@ pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
             _ => Err(e),
         };
     }
-    let len = n as usize;
+    let mut len = n as usize;
+    let skip = if raw_v4 {
+        ipv4_header_len(&buf[..len.min(buf.len())]).unwrap_or(0)
+    } else {
+        0
+    };
+    len -= skip;
     let mut head = [0u8; 8];
     let head_len = len.min(8);
-    head[..head_len].copy_from_slice(&buf[..head_len]);
+    head[..head_len].copy_from_slice(&buf[skip..skip + head_len]);
     // SAFETY: the kernel wrote msg_namelen bytes of address.
     let peer = unsafe {
         read_addr(
@@ -260,11 +282,17 @@ pub(crate) fn receive(s: &Socket, errqueue: bool) -> io::Result<Option<Heard>> {
 /// `ECONNREFUSED`, …). That failure only says "look at the error queue":
 /// it is not the socket failing.
 pub(crate) fn receive_any(s: &Socket) -> io::Result<Option<Heard>> {
+    receive_any_from(s, false)
+}
+
+/// As [`receive_any`], from a raw ICMP socket (`raw_v4`: an IPv4 one,
+/// whose datagrams start with the IP header).
+pub(crate) fn receive_any_from(s: &Socket, raw_v4: bool) -> io::Result<Option<Heard>> {
     for _ in 0..64 {
-        if let Some(h) = receive(s, true)? {
+        if let Some(h) = receive_from(s, true, raw_v4)? {
             return Ok(Some(h));
         }
-        match receive(s, false) {
+        match receive_from(s, false, raw_v4) {
             Ok(h) => return Ok(h),
             Err(e) if is_pending_icmp(&e) => continue,
             Err(e) => return Err(e),
@@ -373,6 +401,48 @@ pub(crate) fn icmp_socket(dest: IpAddr, bind: Option<IpAddr>) -> Result<Socket, 
     })
 }
 
+/// A raw ICMP socket for echo requests: what root (CAP_NET_RAW) may open
+/// where unprivileged ICMP sockets are not allowed.
+pub(crate) fn raw_icmp_socket(dest: IpAddr, bind: Option<IpAddr>) -> io::Result<Socket> {
+    let proto = if dest.is_ipv6() {
+        Protocol::ICMPV6
+    } else {
+        Protocol::ICMPV4
+    };
+    probe_socket(dest, bind, Type::RAW, proto)
+}
+
+/// Makes `packet` (from [`echo_request`]) ready for a raw socket: the
+/// identifier set, and for IPv4 the checksum (the kernel sums ICMPv6).
+pub(crate) fn raw_echo_request(packet: &mut [u8], v6: bool, id: u16) {
+    if packet.len() < 8 {
+        return;
+    }
+    packet[4..6].copy_from_slice(&id.to_be_bytes());
+    packet[2..4].copy_from_slice(&[0, 0]);
+    if !v6 {
+        let sum = internet_checksum(packet);
+        packet[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
+}
+
+/// RFC 1071's checksum: the ones' complement of the ones' complement sum
+/// of the 16-bit words.
+fn internet_checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for pair in data.chunks(2) {
+        let word = u16::from_be_bytes([pair[0], pair.get(1).copied().unwrap_or(0)]);
+        sum += u32::from(word);
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// The identifier of an ICMP echo message (request quoted back or reply).
+pub(crate) fn echo_id(h: &Heard) -> Option<u16> {
+    (h.head_len >= 8).then(|| u16::from_be_bytes([h.head[4], h.head[5]]))
+}
+
 /// An ICMP echo request: type, code 0, checksum 0 (the kernel fills it and
 /// the identifier in on an ICMP socket), the sequence, then `payload`
 /// bytes of pattern.
@@ -411,6 +481,27 @@ mod tests {
     use super::*;
     use std::time::Duration;
     use tokio::time::Instant;
+
+    #[test]
+    fn raw_echo_requests_carry_a_valid_checksum() {
+        // RFC 1071's example words sum to 0xddf2; the checksum is its
+        // complement.
+        assert_eq!(
+            internet_checksum(&[0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7]),
+            !0xddf2
+        );
+        let mut p = echo_request(false, 7, 5);
+        raw_echo_request(&mut p, false, 0x1234);
+        assert_eq!(&p[4..8], &[0x12, 0x34, 0, 7]);
+        // A packet with its checksum in place sums to zero.
+        assert_eq!(internet_checksum(&p), 0);
+        assert_eq!(
+            ipv4_header_len(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Some(20)
+        );
+        assert_eq!(ipv4_header_len(&[0x00, 0, 0, 0, 0, 7, 0, 1]), None);
+        assert_eq!(ipv4_header_len(&[0x46, 0, 0]), None);
+    }
 
     #[test]
     fn a_round_trip_takes_the_kernel_stamp_when_it_fits() {

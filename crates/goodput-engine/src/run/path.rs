@@ -166,7 +166,15 @@ pub(super) async fn ping(
     let started_unix_ms = crate::tcp::unix_ms_now();
     let t0 = Instant::now();
     let out = run_ping(plan, observer, &cancel).await.map_err(Failure::setup)?;
-    let rtts: Vec<f64> = out.replies.iter().filter_map(|r| r.rtt_us).collect();
+    // A TCP reset says the host is up and the port closed: no answer from
+    // the service a TCP ping measures. It is counted apart (as an error,
+    // so lost), and its time stays on its own line only.
+    let rtts: Vec<f64> = out
+        .replies
+        .iter()
+        .filter(|r| !r.refused)
+        .filter_map(|r| r.rtt_us)
+        .collect();
     let mut h = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 3_600_000_000_000, 3)
         .map_err(|e| Failure::setup(format!("histogram: {e}")))?;
     for r in &rtts {
@@ -174,7 +182,11 @@ pub(super) async fn ping(
     }
     let sent = out.replies.len() as u64;
     let received = rtts.len() as u64;
-    let errors = out.replies.iter().filter(|r| r.error.is_some()).count() as u64;
+    let errors = out
+        .replies
+        .iter()
+        .filter(|r| r.error.is_some() || r.refused)
+        .count() as u64;
     let mut result = empty(document, started_unix_ms, t0.elapsed().as_nanos() as u64);
     result.settings.addresses = vec![dest.to_string()];
     if out.interrupted {

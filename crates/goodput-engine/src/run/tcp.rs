@@ -87,6 +87,7 @@ pub(super) async fn run(
     };
 
     crate::socket::preflight_tcp(&targets, &spec.bind, &socket).map_err(|e| Failure::setup(e.to_string()))?;
+    let first_target = targets.first().copied();
     let client = TcpClientSpec {
         wire: spec.wire,
         targets,
@@ -122,7 +123,39 @@ pub(super) async fn run(
     }
     let result = run_client(client, observer, cancel.clone()).await;
     server.stop().await;
-    result.map_err(|e| Failure::setup(error_chain(&e)))
+    let result = result.map_err(|e| Failure::setup(error_chain(&e)))?;
+    match first_target {
+        Some(target) if !embedded && nothing_listened(&result) => Err(Failure::setup(nothing_listens(
+            "TCP",
+            target,
+            "`goodput server` there (or `goodput server --tcp`)",
+        ))),
+        _ => Ok(result),
+    }
+}
+
+/// The words for a port where nothing listens, shared by every kind that
+/// finds one: `nothing listens on TCP 192.0.2.7:4444: start `goodput
+/// server` there (or …)`. `start` names what to run at the far end.
+pub(crate) fn nothing_listens(protocol: &str, target: SocketAddr, start: &str) -> String {
+    format!("nothing listens on {protocol} {target}: start {start}")
+}
+
+/// Whether every connection of a run was refused at connect, none moving
+/// a byte: the run never started, for want of a server.
+fn nothing_listened(result: &TestResult) -> bool {
+    use goodput_core::result::Outcome;
+    let s = &result.summary;
+    s.successful == 0
+        && s.data_errors == 0
+        && s.network_errors > 0
+        && s.sent_bytes == 0
+        && s.received_bytes == 0
+        && !result.connections.is_empty()
+        && result.connections.iter().all(|c| {
+            matches!(&c.outcome, Outcome::NetworkError { during, name, .. }
+                if name == "ECONNREFUSED" && during == "connect")
+        })
 }
 
 fn client_banner(spec: &TcpClientSpec, embedded: bool) -> Vec<(String, String)> {

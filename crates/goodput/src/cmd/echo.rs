@@ -66,7 +66,10 @@ pub(crate) async fn run_echo(spec: EchoSpec, out: &ViewArgs) -> Result<u8, Stop>
     };
     split_target(&spec.target, spec.port)?;
     let (connections, _) = echo_connections(&spec);
-    let views = Views::open(out, Some(connections))?;
+    let mut views = Views::open(out, Some(connections))?;
+    views
+        .console
+        .peer_hint("is `goodput server --echo` running there?");
     let context = RunContext {
         max_records: out.max_records,
         release,

@@ -16,6 +16,17 @@ use std::time::Duration;
 /// Console lines for the tests an iperf3 service ran.
 pub(crate) struct Iperf3ServerView {
     pub(crate) verbosity: u8,
+    /// What the iperf3 tests served so far moved, for the server's summary.
+    pub(crate) served: std::sync::Arc<std::sync::Mutex<Iperf3Served>>,
+}
+
+/// The iperf3 tests a server served: how many, and the bytes it received
+/// and sent in them.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Iperf3Served {
+    pub(crate) tests: u64,
+    pub(crate) received_bytes: u64,
+    pub(crate) sent_bytes: u64,
 }
 
 impl Observer for Iperf3ServerView {
@@ -27,6 +38,11 @@ impl Observer for Iperf3ServerView {
         }
     }
     fn on_result(&mut self, r: &TestResult) {
+        if let Ok(mut s) = self.served.lock() {
+            s.tests += 1;
+            s.received_bytes = s.received_bytes.saturating_add(r.summary.received_bytes);
+            s.sent_bytes = s.sent_bytes.saturating_add(r.summary.sent_bytes);
+        }
         if self.verbosity >= 1 {
             goodput_report::console_line(&goodput_report::iperf3_summary(r));
         }
@@ -81,6 +97,9 @@ pub(crate) async fn run_iperf3(
 ) -> Result<u8, Stop> {
     let mut views = Views::open(out, None)?;
     views.quiet_if_stdout(iperf3_json);
+    views
+        .console
+        .peer_hint("is `iperf3 -s` (or `goodput server --iperf3`) running there?");
     if let Some(path) = iperf3_json.filter(|p| p.as_os_str() != "-") {
         std::fs::File::create(path)
             .map_err(|e| Stop::Output(anyhow!("cannot write {}: {e}", path.display())))?;

@@ -192,7 +192,13 @@ fn named_by(message: &str, flag: impl Fn(&str) -> String) -> String {
         let Some(j) = message[i + 1..].find('`') else {
             break;
         };
-        let name = flag(&message[i + 1..i + 1 + j]);
+        let field = &message[i + 1..i + 1 + j];
+        // A command to run (`goodput server --tcp`) is not a field.
+        if field.contains(' ') {
+            from = i + 2 + j;
+            continue;
+        }
+        let name = flag(field);
         message.replace_range(i..i + 2 + j, &name);
         from = i + name.len();
     }
@@ -255,5 +261,9 @@ mod tests {
         );
         assert_eq!(in_flags("an odd ` quote"), "an odd ` quote");
         assert_eq!(in_flags("no names"), "no names");
+        assert_eq!(
+            in_flags("start `goodput server --tcp` there, with `port`"),
+            "start `goodput server --tcp` there, with --port"
+        );
     }
 }

@@ -26,10 +26,22 @@ pub(crate) async fn tcp(args: TcpArgs) -> Result<u8, Stop> {
 pub(crate) async fn run_tcp(spec: TcpSpec, out: &ViewArgs) -> Result<u8, Stop> {
     let (connections, _) = concurrent_connections(&spec);
     let finite = (spec.iterations > 0).then(|| spec.iterations.saturating_mul(connections));
+    let mut views = Views::open(out, finite)?;
+    views.console.peer_hint("is `goodput server` running there?");
+    match (spec.duration, finite) {
+        // Each pass of a timed test takes its duration.
+        (Some(d), Some(_)) => views
+            .console
+            .progress_seconds(d.0.as_secs_f64() * spec.iterations as f64),
+        (None, Some(n)) if spec.transfer.is_single() => {
+            views.console.progress_bytes(spec.transfer.hi.0.saturating_mul(n))
+        }
+        _ => {}
+    }
     run_and_report(
         spec.into(),
         RunContext::with_records(out.max_records),
-        Views::open(out, finite)?,
+        views,
         out,
         |r| r.summary.failures() > 0,
     )

@@ -79,6 +79,9 @@ pub(crate) async fn run_ttcp(spec: TtcpSpec, out: &ViewArgs) -> Result<u8, Stop>
         view_args.verbosity = 0;
     }
     let mut views = Views::open(&view_args, None)?;
+    views
+        .console
+        .peer_hint("is a discard service (`goodput server --discard-port PORT`) running there?");
     let prefix = if transmit { "ttcp-t" } else { "ttcp-r" };
     // ttcp's progress lines go to standard error, as classic ttcp's do.
     let lines: goodput_engine::run::TtcpLines = Box::new(move |l: String| {

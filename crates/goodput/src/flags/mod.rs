@@ -96,8 +96,9 @@ pub enum Command {
     /// each hop, tracepath's summary and a checksum of the path.
     Trace(Box<TraceArgs>),
     /// Round trips where no STAMP reflector runs: ICMP echo on an
-    /// unprivileged ICMP socket, or TCP connect time to a port (tcpping's
-    /// way) where ICMP sockets are not allowed.
+    /// unprivileged ICMP socket (a raw one as root), or TCP connect time to
+    /// a port (tcpping's way, a reset counted apart) where ICMP is not
+    /// allowed.
     Ping(Box<PingArgs>),
     /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
     /// archive against --warning and --critical ranges; one line with
@@ -193,9 +194,12 @@ pub struct PatternArgs {
     #[arg(long, value_enum, default_value = "push")]
     pub pattern: PatternArg,
     /// Pattern bytes per connection, or a range LOW..HIGH picked per
-    /// connection (negotiated, so both ends agree).
-    #[arg(long, default_value = "1GiB", value_name = "SIZE|RANGE")]
-    pub transfer: ValueRange<ByteSize>,
+    /// connection (negotiated, so both ends agree). Default 1GiB; but
+    /// `goodput tcp` against a HOST off loopback, given neither
+    /// --transfer nor --duration, runs a timed test of --duration 10s
+    /// (iperf3's default) instead.
+    #[arg(long, value_name = "SIZE|RANGE")]
+    pub transfer: Option<ValueRange<ByteSize>>,
     /// Bytes per send and recv call, or a range picked per connection.
     #[arg(long, default_value = "1MiB", value_name = "SIZE|RANGE")]
     pub buffer: ValueRange<ByteSize>,
@@ -242,9 +246,10 @@ pub struct OutputArgs {
     /// Stop after this long (in-flight connections are recorded as aborted).
     #[arg(long, value_name = "DURATION")]
     pub time_limit: Option<HumanDuration>,
-    /// Status line period.
-    #[arg(long, default_value = "5s", value_name = "DURATION")]
-    pub status_interval: HumanDuration,
+    /// Status line period (default: 1s for a timed test of at most 60 s,
+    /// 5s otherwise).
+    #[arg(long, value_name = "DURATION")]
+    pub status_interval: Option<HumanDuration>,
     /// Fail a connection that moves nothing for this long.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub idle_timeout: HumanDuration,
@@ -299,6 +304,23 @@ pub struct RunArgs {
     /// (the defaults filled in), as JSON, and exit without running them.
     #[arg(long)]
     pub print_spec: bool,
+}
+
+/// ctsTraffic's transfer per connection, when none is given.
+pub const DEFAULT_TRANSFER: u64 = 1 << 30;
+
+/// The status interval of runs longer than a minute, or of unknown length.
+pub const LONG_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The status interval of a run known to end within a minute.
+pub const SHORT_STATUS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl PatternArgs {
+    /// The transfer per connection: the flag's, or the default.
+    pub fn transfer_or_default(&self) -> ValueRange<ByteSize> {
+        self.transfer
+            .unwrap_or_else(|| ValueRange::single(ByteSize(DEFAULT_TRANSFER)))
+    }
 }
 
 impl PatternArg {

@@ -90,7 +90,8 @@ pub struct TraceArgs {
 /// How ping measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PingArg {
-    /// ICMP echo where this user may open an ICMP socket, else TCP.
+    /// ICMP echo where this user may open an ICMP socket (or a raw one),
+    /// else TCP.
     Auto,
     /// ICMP echo only.
     Icmp,
@@ -103,7 +104,10 @@ pub enum PingArg {
 pub struct PingArgs {
     /// Destination name or address.
     pub host: String,
-    /// ICMP echo, TCP connect time, or ICMP where allowed and TCP where not.
+    /// ICMP echo (on an unprivileged ICMP socket, or on a raw one where
+    /// this user may open one, as root may), TCP connect time (a reset
+    /// from a closed port is counted apart, never as an answer), or ICMP
+    /// where allowed and TCP where not.
     #[arg(long, short = 'M', value_enum, default_value = "auto")]
     pub method: PingArg,
     /// TCP's port.

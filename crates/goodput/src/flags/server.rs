@@ -324,14 +324,17 @@ impl ServerArgs {
             max_duration: self.max_duration,
             wire: self.wire.spec(),
             pattern: self.data.pattern.spec(),
-            transfer: self.data.transfer,
+            transfer: self.data.transfer_or_default(),
             buffer: self.data.buffer,
             push_bytes: self.data.push_bytes,
             pull_bytes: self.data.pull_bytes,
             verify: self.data.verify.spec(),
             socket: self.socket.spec(),
             time_limit: self.output.time_limit,
-            status_interval: self.output.status_interval,
+            status_interval: self
+                .output
+                .status_interval
+                .unwrap_or(HumanDuration(super::LONG_STATUS_INTERVAL)),
             idle_timeout: self.output.idle_timeout,
             discard_port: self.discard_port,
             echo_port: self.echo_port,

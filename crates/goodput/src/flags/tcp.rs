@@ -55,7 +55,9 @@ pub struct TcpArgs {
     /// Pause between bursts.
     #[arg(long, requires = "burst_count", value_name = "DURATION")]
     pub burst_delay: Option<HumanDuration>,
-    /// Send for this long on every connection instead of a --transfer:
+    /// Send for this long on every connection instead of a --transfer
+    /// (the default against a HOST off loopback is 10s, unless --transfer,
+    /// --pattern pushpull or --wire cts is given):
     /// each sender stops on its own clock and closes its direction, the
     /// receivers report exactly what arrived, and every connection that
     /// gets there succeeds. The headline good-put is the receivers' bytes
@@ -99,6 +101,22 @@ impl TcpArgs {
     pub fn spec(&self) -> TcpSpec {
         let mut hosts: Vec<String> = self.host.iter().cloned().collect();
         hosts.extend(self.target.iter().cloned());
+        // A remote host gets iperf3's 10-second timed test: ctsTraffic's
+        // 8 × 1 GiB takes minutes on a slow path. Loopback (the embedded
+        // server too) and any explicit size keep the sized test.
+        let duration = self.duration.or_else(|| {
+            let sized = self.data.transfer.is_some()
+                || self.data.pattern == super::PatternArg::Pushpull
+                || self.wire == WireArg::Cts;
+            let remote = !hosts.is_empty() && !hosts.iter().all(|h| is_loopback(h));
+            (remote && !sized).then_some(HumanDuration(DEFAULT_DURATION))
+        });
+        let status_interval = self.output.status_interval.unwrap_or_else(|| {
+            HumanDuration(match duration {
+                Some(d) if d.0 <= std::time::Duration::from_secs(60) => super::SHORT_STATUS_INTERVAL,
+                _ => super::LONG_STATUS_INTERVAL,
+            })
+        });
         TcpSpec {
             assert: self.assert.clone(),
             hosts,
@@ -108,8 +126,8 @@ impl TcpArgs {
             local_port: self.local_port,
             wire: self.wire.spec(),
             pattern: self.data.pattern.spec(),
-            transfer: self.data.transfer,
-            duration: self.duration,
+            transfer: self.data.transfer_or_default(),
+            duration,
             omit: self.omit,
             buffer: self.data.buffer,
             push_bytes: self.data.push_bytes,
@@ -129,8 +147,55 @@ impl TcpArgs {
             },
             socket: self.socket.spec(),
             time_limit: self.output.time_limit,
-            status_interval: self.output.status_interval,
+            status_interval,
             idle_timeout: self.output.idle_timeout,
+        }
+    }
+}
+
+/// The length of a timed test `goodput tcp HOST` runs by default.
+pub const DEFAULT_DURATION: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether `host` (as written: an address, `[v6]`, or a name) is this
+/// machine's loopback: 127.0.0.0/8, ::1 or the name localhost.
+pub fn is_loopback(host: &str) -> bool {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return ip.is_loopback();
+    }
+    if let Ok(sa) = host.parse::<std::net::SocketAddr>() {
+        return sa.ip().is_loopback();
+    }
+    let name = bare.split(':').next().unwrap_or(bare).trim_end_matches('.');
+    name.eq_ignore_ascii_case("localhost") || name.to_ascii_lowercase().ends_with(".localhost")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_loopback;
+
+    #[test]
+    fn loopback_hosts_are_told_from_remote_ones() {
+        for h in [
+            "127.0.0.1",
+            "127.3.2.1",
+            "::1",
+            "[::1]",
+            "localhost",
+            "LOCALHOST.",
+            "127.0.0.1:4444",
+            "[::1]:4444",
+        ] {
+            assert!(is_loopback(h), "{h}");
+        }
+        for h in [
+            "10.0.0.1",
+            "192.0.2.7",
+            "2001:db8::1",
+            "example.org",
+            "localhost.example.org",
+        ] {
+            assert!(!is_loopback(h), "{h}");
         }
     }
 }
