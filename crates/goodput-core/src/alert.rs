@@ -322,7 +322,7 @@ impl Bound {
             Bound::Relative { factor, plus } if plus == 0.0 && factor <= 1.0 => {
                 format!("{} % of its baseline", number(factor * 100.0))
             }
-            Bound::Relative { factor, plus } if plus == 0.0 => {
+            Bound::Relative { factor, plus: 0.0 } => {
                 format!("{} × its baseline", number(factor))
             }
             Bound::Relative { factor, plus } => {
@@ -423,9 +423,7 @@ impl Threshold {
         let at = |b: Bound| b.words(unit);
         // An omitted start is 0, which no figure but one-way delay goes
         // below: it is left unsaid.
-        let start = self
-            .start
-            .filter(|b| !matches!(b, Bound::Fixed(v) if *v == 0.0));
+        let start = self.start.filter(|b| !matches!(b, Bound::Fixed(v) if *v == 0.0));
         match (self.inside, start, self.end) {
             (false, None, None) => "never".into(),
             (false, Some(s), None) => format!("below {}", at(s)),
@@ -1193,13 +1191,7 @@ mod tests {
     #[test]
     fn thresholds_read_in_words() {
         let rules = AlertsSection::default().rules().unwrap();
-        let text = |name: &str| {
-            rules
-                .iter()
-                .find(|r| r.name == name)
-                .unwrap()
-                .thresholds_text()
-        };
+        let text = |name: &str| rules.iter().find(|r| r.name == name).unwrap().thresholds_text();
         assert_eq!(
             text("loss"),
             "warning when loss is above 0 %, critical when at or above 1 %"
@@ -1214,7 +1206,10 @@ mod tests {
             "warning when the round-trip delay is above 1.5 × its baseline + 1 ms, critical \
              when above 3 × its baseline + 10 ms (its baseline: the median of 7d, once it has 5 runs)"
         );
-        assert_eq!(text("no_data"), "no data when no run has finished for 3 repeat intervals");
+        assert_eq!(
+            text("no_data"),
+            "no data when no run has finished for 3 repeat intervals"
+        );
         assert_eq!(
             text("agent_unreachable"),
             "critical when a peer agent has not answered for 3m"
