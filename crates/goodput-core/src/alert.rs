@@ -73,6 +73,18 @@ impl Family {
         }
     }
 
+    /// What its value is, in a sentence's words.
+    pub fn words(self) -> &'static str {
+        match self {
+            Family::Throughput => "throughput",
+            Family::Loss => "loss",
+            Family::Delay => "the round-trip delay",
+            Family::OneWayDelay => "the one-way delay",
+            Family::Jitter => "jitter",
+            Family::Path => "the count of path changes",
+        }
+    }
+
     /// Its name in headings.
     pub fn title(self) -> &'static str {
         match self {
@@ -302,11 +314,49 @@ impl Bound {
         }
     }
 
+    /// In words, in the unit thresholds are written in: `20 ms`, `70 % of
+    /// its baseline`, `1.5 × its baseline + 1 ms`.
+    fn words(self, unit: &CheckMetric) -> String {
+        match self {
+            Bound::Fixed(v) => amount(v, unit),
+            Bound::Relative { factor, plus } if plus == 0.0 && factor <= 1.0 => {
+                format!("{} % of its baseline", number(factor * 100.0))
+            }
+            Bound::Relative { factor, plus: 0.0 } => {
+                format!("{} × its baseline", number(factor))
+            }
+            Bound::Relative { factor, plus } => {
+                format!("{} × its baseline + {}", number(factor), amount(plus, unit))
+            }
+        }
+    }
+
     fn at(self, baseline: Option<f64>) -> Option<f64> {
         match self {
             Bound::Fixed(v) => Some(v),
             Bound::Relative { factor, plus } => baseline.map(|b| b * factor + plus),
         }
+    }
+}
+
+/// A number without trailing zeros, at most three decimals.
+fn number(v: f64) -> String {
+    let t = format!("{v:.3}");
+    let t = t.trim_end_matches('0').trim_end_matches('.');
+    if t == "-0" {
+        "0".into()
+    } else {
+        t.into()
+    }
+}
+
+/// A value in archive units with the unit thresholds are written in
+/// (`20 ms`, `1 %`, `900 Mbit/s`, a bare count).
+fn amount(v: f64, unit: &CheckMetric) -> String {
+    let x = number(v / unit.scale);
+    match unit.unit {
+        "" => x,
+        u => format!("{x} {u}"),
     }
 }
 
@@ -367,6 +417,25 @@ impl Threshold {
             .any(|b| matches!(b, Some(Bound::Relative { .. })))
     }
 
+    /// When it raises, in words: `above 20 ms`, `below 70 % of its
+    /// baseline`, `at or above 1 %`, `below 10 or above 20 Mbit/s`.
+    pub fn words(&self, unit: &CheckMetric) -> String {
+        let at = |b: Bound| b.words(unit);
+        // An omitted start is 0, which no figure but one-way delay goes
+        // below: it is left unsaid.
+        let start = self.start.filter(|b| !matches!(b, Bound::Fixed(v) if *v == 0.0));
+        match (self.inside, start, self.end) {
+            (false, None, None) => "never".into(),
+            (false, Some(s), None) => format!("below {}", at(s)),
+            (false, None, Some(e)) => format!("above {}", at(e)),
+            (false, Some(s), Some(e)) => format!("below {} or above {}", at(s), at(e)),
+            (true, None, None) => "always".into(),
+            (true, Some(s), None) => format!("at or above {}", at(s)),
+            (true, None, Some(e)) => format!("at or below {}", at(e)),
+            (true, Some(s), Some(e)) => format!("from {} to {}", at(s), at(e)),
+        }
+    }
+
     /// Whether `v` raises it (none: it needs a baseline there is not).
     pub fn alerts(&self, v: f64, baseline: Option<f64>) -> Option<bool> {
         let start = match self.start {
@@ -387,8 +456,10 @@ impl Threshold {
 #[serde(default, deny_unknown_fields)]
 pub struct RuleConfig {
     /// What it watches: throughput, loss, delay (the round trip),
-    /// one_way_delay (synchronised clocks only), jitter, path, or
-    /// `no_data` (no finished run for longer than its window).
+    /// one_way_delay (synchronised clocks only), jitter, path, `no_data`
+    /// (no finished run for longer than its window), or
+    /// `agent_unreachable` (a peer agent this one runs tests with has not
+    /// answered its API for longer than its window).
     pub metric: String,
     /// How far back it looks (`30m`, `1d`; for `no_data` a count of the
     /// task's repeat interval is written `3 repeats`). A window shorter
@@ -410,6 +481,11 @@ pub struct RuleConfig {
     /// pair's runs over it. Default 7 days.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
+    /// Runs the baseline must have before a threshold relative to it is
+    /// judged (default 5): until then the rule says "baseline forming"
+    /// and raises nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_runs: Option<u32>,
     /// Evaluations in a row a new state must hold before it is taken
     /// (default: `alerts.hold`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -514,13 +590,33 @@ impl Window {
     }
 }
 
+/// What a rule watches besides a metric family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Its metric family's values.
+    Figures,
+    /// Whether finished runs keep coming (`no_data`).
+    NoData,
+    /// Whether the peer agents answer (`agent_unreachable`).
+    AgentUnreachable,
+}
+
+/// The runs a baseline needs by default before a rule judges against it:
+/// one or two runs of a new mesh are no pair's usual.
+pub const BASELINE_RUNS: u32 = 5;
+
+/// The name of the rule (and alert) of a peer agent that does not answer.
+pub const AGENT_UNREACHABLE: &str = "agent_unreachable";
+
 /// A rule, read and checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     /// Its name.
     pub name: String,
-    /// What it watches (none: `no_data`).
+    /// What it watches (none: `no_data` or `agent_unreachable`).
     pub family: Option<Family>,
+    /// Figures, finished runs or peer agents.
+    pub watch: Watch,
     /// How far back.
     pub window: Window,
     /// The window's value.
@@ -531,6 +627,8 @@ pub struct Rule {
     pub critical: Option<Threshold>,
     /// The baseline's window, ms.
     pub baseline_ms: Ms,
+    /// Runs the baseline needs before a relative threshold is judged.
+    pub baseline_runs: u32,
     /// Evaluations in a row before a change.
     pub hold: u32,
     /// Scope.
@@ -565,8 +663,74 @@ impl Rule {
         Some(Status::Ok)
     }
 
+    /// Whether a threshold is relative to the baseline.
+    pub fn relative(&self) -> bool {
+        [&self.warning, &self.critical]
+            .iter()
+            .any(|t| t.as_ref().is_some_and(Threshold::relative))
+    }
+
+    /// Its thresholds in words: "warning when loss is above 0 %,
+    /// critical when at or above 1 %"; "critical when throughput is below
+    /// 30 % of its baseline (the median of 7d, once it has 5 runs)".
+    pub fn thresholds_text(&self) -> String {
+        let window = match self.window {
+            Window::Repeats(n) => format!("{n} repeat intervals"),
+            Window::Fixed(ms) => span_text(ms),
+        };
+        let Some(f) = self.family else {
+            return match self.watch {
+                Watch::AgentUnreachable => {
+                    format!("critical when a peer agent has not answered for {window}")
+                }
+                _ => format!("no data when no run has finished for {window}"),
+            };
+        };
+        let unit = f.unit();
+        let mut parts = Vec::new();
+        for (word, t) in [("warning", &self.warning), ("critical", &self.critical)] {
+            if let Some(t) = t {
+                let subject = if parts.is_empty() {
+                    format!("{} is ", f.words())
+                } else {
+                    String::new()
+                };
+                parts.push(format!("{word} when {subject}{}", t.words(&unit)));
+            }
+        }
+        let mut s = parts.join(", ");
+        if self.relative() {
+            s.push_str(&format!(
+                " (its baseline: the median of {}, once it has {} runs)",
+                span_text(self.baseline_ms),
+                self.baseline_runs
+            ));
+        }
+        s
+    }
+
+    /// The threshold of one state in words ("critical when throughput is
+    /// below 30 % of its baseline"); none for a state no threshold gives.
+    pub fn passed_text(&self, state: Status) -> Option<String> {
+        let f = self.family?;
+        let t = match state {
+            Status::Critical => self.critical.as_ref(),
+            Status::Warning => self.warning.as_ref(),
+            _ => None,
+        }?;
+        Some(format!(
+            "{} when {} is {}",
+            state.name(),
+            f.words(),
+            t.words(&f.unit())
+        ))
+    }
+
     /// One line for the legend: what it watches and its thresholds.
     pub fn legend(&self) -> String {
+        if self.watch == Watch::AgentUnreachable {
+            return format!("{}: {}", self.name, self.thresholds_text());
+        }
         let Some(f) = self.family else {
             let w = match self.window {
                 Window::Repeats(n) => format!("{n} repeat intervals"),
@@ -684,6 +848,14 @@ pub fn default_rules() -> BTreeMap<String, RuleConfig> {
             rule("path", "1d", Some(Statistic::Max), "~:0", None),
         ),
         ("no_data".into(), rule("no_data", "3 repeats", None, "", None)),
+        (
+            AGENT_UNREACHABLE.into(),
+            RuleConfig {
+                // The window already waits: no hold beyond it.
+                hold: Some(1),
+                ..rule(AGENT_UNREACHABLE, "3m", None, "", None)
+            },
+        ),
     ])
 }
 
@@ -712,14 +884,30 @@ impl AlertsSection {
         for (name, r) in all.iter().filter(|(_, r)| !r.disabled) {
             let place = format!("alerts.rules.{name}");
             let at = |field: &str| format!("{place}.{field}");
-            let family = match r.metric.as_str() {
-                "no_data" => None,
-                m => Some(Family::named(m).map_err(|e| SpecError::new(&at("metric"), e))?),
+            let (family, watch) = match r.metric.as_str() {
+                "no_data" => (None, Watch::NoData),
+                AGENT_UNREACHABLE => (None, Watch::AgentUnreachable),
+                m => (
+                    Some(Family::named(m).map_err(|e| {
+                        SpecError::new(&at("metric"), format!("{e}, no_data, {AGENT_UNREACHABLE}"))
+                    })?),
+                    Watch::Figures,
+                ),
             };
-            let window_text = r
-                .window
-                .clone()
-                .unwrap_or_else(|| if family.is_none() { "3 repeats" } else { "30m" }.into());
+            let window_text = r.window.clone().unwrap_or_else(|| {
+                match watch {
+                    Watch::NoData => "3 repeats",
+                    Watch::AgentUnreachable => "3m",
+                    Watch::Figures => "30m",
+                }
+                .into()
+            });
+            if watch == Watch::AgentUnreachable && crate::time::duration_ms(window_text.trim()).is_err() {
+                return Err(SpecError::new(
+                    &at("window"),
+                    format!("'{window_text}': {AGENT_UNREACHABLE} takes a duration (3m)"),
+                ));
+            }
             let window = match window_text
                 .trim()
                 .strip_suffix("repeats")
@@ -744,7 +932,10 @@ impl AlertsSection {
             let threshold = |field: &str, t: &Option<String>| -> Result<Option<Threshold>, SpecError> {
                 match (t, unit) {
                     (None, _) => Ok(None),
-                    (Some(_), None) => Err(SpecError::new(&at(field), "no_data takes no thresholds")),
+                    (Some(_), None) => Err(SpecError::new(
+                        &at(field),
+                        format!("{} takes no thresholds", r.metric),
+                    )),
                     (Some(t), Some(u)) => Threshold::parse(t, &u)
                         .map(Some)
                         .map_err(|e| SpecError::new(&at(field), e)),
@@ -765,6 +956,10 @@ impl AlertsSection {
                     .filter(|ms| *ms > 0)
                     .ok_or_else(|| SpecError::new(&at("baseline"), format!("'{b}' is not a duration")))?,
             };
+            let baseline_runs = r.baseline_runs.unwrap_or(BASELINE_RUNS);
+            if baseline_runs == 0 || baseline_runs > 10_000 {
+                return Err(SpecError::new(&at("baseline_runs"), "must be 1 to 10000 runs"));
+            }
             let hold = r.hold.unwrap_or(self.hold);
             if hold == 0 || hold > 1000 {
                 return Err(SpecError::new(&at("hold"), "must be 1 to 1000 evaluations"));
@@ -772,11 +967,13 @@ impl AlertsSection {
             out.push(Rule {
                 name: name.clone(),
                 family,
+                watch,
                 window,
                 statistic: r.statistic.unwrap_or(Statistic::Mean),
                 warning,
                 critical,
                 baseline_ms,
+                baseline_runs,
                 hold,
                 groups: r.groups.clone(),
                 tests: r.tests.clone(),
@@ -956,8 +1153,17 @@ mod tests {
         let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(
             names,
-            ["delay", "loss", "no_data", "one_way_delay", "path", "throughput"]
+            [
+                "agent_unreachable",
+                "delay",
+                "loss",
+                "no_data",
+                "one_way_delay",
+                "path",
+                "throughput"
+            ]
         );
+        let rules = &rules[1..];
         let loss = &rules[1];
         assert_eq!(loss.judge(0.0, None), Some(Status::Ok));
         assert_eq!(loss.judge(0.01, None), Some(Status::Warning));
@@ -980,6 +1186,85 @@ mod tests {
             "{}",
             tp.legend()
         );
+    }
+
+    #[test]
+    fn thresholds_read_in_words() {
+        let rules = AlertsSection::default().rules().unwrap();
+        let text = |name: &str| rules.iter().find(|r| r.name == name).unwrap().thresholds_text();
+        assert_eq!(
+            text("loss"),
+            "warning when loss is above 0 %, critical when at or above 1 %"
+        );
+        assert_eq!(
+            text("throughput"),
+            "warning when throughput is below 70 % of its baseline, critical when below 30 % \
+             of its baseline (its baseline: the median of 7d, once it has 5 runs)"
+        );
+        assert_eq!(
+            text("delay"),
+            "warning when the round-trip delay is above 1.5 × its baseline + 1 ms, critical \
+             when above 3 × its baseline + 10 ms (its baseline: the median of 7d, once it has 5 runs)"
+        );
+        assert_eq!(
+            text("no_data"),
+            "no data when no run has finished for 3 repeat intervals"
+        );
+        assert_eq!(
+            text("agent_unreachable"),
+            "critical when a peer agent has not answered for 3m"
+        );
+        let tp = rules.iter().find(|r| r.name == "throughput").unwrap();
+        assert_eq!(
+            tp.passed_text(Status::Critical).as_deref(),
+            Some("critical when throughput is below 30 % of its baseline")
+        );
+        assert_eq!(tp.passed_text(Status::Ok), None);
+        let unit = Family::Delay.unit();
+        let words = |t: &str| Threshold::parse(t, &unit).unwrap().words(&unit);
+        assert_eq!(words("20"), "above 20 ms");
+        assert_eq!(words("~:20ms"), "above 20 ms");
+        assert_eq!(words("5:"), "below 5 ms");
+        assert_eq!(words("5:20"), "below 5 ms or above 20 ms");
+        assert_eq!(words("@5:20"), "from 5 ms to 20 ms");
+        assert_eq!(words("@~:2.5"), "at or below 2.5 ms");
+        let mbit = Family::Throughput.unit();
+        let t = Threshold::parse("900Mbit:", &mbit).unwrap();
+        assert_eq!(t.words(&mbit), "below 900 Mbit/s");
+    }
+
+    #[test]
+    fn a_baseline_needs_its_runs_and_says_so_when_configured() {
+        let mut s = AlertsSection::default();
+        s.rules.insert(
+            "throughput".into(),
+            RuleConfig {
+                metric: "throughput".into(),
+                warning: Some("0.8x:".into()),
+                baseline_runs: Some(3),
+                ..RuleConfig::default()
+            },
+        );
+        let rules = s.rules().unwrap();
+        let tp = rules.iter().find(|r| r.name == "throughput").unwrap();
+        assert_eq!(tp.baseline_runs, 3);
+        assert!(tp.thresholds_text().ends_with("once it has 3 runs)"));
+        let loss = rules.iter().find(|r| r.name == "loss").unwrap();
+        assert_eq!(loss.baseline_runs, BASELINE_RUNS);
+        s.rules.get_mut("throughput").unwrap().baseline_runs = Some(0);
+        let e = s.rules().unwrap_err().to_string();
+        assert!(e.contains("alerts.rules.throughput.baseline_runs"), "{e}");
+        s.rules.get_mut("throughput").unwrap().baseline_runs = None;
+        s.rules.insert(
+            AGENT_UNREACHABLE.into(),
+            RuleConfig {
+                metric: AGENT_UNREACHABLE.into(),
+                window: Some("3 repeats".into()),
+                ..RuleConfig::default()
+            },
+        );
+        let e = s.rules().unwrap_err().to_string();
+        assert!(e.contains("takes a duration"), "{e}");
     }
 
     #[test]

@@ -126,11 +126,12 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     std::fs::write(&config, &text).unwrap();
     let archive = common::tmp("alerts", "a.sqlite");
     let now = now_ms();
-    // Throughput: a week of 900 Mbit/s, then 100 (below 30% of the
-    // pair's median: critical). Loss: 0.5% on the way there (warning),
+    // Throughput: a week of 900 Mbit/s (five runs: a baseline), then 100
+    // (below 30% of the pair's median: critical). Loss: 0.5% on the way there (warning),
     // 2% on the way back (critical). Delay steady: no alert.
     let ab = |id: &str, task: &'static str, at: u64, f| Seed::ok(id, task, "a", "b", at, f);
     let mut runs = vec![
+        ab("tp-0", "tp", now - 6 * 86_400_000, tcp(895.0)),
         ab("tp-1", "tp", now - 5 * 86_400_000, tcp(900.0)),
         ab("tp-2", "tp", now - 3 * 86_400_000, tcp(910.0)),
         ab("tp-3", "tp", now - 86_400_000, tcp(890.0)),
@@ -178,8 +179,18 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
             .as_str()
             .unwrap()
             .contains("baseline 895.000 Mbit/s")
-            && tp["threshold"].as_str().unwrap().contains("(outside 0.3x:)"),
+            && tp["threshold"]
+                .as_str()
+                .unwrap()
+                .contains("(critical when throughput is below 30 % of its baseline)"),
         "{tp}"
+    );
+    // Each alert names its task and says its thresholds in words.
+    assert_eq!(tp["task"], "tp");
+    assert_eq!(
+        tp["thresholds_text"],
+        "warning when throughput is below 70 % of its baseline, critical when below 30 % of its \
+         baseline (its baseline: the median of 7d, once it has 5 runs)"
     );
     // Alertmanager holds the labels that name the pair, direction and rule.
     let held = am.alerts();

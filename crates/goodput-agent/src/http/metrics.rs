@@ -167,6 +167,28 @@ pub(crate) async fn metrics(
             }
         }
     }
+    // The figures carry no timestamps: the scrape's time is theirs.
+    // Prometheus refuses a sample older than its head block ("too old"),
+    // so a run's own time would hide a six-hourly figure for most of its
+    // life; that time is a gauge of its own instead.
+    let labels = |l: &crate::state::Latest| {
+        format!(
+            "task=\"{}\",source=\"{}\",dest=\"{}\",kind=\"{}\"",
+            esc(&l.task),
+            esc(&l.source),
+            esc(&l.dest),
+            esc(&l.kind)
+        )
+    };
+    out += "# TYPE goodput_run_timestamp_seconds gauge\n# UNIT goodput_run_timestamp_seconds seconds\n\
+            # HELP goodput_run_timestamp_seconds When the run the measurement's figures are from started (Unix time).\n";
+    for l in inner.latest.values() {
+        out += &format!(
+            "goodput_run_timestamp_seconds{{{}}} {}\n",
+            labels(l),
+            l.at_ms as f64 / 1000.0
+        );
+    }
     // The figures' families, each as the catalogue exports it.
     for (series, e) in goodput_core::catalogue::SERIES
         .iter()
@@ -179,14 +201,7 @@ pub(crate) async fn metrics(
         }
         for l in inner.latest.values() {
             if let Some(v) = l.figures.value(series).map(|v| v / e.per) {
-                out += &format!(
-                    "{name}{{task=\"{}\",source=\"{}\",dest=\"{}\",kind=\"{}\"}} {v} {}\n",
-                    esc(&l.task),
-                    esc(&l.source),
-                    esc(&l.dest),
-                    esc(&l.kind),
-                    l.at_ms as f64 / 1000.0
-                );
+                out += &format!("{name}{{{}}} {v}\n", labels(l));
             }
         }
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::{StreamExt, TryStreamExt};
 
 use goodput_archive::{measurement_key, AlertRecord, Metric};
-use goodput_core::alert::{median, Direction, Family, Rule, Status, Tracker};
+use goodput_core::alert::{median, Direction, Family, Rule, Status, Tracker, Watch};
 use goodput_core::mesh::PairTask;
 use goodput_core::schedule::Repeat;
 use goodput_core::time::ms_rfc3339;
@@ -101,6 +101,36 @@ pub(crate) struct AlertState {
     pub(crate) error: Option<String>,
     queue: VecDeque<Outgoing>,
     pub(crate) delivery: DeliveryCounters,
+    /// When each peer agent last answered its API (ms), by name.
+    peer_answered: HashMap<String, u64>,
+}
+
+/// An alert as the API shows it: the stored record, with its rule's
+/// thresholds in words.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub(crate) struct AlertView {
+    #[serde(flatten)]
+    pub(crate) record: AlertRecord,
+    /// Its rule's thresholds in words, as the configuration has them now
+    /// ("warning when loss is above 0 %, critical when at or above 1 %";
+    /// empty for a rule no longer configured).
+    pub(crate) thresholds_text: String,
+}
+
+/// Alerts with their rules' thresholds in words.
+pub(crate) fn with_words(loaded: &crate::state::config::Loaded, records: Vec<AlertRecord>) -> Vec<AlertView> {
+    let rules = loaded.config.alerts.rules().unwrap_or_default();
+    records
+        .into_iter()
+        .map(|record| AlertView {
+            thresholds_text: rules
+                .iter()
+                .find(|r| r.name == record.rule)
+                .map(Rule::thresholds_text)
+                .unwrap_or_default(),
+            record,
+        })
+        .collect()
 }
 
 /// Most deliveries waiting; past it the oldest is dropped.
@@ -188,8 +218,16 @@ struct Judged {
 type Seen = (TrackKey, Status, Option<f64>, String, String, String);
 
 /// A half-cell before the trackers decide its state: the cell, the
-/// trackers of its rules, the no-data tracker, in maintenance, not run.
-type CellPart = (HalfCell, Vec<TrackKey>, Option<TrackKey>, bool, bool);
+/// trackers of its rules, the no-data tracker, in maintenance, not run,
+/// a baseline still forming.
+type CellPart = (
+    HalfCell,
+    Vec<TrackKey>,
+    Option<TrackKey>,
+    bool,
+    bool,
+    Option<String>,
+);
 
 /// How many measurements are judged at once (each reads the archive).
 const JUDGED_AT_ONCE: usize = 8;
@@ -248,7 +286,7 @@ async fn judge(
     // No data: no finished run over the rule's window, once the task
     // and this agent have been about for that long.
     let mut no_data_key = None;
-    if let Some(r) = covering.iter().find(|r| r.family.is_none()) {
+    if let Some(r) = covering.iter().find(|r| r.watch == Watch::NoData) {
         let k = tkey(r, Direction::RoundTrip);
         out.visited.push(k.clone());
         no_data_key = Some(k.clone());
@@ -280,6 +318,7 @@ async fn judge(
             };
             let mut newest: Option<(u64, f64)> = None;
             let mut keys = Vec::new();
+            let mut forming: Option<String> = None;
             for r in covering.iter().filter(|r| r.family == Some(family)) {
                 let k = tkey(r, d);
                 out.visited.push(k.clone());
@@ -315,11 +354,19 @@ async fn judge(
                 let Some(v) = value else {
                     continue;
                 };
-                let relative = [&r.warning, &r.critical]
-                    .iter()
-                    .any(|t| t.as_ref().is_some_and(|t| t.relative()));
-                let baseline = if relative {
-                    baseline(archive, &key, metric, now.saturating_sub(r.baseline_ms), now).await?
+                let baseline = if r.relative() {
+                    let (b, runs) =
+                        baseline(archive, &key, metric, now.saturating_sub(r.baseline_ms), now).await?;
+                    // One or two runs of a new mesh are no pair's usual:
+                    // nothing is judged against them.
+                    if runs < u64::from(r.baseline_runs) {
+                        forming = Some(format!(
+                            "{}: baseline forming ({runs} of {} runs)",
+                            r.name, r.baseline_runs
+                        ));
+                        continue;
+                    }
+                    b
                 } else {
                     None
                 };
@@ -334,13 +381,8 @@ async fn judge(
                 if let Some(b) = baseline {
                     text.push_str(&format!(", baseline {}", unit.show(b)));
                 }
-                let passed = match state {
-                    Status::Critical => r.critical.as_ref().map(|t| t.text.clone()),
-                    Status::Warning => r.warning.as_ref().map(|t| t.text.clone()),
-                    _ => None,
-                };
-                if let Some(t) = passed {
-                    text.push_str(&format!(" (outside {t})"));
+                if let Some(t) = r.passed_text(state) {
+                    text.push_str(&format!(" ({t})"));
                 }
                 out.seen
                     .push((k, state, Some(v), text, family.name().into(), key.clone()));
@@ -394,6 +436,7 @@ async fn judge(
                 no_data_key.clone(),
                 maintenance.is_some(),
                 not_run,
+                forming,
             ));
         }
     }
@@ -458,6 +501,11 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
     for j in judged {
         seen.extend(j.seen);
         cells.extend(j.cells);
+        visited.extend(j.visited);
+    }
+    if let Some(r) = rules.iter().find(|r| r.watch == Watch::AgentUnreachable) {
+        let j = peers_answer(shared, &loaded, r, now).await;
+        seen.extend(j.seen);
         visited.extend(j.visited);
     }
     // Take the states, open and end alerts.
@@ -545,7 +593,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
         // before any rule has had a value, or when the no-data rule says so.
         st.cells = cells
             .into_iter()
-            .map(|(mut c, keys, nd, maintenance, not_run)| {
+            .map(|(mut c, keys, nd, maintenance, not_run, forming)| {
                 if maintenance {
                     c.status = Status::Maintenance;
                     return c;
@@ -579,6 +627,14 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                         why = st.open.get(ndk).map(|a| a.threshold.clone());
                     }
                 }
+                // A baseline still forming leaves the cell with its value
+                // and says why no rule judges it yet.
+                if let (Some(f), true) = (&forming, why.is_none() && c.value.is_some()) {
+                    if status == Status::NoData {
+                        status = Status::Ok;
+                    }
+                    why = Some(f.clone());
+                }
                 if status == Status::NoData && why.is_none() {
                     why = Some("no result in the window yet".into());
                 }
@@ -592,6 +648,13 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
         st.evaluations += 1;
         st.error = None;
         // Deliveries.
+        let words = |rule: &str| {
+            rules
+                .iter()
+                .find(|r| r.name == rule)
+                .map(Rule::thresholds_text)
+                .unwrap_or_default()
+        };
         let silenced = |a: &AlertRecord| {
             section
                 .maintenance_of(&a.source, a.dest.as_deref(), now)
@@ -603,7 +666,7 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                 let batch: Vec<serde_json::Value> = firing
                     .into_iter()
                     .chain(ended.iter())
-                    .map(|a| alertmanager_alert(a, &agent))
+                    .map(|a| alertmanager_alert(a, &agent, &words(&a.rule)))
                     .collect();
                 if !batch.is_empty() {
                     let url = format!("{}/api/v2/alerts", url.trim_end_matches('/'));
@@ -616,7 +679,11 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
                     .map(|a| ("start", a))
                     .chain(ended.iter().map(|a| ("end", a)))
                 {
-                    let body = serde_json::json!({ "event": event, "agent": agent, "alert": a });
+                    let body = serde_json::json!({
+                        "event": event,
+                        "agent": agent,
+                        "alert": AlertView { record: a.clone(), thresholds_text: words(&a.rule) },
+                    });
                     st.enqueue(url.clone(), body, now);
                 }
             }
@@ -662,19 +729,136 @@ pub(crate) async fn evaluate(shared: &Shared, now: u64) -> Result<(), String> {
     Ok(())
 }
 
+/// How long one peer's answer is waited for.
+const PEER_ANSWER: Duration = Duration::from_secs(3);
+
+/// The agent-unreachable rule: every peer agent this one runs tests with
+/// (a pair it leads, or one led toward it) is asked for its health; one
+/// that has not answered for the rule's window (since this agent started,
+/// for one never heard) is critical.
+async fn peers_answer(
+    shared: &Shared,
+    loaded: &crate::state::config::Loaded,
+    rule: &Rule,
+    now: u64,
+) -> Judged {
+    let mut out = Judged::default();
+    let agent = loaded.mine.first().cloned().unwrap_or_default();
+    // Each peer and the tasks shared with it.
+    let mut peers: std::collections::BTreeMap<String, (crate::state::config::Peer, Vec<String>)> =
+        std::collections::BTreeMap::new();
+    for p in &loaded.pairs {
+        let Some(dest) = p.dest.as_deref() else {
+            continue;
+        };
+        let mine = |n: &str| loaded.mine.iter().any(|m| m == n);
+        let other = match (mine(&p.source), mine(dest)) {
+            (true, false) => dest,
+            (false, true) => p.source.as_str(),
+            _ => continue,
+        };
+        let Some(peer) = loaded.peer(other) else {
+            continue;
+        };
+        let e = peers
+            .entry(other.to_owned())
+            .or_insert_with(|| (peer, Vec::new()));
+        if !e.1.contains(&p.task) {
+            e.1.push(p.task.clone());
+        }
+    }
+    let asked = futures_util::future::join_all(peers.values().map(|(peer, _)| async move {
+        let url = format!("{}/api/v1/health", peer.url);
+        let answer = tokio::time::timeout(
+            PEER_ANSWER,
+            shared.client(peer).get(&url).timeout(PEER_ANSWER).send(),
+        )
+        .await;
+        // Any HTTP answer, even a refusal, is an agent that is up.
+        match answer {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(root_cause(&e)),
+            Err(_) => Err(format!("no answer in {} s", PEER_ANSWER.as_secs())),
+        }
+    }))
+    .await;
+    let window = rule.window.ms(60_000);
+    let mut st = shared.alerting();
+    st.peer_answered.retain(|name, _| peers.contains_key(name));
+    for ((name, (_, tasks)), answer) in peers.iter().zip(asked) {
+        let last = *st.peer_answered.entry(name.clone()).or_insert(shared.started_ms);
+        let last = match &answer {
+            Ok(()) => {
+                st.peer_answered.insert(name.clone(), now);
+                now
+            }
+            Err(_) => last,
+        };
+        let k = (
+            rule.name.clone(),
+            tasks.join(", "),
+            agent.clone(),
+            Some(name.clone()),
+            Direction::RoundTrip,
+        );
+        out.visited.push(k.clone());
+        if loaded
+            .config
+            .alerts
+            .maintenance_of(&agent, Some(name), now)
+            .is_some()
+        {
+            continue;
+        }
+        let silent = now.saturating_sub(last);
+        let (state, text) = match answer {
+            Ok(()) => (Status::Ok, format!("the agent at {name} answers")),
+            Err(_) if silent < window => continue,
+            Err(e) => (
+                Status::Critical,
+                format!(
+                    "the agent at {name} has not answered for {} s (since {}): {e}; {}",
+                    silent / 1000,
+                    ms_rfc3339(last),
+                    rule.thresholds_text()
+                ),
+            ),
+        };
+        out.seen.push((
+            k,
+            state,
+            Some(silent as f64 / 1000.0),
+            text,
+            rule.name.clone(),
+            String::new(),
+        ));
+    }
+    out
+}
+
+/// The innermost cause of an HTTP error ("Connection refused").
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut s: &dyn std::error::Error = e;
+    while let Some(inner) = s.source() {
+        s = inner;
+    }
+    s.to_string()
+}
+
 fn pair_text(a: &AlertRecord) -> String {
     format!("{} → {}", a.source, a.dest.as_deref().unwrap_or("-"))
 }
 
-/// The median of a measurement's runs over a window: per run for a short
-/// history, per hour (the stored aggregates) once there are a day's.
+/// The median of a measurement's runs over a window (per run for a short
+/// history, per hour, the stored aggregates, once there are a day's) and
+/// how many runs it is made of.
 async fn baseline(
     archive: &goodput_archive::Archive,
     key: &str,
     metric: Metric,
     from: u64,
     to: u64,
-) -> Result<Option<f64>, String> {
+) -> Result<(Option<f64>, u64), String> {
     let hourly = archive
         .series(
             key,
@@ -685,24 +869,26 @@ async fn baseline(
         )
         .await
         .map_err(|e| e.to_string())?;
-    let values: Vec<f64> = if hourly.len() >= 24 {
-        hourly.iter().map(|p| p.mean).collect()
+    let points = if hourly.len() >= 24 {
+        hourly
     } else {
         archive
             .series(key, metric, from, to.saturating_add(1), None)
             .await
             .map_err(|e| e.to_string())?
-            .iter()
-            .map(|p| p.mean)
-            .collect()
     };
-    Ok((!values.is_empty())
-        .then(|| median(&values))
-        .filter(|m| m.is_finite()))
+    let runs = points.iter().fold(0u64, |n, p| n.saturating_add(p.count));
+    let values: Vec<f64> = points.iter().map(|p| p.mean).collect();
+    Ok((
+        (!values.is_empty())
+            .then(|| median(&values))
+            .filter(|m| m.is_finite()),
+        runs,
+    ))
 }
 
 /// An alert as Alertmanager's API v2 takes it.
-fn alertmanager_alert(a: &AlertRecord, agent: &str) -> serde_json::Value {
+fn alertmanager_alert(a: &AlertRecord, agent: &str, thresholds: &str) -> serde_json::Value {
     let d = match a.direction.as_str() {
         "backward" => Direction::Backward,
         "forward" => Direction::Forward,
@@ -725,6 +911,7 @@ fn alertmanager_alert(a: &AlertRecord, agent: &str) -> serde_json::Value {
         "annotations": {
             "summary": format!("{} {} {} → {}", a.metric, a.severity, from, to),
             "description": a.threshold,
+            "thresholds": thresholds,
             "value": a.value.map(|v| v.to_string()).unwrap_or_default(),
         },
         "startsAt": ms_rfc3339(a.start_ms),
