@@ -78,11 +78,17 @@ fn the_unit_is_hardened_to_at_most_2_0() {
         "AmbientCapabilities=CAP_NET_BIND_SERVICE\n",
         "StateDirectory=goodput\n",
         "ProtectSystem=strict\n",
-        "SystemCallFilter=@system-service\n",
+        // adjtimex is how the agent reads the clock's synchronisation:
+        // without it every clock would read unsynchronised.
+        "SystemCallFilter=@system-service adjtimex\n",
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_NETLINK AF_UNIX\n",
     ] {
         assert!(unit_text.contains(line), "{line}");
     }
+    assert!(
+        !unit_text.contains("\nProtectClock=yes"),
+        "ProtectClock denies adjtimex"
+    );
     // systemd's own threshold agrees.
     let status = Command::new("systemd-analyze")
         .args(["security", "--offline=yes", "--threshold=20", "--no-pager"])
