@@ -244,5 +244,8 @@ fn the_agent_warns_at_start_and_when_a_reload_needs_a_restart() {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
         "{text}"
     );
+    // What stood before the reload is not said again (a configuration
+    // URL is read every few minutes).
+    assert_eq!(text.matches("warning: no token").count(), 1, "{text}");
     let (_, _, _) = agent.stop(libc::SIGTERM);
 }

@@ -578,14 +578,21 @@ pub(crate) async fn reload(shared: &Shared) {
                 &loaded,
                 !shared.options.api_listen.is_empty(),
             );
-            let worries = shared.concerns(&loaded);
+            // Only what the reload changed: a configuration URL is read
+            // every few minutes, and the start's warnings stand.
+            let before = shared.concerns(&shared.loaded());
+            let worries: Vec<Concern> = shared
+                .concerns(&loaded)
+                .into_iter()
+                .filter(|c| !before.contains(c))
+                .collect();
             shared.install(loaded);
             log(&format!("configuration loaded: {n} task pairs led here"));
-            for r in restart {
-                warn(&format!("needs a restart to take effect: {r}"));
-            }
             for c in worries {
                 warn(&c.text);
+            }
+            for r in restart {
+                warn(&format!("needs a restart to take effect: {r}"));
             }
         }
         Err(e) => {
@@ -615,6 +622,84 @@ group = "solo"
 test = "t"
 schedule = "s"
 "#;
+
+    const PAIR: &str = r#"
+[addresses.a]
+address = "10.0.0.1"
+[addresses.b]
+address = "10.0.0.2"
+[addresses.r]
+address = "10.0.0.254"
+no_agent = true
+[groups.ab]
+type = "mesh"
+addresses = ["a", "b"]
+[groups.to-r]
+type = "disjoint"
+a = ["a"]
+b = ["r"]
+unidirectional = true
+[tests.t]
+kind = "stamp"
+host = "{{dest}}"
+[schedules.s]
+repeat = "1m"
+[tasks.ab]
+group = "ab"
+test = "t"
+schedule = "s"
+[tasks.r]
+group = "to-r"
+test = "t"
+schedule = "s"
+"#;
+
+    #[test]
+    fn only_pairs_between_two_agents_need_the_token() {
+        let config = MeshConfig::read(PAIR, true).unwrap();
+        let own = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // a: a→b and b→a are booked through the API; a→r is not.
+        let c = concerns(&config, &own(&["a"]), &own(&["a"]), false, true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].fatal);
+        assert!(c[0]
+            .text
+            .starts_with("no token (--token-file): 2 task pairs with another agent (e.g. ab with b)"));
+        assert!(concerns(&config, &own(&["a"]), &own(&["a"]), true, true).is_empty());
+        // The router runs no agent; a host holding both ends books nothing.
+        assert!(concerns(&config, &own(&["r"]), &own(&["r"]), false, true).is_empty());
+        assert!(concerns(&config, &own(&["a", "b"]), &own(&["a", "b"]), false, true).is_empty());
+        // No address: fatal, naming what was looked for; the clock warns.
+        let c = concerns(&config, &[], &own(&["192.0.2.7", "vm"]), true, false);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(
+            c[0].fatal
+                && c[0]
+                    .text
+                    .contains("none of the mesh's 3 addresses (looked for 192.0.2.7, vm)")
+        );
+        assert!(!c[1].fatal && c[1].text.starts_with("the system clock is not synchronised"));
+    }
+
+    #[test]
+    fn a_new_api_port_or_address_needs_a_restart() {
+        let old = resolve(MeshConfig::read(PAIR, true).unwrap(), &["a".into()]).unwrap();
+        let moved = PAIR.replace("10.0.0.1", "10.0.0.9");
+        let new = resolve(
+            MeshConfig::read(&format!("[agent]\napi_port = 9090\n{moved}"), true).unwrap(),
+            &["a".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            needs_restart(&old, &new, false),
+            [
+                "api_port 8780 → 9090",
+                "this host's API addresses 10.0.0.1 → 10.0.0.9"
+            ]
+        );
+        assert!(needs_restart(&old, &new, true).is_empty());
+        assert!(needs_restart(&old, &old, false).is_empty());
+    }
 
     #[test]
     fn an_emptied_document_may_not_replace_one_with_tasks() {
