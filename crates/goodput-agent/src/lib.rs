@@ -45,12 +45,12 @@ use std::time::Duration;
 use goodput_archive::Archive;
 use tokio_util::sync::CancellationToken;
 
-use crate::log::{log, redact};
+use crate::log::{log, redact, warn};
 
 pub use answer::json_capped;
 pub use http::openapi::document as openapi_document;
 pub use limits::{ConnLimits, Limits, Window};
-pub use state::config::{fetch as fetch_document, mine, own_identities, ConfigSource};
+pub use state::config::{concerns, fetch as fetch_document, mine, own_identities, Concern, ConfigSource};
 pub use state::forward::ForwardTarget;
 pub use state::options::{AgentOptions, Role};
 pub use tls::fingerprint;
@@ -62,6 +62,12 @@ pub fn certificate_fingerprint(options: &AgentOptions, names: &[String]) -> Resu
     let given = options.tls_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
     let (chain, _) = tls::identity(given, &options.archive, names)?;
     Ok(tls::fingerprint(chain[0].as_ref()))
+}
+
+/// Whether the kernel says the system clock is synchronised (adjtimex):
+/// one-way delays and slots booked between hosts need it.
+pub fn clock_synchronised() -> bool {
+    clock::state().synchronised
 }
 
 /// Holds `ARCHIVE.lock` for the agent's life: one agent per archive.
@@ -178,6 +184,11 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
                 .as_deref()
                 .map_or_else(|| shared.options.archive.display().to_string(), redact)
         )),
+    }
+    // Said once at start, where the operator looks first (and after each
+    // reload): a run that would fail anyway is better named now.
+    for c in shared.concerns(&shared.loaded()) {
+        warn(&c.text);
     }
     cancel.cancelled().await;
     // Give every part a moment to store what it was doing.

@@ -20,3 +20,10 @@ pub(crate) fn log(line: &str) {
         secrets::redact_text(line)
     );
 }
+
+/// A warning for the agent's log: something the operator should mend
+/// (the line says `warning:` after the time, for a grep or a journal
+/// filter).
+pub(crate) fn warn(line: &str) {
+    log(&format!("warning: {line}"));
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
 
 use crate::clock;
-use crate::log::log;
+use crate::log::{log, warn};
 use crate::state::Shared;
 
 /// Where the configuration comes from.
@@ -369,6 +369,134 @@ pub fn mine(config: &MeshConfig, identities: &[String]) -> Vec<String> {
     mine
 }
 
+/// Something about how this agent would run that the operator should
+/// know before the first run fails: said at start and after a reload (a
+/// warning in the log) and by `goodput agent --check-config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Concern {
+    /// `--check-config` exits non-zero for it: the agent would run, but
+    /// runs would fail or nothing would run (a clock is the host's, not
+    /// the configuration's, and only warns).
+    pub fatal: bool,
+    /// One line: what is wrong, what it costs, what to do.
+    pub text: String,
+}
+
+/// What is wrong with running `config` as the host holding `mine`
+/// (looked for as `identities`), with a token or without, on a clock the
+/// kernel says is synchronised or not.
+pub fn concerns(
+    config: &MeshConfig,
+    mine: &[String],
+    identities: &[String],
+    token: bool,
+    clock_synchronised: bool,
+) -> Vec<Concern> {
+    let mut out = Vec::new();
+    if mine.is_empty() && !config.addresses.is_empty() {
+        let mut looked: Vec<&str> = identities.iter().map(String::as_str).take(8).collect();
+        if identities.len() > looked.len() {
+            looked.push("…");
+        }
+        out.push(Concern {
+            fatal: true,
+            text: format!(
+                "this host is none of the mesh's {} addresses (looked for {}): it runs no task and \
+                 serves only as a beacon; give --as NAME, or add this host's address to the configuration",
+                config.addresses.len(),
+                looked.join(", ")
+            ),
+        });
+    }
+    if !token && !mine.is_empty() {
+        let everyone: Vec<String> = config.addresses.keys().cloned().collect();
+        // Pairs between this host and another agent: booked through the
+        // API, which takes a booking only with the mesh's token.
+        let with_agents: Vec<PairTask> = config
+            .tasks_for(&everyone)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| {
+                let source_here = mine.contains(&t.source);
+                let dest_here = t.dest.as_ref().is_some_and(|d| mine.contains(d));
+                t.dest_has_agent && source_here != dest_here
+            })
+            .collect();
+        if let Some(first) = with_agents.first() {
+            let other = if mine.contains(&first.source) {
+                first.dest.clone().unwrap_or_default()
+            } else {
+                first.source.clone()
+            };
+            out.push(Concern {
+                fatal: true,
+                text: format!(
+                    "no token (--token-file): {} task pairs with another agent (e.g. {} with {other}) \
+                     are booked through the agents' API, which takes bookings only with the mesh's token, \
+                     so every one of them would fail; give every agent the same --token-file \
+                     (`goodput agent --new-token` makes one)",
+                    with_agents.len(),
+                    first.task
+                ),
+            });
+        }
+    }
+    if !clock_synchronised {
+        out.push(Concern {
+            fatal: false,
+            text: "the system clock is not synchronised (the kernel's adjtimex says so): one-way delays \
+                   are left out of results as unreliable, and runs booked with other hosts may start \
+                   apart as the clocks drift; run chrony or ntpd (or systemd-timesyncd)"
+                .into(),
+        });
+    }
+    out
+}
+
+/// The settings read once, when the API starts listening: a reload that
+/// changes them needs a restart to take effect.
+fn listening(loaded: &Loaded) -> Vec<(&'static str, String)> {
+    let mut addresses: Vec<String> = loaded
+        .mine
+        .iter()
+        .filter_map(|m| loaded.config.addresses.get(m))
+        .map(|a| a.address.clone())
+        .collect();
+    addresses.sort_unstable();
+    let tls = loaded
+        .mine
+        .iter()
+        .filter_map(|m| loaded.config.addresses.get(m))
+        .any(|a| a.tls_sha256.is_some());
+    vec![
+        ("api_port", loaded.config.agent.api_port.to_string()),
+        (
+            "this host's API addresses",
+            match addresses.is_empty() {
+                true => "(any)".into(),
+                false => addresses.join(", "),
+            },
+        ),
+        ("the API's TLS", if tls { "on" } else { "off" }.into()),
+    ]
+}
+
+/// What a new configuration changes that only a restart puts in force
+/// (the API listens where and how the one in force at start said): one
+/// line each, `SETTING OLD → NEW`. None when `--api-listen` fixes where
+/// the API listens.
+pub(crate) fn needs_restart(started: &Loaded, new: &Loaded, api_listen_given: bool) -> Vec<String> {
+    if api_listen_given {
+        return Vec::new();
+    }
+    listening(started)
+        .into_iter()
+        .zip(listening(new))
+        .filter(|(a, b)| a.1 != b.1)
+        .map(|((what, old), (_, new))| format!("{what} {old} → {new}"))
+        .collect()
+}
+
 /// This host's interface addresses and host name.
 pub fn own_identities() -> Vec<String> {
     let mut out: Vec<String> = if_addrs::get_if_addrs()
@@ -445,8 +573,27 @@ pub(crate) async fn reload(shared: &Shared) {
     match loaded {
         Ok(loaded) => {
             let n = loaded.led.len();
+            let restart = needs_restart(
+                &shared.started_with,
+                &loaded,
+                !shared.options.api_listen.is_empty(),
+            );
+            // Only what the reload changed: a configuration URL is read
+            // every few minutes, and the start's warnings stand.
+            let before = shared.concerns(&shared.loaded());
+            let worries: Vec<Concern> = shared
+                .concerns(&loaded)
+                .into_iter()
+                .filter(|c| !before.contains(c))
+                .collect();
             shared.install(loaded);
             log(&format!("configuration loaded: {n} task pairs led here"));
+            for c in worries {
+                warn(&c.text);
+            }
+            for r in restart {
+                warn(&format!("needs a restart to take effect: {r}"));
+            }
         }
         Err(e) => {
             log(&format!("configuration not loaded, the previous one stays: {e}"));
@@ -475,6 +622,84 @@ group = "solo"
 test = "t"
 schedule = "s"
 "#;
+
+    const PAIR: &str = r#"
+[addresses.a]
+address = "10.0.0.1"
+[addresses.b]
+address = "10.0.0.2"
+[addresses.r]
+address = "10.0.0.254"
+no_agent = true
+[groups.ab]
+type = "mesh"
+addresses = ["a", "b"]
+[groups.to-r]
+type = "disjoint"
+a = ["a"]
+b = ["r"]
+unidirectional = true
+[tests.t]
+kind = "stamp"
+host = "{{dest}}"
+[schedules.s]
+repeat = "1m"
+[tasks.ab]
+group = "ab"
+test = "t"
+schedule = "s"
+[tasks.r]
+group = "to-r"
+test = "t"
+schedule = "s"
+"#;
+
+    #[test]
+    fn only_pairs_between_two_agents_need_the_token() {
+        let config = MeshConfig::read(PAIR, true).unwrap();
+        let own = |m: &[&str]| m.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // a: a→b and b→a are booked through the API; a→r is not.
+        let c = concerns(&config, &own(&["a"]), &own(&["a"]), false, true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(c[0].fatal);
+        assert!(c[0]
+            .text
+            .starts_with("no token (--token-file): 2 task pairs with another agent (e.g. ab with b)"));
+        assert!(concerns(&config, &own(&["a"]), &own(&["a"]), true, true).is_empty());
+        // The router runs no agent; a host holding both ends books nothing.
+        assert!(concerns(&config, &own(&["r"]), &own(&["r"]), false, true).is_empty());
+        assert!(concerns(&config, &own(&["a", "b"]), &own(&["a", "b"]), false, true).is_empty());
+        // No address: fatal, naming what was looked for; the clock warns.
+        let c = concerns(&config, &[], &own(&["192.0.2.7", "vm"]), true, false);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(
+            c[0].fatal
+                && c[0]
+                    .text
+                    .contains("none of the mesh's 3 addresses (looked for 192.0.2.7, vm)")
+        );
+        assert!(!c[1].fatal && c[1].text.starts_with("the system clock is not synchronised"));
+    }
+
+    #[test]
+    fn a_new_api_port_or_address_needs_a_restart() {
+        let old = resolve(MeshConfig::read(PAIR, true).unwrap(), &["a".into()]).unwrap();
+        let moved = PAIR.replace("10.0.0.1", "10.0.0.9");
+        let new = resolve(
+            MeshConfig::read(&format!("[agent]\napi_port = 9090\n{moved}"), true).unwrap(),
+            &["a".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            needs_restart(&old, &new, false),
+            [
+                "api_port 8780 → 9090",
+                "this host's API addresses 10.0.0.1 → 10.0.0.9"
+            ]
+        );
+        assert!(needs_restart(&old, &new, true).is_empty());
+        assert!(needs_restart(&old, &old, false).is_empty());
+    }
 
     #[test]
     fn an_emptied_document_may_not_replace_one_with_tasks() {

@@ -115,6 +115,9 @@ pub(crate) struct Shared {
     pub(crate) archive: Archive,
     pub(crate) cancel: CancellationToken,
     pub(crate) started_ms: u64,
+    /// The configuration in force at start: the API listens where it
+    /// said until a restart.
+    pub(crate) started_with: Arc<Loaded>,
     /// HTTP clients for peers: from this host's IPv4 mesh address, its
     /// IPv6 one, and unbound (for peers named by host name).
     http: [reqwest::Client; 3],
@@ -257,11 +260,13 @@ impl Shared {
             own.iter().find(|i| i.is_ipv6()).copied(),
         ];
         let http = [client(own[0], None), client(own[1], None), client(None, None)];
+        let loaded = Arc::new(loaded);
         Self {
             options,
             archive,
             cancel,
             started_ms: clock::now_ms(),
+            started_with: loaded.clone(),
             http,
             pinned: Mutex::new(HashMap::new()),
             own,
@@ -274,7 +279,7 @@ impl Shared {
             unstored: Mutex::new(Unstored::default()),
             store_turn: tokio::sync::Mutex::new(()),
             inner: Mutex::new(Inner {
-                loaded: Arc::new(loaded),
+                loaded,
                 config_error: None,
                 book: Book::default(),
                 quotas: Quotas::default(),
@@ -369,6 +374,21 @@ impl Shared {
         } else {
             format!("this host is {}", l.mine.join(", "))
         }
+    }
+
+    /// What the operator should know about running `loaded` here (none
+    /// for a fleet archive: it runs no tests and needs its token anyway).
+    pub(crate) fn concerns(&self, loaded: &Loaded) -> Vec<crate::state::config::Concern> {
+        if self.is_archive() {
+            return Vec::new();
+        }
+        crate::state::config::concerns(
+            &loaded.config,
+            &loaded.mine,
+            &loaded.identities,
+            self.options.token.is_some(),
+            clock::state().synchronised,
+        )
     }
 
     pub(crate) fn led_count(&self) -> usize {

@@ -19,6 +19,9 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         Some(AgentAction::ImportPsconfig(i)) => return import_psconfig(i),
         None => {}
     }
+    if args.new_token {
+        return new_token(args);
+    }
     if args.check_config {
         return check_config(args);
     }
@@ -178,6 +181,95 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         goodput_agent::run(options, cancel).await
     })
     .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    Ok(EXIT_OK)
+}
+
+/// Where `--new-token` writes without `--out`: where the package's
+/// defaults file has the agent read it.
+const TOKEN_FILE: &str = "/etc/goodput/token";
+
+/// `goodput agent --new-token`: a new mesh token (32 bytes from the
+/// kernel's random source, as 64 hex digits and a newline: what
+/// --token-file reads) in a new file of mode 0600.
+fn new_token(args: &AgentArgs) -> Result<u8, Stop> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = args.out.clone().unwrap_or_else(|| TOKEN_FILE.into());
+    let mut bytes = [0u8; 32];
+    let mut got = 0;
+    // getrandom(2) blocks only until the kernel's pool is seeded, once
+    // after boot; a short read is read on from where it stopped.
+    for _ in 0..64 {
+        // SAFETY: writes at most the rest of `bytes`, which it owns.
+        let n = unsafe { libc::getrandom(bytes[got..].as_mut_ptr().cast(), bytes.len() - got, 0) };
+        match n {
+            n if n > 0 => got += n as usize,
+            _ if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => {}
+            _ => {
+                return Err(Stop::Fatal(anyhow!(
+                    "cannot read the kernel's random source: {}",
+                    std::io::Error::last_os_error()
+                )))
+            }
+        }
+        if got == bytes.len() {
+            break;
+        }
+    }
+    if got < bytes.len() {
+        return Err(Stop::Fatal(anyhow!(
+            "the kernel's random source gave too few bytes"
+        )));
+    }
+    let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect::<String>() + "\n";
+    let shown = path.display();
+    let cannot = |e: std::io::Error| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AlreadyExists => " (it is kept: give --force to replace it, or --out FILE)",
+            std::io::ErrorKind::PermissionDenied => " (run as root, or give --out FILE)",
+            std::io::ErrorKind::NotFound => " (its directory does not exist)",
+            _ => "",
+        };
+        Stop::Output(anyhow!("cannot write {shown}: {e}{hint}"))
+    };
+    // Without --force the file is made new (O_EXCL): an existing token,
+    // which the mesh's other agents hold, is never lost. With it, a file
+    // beside it is written and renamed over it, so a reader sees the old
+    // token or the new one, whole.
+    let target = if args.force {
+        let mut t = path.as_os_str().to_owned();
+        t.push(format!(".new-{}", std::process::id()));
+        std::path::PathBuf::from(t)
+    } else {
+        path.clone()
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&target)
+        .map_err(cannot)?;
+    // The mode whatever the umask said.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(cannot)?;
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(cannot)?;
+    drop(f);
+    if args.force {
+        std::fs::rename(&target, &path).map_err(|e| {
+            let _ = std::fs::remove_file(&target);
+            cannot(e)
+        })?;
+    }
+    goodput_report::console_line(&format!(
+        "A new mesh token is in {shown} (mode 0600, readable only by its owner).\n\
+         Every agent of the mesh needs the same token: copy this file to each host \
+         (e.g. `scp {shown} HOST:{TOKEN_FILE}`), readable by the user the agent runs as \
+         (the package's service runs as `goodput`: `chown goodput: {TOKEN_FILE}`), \
+         and start each agent with `--token-file {TOKEN_FILE}` (the package's \
+         /etc/default/goodput-agent does)."
+    ));
     Ok(EXIT_OK)
 }
 
@@ -371,7 +463,28 @@ fn check_config(args: &AgentArgs) -> Result<u8, Stop> {
         );
     }
     goodput_report::console_line(out.trim_end());
-    Ok(EXIT_OK)
+    // What would make the agent's runs fail, one line each on standard
+    // error; a fleet archive runs no tests, so none of them applies.
+    if args.role == "archive" {
+        return Ok(EXIT_OK);
+    }
+    let token = read_token(args.token_file.as_ref())?;
+    let concerns = goodput_agent::concerns(
+        &config,
+        &mine,
+        &identities,
+        token.is_some(),
+        goodput_agent::clock_synchronised(),
+    );
+    for c in &concerns {
+        let what = if c.fatal { "problem" } else { "warning" };
+        eprintln!("goodput: {what}: {}", c.text);
+    }
+    Ok(if concerns.iter().any(|c| c.fatal) {
+        EXIT_FAILED
+    } else {
+        EXIT_OK
+    })
 }
 
 /// The tasks as an aligned table.

@@ -19,16 +19,32 @@ pub struct AgentArgs {
     /// again every --reload-every (`URL#SHA256`: an https:// server whose
     /// certificate has that fingerprint, e.g. a fleet archive's
     /// /api/v1/fleet/config?host=NAME).
-    #[arg(long, value_name = "FILE|URL", required_unless_present = "print_fingerprint")]
+    #[arg(long, value_name = "FILE|URL", required_unless_present_any = ["print_fingerprint", "new_token"])]
     pub config: Option<String>,
     /// Check the configuration and print the tasks this host will run and
-    /// with whom, then exit (exit status 2 if the configuration is wrong).
+    /// with whom, then exit: status 2 if the configuration is wrong, 1 if
+    /// the agent's runs would fail here (one `problem:` line each on
+    /// standard error: no --token-file while this host has pairs with
+    /// other agents, a host that is none of the mesh's addresses). A
+    /// clock the kernel says is not synchronised is a `warning:` line.
     #[arg(long)]
     pub check_config: bool,
+    /// Make a new mesh token (random, from the kernel) in a new file of
+    /// mode 0600 (--out, default /etc/goodput/token), then exit; every
+    /// agent of the mesh is given the same file with --token-file.
+    #[arg(long, conflicts_with_all = ["check_config", "config"])]
+    pub new_token: bool,
+    /// Where --new-token writes the token.
+    #[arg(long, value_name = "FILE", requires = "new_token")]
+    pub out: Option<PathBuf>,
+    /// Let --new-token replace an existing token file (the mesh's other
+    /// agents then need the new one).
+    #[arg(long, requires = "new_token")]
+    pub force: bool,
     /// Print the SHA-256 fingerprint of the certificate this agent serves
     /// its API with (made and kept beside --archive on first use, unless
     /// --tls-cert), for `tls_sha256` in the configuration, then exit.
-    #[arg(long, conflicts_with = "check_config")]
+    #[arg(long, conflicts_with_all = ["check_config", "new_token"])]
     pub print_fingerprint: bool,
     /// The API's certificate chain (PEM), with --tls-key: used when this
     /// host's address has `tls_sha256` in the configuration (default: a
