@@ -7,6 +7,8 @@ use axum::Json;
 use goodput_core::time::ms_rfc3339;
 use serde::{Deserialize, Serialize};
 
+use goodput_core::alert::Family;
+
 use super::{bad, Ctx, Failure};
 
 #[derive(Deserialize)]
@@ -38,27 +40,493 @@ pub(crate) struct GridView {
     pub(crate) metric: goodput_core::alert::Family,
     /// Rows and columns: the address names of the pairs measuring it.
     pub(crate) hosts: Vec<String>,
-    /// Every half-cell.
-    pub(crate) cells: Vec<crate::state::alerts::HalfCell>,
+    /// Every half-cell: one measurement's state in one direction.
+    pub(crate) cells: Vec<GridCell>,
+    /// Every direction once (what the dashboard draws): the half-cells
+    /// of every measurement of it merged, a direction measured by both
+    /// ends (or by two tasks) with one state and one colour.
+    pub(crate) directions: Vec<DirectionCell>,
     /// The rules' thresholds, one line each.
     pub(crate) legend: Vec<String>,
     /// The agents asked.
     pub(crate) agents: Vec<AgentSeen>,
 }
 
+/// One measurement's state in one direction (an alert evaluation's
+/// half-cell), with the value scale's judgement of its latest value.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct GridCell {
+    #[serde(flatten)]
+    pub(crate) cell: crate::state::alerts::HalfCell,
+    /// The latest value on the family's scale (see [`scale_legend`]),
+    /// when it is recent (within three repeat intervals).
+    #[serde(default)]
+    pub(crate) level: Option<Level>,
+    /// The pair's own usual value (the median of the last week's runs,
+    /// archive units) that relative scales compare with: none before
+    /// [`MIN_BASELINE_RUNS`] runs.
+    #[serde(default)]
+    pub(crate) baseline: Option<f64>,
+}
+
+/// A value's place on its family's scale.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Level {
+    /// As good as the pair usually is, or better than the fixed band.
+    Good,
+    /// Somewhat worse.
+    Fair,
+    /// Much worse.
+    Poor,
+}
+
+impl Level {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Level::Good => "good",
+            Level::Fair => "fair",
+            Level::Poor => "poor",
+        }
+    }
+}
+
+/// One direction between two hosts (or one host's round trip toward
+/// another), as the grid draws it: every measurement of it merged.
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+pub(crate) struct DirectionCell {
+    /// Where the packets go from (for a round trip: the end that runs it).
+    pub(crate) from: String,
+    /// Where they go to.
+    pub(crate) to: String,
+    /// A round trip's (or a trace's) figure, not one direction's.
+    pub(crate) round_trip: bool,
+    /// The worst state of its measurements.
+    pub(crate) status: goodput_core::alert::Status,
+    /// When that state is OK: the worst level of their latest values.
+    pub(crate) level: Option<Level>,
+    /// The newest value of them (archive units).
+    pub(crate) value: Option<f64>,
+    /// Its run's start (ms).
+    pub(crate) at_ms: Option<u64>,
+    /// Why it has this state.
+    pub(crate) why: Option<String>,
+    /// The measurements behind it: indexes into `cells`.
+    pub(crate) cells: Vec<usize>,
+}
+
+/// Runs a baseline needs: fewer, and a relative scale says nothing.
+pub(crate) const MIN_BASELINE_RUNS: usize = 3;
+
+/// The fallback reason a no-data cell carries when no rule had a value.
+const NO_RESULT: &str = "no result in the window yet";
+
+/// A value's level on its family's scale (archive units: bit/s, %,
+/// µs, path changes), and the band in words.
+pub(crate) fn level_of(family: Family, v: f64, baseline: Option<f64>) -> (Level, String) {
+    let pick = |good: bool, fair: bool| {
+        if good {
+            Level::Good
+        } else if fair {
+            Level::Fair
+        } else {
+            Level::Poor
+        }
+    };
+    match family {
+        Family::Loss => (
+            pick(v < 0.1, v < 2.0),
+            "loss below 0.1 % good, below 2 % fair".into(),
+        ),
+        Family::Jitter => (
+            pick(v < 2_000.0, v < 10_000.0),
+            "jitter below 2 ms good, below 10 ms fair".into(),
+        ),
+        Family::Path => (
+            pick(v < 0.5, v < 1.5),
+            "no path change in a day good, one fair".into(),
+        ),
+        Family::Throughput => match baseline.filter(|b| *b > 0.0) {
+            None => (Level::Good, "no baseline yet".into()),
+            Some(b) => (
+                pick(v >= 0.8 * b, v >= 0.5 * b),
+                format!("{} of its usual {}", percent(v / b), short(family, b)),
+            ),
+        },
+        Family::Delay | Family::OneWayDelay => match baseline {
+            None => (Level::Good, "no baseline yet".into()),
+            Some(b) => (
+                pick(v <= 1.2 * b + 1_000.0, v <= 2.0 * b + 5_000.0),
+                format!("its usual {}", short(family, b)),
+            ),
+        },
+    }
+}
+
+fn percent(r: f64) -> String {
+    format!("{:.0} %", (r * 100.0).clamp(0.0, 1e6))
+}
+
+/// The scale in one line, for the grid's legend.
+pub(crate) fn scale_legend(family: Family) -> &'static str {
+    match family {
+        Family::Loss => "loss below 0.1 % is good, below 2 % fair, 2 % and more poor",
+        Family::Jitter => "jitter below 2 ms is good, below 10 ms fair, 10 ms and more poor",
+        Family::Path => "no path change in the last day is good, one fair, more poor",
+        Family::Throughput => {
+            "throughput at 80 % of the pair's usual (its last week's median) or more is good, 50 % fair, less poor"
+        }
+        Family::Delay | Family::OneWayDelay => {
+            "delay within 1.2 × the pair's usual (its last week's median) + 1 ms is good, 2 × + 5 ms fair, more poor"
+        }
+    }
+}
+
+/// A value in few characters, with its unit (archive units in).
+pub(crate) fn short(family: Family, v: f64) -> String {
+    if !v.is_finite() {
+        return "?".into();
+    }
+    match family {
+        Family::Throughput => {
+            let (x, u) = if v >= 1e9 {
+                (v / 1e9, "Gbit/s")
+            } else if v >= 1e6 {
+                (v / 1e6, "Mbit/s")
+            } else if v >= 1e3 {
+                (v / 1e3, "kbit/s")
+            } else {
+                (v, "bit/s")
+            };
+            format!("{} {u}", digits(x))
+        }
+        Family::Loss => {
+            if v == 0.0 {
+                "0 %".into()
+            } else if v < 0.1 {
+                format!("{v:.2} %")
+            } else {
+                format!("{} %", digits(v))
+            }
+        }
+        Family::Delay | Family::OneWayDelay | Family::Jitter => {
+            if v.abs() >= 1_000.0 {
+                format!("{} ms", digits(v / 1_000.0))
+            } else {
+                format!("{} µs", digits(v))
+            }
+        }
+        Family::Path => {
+            let n = v.round().clamp(0.0, 1e9) as u64;
+            format!("{n} change{}", if n == 1 { "" } else { "s" })
+        }
+    }
+}
+
+/// Three significant digits at most, no trailing zeros past the point.
+fn digits(x: f64) -> String {
+    let t = if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    };
+    if t.contains('.') {
+        t.trim_end_matches('0').trim_end_matches('.').to_owned()
+    } else {
+        t
+    }
+}
+
+/// This agent's half-cells with their latest values and levels from the
+/// archive, and a non-start's reason where no value is recent.
+async fn read_values(
+    s: &Ctx,
+    loaded: &crate::state::config::Loaded,
+    family: Family,
+    cells: Vec<crate::state::alerts::HalfCell>,
+) -> Vec<GridCell> {
+    use futures_util::StreamExt as _;
+    let now = crate::clock::now_ms();
+    // Each measurement once (its index in the mesh's pairs), with its
+    // cells.
+    let mut groups: Vec<(usize, Vec<crate::state::alerts::HalfCell>)> = Vec::new();
+    let mut rest = Vec::new();
+    for c in cells {
+        let p = loaded
+            .pairs
+            .iter()
+            .position(|p| p.task == c.task && p.source == c.source && p.dest == c.dest);
+        match p {
+            Some(p) if family.measured_by(loaded.pairs[p].spec.kind()) => {
+                match groups.iter_mut().find(|(q, _)| *q == p) {
+                    Some((_, v)) => v.push(c),
+                    None => groups.push((p, vec![c])),
+                }
+            }
+            _ => rest.push(GridCell {
+                cell: c,
+                level: None,
+                baseline: None,
+            }),
+        }
+    }
+    let archive = &s.archive;
+    let mut all: Vec<GridCell> = futures_util::stream::iter(groups)
+        .map(|(i, cells)| read_measurement(archive, family, now, &loaded.pairs[i], cells))
+        .buffered(8)
+        .collect::<Vec<Vec<GridCell>>>()
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    all.extend(rest);
+    all
+}
+
+/// One measurement's cells with their values read from the archive (see
+/// [`read_values`]).
+async fn read_measurement(
+    archive: &goodput_archive::Archive,
+    family: Family,
+    now: u64,
+    p: &goodput_core::mesh::PairTask,
+    cells: Vec<crate::state::alerts::HalfCell>,
+) -> Vec<GridCell> {
+    use goodput_core::alert::Status;
+    let key = goodput_archive::measurement_key(&p.spec, &p.source, p.dest.as_deref());
+    let every = if p.repeat.cron.is_some() {
+        HOUR
+    } else {
+        p.repeat.every.max(1_000)
+    };
+    let fresh_ms = every.saturating_mul(3);
+    let recent = if family == Family::Path {
+        None
+    } else {
+        archive
+            .recent(&key, now.saturating_sub(WEEK), now.saturating_add(1))
+            .await
+            .ok()
+    };
+    let paths = if family == Family::Path {
+        archive
+            .paths(&key, now.saturating_sub(86_400_000), now.saturating_add(1))
+            .await
+            .ok()
+    } else {
+        None
+    };
+    let mut out = Vec::new();
+    let mut last_run: Option<Option<goodput_archive::Run>> = None;
+    for mut c in cells {
+        let (latest, baseline) = match (&recent, &paths) {
+            (Some(r), _) => {
+                let metric = family
+                    .archive_metric(c.direction)
+                    .and_then(|n| serde_json::from_value::<goodput_archive::Metric>(n.into()).ok());
+                match metric {
+                    Some(m) => {
+                        let pts = r.series(m, 0, u64::MAX);
+                        let latest = pts.last().map(|x| (x.at_ms, x.mean));
+                        let before: Vec<f64> = pts.iter().rev().skip(1).map(|x| x.mean).collect();
+                        let baseline =
+                            (before.len() >= MIN_BASELINE_RUNS).then(|| goodput_core::alert::median(&before));
+                        (latest, baseline)
+                    }
+                    None => (None, None),
+                }
+            }
+            (None, Some(h)) if h.runs > 0 => (
+                h.paths
+                    .iter()
+                    .map(|x| x.last_ms)
+                    .max()
+                    .map(|t| (t, h.changes as f64)),
+                None,
+            ),
+            _ => (None, None),
+        };
+        if c.value.is_none() {
+            if let Some((t, v)) = latest {
+                c.value = Some(v);
+                c.at_ms = Some(t);
+            }
+        }
+        let fresh = latest.filter(|(t, _)| t.saturating_add(fresh_ms) >= now);
+        let mut level = None;
+        if let Some((_, v)) = fresh {
+            if matches!(c.status, Status::Ok | Status::NoData) {
+                let v = c.value.unwrap_or(v);
+                let (l, words) = level_of(family, v, baseline);
+                level = Some(l);
+                if c.status == Status::NoData {
+                    // No rule had a value: the scale says.
+                    c.status = Status::Ok;
+                    c.why = Some(format!("no rule judged it; by value {} ({words})", l.name()));
+                }
+            }
+        } else if c.status == Status::NoData && c.why.as_deref().is_none_or(|w| w == NO_RESULT) {
+            // Why nothing recent: the last run's fate.
+            if last_run.is_none() {
+                let f = goodput_archive::RunFilter {
+                    source: Some(p.source.clone()),
+                    dest: p.dest.clone(),
+                    kind: Some(p.spec.kind().into()),
+                    limit: 20,
+                    ..goodput_archive::RunFilter::default()
+                };
+                last_run = Some(
+                    archive
+                        .runs(&f)
+                        .await
+                        .ok()
+                        .and_then(|r| r.into_iter().find(|r| r.task == p.task)),
+                );
+            }
+            if let Some(Some(r)) = &last_run {
+                let reason = r.reason.as_deref().unwrap_or("no reason given");
+                let when = ms_rfc3339(r.scheduled_ms);
+                match r.state {
+                    goodput_archive::RunState::NonStart | goodput_archive::RunState::Missed => {
+                        c.why = Some(format!("not started ({when}): {reason}"));
+                    }
+                    goodput_archive::RunState::Failed => {
+                        c.why = Some(format!("last run failed ({when}): {reason}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out.push(GridCell {
+            cell: c,
+            level,
+            baseline,
+        });
+    }
+    out
+}
+
+/// Every direction once: the cells of the same direction (a pair fed by
+/// both its ends, or by two tasks) merged into one state.
+pub(crate) fn merge_directions(cells: &[GridCell]) -> Vec<DirectionCell> {
+    use goodput_core::alert::{Direction, Status};
+    let mut out: Vec<DirectionCell> = Vec::new();
+    let mut at: std::collections::HashMap<(String, String), usize> = std::collections::HashMap::new();
+    for (i, g) in cells.iter().enumerate() {
+        let c = &g.cell;
+        let Some(dest) = c.dest.clone() else {
+            continue;
+        };
+        let (from, to) = match c.direction {
+            Direction::Backward => (dest, c.source.clone()),
+            _ => (c.source.clone(), dest),
+        };
+        let n = *at.entry((from.clone(), to.clone())).or_insert_with(|| {
+            out.push(DirectionCell {
+                from,
+                to,
+                round_trip: c.direction == Direction::RoundTrip || c.metric == Family::Path,
+                status: Status::NotRun,
+                level: None,
+                value: None,
+                at_ms: None,
+                why: None,
+                cells: Vec::new(),
+            });
+            out.len() - 1
+        });
+        out[n].cells.push(i);
+    }
+    for d in &mut out {
+        // The worst state (the newest of its measurements in it) speaks:
+        // its value, time and reason; else the newest value of any.
+        let by = |i: &usize| {
+            let c = &cells[*i].cell;
+            (c.status, c.value.is_some(), c.at_ms)
+        };
+        if let Some(&w) = d.cells.iter().max_by_key(|i| by(i)) {
+            let c = &cells[w].cell;
+            d.status = c.status;
+            d.why = c.why.clone();
+            d.value = c.value;
+            d.at_ms = c.at_ms;
+        }
+        if d.value.is_none() {
+            if let Some(c) = d
+                .cells
+                .iter()
+                .map(|&i| &cells[i].cell)
+                .filter(|c| c.value.is_some())
+                .max_by_key(|c| c.at_ms)
+            {
+                d.value = c.value;
+                d.at_ms = c.at_ms;
+            }
+        }
+    }
+    for d in &mut out {
+        d.level = if d.status == Status::Ok {
+            d.cells.iter().filter_map(|&i| cells[i].level).max()
+        } else {
+            None
+        };
+    }
+    out
+}
+
+/// Asks another agent for a document (a GET, 3 s at most, at most `cap`
+/// bytes): its body, or why not in words.
+pub(crate) async fn ask_peer(
+    client: &reqwest::Client,
+    url: &str,
+    cap: u64,
+    what: &str,
+) -> Result<Vec<u8>, String> {
+    let r = client
+        .get(url)
+        .timeout(std::time::Duration::from_secs(3))
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                "no answer in time".to_string()
+            } else {
+                e.to_string()
+            }
+        })?;
+    if !r.status().is_success() {
+        return Err(format!("HTTP {}", r.status()));
+    }
+    let bytes = crate::answer::body_capped(r, cap).await.map_err(|e| match e {
+        Some(e) => e.to_string(),
+        None => format!("its {what} is larger than {cap} bytes"),
+    })?;
+    Ok(bytes)
+}
+
+const HOUR: u64 = 3_600_000;
+const WEEK: u64 = 7 * 86_400_000;
+
 /// Most bytes read of a peer's grid.
 const MAX_GRID: u64 = 16 << 20;
 
 /// The grid of a metric family (see [`GridView`]).
-pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, local: bool) -> GridView {
+pub(crate) async fn grid_view(s: &Ctx, family: Family, local: bool) -> GridView {
     use goodput_core::alert::Status;
     let loaded = s.loaded();
-    let (mut cells, legend, evaluated) = {
+    let (cells, legend, evaluated) = {
         let st = s.alerting();
         let cells: Vec<crate::state::alerts::HalfCell> =
             st.cells.iter().filter(|c| c.metric == family).cloned().collect();
         (cells, st.legend.clone(), st.evaluated_ms)
     };
+    // This agent's cells, with their latest values read from the archive
+    // and coloured by them where no rule had a value.
+    let mut cells = read_values(s, &loaded, family, cells).await;
     let me = if s.is_archive() {
         "fleet archive".to_string()
     } else {
@@ -92,31 +560,10 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
             let client = s.client(&peer);
             let url = format!("{}/api/v1/grid?metric={}&scope=local", peer.url, family.name());
             asks.spawn(async move {
-                let got: Result<GridView, String> = async {
-                    let r = client
-                        .get(&url)
-                        .timeout(std::time::Duration::from_secs(3))
-                        .send()
-                        .await
-                        .map_err(|e| {
-                            if e.is_timeout() {
-                                "no answer in time".to_string()
-                            } else {
-                                e.to_string()
-                            }
-                        })?;
-                    if !r.status().is_success() {
-                        return Err(format!("HTTP {}", r.status()));
-                    }
-                    let bytes = crate::answer::body_capped(r, MAX_GRID)
-                        .await
-                        .map_err(|e| match e {
-                            Some(e) => e.to_string(),
-                            None => format!("its grid is larger than {MAX_GRID} bytes"),
-                        })?;
-                    serde_json::from_slice(&bytes).map_err(|e| format!("its grid does not read: {e}"))
-                }
-                .await;
+                let got: Result<GridView, String> =
+                    ask_peer(&client, &url, MAX_GRID, "grid").await.and_then(|bytes| {
+                        serde_json::from_slice(&bytes).map_err(|e| format!("its grid does not read: {e}"))
+                    });
                 (name, got)
             });
         }
@@ -128,7 +575,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     cells.extend(
                         g.cells
                             .into_iter()
-                            .filter(|c| c.source == name && c.metric == family),
+                            .filter(|c| c.cell.source == name && c.cell.metric == family),
                     );
                     agents.push(AgentSeen {
                         name,
@@ -152,7 +599,14 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
     let covered: std::collections::HashSet<(String, String, Option<String>, goodput_core::alert::Direction)> =
         cells
             .iter()
-            .map(|c| (c.task.clone(), c.source.clone(), c.dest.clone(), c.direction))
+            .map(|c| {
+                (
+                    c.cell.task.clone(),
+                    c.cell.source.clone(),
+                    c.cell.dest.clone(),
+                    c.cell.direction,
+                )
+            })
             .collect();
     for p in &pairs {
         if !local || s.speaks_for(&loaded, &p.source) {
@@ -172,17 +626,21 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
                     }
                     _ => format!("no agent runs {}'s tests", p.source),
                 };
-                cells.push(crate::state::alerts::HalfCell {
-                    task: p.task.clone(),
-                    kind: p.spec.kind().into(),
-                    source: p.source.clone(),
-                    dest: p.dest.clone(),
-                    metric: family,
-                    direction: d,
-                    status: Status::NoData,
-                    value: None,
-                    at_ms: None,
-                    why: Some(why),
+                cells.push(GridCell {
+                    cell: crate::state::alerts::HalfCell {
+                        task: p.task.clone(),
+                        kind: p.spec.kind().into(),
+                        source: p.source.clone(),
+                        dest: p.dest.clone(),
+                        metric: family,
+                        direction: d,
+                        status: Status::NoData,
+                        value: None,
+                        at_ms: None,
+                        why: Some(why),
+                    },
+                    level: None,
+                    baseline: None,
                 });
             }
         }
@@ -197,7 +655,7 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
         // A fleet archive: the measurements of an agent whose lease lapsed
         // are down, not merely without data.
         let lapsed = crate::state::fleet::lapsed(s).await;
-        for c in cells.iter_mut() {
+        for c in cells.iter_mut().map(|c| &mut c.cell) {
             if matches!(c.status, Status::Maintenance | Status::NotRun) {
                 continue;
             }
@@ -212,12 +670,15 @@ pub(crate) async fn grid_view(s: &Ctx, family: goodput_core::alert::Family, loca
         }
     }
     cells.sort_by(|a, b| {
+        let (a, b) = (&a.cell, &b.cell);
         (&a.source, &a.dest, &a.task, a.direction).cmp(&(&b.source, &b.dest, &b.task, b.direction))
     });
+    let directions = merge_directions(&cells);
     GridView {
         metric: family,
         hosts,
         cells,
+        directions,
         legend,
         agents,
     }
