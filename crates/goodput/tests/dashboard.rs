@@ -65,6 +65,15 @@ hold = 1
     )
 }
 
+/// Whether the kernel's clock is marked synchronised (what the host page
+/// reads).
+fn clock_synchronised() -> bool {
+    // SAFETY: adjtimex with modes 0 only reads; the struct is zeroed.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::adjtimex(&mut tx) };
+    rc >= 0 && rc != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0
+}
+
 fn shots() -> PathBuf {
     std::env::var_os("GOODPUT_SCREENSHOTS")
         .map(PathBuf::from)
@@ -497,6 +506,23 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
         assert!(health.contains(word), "{word}: {health}");
     }
     assert!(browser.all("#timeline").len() == 1);
+    // Readable: words, not JSON; the clock's error in a sensible unit,
+    // and what an unsynchronised clock means.
+    assert!(
+        !health.contains('{') && !health.contains('[') && !health.contains('"'),
+        "{health}"
+    );
+    let clock = browser.text(&browser.one("#health tr:nth-child(4) td"));
+    let synced = clock_synchronised();
+    if synced {
+        assert!(clock.starts_with("synchronised: estimated error "), "{clock}");
+    } else {
+        assert!(
+            clock.contains(" — the clock is not synchronised; one-way delays are not exact until chrony or ntpd synchronises it"),
+            "{clock}"
+        );
+    }
+    assert!(!clock.contains("000 µs"), "{clock}");
     browser.screenshot(&shots().join("host.png"));
     browser.go(&format!("{base}/ui/alerts"));
     let alerts = browser.all("tr.alert");

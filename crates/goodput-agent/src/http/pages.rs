@@ -1118,24 +1118,46 @@ async fn host_page(State(s): State<Ctx>) -> Response {
         serde_json::Value::Null => "none".into(),
         o => o.to_string(),
     };
-    row(&mut body, "identity", text(get("identity")));
+    let names = |v: serde_json::Value| match v {
+        serde_json::Value::Array(a) if a.is_empty() => "none".to_string(),
+        serde_json::Value::Array(a) => a.into_iter().map(text).collect::<Vec<_>>().join(", "),
+        o => text(o),
+    };
+    row(&mut body, "identity", names(get("identity")));
     row(&mut body, "version", text(get("version")));
-    row(&mut body, "up for", format!("{} s", text(get("uptime_s"))));
+    row(
+        &mut body,
+        "up for",
+        duration_words(get("uptime_s").as_u64().unwrap_or(0).saturating_mul(1_000_000)),
+    );
     let clock = get("clock");
     row(
         &mut body,
         "clock",
-        format!(
-            "{}, estimated error {} µs, maximum error {} µs",
-            if clock["synchronised"] == true {
-                "synchronised"
-            } else {
-                "NOT synchronised"
-            },
-            clock["estimated_error_us"],
-            clock["maximum_error_us"]
+        clock_words(
+            clock["synchronised"] == true,
+            clock["estimated_error_us"].as_i64().unwrap_or(0),
+            clock["maximum_error_us"].as_i64().unwrap_or(0),
         ),
     );
+    let steps = get("clock_steps");
+    if let Some(n) = steps["count"].as_u64().filter(|n| *n > 0) {
+        row(
+            &mut body,
+            "clock steps",
+            format!(
+                "{n} seen; the last at {}, by {}",
+                text(steps["last_at"].clone()),
+                duration_words(
+                    steps["last_ms"]
+                        .as_i64()
+                        .unwrap_or(0)
+                        .unsigned_abs()
+                        .saturating_mul(1000)
+                )
+            ),
+        );
+    }
     let ret = s.options.retention;
     row(
         &mut body,
@@ -1196,7 +1218,7 @@ async fn host_page(State(s): State<Ctx>) -> Response {
             ),
         );
     }
-    row(&mut body, "counters", text(get("counters")));
+    row(&mut body, "counters", counter_words(&get("counters")));
     body.push_str("</table><h2>Schedule</h2>");
     body.push_str(&timeline(&cal, now));
     // Non-starts of the last day, with their reasons.
@@ -1227,6 +1249,64 @@ async fn host_page(State(s): State<Ctx>) -> Response {
     }
     body.push_str("</table>");
     page("host", "host", &who(&s), &body).into_response()
+}
+
+/// A length of time in microseconds in words, in its largest sensible
+/// unit: "850 µs", "3.2 ms", "16 s", "5 min", "2 h 5 min", "3 d 4 h".
+pub(crate) fn duration_words(us: u64) -> String {
+    let short = |x: f64, unit: &str| {
+        let t = if x >= 10.0 {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.1}")
+        };
+        format!("{} {unit}", t.strip_suffix(".0").unwrap_or(&t))
+    };
+    let s = us / 1_000_000;
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => short(us as f64 / 1e3, "ms"),
+        1_000_000..60_000_000 => short(us as f64 / 1e6, "s"),
+        60_000_000..3_600_000_000 => format!("{} min", s / 60),
+        3_600_000_000..86_400_000_000 => format!("{} h {} min", s / 3_600, s % 3_600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
+/// The kernel clock's state in words, with what it means for the
+/// measurements when it is not synchronised.
+pub(crate) fn clock_words(synchronised: bool, estimated_us: i64, maximum_us: i64) -> String {
+    let est = duration_words(estimated_us.max(0).unsigned_abs());
+    let max = duration_words(maximum_us.max(0).unsigned_abs());
+    if synchronised {
+        format!("synchronised: estimated error {est}, at most {max}")
+    } else {
+        format!(
+            "{max} — the clock is not synchronised; one-way delays are not exact until chrony or ntpd synchronises it \
+             (its maximum error; estimated {est})"
+        )
+    }
+}
+
+/// The agent's counters in words ("booked 3, non starts 1, …"), the
+/// ones not yet counted left out.
+fn counter_words(v: &serde_json::Value) -> String {
+    let Some(o) = v.as_object() else {
+        return "none".into();
+    };
+    let said: Vec<String> = o
+        .iter()
+        .filter_map(|(k, v)| {
+            v.as_u64()
+                .filter(|n| *n > 0)
+                .map(|n| format!("{} {n}", k.replace('_', " ")))
+        })
+        .collect();
+    if said.is_empty() {
+        "none counted yet".into()
+    } else {
+        said.join(", ")
+    }
 }
 
 /// The calendar as a timeline: a lane per class, the free slots for an
@@ -1316,6 +1396,23 @@ mod tests {
                 assert_eq!((from % HOUR, to % HOUR, step % HOUR), (0, 0, 0));
             }
         }
+    }
+
+    #[test]
+    fn clock_errors_read_in_sensible_units_with_a_hint() {
+        assert_eq!(
+            clock_words(false, 16_000_000, 16_000_000),
+            "16 s — the clock is not synchronised; one-way delays are not exact until chrony or ntpd \
+             synchronises it (its maximum error; estimated 16 s)"
+        );
+        assert_eq!(
+            clock_words(true, 850, 3_200),
+            "synchronised: estimated error 850 µs, at most 3.2 ms"
+        );
+        assert_eq!(duration_words(125_000_000), "2 min");
+        assert_eq!(duration_words(7_500 * 1_000_000), "2 h 5 min");
+        assert_eq!(duration_words(1_500_000), "1.5 s");
+        assert_eq!(duration_words(u64::MAX), "213503982 d 8 h");
     }
 
     #[test]
