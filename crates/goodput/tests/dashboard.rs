@@ -527,6 +527,16 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     browser.go(&format!("{base}/ui/alerts"));
     let alerts = browser.all("tr.alert");
     assert_eq!(alerts.len(), 2, "a's two alerts: loss a → b, throughput a → b");
+    // Each alert names its task.
+    let tasks: Vec<String> = browser
+        .all("tr.alert td.task")
+        .iter()
+        .map(|c| browser.text(c))
+        .collect();
+    assert!(
+        tasks.contains(&"lat".to_owned()) && tasks.contains(&"tp".to_owned()),
+        "{tasks:?}"
+    );
     browser.screenshot(&shots().join("alerts.png"));
 
     // No page wrote to the console in error.

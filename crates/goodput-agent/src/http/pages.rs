@@ -252,7 +252,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
     let open: Vec<_> = open.into_iter().filter(|a| a.metric == family.name()).collect();
     if !open.is_empty() {
         body.push_str("<h2>Open alerts here</h2>");
-        body.push_str(&alerts_table(&open));
+        body.push_str(&alerts_table(&alert_values(&open)));
     }
     let mut html = page(
         &format!("{} grid", family.title()),
@@ -398,35 +398,63 @@ fn cell_svg(family: Family, row: &str, col: &str, d: Option<&DirectionCell>, cel
     )
 }
 
-fn alerts_table(alerts: &[goodput_archive::AlertRecord]) -> String {
+/// The alerts as a table, a row each: what, where, which task, the
+/// rule's thresholds in words (`thresholds_text`, where the alert
+/// carries it; else the rule's name), the value that passed them, and
+/// when. Reads the alerts' JSON, so that the fields the API adds show.
+fn alerts_table(alerts: &[serde_json::Value]) -> String {
     let mut t = String::from(
-        "<table class=\"list alerts\"><tr><th>severity</th><th>metric</th><th>pair</th><th>direction</th><th>rule</th><th>started</th><th>ended</th><th>what</th></tr>",
+        "<table class=\"list alerts\"><tr><th>severity</th><th>metric</th><th>task</th><th>pair</th><th>direction</th>\
+         <th>thresholds</th><th>what</th><th>started</th><th>ended</th></tr>",
     );
+    let text = |a: &serde_json::Value, k: &str| a.get(k).and_then(|v| v.as_str()).unwrap_or("").to_owned();
     for a in alerts {
-        let sev = match a.severity.as_str() {
+        let severity = text(a, "severity");
+        let sev = match severity.as_str() {
             "critical" => Status::Critical,
             "warning" => Status::Warning,
             _ => Status::NoData,
         };
         let (color, _) = status_style(sev);
+        let words = text(a, "thresholds_text");
+        let thresholds = if words.is_empty() {
+            format!("rule {}", text(a, "rule"))
+        } else {
+            words
+        };
+        let dest = text(a, "dest");
         let _ = write!(
             t,
-            "<tr class=\"alert\" data-severity=\"{}\" data-metric=\"{}\"><td><span class=\"swatch\" style=\"background:{color}\"></span>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&a.severity),
-            escape(&a.metric),
-            escape(&a.severity),
-            escape(&a.metric),
-            escape(&a.source),
-            escape(a.dest.as_deref().unwrap_or("-")),
-            escape(&a.direction),
-            escape(&a.rule),
-            ms_rfc3339(a.start_ms),
-            a.end_ms.map(ms_rfc3339).unwrap_or_else(|| "open".into()),
-            escape(&a.threshold)
+            "<tr class=\"alert\" data-severity=\"{}\" data-metric=\"{}\" data-task=\"{}\"><td><span class=\"swatch\" style=\"background:{color}\"></span>{}</td>\
+             <td>{}</td><td class=\"task\">{}</td><td>{} → {}</td><td>{}</td><td class=\"thresholds\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&severity),
+            escape(&text(a, "metric")),
+            escape(&text(a, "task")),
+            escape(&severity),
+            escape(&text(a, "metric")),
+            escape(&text(a, "task")),
+            escape(&text(a, "source")),
+            escape(if dest.is_empty() { "-" } else { &dest }),
+            escape(&text(a, "direction")),
+            escape(&thresholds),
+            escape(&text(a, "threshold")),
+            a.get("start_ms").and_then(|v| v.as_u64()).map(ms_rfc3339).unwrap_or_default(),
+            a.get("end_ms")
+                .and_then(|v| v.as_u64())
+                .map(ms_rfc3339)
+                .unwrap_or_else(|| "open".into()),
         );
     }
     t.push_str("</table>");
     t
+}
+
+/// Alerts as the table reads them.
+fn alert_values(alerts: &[goodput_archive::AlertRecord]) -> Vec<serde_json::Value> {
+    alerts
+        .iter()
+        .filter_map(|a| serde_json::to_value(a).ok())
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -1094,9 +1122,9 @@ async fn alerts_page(State(s): State<Ctx>) -> Response {
     };
     let (open, ended): (Vec<_>, Vec<_>) = all.into_iter().partition(|a| a.end_ms.is_none());
     let mut body = format!("<h1>Alerts</h1><h2>Open ({})</h2>", open.len());
-    body.push_str(&alerts_table(&open));
+    body.push_str(&alerts_table(&alert_values(&open)));
     let _ = write!(body, "<h2>Ended in the last 7 days ({})</h2>", ended.len());
-    body.push_str(&alerts_table(&ended));
+    body.push_str(&alerts_table(&alert_values(&ended)));
     page("alerts", "alerts", &who(&s), &body).into_response()
 }
 
@@ -1413,6 +1441,30 @@ mod tests {
         assert_eq!(duration_words(7_500 * 1_000_000), "2 h 5 min");
         assert_eq!(duration_words(1_500_000), "1.5 s");
         assert_eq!(duration_words(u64::MAX), "213503982 d 8 h");
+    }
+
+    #[test]
+    fn alerts_show_their_task_and_thresholds_in_words_when_they_carry_them() {
+        let a = serde_json::json!({"severity": "warning", "metric": "loss", "task": "lat", "source": "a",
+            "dest": "b", "direction": "forward", "rule": "loss", "threshold": "loss = 0.200% (outside ~:0)",
+            "start_ms": 0, "end_ms": null,
+            "thresholds_text": "warning when loss is above 0 %, critical when at or above 1 %"});
+        let t = alerts_table(std::slice::from_ref(&a));
+        assert!(
+            t.contains("<th>task</th>") && t.contains("<td class=\"task\">lat</td>"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "<td class=\"thresholds\">warning when loss is above 0 %, critical when at or above 1 %</td>"
+            ),
+            "{t}"
+        );
+        // An alert without the words (an older agent's): the rule's name.
+        let mut old = a;
+        old.as_object_mut().unwrap().remove("thresholds_text");
+        let t = alerts_table(&[old]);
+        assert!(t.contains("<td class=\"thresholds\">rule loss</td>"), "{t}");
     }
 
     #[test]
