@@ -696,3 +696,90 @@ pub(crate) async fn grid(
     };
     Ok(Json(grid_view(&s, family, local).await))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::alerts::HalfCell;
+    use goodput_core::alert::{Direction, Status};
+
+    #[test]
+    fn values_read_short_with_their_units() {
+        assert_eq!(short(Family::Throughput, 940e6), "940 Mbit/s");
+        assert_eq!(short(Family::Throughput, 1.25e9), "1.25 Gbit/s");
+        assert_eq!(short(Family::Loss, 0.0), "0 %");
+        assert_eq!(short(Family::Loss, 0.02), "0.02 %");
+        assert_eq!(short(Family::Loss, 8.0), "8 %");
+        assert_eq!(short(Family::Delay, 410.0), "410 µs");
+        assert_eq!(short(Family::Jitter, 12_000.0), "12 ms");
+        assert_eq!(short(Family::OneWayDelay, 1_234.0), "1.23 ms");
+        assert_eq!(short(Family::Path, 1.0), "1 change");
+        assert_eq!(short(Family::Delay, f64::NAN), "?");
+    }
+
+    #[test]
+    fn the_scale_judges_fixed_bands_and_the_pairs_own_baseline() {
+        let l = |f, v, b| level_of(f, v, b).0;
+        assert_eq!(l(Family::Loss, 0.0, None), Level::Good);
+        assert_eq!(l(Family::Loss, 0.5, None), Level::Fair);
+        assert_eq!(l(Family::Loss, 2.0, None), Level::Poor);
+        assert_eq!(l(Family::Jitter, 205.0, None), Level::Good);
+        assert_eq!(l(Family::Jitter, 12_000.0, None), Level::Poor);
+        // Throughput against the pair's usual.
+        assert_eq!(l(Family::Throughput, 300e6, None), Level::Good);
+        assert_eq!(l(Family::Throughput, 900e6, Some(940e6)), Level::Good);
+        assert_eq!(l(Family::Throughput, 600e6, Some(940e6)), Level::Fair);
+        assert_eq!(l(Family::Throughput, 300e6, Some(940e6)), Level::Poor);
+        assert_eq!(
+            level_of(Family::Throughput, 300e6, Some(940e6)).1,
+            "32 % of its usual 940 Mbit/s"
+        );
+        // Delay against the usual, with a millisecond's slack.
+        assert_eq!(l(Family::Delay, 1_400.0, Some(400.0)), Level::Good);
+        assert_eq!(l(Family::Delay, 5_000.0, Some(400.0)), Level::Fair);
+        assert_eq!(l(Family::Delay, 24_000.0, Some(400.0)), Level::Poor);
+    }
+
+    fn half(source: &str, dest: &str, d: Direction, status: Status, v: f64, at: u64) -> GridCell {
+        GridCell {
+            cell: HalfCell {
+                task: "lat".into(),
+                kind: "stamp".into(),
+                source: source.into(),
+                dest: Some(dest.into()),
+                metric: Family::Loss,
+                direction: d,
+                status,
+                value: Some(v),
+                at_ms: Some(at),
+                why: None,
+            },
+            level: Some(level_of(Family::Loss, v, None).0),
+            baseline: None,
+        }
+    }
+
+    #[test]
+    fn a_direction_measured_from_both_ends_is_one_cell_the_worst_state_winning() {
+        let cells = [
+            half("a", "b", Direction::Forward, Status::Warning, 0.2, 10),
+            half("a", "b", Direction::Backward, Status::Ok, 0.0, 10),
+            half("b", "a", Direction::Forward, Status::Ok, 0.5, 12),
+            half("b", "a", Direction::Backward, Status::Critical, 8.0, 9),
+        ];
+        let d = merge_directions(&cells);
+        assert_eq!(d.len(), 2, "{d:?}");
+        let ab = d.iter().find(|x| x.from == "a" && x.to == "b").unwrap();
+        assert_eq!(
+            (ab.status, ab.value, ab.cells.clone()),
+            (Status::Critical, Some(8.0), vec![0, 3])
+        );
+        assert_eq!(ab.level, None, "an alert, not a level");
+        let ba = d.iter().find(|x| x.from == "b" && x.to == "a").unwrap();
+        // Both OK: the newest value, the worse level.
+        assert_eq!(
+            (ba.status, ba.value, ba.level),
+            (Status::Ok, Some(0.5), Some(Level::Fair))
+        );
+    }
+}
