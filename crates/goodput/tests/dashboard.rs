@@ -523,6 +523,12 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
         );
     }
     assert!(!clock.contains("000 µs"), "{clock}");
+    // The schedule's last time label is not cut off either.
+    let cut = browser.script(
+        "const svg = document.getElementById('timeline'); const box = svg.getBoundingClientRect(); \
+         return Array.from(svg.querySelectorAll('text')).filter(t => t.getBoundingClientRect().right > box.right + 0.5).length",
+    );
+    assert_eq!(cut.as_u64(), Some(0), "timeline labels cut off");
     browser.screenshot(&shots().join("host.png"));
     browser.go(&format!("{base}/ui/alerts"));
     let alerts = browser.all("tr.alert");

@@ -287,6 +287,50 @@ async fn read_values(
     all
 }
 
+/// How long a baseline read from the archive is used again.
+const BASELINE_KEPT_MS: u64 = 10 * 60_000;
+
+/// Most baselines kept (past it, all are dropped and read again).
+const MAX_BASELINES: usize = 100_000;
+
+/// A measurement's usual value of a metric: the median of its hourly
+/// means over the last week (the archive's stored aggregates), once it
+/// has [`MIN_BASELINE_RUNS`] runs; kept [`BASELINE_KEPT_MS`].
+async fn baseline_of(
+    archive: &goodput_archive::Archive,
+    key: &str,
+    metric: goodput_archive::Metric,
+    now: u64,
+) -> Option<f64> {
+    type Kept = std::collections::HashMap<(String, usize), (u64, Option<f64>)>;
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    let id = (key.to_owned(), metric.index());
+    if let Some((at, b)) = kept.lock().ok().and_then(|k| k.get(&id).copied()) {
+        if at.saturating_add(BASELINE_KEPT_MS) > now {
+            return b;
+        }
+    }
+    let to = (now / HOUR + 1) * HOUR;
+    let from = to.saturating_sub(WEEK);
+    let b = match archive.series(key, metric, from, to, Some(HOUR)).await {
+        Ok(pts) if pts.iter().map(|p| p.count).sum::<u64>() >= MIN_BASELINE_RUNS as u64 => {
+            let means: Vec<f64> = pts.iter().map(|p| p.mean).collect();
+            Some(goodput_core::alert::median(&means)).filter(|m| m.is_finite())
+        }
+        Ok(_) => None,
+        // Not kept: asked again next time.
+        Err(_) => return None,
+    };
+    if let Ok(mut k) = kept.lock() {
+        if k.len() >= MAX_BASELINES {
+            k.clear();
+        }
+        k.insert(id, (now, b));
+    }
+    b
+}
+
 /// One measurement's cells with their values read from the archive (see
 /// [`read_values`]).
 async fn read_measurement(
@@ -304,51 +348,55 @@ async fn read_measurement(
         p.repeat.every.max(1_000)
     };
     let fresh_ms = every.saturating_mul(3);
-    let recent = if family == Family::Path {
-        None
-    } else {
-        archive
-            .recent(&key, now.saturating_sub(WEEK), now.saturating_add(1))
-            .await
-            .ok()
-    };
-    let paths = if family == Family::Path {
-        archive
-            .paths(&key, now.saturating_sub(86_400_000), now.saturating_add(1))
-            .await
-            .ok()
-    } else {
-        None
-    };
+    let since = now.saturating_sub(fresh_ms);
+    // Read only what the evaluation did not give: the recent runs where a
+    // cell has no value (no rule watches it), once; a relative scale's
+    // baseline (cached a while: it moves slowly).
+    let mut recent: Option<Option<goodput_archive::Recent>> = None;
+    let mut paths: Option<Option<goodput_archive::PathHistory>> = None;
     let mut out = Vec::new();
     let mut last_run: Option<Option<goodput_archive::Run>> = None;
     for mut c in cells {
-        let (latest, baseline) = match (&recent, &paths) {
-            (Some(r), _) => {
-                let metric = family
-                    .archive_metric(c.direction)
-                    .and_then(|n| serde_json::from_value::<goodput_archive::Metric>(n.into()).ok());
-                match metric {
-                    Some(m) => {
-                        let pts = r.series(m, 0, u64::MAX);
-                        let latest = pts.last().map(|x| (x.at_ms, x.mean));
-                        let before: Vec<f64> = pts.iter().rev().skip(1).map(|x| x.mean).collect();
-                        let baseline =
-                            (before.len() >= MIN_BASELINE_RUNS).then(|| goodput_core::alert::median(&before));
-                        (latest, baseline)
-                    }
-                    None => (None, None),
+        let metric = family
+            .archive_metric(c.direction)
+            .and_then(|n| serde_json::from_value::<goodput_archive::Metric>(n.into()).ok());
+        let latest = match (c.value, c.at_ms) {
+            (Some(v), Some(t)) => Some((t, v)),
+            _ if family == Family::Path => {
+                if paths.is_none() {
+                    paths = Some(
+                        archive
+                            .paths(&key, now.saturating_sub(86_400_000), now.saturating_add(1))
+                            .await
+                            .ok(),
+                    );
+                }
+                paths
+                    .as_ref()
+                    .and_then(Option::as_ref)
+                    .filter(|h| h.runs > 0)
+                    .and_then(|h| {
+                        h.paths
+                            .iter()
+                            .map(|x| x.last_ms)
+                            .max()
+                            .map(|t| (t, h.changes as f64))
+                    })
+            }
+            _ => {
+                if recent.is_none() {
+                    recent = Some(archive.recent(&key, since, now.saturating_add(1)).await.ok());
+                }
+                match (recent.as_ref().and_then(Option::as_ref), metric) {
+                    (Some(r), Some(m)) => r.series(m, 0, u64::MAX).last().map(|x| (x.at_ms, x.mean)),
+                    _ => None,
                 }
             }
-            (None, Some(h)) if h.runs > 0 => (
-                h.paths
-                    .iter()
-                    .map(|x| x.last_ms)
-                    .max()
-                    .map(|t| (t, h.changes as f64)),
-                None,
-            ),
-            _ => (None, None),
+        };
+        let relative = matches!(family, Family::Throughput | Family::Delay | Family::OneWayDelay);
+        let baseline = match metric {
+            Some(m) if relative && latest.is_some() => baseline_of(archive, &key, m, now).await,
+            _ => None,
         };
         if c.value.is_none() {
             if let Some((t, v)) = latest {

@@ -1397,9 +1397,11 @@ fn timeline(cal: &crate::http::schedule::ScheduleView, now: u64) -> String {
     let span_ms = cal.to_ms - cal.from_ms;
     for i in 0..=8u64 {
         let t = cal.from_ms + span_ms * i / 8;
+        // The last label ends at the axis' end (centred, it was cut off).
+        let anchor = if i == 8 { "end" } else { "middle" };
         let _ = write!(
             s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" class=\"tick\">{}</text>",
             x(t),
             h - 4.0,
             chart::time_label(t, span_ms)
