@@ -241,6 +241,43 @@ fn digits(x: f64) -> String {
     }
 }
 
+/// [`read_values`] once per evaluation and family: the same grid asked
+/// again (a page, its refresh, another agent) reads nothing more.
+async fn kept_values(
+    s: &Ctx,
+    loaded: &crate::state::config::Loaded,
+    family: Family,
+    cells: Vec<crate::state::alerts::HalfCell>,
+    evaluated: u64,
+) -> Vec<GridCell> {
+    type Kept = std::collections::HashMap<(usize, Family), (u64, u64, Vec<GridCell>)>;
+    static KEPT: std::sync::OnceLock<std::sync::Mutex<Kept>> = std::sync::OnceLock::new();
+    let kept = KEPT.get_or_init(Default::default);
+    // This agent's state (a process may hold several in tests), and the
+    // configuration it was read under.
+    let id = (std::sync::Arc::as_ptr(s) as usize, family);
+    if evaluated > 0 {
+        if let Some((_, _, v)) = kept.lock().ok().and_then(|k| {
+            k.get(&id)
+                .filter(|(e, l, _)| *e == evaluated && *l == loaded.loaded_ms)
+                .cloned()
+        }) {
+            return v;
+        }
+    }
+    let v = read_values(s, loaded, family, cells).await;
+    if evaluated > 0 {
+        if let Ok(mut k) = kept.lock() {
+            // One entry per agent state and family: a handful.
+            if k.len() > 64 {
+                k.clear();
+            }
+            k.insert(id, (evaluated, loaded.loaded_ms, v.clone()));
+        }
+    }
+    v
+}
+
 /// This agent's half-cells with their latest values and levels from the
 /// archive, and a non-start's reason where no value is recent.
 async fn read_values(
@@ -275,8 +312,9 @@ async fn read_values(
         }
     }
     let archive = &s.archive;
+    let fates = fates(archive, now).await;
     let mut all: Vec<GridCell> = futures_util::stream::iter(groups)
-        .map(|(i, cells)| read_measurement(archive, family, now, &loaded.pairs[i], cells))
+        .map(|(i, cells)| read_measurement(archive, family, now, &loaded.pairs[i], cells, &fates))
         .buffered(8)
         .collect::<Vec<Vec<GridCell>>>()
         .await
@@ -285,6 +323,32 @@ async fn read_values(
         .collect();
     all.extend(rest);
     all
+}
+
+/// Each measurement's newest run of the last day that failed or did
+/// not start, by task, source and destination.
+type Fates = std::collections::HashMap<(String, String, Option<String>), goodput_archive::Run>;
+
+/// The last day's failed runs and non-starts (three reads for the whole
+/// grid, not one per measurement).
+async fn fates(archive: &goodput_archive::Archive, now: u64) -> Fates {
+    use goodput_archive::RunState;
+    let mut out = Fates::new();
+    for state in [RunState::NonStart, RunState::Missed, RunState::Failed] {
+        let f = goodput_archive::RunFilter {
+            state: Some(state),
+            from_ms: Some(now.saturating_sub(86_400_000)),
+            limit: 5_000,
+            ..goodput_archive::RunFilter::default()
+        };
+        for r in archive.runs(&f).await.unwrap_or_default() {
+            let k = (r.task.clone(), r.source.clone(), r.dest.clone());
+            if out.get(&k).is_none_or(|o| o.scheduled_ms < r.scheduled_ms) {
+                out.insert(k, r);
+            }
+        }
+    }
+    out
 }
 
 /// How long a baseline read from the archive is used again.
@@ -339,6 +403,7 @@ async fn read_measurement(
     now: u64,
     p: &goodput_core::mesh::PairTask,
     cells: Vec<crate::state::alerts::HalfCell>,
+    fates: &Fates,
 ) -> Vec<GridCell> {
     use goodput_core::alert::Status;
     let key = goodput_archive::measurement_key(&p.spec, &p.source, p.dest.as_deref());
@@ -355,7 +420,6 @@ async fn read_measurement(
     let mut recent: Option<Option<goodput_archive::Recent>> = None;
     let mut paths: Option<Option<goodput_archive::PathHistory>> = None;
     let mut out = Vec::new();
-    let mut last_run: Option<Option<goodput_archive::Run>> = None;
     for mut c in cells {
         let metric = family
             .archive_metric(c.direction)
@@ -419,23 +483,7 @@ async fn read_measurement(
             }
         } else if c.status == Status::NoData && c.why.as_deref().is_none_or(|w| w == NO_RESULT) {
             // Why nothing recent: the last run's fate.
-            if last_run.is_none() {
-                let f = goodput_archive::RunFilter {
-                    source: Some(p.source.clone()),
-                    dest: p.dest.clone(),
-                    kind: Some(p.spec.kind().into()),
-                    limit: 20,
-                    ..goodput_archive::RunFilter::default()
-                };
-                last_run = Some(
-                    archive
-                        .runs(&f)
-                        .await
-                        .ok()
-                        .and_then(|r| r.into_iter().find(|r| r.task == p.task)),
-                );
-            }
-            if let Some(Some(r)) = &last_run {
+            if let Some(r) = fates.get(&(p.task.clone(), p.source.clone(), p.dest.clone())) {
                 let reason = r.reason.as_deref().unwrap_or("no reason given");
                 let when = ms_rfc3339(r.scheduled_ms);
                 match r.state {
@@ -573,8 +621,9 @@ pub(crate) async fn grid_view(s: &Ctx, family: Family, local: bool) -> GridView 
         (cells, st.legend.clone(), st.evaluated_ms)
     };
     // This agent's cells, with their latest values read from the archive
-    // and coloured by them where no rule had a value.
-    let mut cells = read_values(s, &loaded, family, cells).await;
+    // and coloured by them where no rule had a value: read once per
+    // evaluation (the cells change with it), then kept.
+    let mut cells = kept_values(s, &loaded, family, cells, evaluated).await;
     let me = if s.is_archive() {
         "fleet archive".to_string()
     } else {
