@@ -103,8 +103,12 @@ pub(crate) struct DirectionCell {
     pub(crate) to: String,
     /// A round trip's (or a trace's) figure, not one direction's.
     pub(crate) round_trip: bool,
-    /// The worst state of its measurements.
+    /// The worst state of its measurements (one that no rule judged but
+    /// has a recent value counts as OK, coloured by its level).
     pub(crate) status: goodput_core::alert::Status,
+    /// The direction, relative to its measurement, of the half-cell whose
+    /// state it shows.
+    pub(crate) direction: goodput_core::alert::Direction,
     /// When that state is OK: the worst level of their latest values.
     pub(crate) level: Option<Level>,
     /// The newest value of them (archive units).
@@ -473,13 +477,10 @@ async fn read_measurement(
         if let Some((_, v)) = fresh {
             if matches!(c.status, Status::Ok | Status::NoData) {
                 let v = c.value.unwrap_or(v);
-                let (l, words) = level_of(family, v, baseline);
-                level = Some(l);
-                if c.status == Status::NoData {
-                    // No rule had a value: the scale says.
-                    c.status = Status::Ok;
-                    c.why = Some(format!("no rule judged it; by value {} ({words})", l.name()));
-                }
+                // (The cell keeps the evaluation's state: where no rule
+                // had a value, it is no data with a level, and the
+                // direction it shows in is coloured by that level.)
+                level = Some(level_of(family, v, baseline).0);
             }
         } else if c.status == Status::NoData && c.why.as_deref().is_none_or(|w| w == NO_RESULT) {
             // Why nothing recent: the last run's fate.
@@ -506,6 +507,17 @@ async fn read_measurement(
     out
 }
 
+/// A half-cell's state as the grid draws it: one that no rule judged
+/// (no data) but that has a recent value and so a level is OK, coloured
+/// by its level.
+pub(crate) fn shown_status(g: &GridCell) -> goodput_core::alert::Status {
+    use goodput_core::alert::Status;
+    match (g.cell.status, g.level) {
+        (Status::NoData, Some(_)) => Status::Ok,
+        (s, _) => s,
+    }
+}
+
 /// Every direction once: the cells of the same direction (a pair fed by
 /// both its ends, or by two tasks) merged into one state.
 pub(crate) fn merge_directions(cells: &[GridCell]) -> Vec<DirectionCell> {
@@ -527,6 +539,7 @@ pub(crate) fn merge_directions(cells: &[GridCell]) -> Vec<DirectionCell> {
                 to,
                 round_trip: c.direction == Direction::RoundTrip || c.metric == Family::Path,
                 status: Status::NotRun,
+                direction: c.direction,
                 level: None,
                 value: None,
                 at_ms: None,
@@ -542,11 +555,12 @@ pub(crate) fn merge_directions(cells: &[GridCell]) -> Vec<DirectionCell> {
         // its value, time and reason; else the newest value of any.
         let by = |i: &usize| {
             let c = &cells[*i].cell;
-            (c.status, c.value.is_some(), c.at_ms)
+            (shown_status(&cells[*i]), c.value.is_some(), c.at_ms)
         };
         if let Some(&w) = d.cells.iter().max_by_key(|i| by(i)) {
             let c = &cells[w].cell;
-            d.status = c.status;
+            d.status = shown_status(&cells[w]);
+            d.direction = c.direction;
             d.why = c.why.clone();
             d.value = c.value;
             d.at_ms = c.at_ms;
@@ -566,7 +580,11 @@ pub(crate) fn merge_directions(cells: &[GridCell]) -> Vec<DirectionCell> {
     }
     for d in &mut out {
         d.level = if d.status == Status::Ok {
-            d.cells.iter().filter_map(|&i| cells[i].level).max()
+            d.cells
+                .iter()
+                .filter(|&&i| shown_status(&cells[i]) == Status::Ok)
+                .filter_map(|&i| cells[i].level)
+                .max()
         } else {
             None
         };
@@ -878,5 +896,21 @@ mod tests {
             (ba.status, ba.value, ba.level),
             (Status::Ok, Some(0.5), Some(Level::Fair))
         );
+    }
+
+    #[test]
+    fn a_value_no_rule_judged_colours_its_direction_by_its_level() {
+        // No rule watches it: the evaluation says no data; its recent
+        // value has a level. The API's cell keeps the evaluation's state.
+        let mut jitter = half("a", "b", Direction::RoundTrip, Status::NoData, 3_000.0, 10);
+        jitter.cell.metric = Family::Jitter;
+        jitter.level = Some(level_of(Family::Jitter, 3_000.0, None).0);
+        let d = merge_directions(std::slice::from_ref(&jitter));
+        assert_eq!((d[0].status, d[0].level), (Status::Ok, Some(Level::Fair)));
+        assert_eq!(jitter.cell.status, Status::NoData);
+        // Without a recent value (no level) it stays no data.
+        jitter.level = None;
+        let d = merge_directions(&[jitter]);
+        assert_eq!((d[0].status, d[0].level), (Status::NoData, None));
     }
 }

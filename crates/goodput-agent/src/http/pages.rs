@@ -25,14 +25,14 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use axum::Router;
 use goodput_archive::{measurement_key, Metric, Run, RunFilter, RunState};
-use goodput_core::alert::{Family, Status};
+use goodput_core::alert::{Direction, Family, Status};
 use goodput_core::mesh::PairTask;
 use goodput_core::time::ms_rfc3339;
 use goodput_report::chart::{self, escape, palette, Band, Chart, Mark, Point, Series, Style};
 use serde::Deserialize;
 
 use crate::clock;
-use crate::http::grid::{scale_legend, short, DirectionCell, GridCell, Level};
+use crate::http::grid::{scale_legend, short, shown_status, DirectionCell, GridCell, Level};
 use crate::state::Shared;
 
 type Ctx = Arc<Shared>;
@@ -350,7 +350,11 @@ fn cell_svg(family: Family, row: &str, col: &str, d: Option<&DirectionCell>, cel
             h.task,
             h.kind,
             h.source,
-            status_style(h.status).1
+            match (shown_status(c), c.level) {
+                (Status::Ok, Some(l)) if h.status == Status::NoData =>
+                    format!("no rule judged it; by value {}", l.name()),
+                (s, _) => status_style(s).1.to_owned(),
+            }
         );
         if let (Some(v), Some(t)) = (h.value, h.at_ms) {
             let _ = write!(title, ", last {} at {}", show(family, v), ms_rfc3339(t));
@@ -358,7 +362,7 @@ fn cell_svg(family: Family, row: &str, col: &str, d: Option<&DirectionCell>, cel
         if let Some(b) = c.baseline {
             let _ = write!(title, ", usually {}", short(family, b));
         }
-        if let Some(w) = &h.why {
+        if let Some(w) = h.why.as_deref().filter(|_| shown_status(c) == h.status) {
             let _ = write!(title, "; {w}");
         }
     }
@@ -384,10 +388,11 @@ fn cell_svg(family: Family, row: &str, col: &str, d: Option<&DirectionCell>, cel
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" class=\"cellsvg\"><a href=\"{href}\">\
          <rect x=\"0.5\" y=\"0.5\" width=\"{}\" height=\"{}\" fill=\"{color}\" stroke=\"#666\" stroke-width=\"0.6\" class=\"dir\" \
-         data-from=\"{}\" data-to=\"{}\" data-status=\"{}\" data-level=\"{}\"><title>{}</title></rect>\
+         data-direction=\"{}\" data-from=\"{}\" data-to=\"{}\" data-status=\"{}\" data-level=\"{}\"><title>{}</title></rect>\
          <text x=\"{}\" y=\"19\" text-anchor=\"middle\" font-size=\"11\" fill=\"{ink}\" class=\"value\" pointer-events=\"none\">{}</text></a></svg>",
         W - 1,
         H - 1,
+        d.map_or(Direction::Forward, |d| d.direction).name(),
         escape(row),
         escape(col),
         status.name(),
