@@ -65,6 +65,15 @@ hold = 1
     )
 }
 
+/// Whether the kernel's clock is marked synchronised (what the host page
+/// reads).
+fn clock_synchronised() -> bool {
+    // SAFETY: adjtimex with modes 0 only reads; the struct is zeroed.
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::adjtimex(&mut tx) };
+    rc >= 0 && rc != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0
+}
+
 fn shots() -> PathBuf {
     std::env::var_os("GOODPUT_SCREENSHOTS")
         .map(PathBuf::from)
@@ -161,7 +170,17 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
         "b",
         "a",
         now - 5 * 60_000,
-        stamp(0.0, 8.0, 400.0),
+        stamp(0.0, 8.0, 24_000.0),
+    ));
+    // b → c never ran: its last run did not start.
+    b_runs.push(Seed::not_ok(
+        "lat/b/c/nonstart",
+        "lat",
+        "b",
+        "c",
+        now - 30 * 60_000,
+        RunState::NonStart,
+        "limit max_running 1: tp/b/a is running",
     ));
     seed(&common::tmp("dashboard", "a.sqlite"), &text, &a_runs);
     seed(&common::tmp("dashboard", "b.sqlite"), &text, &b_runs);
@@ -190,50 +209,103 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // The loss grid.
+    // The loss grid: a cell per direction, row → column.
     browser.go(&format!("{base}/ui/grid?metric=loss"));
     assert_eq!(browser.title(), "Loss grid · goodput");
-    let halves = browser.all("polygon.half");
-    assert_eq!(halves.len(), 12, "3 hosts: 6 cells of 2 halves");
-    let half = |src: &str, dst: &str, dir: &str| {
-        browser.one(&format!(
-            "polygon.half[data-source=\"{src}\"][data-dest=\"{dst}\"][data-direction=\"{dir}\"]"
-        ))
-    };
+    let dirs = browser.all("rect.dir");
+    assert_eq!(dirs.len(), 6, "3 hosts: 6 directions");
+    let cell =
+        |from: &str, to: &str| browser.one(&format!("rect.dir[data-from=\"{from}\"][data-to=\"{to}\"]"));
+    // Every direction once, with one colour: a → b is measured by a's
+    // test (forward: 0.2 %, a warning) and by b's (its replies: 8 %,
+    // critical); both ends' halves used to be drawn apart, in two cells
+    // of two colours.
+    let ends = browser.script(
+        "return Array.from(document.querySelectorAll('rect.dir')).map(r => r.dataset.from + '>' + r.dataset.to)",
+    );
+    let mut ends: Vec<String> = ends
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap().to_owned())
+        .collect();
+    ends.sort();
+    assert_eq!(ends, ["a>b", "a>c", "b>a", "b>c", "c>a", "c>b"]);
     let expect = [
-        ("a", "b", "forward", "warning", "#E69F00"),
-        ("a", "b", "backward", "ok", "#009E73"),
-        ("a", "c", "forward", "ok", "#009E73"),
-        ("b", "a", "forward", "ok", "#009E73"),
-        ("b", "a", "backward", "critical", "#D55E00"),
-        ("b", "c", "forward", "no_data", "#BBBBBB"),
-        ("c", "a", "forward", "not_run", "#FFFFFF"),
+        ("a", "b", "critical", "#D55E00", "8 %"),
+        ("b", "c", "no_data", "#BBBBBB", "not started"),
+        ("b", "a", "ok", "#009E73", "0 %"),
+        ("a", "c", "ok", "#009E73", "0 %"),
+        ("c", "a", "ok", "#009E73", "0 %"),
+        ("c", "b", "no_data", "#BBBBBB", "not started"),
     ];
-    for (s, d, dir, status, fill) in expect {
-        let el = half(s, d, dir);
+    for (s, d, status, fill, value) in expect {
+        let el = cell(s, d);
         assert_eq!(
             browser.attr(&el, "data-status").as_deref(),
             Some(status),
-            "{s}>{d} {dir}"
+            "{s}>{d}"
         );
-        assert_eq!(browser.attr(&el, "fill").as_deref(), Some(fill), "{s}>{d} {dir}");
+        assert_eq!(browser.attr(&el, "fill").as_deref(), Some(fill), "{s}>{d}");
+        // The latest value with its unit, in the cell itself.
+        let text = browser.script(&format!(
+            "return document.querySelector('rect.dir[data-from=\"{s}\"][data-to=\"{d}\"]').parentNode.querySelector('text.value').textContent"
+        ));
+        assert_eq!(text.as_str(), Some(value), "{s}>{d}");
     }
-    // The tooltip carries the value and its time.
-    let tip = browser.script(
-        "return document.querySelector('polygon.half[data-source=\"b\"][data-dest=\"a\"][data-direction=\"backward\"] title').textContent",
-    );
-    let tip = tip.as_str().unwrap();
+    // The tooltip carries both measurements of the direction, their
+    // values and times.
+    let tip = |from: &str, to: &str| {
+        browser
+            .script(&format!(
+                "return document.querySelector('rect.dir[data-from=\"{from}\"][data-to=\"{to}\"] title').textContent"
+            ))
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let t = tip("a", "b");
     assert!(
-        tip.starts_with("a → b: critical") && tip.contains("last 8.000% at "),
-        "{tip}"
+        t.starts_with("a → b: critical")
+            && t.contains("lat (stamp) run by a: warning, last 0.200% at ")
+            && t.contains("lat (stamp) run by b: critical, last 8.000% at "),
+        "{t}"
+    );
+    // A pair whose last run did not start says why, not "no result".
+    let t = tip("b", "c");
+    assert!(
+        t.contains("not started (") && t.contains("limit max_running 1"),
+        "{t}"
     );
     let rules = browser.text(&browser.one("#rules"));
     assert!(
         rules.contains("loss: mean of loss over 30m; warning outside ~:0 (%); critical outside @1:"),
         "{rules}"
     );
-    assert!(browser.all("#legend li").len() == 6);
+    assert_eq!(browser.all("#legend li").len(), 9);
+    let scale = browser.text(&browser.one("#scale"));
+    assert!(
+        scale.contains("loss below 0.1 % is good, below 2 % fair, 2 % and more poor"),
+        "{scale}"
+    );
     browser.screenshot(&shots().join("grid-loss.png"));
+
+    // Jitter has no rule: its cells are coloured by their values.
+    browser.go(&format!("{base}/ui/grid?metric=jitter"));
+    let el = cell("a", "b");
+    assert_eq!(browser.attr(&el, "data-status").as_deref(), Some("ok"));
+    assert_eq!(browser.attr(&el, "data-level").as_deref(), Some("good"));
+    assert_eq!(browser.attr(&el, "fill").as_deref(), Some("#009E73"));
+    let el = cell("b", "a");
+    assert_eq!(browser.attr(&el, "data-level").as_deref(), Some("poor"));
+    assert_eq!(browser.attr(&el, "fill").as_deref(), Some("#CC79A7"));
+    let t = tip("b", "a");
+    assert!(t.contains("latest 12 ms at "), "{t}");
+    // The whole week of a → c's delay has no rule for jitter either.
+    assert_eq!(
+        browser.attr(&cell("a", "c"), "data-level").as_deref(),
+        Some("good")
+    );
 
     // One-way delay has a grid of its own, linked from every page, apart
     // from the round trip's.
@@ -251,20 +323,56 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     assert_eq!(browser.title(), "One-way delay grid · goodput");
 
     browser.go(&format!("{base}/ui/grid?metric=throughput"));
-    let el = half("a", "b", "forward");
+    let el = cell("a", "b");
     assert_eq!(browser.attr(&el, "data-status").as_deref(), Some("warning"));
+    let t = tip("a", "b");
+    assert!(t.contains("latest 300 Mbit/s at "), "{t}");
     browser.screenshot(&shots().join("grid-throughput.png"));
 
-    // A click on a half-cell opens the pair.
-    browser.click_at(&half("a", "b", "forward"), -8, -8);
+    // A click on a cell opens the pair.
+    browser.click(&cell("a", "b"));
     assert!(
         browser.url().ends_with("/ui/pair?source=a&dest=b"),
         "{}",
         browser.url()
     );
-    let sections = browser.all("section.measurement");
+    let sections = browser.all("main > section.measurement");
     assert_eq!(sections.len(), 2, "tp and lat a → b");
-    let charts = browser.all("svg.chart");
+    // And b's measurements toward a, asked of b's agent.
+    assert_eq!(
+        browser
+            .all("div.remote[data-agent=\"b\"] > section.measurement")
+            .len(),
+        2
+    );
+    // The latest figures, with their units, above the charts.
+    let latest =
+        |task: &str| browser.text(&browser.one(&format!("main > section[data-task=\"{task}\"] p.latest")));
+    let tp = latest("tp");
+    assert!(
+        tp.starts_with("Latest (10 min ago, ") && tp.contains("300 Mbit/s throughput a → b"),
+        "{tp}"
+    );
+    let lat = latest("lat");
+    assert!(
+        lat.starts_with("Latest (5 min ago, ")
+            && lat.contains("0.2 % loss a → b")
+            && lat.contains("0 % loss b → a")
+            && lat.contains("410 µs round-trip delay")
+            && lat.contains("205 µs jitter"),
+        "{lat}"
+    );
+    // No axis label is cut off at the chart's right edge.
+    let clipped = browser.script(
+        "return Array.from(document.querySelectorAll('svg.chart')).filter(svg => { \
+           const box = svg.getBoundingClientRect(); \
+           const shown = getComputedStyle(svg).overflow === 'visible'; \
+           return Array.from(svg.querySelectorAll('text')).some(t => { \
+             const r = t.getBoundingClientRect(); \
+             return r.right > (shown ? window.innerWidth : box.right + 0.5); }); }).length",
+    );
+    assert_eq!(clipped.as_u64(), Some(0), "charts with a label cut off");
+    let charts = browser.all("main > section svg.chart");
     // Throughput, retransmits (none: not drawn), delay, loss, jitter.
     assert_eq!(charts.len(), 4, "charts");
     let text = browser.text(&browser.one("main"));
@@ -298,7 +406,7 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     browser.click(&browser.one(".ranges a[href$='range=1w']"));
     assert!(browser.url().ends_with("range=1w"), "{}", browser.url());
     let points = browser.script(
-        "return document.querySelectorAll('section[data-task=\"lat\"] svg.chart')[0].querySelectorAll('circle.point').length",
+        "return document.querySelectorAll('main > section[data-task=\"lat\"] svg.chart')[0].querySelectorAll('circle.point').length",
     );
     // Median and p95 of one point per hour: 167 of the 168 hourly runs
     // (the oldest falls just before the week's first whole hour) and the
@@ -310,7 +418,7 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     // A point leads to the runs behind it, and a run to its record.
     // (The point, not its link: in SVG the link's box is not the point's.)
     // A week's six-hourly points are far apart (a year's overlap).
-    browser.click(&browser.one("section[data-task=\"tp\"] svg.chart a circle.point"));
+    browser.click(&browser.one("main > section[data-task=\"tp\"] svg.chart a circle.point"));
     assert!(
         browser.url().contains("/ui/runs?source=a&dest=b&kind=tcp"),
         "{}",
@@ -327,21 +435,69 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     let body = browser.text(&browser.one("body"));
     assert!(body.contains("\"measurement_key\""), "{body}");
 
-    // A year draws the same charts.
+    // A year draws the same charts, over the week there is: from a
+    // little before the first run, not a year with a week at its end.
     browser.go(&format!("{base}/ui/pair?source=a&dest=b&range=1y"));
-    assert_eq!(browser.all("svg.chart").len(), 4);
+    assert_eq!(browser.all("main > section svg.chart").len(), 4);
+    let span = browser.text(&browser.one("main > p:nth-of-type(2)"));
+    assert!(span.contains("(since the first run in the range)"), "{span}");
+    let first = goodput_core::time::ms_rfc3339(now - 8 * 86_400_000);
+    let shown = span.get(..10).unwrap_or("").to_owned();
+    assert!(
+        shown.as_str() >= &first[..10],
+        "the range starts {shown}, before {}: {span}",
+        &first[..10]
+    );
+    // The hour and six hours, for a young mesh or a fresh change.
+    for range in ["1h", "6h"] {
+        browser.click(&browser.one(&format!(".ranges a[href$='range={range}']")));
+        assert!(
+            browser.url().ends_with(&format!("range={range}")),
+            "{}",
+            browser.url()
+        );
+        assert_eq!(browser.all("main > section svg.chart").len(), 4, "{range}");
+    }
+    let points = browser.script(
+        "return document.querySelectorAll('main > section[data-task=\"lat\"] svg.chart')[0].querySelectorAll('circle.point').length",
+    );
+    // The last 6 hours: the hourly runs of 1 to 5 hours ago (that of 6
+    // hours ago is just out) and the one of five minutes ago, a median
+    // and a p95 each.
+    assert_eq!(points.as_u64(), Some(2 * 6), "6h points");
 
-    // b's row leads to b's own agent.
+    // b's row stays on this agent, which asks b's for b's measurements
+    // (the browser may not reach b's agent).
     browser.go(&format!("{base}/ui/grid?metric=loss"));
-    browser.click_at(&half("b", "a", "backward"), 8, 8);
+    browser.click(&cell("b", "a"));
     assert!(
         browser
             .url()
-            .starts_with(&format!("http://127.0.0.8:{}/ui/pair?source=b&dest=a", ports.api)),
+            .starts_with(&format!("{base}/ui/pair?source=b&dest=a")),
         "{}",
         browser.url()
     );
-    assert_eq!(browser.all("section.measurement").len(), 2);
+    assert_eq!(browser.all("section.measurement").len(), 4, "a's two and b's two");
+    assert_eq!(
+        browser
+            .all("div.remote[data-agent=\"b\"] section.measurement")
+            .len(),
+        2,
+        "b's tp and lat"
+    );
+    let lat = browser.text(&browser.one("div.remote section[data-task=\"lat\"] p.latest"));
+    assert!(
+        lat.contains("8 % loss a → b") && lat.contains("24 ms round-trip delay"),
+        "{lat}"
+    );
+    // Its points lead to its runs, asked of b's agent too.
+    browser.click(&browser.one("div.remote section[data-task=\"tp\"] svg.chart a circle.point"));
+    assert!(
+        browser.url().starts_with(&format!("{base}/ui/runs?via=b&")),
+        "{}",
+        browser.url()
+    );
+    assert!(browser.all("table.runs tr").len() >= 2, "a header and b's run");
 
     // The host page and the alerts.
     browser.go(&format!("{base}/ui/host"));
@@ -350,10 +506,43 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
         assert!(health.contains(word), "{word}: {health}");
     }
     assert!(browser.all("#timeline").len() == 1);
+    // Readable: words, not JSON; the clock's error in a sensible unit,
+    // and what an unsynchronised clock means.
+    assert!(
+        !health.contains('{') && !health.contains('[') && !health.contains('"'),
+        "{health}"
+    );
+    let clock = browser.text(&browser.one("#health tr:nth-child(4) td"));
+    let synced = clock_synchronised();
+    if synced {
+        assert!(clock.starts_with("synchronised: estimated error "), "{clock}");
+    } else {
+        assert!(
+            clock.contains(" — the clock is not synchronised; one-way delays are not exact until chrony or ntpd synchronises it"),
+            "{clock}"
+        );
+    }
+    assert!(!clock.contains("000 µs"), "{clock}");
+    // The schedule's last time label is not cut off either.
+    let cut = browser.script(
+        "const svg = document.getElementById('timeline'); const box = svg.getBoundingClientRect(); \
+         return Array.from(svg.querySelectorAll('text')).filter(t => t.getBoundingClientRect().right > box.right + 0.5).length",
+    );
+    assert_eq!(cut.as_u64(), Some(0), "timeline labels cut off");
     browser.screenshot(&shots().join("host.png"));
     browser.go(&format!("{base}/ui/alerts"));
     let alerts = browser.all("tr.alert");
     assert_eq!(alerts.len(), 2, "a's two alerts: loss a → b, throughput a → b");
+    // Each alert names its task.
+    let tasks: Vec<String> = browser
+        .all("tr.alert td.task")
+        .iter()
+        .map(|c| browser.text(c))
+        .collect();
+    assert!(
+        tasks.contains(&"lat".to_owned()) && tasks.contains(&"tp".to_owned()),
+        "{tasks:?}"
+    );
     browser.screenshot(&shots().join("alerts.png"));
 
     // No page wrote to the console in error.

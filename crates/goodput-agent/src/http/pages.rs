@@ -32,7 +32,7 @@ use goodput_report::chart::{self, escape, palette, Band, Chart, Mark, Point, Ser
 use serde::Deserialize;
 
 use crate::clock;
-use crate::state::alerts::HalfCell;
+use crate::http::grid::{scale_legend, short, shown_status, DirectionCell, GridCell, Level};
 use crate::state::Shared;
 
 type Ctx = Arc<Shared>;
@@ -84,6 +84,10 @@ table.list td,table.list th{border:1px solid #ddd;text-align:left}
 .legend li{margin:2px 0}
 .warn{color:#a33}
 .charts svg{background:#fff;border:1px solid #ddd;margin:6px 0;display:block}
+.charts svg.chart{overflow:visible;margin-right:48px}
+.latest{font-size:14px}
+.latest .figure{margin-right:6px}
+.remote{border-left:3px solid #ddd;padding-left:8px}
 .ranges a{margin-right:8px}
 .ranges a.on{font-weight:bold}
 code{font-size:12px}
@@ -154,9 +158,9 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         "<h1>{} grid</h1><p>Rows run the test; columns are its other end. {}</p>",
         family.title(),
         if family.directional() {
-            "Each cell's upper-left half is the direction row → column, its lower-right half column → row."
+            "Each cell is the direction row → column (measured by either end), with its latest value."
         } else {
-            "Each cell is the pair's round trip (or the path the row traced)."
+            "Each cell is the row's round trip toward the column (or the path the row traced), with its latest value."
         }
     );
     if g.hosts.is_empty() {
@@ -167,23 +171,20 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
             let _ = write!(body, "<th class=\"col\">{}</th>", escape(h));
         }
         body.push_str("</tr>");
-        // The cells by pair, found once (not searched for per cell).
-        let mut by_pair: std::collections::HashMap<(&str, &str), Vec<&HalfCell>> =
-            std::collections::HashMap::new();
-        for c in &g.cells {
-            if let Some(d) = c.dest.as_deref() {
-                by_pair.entry((c.source.as_str(), d)).or_default().push(c);
-            }
-        }
+        // The directions by their ends, found once (not searched for
+        // per cell).
+        let by_pair: std::collections::HashMap<(&str, &str), &DirectionCell> = g
+            .directions
+            .iter()
+            .map(|d| ((d.from.as_str(), d.to.as_str()), d))
+            .collect();
         for row in &g.hosts {
             let _ = write!(body, "<tr><th class=\"row\">{}</th>", escape(row));
             for col in &g.hosts {
-                let here = by_pair
-                    .get(&(row.as_str(), col.as_str()))
-                    .map_or(&[][..], Vec::as_slice);
                 body.push_str("<td class=\"cell\">");
                 if row != col {
-                    body.push_str(&cell_svg(&s, &loaded, family, row, col, here));
+                    let d = by_pair.get(&(row.as_str(), col.as_str())).copied();
+                    body.push_str(&cell_svg(family, row, col, d, &g.cells));
                 }
                 body.push_str("</td>");
             }
@@ -192,7 +193,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
         body.push_str("</table>");
     }
     body.push_str("<h2>Legend</h2><ul class=\"legend\" id=\"legend\">");
-    let down = g.cells.iter().any(|c| c.status == Status::AgentDown);
+    let down = g.directions.iter().any(|c| c.status == Status::AgentDown);
     for st in [
         Status::Ok,
         Status::Warning,
@@ -211,7 +212,20 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
             "<li><span class=\"swatch\" style=\"background:{color}\"></span>{words}</li>"
         );
     }
-    body.push_str("</ul><ul class=\"legend\" id=\"rules\">");
+    for l in [Level::Good, Level::Fair, Level::Poor] {
+        let _ = write!(
+            body,
+            "<li><span class=\"swatch\" style=\"background:{}\"></span>{} by value (no alert)</li>",
+            level_color(l),
+            l.name()
+        );
+    }
+    let _ = write!(
+        body,
+        "</ul><p id=\"scale\">Without an alert a cell is coloured by its latest value: {}. An alert, when one applies, wins.</p>",
+        escape(scale_legend(family))
+    );
+    body.push_str("<ul class=\"legend\" id=\"rules\">");
     for l in g.legend.iter().filter(|l| {
         l.starts_with("no_data")
             || l.split(": ")
@@ -238,7 +252,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
     let open: Vec<_> = open.into_iter().filter(|a| a.metric == family.name()).collect();
     if !open.is_empty() {
         body.push_str("<h2>Open alerts here</h2>");
-        body.push_str(&alerts_table(&open));
+        body.push_str(&alerts_table(&alert_values(&open)));
     }
     let mut html = page(
         &format!("{} grid", family.title()),
@@ -263,20 +277,6 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
     Html(html).into_response()
 }
 
-/// Where a pair's page is: here when this agent runs the row's tests,
-/// else on the agent that does.
-fn pair_href(s: &Shared, loaded: &crate::state::config::Loaded, source: &str, dest: &str) -> String {
-    let path = format!("/ui/pair?source={}&dest={}", urlencode(source), urlencode(dest));
-    if loaded.mine.iter().any(|m| m == source) {
-        return path;
-    }
-    let _ = s;
-    match loaded.peer(source) {
-        Some(p) => format!("{}{path}", p.url),
-        None => path,
-    }
-}
-
 fn urlencode(s: &str) -> String {
     let mut out = String::new();
     for b in s.bytes() {
@@ -290,100 +290,176 @@ fn urlencode(s: &str) -> String {
     out
 }
 
-/// One cell: two triangles (or one square for a round trip).
-fn cell_svg(
-    s: &Shared,
-    loaded: &crate::state::config::Loaded,
-    family: Family,
-    row: &str,
-    col: &str,
-    here: &[&HalfCell],
-) -> String {
-    const SIZE: u32 = 34;
-    let href = escape(&pair_href(s, loaded, row, col));
-    let mut out = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{SIZE}\" height=\"{SIZE}\" viewBox=\"0 0 {SIZE} {SIZE}\" class=\"cellsvg\">"
-    );
-    let halves: Vec<(Direction, &str)> = if family.directional() {
-        vec![
-            (Direction::Forward, "0,0 34,0 0,34"),
-            (Direction::Backward, "34,0 34,34 0,34"),
-        ]
-    } else {
-        vec![(family.directions()[0], "0,0 34,0 34,34 0,34")]
-    };
-    for (d, shape) in halves {
-        let mine: Vec<&&HalfCell> = here.iter().filter(|c| c.direction == d).collect();
-        let status = mine.iter().map(|c| c.status).max().unwrap_or(Status::NotRun);
-        let (color, words) = status_style(status);
-        let (from, to) = match d {
-            Direction::Backward => (col, row),
-            _ => (row, col),
-        };
-        let arrow = if d == Direction::RoundTrip && family != Family::Path {
-            "↔"
-        } else {
-            "→"
-        };
-        let mut title = format!("{from} {arrow} {to}: {words}");
-        for c in &mine {
-            let _ = write!(title, "\n{} ({}): {}", c.task, c.kind, status_style(c.status).1);
-            if let (Some(v), Some(t)) = (c.value, c.at_ms) {
-                let _ = write!(title, ", last {} at {}", show(family, v), ms_rfc3339(t));
-            }
-            if let Some(w) = &c.why {
-                let _ = write!(title, "; {w}");
-            }
-        }
-        if mine.is_empty() {
-            title.push_str("\nno test of this pair measures it");
-        }
-        let _ = write!(
-            out,
-            "<a href=\"{href}\"><polygon points=\"{shape}\" fill=\"{color}\" stroke=\"#666\" stroke-width=\"0.6\" class=\"half\" \
-             data-source=\"{}\" data-dest=\"{}\" data-direction=\"{}\" data-from=\"{}\" data-to=\"{}\" data-status=\"{}\"><title>{}</title></polygon></a>",
-            escape(row),
-            escape(col),
-            d.name(),
-            escape(from),
-            escape(to),
-            status.name(),
-            escape(&title)
-        );
+/// A value's level's colour (no alert): Okabe and Ito's green, yellow
+/// and reddish purple, apart from the alerts' orange and vermillion.
+pub(crate) fn level_color(l: Level) -> &'static str {
+    match l {
+        Level::Good => palette::GREEN,
+        Level::Fair => "#F0E442",
+        Level::Poor => "#CC79A7",
     }
-    out.push_str("</svg>");
-    out
 }
 
-fn alerts_table(alerts: &[goodput_archive::AlertRecord]) -> String {
+/// A direction's colour: its alert state's, or with none (OK) its
+/// value's level's.
+fn direction_color(status: Status, level: Option<Level>) -> &'static str {
+    match (status, level) {
+        (Status::Ok, Some(l)) => level_color(l),
+        (s, _) => status_style(s).0,
+    }
+}
+
+/// One cell: the direction row → column, coloured by state (or by value)
+/// with its latest value written in it.
+fn cell_svg(family: Family, row: &str, col: &str, d: Option<&DirectionCell>, cells: &[GridCell]) -> String {
+    const W: u32 = 92;
+    const H: u32 = 30;
+    let href = escape(&format!(
+        "/ui/pair?source={}&dest={}",
+        urlencode(row),
+        urlencode(col)
+    ));
+    let status = d.map_or(Status::NotRun, |d| d.status);
+    let level = d.and_then(|d| d.level);
+    let color = direction_color(status, level);
+    let words = match (status, level) {
+        (Status::Ok, Some(l)) => format!("OK, {} by value", l.name()),
+        (s, _) => status_style(s).1.to_owned(),
+    };
+    let arrow = if d.is_some_and(|d| d.round_trip) && family != Family::Path {
+        "↔"
+    } else {
+        "→"
+    };
+    let mut title = format!("{row} {arrow} {col}: {words}");
+    let value = d.and_then(|d| d.value.map(|v| short(family, v)));
+    if let (Some(d), Some(v)) = (d, &value) {
+        if let Some(t) = d.at_ms {
+            let _ = write!(title, "\nlatest {v} at {}", ms_rfc3339(t));
+        }
+    }
+    for c in d
+        .map_or(&[][..], |d| d.cells.as_slice())
+        .iter()
+        .filter_map(|&i| cells.get(i))
+    {
+        let h = &c.cell;
+        let _ = write!(
+            title,
+            "\n{} ({}) run by {}: {}",
+            h.task,
+            h.kind,
+            h.source,
+            match (shown_status(c), c.level) {
+                (Status::Ok, Some(l)) if h.status == Status::NoData =>
+                    format!("no rule judged it; by value {}", l.name()),
+                (s, _) => status_style(s).1.to_owned(),
+            }
+        );
+        if let (Some(v), Some(t)) = (h.value, h.at_ms) {
+            let _ = write!(title, ", last {} at {}", show(family, v), ms_rfc3339(t));
+        }
+        if let Some(b) = c.baseline {
+            let _ = write!(title, ", usually {}", short(family, b));
+        }
+        if let Some(w) = h.why.as_deref().filter(|_| shown_status(c) == h.status) {
+            let _ = write!(title, "; {w}");
+        }
+    }
+    if d.is_none() {
+        title.push_str("\nno test of this pair measures it");
+    }
+    // The text: the value, or for a cell without one, its state.
+    let text = match (&value, status) {
+        (Some(v), _) => v.clone(),
+        (None, Status::NotRun) => String::new(),
+        (None, Status::NoData)
+            if d.and_then(|d| d.why.as_deref())
+                .is_some_and(|w| w.starts_with("not started")) =>
+        {
+            "not started".into()
+        }
+        (None, s) => status_style(s).1.to_owned(),
+    };
+    let ink = match color {
+        "#555555" | palette::VERMILLION => "#fff",
+        _ => "#000",
+    };
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{H}\" viewBox=\"0 0 {W} {H}\" class=\"cellsvg\"><a href=\"{href}\">\
+         <rect x=\"0.5\" y=\"0.5\" width=\"{}\" height=\"{}\" fill=\"{color}\" stroke=\"#666\" stroke-width=\"0.6\" class=\"dir\" \
+         data-direction=\"{}\" data-from=\"{}\" data-to=\"{}\" data-status=\"{}\" data-level=\"{}\"><title>{}</title></rect>\
+         <text x=\"{}\" y=\"19\" text-anchor=\"middle\" font-size=\"11\" fill=\"{ink}\" class=\"value\" pointer-events=\"none\">{}</text></a></svg>",
+        W - 1,
+        H - 1,
+        d.map_or(Direction::Forward, |d| d.direction).name(),
+        escape(row),
+        escape(col),
+        status.name(),
+        level.map_or("", Level::name),
+        escape(&title),
+        W / 2,
+        escape(&text)
+    )
+}
+
+/// The alerts as a table, a row each: what, where, which task, the
+/// rule's thresholds in words (`thresholds_text`, where the alert
+/// carries it; else the rule's name), the value that passed them, and
+/// when. Reads the alerts' JSON, so that the fields the API adds show.
+fn alerts_table(alerts: &[serde_json::Value]) -> String {
     let mut t = String::from(
-        "<table class=\"list alerts\"><tr><th>severity</th><th>metric</th><th>pair</th><th>direction</th><th>rule</th><th>started</th><th>ended</th><th>what</th></tr>",
+        "<table class=\"list alerts\"><tr><th>severity</th><th>metric</th><th>task</th><th>pair</th><th>direction</th>\
+         <th>thresholds</th><th>what</th><th>started</th><th>ended</th></tr>",
     );
+    let text = |a: &serde_json::Value, k: &str| a.get(k).and_then(|v| v.as_str()).unwrap_or("").to_owned();
     for a in alerts {
-        let sev = match a.severity.as_str() {
+        let severity = text(a, "severity");
+        let sev = match severity.as_str() {
             "critical" => Status::Critical,
             "warning" => Status::Warning,
             _ => Status::NoData,
         };
         let (color, _) = status_style(sev);
+        let words = text(a, "thresholds_text");
+        let thresholds = if words.is_empty() {
+            format!("rule {}", text(a, "rule"))
+        } else {
+            words
+        };
+        let dest = text(a, "dest");
         let _ = write!(
             t,
-            "<tr class=\"alert\" data-severity=\"{}\" data-metric=\"{}\"><td><span class=\"swatch\" style=\"background:{color}\"></span>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            escape(&a.severity),
-            escape(&a.metric),
-            escape(&a.severity),
-            escape(&a.metric),
-            escape(&a.source),
-            escape(a.dest.as_deref().unwrap_or("-")),
-            escape(&a.direction),
-            escape(&a.rule),
-            ms_rfc3339(a.start_ms),
-            a.end_ms.map(ms_rfc3339).unwrap_or_else(|| "open".into()),
-            escape(&a.threshold)
+            "<tr class=\"alert\" data-severity=\"{}\" data-metric=\"{}\" data-task=\"{}\"><td><span class=\"swatch\" style=\"background:{color}\"></span>{}</td>\
+             <td>{}</td><td class=\"task\">{}</td><td>{} → {}</td><td>{}</td><td class=\"thresholds\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&severity),
+            escape(&text(a, "metric")),
+            escape(&text(a, "task")),
+            escape(&severity),
+            escape(&text(a, "metric")),
+            escape(&text(a, "task")),
+            escape(&text(a, "source")),
+            escape(if dest.is_empty() { "-" } else { &dest }),
+            escape(&text(a, "direction")),
+            escape(&thresholds),
+            escape(&text(a, "threshold")),
+            a.get("start_ms").and_then(|v| v.as_u64()).map(ms_rfc3339).unwrap_or_default(),
+            a.get("end_ms")
+                .and_then(|v| v.as_u64())
+                .map(ms_rfc3339)
+                .unwrap_or_else(|| "open".into()),
         );
     }
     t.push_str("</table>");
     t
+}
+
+/// Alerts as the table reads them.
+fn alert_values(alerts: &[goodput_archive::AlertRecord]) -> Vec<serde_json::Value> {
+    alerts
+        .iter()
+        .filter_map(|a| serde_json::to_value(a).ok())
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -391,10 +467,15 @@ struct PairQuery {
     source: String,
     dest: String,
     range: Option<String>,
+    /// `sections`: only this agent's measurements' sections, without the
+    /// page around them (what another agent asks for to show them).
+    part: Option<String>,
 }
 
 /// The ranges offered and their lengths (ms).
-const RANGES: [(&str, u64); 5] = [
+const RANGES: [(&str, u64); 7] = [
+    ("1h", HOUR),
+    ("6h", 6 * HOUR),
     ("1d", 86_400_000),
     ("3d", 3 * 86_400_000),
     ("1w", 7 * 86_400_000),
@@ -418,14 +499,39 @@ pub(crate) fn span_of(range_ms: u64, now: u64) -> (u64, u64, u64) {
     }
 }
 
+/// Most bytes of another agent's sections read.
+const MAX_SECTIONS: u64 = 8 << 20;
+
+/// A young measurement's range: from a little before its first run in
+/// the range (not a dot at the right edge of a day or a year), at least
+/// ten minutes.
+fn fitted(range_ms: u64, first_ms: Option<u64>, now: u64) -> u64 {
+    match first_ms {
+        Some(t) if t < now => {
+            let age = now - t;
+            let wanted = age.saturating_add(age / 10).max(10 * 60_000);
+            range_ms.min(wanted)
+        }
+        _ => range_ms,
+    }
+}
+
 async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response {
     let range_name = q.range.as_deref().unwrap_or("1d");
     let Some(&(_, range_ms)) = RANGES.iter().find(|(n, _)| *n == range_name) else {
-        return bad_request(format!("range: '{range_name}' is not one of 1d, 3d, 1w, 1m, 1y"));
+        let names: Vec<&str> = RANGES.iter().map(|(n, _)| *n).collect();
+        return bad_request(format!(
+            "range: '{range_name}' is not one of {}",
+            names.join(", ")
+        ));
+    };
+    let sections_only = match q.part.as_deref() {
+        None => false,
+        Some("sections") => true,
+        Some(o) => return bad_request(format!("part: '{o}' is not sections")),
     };
     let loaded = s.loaded();
     let now = clock::now_ms();
-    let (from, to, step) = span_of(range_ms, now);
     // The measurements between the two, run here.
     let ms: Vec<&PairTask> = loaded
         .pairs
@@ -436,6 +542,39 @@ async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response
                     || (p.source == q.dest && p.dest.as_deref() == Some(q.source.as_str())))
         })
         .collect();
+    // The range fits the data: from the first run in it.
+    let (from0, _, _) = span_of(range_ms, now);
+    let mut first: Option<u64> = None;
+    for p in &ms {
+        let f = RunFilter {
+            source: Some(p.source.clone()),
+            dest: p.dest.clone(),
+            kind: Some(p.spec.kind().into()),
+            from_ms: Some(from0),
+            limit: 1000,
+            ..RunFilter::default()
+        };
+        if let Ok(runs) = s.archive.runs(&f).await {
+            if runs.len() >= 1000 {
+                first = Some(from0);
+            } else if let Some(t) = runs.iter().map(|r| r.start_ms.unwrap_or(r.scheduled_ms)).min() {
+                first = Some(first.map_or(t, |f| f.min(t)));
+            }
+        }
+    }
+    let (from, to, step) = span_of(fitted(range_ms, first, now), now);
+    let mut sections = String::new();
+    for p in &ms {
+        match measurement_section(&s, p, from, to, step).await {
+            Ok(html) => sections.push_str(&html),
+            Err(e) => {
+                let _ = write!(sections, "<p class=\"warn\">{}</p>", escape(&e));
+            }
+        }
+    }
+    if sections_only {
+        return Html(sections).into_response();
+    }
     let mut body = format!(
         "<h1>{} ⇄ {}</h1><p class=\"ranges\">",
         escape(&q.source),
@@ -450,43 +589,151 @@ async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response
             urlencode(&q.dest)
         );
     }
-    let _ = write!(
-        body,
-        "</p><p>{} to {} UTC, one point per {} (the mean of the runs in it; the band spans their smallest to largest).</p>",
-        ms_rfc3339(from).get(..16).unwrap_or("").replace('T', " "),
-        ms_rfc3339(to).get(..16).unwrap_or("").replace('T', " "),
-        goodput_core::alert::span_text(step)
-    );
-    if ms.is_empty() {
+    body.push_str("</p>");
+    if !ms.is_empty() {
         let _ = write!(
             body,
-            "<p>This agent runs no test between {} and {}.",
-            escape(&q.source),
-            escape(&q.dest)
+            "<p>{} to {} UTC{}, one point per {} (the mean of the runs in it; the band spans their smallest to largest).</p>",
+            ms_rfc3339(from).get(..16).unwrap_or("").replace('T', " "),
+            ms_rfc3339(to).get(..16).unwrap_or("").replace('T', " "),
+            if to - from < range_ms {
+                " (since the first run in the range)"
+            } else {
+                ""
+            },
+            goodput_core::alert::span_text(step)
         );
-        for other in [&q.source, &q.dest] {
-            if let Some(p) = loaded.peer(other) {
+    }
+    body.push_str(&sections);
+    // The measurements the other agents run: asked of them and shown
+    // here (the browser may not reach them).
+    for other in [&q.source, &q.dest] {
+        let Some(peer) = loaded.peer(other) else {
+            continue;
+        };
+        let runs_there = loaded.pairs.iter().any(|p| {
+            p.source == *other
+                && (p.dest.as_deref() == Some(q.source.as_str())
+                    || p.dest.as_deref() == Some(q.dest.as_str()))
+        });
+        if !runs_there || loaded.mine.contains(other) {
+            continue;
+        }
+        let url = format!(
+            "{}/ui/pair?source={}&dest={}&range={}&part=sections",
+            peer.url,
+            urlencode(&q.source),
+            urlencode(&q.dest),
+            urlencode(range_name)
+        );
+        let client = s.client(&peer);
+        match crate::http::grid::ask_peer(&client, &url, MAX_SECTIONS, "answer").await {
+            Ok(bytes) => {
+                let html = String::from_utf8_lossy(&bytes);
                 let _ = write!(
                     body,
-                    " <a href=\"{}/ui/pair?source={}&amp;dest={}&amp;range={range_name}\">{}'s agent</a> may.",
-                    escape(&p.url),
-                    urlencode(&q.source),
-                    urlencode(&q.dest),
-                    escape(other)
+                    "<div class=\"remote\" data-agent=\"{}\"><p class=\"via\">From {}'s agent (asked by this one):</p>{}</div>",
+                    escape(other),
+                    escape(other),
+                    via(&html, other)
+                );
+            }
+            Err(e) => {
+                let _ = write!(
+                    body,
+                    "<p class=\"warn\">The agent at {} runs tests of this pair but did not answer: {}.</p>",
+                    escape(other),
+                    escape(&e)
                 );
             }
         }
-        body.push_str("</p>");
     }
-    for p in ms {
-        match measurement_section(&s, p, from, to, step).await {
-            Ok(html) => body.push_str(&html),
-            Err(e) => {
-                let _ = write!(body, "<p class=\"warn\">{}</p>", escape(&e));
-            }
-        }
+    if ms.is_empty() && !body.contains("class=\"remote\"") && !body.contains("class=\"warn\"") {
+        let _ = write!(
+            body,
+            "<p>No agent runs a test between {} and {}.</p>",
+            escape(&q.source),
+            escape(&q.dest)
+        );
     }
     page(&format!("{} ⇄ {}", q.source, q.dest), "", &who(&s), &body).into_response()
+}
+
+/// Another agent's sections with their links to runs kept on this
+/// agent (which asks that agent for them).
+fn via(html: &str, agent: &str) -> String {
+    html.replace(
+        "href=\"/ui/runs?",
+        &format!("href=\"/ui/runs?via={}&amp;", urlencode(agent)),
+    )
+}
+
+/// A time past in words: "40 s", "5 min", "3 h", "2 d".
+fn ago_text(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3_600 => format!("{} min", s / 60),
+        3_600..172_800 => format!("{} h", s / 3_600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// The latest figures of a measurement, above its charts: throughput,
+/// loss, delay and jitter, each with its unit, and when.
+async fn latest_line(s: &Shared, p: &PairTask, key: &str) -> String {
+    let Ok(Some(at)) = s.archive.last_finished(key).await else {
+        return "<p class=\"latest\">No finished run yet.</p>".into();
+    };
+    let Ok(recent) = s.archive.recent(key, at, at.saturating_add(1)).await else {
+        return String::new();
+    };
+    let dest = p.dest.as_deref().unwrap_or("");
+    let mut figures = Vec::new();
+    let there = format!("{} → {}", p.source, dest);
+    let back = format!("{} → {}", dest, p.source);
+    for (metric, family, name) in [
+        (
+            Metric::ThroughputUp,
+            Family::Throughput,
+            format!("throughput {there}"),
+        ),
+        (
+            Metric::ThroughputDown,
+            Family::Throughput,
+            format!("throughput {back}"),
+        ),
+        (Metric::LossForward, Family::Loss, format!("loss {there}")),
+        (Metric::LossBackward, Family::Loss, format!("loss {back}")),
+        (Metric::DelayMedian, Family::Delay, "round-trip delay".to_string()),
+        (
+            Metric::OwdForwardMedian,
+            Family::OneWayDelay,
+            format!("one-way delay {there}"),
+        ),
+        (
+            Metric::OwdBackwardMedian,
+            Family::OneWayDelay,
+            format!("one-way delay {back}"),
+        ),
+        (Metric::Jitter, Family::Jitter, "jitter".to_string()),
+    ] {
+        if let Some(x) = recent.series(metric, 0, u64::MAX).last() {
+            figures.push(format!(
+                "<span class=\"figure\" data-metric=\"{}\"><b>{}</b> {}</span>",
+                family.name(),
+                escape(&short(family, x.mean)),
+                escape(&name)
+            ));
+        }
+    }
+    let ago = clock::now_ms().saturating_sub(at);
+    format!(
+        "<p class=\"latest\">Latest ({} ago, {} UTC): {}</p>",
+        ago_text(ago),
+        ms_rfc3339(at).get(..16).unwrap_or("").replace('T', " "),
+        figures.join(" · ")
+    )
 }
 
 /// The charts of one measurement.
@@ -509,6 +756,7 @@ async fn measurement_section(
         escape(&dest),
         escape(kind.name())
     );
+    out.push_str(&latest_line(s, p, &key).await);
     // Failures and non-starts, marked on every chart.
     let mut marks = Vec::new();
     for state in [RunState::Failed, RunState::NonStart, RunState::Missed] {
@@ -764,9 +1012,49 @@ struct RunsQuery {
     kind: Option<String>,
     from_ms: Option<u64>,
     to_ms: Option<u64>,
+    /// The agent that holds them: asked for its table, shown here.
+    via: Option<String>,
+    /// `table`: the table alone, without the page around it.
+    part: Option<String>,
 }
 
 async fn runs_page(State(s): State<Ctx>, Query(q): Query<RunsQuery>) -> Response {
+    if let Some(agent) = q.via.as_deref() {
+        let loaded = s.loaded();
+        let Some(peer) = loaded.peer(agent) else {
+            return bad_request(format!("via: '{agent}' is not another agent of this mesh"));
+        };
+        let mut url = format!("{}/ui/runs?part=table", peer.url);
+        for (k, v) in [
+            ("source", q.source.clone()),
+            ("dest", q.dest.clone()),
+            ("kind", q.kind.clone()),
+            ("from_ms", q.from_ms.map(|t| t.to_string())),
+            ("to_ms", q.to_ms.map(|t| t.to_string())),
+        ] {
+            if let Some(v) = v {
+                let _ = write!(url, "&{k}={}", urlencode(&v));
+            }
+        }
+        let client = s.client(&peer);
+        let body = match crate::http::grid::ask_peer(&client, &url, MAX_SECTIONS, "answer").await {
+            // Each run's record stays on that agent.
+            Ok(b) => format!(
+                "<p class=\"via\">From {}'s agent (asked by this one).</p>{}",
+                escape(agent),
+                String::from_utf8_lossy(&b).replace(
+                    "href=\"/api/v1/runs/",
+                    &format!("href=\"{}/api/v1/runs/", escape(&peer.url))
+                )
+            ),
+            Err(e) => format!(
+                "<p class=\"warn\">The agent at {} did not answer: {}.</p>",
+                escape(agent),
+                escape(&e)
+            ),
+        };
+        return page("runs", "", &who(&s), &body).into_response();
+    }
     let f = RunFilter {
         source: q.source.clone(),
         dest: q.dest.clone().filter(|d| !d.is_empty()),
@@ -795,6 +1083,7 @@ async fn runs_page(State(s): State<Ctx>, Query(q): Query<RunsQuery>) -> Response
         runs.len(),
         if runs.len() == 1 { "" } else { "s" }
     );
+    let table_at = body.len();
     body.push_str("<table class=\"list runs\"><tr><th>run</th><th>state</th><th>started</th><th>figures</th><th>reason</th></tr>");
     for r in &runs {
         let figures = serde_json::to_value(&r.figures)
@@ -820,6 +1109,9 @@ async fn runs_page(State(s): State<Ctx>, Query(q): Query<RunsQuery>) -> Response
         );
     }
     body.push_str("</table>");
+    if q.part.as_deref() == Some("table") {
+        return Html(body.split_off(table_at)).into_response();
+    }
     page("runs", "", &who(&s), &body).into_response()
 }
 
@@ -835,9 +1127,9 @@ async fn alerts_page(State(s): State<Ctx>) -> Response {
     };
     let (open, ended): (Vec<_>, Vec<_>) = all.into_iter().partition(|a| a.end_ms.is_none());
     let mut body = format!("<h1>Alerts</h1><h2>Open ({})</h2>", open.len());
-    body.push_str(&alerts_table(&open));
+    body.push_str(&alerts_table(&alert_values(&open)));
     let _ = write!(body, "<h2>Ended in the last 7 days ({})</h2>", ended.len());
-    body.push_str(&alerts_table(&ended));
+    body.push_str(&alerts_table(&alert_values(&ended)));
     page("alerts", "alerts", &who(&s), &body).into_response()
 }
 
@@ -859,24 +1151,46 @@ async fn host_page(State(s): State<Ctx>) -> Response {
         serde_json::Value::Null => "none".into(),
         o => o.to_string(),
     };
-    row(&mut body, "identity", text(get("identity")));
+    let names = |v: serde_json::Value| match v {
+        serde_json::Value::Array(a) if a.is_empty() => "none".to_string(),
+        serde_json::Value::Array(a) => a.into_iter().map(text).collect::<Vec<_>>().join(", "),
+        o => text(o),
+    };
+    row(&mut body, "identity", names(get("identity")));
     row(&mut body, "version", text(get("version")));
-    row(&mut body, "up for", format!("{} s", text(get("uptime_s"))));
+    row(
+        &mut body,
+        "up for",
+        duration_words(get("uptime_s").as_u64().unwrap_or(0).saturating_mul(1_000_000)),
+    );
     let clock = get("clock");
     row(
         &mut body,
         "clock",
-        format!(
-            "{}, estimated error {} µs, maximum error {} µs",
-            if clock["synchronised"] == true {
-                "synchronised"
-            } else {
-                "NOT synchronised"
-            },
-            clock["estimated_error_us"],
-            clock["maximum_error_us"]
+        clock_words(
+            clock["synchronised"] == true,
+            clock["estimated_error_us"].as_i64().unwrap_or(0),
+            clock["maximum_error_us"].as_i64().unwrap_or(0),
         ),
     );
+    let steps = get("clock_steps");
+    if let Some(n) = steps["count"].as_u64().filter(|n| *n > 0) {
+        row(
+            &mut body,
+            "clock steps",
+            format!(
+                "{n} seen; the last at {}, by {}",
+                text(steps["last_at"].clone()),
+                duration_words(
+                    steps["last_ms"]
+                        .as_i64()
+                        .unwrap_or(0)
+                        .unsigned_abs()
+                        .saturating_mul(1000)
+                )
+            ),
+        );
+    }
     let ret = s.options.retention;
     row(
         &mut body,
@@ -937,7 +1251,7 @@ async fn host_page(State(s): State<Ctx>) -> Response {
             ),
         );
     }
-    row(&mut body, "counters", text(get("counters")));
+    row(&mut body, "counters", counter_words(&get("counters")));
     body.push_str("</table><h2>Schedule</h2>");
     body.push_str(&timeline(&cal, now));
     // Non-starts of the last day, with their reasons.
@@ -968,6 +1282,64 @@ async fn host_page(State(s): State<Ctx>) -> Response {
     }
     body.push_str("</table>");
     page("host", "host", &who(&s), &body).into_response()
+}
+
+/// A length of time in microseconds in words, in its largest sensible
+/// unit: "850 µs", "3.2 ms", "16 s", "5 min", "2 h 5 min", "3 d 4 h".
+pub(crate) fn duration_words(us: u64) -> String {
+    let short = |x: f64, unit: &str| {
+        let t = if x >= 10.0 {
+            format!("{x:.0}")
+        } else {
+            format!("{x:.1}")
+        };
+        format!("{} {unit}", t.strip_suffix(".0").unwrap_or(&t))
+    };
+    let s = us / 1_000_000;
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..1_000_000 => short(us as f64 / 1e3, "ms"),
+        1_000_000..60_000_000 => short(us as f64 / 1e6, "s"),
+        60_000_000..3_600_000_000 => format!("{} min", s / 60),
+        3_600_000_000..86_400_000_000 => format!("{} h {} min", s / 3_600, s % 3_600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
+/// The kernel clock's state in words, with what it means for the
+/// measurements when it is not synchronised.
+pub(crate) fn clock_words(synchronised: bool, estimated_us: i64, maximum_us: i64) -> String {
+    let est = duration_words(estimated_us.max(0).unsigned_abs());
+    let max = duration_words(maximum_us.max(0).unsigned_abs());
+    if synchronised {
+        format!("synchronised: estimated error {est}, at most {max}")
+    } else {
+        format!(
+            "{max} — the clock is not synchronised; one-way delays are not exact until chrony or ntpd synchronises it \
+             (its maximum error; estimated {est})"
+        )
+    }
+}
+
+/// The agent's counters in words ("booked 3, non starts 1, …"), the
+/// ones not yet counted left out.
+fn counter_words(v: &serde_json::Value) -> String {
+    let Some(o) = v.as_object() else {
+        return "none".into();
+    };
+    let said: Vec<String> = o
+        .iter()
+        .filter_map(|(k, v)| {
+            v.as_u64()
+                .filter(|n| *n > 0)
+                .map(|n| format!("{} {n}", k.replace('_', " ")))
+        })
+        .collect();
+    if said.is_empty() {
+        "none counted yet".into()
+    } else {
+        said.join(", ")
+    }
 }
 
 /// The calendar as a timeline: a lane per class, the free slots for an
@@ -1030,9 +1402,11 @@ fn timeline(cal: &crate::http::schedule::ScheduleView, now: u64) -> String {
     let span_ms = cal.to_ms - cal.from_ms;
     for i in 0..=8u64 {
         let t = cal.from_ms + span_ms * i / 8;
+        // The last label ends at the axis' end (centred, it was cut off).
+        let anchor = if i == 8 { "end" } else { "middle" };
         let _ = write!(
             s,
-            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"{anchor}\" class=\"tick\">{}</text>",
             x(t),
             h - 4.0,
             chart::time_label(t, span_ms)
@@ -1057,6 +1431,47 @@ mod tests {
                 assert_eq!((from % HOUR, to % HOUR, step % HOUR), (0, 0, 0));
             }
         }
+    }
+
+    #[test]
+    fn clock_errors_read_in_sensible_units_with_a_hint() {
+        assert_eq!(
+            clock_words(false, 16_000_000, 16_000_000),
+            "16 s — the clock is not synchronised; one-way delays are not exact until chrony or ntpd \
+             synchronises it (its maximum error; estimated 16 s)"
+        );
+        assert_eq!(
+            clock_words(true, 850, 3_200),
+            "synchronised: estimated error 850 µs, at most 3.2 ms"
+        );
+        assert_eq!(duration_words(125_000_000), "2 min");
+        assert_eq!(duration_words(7_500 * 1_000_000), "2 h 5 min");
+        assert_eq!(duration_words(1_500_000), "1.5 s");
+        assert_eq!(duration_words(u64::MAX), "213503982 d 8 h");
+    }
+
+    #[test]
+    fn alerts_show_their_task_and_thresholds_in_words_when_they_carry_them() {
+        let a = serde_json::json!({"severity": "warning", "metric": "loss", "task": "lat", "source": "a",
+            "dest": "b", "direction": "forward", "rule": "loss", "threshold": "loss = 0.200% (outside ~:0)",
+            "start_ms": 0, "end_ms": null,
+            "thresholds_text": "warning when loss is above 0 %, critical when at or above 1 %"});
+        let t = alerts_table(std::slice::from_ref(&a));
+        assert!(
+            t.contains("<th>task</th>") && t.contains("<td class=\"task\">lat</td>"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "<td class=\"thresholds\">warning when loss is above 0 %, critical when at or above 1 %</td>"
+            ),
+            "{t}"
+        );
+        // An alert without the words (an older agent's): the rule's name.
+        let mut old = a;
+        old.as_object_mut().unwrap().remove("thresholds_text");
+        let t = alerts_table(&[old]);
+        assert!(t.contains("<td class=\"thresholds\">rule loss</td>"), "{t}");
     }
 
     #[test]
