@@ -1685,6 +1685,9 @@ pub enum StampPacketStatus {
     Duplicate,
     /// A reply after the timeout.
     Late,
+    /// Planned but never sent: the socket refused it, or its time passed
+    /// before the sender could send it. Its sequence number was not used.
+    NotSent,
 }
 
 /// What a server's discard, echo and TLS echo services did over its life.

@@ -75,7 +75,7 @@ enum Event {
     Reply(usize, Verdict, u16),
     Lost(usize, u32, i64),
     /// Packets planned that did not leave, and why.
-    NotSent(usize, u64, String, String),
+    NotSent(usize, u32, i64, u64, String, String),
     Done(Box<SessionEnd>),
 }
 
@@ -167,10 +167,16 @@ pub async fn run_sender(
                             observer.on_packet(&blank_packet(s, seq, StampPacketStatus::Lost, t1));
                         }
                     }
-                    Event::NotSent(s, k, reason, message) => {
+                    Event::NotSent(s, seq, t1, k, reason, message) => {
                         tallies[s].not_sent(k, &reason, &message);
                         total.not_sent(k, &reason, &message);
                         window.not_sent(k, &reason, &message);
+                        if wants_packets {
+                            // k is at most the slots of the run's schedule.
+                            for _ in 0..k {
+                                observer.on_packet(&blank_packet(s, seq, StampPacketStatus::NotSent, t1));
+                            }
+                        }
                     }
                     Event::Done(end) => {
                         let t = &mut tallies[end.index];
@@ -550,7 +556,8 @@ async fn session(
                         sent += 1;
                         let (reason, message) = msg::send_failure_reason(&e);
                         first_error.get_or_insert(e);
-                        if tx.send(Event::NotSent(index, 1, reason, message)).await.is_err() {
+                        let ev = Event::NotSent(index, tracker.next_seq(), t1, 1, reason, message);
+                        if tx.send(ev).await.is_err() {
                             return;
                         }
                     }
@@ -573,7 +580,8 @@ async fn session(
                         let k = u64::from(behind).min(before_end);
                         if k > 0 {
                             let (reason, message) = msg::LATE_REASON;
-                            let ev = Event::NotSent(index, k, reason.into(), message.into());
+                            let at = msg::now_unix_ns();
+                            let ev = Event::NotSent(index, tracker.next_seq(), at, k, reason.into(), message.into());
                             if tx.send(ev).await.is_err() {
                                 return;
                             }
