@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 const STAMP_PORT: &str = "8620";
 const MEDIA_PORT: &str = "5301";
+const TWAMP_PORT: &str = "8621";
 
 /// Runs `nft` in namespace `ns` with `script` on standard input.
 fn nft(ns: &str, script: &str) {
@@ -104,6 +105,7 @@ fn packets_not_sent_are_counted_and_lost_exactly() {
             "--stamp-port",
             STAMP_PORT,
         ])
+        .args(["--twamp", "--twamp-port", TWAMP_PORT])
         .args(["--status-interval", "1h", "-v", "1"]);
     let server = Reaped::spawn(server);
     wait_udp_in(b, STAMP_PORT);
@@ -210,6 +212,45 @@ fn packets_not_sent_are_counted_and_lost_exactly() {
             &t["loss_percent"]
         ),
         (&95.into(), &5.into(), &95.into(), &0.into(), &5.0.into()),
+        "{t}"
+    );
+
+    // TWAMP: the test packets go to a port the reflector picks, so the
+    // rule takes every UDP packet to the server; 5 of 100 are refused.
+    rules(
+        a,
+        "ip daddr 10.77.0.2 meta l4proto udp numgen inc mod 20 19 drop",
+        "",
+    );
+    let doc = tmp("send-failures", "twamp.json");
+    let target = format!("10.77.0.2:{TWAMP_PORT}");
+    let (code, out, err) = goodput_in(
+        a,
+        &[
+            "twamp",
+            &target,
+            "-c",
+            "100",
+            "-i",
+            "5ms",
+            "-L",
+            "500ms",
+            "--json",
+            doc.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(
+        out.contains(
+            "100 planned, 95 sent, 5 could not be sent (EPERM × 5: operation not permitted, e.g. a \
+             firewall drops them on the way out), 5 lost (5.000%: 5 not sent, 0 in the network)"
+        ),
+        "{out}\n{err}"
+    );
+    let t = &json(&doc)["twamp"]["stats"];
+    assert_eq!(
+        (&t["sent"], &t["not_sent"], &t["received"], &t["lost"]),
+        (&95.into(), &5.into(), &95.into(), &0.into()),
         "{t}"
     );
     drop(server);
