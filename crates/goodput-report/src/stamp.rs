@@ -399,11 +399,12 @@ mod tests {
 
     #[test]
     fn packets_not_sent_are_planned_and_lost_on_the_console() {
-        let mut t = goodput_core::stamp::stats::Tally::default();
-        t.sent = 95;
-        t.received = 95;
-        t.not_sent(5, "EPERM", "operation not permitted");
-        let text = stamp_stats_text(&t.stats());
+        let mut s = goodput_core::stamp::stats::Tally::default().stats();
+        s.sent = 95;
+        s.received = 95;
+        s.not_sent = 5;
+        goodput_core::result::SendFailure::add(&mut s.send_failures, "EPERM", "operation not permitted", 5);
+        let text = stamp_stats_text(&s);
         assert!(
             text.starts_with(
                 "  100 planned, 95 sent, 5 could not be sent (EPERM × 5: operation not permitted), \
@@ -411,9 +412,9 @@ mod tests {
             ),
             "{text}"
         );
-        t.not_sent = 0;
-        t.send_failures.clear();
-        let text = stamp_stats_text(&t.stats());
+        s.not_sent = 0;
+        s.send_failures.clear();
+        let text = stamp_stats_text(&s);
         assert!(
             text.starts_with("  95 sent, 95 received, 0 lost (0.000%), 0 duplicates, 0 late\n"),
             "{text}"

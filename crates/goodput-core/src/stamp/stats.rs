@@ -977,17 +977,21 @@ mod tests {
         assert_eq!(st.rtt.unwrap().min_us, 8000.0);
     }
 
-    /// Drops, duplicates and a swapped pair, counted exactly.
+    /// Refused sends, in two tallies merged: their own figure, and lost.
     #[test]
     fn packets_not_sent_count_as_loss_of_those_planned() {
-        let mut a = Tally::default();
-        a.sent = 91;
-        a.received = 90;
+        let mut a = Tally {
+            sent: 91,
+            received: 90,
+            ..Tally::default()
+        };
         a.lost(1);
         a.not_sent(7, "EPERM", "operation not permitted");
-        let mut b = Tally::default();
-        b.sent = 9;
-        b.received = 9;
+        let mut b = Tally {
+            sent: 9,
+            received: 9,
+            ..Tally::default()
+        };
         b.not_sent(2, "ENOBUFS", "no buffer space");
         b.not_sent(1, "EPERM", "operation not permitted");
         a.merge(&b);
@@ -1022,6 +1026,7 @@ mod tests {
         assert_eq!(list.last().unwrap().reason, "other");
     }
 
+    /// Drops, duplicates and a swapped pair, counted exactly.
     #[test]
     fn loss_duplicates_and_reordering_are_exact() {
         let mut t = Tracker::new(1000 * MS, 0);
