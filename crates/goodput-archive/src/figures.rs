@@ -275,13 +275,16 @@ fn stamp(f: &mut Figures, st: &StampDetail) {
 /// reflector numbers its replies), the round trip, and the one-way
 /// medians when both clocks were synchronised.
 fn stamp_stats(f: &mut Figures, t: &StampStats) {
-    f.loss_pct = (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64);
+    // Of the packets planned: one that could not be sent is a
+    // measurement lost, and it was lost on the way out.
+    f.loss_pct = t.loss_percent();
     match (t.lost_forward, t.lost_backward) {
         (Some(fwd), Some(back)) if t.sent > 0 => {
             // Over the packets the split covers: those lost in a way
             // that has no direction are left out of both.
             let unknown = t.lost.saturating_sub(fwd.saturating_add(back));
-            let covered = t.sent.saturating_sub(unknown);
+            let covered = t.planned().saturating_sub(unknown);
+            let fwd = fwd.saturating_add(t.not_sent);
             f.loss_forward_pct = (covered > 0).then(|| fwd as f64 * 100.0 / covered as f64);
             let reached = covered.saturating_sub(fwd);
             f.loss_backward_pct = (reached > 0).then(|| back as f64 * 100.0 / reached as f64);

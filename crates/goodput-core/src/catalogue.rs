@@ -536,7 +536,7 @@ pub const TCP: [Figure; 6] = [
 ];
 
 /// The udp kind's own assertion figures.
-pub const UDP: [Figure; 6] = [
+pub const UDP: [Figure; 7] = [
     fig(
         "goodput",
         Quantity::Rate,
@@ -552,8 +552,15 @@ pub const UDP: [Figure; 6] = [
         "loss",
         Quantity::Share,
         Better::Lower,
-        "datagrams lost, percent of those sent",
+        "datagrams lost or not sent at all, percent of those planned",
         |r| r.media().map(|m| m.total.loss_percent),
+    ),
+    fig(
+        "not_sent",
+        Quantity::Count,
+        Better::Lower,
+        "datagrams planned that could not be sent (e.g. a firewall refused them)",
+        |r| r.media()?.total.send_errors.map(|n| n as f64),
     ),
     fig(
         "jitter",
@@ -586,16 +593,20 @@ pub const UDP: [Figure; 6] = [
 ];
 
 /// The stamp kind's own assertion figures.
-pub const STAMP: [Figure; 8] = [
+pub const STAMP: [Figure; 9] = [
     fig(
         "loss",
         Quantity::Share,
         Better::Lower,
-        "packets with no reply, percent of those sent",
-        |r| {
-            let t = &r.stamp()?.total;
-            (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64)
-        },
+        "packets with no reply or not sent at all, percent of those planned",
+        |r| r.stamp()?.total.loss_percent(),
+    ),
+    fig(
+        "not_sent",
+        Quantity::Count,
+        Better::Lower,
+        "packets planned that could not be sent (e.g. a firewall refused them)",
+        |r| r.stamp().map(|s| s.total.not_sent as f64),
     ),
     fig(
         "rtt.min",
@@ -766,16 +777,20 @@ pub const OWAMP: [Figure; 11] = [
 ];
 
 /// The twamp kind's own assertion figures.
-pub const TWAMP: [Figure; 8] = [
+pub const TWAMP: [Figure; 9] = [
     fig(
         "loss",
         Quantity::Share,
         Better::Lower,
-        "packets with no reflection, percent of those sent",
-        |r| {
-            let t = &r.twamp()?.stats;
-            (t.sent > 0).then(|| t.lost as f64 * 100.0 / t.sent as f64)
-        },
+        "packets with no reflection or not sent at all, percent of those planned",
+        |r| r.twamp()?.stats.loss_percent(),
+    ),
+    fig(
+        "not_sent",
+        Quantity::Count,
+        Better::Lower,
+        "packets planned that could not be sent (e.g. a firewall refused them)",
+        |r| r.twamp().map(|s| s.stats.not_sent as f64),
     ),
     fig(
         "rtt.min",

@@ -279,20 +279,25 @@ pub struct MediaDetail {
 
 /// One stream's (or all streams') datagram and frame accounting, from the
 /// receiving end. Times in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MediaStats {
     /// Datagrams the sender sent, when known (its End message, or our own
     /// count when we sent).
     pub sent: Option<u64>,
-    /// Sends the kernel refused, when we sent.
+    /// Datagrams planned that the kernel refused to send (never sent),
+    /// when known: our own count when we sent, the sender's End otherwise.
     pub send_errors: Option<u64>,
+    /// `send_errors` by reason, when we sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub send_failures: Vec<SendFailure>,
     /// Distinct datagrams received.
     pub received: u64,
     /// Bytes received (UDP payload, headers included), when we received.
     pub received_bytes: Option<u64>,
-    /// Datagrams sent and never received.
+    /// Datagrams sent and never received (refused sends are not in it).
     pub lost: u64,
-    /// Lost as a percentage of sent.
+    /// Datagrams lost or refused, percent of those planned (`sent +
+    /// send_errors`): a datagram that could not be sent is lost too.
     pub loss_percent: f64,
     /// Datagrams that arrived more than once (each extra copy counted).
     pub duplicates: u64,
@@ -1240,8 +1245,19 @@ pub struct StampStats {
     pub sent: u64,
     /// Packets whose first reply came back within the timeout.
     pub received: u64,
-    /// Packets with no reply within the timeout (RFC 7680: late = lost).
+    /// Packets sent with no reply within the timeout (RFC 7680: late =
+    /// lost). Packets that could not be sent are not in it: see
+    /// `not_sent` and [`StampStats::loss_percent`].
     pub lost: u64,
+    /// Packets the schedule planned that never left this host: the socket
+    /// refused them (a firewall's drop on the way out reads as EPERM, a
+    /// full queue as ENOBUFS), or the sender fell behind and their time
+    /// passed. In neither `sent` nor `lost`; the test's loss counts them.
+    #[serde(default)]
+    pub not_sent: u64,
+    /// `not_sent` by reason (at most [`MAX_SEND_FAILURE_REASONS`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub send_failures: Vec<SendFailure>,
     /// Of `lost`, lost on the way to the reflector (stateful reflectors
     /// only). `lost − lost_forward − lost_backward` were lost in a way
     /// the reflector's numbering cannot tell (after a session's last
@@ -1284,6 +1300,88 @@ pub struct StampStats {
     pub hops_backward: Option<HopRange>,
     /// Mergeable HdrHistograms of the delays.
     pub histograms: StampHistograms,
+}
+
+impl StampStats {
+    /// Packets the test tried to send: `sent + not_sent`.
+    pub fn planned(&self) -> u64 {
+        self.sent.saturating_add(self.not_sent)
+    }
+
+    /// Planned packets with no answer: lost on the way, or never sent.
+    pub fn missing(&self) -> u64 {
+        self.lost.min(self.sent).saturating_add(self.not_sent)
+    }
+
+    /// The test's loss, percent of the packets planned: a packet that
+    /// could not be sent is a measurement lost. `None` when none was
+    /// planned.
+    pub fn loss_percent(&self) -> Option<f64> {
+        let planned = self.planned();
+        (planned > 0).then(|| self.missing() as f64 * 100.0 / planned as f64)
+    }
+}
+
+/// Most distinct reasons kept in a `send_failures` list; further reasons
+/// are counted under `other`.
+pub const MAX_SEND_FAILURE_REASONS: usize = 8;
+
+/// Packets that could not be sent, for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SendFailure {
+    /// The symbolic errno (`EPERM`, `ENOBUFS`), or `late` for packets whose
+    /// time had passed before the sender could send them.
+    pub reason: String,
+    /// What it means, in words.
+    pub message: String,
+    /// Packets.
+    pub packets: u64,
+}
+
+impl SendFailure {
+    /// Counts `packets` more for `reason` in `list`, keeping the list
+    /// bounded: past [`MAX_SEND_FAILURE_REASONS`] reasons, new ones add to
+    /// an `other` entry.
+    pub fn add(list: &mut Vec<SendFailure>, reason: &str, message: &str, packets: u64) {
+        if packets == 0 {
+            return;
+        }
+        if let Some(f) = list.iter_mut().find(|f| f.reason == reason) {
+            f.packets = f.packets.saturating_add(packets);
+            return;
+        }
+        if list.len() + 1 >= MAX_SEND_FAILURE_REASONS {
+            match list.iter_mut().find(|f| f.reason == "other") {
+                Some(f) => f.packets = f.packets.saturating_add(packets),
+                None => list.push(SendFailure {
+                    reason: "other".into(),
+                    message: "other reasons".into(),
+                    packets,
+                }),
+            }
+            return;
+        }
+        list.push(SendFailure {
+            reason: reason.into(),
+            message: message.into(),
+            packets,
+        });
+    }
+
+    /// Adds every entry of `other` into `list`.
+    pub fn merge(list: &mut Vec<SendFailure>, other: &[SendFailure]) {
+        for f in other {
+            SendFailure::add(list, &f.reason, &f.message, f.packets);
+        }
+    }
+
+    /// The list in words: `EPERM × 5: operation not permitted; late × 2: …`.
+    pub fn describe(list: &[SendFailure]) -> String {
+        list.iter()
+            .map(|f| format!("{} × {}: {}", f.reason, f.packets, f.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 /// A delay distribution, microseconds.
@@ -1526,6 +1624,9 @@ pub struct StampInterval {
     pub received: u64,
     /// Packets whose timeout passed without a reply.
     pub lost: u64,
+    /// Packets planned in the interval that could not be sent.
+    #[serde(default)]
+    pub not_sent: u64,
     /// Duplicate replies.
     pub duplicates: u64,
     /// Reordered replies.
@@ -1584,6 +1685,9 @@ pub enum StampPacketStatus {
     Duplicate,
     /// A reply after the timeout.
     Late,
+    /// Planned but never sent: the socket refused it, or its time passed
+    /// before the sender could send it. Its sequence number was not used.
+    NotSent,
 }
 
 /// What a server's discard, echo and TLS echo services did over its life.

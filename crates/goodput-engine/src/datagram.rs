@@ -541,12 +541,66 @@ pub(crate) fn recv_one(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<RecvMeta>
     }
 }
 
+/// What became of a batch of datagrams: how many the kernel took, how
+/// many it refused, and the first refusal.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    /// Datagrams the kernel took.
+    pub(crate) taken: usize,
+    /// Datagrams refused (never sent).
+    pub(crate) refused: usize,
+    /// Why, for the first refused one.
+    pub(crate) error: Option<io::Error>,
+}
+
+impl Batch {
+    fn all_refused(count: usize, e: io::Error) -> Self {
+        Batch {
+            taken: 0,
+            refused: count,
+            error: Some(e),
+        }
+    }
+}
+
+/// Sends `count` datagrams with `send_from(i)`, which sends datagrams `i..`
+/// in one call and returns how many the kernel took (`sendmmsg` stops at
+/// the first refused one). A refused datagram is skipped and the rest are
+/// still sent, so a firewall rule that drops one datagram costs that one:
+/// `taken + refused == count`, exactly. A full send buffer (`EAGAIN`)
+/// refuses the rest of the batch. At most `count` calls.
+fn send_batch(count: usize, mut send_from: impl FnMut(usize) -> io::Result<usize>) -> Batch {
+    let mut b = Batch::default();
+    while b.taken + b.refused < count {
+        let at = b.taken + b.refused;
+        match send_from(at) {
+            Ok(0) => {
+                b.refused = count - b.taken;
+                b.error.get_or_insert_with(|| io::ErrorKind::WriteZero.into());
+            }
+            Ok(n) => b.taken += n.min(count - at),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                b.refused = count - b.taken;
+                b.error.get_or_insert(e);
+            }
+            Err(e) => {
+                b.refused += 1;
+                b.error.get_or_insert(e);
+            }
+        }
+    }
+    b
+}
+
 /// Sends `buf` as datagrams of `segment` bytes each (the last may be
 /// shorter) to `to` (or the connected peer when `None`), from local address
 /// `from` when given (`IP_PKTINFO`/`IPV6_PKTINFO`): one `sendmsg`
-/// with UDP GSO when `gso`, else one `sendmmsg` of them all. Returns the
-/// datagrams the kernel took. A GSO send the device refuses (`EIO`,
-/// `EINVAL`) is reported as `Unsupported` so the caller can stop using it.
+/// with UDP GSO when `gso`, else `sendmmsg` of them all (see
+/// [`send_batch`]: one refused datagram costs only itself). Returns the
+/// datagrams the kernel took and those it refused. A GSO send the device
+/// refuses (`EIO`, `EINVAL`) is reported as `Unsupported` so the caller can
+/// stop using it; any other refusal of a GSO send refuses all its
+/// datagrams.
 pub(crate) fn send_segments(
     fd: RawFd,
     to: Option<SocketAddr>,
@@ -554,9 +608,9 @@ pub(crate) fn send_segments(
     buf: &[u8],
     segment: usize,
     gso: bool,
-) -> io::Result<usize> {
+) -> io::Result<Batch> {
     if buf.is_empty() {
-        return Ok(0);
+        return Ok(Batch::default());
     }
     let count = buf.len().div_ceil(segment);
     let mut ctrl = [0u64; CTRL_LEN / 8];
@@ -597,10 +651,13 @@ pub(crate) fn send_segments(
                     Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) => {
                         Err(io::Error::new(io::ErrorKind::Unsupported, e))
                     }
-                    _ => Err(e),
+                    _ => Ok(Batch::all_refused(count, e)),
                 };
             }
-            return Ok(count);
+            return Ok(Batch {
+                taken: count,
+                ..Batch::default()
+            });
         }
         let mut iovs: Vec<libc::iovec> = buf
             .chunks(segment)
@@ -620,20 +677,49 @@ pub(crate) fn send_segments(
                 h.msg_hdr.msg_controllen = info_len;
             }
         }
-        let mut done = 0;
-        while done < count {
-            let n = libc::sendmmsg(fd, hdrs[done..].as_mut_ptr(), (count - done) as u32, 0);
-            if n <= 0 {
-                if done == 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                break;
+        Ok(send_batch(count, |at| {
+            let n = libc::sendmmsg(fd, hdrs[at..].as_mut_ptr(), (count - at) as u32, 0);
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
             }
-            done += n as usize;
-        }
-        Ok(done)
+        }))
     }
 }
+
+/// The reason a send failed, as a send-failure list keeps it: the
+/// symbolic errno and what it usually means for a test packet.
+pub(crate) fn send_failure_reason(e: &io::Error) -> (String, String) {
+    let Some(errno) = e.raw_os_error() else {
+        return (format!("{:?}", e.kind()), e.to_string());
+    };
+    let meaning = match errno {
+        libc::EPERM | libc::EACCES => "operation not permitted, e.g. a firewall drops them on the way out",
+        libc::ENOBUFS => "no buffer space: the interface's queue was full",
+        libc::EAGAIN => "the socket's send buffer stayed full",
+        libc::ECONNREFUSED => "refused: an ICMP port unreachable came back for an earlier packet",
+        libc::ENETUNREACH | libc::EHOSTUNREACH => "no route to the peer",
+        libc::ENETDOWN => "the network is down",
+        libc::EMSGSIZE => "larger than the path's MTU",
+        _ => "",
+    };
+    let words = if meaning.is_empty() {
+        // The system's words without its "(os error N)" tail.
+        let text = e.to_string();
+        text.split(" (os error").next().unwrap_or("").to_lowercase()
+    } else {
+        meaning.to_owned()
+    };
+    (crate::socket::errno_name(errno), words)
+}
+
+/// The reason kept for packets whose send time passed before the sender
+/// could send them (it fell behind by more than an interval).
+pub(crate) const LATE_REASON: (&str, &str) = (
+    "late",
+    "their time passed before the sender could send them (it fell behind)",
+);
 
 /// The realtime clock, Unix nanoseconds.
 pub(crate) fn now_unix_ns() -> i64 {
@@ -661,4 +747,51 @@ pub(crate) fn clock_error() -> goodput_core::stamp::ErrorEstimate {
     }
     let synced = state != libc::TIME_ERROR && tx.status & libc::STA_UNSYNC == 0;
     goodput_core::stamp::ErrorEstimate::from_clock(tx.esterror.max(0) as u64, synced)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel that refuses the datagrams in `refuse` (as `sendmmsg`
+    /// does: it takes those before the first refused one, and fails on
+    /// that one when it comes first).
+    fn kernel(refuse: &[usize], errno: i32) -> impl FnMut(usize) -> io::Result<usize> + '_ {
+        move |at| {
+            let next = refuse.iter().copied().filter(|&r| r >= at).min();
+            match next {
+                Some(r) if r == at => Err(io::Error::from_raw_os_error(errno)),
+                Some(r) => Ok(r - at),
+                None => Ok(usize::MAX),
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_datagram_mid_batch_costs_only_itself() {
+        let b = send_batch(10, kernel(&[3, 4, 9], libc::EPERM));
+        assert_eq!((b.taken, b.refused), (7, 3));
+        assert_eq!(b.error.unwrap().raw_os_error(), Some(libc::EPERM));
+        let b = send_batch(5, kernel(&[0, 1, 2, 3, 4], libc::ENOBUFS));
+        assert_eq!((b.taken, b.refused), (0, 5));
+        let b = send_batch(4, kernel(&[], libc::EPERM));
+        assert_eq!((b.taken, b.refused), (4, 0));
+        assert!(b.error.is_none());
+    }
+
+    #[test]
+    fn a_full_send_buffer_refuses_the_rest_of_the_batch() {
+        let b = send_batch(8, kernel(&[2], libc::EAGAIN));
+        assert_eq!((b.taken, b.refused), (2, 6));
+    }
+
+    #[test]
+    fn send_failure_reasons_name_the_errno() {
+        let (r, m) = send_failure_reason(&io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(r, "EPERM");
+        assert!(m.contains("firewall"), "{m}");
+        let (r, m) = send_failure_reason(&io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(r, "E28");
+        assert_eq!(m, "no space left on device");
+    }
 }

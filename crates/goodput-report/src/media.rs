@@ -111,7 +111,7 @@ pub(crate) fn media_connection_cells(
         opt(s.sent),
         s.received.to_string(),
         s.lost.to_string(),
-        format!("{:.4}", s.loss_percent),
+        format!("{:.3}", s.loss_percent),
         s.duplicates.to_string(),
         s.reordered.to_string(),
         s.late.to_string(),
@@ -149,11 +149,13 @@ pub(crate) fn media_connection_line(r: &ConnectionRecord, s: &MediaStats) -> Str
     )
 }
 
+/// A share in percent with its sign and three decimals, as every other
+/// percentage on the console.
 fn share(n: u64, of: u64) -> String {
     if of == 0 {
-        "0.000000".into()
+        "0.000%".into()
     } else {
-        format!("{:.6}", n as f64 * 100.0 / of as f64)
+        format!("{:.3}%", n as f64 * 100.0 / of as f64)
     }
 }
 
@@ -221,18 +223,45 @@ pub(crate) fn summary(r: &TestResult, d: &MediaDetail) -> String {
         share(t.frames_dropped, all)
     ));
     o.push_str(&format!(
-        "  Total Duplicate Frames : {} ({}) / Total Error Frames : {} ({})   (% of all four)\n",
+        "  Total Duplicate Frames : {} ({}) / Total Error Frames : {} ({})   (shares of all four)\n",
         t.frames_repeated,
         share(t.frames_repeated, all),
         errors,
         share(errors, all)
     ));
+    // Datagrams that could not be sent are planned and lost: the line
+    // says so before the loss that counts them.
+    let refused = t.send_errors.filter(|_| t.sent.is_some()).unwrap_or(0);
+    let not_sent = if refused > 0 {
+        let why = if t.send_failures.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                goodput_core::result::SendFailure::describe(&t.send_failures)
+            )
+        };
+        format!(
+            "{} planned, {} sent, {refused} could not be sent{why}, ",
+            t.sent.unwrap_or(0).saturating_add(refused),
+            t.sent.unwrap_or(0)
+        )
+    } else {
+        format!(
+            "{} sent, ",
+            t.sent.map_or_else(|| "?".to_string(), |n| n.to_string())
+        )
+    };
     o.push_str(&format!(
-        "  Datagrams: {} sent, {} received, {} lost ({:.4}%), {} duplicated, {} reordered ({:.4}%{}), {} late, {} corrupt, {} errors{}\n",
-        t.sent.map_or_else(|| "?".to_string(), |n| n.to_string()),
+        "  Datagrams: {not_sent}{} received, {} lost ({:.3}%{}), {} duplicated, {} reordered ({:.3}%{}), {} late, {} corrupt, {} errors{}\n",
         t.received,
-        t.lost,
+        t.lost.saturating_add(refused),
         t.loss_percent,
+        if refused > 0 {
+            format!(": {refused} not sent, {} in the network", t.lost)
+        } else {
+            String::new()
+        },
         t.duplicates,
         t.reordered,
         t.reordered_percent,
@@ -243,8 +272,10 @@ pub(crate) fn summary(r: &TestResult, d: &MediaDetail) -> String {
         t.late,
         t.corrupt,
         t.errors,
-        t.send_errors
-            .map_or(String::new(), |e| format!(", {e} send errors")),
+        match t.send_errors {
+            Some(e) if refused == 0 => format!(", {e} send errors"),
+            _ => String::new(),
+        },
     ));
     o.push_str(&format!("  Jitter (RFC 3550): {:.3} ms\n", t.jitter_us / 1e3));
     if let Some(i) = &t.ipdv {

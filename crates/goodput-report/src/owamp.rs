@@ -181,13 +181,29 @@ pub fn twamp_summary(d: &TwampDetail, sender: &str, reflector: &str) -> String {
         (Some(f), Some(b)) => format!(" ({f} on the way there, {b} on the way back)"),
         _ => String::new(),
     };
-    t.push_str(&format!(
-        "{} sent, {} lost ({:.3}%){lost_ways}, {} duplicates\n",
-        s.sent,
-        s.lost,
-        percent(s.lost, s.sent),
-        s.duplicates
-    ));
+    if s.not_sent > 0 {
+        // Refused sends are planned and lost, and said apart.
+        t.push_str(&format!(
+            "{} planned, {} sent, {} could not be sent ({}), {} lost ({:.3}%: {} not sent, {} in the network){lost_ways}, {} duplicates\n",
+            s.planned(),
+            s.sent,
+            s.not_sent,
+            goodput_core::result::SendFailure::describe(&s.send_failures),
+            s.missing(),
+            s.loss_percent().unwrap_or(0.0),
+            s.not_sent,
+            s.lost,
+            s.duplicates
+        ));
+    } else {
+        t.push_str(&format!(
+            "{} sent, {} lost ({:.3}%){lost_ways}, {} duplicates\n",
+            s.sent,
+            s.lost,
+            percent(s.lost, s.sent),
+            s.duplicates
+        ));
+    }
     if let Some(r) = &s.rtt {
         // The round trip takes differences on each clock alone, so it is
         // exact whatever the clocks' offset; its bound is the estimates'

@@ -151,21 +151,45 @@ fn pct(n: u64, of: u64) -> String {
 /// The owping-style block for a set of STAMP figures.
 pub fn stamp_stats_text(s: &StampStats) -> String {
     let mut t = String::new();
-    t.push_str(&format!(
-        "  {} sent, {} received, {} lost ({}), {} duplicates, {} late\n",
-        s.sent,
-        s.received,
-        s.lost,
-        pct(s.lost, s.sent),
-        s.duplicates,
-        s.late
-    ));
+    if s.not_sent > 0 {
+        // Packets that never left are a measurement lost: the loss is of
+        // the packets planned, and the line says how many were not sent.
+        t.push_str(&format!(
+            "  {} planned, {} sent, {} could not be sent ({}), {} received, {} lost ({}: {} not sent, {} in the network), {} duplicates, {} late\n",
+            s.planned(),
+            s.sent,
+            s.not_sent,
+            goodput_core::result::SendFailure::describe(&s.send_failures),
+            s.received,
+            s.missing(),
+            pct(s.missing(), s.planned()),
+            s.not_sent,
+            s.lost,
+            s.duplicates,
+            s.late
+        ));
+    } else {
+        t.push_str(&format!(
+            "  {} sent, {} received, {} lost ({}), {} duplicates, {} late\n",
+            s.sent,
+            s.received,
+            s.lost,
+            pct(s.lost, s.sent),
+            s.duplicates,
+            s.late
+        ));
+    }
+    let unsent_note = if s.not_sent > 0 {
+        format!(" (the {} not sent are in neither)", s.not_sent)
+    } else {
+        String::new()
+    };
     match (s.lost_forward, s.lost_backward) {
         (Some(f), Some(b)) => {
             let unknown = s.lost.saturating_sub(f.saturating_add(b));
             let covered = s.sent.saturating_sub(unknown);
             t.push_str(&format!(
-                "  loss by direction : {f} forward ({}), {b} backward ({}){}\n",
+                "  loss by direction : {f} forward ({}), {b} backward ({}){}{unsent_note}\n",
                 pct(f, covered),
                 pct(b, covered.saturating_sub(f)),
                 if unknown > 0 {
@@ -333,6 +357,7 @@ mod tests {
             sent: 10,
             received: 9,
             lost: 1,
+            not_sent: 0,
             duplicates: 0,
             reordered: 2,
             rtt: Some(DelayStats {
@@ -369,6 +394,30 @@ mod tests {
         assert_eq!(
             stamp_csv(&s).split(',').count(),
             STAMP_CSV_COLUMNS.split(',').count()
+        );
+    }
+
+    #[test]
+    fn packets_not_sent_are_planned_and_lost_on_the_console() {
+        let mut s = goodput_core::stamp::stats::Tally::default().stats();
+        s.sent = 95;
+        s.received = 95;
+        s.not_sent = 5;
+        goodput_core::result::SendFailure::add(&mut s.send_failures, "EPERM", "operation not permitted", 5);
+        let text = stamp_stats_text(&s);
+        assert!(
+            text.starts_with(
+                "  100 planned, 95 sent, 5 could not be sent (EPERM × 5: operation not permitted), \
+                 95 received, 5 lost (5.000%: 5 not sent, 0 in the network), 0 duplicates, 0 late\n"
+            ),
+            "{text}"
+        );
+        s.not_sent = 0;
+        s.send_failures.clear();
+        let text = stamp_stats_text(&s);
+        assert!(
+            text.starts_with("  95 sent, 95 received, 0 lost (0.000%), 0 duplicates, 0 late\n"),
+            "{text}"
         );
     }
 }

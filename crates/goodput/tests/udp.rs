@@ -60,7 +60,7 @@ fn embedded_download_reports_and_writes_every_file() {
     );
     // 4 Mbit/s at 50 fps: 10,000-byte frames of 10 datagrams, 100 frames.
     assert!(
-        text.contains("Total Successful Frames : 100 (100.000000)"),
+        text.contains("Total Successful Frames : 100 (100.000%)"),
         "{text}"
     );
     assert!(text.contains("1000 sent, 1000 received, 0 lost"), "{text}");

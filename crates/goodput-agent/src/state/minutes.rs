@@ -27,6 +27,8 @@ struct Minute {
     received: u64,
     reordered: u64,
     lost: u64,
+    /// Planned but never sent (a refused send): lost measurements.
+    not_sent: u64,
     duplicates: u64,
     late: u64,
     /// Round-trip delays, microseconds.
@@ -40,6 +42,7 @@ impl Minute {
             received: 0,
             reordered: 0,
             lost: 0,
+            not_sent: 0,
             duplicates: 0,
             late: 0,
             // 1 µs to an hour, 3 significant digits.
@@ -109,11 +112,14 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
     r.end_ms = Some(start + MINUTE_MS);
     r.measurement_key = format!("{}/minute", r.measurement_key);
     let q = |p: f64| (!m.rtt_us.is_empty()).then(|| m.rtt_us.value_at_quantile(p) as f64);
+    // Of the packets planned: one that could not be sent is lost too.
+    let planned = m.sent + m.not_sent;
+    let loss = (planned > 0).then(|| (m.lost + m.not_sent) as f64 * 100.0 / planned as f64);
     r.figures = Figures {
-        loss_pct: (m.sent > 0).then(|| m.lost as f64 * 100.0 / m.sent as f64),
+        loss_pct: loss,
         // A minute's loss is not split by direction: the round trip's
         // counts as the measuring host's direction.
-        loss_forward_pct: (m.sent > 0).then(|| m.lost as f64 * 100.0 / m.sent as f64),
+        loss_forward_pct: loss,
         duplicates: Some(m.duplicates as f64),
         reordered: Some(m.reordered as f64),
         delay_min_us: (!m.rtt_us.is_empty()).then(|| m.rtt_us.min() as f64),
@@ -128,6 +134,7 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
         "received": m.received + m.reordered,
         "reordered": m.reordered,
         "lost": m.lost,
+        "not_sent": m.not_sent,
         "duplicates": m.duplicates,
         "late": m.late,
         "rtt_us_histogram": encode_histogram(&m.rtt_us),
@@ -163,6 +170,7 @@ impl Observer for Minutes {
             StampPacketStatus::Lost => m.lost += 1,
             StampPacketStatus::Duplicate => m.duplicates += 1,
             StampPacketStatus::Late => m.late += 1,
+            StampPacketStatus::NotSent => m.not_sent += 1,
         }
         if matches!(
             p.status,

@@ -3,7 +3,7 @@
 
 use super::receiver::{MediaCounts, MediaReceiver};
 use super::wire::Report;
-use crate::result::{MediaHistograms, MediaStats};
+use crate::result::{MediaHistograms, MediaStats, SendFailure};
 use crate::stamp::stats::SignedHistogram;
 
 /// Adds up streams.
@@ -13,6 +13,7 @@ pub struct MediaTotals {
     lost: u64,
     sent: Option<u64>,
     send_errors: Option<u64>,
+    send_failures: Vec<SendFailure>,
     received_bytes: Option<u64>,
     extent_measured: bool,
     jitter_sum_ns: f64,
@@ -63,11 +64,18 @@ impl MediaTotals {
         self.ipdv.merge(&rx.ipdv);
     }
 
-    /// Adds a stream we sent: our own counts and, when it came, the
-    /// receiver's report of its own.
-    pub fn add_sender(&mut self, sent: u64, send_errors: u64, report: Option<&Report>) {
+    /// Adds a stream we sent: our own counts (`failures`: the refused
+    /// sends by reason) and, when it came, the receiver's report of its own.
+    pub fn add_sender(
+        &mut self,
+        sent: u64,
+        send_errors: u64,
+        failures: &[SendFailure],
+        report: Option<&Report>,
+    ) {
         add_opt(&mut self.sent, sent);
         add_opt(&mut self.send_errors, send_errors);
+        SendFailure::merge(&mut self.send_failures, failures);
         if let Some(r) = report {
             self.add_counts(&MediaCounts {
                 received: r.received,
@@ -112,14 +120,21 @@ impl MediaTotals {
     /// The figures.
     pub fn stats(&self) -> MediaStats {
         let c = &self.counts;
-        let expected = self.sent.unwrap_or(c.received + self.lost);
+        // Of the datagrams planned: a refused send is a datagram lost. With
+        // no count from the sender, the receiver's sequence numbers (which
+        // refused sends used too) already counted them in `lost`.
+        let refused = self.send_errors.filter(|_| self.sent.is_some()).unwrap_or(0);
+        let planned = self
+            .sent
+            .map_or(c.received + self.lost, |s| s.saturating_add(refused));
         MediaStats {
             sent: self.sent,
             send_errors: self.send_errors,
+            send_failures: self.send_failures.clone(),
             received: c.received,
             received_bytes: self.received_bytes,
             lost: self.lost,
-            loss_percent: percent(self.lost, expected),
+            loss_percent: percent(self.lost.saturating_add(refused), planned),
             duplicates: c.duplicates,
             reordered: c.reordered,
             reordered_percent: percent(c.reordered, c.received),

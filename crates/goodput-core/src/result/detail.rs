@@ -653,6 +653,8 @@ mod tests {
             sent: 100,
             received: 98,
             lost: 2,
+            not_sent: 0,
+            send_failures: Vec::new(),
             lost_forward: Some(1),
             lost_backward: Some(1),
             reflector_mode: StampReflectorMode::Stateful,

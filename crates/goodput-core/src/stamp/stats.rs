@@ -39,7 +39,8 @@ use hdrhistogram::Histogram;
 
 use super::{decode_timestamp, ReflectorPacket, SEND_TTL};
 use crate::result::{
-    DelayStats, HopRange, IpdvStats, OneWayStats, StampHistograms, StampReflectorMode, StampStats,
+    DelayStats, HopRange, IpdvStats, OneWayStats, SendFailure, StampHistograms, StampReflectorMode,
+    StampStats,
 };
 
 /// How many preceding arrivals n-reordering looks back over.
@@ -637,6 +638,10 @@ pub struct Tally {
     pub received: u64,
     /// Packets counted lost.
     pub lost: u64,
+    /// Packets planned that could not be sent.
+    pub not_sent: u64,
+    /// `not_sent` by reason.
+    pub send_failures: Vec<SendFailure>,
     /// Duplicate replies.
     pub duplicates: u64,
     /// Late replies.
@@ -747,6 +752,12 @@ impl Tally {
         self.lost += n;
     }
 
+    /// Counts `n` planned packets that could not be sent, and why.
+    pub fn not_sent(&mut self, n: u64, reason: &str, message: &str) {
+        self.not_sent = self.not_sent.saturating_add(n);
+        SendFailure::add(&mut self.send_failures, reason, message, n);
+    }
+
     /// Closes one session's tally (after every packet is answered or lost).
     /// Its loss splits into forward and backward when nothing was lost, or
     /// when the reflector is stateful (known or seen) and answered at least
@@ -777,6 +788,8 @@ impl Tally {
         self.sent += o.sent;
         self.received += o.received;
         self.lost += o.lost;
+        self.not_sent += o.not_sent;
+        SendFailure::merge(&mut self.send_failures, &o.send_failures);
         self.duplicates += o.duplicates;
         self.late += o.late;
         self.unmatched += o.unmatched;
@@ -858,6 +871,8 @@ impl Tally {
             sent: self.sent,
             received: self.received,
             lost: self.lost,
+            not_sent: self.not_sent,
+            send_failures: self.send_failures.clone(),
             lost_forward: split.then_some(self.lost_forward),
             lost_backward: split.then_some(self.lost_backward),
             reflector_mode: if self.stateful {
@@ -960,6 +975,55 @@ mod tests {
         assert_eq!(st.hops_forward, Some(HopRange { min: 2, max: 2 }));
         assert_eq!(st.hops_backward, Some(HopRange { min: 5, max: 5 }));
         assert_eq!(st.rtt.unwrap().min_us, 8000.0);
+    }
+
+    /// Refused sends, in two tallies merged: their own figure, and lost.
+    #[test]
+    fn packets_not_sent_count_as_loss_of_those_planned() {
+        let mut a = Tally {
+            sent: 91,
+            received: 90,
+            ..Tally::default()
+        };
+        a.lost(1);
+        a.not_sent(7, "EPERM", "operation not permitted");
+        let mut b = Tally {
+            sent: 9,
+            received: 9,
+            ..Tally::default()
+        };
+        b.not_sent(2, "ENOBUFS", "no buffer space");
+        b.not_sent(1, "EPERM", "operation not permitted");
+        a.merge(&b);
+        let st = a.stats();
+        assert_eq!((st.sent, st.not_sent, st.received, st.lost), (100, 10, 99, 1));
+        assert_eq!((st.planned(), st.missing()), (110, 11));
+        assert_eq!(st.loss_percent(), Some(10.0));
+        let reasons: Vec<_> = st
+            .send_failures
+            .iter()
+            .map(|f| (f.reason.as_str(), f.packets))
+            .collect();
+        assert_eq!(reasons, [("EPERM", 8), ("ENOBUFS", 2)]);
+        // An old document, without the new fields, still loads: nothing
+        // was refused.
+        let mut v = serde_json::to_value(&st).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("not_sent");
+        o.remove("send_failures");
+        let old: StampStats = serde_json::from_value(v).unwrap();
+        assert_eq!((old.not_sent, old.loss_percent()), (0, Some(1.0)));
+    }
+
+    #[test]
+    fn send_failure_reasons_stay_bounded() {
+        let mut list = Vec::new();
+        for i in 0..100 {
+            SendFailure::add(&mut list, &format!("E{i}"), "x", 1);
+        }
+        assert_eq!(list.len(), crate::result::MAX_SEND_FAILURE_REASONS);
+        assert_eq!(list.iter().map(|f| f.packets).sum::<u64>(), 100);
+        assert_eq!(list.last().unwrap().reason, "other");
     }
 
     /// Drops, duplicates and a swapped pair, counted exactly.

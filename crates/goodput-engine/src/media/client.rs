@@ -684,14 +684,15 @@ impl Driver {
             }
             Phase::Send(o) => {
                 let mut one = MediaTotals::default();
-                one.add_sender(o.sent, o.send_errors, o.report.as_ref());
-                self.totals.add_sender(o.sent, o.send_errors, o.report.as_ref());
+                one.add_sender(o.sent, o.send_errors, &o.failures, o.report.as_ref());
+                self.totals
+                    .add_sender(o.sent, o.send_errors, &o.failures, o.report.as_ref());
                 (Some(one.stats()), o.sent_bytes, 0)
             }
         };
         let outcome = match a.outcome.take() {
             Some(o) => o,
-            None => match (&a.phase, stats) {
+            None => match (&a.phase, &stats) {
                 (_, Some(s)) if s.corrupt > 0 => protocol(
                     ProtocolErrorKind::DataMismatch,
                     format!("{} datagrams' payloads did not match the pattern", s.corrupt),

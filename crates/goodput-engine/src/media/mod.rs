@@ -21,7 +21,7 @@ use goodput_core::media::receiver::{Arrival, MediaReceiver, PlayedFrame};
 use goodput_core::media::wire::{DataHeader, Message, Report, DATA_HEADER_LEN};
 use goodput_core::media::{FrameShape, MediaPlan};
 use goodput_core::pattern::{Pattern, UNIT_LEN};
-use goodput_core::result::MediaDatagram;
+use goodput_core::result::{MediaDatagram, SendFailure};
 
 use crate::datagram;
 
@@ -126,6 +126,8 @@ pub(crate) struct Outgoing {
     pub(crate) send_errors: u64,
     /// The first refusal.
     pub(crate) first_error: Option<io::Error>,
+    /// `send_errors` by reason.
+    pub(crate) failures: Vec<SendFailure>,
     gso: bool,
     buf: Vec<u8>,
     /// When the receiver last reported.
@@ -153,6 +155,7 @@ impl Outgoing {
             sent_bytes: 0,
             send_errors: 0,
             first_error: None,
+            failures: Vec::new(),
             gso: true,
             buf: Vec::with_capacity(GSO_BYTES + 2 * 65_536),
             last_heard: base,
@@ -243,17 +246,27 @@ impl Outgoing {
                 self.gso = false;
                 r = datagram::send_segments(fd, to, self.from, &self.buf, g.segment, false);
             }
-            let took = match r {
-                Ok(n) => n,
-                Err(e) => {
-                    self.first_error.get_or_insert(e);
-                    0
-                }
-            };
+            let batch = r.unwrap_or_else(|e| datagram::Batch {
+                taken: 0,
+                refused: g.count,
+                error: Some(e),
+            });
             // Datagrams the kernel refused still used their sequence
-            // numbers: the receiver counts them lost, as on a real path.
-            self.send_errors += (g.count - took) as u64;
+            // numbers: the receiver counts them lost, as on a real path,
+            // and the sender counts them not sent, by reason.
+            let refused = g.count.saturating_sub(batch.taken);
+            self.send_errors += refused as u64;
+            if let Some(e) = batch.error {
+                if refused > 0 {
+                    let (reason, message) = datagram::send_failure_reason(&e);
+                    SendFailure::add(&mut self.failures, &reason, &message, refused as u64);
+                }
+                self.first_error.get_or_insert(e);
+            }
+            let took = batch.taken.min(g.count);
             self.sent += took as u64;
+            // Same-size datagrams but the group's last: the bytes of the
+            // ones taken, whichever they were.
             let bytes: usize = (g.first..g.first + took)
                 .map(|i| self.shape.size(i as u32).unwrap_or(0) as usize)
                 .sum();
@@ -418,7 +431,11 @@ pub(crate) fn send_message(
 ) -> io::Result<()> {
     let mut b = Vec::with_capacity(96);
     m.encode(&mut b);
-    datagram::send_segments(fd, to, from, &b, b.len(), false).map(|_| ())
+    let sent = datagram::send_segments(fd, to, from, &b, b.len(), false)?;
+    match sent.error {
+        Some(e) if sent.taken == 0 => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Splits a received buffer (GRO may have joined several datagrams of

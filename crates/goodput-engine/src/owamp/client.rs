@@ -387,10 +387,19 @@ async fn twamp_session(
                     error: error.to_u16(),
                 };
                 packet::write_sender(mode, keys, &f, &mut buf);
-                // A refused send is a packet sent and lost: count it.
-                let _ = sock.send(&buf).await;
-                tracker.sent(t1);
-                tally.sent += 1;
+                match sock.send(&buf).await {
+                    Ok(_) => {
+                        tracker.sent(t1);
+                        tally.sent += 1;
+                    }
+                    Err(e) => {
+                        // Refused (a firewall's drop on the way out, a
+                        // full queue): it never left, so it is not sent,
+                        // and a measurement lost. Its number is used again.
+                        let (reason, message) = msg::send_failure_reason(&e);
+                        tally.not_sent(1, &reason, &message);
+                    }
+                }
                 out.first_ns.get_or_insert(t1);
                 out.last_ns = Some(t1);
                 sent += 1;

@@ -74,6 +74,8 @@ enum Event {
     Sent(usize),
     Reply(usize, Verdict, u16),
     Lost(usize, u32, i64),
+    /// Packets planned that did not leave, and why.
+    NotSent(usize, u32, i64, u64, String, String),
     Done(Box<SessionEnd>),
 }
 
@@ -163,6 +165,17 @@ pub async fn run_sender(
                         window.lost(1);
                         if wants_packets {
                             observer.on_packet(&blank_packet(s, seq, StampPacketStatus::Lost, t1));
+                        }
+                    }
+                    Event::NotSent(s, seq, t1, k, reason, message) => {
+                        tallies[s].not_sent(k, &reason, &message);
+                        total.not_sent(k, &reason, &message);
+                        window.not_sent(k, &reason, &message);
+                        if wants_packets {
+                            // k is at most the slots of the run's schedule.
+                            for _ in 0..k {
+                                observer.on_packet(&blank_packet(s, seq, StampPacketStatus::NotSent, t1));
+                            }
                         }
                     }
                     Event::Done(end) => {
@@ -347,6 +360,7 @@ fn interval_of(
             sent: w.sent,
             received: w.received,
             lost: w.lost,
+            not_sent: w.not_sent,
             duplicates: w.duplicates,
             reordered: w.reordered,
             rtt: w.rtt_stats(),
@@ -534,19 +548,45 @@ async fn session(
                         }
                     }
                     Err(e) => {
-                        // A refused send (ICMP unreachable from an earlier
-                        // packet) is not a packet sent; count and go on.
+                        // Refused by the kernel (a firewall's drop on the
+                        // way out, a full queue, an ICMP error from an
+                        // earlier packet): the packet never left. It keeps
+                        // its place in the count and is a measurement lost.
                         send_errors += 1;
-                        first_error.get_or_insert(e);
                         sent += 1;
+                        let (reason, message) = msg::send_failure_reason(&e);
+                        first_error.get_or_insert(e);
+                        let ev = Event::NotSent(index, tracker.next_seq(), t1, 1, reason, message);
+                        if tx.send(ev).await.is_err() {
+                            return;
+                        }
                     }
                 }
                 next += spec.interval;
                 // Fell behind by more than an interval: skip, never burst.
                 let late = Instant::now();
                 if next + spec.interval < late {
-                    let behind = (late - next).as_nanos() / spec.interval.as_nanos().max(1);
-                    next += spec.interval * behind as u32;
+                    let behind = ((late - next).as_nanos() / spec.interval.as_nanos().max(1))
+                        .min(u128::from(u32::MAX)) as u32;
+                    let skipped_from = next;
+                    next += spec.interval * behind;
+                    // A counted run sends its count later instead; a timed
+                    // one loses the slots it skipped before its end.
+                    if spec.count.is_none() {
+                        let before_end = end_at.map_or(u64::from(behind), |e| {
+                            let left = e.saturating_duration_since(skipped_from);
+                            left.as_nanos().div_ceil(spec.interval.as_nanos().max(1)) as u64
+                        });
+                        let k = u64::from(behind).min(before_end);
+                        if k > 0 {
+                            let (reason, message) = msg::LATE_REASON;
+                            let at = msg::now_unix_ns();
+                            let ev = Event::NotSent(index, tracker.next_seq(), at, k, reason.into(), message.into());
+                            if tx.send(ev).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
                 }
             }
             r = sock.readable() => {
