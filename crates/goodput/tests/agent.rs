@@ -9,8 +9,17 @@ fn example() -> String {
     format!("{}/../../packaging/mesh.toml", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A token file, as the agent reads it: with one, --check-config finds
+/// nothing wrong with a host that has pairs with other agents.
+fn token() -> String {
+    let t = tmp("agent", "token");
+    std::fs::write(&t, "check-config-token-0123456789\n").unwrap();
+    t.to_str().unwrap().to_owned()
+}
+
 #[test]
 fn check_config_lists_this_hosts_tasks_and_who_tests_to_it() {
+    let token = token();
     let (code, out, err) = run(&[
         "agent",
         "--config",
@@ -18,6 +27,8 @@ fn check_config_lists_this_hosts_tasks_and_who_tests_to_it() {
         "--check-config",
         "--as",
         "10.0.0.1",
+        "--token-file",
+        &token,
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(
@@ -71,16 +82,22 @@ fn check_config_lists_this_hosts_tasks_and_who_tests_to_it() {
         "{out}"
     );
 
-    // A host that is none of them says so.
-    let (code, out, _) = run(&[
+    // A host that is none of them says so, and fails the check.
+    let (code, out, err) = run(&[
         "agent",
         "--config",
         &example(),
         "--check-config",
         "--as",
         "192.0.2.99",
+        "--token-file",
+        &token,
     ]);
-    assert_eq!(code, Some(0));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("goodput: problem: this host is none of the mesh's 4 addresses"),
+        "{err}"
+    );
     assert!(
         out.contains("This host is none of the configured addresses"),
         "{out}"
@@ -215,6 +232,8 @@ fn the_committed_mesh_schema_is_current_and_holds_a_configuration() {
         "--check-config",
         "--as",
         "a",
+        "--token-file",
+        &token(),
     ]);
     assert_eq!(code, Some(0), "{err}");
     assert!(out.contains("It runs 1 task pairs:"), "{out}");

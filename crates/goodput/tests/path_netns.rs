@@ -176,11 +176,16 @@ impl Chain {
             let st = c
                 .exec("c", env!("CARGO_BIN_EXE_goodput"))
                 .args([
-                    "ping", dest, "-M", "tcp", "-p", "9", "-c", "1", "-W", "5s", "-v", "0",
+                    "ping", dest, "-M", "tcp", "-p", "9", "-c", "1", "-W", "5s", "-v", "0", "--json", "-",
                 ])
-                .status()
+                .output()
                 .unwrap();
-            assert!(st.success(), "the chain does not carry a connect to {dest}");
+            // A reset is no answer (exit 1), but it came back along the path.
+            let doc: Value = serde_json::from_slice(&st.stdout).unwrap_or_default();
+            assert_eq!(
+                doc["ping"]["replies"][0]["refused"], true,
+                "the chain does not carry a connect to {dest}: {doc}"
+            );
         }
         Some(c)
     }
@@ -816,11 +821,15 @@ fn ping_counts_exactly_and_runs_without_root() {
         c.args(["--json", "-"]).output().unwrap()
     };
     let o = nobody(&["ping", "10.81.4.2", "-c", "3", "-i", "20ms", "-p", "22"]);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
     let p = &doc["ping"];
     assert_eq!(p["method"], "tcp");
-    assert_eq!(p["received"], 3, "refused connects are answers: {p}");
+    assert_eq!(
+        (p["received"].as_u64(), p["errors"].as_u64()),
+        (Some(0), Some(3)),
+        "a reset is no answer: {p}"
+    );
     assert!(p["replies"][0]["refused"].as_bool().unwrap());
     assert!(
         p["fallback"]

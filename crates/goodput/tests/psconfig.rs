@@ -166,7 +166,10 @@ family = "ipv4""#,
     assert!(!err.contains("tasks.core-rtt.tools"), "{err}");
     assert!(!err.to_lowercase().contains("stamp"), "{err}");
 
-    // The agent accepts the result as it is: site-a runs its share.
+    // The agent accepts the result as it is: site-a runs its share
+    // (with the mesh's token: its pairs are with other agents).
+    let token = tmp("psconfig", "token");
+    std::fs::write(&token, "psconfig-test-token-0123456789\n").unwrap();
     let (code, out, err) = run(&[
         "agent",
         "--config",
@@ -174,6 +177,8 @@ family = "ipv4""#,
         "--check-config",
         "--as",
         "site-a",
+        "--token-file",
+        token.to_str().unwrap(),
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("valid:"), "{out}");

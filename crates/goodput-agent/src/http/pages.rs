@@ -252,7 +252,7 @@ async fn grid_page(State(s): State<Ctx>, Query(q): Query<GridQuery>) -> Response
     let open: Vec<_> = open.into_iter().filter(|a| a.metric == family.name()).collect();
     if !open.is_empty() {
         body.push_str("<h2>Open alerts here</h2>");
-        body.push_str(&alerts_table(&alert_values(&open)));
+        body.push_str(&alerts_table(&alert_values(&s, &open)));
     }
     let mut html = page(
         &format!("{} grid", family.title()),
@@ -454,9 +454,9 @@ fn alerts_table(alerts: &[serde_json::Value]) -> String {
     t
 }
 
-/// Alerts as the table reads them.
-fn alert_values(alerts: &[goodput_archive::AlertRecord]) -> Vec<serde_json::Value> {
-    alerts
+/// Alerts as the table reads them, with their rules' thresholds in words.
+fn alert_values(s: &Ctx, alerts: &[goodput_archive::AlertRecord]) -> Vec<serde_json::Value> {
+    crate::state::alerts::with_words(&s.loaded(), alerts.to_vec())
         .iter()
         .filter_map(|a| serde_json::to_value(a).ok())
         .collect()
@@ -1127,9 +1127,9 @@ async fn alerts_page(State(s): State<Ctx>) -> Response {
     };
     let (open, ended): (Vec<_>, Vec<_>) = all.into_iter().partition(|a| a.end_ms.is_none());
     let mut body = format!("<h1>Alerts</h1><h2>Open ({})</h2>", open.len());
-    body.push_str(&alerts_table(&alert_values(&open)));
+    body.push_str(&alerts_table(&alert_values(&s, &open)));
     let _ = write!(body, "<h2>Ended in the last 7 days ({})</h2>", ended.len());
-    body.push_str(&alerts_table(&alert_values(&ended)));
+    body.push_str(&alerts_table(&alert_values(&s, &ended)));
     page("alerts", "alerts", &who(&s), &body).into_response()
 }
 

@@ -143,7 +143,7 @@ impl Pending {
             self.gso = false;
             sent = msg::send_segments(fd, to, None, bytes, seg, false);
         }
-        let sent = sent.map_or(0, |n| n.min(count)) as u64;
+        let sent = sent.map_or(0, |b| b.taken.min(count)) as u64;
         tally.reflected += sent;
         tally.ignored += count as u64 - sent;
     }
