@@ -738,7 +738,6 @@ impl Rule {
             };
             return format!("{}: no result for {w}", self.name);
         };
-        let unit = f.unit();
         let mut s = format!(
             "{}: {} of {} over {}",
             self.name,
@@ -749,28 +748,10 @@ impl Rule {
                 Window::Repeats(n) => format!("{n} repeat intervals"),
             }
         );
-        let unit_name = if unit.unit.is_empty() { "" } else { unit.unit };
-        for (word, t) in [("warning", &self.warning), ("critical", &self.critical)] {
-            if let Some(t) = t {
-                s.push_str(&format!(
-                    "; {word} outside {}{}",
-                    t.text,
-                    if t.text.ends_with(':') || unit_name.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({unit_name})")
-                    }
-                ));
-            }
-        }
-        if [&self.warning, &self.critical]
-            .iter()
-            .any(|t| t.as_ref().is_some_and(Threshold::relative))
-        {
-            s.push_str(&format!(
-                "; x = the pair's median over {}",
-                span_text(self.baseline_ms)
-            ));
+        // The thresholds in words, as alerts and the API say them.
+        if self.warning.is_some() || self.critical.is_some() {
+            s.push_str("; ");
+            s.push_str(&self.thresholds_text());
         }
         s
     }
@@ -1180,9 +1161,14 @@ mod tests {
         assert_eq!(tp.judge(50e6, Some(100e6)), Some(Status::Warning));
         assert_eq!(tp.judge(20e6, Some(100e6)), Some(Status::Critical));
         assert_eq!(tp.judge(95e6, Some(100e6)), Some(Status::Ok));
-        assert!(loss.legend().contains("warning outside ~:0"), "{}", loss.legend());
         assert!(
-            tp.legend().contains("x = the pair's median over 7d"),
+            loss.legend()
+                .contains("warning when loss is above 0 %, critical when at or above 1 %"),
+            "{}",
+            loss.legend()
+        );
+        assert!(
+            tp.legend().contains("its baseline: the median of 7d"),
             "{}",
             tp.legend()
         );

@@ -251,7 +251,9 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     assert!(page.contains(r#"data-direction="backward" data-from="b" data-to="a" data-status="critical""#));
     assert!(page.contains("last 0.500%"), "{page}");
     assert!(
-        page.contains("loss: last of loss over 1h; warning outside ~:0 (%); critical outside @1:"),
+        page.contains(
+            "loss: last of loss over 1h; warning when loss is above 0 %, critical when at or above 1 %"
+        ),
         "{page}"
     );
 

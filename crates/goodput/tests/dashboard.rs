@@ -279,7 +279,9 @@ fn the_dashboard_shows_the_grid_a_pairs_history_and_the_host_in_a_browser() {
     );
     let rules = browser.text(&browser.one("#rules"));
     assert!(
-        rules.contains("loss: mean of loss over 30m; warning outside ~:0 (%); critical outside @1:"),
+        rules.contains(
+            "loss: mean of loss over 30m; warning when loss is above 0 %, critical when at or above 1 %"
+        ),
         "{rules}"
     );
     assert_eq!(browser.all("#legend li").len(), 9);
