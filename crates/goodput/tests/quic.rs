@@ -303,7 +303,7 @@ fn client_reports_add_up_and_name_what_they_count() {
             "--status-interval",
             "100ms",
             "-v",
-            "1",
+            "5",
             "--json",
         ])
         .arg(&json)

@@ -859,7 +859,7 @@ mod tests {
         GridCell {
             cell: HalfCell {
                 task: "lat".into(),
-                kind: "stamp".into(),
+                kind: goodput_core::kind::Kind::Stamp.name().into(),
                 source: source.into(),
                 dest: Some(dest.into()),
                 metric: Family::Loss,
