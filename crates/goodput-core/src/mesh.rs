@@ -102,6 +102,11 @@ pub enum ArchiveKind {
     /// batch is POSTed to the URL as a JSON array of runs, transformed;
     /// any 2xx answer takes the batch.
     Http,
+    /// perfSONAR's archives (a central archive's Logstash HTTP input, or
+    /// anything pScheduler's `http` archiver posts to): each run is POSTed
+    /// alone as the document pScheduler's http archiver sends, the test,
+    /// the run and the result in the test type's result format.
+    Pscheduler,
 }
 
 /// Which fields of a run are sent, and under which names. A field is a

@@ -51,7 +51,7 @@ impl ForwardTarget {
             // receiver's URL is used as given.
             url: match a.kind {
                 ArchiveKind::Goodput => a.url.trim_end_matches('/').to_string(),
-                ArchiveKind::Http => a.url.clone(),
+                ArchiveKind::Http | ArchiveKind::Pscheduler => a.url.clone(),
             },
             pin: a.tls_sha256.as_deref().map(crate::tls::read_pin).transpose()?,
             kind: a.kind,
@@ -214,7 +214,7 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
     let http = client(&target);
     let url = match target.kind {
         ArchiveKind::Goodput => format!("{}/api/v1/archive/runs", target.url),
-        ArchiveKind::Http => target.url.clone(),
+        ArchiveKind::Http | ArchiveKind::Pscheduler => target.url.clone(),
     };
     let mut backoff = Duration::from_secs(1);
     let mut last_logged: Option<String> = None;
@@ -266,7 +266,7 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                 // mesh address, as calls to peers do.
                 let http = match target.kind {
                     ArchiveKind::Goodput => shared.client_to(&target.url, target.pin).await,
-                    ArchiveKind::Http => http.clone(),
+                    ArchiveKind::Http | ArchiveKind::Pscheduler => http.clone(),
                 };
                 send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
             }
