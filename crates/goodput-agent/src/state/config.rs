@@ -441,6 +441,19 @@ pub fn concerns(
             });
         }
     }
+    for o in config.self_overlaps() {
+        out.push(Concern {
+            fatal: false,
+            text: format!(
+                "task {}: each run lasts {} but the task repeats every {}: runs would overlap \
+                 themselves (each one still going when the next is due); make the repeat at least \
+                 as long as a run, or the run shorter",
+                o.task,
+                in_words(o.run_ms),
+                in_words(o.every_ms)
+            ),
+        });
+    }
     if !clock_synchronised {
         out.push(Concern {
             fatal: false,
@@ -451,6 +464,31 @@ pub fn concerns(
         });
     }
     out
+}
+
+/// Milliseconds in words, every unit that is not zero (`2 min 4 s`,
+/// `1 d`, `1 h 500 ms`): exact, so two lengths that differ never read
+/// the same.
+fn in_words(ms: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+        (1, "ms"),
+    ];
+    let mut left = ms;
+    let mut parts = Vec::new();
+    for (size, name) in UNITS {
+        if left >= size {
+            parts.push(format!("{} {name}", left / size));
+            left %= size;
+        }
+    }
+    match parts.is_empty() {
+        true => "0 ms".into(),
+        false => parts.join(" "),
+    }
 }
 
 /// The settings read once, when the API starts listening: a reload that
@@ -699,6 +737,36 @@ schedule = "s"
         );
         assert!(needs_restart(&old, &new, true).is_empty());
         assert!(needs_restart(&old, &old, false).is_empty());
+    }
+
+    #[test]
+    fn durations_in_words_are_exact() {
+        assert_eq!(in_words(122_000), "2 min 2 s");
+        assert_eq!(in_words(60_000), "1 min");
+        assert_eq!(in_words(3_600_500), "1 h 500 ms");
+        assert_eq!(in_words(86_400_000), "1 d");
+        assert_eq!(in_words(0), "0 ms");
+    }
+
+    #[test]
+    fn a_task_whose_runs_overlap_themselves_is_a_warning_with_both_lengths() {
+        let long = ONE.replace(
+            "kind = \"stamp\"",
+            "kind = \"stamp\"\ncount = 600\ninterval = \"200ms\"",
+        );
+        let config = MeshConfig::read(&long, true).unwrap();
+        let own = vec!["a".to_string()];
+        let c = concerns(&config, &own, &own, true, true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(!c[0].fatal);
+        assert!(
+            c[0].text.starts_with(
+                "task t: each run lasts 2 min 2 s but the task repeats every 1 min: runs would overlap themselves"
+            ),
+            "{}",
+            c[0].text
+        );
+        assert!(concerns(&MeshConfig::read(ONE, true).unwrap(), &own, &own, true, true).is_empty());
     }
 
     #[test]
