@@ -296,6 +296,14 @@ async fn fetch_unbounded(
             let mut cache = url_cache().lock().unwrap_or_else(|p| p.into_inner());
             match tag {
                 Some(tag) => {
+                    // A template's includes are cached too; one whose
+                    // include URLs change on every reload must not make
+                    // the cache grow without end.
+                    cache.remove(u);
+                    let held: usize = cache.values().map(|(_, t)| t.len()).sum();
+                    if cache.len() >= MAX_CACHED_URLS || held + text.len() > MAX_CACHED_BYTES {
+                        cache.clear();
+                    }
                     cache.insert(u.clone(), (tag, text.clone()));
                 }
                 None => {
@@ -338,6 +346,14 @@ fn same_origin_only(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirec
     }
     attempt.follow()
 }
+
+/// The most URLs whose last text is kept: a template and every include
+/// it may have, twice over.
+const MAX_CACHED_URLS: usize = 2 * (crate::psconfig::MAX_INCLUDES + 1);
+
+/// The most bytes of text kept for them: a template with its includes
+/// is at most one document's worth, so two of them.
+const MAX_CACHED_BYTES: usize = 2 * goodput_core::mesh::MAX_DOCUMENT_BYTES;
 
 /// Each configuration URL's last ETag and text.
 fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (String, String)>> {
