@@ -919,6 +919,46 @@ schedule = "s"
     }
 
     #[test]
+    fn the_etag_cache_stays_bounded_whatever_urls_it_is_given() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            // Every answer tagged, 1 MiB of JSON.
+            let body = format!("{{\"x\": \"{}\"}}", "a".repeat(1 << 20));
+            tokio::spawn(async move {
+                loop {
+                    let Ok((mut tcp, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 4096];
+                    let _ = tcp.read(&mut buf).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = tcp.write_all(head.as_bytes()).await;
+                    let _ = tcp.write_all(body.as_bytes()).await;
+                }
+            });
+            // 100 URLs, each changing: never more than the bounds held.
+            for i in 0..100 {
+                let url = ConfigSource::Url(format!("http://127.0.0.1:{port}/inc.json?v={i}"));
+                fetch_within(&url, None, Duration::from_secs(10)).await.unwrap();
+                let cache = url_cache().lock().unwrap();
+                let held: usize = cache.values().map(|(_, t)| t.len()).sum();
+                assert!(cache.len() <= MAX_CACHED_URLS, "{} URLs", cache.len());
+                assert!(held <= MAX_CACHED_BYTES, "{held} bytes");
+                assert!(!cache.is_empty());
+            }
+        });
+    }
+
+    #[test]
     fn durations_in_words_are_exact() {
         assert_eq!(in_words(122_000), "2 min 2 s");
         assert_eq!(in_words(60_000), "1 min");
