@@ -34,6 +34,7 @@ mod clock;
 mod http;
 mod limits;
 mod log;
+pub mod psconfig;
 mod secrets;
 mod state;
 mod tls;
@@ -50,7 +51,9 @@ use crate::log::{log, redact, warn};
 pub use answer::json_capped;
 pub use http::openapi::document as openapi_document;
 pub use limits::{ConnLimits, Limits, Window};
-pub use state::config::{concerns, fetch as fetch_document, mine, own_identities, Concern, ConfigSource};
+pub use state::config::{
+    concerns, fetch as fetch_document, mine, own_identities, read_config, Concern, ConfigSource,
+};
 pub use state::forward::ForwardTarget;
 pub use state::options::{AgentOptions, Role};
 pub use tls::fingerprint;

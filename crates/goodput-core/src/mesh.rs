@@ -868,6 +868,61 @@ impl Schedule {
     }
 }
 
+/// A task whose runs would overlap themselves: each lasts longer than the
+/// time between two of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SelfOverlap {
+    /// The task's name.
+    pub task: String,
+    /// How long one run lasts by its test's own settings (a latencybg
+    /// stream's packets times their interval, a throughput test's
+    /// duration), milliseconds.
+    pub run_ms: Ms,
+    /// The schedule's repeat, milliseconds.
+    pub every_ms: Ms,
+}
+
+impl MeshConfig {
+    /// The enabled tasks whose test lasts longer than their schedule's
+    /// repeat (the test as the group's first pair fills it in: every pair
+    /// of a task runs the same test). A cron schedule, a test with no
+    /// length of its own and a test that does not read are left out: the
+    /// first two have no fixed gap or length to compare, and `validate`
+    /// names the last.
+    pub fn self_overlaps(&self) -> Vec<SelfOverlap> {
+        let mut out = Vec::new();
+        for (name, t) in self.tasks.iter().filter(|(_, t)| !t.disabled) {
+            let (Some(group), Some(schedule), Some(test)) = (
+                self.groups.get(&t.group),
+                self.schedules.get(&t.schedule),
+                self.tests.get(&t.test),
+            ) else {
+                continue;
+            };
+            let Ok(repeat) = schedule.repeat_of() else {
+                continue;
+            };
+            if repeat.cron.is_some() || repeat.every == 0 {
+                continue;
+            }
+            let Some((source, dest)) = self.pairs(group).into_iter().next() else {
+                continue;
+            };
+            let Ok(spec) = self.fill(test, &source, dest.as_deref(), t.label.as_deref()) else {
+                continue;
+            };
+            if let Some(run_ms) = spec.expected_ms().filter(|m| *m > repeat.every) {
+                out.push(SelfOverlap {
+                    task: name.clone(),
+                    run_ms,
+                    every_ms: repeat.every,
+                });
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1471,5 +1526,82 @@ schedule = "often"
             e.message,
             "limit max_config_bytes: the document has 16,777,217 bytes, 16,777,216 allowed"
         );
+    }
+
+    #[test]
+    fn a_task_longer_than_its_repeat_is_named_with_both_durations() {
+        let doc = |count: u32, repeat: &str, cron: bool| {
+            let schedule = if cron {
+                "cron = \"* * * * *\"".to_string()
+            } else {
+                format!("repeat = \"{repeat}\"")
+            };
+            format!(
+                r#"
+[addresses.a]
+address = "10.0.0.1"
+[addresses.b]
+address = "10.0.0.2"
+[groups.ab]
+type = "mesh"
+addresses = ["a", "b"]
+[tests.bg]
+kind = "stamp"
+host = "{{{{dest}}}}"
+count = {count}
+interval = "200ms"
+[schedules.s]
+{schedule}
+[tasks.latency-bg]
+group = "ab"
+test = "bg"
+schedule = "s"
+[tasks.off]
+group = "ab"
+test = "bg"
+schedule = "s"
+disabled = true
+"#
+            )
+        };
+        // 600 packets 0.2 s apart on a one-minute repeat: two minutes
+        // and more (the reflector's last answers are waited for).
+        let c = MeshConfig::read(&doc(600, "PT1M", false), true).unwrap();
+        let run_ms = c.tests_of_first_pair_length("latency-bg");
+        assert!(run_ms > 120_000, "{run_ms}");
+        assert_eq!(
+            c.self_overlaps(),
+            [SelfOverlap {
+                task: "latency-bg".into(),
+                run_ms,
+                every_ms: 60_000
+            }]
+        );
+        // It fits in five minutes; a cron schedule has no fixed gap.
+        assert!(MeshConfig::read(&doc(600, "PT5M", false), true)
+            .unwrap()
+            .self_overlaps()
+            .is_empty());
+        assert!(MeshConfig::read(&doc(600, "", true), true)
+            .unwrap()
+            .self_overlaps()
+            .is_empty());
+        // Ten packets: two seconds and its wait, well inside a minute.
+        assert!(MeshConfig::read(&doc(10, "PT1M", false), true)
+            .unwrap()
+            .self_overlaps()
+            .is_empty());
+    }
+
+    impl MeshConfig {
+        /// The length of a task's test as its first pair fills it in.
+        fn tests_of_first_pair_length(&self, task: &str) -> Ms {
+            let t = &self.tasks[task];
+            let (s, d) = self.pairs(&self.groups[&t.group]).remove(0);
+            self.fill(&self.tests[&t.test], &s, d.as_deref(), None)
+                .unwrap()
+                .expected_ms()
+                .unwrap()
+        }
     }
 }

@@ -86,6 +86,9 @@ pub(crate) struct Loaded {
     pub(crate) pairs: Vec<PairTask>,
     /// When it was loaded (ms).
     pub(crate) loaded_ms: u64,
+    /// What a pSConfig template's conversion did not carry over (none
+    /// for a goodput mesh document).
+    pub(crate) notes: Vec<String>,
 }
 
 impl Loaded {
@@ -145,10 +148,41 @@ pub async fn fetch(source: &ConfigSource) -> Result<(String, bool), String> {
     fetch_with(source, None).await
 }
 
+/// How long reading the configuration document may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The same, presenting `token` to a pinned `https://…#SHA256` URL (a
 /// fleet archive gives its document's secrets only to token holders; the
 /// pin keeps the token from anyone else).
 pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Result<(String, bool), String> {
+    fetch_within(source, token, FETCH_TIMEOUT).await
+}
+
+/// The same, within `limit` (a file too: a named pipe that nobody
+/// writes to would otherwise hold the reload for ever).
+pub(crate) async fn fetch_within(
+    source: &ConfigSource,
+    token: Option<&str>,
+    limit: Duration,
+) -> Result<(String, bool), String> {
+    match tokio::time::timeout(limit, fetch_unbounded(source, token, limit)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "cannot {} {source}: no answer within {} s",
+            match source {
+                ConfigSource::File(_) => "read",
+                ConfigSource::Url(_) => "fetch",
+            },
+            limit.as_secs()
+        )),
+    }
+}
+
+async fn fetch_unbounded(
+    source: &ConfigSource,
+    token: Option<&str>,
+    limit: Duration,
+) -> Result<(String, bool), String> {
     match source {
         ConfigSource::File(p) => {
             let too_big = || {
@@ -202,7 +236,9 @@ pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Re
                 }
                 None => (u.as_str(), reqwest::Client::new()),
             };
-            let mut request = client.get(target).timeout(Duration::from_secs(30));
+            // Past `limit`, so that fetch_within's own deadline (which says
+            // so in words) is the one that ends a silent server.
+            let mut request = client.get(target).timeout(limit + Duration::from_secs(1));
             if let Some(t) = token.filter(|_| u.contains('#')) {
                 request = request.bearer_auth(t);
             }
@@ -224,7 +260,24 @@ pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Re
                 }
             }
             if !response.status().is_success() {
-                return Err(format!("cannot fetch {u}: HTTP {}", response.status()));
+                let status = response.status();
+                // A publisher says why in its body (pSConfig Web Admin's
+                // /pub/auto/HOST: "no such hostname registered: HOST").
+                let why = crate::answer::body_capped(response, 4096)
+                    .await
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| {
+                        ["message", "error"]
+                            .iter()
+                            .find_map(|k| v.get(*k).and_then(serde_json::Value::as_str).map(str::to_owned))
+                    })
+                    .map(|m| {
+                        let m: String = m.chars().filter(|c| !c.is_control()).take(200).collect();
+                        format!(" ({m})")
+                    })
+                    .unwrap_or_default();
+                return Err(format!("cannot fetch {u}: HTTP {status}{why}"));
             }
             let tag = response
                 .headers()
@@ -243,6 +296,14 @@ pub(crate) async fn fetch_with(source: &ConfigSource, token: Option<&str>) -> Re
             let mut cache = url_cache().lock().unwrap_or_else(|p| p.into_inner());
             match tag {
                 Some(tag) => {
+                    // A template's includes are cached too; one whose
+                    // include URLs change on every reload must not make
+                    // the cache grow without end.
+                    cache.remove(u);
+                    let held: usize = cache.values().map(|(_, t)| t.len()).sum();
+                    if cache.len() >= MAX_CACHED_URLS || held + text.len() > MAX_CACHED_BYTES {
+                        cache.clear();
+                    }
                     cache.insert(u.clone(), (tag, text.clone()));
                 }
                 None => {
@@ -286,6 +347,14 @@ fn same_origin_only(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirec
     attempt.follow()
 }
 
+/// The most URLs whose last text is kept: a template and every include
+/// it may have, twice over.
+const MAX_CACHED_URLS: usize = 2 * (crate::psconfig::MAX_INCLUDES + 1);
+
+/// The most bytes of text kept for them: a template with its includes
+/// is at most one document's worth, so two of them.
+const MAX_CACHED_BYTES: usize = 2 * goodput_core::mesh::MAX_DOCUMENT_BYTES;
+
 /// Each configuration URL's last ETag and text.
 fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (String, String)>> {
     static CACHE: std::sync::OnceLock<std::sync::Mutex<std::collections::HashMap<String, (String, String)>>> =
@@ -296,18 +365,111 @@ fn url_cache() -> &'static std::sync::Mutex<std::collections::HashMap<String, (S
 /// The largest configuration document read (core's limit on a document).
 const MAX_CONFIG_BYTES: u64 = goodput_core::mesh::MAX_DOCUMENT_BYTES as u64;
 
-/// Reads, validates and resolves the configuration for this host.
+/// Reads, validates and resolves the configuration for this host: a
+/// goodput mesh document, or a pSConfig template converted (with its
+/// includes) on every load, as perfSONAR's pSConfig agent does.
 pub(crate) async fn load(
     source: &ConfigSource,
     identities: &[String],
     token: Option<&str>,
 ) -> Result<Loaded, String> {
     let (text, toml) = fetch_with(source, token).await?;
-    let config = MeshConfig::read(&text, toml).map_err(|e| match e.field.as_str() {
+    let (config, notes) = read_config(source, text, toml).await?;
+    let identities = match (identities.is_empty(), publisher_host(source)) {
+        (true, Some(host)) => {
+            let mut own = own_identities();
+            own.push(host);
+            own
+        }
+        _ => identities.to_vec(),
+    };
+    let mut loaded = resolve(config, &identities).map_err(|e| format!("{source}: {e}"))?;
+    say_notes(source, &notes);
+    loaded.notes = notes;
+    Ok(loaded)
+}
+
+/// A configuration document's text as a mesh configuration, and what a
+/// pSConfig template's conversion did not carry over. What the document
+/// is, is told by its content, whatever its name: JSON that is a pSConfig
+/// template is converted (its includes read from where `source` says),
+/// other JSON and TOML are goodput's own document.
+pub async fn read_config(
+    source: &ConfigSource,
+    text: String,
+    toml: bool,
+) -> Result<(MeshConfig, Vec<String>), String> {
+    let json = text.trim_start().starts_with('{');
+    if json {
+        // A document that does not parse is left to the mesh reader,
+        // whose error names the line and column.
+        if let Ok(doc) = crate::psconfig::parse(&text) {
+            if crate::psconfig::is_meshconfig(&doc) {
+                return Err(format!(
+                    "{source}: a perfSONAR 4 MeshConfig document (it has `organizations`), not a pSConfig \
+                     template: ask its publisher for pSConfig (a pSConfig Web Admin URL takes ?format=psconfig)"
+                ));
+            }
+            if crate::psconfig::is_template(&doc) {
+                let bytes = text.len();
+                drop(text);
+                let merged = crate::psconfig::with_includes(source, doc, bytes).await?;
+                let imported = goodput_core::psconfig::import_psconfig(
+                    &merged.template,
+                    goodput_core::psconfig::ImportChoices::default(),
+                )
+                .map_err(|e| format!("{source}: pSConfig template: {e}"))?;
+                let mut notes = merged.notes;
+                notes.extend(imported.notes);
+                return Ok((imported.config, notes));
+            }
+        }
+    }
+    let config = MeshConfig::read(&text, toml && !json).map_err(|e| match e.field.as_str() {
         "" => format!("{source}: {}", e.message),
         f => format!("{source}: {f}: {}", e.message),
     })?;
-    resolve(config, identities).map_err(|e| format!("{source}: {e}"))
+    Ok((config, Vec::new()))
+}
+
+/// The host a pSConfig Web Admin's per-host URL (`…/pub/auto/HOST`) is
+/// for: the publisher makes that template from the tests its HOST is in,
+/// naming it as registered, so the agent is that host too.
+fn publisher_host(source: &ConfigSource) -> Option<String> {
+    let ConfigSource::Url(u) = source else {
+        return None;
+    };
+    let path = u.split_once("://")?.1.split(['?', '#']).next()?;
+    let mut parts = path.trim_end_matches('/').rsplit('/');
+    let host = parts.next()?;
+    (parts.next()? == "auto" && parts.next()? == "pub" && !host.is_empty()).then(|| host.to_owned())
+}
+
+/// The most notes said one by one when a template is converted.
+const MAX_NOTES_SAID: usize = 50;
+
+/// Says a template's notes in the log when they are not the ones said
+/// last (a URL is read again every few minutes; the same notes each time
+/// would bury the log).
+fn say_notes(source: &ConfigSource, notes: &[String]) {
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|p| p.into_inner());
+    if said.as_slice() == notes {
+        return;
+    }
+    if !notes.is_empty() {
+        log(&format!(
+            "{source}: a pSConfig template, converted; {} things not carried over, or carried over differently:",
+            notes.len()
+        ));
+        for n in notes.iter().take(MAX_NOTES_SAID) {
+            log(&format!("  {n}"));
+        }
+        if notes.len() > MAX_NOTES_SAID {
+            log(&format!("  … and {} more", notes.len() - MAX_NOTES_SAID));
+        }
+    }
+    *said = notes.to_vec();
 }
 
 /// This host's share of a configuration.
@@ -325,6 +487,7 @@ pub(crate) fn resolve(config: MeshConfig, identities: &[String]) -> Result<Loade
         led: Vec::new(),
         pairs: Vec::new(),
         loaded_ms: clock::now_ms(),
+        notes: Vec::new(),
     };
     let everyone: Vec<String> = loaded.config.addresses.keys().cloned().collect();
     let all = loaded
@@ -441,6 +604,19 @@ pub fn concerns(
             });
         }
     }
+    for o in config.self_overlaps() {
+        out.push(Concern {
+            fatal: false,
+            text: format!(
+                "task {}: each run lasts {} but the task repeats every {}: runs would overlap \
+                 themselves (each one still going when the next is due); make the repeat at least \
+                 as long as a run, or the run shorter",
+                o.task,
+                in_words(o.run_ms),
+                in_words(o.every_ms)
+            ),
+        });
+    }
     if !clock_synchronised {
         out.push(Concern {
             fatal: false,
@@ -451,6 +627,31 @@ pub fn concerns(
         });
     }
     out
+}
+
+/// Milliseconds in words, every unit that is not zero (`2 min 4 s`,
+/// `1 d`, `1 h 500 ms`): exact, so two lengths that differ never read
+/// the same.
+fn in_words(ms: u64) -> String {
+    const UNITS: [(u64, &str); 5] = [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+        (1, "ms"),
+    ];
+    let mut left = ms;
+    let mut parts = Vec::new();
+    for (size, name) in UNITS {
+        if left >= size {
+            parts.push(format!("{} {name}", left / size));
+            left %= size;
+        }
+    }
+    match parts.is_empty() {
+        true => "0 ms".into(),
+        false => parts.join(" "),
+    }
 }
 
 /// The settings read once, when the API starts listening: a reload that
@@ -699,6 +900,92 @@ schedule = "s"
         );
         assert!(needs_restart(&old, &new, true).is_empty());
         assert!(needs_restart(&old, &old, false).is_empty());
+    }
+
+    #[test]
+    fn a_publishers_per_host_url_names_this_host() {
+        let host = |u: &str| publisher_host(&ConfigSource::parse(u));
+        assert_eq!(
+            host("https://pwa.example.net/pub/auto/ps1.example.net").as_deref(),
+            Some("ps1.example.net")
+        );
+        assert_eq!(
+            host("http://192.0.2.1:8080/pwa/pub/auto/ps1/?format=psconfig").as_deref(),
+            Some("ps1")
+        );
+        assert_eq!(host("https://pwa.example.net/pub/config/mesh"), None);
+        assert_eq!(host("https://pwa.example.net/auto/ps1"), None);
+        assert_eq!(host("/etc/goodput/pub/auto/ps1"), None);
+    }
+
+    #[test]
+    fn the_etag_cache_stays_bounded_whatever_urls_it_is_given() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            // Every answer tagged, 1 MiB of JSON.
+            let body = format!("{{\"x\": \"{}\"}}", "a".repeat(1 << 20));
+            tokio::spawn(async move {
+                loop {
+                    let Ok((mut tcp, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 4096];
+                    let _ = tcp.read(&mut buf).await;
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = tcp.write_all(head.as_bytes()).await;
+                    let _ = tcp.write_all(body.as_bytes()).await;
+                }
+            });
+            // 100 URLs, each changing: never more than the bounds held.
+            for i in 0..100 {
+                let url = ConfigSource::Url(format!("http://127.0.0.1:{port}/inc.json?v={i}"));
+                fetch_within(&url, None, Duration::from_secs(10)).await.unwrap();
+                let cache = url_cache().lock().unwrap();
+                let held: usize = cache.values().map(|(_, t)| t.len()).sum();
+                assert!(cache.len() <= MAX_CACHED_URLS, "{} URLs", cache.len());
+                assert!(held <= MAX_CACHED_BYTES, "{held} bytes");
+                assert!(!cache.is_empty());
+            }
+        });
+    }
+
+    #[test]
+    fn durations_in_words_are_exact() {
+        assert_eq!(in_words(122_000), "2 min 2 s");
+        assert_eq!(in_words(60_000), "1 min");
+        assert_eq!(in_words(3_600_500), "1 h 500 ms");
+        assert_eq!(in_words(86_400_000), "1 d");
+        assert_eq!(in_words(0), "0 ms");
+    }
+
+    #[test]
+    fn a_task_whose_runs_overlap_themselves_is_a_warning_with_both_lengths() {
+        let long = ONE.replace(
+            "kind = \"stamp\"",
+            "kind = \"stamp\"\ncount = 600\ninterval = \"200ms\"",
+        );
+        let config = MeshConfig::read(&long, true).unwrap();
+        let own = vec!["a".to_string()];
+        let c = concerns(&config, &own, &own, true, true);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(!c[0].fatal);
+        assert!(
+            c[0].text.starts_with(
+                "task t: each run lasts 2 min 2 s but the task repeats every 1 min: runs would overlap themselves"
+            ),
+            "{}",
+            c[0].text
+        );
+        assert!(concerns(&MeshConfig::read(ONE, true).unwrap(), &own, &own, true, true).is_empty());
     }
 
     #[test]

@@ -388,27 +388,30 @@ fn agent_run(args: &AgentRunArgs) -> Result<u8, Stop> {
 /// `--check-config`: the configuration checked, and this host's tasks.
 fn check_config(args: &AgentArgs) -> Result<u8, Stop> {
     let config = args.config.clone().unwrap_or_default();
-    let path = std::path::PathBuf::from(&config);
     let name = config.clone();
     let from_stdin = config == "-";
-    let text = if from_stdin {
+    let source = ConfigSource::parse(&config);
+    let rt = runtime()?;
+    // The agent's own reader: a file or a URL, a mesh document or a
+    // pSConfig template (told by its content) with its includes.
+    let (text, toml) = if from_stdin {
         let mut t = String::new();
         std::io::stdin()
             .read_to_string(&mut t)
             .map_err(|e| Stop::Fatal(anyhow!("cannot read standard input: {e}")))?;
-        t
+        let toml = !t.trim_start().starts_with('{');
+        (t, toml)
     } else {
-        std::fs::read_to_string(&path).map_err(|e| Stop::Fatal(anyhow!("cannot read {name}: {e}")))?
+        rt.block_on(goodput_agent::fetch_document(&source))
+            .map_err(|e| Stop::Fatal(anyhow!(e)))?
     };
-    let toml = if from_stdin {
-        !text.trim_start().starts_with('{')
-    } else {
-        path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"))
-    };
-    let config = MeshConfig::read(&text, toml).map_err(|e| match e.field.as_str() {
-        "" => usage(format!("{name}: {}", e.message)),
-        f => usage(format!("{name}: {f}: {}", e.message)),
-    })?;
+    let (config, notes) = rt
+        .block_on(goodput_agent::read_config(&source, text, toml))
+        .map_err(usage)?;
+    drop(rt);
+    for n in &notes {
+        eprintln!("goodput: note: {n}");
+    }
     let (identities, how) = match args.identity.is_empty() {
         true => (
             goodput_agent::own_identities(),
@@ -577,14 +580,15 @@ fn import_psconfig(args: &ImportPsconfigArgs) -> Result<u8, Stop> {
     let (text, _) = rt
         .block_on(goodput_agent::fetch_document(&source))
         .map_err(|e| Stop::Fatal(anyhow!(e)))?;
-    let template: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Stop::Fatal(anyhow!("{source}: not JSON (a pSConfig template is JSON): {e}")))?;
     let choices = goodput_core::psconfig::ImportChoices {
         throughput_iperf3: args.throughput == Kind::Iperf3.name(),
         rtt_stamp: args.rtt == Kind::Stamp.name(),
     };
-    let imported = goodput_core::psconfig::import_psconfig(&template, choices)
-        .map_err(|e| Stop::Fatal(anyhow!("{source}: {e}")))?;
+    // Its includes read and merged as pSConfig's agents merge them.
+    let imported = rt
+        .block_on(goodput_agent::psconfig::convert(&source, &text, choices))
+        .map_err(|e| Stop::Fatal(anyhow!(e)))?;
+    drop(text);
     // Only what the template said: the agent and alert sections keep
     // their defaults, so they are left out.
     let mut doc = serde_json::to_value(&imported.config).map_err(|e| Stop::Fatal(anyhow!(e)))?;

@@ -18,7 +18,10 @@ pub struct AgentArgs {
     /// reads standard input with --check-config) or an http(s):// URL, read
     /// again every --reload-every (`URL#SHA256`: an https:// server whose
     /// certificate has that fingerprint, e.g. a fleet archive's
-    /// /api/v1/fleet/config?host=NAME).
+    /// /api/v1/fleet/config?host=NAME). A perfSONAR pSConfig template
+    /// (told by its content), with its includes, is converted on every
+    /// load, as import-psconfig converts it: e.g. a pSConfig Web Admin's
+    /// https://HOST/pub/auto/THIS-HOST.
     #[arg(long, value_name = "FILE|URL", required_unless_present_any = ["print_fingerprint", "new_token"])]
     pub config: Option<String>,
     /// Check the configuration and print the tasks this host will run and
@@ -26,7 +29,9 @@ pub struct AgentArgs {
     /// the agent's runs would fail here (one `problem:` line each on
     /// standard error: no --token-file while this host has pairs with
     /// other agents, a host that is none of the mesh's addresses). A
-    /// clock the kernel says is not synchronised is a `warning:` line.
+    /// clock the kernel says is not synchronised, and a task whose runs
+    /// would overlap themselves (a run longer than its repeat), are
+    /// `warning:` lines.
     #[arg(long)]
     pub check_config: bool,
     /// Make a new mesh token (random, from the kernel) in a new file of
@@ -241,7 +246,8 @@ pub enum AgentAction {
 /// `goodput agent import-psconfig`'s flags.
 #[derive(Debug, Args)]
 pub struct ImportPsconfigArgs {
-    /// The template: a JSON file or an http(s):// URL.
+    /// The template: a JSON file or an http(s):// URL (its `includes`,
+    /// files or URLs, are read and merged as pSConfig merges them).
     #[arg(value_name = "FILE|URL")]
     pub template: String,
     /// Write the configuration here instead of standard output.
