@@ -184,9 +184,7 @@ impl Figures {
         }
         if let Some(e) = self.owd_clock_error_us {
             if !e.is_finite() || !(0.0..=MAX_DELAY_US).contains(&e) {
-                return Some(format!(
-                    "figure owd_clock_error_us is {e}, outside 0 to an hour"
-                ));
+                return Some(format!("figure owd_clock_error_us is {e}, outside 0 to an hour"));
             }
         }
         match &self.path_checksum {
@@ -367,11 +365,7 @@ fn one_way(f: &mut Figures, forward: Option<&OneWayStats>, backward: Option<&One
         .filter_map(|d| d.error_bound_us)
         .filter(|e| e.is_finite() && (0.0..=MAX_DELAY_US).contains(e))
         .reduce(f64::max);
-    let median = |d: Option<&OneWayStats>| {
-        d.filter(|d| d.count > 0)
-            .filter(exact)
-            .map(|d| d.median_us)
-    };
+    let median = |d: Option<&OneWayStats>| d.filter(|d| d.count > 0).filter(exact).map(|d| d.median_us);
     f.owd_forward_median_us = median(forward);
     f.owd_backward_median_us = median(backward);
 }

@@ -473,8 +473,14 @@ mod tests {
         for (bucket, says) in [
             ("1e308", "bucket '1e308' is outside -3600000 to 3600000 ms"),
             ("-1e308", "bucket '-1e308' is outside -3600000 to 3600000 ms"),
-            ("-3600000.5", "bucket '-3600000.5' is outside -3600000 to 3600000 ms"),
-            ("3600000.5", "bucket '3600000.5' is outside -3600000 to 3600000 ms"),
+            (
+                "-3600000.5",
+                "bucket '-3600000.5' is outside -3600000 to 3600000 ms",
+            ),
+            (
+                "3600000.5",
+                "bucket '3600000.5' is outside -3600000 to 3600000 ms",
+            ),
         ] {
             let e = from_pscheduler(&latency(serde_json::json!({ bucket: 5 }))).unwrap_err();
             assert!(e.contains(says), "{bucket}: {e}");

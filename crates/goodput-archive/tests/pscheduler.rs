@@ -138,7 +138,10 @@ fn an_unsynchronised_one_way_latency_keeps_its_clock_error_and_no_delay() {
     let mut bad = doc.clone();
     bad["result"]["max-clock-error"] = Value::from(-1.0);
     let e = from_pscheduler(&bad).unwrap_err();
-    assert!(e.contains("max-clock-error is -1.0, not a time of 0 to 3600000 ms"), "{e}");
+    assert!(
+        e.contains("max-clock-error is -1.0, not a time of 0 to 3600000 ms"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -159,7 +162,10 @@ fn a_single_ended_result_is_its_observers_and_a_named_source_wins() {
     let m = from_pscheduler_observed(&fixture("rtt"), Some("10.81.1.3")).unwrap();
     assert_eq!(m.run.source, "10.81.1.2");
     let e = from_pscheduler_observed(&doc, Some("")).unwrap_err();
-    assert!(e.contains("x-ps-observer header must be 1 to 512 characters"), "{e}");
+    assert!(
+        e.contains("x-ps-observer header must be 1 to 512 characters"),
+        "{e}"
+    );
 }
 
 #[test]
