@@ -68,7 +68,7 @@ pub struct Figures {
     pub owd_backward_median_us: Option<f64>,
     /// Whether the run's one-way delays are exact, every direction it
     /// measured: from clocks that were synchronised, each median clear of
-    /// the clocks' error ([`one_way_is_exact`]). False: a direction that
+    /// the clocks' error (`one_way_is_exact`). False: a direction that
     /// is not has no median here; its relative figures stay, marked, in
     /// the result document. None: no one-way delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
