@@ -465,6 +465,71 @@ mod tests {
         }
     }
 
+    fn way(median_us: f64, synchronized: bool, error_bound_us: Option<f64>) -> OneWayStats {
+        OneWayStats {
+            count: 100,
+            min_us: median_us - 10.0,
+            median_us,
+            max_us: median_us + 10.0,
+            jitter_us: 5.0,
+            synchronized,
+            error_bound_us,
+            ipdv: None,
+        }
+    }
+
+    #[test]
+    fn a_median_within_its_clock_error_is_no_delay_and_the_error_is_kept() {
+        // Synchronised, 2 ms clear of a 60 µs error: exact, both ways.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(2_000.0, true, Some(60.0))),
+            Some(&way(2_500.0, true, None)),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (Some(2_000.0), Some(2_500.0), Some(true))
+        );
+        assert_eq!(f.owd_clock_error_us, Some(60.0));
+        // Flagged synchronised, but −13.16 ms against a 27 ms error, and
+        // 20 µs against 1 ms: the clocks' offset, not delays.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(-13_160.0, true, Some(27_000.0))),
+            Some(&way(20.0, true, Some(1_000.0))),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (None, None, Some(false))
+        );
+        assert_eq!(f.owd_clock_error_us, Some(27_000.0));
+        // One exact way beside one that is not: only the exact one.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(5_000.0, true, Some(100.0))),
+            Some(&way(5_000.0, false, Some(100.0))),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (Some(5_000.0), None, Some(false))
+        );
+    }
+
     #[test]
     fn figures_outside_physical_sense_are_named() {
         let ok = Figures {
