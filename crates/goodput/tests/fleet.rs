@@ -825,7 +825,7 @@ fn one_way_without_synchronised_clocks(port: u16) {
     for (task, source) in [("core-trace", "site-b"), ("core-rtt", "site-b")] {
         let css = format!("main > section[data-task=\"{task}\"][data-source=\"{source}\"] p.latest");
         let latest = browser.text(&browser.one(&css));
-        assert!(latest.starts_with("Latest ("), "{task}: {latest}");
+        assert!(latest.starts_with("Latest ("), "{task}: {latest}\n{main}");
     }
     browser.go(&format!("{base}/ui/pair?source=site-a&dest=10.81.1.9&range=1y"));
     let main = browser.text(&browser.one("main"));
