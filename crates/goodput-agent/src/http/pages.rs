@@ -742,6 +742,36 @@ async fn latest_line(s: &Shared, p: &PairTask, key: &str) -> String {
             ));
         }
     }
+    // A one-way delay that is not exact is said so, with the clocks'
+    // error, rather than left out without a word.
+    if Family::OneWayDelay.measured_by(p.spec.kind()) {
+        let f = RunFilter {
+            source: Some(p.source.clone()),
+            dest: p.dest.clone(),
+            kind: Some(p.spec.kind().into()),
+            state: Some(RunState::Finished),
+            // Scheduled at most a day before it started (its slip).
+            from_ms: Some(at.saturating_sub(86_400_000)),
+            to_ms: Some(at.saturating_add(1)),
+            limit: 10,
+        };
+        let latest = s.archive.runs(&f).await.ok().and_then(|runs| {
+            runs.into_iter()
+                .find(|r| r.measurement_key == key && r.start_ms.unwrap_or(r.scheduled_ms) == at)
+        });
+        if let Some(r) = latest.filter(|r| r.figures.owd_synchronized == Some(false)) {
+            let error = r.figures.owd_clock_error_us.map_or(String::new(), |e| {
+                format!(
+                    ", the clocks' error {}",
+                    goodput_core::catalogue::Quantity::Time.show(e / 1e6)
+                )
+            });
+            figures.push(format!(
+                "<span class=\"figure unsync\">one-way delay not exact (clocks not synchronised{})</span>",
+                escape(&error)
+            ));
+        }
+    }
     let ago = clock::now_ms().saturating_sub(at);
     format!(
         "<p class=\"latest\">Latest ({} ago, {} UTC): {}</p>",
