@@ -66,12 +66,19 @@ pub struct Figures {
     /// Median one-way delay destination → source, µs, likewise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owd_backward_median_us: Option<f64>,
-    /// Whether the run's one-way delays came from clocks that were
-    /// synchronised, every direction it measured (false: a direction
-    /// whose clocks were not has no median here; its relative figures
-    /// stay, marked, in the result document); none: no one-way delay.
+    /// Whether the run's one-way delays are exact, every direction it
+    /// measured: from clocks that were synchronised, each median clear of
+    /// the clocks' error (`one_way_is_exact`). False: a direction that
+    /// is not has no median here; its relative figures stay, marked, in
+    /// the result document. None: no one-way delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owd_synchronized: Option<bool>,
+    /// The clocks' error bound of the run's one-way delays, µs: the
+    /// larger direction's (OWAMP's and STAMP's error estimates, pScheduler's
+    /// `max-clock-error`); none where no one-way delay was measured or its
+    /// error was not said (runs stored before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owd_clock_error_us: Option<f64>,
 }
 
 pub(crate) use goodput_core::catalogue::MAX_DELAY_US;
@@ -131,6 +138,15 @@ impl Figures {
             owd_forward_median_us,
             owd_backward_median_us,
             owd_synchronized,
+            owd_clock_error_us: None,
+        }
+    }
+
+    /// The same figures with the one-way delays' clock error.
+    pub fn with_clock_error(self, owd_clock_error_us: Option<f64>) -> Self {
+        Figures {
+            owd_clock_error_us,
+            ..self
         }
     }
 
@@ -164,6 +180,11 @@ impl Figures {
                         "figure {name} is {shown}, outside {min_text} to {max_text}"
                     ));
                 }
+            }
+        }
+        if let Some(e) = self.owd_clock_error_us {
+            if !e.is_finite() || !(0.0..=MAX_DELAY_US).contains(&e) {
+                return Some(format!("figure owd_clock_error_us is {e}, outside 0 to an hour"));
             }
         }
         match &self.path_checksum {
@@ -310,10 +331,24 @@ fn stamp_stats(f: &mut Figures, t: &StampStats) {
     one_way(f, t.forward.as_ref(), t.backward.as_ref());
 }
 
+/// Whether a one-way median is a delay one may judge: its clocks were
+/// synchronised, and it stands clear of their error. A median no larger
+/// than the clocks' error bound (a negative one above all) says how far
+/// apart the clocks were, not how long the path took: −13 ms with a 27 ms
+/// error is no delay, and comparing it with a baseline of the same
+/// offset would be comparing clocks.
+pub fn one_way_is_exact(synchronized: bool, median_us: f64, error_us: Option<f64>) -> bool {
+    synchronized
+        && median_us.is_finite()
+        && median_us >= 0.0
+        && error_us.is_none_or(|e| !e.is_finite() || median_us > e)
+}
+
 /// The one-way medians, each way, and whether they are exact: a
-/// direction whose clocks were not synchronised for every sample keeps
+/// direction whose clocks were not synchronised for every sample, or
+/// whose median is within its clocks' error ([`one_way_is_exact`]), keeps
 /// its median out of the series (it is relative, not a delay), and marks
-/// the run unsynchronised.
+/// the run unsynchronised. The larger error bound is kept either way.
 fn one_way(f: &mut Figures, forward: Option<&OneWayStats>, backward: Option<&OneWayStats>) {
     let measured: Vec<&OneWayStats> = [forward, backward]
         .into_iter()
@@ -323,14 +358,16 @@ fn one_way(f: &mut Figures, forward: Option<&OneWayStats>, backward: Option<&One
     if measured.is_empty() {
         return;
     }
-    let synchronized = measured.iter().all(|d| d.synchronized);
-    f.owd_synchronized = Some(synchronized);
-    let exact = |d: Option<&OneWayStats>| {
-        d.filter(|d| d.count > 0 && d.synchronized && d.median_us.is_finite())
-            .map(|d| d.median_us)
-    };
-    f.owd_forward_median_us = exact(forward);
-    f.owd_backward_median_us = exact(backward);
+    let exact = |d: &&OneWayStats| one_way_is_exact(d.synchronized, d.median_us, d.error_bound_us);
+    f.owd_synchronized = Some(measured.iter().all(exact));
+    f.owd_clock_error_us = measured
+        .iter()
+        .filter_map(|d| d.error_bound_us)
+        .filter(|e| e.is_finite() && (0.0..=MAX_DELAY_US).contains(e))
+        .reduce(f64::max);
+    let median = |d: Option<&OneWayStats>| d.filter(|d| d.count > 0).filter(exact).map(|d| d.median_us);
+    f.owd_forward_median_us = median(forward);
+    f.owd_backward_median_us = median(backward);
 }
 
 /// OWAMP's figures: `to` is the forward direction (this host, the
@@ -426,6 +463,71 @@ mod tests {
         for (i, s) in catalogue::SERIES.iter().enumerate() {
             assert_eq!(f.value(s), Some(i as f64 + 1.0), "{}", s.name);
         }
+    }
+
+    fn way(median_us: f64, synchronized: bool, error_bound_us: Option<f64>) -> OneWayStats {
+        OneWayStats {
+            count: 100,
+            min_us: median_us - 10.0,
+            median_us,
+            max_us: median_us + 10.0,
+            jitter_us: 5.0,
+            synchronized,
+            error_bound_us,
+            ipdv: None,
+        }
+    }
+
+    #[test]
+    fn a_median_within_its_clock_error_is_no_delay_and_the_error_is_kept() {
+        // Synchronised, 2 ms clear of a 60 µs error: exact, both ways.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(2_000.0, true, Some(60.0))),
+            Some(&way(2_500.0, true, None)),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (Some(2_000.0), Some(2_500.0), Some(true))
+        );
+        assert_eq!(f.owd_clock_error_us, Some(60.0));
+        // Flagged synchronised, but −13.16 ms against a 27 ms error, and
+        // 20 µs against 1 ms: the clocks' offset, not delays.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(-13_160.0, true, Some(27_000.0))),
+            Some(&way(20.0, true, Some(1_000.0))),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (None, None, Some(false))
+        );
+        assert_eq!(f.owd_clock_error_us, Some(27_000.0));
+        // One exact way beside one that is not: only the exact one.
+        let mut f = Figures::default();
+        one_way(
+            &mut f,
+            Some(&way(5_000.0, true, Some(100.0))),
+            Some(&way(5_000.0, false, Some(100.0))),
+        );
+        assert_eq!(
+            (
+                f.owd_forward_median_us,
+                f.owd_backward_median_us,
+                f.owd_synchronized
+            ),
+            (Some(5_000.0), None, Some(false))
+        );
     }
 
     #[test]

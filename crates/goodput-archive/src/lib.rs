@@ -26,7 +26,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool};
 
-pub use figures::{figures_of, measurement_key, one_way_summary_figures, Figures};
+pub use figures::{figures_of, measurement_key, one_way_is_exact, one_way_summary_figures, Figures};
 
 pub use migrations::SCHEMA_VERSION;
 
@@ -516,7 +516,7 @@ const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, sched
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
      path_checksum, loss_forward_pct, loss_backward_pct, owd_forward_median_us, owd_backward_median_us, \
-     owd_synchronized";
+     owd_synchronized, owd_clock_error_us";
 
 /// The same, each named by its table (`runs` is `r`).
 const R_COLUMNS: &str =
@@ -524,7 +524,7 @@ const R_COLUMNS: &str =
      r.start_ms, r.end_ms, r.measurement_key, r.throughput_up_bps, r.throughput_down_bps, r.loss_pct, \
      r.duplicates, r.reordered, r.delay_min_us, r.delay_median_us, r.delay_p95_us, r.delay_max_us, \
      r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum, r.loss_forward_pct, r.loss_backward_pct, \
-     r.owd_forward_median_us, r.owd_backward_median_us, r.owd_synchronized";
+     r.owd_forward_median_us, r.owd_backward_median_us, r.owd_synchronized, r.owd_clock_error_us";
 
 impl Archive {
     /// Opens (or creates) the archive file and brings its schema up to
@@ -722,7 +722,7 @@ impl Archive {
             // the database.
             let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
             for chunk in unique.chunks(rows_per) {
-                let sql = upsert_sql("runs", COLUMNS, 31, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
+                let sql = upsert_sql("runs", COLUMNS, 32, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
                 let mut q = sqlx::query(&sql);
                 for r in chunk {
                     let f = &r.figures;
@@ -757,7 +757,8 @@ impl Archive {
                         .bind(f.loss_backward_pct)
                         .bind(f.owd_forward_median_us)
                         .bind(f.owd_backward_median_us)
-                        .bind(f.owd_synchronized.map(i64::from));
+                        .bind(f.owd_synchronized.map(i64::from))
+                        .bind(f.owd_clock_error_us);
                 }
                 q.execute(&mut *tx).await?;
                 // PostgreSQL's documents are partitioned like their runs,
@@ -1727,7 +1728,8 @@ const RUNS_UPDATE: &str = "task = excluded.task, source = excluded.source, dest 
      hops = excluded.hops, path_checksum = excluded.path_checksum, \
      loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct, \
      owd_forward_median_us = excluded.owd_forward_median_us, \
-     owd_backward_median_us = excluded.owd_backward_median_us, owd_synchronized = excluded.owd_synchronized";
+     owd_backward_median_us = excluded.owd_backward_median_us, owd_synchronized = excluded.owd_synchronized, \
+     owd_clock_error_us = excluded.owd_clock_error_us";
 
 /// PostgreSQL's partitions each hold this span of time (30 days, counted
 /// from the Unix epoch), named `TABLE_pDAY` after their first day.
@@ -1770,7 +1772,7 @@ const HOUR: u64 = 3_600_000;
 const ROWS_PER_INSERT: usize = 20;
 
 /// The same for PostgreSQL, whose statements cost little more for more
-/// rows (well under its 65,535 parameters: 28 × 200).
+/// rows (well under its 65,535 parameters: 32 × 200).
 const PG_ROWS_PER_INSERT: usize = 200;
 
 /// `INSERT INTO table (columns) VALUES (…), (…) ON CONFLICT (id) DO UPDATE SET …`
@@ -1878,7 +1880,8 @@ where
             catalogue::SERIES.map(|f| r.get::<Option<f64>, _>(f.column)),
             r.get("path_checksum"),
             r.get::<Option<i64>, _>("owd_synchronized").map(|s| s != 0),
-        ),
+        )
+        .with_clock_error(r.get("owd_clock_error_us")),
     })
 }
 

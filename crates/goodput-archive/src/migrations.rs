@@ -131,6 +131,14 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
     ALTER TABLE runs ADD COLUMN owd_backward_median_us DOUBLE PRECISION;
     ALTER TABLE runs ADD COLUMN owd_synchronized BIGINT",
     ),
+    (
+        8,
+        // The clocks' error bound of a run's one-way delays (the larger
+        // direction's, µs; null: none said, or no one-way delay), kept so
+        // that a delay within it is never taken for an exact one. Rows
+        // from before stay null.
+        "ALTER TABLE runs ADD COLUMN owd_clock_error_us DOUBLE PRECISION",
+    ),
 ];
 
 /// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
@@ -249,6 +257,14 @@ pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[
         "ALTER TABLE runs ADD COLUMN owd_forward_median_us DOUBLE PRECISION;
     ALTER TABLE runs ADD COLUMN owd_backward_median_us DOUBLE PRECISION;
     ALTER TABLE runs ADD COLUMN owd_synchronized BIGINT",
+    ),
+    (
+        8,
+        // The clocks' error bound of a run's one-way delays (the larger
+        // direction's, µs; null: none said, or no one-way delay), kept so
+        // that a delay within it is never taken for an exact one. Rows
+        // from before stay null.
+        "ALTER TABLE runs ADD COLUMN owd_clock_error_us DOUBLE PRECISION",
     ),
 ];
 

@@ -32,7 +32,11 @@ pub struct PsResult {
 const MAX_TEXT: usize = 512;
 
 fn text<'a>(v: &'a Value, what: &str) -> Result<&'a str, String> {
-    let t = v.as_str().ok_or_else(|| format!("{what} is not a string"))?;
+    checked(v.as_str().ok_or_else(|| format!("{what} is not a string"))?, what)
+}
+
+/// A text field within bounds: 1 to [`MAX_TEXT`] bytes, no NUL.
+fn checked<'a>(t: &'a str, what: &str) -> Result<&'a str, String> {
     if t.is_empty() || t.len() > MAX_TEXT {
         return Err(format!("{what} must be 1 to {MAX_TEXT} characters"));
     }
@@ -128,8 +132,21 @@ fn quantile(h: &[(f64, u64)], q: f64) -> Option<f64> {
     h.last().map(|(v, _)| *v)
 }
 
-/// Maps one document as the `http` archiver sends it.
+/// Maps one document as the `http` archiver sends it, with no observer
+/// named ([`from_pscheduler_observed`]).
 pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
+    from_pscheduler_observed(doc, None)
+}
+
+/// Maps one document as the `http` archiver sends it. `observer` is the
+/// host that says it made the measurement: the `x-ps-observer` header
+/// perfSONAR's pSConfig puts on its archivers (`{% scheduled_by_address %}`,
+/// the address of the host that ran the task). A test is filed under
+/// its spec's `source` where it names one (a one-way latency goes from
+/// its source whoever ran it); a single-ended test without one (rtt,
+/// trace, latency from the host that ran it) is its observer's, and
+/// only without an observer the first participant's.
+pub fn from_pscheduler_observed(doc: &Value, observer: Option<&str>) -> Result<PsResult, String> {
     let top = doc.as_object().ok_or("a pScheduler result is a JSON object")?;
     let uuid = text(top.get("id").ok_or("no id (the run's)")?, "id")?;
     let schedule = top.get("schedule").ok_or("no schedule")?;
@@ -164,11 +181,15 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let dest = text(spec.get("dest").ok_or("no test.spec.dest")?, "test.spec.dest")?.to_owned();
-    // The source: the spec's, else the first participant (the host that
-    // ran the test).
-    let source = match spec.get("source") {
-        Some(s) => text(s, "test.spec.source")?.to_owned(),
-        None => text(
+    // The source: the spec's, else the observer, else the first
+    // participant (the host that ran the test, by its host name).
+    let observer = observer
+        .map(|o| checked(o.trim(), "the x-ps-observer header"))
+        .transpose()?;
+    let source = match (spec.get("source"), observer) {
+        (Some(s), _) => text(s, "test.spec.source")?.to_owned(),
+        (None, Some(o)) => o.to_owned(),
+        (None, None) => text(
             &Value::from(
                 *participants
                     .first()
@@ -266,11 +287,14 @@ fn throughput(r: &Map<String, Value>, spec: &Map<String, Value>) -> Figures {
 
 /// latency and latencybg (one way, source → destination): loss,
 /// duplicates, reordering, the one-way delay's median from
-/// `histogram-latency` (keys: delay in ms) and owping's jitter (its 95th
-/// percentile less the median). One-way delay is not the round trip: it
-/// goes to the one-way series, never to the round-trip ones. owping and
-/// powstream refuse to run on an unsynchronised clock, so their delays
-/// count as synchronised, unless the raw packets say a clock was not.
+/// `histogram-latency` (keys: delay in ms, negative where the clocks
+/// were apart by more than the delay) and owping's jitter (its 95th
+/// percentile less the median), and `max-clock-error` (ms). One-way delay
+/// is not the round trip: it goes to the one-way series, never to the
+/// round-trip ones, and only when it is exact: no raw packet says a clock
+/// was unsynchronised, and the median stands clear of the clock error
+/// (`crate::one_way_is_exact`). Otherwise the run is marked and its
+/// document keeps the figures.
 fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
     let mut f = Figures::default();
     let sent = r.get("packets-sent").and_then(count);
@@ -284,6 +308,18 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
     }
     f.duplicates = r.get("packets-duplicated").and_then(count).map(|n| n as f64);
     f.reordered = r.get("packets-reordered").and_then(count).map(|n| n as f64);
+    let max_ms = crate::figures::MAX_DELAY_US / 1000.0;
+    let clock_error_us = match r.get("max-clock-error") {
+        None | Some(Value::Null) => None,
+        Some(v) => match num(v).filter(|e| (0.0..=max_ms).contains(e)) {
+            Some(ms) => Some(ms * 1000.0),
+            None => {
+                return Err(format!(
+                    "result.max-clock-error is {v}, not a time of 0 to 3600000 ms"
+                ))
+            }
+        },
+    };
     if let Some(h) = r.get("histogram-latency").and_then(Value::as_object) {
         if h.len() > 1_000_000 {
             return Err("result.histogram-latency has more than 1,000,000 buckets".into());
@@ -296,11 +332,11 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
                 .ok()
                 .filter(|x: &f64| x.is_finite())
                 .ok_or_else(|| format!("result.histogram-latency: bucket '{k}' is not a delay in ms"))?;
-            // A delay is 0 to an hour (a negative one-way delay is clocks
-            // out of step, not a figure to keep).
-            if !(0.0..=crate::figures::MAX_DELAY_US / 1000.0).contains(&ms) {
+            // Within an hour either way: a negative one is clocks out of
+            // step, kept (in the document) but never taken for a delay.
+            if !(-max_ms..=max_ms).contains(&ms) {
                 return Err(format!(
-                    "result.histogram-latency: bucket '{k}' is outside 0 to 3600000 ms"
+                    "result.histogram-latency: bucket '{k}' is outside -3600000 to 3600000 ms"
                 ));
             }
             let n = count(v).ok_or_else(|| format!("result.histogram-latency: bucket '{k}' has no count"))?;
@@ -322,8 +358,10 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
                             .any(|k| p.get(*k).and_then(Value::as_bool) == Some(false))
                     })
                 });
-            f.owd_synchronized = Some(!unsynced);
-            f.owd_forward_median_us = median.filter(|_| !unsynced);
+            let exact = median.is_some_and(|m| crate::one_way_is_exact(!unsynced, m, clock_error_us));
+            f.owd_synchronized = Some(exact);
+            f.owd_forward_median_us = median.filter(|_| exact);
+            f.owd_clock_error_us = clock_error_us;
         }
     }
     Ok(f)
@@ -433,10 +471,16 @@ mod tests {
         let ok = from_pscheduler(&latency(serde_json::json!({"10.21": 1, "3600000": 100}))).unwrap();
         assert_eq!(ok.run.figures.owd_forward_median_us, Some(3.6e9));
         for (bucket, says) in [
-            ("1e308", "bucket '1e308' is outside 0 to 3600000 ms"),
-            ("-1e308", "bucket '-1e308' is outside 0 to 3600000 ms"),
-            ("-0.5", "bucket '-0.5' is outside 0 to 3600000 ms"),
-            ("3600000.5", "bucket '3600000.5' is outside 0 to 3600000 ms"),
+            ("1e308", "bucket '1e308' is outside -3600000 to 3600000 ms"),
+            ("-1e308", "bucket '-1e308' is outside -3600000 to 3600000 ms"),
+            (
+                "-3600000.5",
+                "bucket '-3600000.5' is outside -3600000 to 3600000 ms",
+            ),
+            (
+                "3600000.5",
+                "bucket '3600000.5' is outside -3600000 to 3600000 ms",
+            ),
         ] {
             let e = from_pscheduler(&latency(serde_json::json!({ bucket: 5 }))).unwrap_err();
             assert!(e.contains(says), "{bucket}: {e}");

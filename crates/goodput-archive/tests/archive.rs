@@ -232,11 +232,14 @@ async fn one_way_medians_and_their_clocks_state_are_stored_and_served(e: &Engine
     unsynced.figures.owd_forward_median_us = None;
     unsynced.figures.owd_backward_median_us = None;
     unsynced.figures.owd_synchronized = Some(false);
+    // Its clocks' error is kept beside the mark.
+    unsynced.figures.owd_clock_error_us = Some(27_000.0);
     a.put(&[synced.clone(), unsynced.clone()]).await.unwrap();
     let back = a.get("o-1").await.unwrap().unwrap();
     assert_eq!(back.figures, synced.figures);
     let back = a.get("o-2").await.unwrap().unwrap();
     assert_eq!(back.figures.owd_synchronized, Some(false));
+    assert_eq!(back.figures.owd_clock_error_us, Some(27_000.0));
     assert_eq!(back.figures.owd_forward_median_us, None);
     let key = &synced.measurement_key;
     let series = a
@@ -749,6 +752,41 @@ async fn a_measurements_paths_and_their_changes_come_back(e: &Engine) {
 }
 
 #[tokio::test]
+async fn a_one_way_run_stored_before_clock_errors_were_kept_still_loads() {
+    // An archive of schema 7 (one-way medians and their mark, no clock
+    // error) holding an unsynchronised run: opened by this build, the run
+    // reads back as it was, its clock error unknown.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("archive.db");
+    let (doc, stamp) = fixture("stamp");
+    let mut old = run("owd-old", 0, RunState::Finished, &doc, &stamp);
+    old.figures.owd_forward_median_us = None;
+    old.figures.owd_synchronized = Some(false);
+    // As a build before clock errors were kept made its figures.
+    old.figures.owd_clock_error_us = None;
+    let a = Archive::open(&path).await.unwrap();
+    a.put(std::slice::from_ref(&old)).await.unwrap();
+    drop(a);
+    {
+        use sqlx::Connection;
+        let mut c = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        for s in [
+            "ALTER TABLE runs DROP COLUMN owd_clock_error_us",
+            "DELETE FROM archive_schema WHERE version > 7",
+        ] {
+            sqlx::query(s).execute(&mut c).await.unwrap();
+        }
+    }
+    let a = Archive::open(&path).await.unwrap();
+    assert_eq!(a.schema_version().await.unwrap(), goodput_archive::SCHEMA_VERSION);
+    let back = a.get("owd-old").await.unwrap().unwrap();
+    assert_eq!(back.figures.owd_clock_error_us, None);
+    assert_eq!(back.figures, old.figures);
+}
+
+#[tokio::test]
 async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("archive.db");
@@ -765,6 +803,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "ALTER TABLE runs DROP COLUMN owd_clock_error_us",
             "ALTER TABLE runs DROP COLUMN owd_forward_median_us",
             "ALTER TABLE runs DROP COLUMN owd_backward_median_us",
             "ALTER TABLE runs DROP COLUMN owd_synchronized",
@@ -787,6 +826,7 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
     let old = a.get("old").await.unwrap().unwrap();
     assert_eq!(old.figures.throughput_up_bps, figures_of(&tr).throughput_up_bps);
     assert_eq!(old.figures.hops, None);
+    assert_eq!(old.figures.owd_clock_error_us, None);
     let (doc, r) = fixture("trace");
     a.put(&[run("new", 60_000, RunState::Finished, &doc, &r)])
         .await

@@ -3,7 +3,7 @@
 //! and figures exactly; malformed and unsupported documents are refused
 //! with a reason.
 
-use goodput_archive::pscheduler::{from_pscheduler, iso_seconds, iso_time_ms};
+use goodput_archive::pscheduler::{from_pscheduler, from_pscheduler_observed, iso_seconds, iso_time_ms};
 use goodput_archive::RunState;
 use goodput_core::schedule::RunClass;
 use goodput_core::time::rfc3339_ms;
@@ -97,6 +97,75 @@ fn latency_maps_to_loss_duplicates_and_one_way_delay() {
     assert_eq!(f.owd_synchronized, Some(false));
     assert_eq!(f.owd_forward_median_us, None);
     assert_eq!(f.loss_forward_pct, Some(1.0));
+}
+
+#[test]
+fn an_unsynchronised_one_way_latency_keeps_its_clock_error_and_no_delay() {
+    // twping from a host whose clock was 15.76 ms ahead: every packet
+    // "arrived" before it left (median −13.16 ms), with a clock error of
+    // 27 ms. It is stored, with its loss and spread, but it is no delay.
+    let doc = fixture("latency-unsynchronized");
+    let m = from_pscheduler(&doc).unwrap();
+    let (r, f) = (&m.run, &m.run.figures);
+    assert_eq!(m.test_type, "latency");
+    assert_eq!(r.dest.as_deref(), Some("10.81.1.3"));
+    assert_eq!(f.owd_clock_error_us, Some(27_000.0));
+    assert_eq!(f.owd_synchronized, Some(false));
+    assert_eq!((f.owd_forward_median_us, f.owd_backward_median_us), (None, None));
+    assert_eq!(
+        (f.delay_min_us, f.delay_median_us, f.delay_p95_us, f.delay_max_us),
+        (None, None, None, None),
+        "one-way delay is never the round trip"
+    );
+    assert_eq!((f.loss_pct, f.loss_forward_pct), (Some(0.0), Some(0.0)));
+    // owping's jitter is a spread, good without synchronised clocks:
+    // 95th percentile −13.01 ms less the median −13.16 ms.
+    assert!(close(f.jitter_us, 150.0), "{f:?}");
+    // The same run 50 ms later, its median (36.84 ms) clear of the
+    // clock error: a delay.
+    let mut shifted = doc.clone();
+    let h: serde_json::Map<String, Value> = doc["result"]["histogram-latency"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (format!("{:.2}", k.parse::<f64>().unwrap() + 50.0), v.clone()))
+        .collect();
+    shifted["result"]["histogram-latency"] = Value::Object(h);
+    let f = from_pscheduler(&shifted).unwrap().run.figures;
+    assert_eq!(f.owd_synchronized, Some(true));
+    assert!(close(f.owd_forward_median_us, 36_840.0), "{f:?}");
+    // A clock error that is no time is refused, with its unit.
+    let mut bad = doc.clone();
+    bad["result"]["max-clock-error"] = Value::from(-1.0);
+    let e = from_pscheduler(&bad).unwrap_err();
+    assert!(
+        e.contains("max-clock-error is -1.0, not a time of 0 to 3600000 ms"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_single_ended_result_is_its_observers_and_a_named_source_wins() {
+    // No spec source: the observer's (x-ps-observer), not the first
+    // participant's host name.
+    let doc = fixture("latency-unsynchronized");
+    assert_eq!(from_pscheduler(&doc).unwrap().run.source, "ps-a.example.net");
+    let m = from_pscheduler_observed(&doc, Some("10.81.1.1")).unwrap();
+    assert_eq!(m.run.source, "10.81.1.1");
+    // A trace without a source, likewise.
+    let mut trace = fixture("trace");
+    trace["test"]["spec"].as_object_mut().unwrap().remove("source");
+    trace["participants"] = serde_json::json!(["ps-c.example.net"]);
+    let m = from_pscheduler_observed(&trace, Some("10.81.1.1")).unwrap();
+    assert_eq!(m.run.source, "10.81.1.1");
+    // The spec's source names whose measurement it is, whoever ran it.
+    let m = from_pscheduler_observed(&fixture("rtt"), Some("10.81.1.3")).unwrap();
+    assert_eq!(m.run.source, "10.81.1.2");
+    let e = from_pscheduler_observed(&doc, Some("")).unwrap_err();
+    assert!(
+        e.contains("x-ps-observer header must be 1 to 512 characters"),
+        "{e}"
+    );
 }
 
 #[test]

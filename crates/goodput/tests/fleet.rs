@@ -485,6 +485,11 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Rules any negative delay breaks, round trip and one way: a clock's
+    // offset taken for a delay would raise them.
+    let mut mesh = std::fs::read_to_string(&config).unwrap();
+    mesh.push_str(ALERTS);
+    std::fs::write(&config, mesh).unwrap();
     let port = free_tcp_port();
     let _archive = archive(group, "archive", &db, &config, port);
     let post = |method: &str, body: &str| {
@@ -556,16 +561,24 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
     );
 
     // The figures, through the archive's series of the configured tasks.
-    let point = |name: &str, metric: &str| {
+    let series = |name: &str, metric: &str| {
         let q = format!(
             "/api/v1/series?key={}&metric={metric}&from_ms=0&to_ms=4102444800000",
             keys[name]
         );
         let s = get_json("127.0.0.1", port, &q);
-        let p = s["points"].as_array().unwrap_or_else(|| panic!("{q}: {s}"));
+        let p = s["points"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{q}: {s}"))
+            .clone();
+        (q, s, p)
+    };
+    let point = |name: &str, metric: &str| {
+        let (q, s, p) = series(name, metric);
         assert_eq!(p.len(), 1, "{q}: {s}");
         p[0]["mean"].as_f64().unwrap()
     };
+    let points = |name: &str, metric: &str| series(name, metric).2.len();
     assert_eq!(point("latencybg", "loss"), 1.0);
     // A latency result is one-way delay, not a round trip.
     assert!((point("latencybg", "owd_forward_median") - 10_220.0).abs() < 1e-6);
@@ -585,6 +598,14 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
         "/api/v1/runs/pscheduler/7c1d2e3f-0a4b-4c5d-9e8f-101112131415",
     );
     assert_eq!(one["result"]["result"]["mss"], 1448, "{one}");
+
+    // Round trip and one way, each where it belongs: the ping's delay is
+    // no one-way delay, the latency's one-way delay no round trip.
+    assert!((point("rtt", "delay_median") - 405.0).abs() < 1e-6);
+    assert_eq!(points("rtt", "owd_forward_median"), 0);
+    assert_eq!(points("latencybg", "delay_median"), 0);
+
+    one_way_without_synchronised_clocks(port);
 
     // Hostile sizes, on an archive under the servers' address-space
     // limit: a latency histogram of 300,000 buckets (3.5 MB, under the 4 MiB
@@ -618,6 +639,210 @@ fn a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks() {
     assert!(text.contains("at most 5000 runs"), "{text}");
     let h = get_json("127.0.0.1", port, "/api/v1/health");
     assert_eq!(h["role"], "archive", "still up: {h}");
+}
+
+/// The fleet archive's alert rules in `a_perfsonar_mesh_archives_its_results_here_as_its_configured_tasks`.
+const ALERTS: &str = r#"
+[alerts]
+every = "1s"
+hold = 1
+
+[alerts.rules.delay]
+metric = "delay"
+window = "1w"
+statistic = "last"
+warning = "0:50ms"
+critical = "0:100ms"
+
+[alerts.rules.one_way_delay]
+metric = "one_way_delay"
+window = "1w"
+statistic = "last"
+warning = "0:50ms"
+critical = "0:100ms"
+"#;
+
+/// A pScheduler result sent with the `x-ps-observer` header perfSONAR's
+/// pSConfig puts on its archivers (the host that ran the task).
+fn post_observed(port: u16, body: &str, observer: &str) -> (u16, Value) {
+    // The helper writes the token as a header line of its own; the
+    // observer's header follows it.
+    let auth = format!("{TOKEN}\r\nX-PS-Observer: {observer}");
+    let (status, text) = http(
+        "127.0.0.1",
+        port,
+        "POST",
+        "/api/v1/archive/pscheduler",
+        Some(&auth),
+        body,
+    );
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A twping latency result from a host whose clock was out of step
+/// (median −13.16 ms one way, clock error 27 ms; the fixture's README
+/// tells where it comes from), sent with its observer, and a trace that
+/// names no source: each is filed under its observer, the latency is
+/// stored with its clock error and no delay, raises no delay alert, and
+/// the fleet archive's pair explorer shows both in a real browser.
+fn one_way_without_synchronised_clocks(port: u16) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let at = |ago_s: u64| goodput_core::time::ms_rfc3339(now - ago_s * 1000);
+    let mut latency: Value = serde_json::from_str(&ps_fixture("latency-unsynchronized")).unwrap();
+    latency["schedule"]["start"] = Value::from(at(300));
+    let (status, v) = post_observed(port, &latency.to_string(), "10.81.1.1");
+    assert_eq!(status, 200, "{v}");
+    // Not under its participant's host name (ps-a.example.net): its
+    // observer's, site-a, and the configured one-way task to site-c.
+    assert_eq!(
+        (
+            v["source"].as_str(),
+            v["dest"].as_str(),
+            v["kind"].as_str(),
+            v["task"].as_str()
+        ),
+        (
+            Some("site-a"),
+            Some("site-c"),
+            Some("owamp"),
+            Some("core-latencybg")
+        ),
+        "{v}"
+    );
+    let run = get_json(
+        "127.0.0.1",
+        port,
+        "/api/v1/runs/pscheduler/3f2e1d0c-9b8a-4776-8554-433221100fed",
+    );
+    let f = &run["figures"];
+    assert_eq!(f["owd_clock_error_us"], 27_000.0, "{run}");
+    assert_eq!(f["owd_synchronized"], false, "{run}");
+    for none in [
+        "owd_forward_median_us",
+        "owd_backward_median_us",
+        "delay_median_us",
+        "delay_min_us",
+    ] {
+        assert!(f.get(none).is_none_or(Value::is_null), "{none}: {run}");
+    }
+    assert_eq!(f["loss_forward_pct"], 0.0, "{run}");
+
+    // A trace without a source, run by site-b.
+    let mut trace: Value = serde_json::from_str(&ps_fixture("trace")).unwrap();
+    trace["id"] = Value::from("a1b2c3d4-e5f6-4789-8abc-0123456789ac");
+    trace["schedule"]["start"] = Value::from(at(240));
+    trace["test"]["spec"].as_object_mut().unwrap().remove("source");
+    trace["participants"] = serde_json::json!(["ps-b.example.net"]);
+    let (status, v) = post_observed(port, &trace.to_string(), "10.81.1.2");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["source"].as_str(), v["dest"].as_str(), v["task"].as_str()),
+        (Some("site-b"), Some("site-c"), Some("core-trace")),
+        "{v}"
+    );
+
+    // A trace site-a ran to a host outside the mesh: no configured task
+    // names the pair, and the archive holds it all the same.
+    let mut outside = trace.clone();
+    outside["id"] = Value::from("a1b2c3d4-e5f6-4789-8abc-0123456789ad");
+    outside["test"]["spec"]["dest"] = Value::from("10.81.1.9");
+    let (status, v) = post_observed(port, &outside.to_string(), "10.81.1.1");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (v["source"].as_str(), v["dest"].as_str(), v["task"].as_str()),
+        (Some("site-a"), Some("10.81.1.9"), Some("pscheduler-trace")),
+        "{v}"
+    );
+
+    // Evaluated: the way site-a → site-c ran but measured no exact
+    // one-way delay; no delay alert, either family.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let g = get_json("127.0.0.1", port, "/api/v1/grid?metric=one_way_delay");
+        let cell = g["cells"].as_array().unwrap().iter().find(|c| {
+            (
+                c["task"].as_str(),
+                c["source"].as_str(),
+                c["dest"].as_str(),
+                c["direction"].as_str(),
+            ) == (
+                Some("core-latencybg"),
+                Some("site-a"),
+                Some("site-c"),
+                Some("forward"),
+            )
+        });
+        if cell.and_then(|c| c["status"].as_str()) == Some("not_run") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "site-a → site-c: {cell:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let alerts = get_json("127.0.0.1", port, "/api/v1/alerts");
+    let delays: Vec<&Value> = alerts
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["metric"] == "delay" || a["metric"] == "one_way_delay")
+        .collect();
+    assert!(
+        delays.is_empty(),
+        "no delay alert from a clock's offset: {alerts}"
+    );
+
+    // The pair explorer of the fleet archive, in a real browser: the
+    // pairs perfSONAR's hosts measure, with their charts.
+    let Some(browser) = common::webdriver::Browser::start("fleet-pscheduler") else {
+        return;
+    };
+    let base = format!("http://127.0.0.1:{port}");
+    browser.go(&format!("{base}/ui/pair?source=site-a&dest=site-c&range=1y"));
+    let main = browser.text(&browser.one("main"));
+    assert!(!main.contains("No agent runs a test"), "{main}");
+    assert!(
+        !main.contains("did not answer"),
+        "an archive asks no agent: {main}"
+    );
+    // The mesh's tasks between the two, each way; the latency's.
+    assert_eq!(browser.all("main > section.measurement").len(), 8, "{main}");
+    let ingested =
+        "main > section[data-task=\"core-latencybg\"][data-source=\"site-a\"][data-dest=\"site-c\"]";
+    let latest = browser.text(&browser.one(&format!("{ingested} p.latest")));
+    assert!(latest.contains("0 % loss site-a → site-c"), "{latest}");
+    assert!(
+        latest.contains("one-way delay not exact (clocks not synchronised, the clocks' error 27.000 ms)"),
+        "no exact one-way delay: {latest}"
+    );
+    assert!(
+        !browser.all(&format!("{ingested} svg.chart")).is_empty(),
+        "{main}"
+    );
+    browser.go(&format!("{base}/ui/pair?source=site-b&dest=site-c&range=1y"));
+    let main = browser.text(&browser.one("main"));
+    for (task, source) in [("core-trace", "site-b"), ("core-rtt", "site-b")] {
+        let css = format!("main > section[data-task=\"{task}\"][data-source=\"{source}\"] p.latest");
+        let latest = browser.text(&browser.one(&css));
+        assert!(latest.starts_with("Latest ("), "{task}: {latest}\n{main}");
+    }
+    browser.go(&format!("{base}/ui/pair?source=site-a&dest=10.81.1.9&range=1y"));
+    let main = browser.text(&browser.one("main"));
+    assert_eq!(
+        browser
+            .all("main > section.measurement[data-task=\"pscheduler-trace\"]")
+            .len(),
+        1,
+        "{main}"
+    );
+    assert!(main.contains("site-a → 10.81.1.9"), "{main}");
+    let errors: Vec<_> = browser
+        .console()
+        .into_iter()
+        .filter(|(level, _)| level == "SEVERE")
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
 }
 
 /// A GET with an `If-None-Match`; the status and the ETag answered.

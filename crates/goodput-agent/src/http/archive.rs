@@ -210,7 +210,8 @@ pub(crate) fn names_its_pair(run: &Run) -> bool {
 
 /// `POST` or `PUT /api/v1/archive/pscheduler`: a fleet's archive stores
 /// a result a perfSONAR pScheduler `http` archiver sends, mapped to
-/// goodput's figures (`goodput_archive::pscheduler`). Its ends get the
+/// goodput's figures (`goodput_archive::pscheduler`); a single-ended
+/// test without a source is the `x-ps-observer` header's. Its ends get the
 /// mesh's names where the configuration has their addresses, and its
 /// measurement is the configured task's of the same kind between them
 /// (a mesh imported with `import-psconfig` from the same template has
@@ -232,7 +233,19 @@ pub(crate) async fn pscheduler(
         let f = unreadable(&e);
         refused(f.0, f.1)
     })?;
-    let mapped = goodput_archive::pscheduler::from_pscheduler(&doc).map_err(|e| {
+    // Whose measurement a single-ended result is: perfSONAR's pSConfig
+    // names the host that ran the task in this header.
+    let observer = match headers.get("x-ps-observer").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(o)) => Some(o),
+        Some(Err(_)) => {
+            return Err(refused(
+                StatusCode::BAD_REQUEST,
+                "not a pScheduler result goodput maps: the x-ps-observer header is not plain text".into(),
+            ))
+        }
+    };
+    let mapped = goodput_archive::pscheduler::from_pscheduler_observed(&doc, observer).map_err(|e| {
         let status = if e.contains("has no goodput kind") {
             StatusCode::UNPROCESSABLE_ENTITY
         } else {

@@ -63,6 +63,8 @@ pub fn document() -> Value {
     let q = |name: &str, kind: &str, text: &str| json!({"name": name, "in": "query", "required": false, "schema": {"type": kind}, "description": text});
     let auth = json!([{"token": []}]);
     let object = json!({"content": {"application/json": {"schema": {"type": "object"}}}});
+    let observer = json!({"name": "x-ps-observer", "in": "header", "required": false, "schema": {"type": "string"},
+        "description": "the host that ran the test, as perfSONAR's pSConfig sets it ({% scheduled_by_address %}): a single-ended result whose spec names no source is filed under it"});
     let id = json!({"name": "id", "in": "path", "required": true, "schema": {"type": "string"},
         "description": "the run's id (task/source/dest/BASE_MS, or on-demand/UUID); its slashes stay as they are"});
     json!({
@@ -127,9 +129,11 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "how many were stored, and each refusal with its reason", "content": {"application/json": {"schema": {"type": "object"}}}}, "400": error.clone(), "401": error.clone(), "403": error.clone(), "404": {"description": "not a fleet archive"}, "413": error.clone(), "503": {"description": "the database failed; nothing of the batch was stored"}}}},
             "/api/v1/archive/pscheduler": {
                 "post": {"summary": "a fleet archive stores a perfSONAR pScheduler result as its http archiver sends it (throughput, latency, latencybg, rtt, trace)", "security": auth.clone(),
+                    "parameters": [observer.clone()],
                     "requestBody": object.clone(),
                     "responses": {"200": {"description": "the run it became: id, kind, task, ends, measurement"}, "400": error.clone(), "401": error.clone(), "404": {"description": "not a fleet archive"}, "422": error.clone(), "503": error.clone()}},
                 "put": {"summary": "the same (pScheduler's http archiver PUTs by default)", "security": auth.clone(),
+                    "parameters": [observer],
                     "requestBody": object,
                     "responses": {"200": {"description": "the run it became"}, "400": error.clone(), "401": error.clone(), "404": {"description": "not a fleet archive"}, "422": error.clone(), "503": error.clone()}}},
             "/api/v1/fleet/config": {"get": {"summary": "the mesh document in force (JSON), or with host=NAME only the tasks whose groups hold that host; tagged (ETag), 304 for If-None-Match of the same version",

@@ -532,20 +532,34 @@ async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response
     };
     let loaded = s.loaded();
     let now = clock::now_ms();
-    // The measurements between the two, run here.
-    let ms: Vec<&PairTask> = loaded
+    // The measurements between the two this process speaks for: an
+    // agent's own, every configured one on a fleet's archive.
+    let configured: Vec<&PairTask> = loaded
         .pairs
         .iter()
         .filter(|p| {
-            loaded.mine.contains(&p.source)
+            s.speaks_for(&loaded, &p.source)
                 && ((p.source == q.source && p.dest.as_deref() == Some(q.dest.as_str()))
                     || (p.source == q.dest && p.dest.as_deref() == Some(q.source.as_str())))
         })
         .collect();
-    // The range fits the data: from the first run in it.
     let (from0, _, _) = span_of(range_ms, now);
+    // A fleet's archive holds runs no configured task names too (a
+    // perfSONAR host's, through its pScheduler archiver; a task since
+    // removed): each such measurement in the range gets its section.
+    let stored = if s.is_archive() {
+        stored_measurements(&s, &q.source, &q.dest, &configured, from0).await
+    } else {
+        Vec::new()
+    };
+    let ms: Vec<(&PairTask, String)> = configured
+        .into_iter()
+        .map(|p| (p, measurement_key(&p.spec, &p.source, p.dest.as_deref())))
+        .chain(stored.iter().map(|(p, k)| (p, k.clone())))
+        .collect();
+    // The range fits the data: from the first run in it.
     let mut first: Option<u64> = None;
-    for p in &ms {
+    for (p, _) in &ms {
         let f = RunFilter {
             source: Some(p.source.clone()),
             dest: p.dest.clone(),
@@ -564,8 +578,8 @@ async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response
     }
     let (from, to, step) = span_of(fitted(range_ms, first, now), now);
     let mut sections = String::new();
-    for p in &ms {
-        match measurement_section(&s, p, from, to, step).await {
+    for (p, key) in &ms {
+        match measurement_section(&s, p, key, from, to, step).await {
             Ok(html) => sections.push_str(&html),
             Err(e) => {
                 let _ = write!(sections, "<p class=\"warn\">{}</p>", escape(&e));
@@ -616,7 +630,8 @@ async fn pair_page(State(s): State<Ctx>, Query(q): Query<PairQuery>) -> Response
                 && (p.dest.as_deref() == Some(q.source.as_str())
                     || p.dest.as_deref() == Some(q.dest.as_str()))
         });
-        if !runs_there || loaded.mine.contains(other) {
+        // An archive holds every agent's runs: it asks none of them.
+        if !runs_there || s.speaks_for(&loaded, other) {
             continue;
         }
         let url = format!(
@@ -727,6 +742,36 @@ async fn latest_line(s: &Shared, p: &PairTask, key: &str) -> String {
             ));
         }
     }
+    // A one-way delay that is not exact is said so, with the clocks'
+    // error, rather than left out without a word.
+    if Family::OneWayDelay.measured_by(p.spec.kind()) {
+        let f = RunFilter {
+            source: Some(p.source.clone()),
+            dest: p.dest.clone(),
+            kind: Some(p.spec.kind().into()),
+            state: Some(RunState::Finished),
+            // Scheduled at most a day before it started (its slip).
+            from_ms: Some(at.saturating_sub(86_400_000)),
+            to_ms: Some(at.saturating_add(1)),
+            limit: 10,
+        };
+        let latest = s.archive.runs(&f).await.ok().and_then(|runs| {
+            runs.into_iter()
+                .find(|r| r.measurement_key == key && r.start_ms.unwrap_or(r.scheduled_ms) == at)
+        });
+        if let Some(r) = latest.filter(|r| r.figures.owd_synchronized == Some(false)) {
+            let error = r.figures.owd_clock_error_us.map_or(String::new(), |e| {
+                format!(
+                    ", the clocks' error {}",
+                    goodput_core::catalogue::Quantity::Time.show(e / 1e6)
+                )
+            });
+            figures.push(format!(
+                "<span class=\"figure unsync\">one-way delay not exact (clocks not synchronised{})</span>",
+                escape(&error)
+            ));
+        }
+    }
     let ago = clock::now_ms().saturating_sub(at);
     format!(
         "<p class=\"latest\">Latest ({} ago, {} UTC): {}</p>",
@@ -736,21 +781,86 @@ async fn latest_line(s: &Shared, p: &PairTask, key: &str) -> String {
     )
 }
 
-/// The charts of one measurement.
+/// The most measurements between two ends that no configured task names
+/// one pair page shows.
+const MAX_STORED_MEASUREMENTS: usize = 32;
+
+/// The measurements between `a` and `b` (either way) the archive holds
+/// runs of since `from_ms` that none of `configured` is, each as a task
+/// made from its newest run (its task's name, ends, kind and spec; no
+/// schedule, no lead) with the key its runs are filed under. At most
+/// 1,000 runs each way are read, and [`MAX_STORED_MEASUREMENTS`] kept.
+async fn stored_measurements(
+    s: &Shared,
+    a: &str,
+    b: &str,
+    configured: &[&PairTask],
+    from_ms: u64,
+) -> Vec<(PairTask, String)> {
+    let mut seen: std::collections::HashSet<String> = configured
+        .iter()
+        .map(|p| measurement_key(&p.spec, &p.source, p.dest.as_deref()))
+        .collect();
+    let mut found = Vec::new();
+    for (source, dest) in [(a, b), (b, a)] {
+        let f = RunFilter {
+            source: Some(source.to_owned()),
+            dest: Some(dest.to_owned()),
+            from_ms: Some(from_ms),
+            limit: 1000,
+            ..RunFilter::default()
+        };
+        let Ok(runs) = s.archive.runs(&f).await else {
+            continue;
+        };
+        // Newest first: each measurement is made from its latest run.
+        for r in runs {
+            if found.len() >= MAX_STORED_MEASUREMENTS {
+                return found;
+            }
+            if !seen.insert(r.measurement_key.clone()) {
+                continue;
+            }
+            let Ok(spec) = crate::http::runs::read_spec(r.spec.clone()) else {
+                continue;
+            };
+            found.push((
+                PairTask {
+                    task: r.task,
+                    source: r.source,
+                    dest: r.dest,
+                    dest_has_agent: false,
+                    lead: goodput_core::mesh::Lead::Source,
+                    spec,
+                    class: r.class,
+                    repeat: goodput_core::schedule::Repeat::every(0, 0),
+                    seed: 0,
+                },
+                r.measurement_key,
+            ));
+        }
+    }
+    found
+}
+
+/// The charts of one measurement, whose runs are filed under `key`.
 async fn measurement_section(
     s: &Shared,
     p: &PairTask,
+    key: &str,
     from: u64,
     to: u64,
     step: u64,
 ) -> Result<String, String> {
-    let key = measurement_key(&p.spec, &p.source, p.dest.as_deref());
+    let key = key.to_owned();
     let kind = p.spec.kind();
     let dest = p.dest.clone().unwrap_or_default();
     let a = &s.archive;
     let mut out = format!(
-        "<section class=\"measurement charts\" data-task=\"{}\"><h2>{}: {} → {} ({})</h2>",
+        "<section class=\"measurement charts\" data-task=\"{}\" data-source=\"{}\" data-dest=\"{}\"><h2>{}: {} → {} ({})</h2>",
         escape(&p.task),
+        escape(&p.source),
+        escape(&dest),
         escape(&p.task),
         escape(&p.source),
         escape(&dest),
