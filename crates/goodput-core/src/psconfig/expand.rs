@@ -259,10 +259,7 @@ impl<'a> Template<'a> {
                 match a.address.parse::<std::net::IpAddr>() {
                     Ok(std::net::IpAddr::V4(_)) => want == Some(4),
                     Ok(std::net::IpAddr::V6(_)) => want == Some(6),
-                    Err(_) => return Err(format!(
-                        "an ip-version filter on '{}' needs its name resolved, which an import does not do",
-                        a.address
-                    )),
+                    Err(_) => return Err(unresolved("an ip-version", &a.address)),
                 }
             }
             Some("netmask") => {
@@ -453,6 +450,12 @@ impl<'a> Template<'a> {
     }
 }
 
+/// Why a filter cannot judge a host name: pSConfig resolves it, an
+/// import reads no network.
+fn unresolved(filter: &str, address: &str) -> String {
+    format!("{filter} filter on '{address}' needs its name resolved, which an import does not do")
+}
+
 /// Whether an IP address is in a network (`10.0.0.0/8`, `2001:db8::/32`).
 fn in_net(address: &str, net: &str) -> Result<bool, String> {
     let (base, bits) = net
@@ -465,9 +468,7 @@ fn in_net(address: &str, net: &str) -> Result<bool, String> {
         .parse()
         .map_err(|_| format!("netmask '{net}': bad address"))?;
     let Ok(ip) = address.parse::<std::net::IpAddr>() else {
-        return Err(format!(
-            "a netmask filter on '{address}' needs its name resolved, which an import does not do"
-        ));
+        return Err(unresolved("a netmask", address));
     };
     let within = |a: u128, b: u128, width: u32| -> Result<bool, String> {
         if bits > width {

@@ -10,9 +10,19 @@
 //! cannot be carried over is named in a note, one line each, never
 //! dropped silently.
 //!
-//! Written from pSConfig's published JSON schema and pScheduler's test
-//! spec fields; template variables `{% address[0] %}` and
-//! `{% address[1] %}` become `{{source}}` and `{{dest}}`.
+//! Each task's group is expanded as pSConfig expands it (`expand`), and
+//! each combination is placed where pScheduler would run it: the data
+//! flows from the spec's `source` to its `dest`, the end that schedules
+//! is `scheduled-by` or, when that end has no agent, the first that has
+//! one (pSConfig's flip). goodput's pair is run by the end where the data
+//! starts, or by the other end with the test turned round when the
+//! source has no agent; the end that schedules books the slot. The
+//! spec's source and destination variables become `{{source}}` and
+//! `{{dest}}` of that pair.
+//!
+//! Written from pSConfig's published JSON schema, its documentation and
+//! the behaviour of its task generator, and pScheduler's test spec
+//! fields.
 
 use crate::kind::Kind;
 use crate::mesh::{Address, ArchiveKind, ArchiveTarget, Group, Lead, MeshConfig, Schedule, Task, MAX_PAIRS};
@@ -53,6 +63,9 @@ const LATENCYBG_DURATION: &str = "24h";
 /// The tools pScheduler runs a latency or latencybg test with that speak
 /// OWAMP.
 const OWAMP_TOOLS: [&str; 2] = ["owping", "powstream"];
+
+/// The pScheduler test types goodput measures.
+const MEASURED: [&str; 5] = ["throughput", "latency", "latencybg", "rtt", "trace"];
 
 /// The tool pScheduler runs a TWAMP rtt test with.
 const TWAMP_TOOL: &str = "twping";
@@ -391,6 +404,15 @@ fn tests(
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
+        if !MEASURED.contains(&ty) {
+            let why = if ty.is_empty() {
+                "no type".to_owned()
+            } else {
+                format!("type '{ty}' has no goodput kind")
+            };
+            notes.push(format!("{place}: {why}; skipped"));
+            continue;
+        }
         let src = end_ref(spec.get("source"));
         let dst = end_ref(spec.get("dest"));
         let index = |e: EndRef| match e {
