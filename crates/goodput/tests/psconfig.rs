@@ -136,23 +136,29 @@ family = "ipv4""#,
         Some("destination")
     );
 
+    // pScheduler's http archiver is carried over as a pscheduler archive.
+    assert_eq!(c["archives"]["central"]["kind"].as_str(), Some("pscheduler"));
+    assert_eq!(
+        c["archives"]["central"]["url"].as_str(),
+        Some("https://archive.example.net/logstash")
+    );
+    assert!(!err.contains("archives"), "{err}");
+
     // Every skipped thing has its line, on standard error and in the file.
     let text = std::fs::read_to_string(&path).unwrap();
     for needle in [
-        "archives: not carried over",
-        "addresses.old: disabled; skipped",
-        "addresses.site-c.lead-bind-address: not carried over",
-        "groups.by-class.addresses[0]: address class 'east-hosts' not carried over",
+        "addresses.old: disabled (or its host is); skipped",
+        "addresses.*.lead-bind-address: not carried over (1 addresses)",
+        "groups.by-class.addresses[0]: address class 'east-hosts': no class named 'east-hosts'; it selects nothing",
         "tests.web: type 'http' has no goodput kind; skipped",
         "tests.jq: spec.dest",
         "tests.throughput: spec fields not carried over: omit",
         "tests.rtt: spec fields not carried over: ttl",
         "schedules.once-a-day.until: \"@PT30D\" is not an RFC 3339 time",
-        "tasks.core-throughput.archives: not carried over",
-        "tasks.core-throughput.reference: not carried over",
+        "tasks.*.reference: not carried over (1 tasks)",
         "tasks.core-web: its test 'web' was not carried over; skipped",
         "tasks.core-jq: its test 'jq' was not carried over; skipped",
-        "tasks.class-trace: its group 'by-class' was not carried over; skipped",
+        "tasks.class-trace: makes no pair goodput can run; skipped",
         "tasks.one-shot: no schedule (pScheduler would run it once); skipped",
         "tasks.core-latencybg: latencybg streams without a schedule",
     ] {
@@ -229,7 +235,7 @@ timeout = "2s""#
         want(
             r#"kind = "owamp"
 host = "{{dest}}"
-direction = "from"
+direction = "to"
 count = 100
 interval = "100ms"
 timeout = "10s""#
