@@ -508,7 +508,7 @@ async fn send_pscheduler(
     let mut unsent = 0u64;
     let mut failure: Option<Sent> = None;
     'runs: for r in runs {
-        if !loaded.mine.iter().any(|m| *m == r.source) {
+        if !loaded.mine.contains(&r.source) {
             // Measured by the other end, whose agent sends it.
             done.push(r.id.clone());
             not_for_it += 1;
