@@ -13,6 +13,7 @@
 mod figures;
 mod migrations;
 pub mod pscheduler;
+pub mod pscheduler_out;
 
 use std::path::Path;
 use std::str::FromStr;

@@ -104,8 +104,15 @@ pub enum ArchiveKind {
     Http,
     /// perfSONAR's archives (a central archive's Logstash HTTP input, or
     /// anything pScheduler's `http` archiver posts to): each run is POSTed
-    /// alone as the document pScheduler's http archiver sends, the test,
-    /// the run and the result in the test type's result format.
+    /// alone, to the URL as given, as the document pScheduler's http
+    /// archiver sends (`goodput_archive::pscheduler_out`): the test, the
+    /// run and the result in the result format of the test type that
+    /// measures the same thing (tcp and iperf3: throughput; owamp:
+    /// latency; ping, twamp and stamp: rtt; trace: trace), one document
+    /// per direction measured, with the measuring host's address in the
+    /// `x-ps-observer` header. Only the run's source sends it; runs of
+    /// other kinds are not sent (counted, and said once in the log). No
+    /// transform: perfSONAR's pipeline reads the fields by name.
     Pscheduler,
 }
 
@@ -558,6 +565,13 @@ impl MeshConfig {
                     return Err(SpecError::new(
                         &format!("{place}.transform"),
                         "a goodput archive takes runs as goodput writes them; a transform is for kind = \"http\"",
+                    ));
+                }
+                if a.kind == ArchiveKind::Pscheduler {
+                    return Err(SpecError::new(
+                        &format!("{place}.transform"),
+                        "a pscheduler archive is sent pScheduler's own documents, which perfSONAR's \
+                         pipeline reads by their field names; a transform is for kind = \"http\"",
                     ));
                 }
                 t.validate()
@@ -1063,6 +1077,11 @@ mod tests {
                 "[archives.x]\nurl = \"http://h:1\"\n[archives.y]\nurl = \"http://h:1/\"\n",
                 "archives.y.url",
                 "named by another archive",
+            ),
+            (
+                "[archives.x]\nurl = \"http://h:1/\"\nkind = \"pscheduler\"\n[archives.x.transform]\nselect = [\"id\"]\n",
+                "archives.x.transform",
+                "pScheduler's own documents",
             ),
             ("[archives.x]\nurl = \"http://h:1\"\nkind = \"kafka\"\n", "archives.x.kind", "unknown variant"),
         ] {

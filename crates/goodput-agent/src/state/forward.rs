@@ -16,11 +16,22 @@
 //! since sending it again cannot succeed; a refused token (401, 403)
 //! keeps the queue and says why on the host page, in `/api/v1/health` and
 //! in `/metrics`.
+//!
+//! A `pscheduler` archive (perfSONAR's) is sent one document a request,
+//! as pScheduler's `http` archiver sends them
+//! (`goodput_archive::pscheduler_out`), with the measuring host's address
+//! in the `x-ps-observer` header perfSONAR's pipeline reads. Only the
+//! run's source sends it (its other end holds the same run); a run of a
+//! kind that perfSONAR has no test type for is taken off the queue
+//! unsent, counted (`not_sent`) and said once in the log. The queue's
+//! rules are the same: a run leaves it when every one of its documents
+//! was answered 2xx, and a failure keeps it, with the same backoff.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use goodput_archive::pscheduler_out::{to_pscheduler, Ends, NotSent};
 use goodput_archive::Run;
 use goodput_core::mesh::{ArchiveKind, Transform};
 use serde::Serialize;
@@ -102,6 +113,11 @@ pub(crate) struct ForwardStatus {
     /// Runs dropped from the queue: past its limit, or refused as
     /// malformed.
     pub(crate) dropped: u64,
+    /// Runs taken off the queue unsent because the archive has no
+    /// place for them (a `pscheduler` archive: kinds with no pScheduler
+    /// test type, runs with no result).
+    #[serde(default)]
+    pub(crate) not_sent: u64,
     /// The last failure, as the archive or the network said it.
     pub(crate) last_error: Option<String>,
     /// When a batch was last delivered (RFC 3339).
@@ -116,6 +132,9 @@ const BATCH_BYTES: usize = 2 << 20;
 const SEND_WITHIN: Duration = Duration::from_secs(60);
 /// The longest wait between failed attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// Most runs sent to a `pscheduler` archive in one pass (a request per
+/// document), so that a pass ends and the queue's limit is kept.
+const PSCHEDULER_RUNS: usize = 50;
 
 /// The client for an HTTP receiver (a goodput archive's is the agent's
 /// own, from its mesh address: [`Shared::client_to`]).
@@ -131,9 +150,11 @@ fn client(target: &ForwardTarget) -> reqwest::Client {
 
 /// What one attempt came to.
 enum Sent {
-    /// Answered: the ids sent, and those of them the archive refused as
-    /// malformed, each with its reason (sending them again cannot help).
-    Stored(Vec<String>, Vec<(String, String)>),
+    /// Answered: the ids taken off the queue, those of them the archive
+    /// refused as malformed, each with its reason (sending them again
+    /// cannot help), and how many of them were not for it (not sent, and
+    /// counted where they were decided).
+    Stored(Vec<String>, Vec<(String, String)>, u64),
     /// The archive refused the batch of these runs as a whole (too large;
     /// an HTTP receiver's 400 or 422 for several): send fewer, and drop a
     /// run too large alone.
@@ -222,6 +243,8 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
     // doubled back after 16 batches delivered in a row.
     let mut batch = BATCH_RUNS as usize;
     let mut delivered_in_a_row = 0u32;
+    // The kinds a `pscheduler` archive was not sent, said once each.
+    let mut said: BTreeSet<String> = BTreeSet::new();
     loop {
         // The limit first: what is dropped is said.
         match shared
@@ -264,16 +287,24 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                 // A goodput archive stores a run only from the address
                 // of one of its ends: the batch leaves from this host's
                 // mesh address, as calls to peers do.
-                let http = match target.kind {
-                    ArchiveKind::Goodput => shared.client_to(&target.url, target.pin).await,
-                    ArchiveKind::Http | ArchiveKind::Pscheduler => http.clone(),
-                };
-                send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
+                match target.kind {
+                    ArchiveKind::Goodput => {
+                        let http = shared.client_to(&target.url, target.pin).await;
+                        send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
+                    }
+                    ArchiveKind::Http => {
+                        send(&shared, &target, &http, &url, &runs[..runs.len().min(batch)]).await
+                    }
+                    ArchiveKind::Pscheduler => {
+                        let n = runs.len().min(batch).min(PSCHEDULER_RUNS);
+                        send_pscheduler(&shared, &target, &http, &runs[..n], &mut said).await
+                    }
+                }
             }
             Err(e) => Sent::Failed(format!("cannot read the queue: {e}")),
         };
         match sent {
-            Sent::Stored(ids, refused) => {
+            Sent::Stored(ids, refused, not_for_it) => {
                 backoff = Duration::from_secs(1);
                 delivered_in_a_row += 1;
                 if batch < BATCH_RUNS as usize && delivered_in_a_row >= 16 {
@@ -284,7 +315,9 @@ pub(crate) async fn forwarder(shared: Arc<Shared>, target: ForwardTarget) {
                     log(&format!("forwarding to {}: {e}", target.url));
                 }
                 let now = goodput_core::time::ms_rfc3339(clock::now_ms());
-                let stored = (ids.len() - refused.len().min(ids.len())) as u64;
+                let stored = (ids.len() as u64)
+                    .saturating_sub(refused.len() as u64)
+                    .saturating_sub(not_for_it);
                 shared.forward_status(&target.url, |s| {
                     s.delivered += stored;
                     s.dropped += refused.len() as u64;
@@ -431,12 +464,12 @@ async fn send(
         .unwrap_or_else(|| text.chars().take(200).collect());
     if status.is_success() {
         if !goodput {
-            return Sent::Stored(ids, Vec::new());
+            return Sent::Stored(ids, Vec::new(), 0);
         }
         let refused = serde_json::from_str::<Answer>(&text)
             .map(|a| a.refused.into_iter().map(|r| (r.id, r.reason)).collect())
             .unwrap_or_default();
-        return Sent::Stored(ids, refused);
+        return Sent::Stored(ids, refused, 0);
     }
     let why = format!("HTTP {}: {reason}", status.as_u16());
     match status.as_u16() {
@@ -446,5 +479,123 @@ async fn send(
         // and is retried, like any failure.
         400 | 422 if !goodput && ids.len() > 1 => Sent::Refused(why, ids),
         _ => Sent::Failed(why),
+    }
+}
+
+/// Sends `runs` to a `pscheduler` archive, in order, each as its
+/// documents (one request each, with the measuring host's address in
+/// `x-ps-observer`), until one fails. The runs taken off the queue are
+/// those sent whole, those whose other end sends them, and those the
+/// archive has no place for (counted in `not_sent`; each kind said once
+/// in `said`).
+async fn send_pscheduler(
+    shared: &Shared,
+    target: &ForwardTarget,
+    http: &reqwest::Client,
+    runs: &[Run],
+    said: &mut BTreeSet<String>,
+) -> Sent {
+    let loaded = shared.loaded();
+    let address = |name: &str| {
+        loaded
+            .config
+            .addresses
+            .get(name)
+            .map_or_else(|| name.to_owned(), |a| a.address.clone())
+    };
+    let mut done: Vec<String> = Vec::new();
+    let mut not_for_it = 0u64;
+    let mut unsent = 0u64;
+    let mut failure: Option<Sent> = None;
+    'runs: for r in runs {
+        if !loaded.mine.contains(&r.source) {
+            // Measured by the other end, whose agent sends it.
+            done.push(r.id.clone());
+            not_for_it += 1;
+            continue;
+        }
+        let ends = Ends {
+            source: address(&r.source),
+            dest: r.dest.as_deref().map(address),
+            observer: address(&r.source),
+        };
+        let docs = match to_pscheduler(r, &ends) {
+            Ok(d) => d,
+            Err(why) => {
+                let key = match &why {
+                    NotSent::NoTestType(k) | NotSent::Part(k) => format!("kind {k}"),
+                    NotSent::NoResult(state) => format!("state {state}"),
+                    NotSent::Unreadable(_) => "unreadable".to_owned(),
+                };
+                if said.insert(key) {
+                    log(&format!(
+                        "forwarding to {}: run {} and any like it are not sent ({why}); they are \
+                         counted as not_sent in /api/v1/health",
+                        target.url, r.id
+                    ));
+                }
+                done.push(r.id.clone());
+                not_for_it += 1;
+                unsent += 1;
+                continue;
+            }
+        };
+        for doc in docs {
+            let body = match serde_json::to_vec(&doc) {
+                Ok(b) => b,
+                Err(e) => {
+                    failure = Some(Sent::Failed(format!("run {}: {e}", r.id)));
+                    break 'runs;
+                }
+            };
+            let req = http
+                .post(&target.url)
+                .timeout(SEND_WITHIN)
+                .header("content-type", "application/json")
+                .header("x-ps-observer", ends.observer.as_str())
+                .body(body);
+            let resp = match req.send().await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    failure = Some(Sent::Failed(if e.is_timeout() {
+                        "no answer in time".into()
+                    } else if e.is_connect() {
+                        format!("cannot connect: {e}")
+                    } else {
+                        e.to_string()
+                    }));
+                    break 'runs;
+                }
+            };
+            let status = resp.status();
+            if status.is_success() {
+                continue;
+            }
+            let text = crate::answer::body_capped(resp, 64 << 10)
+                .await
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).chars().take(200).collect::<String>())
+                .unwrap_or_default();
+            let why = format!("HTTP {}: {text}", status.as_u16());
+            failure = Some(if status.as_u16() == 413 {
+                // Too large alone: sending it again cannot help.
+                Sent::Refused(why, vec![r.id.clone()])
+            } else {
+                // As for any HTTP receiver: a refusal of one document is
+                // no proof that the run is bad; it stays queued.
+                Sent::Failed(why)
+            });
+            break 'runs;
+        }
+        done.push(r.id.clone());
+    }
+    if unsent > 0 {
+        shared.forward_status(&target.url, |s| s.not_sent += unsent);
+    }
+    match failure {
+        // What went first is taken now; the failure comes again next.
+        Some(_) if !done.is_empty() => Sent::Stored(done, Vec::new(), not_for_it),
+        Some(f) => f,
+        None => Sent::Stored(done, Vec::new(), not_for_it),
     }
 }
