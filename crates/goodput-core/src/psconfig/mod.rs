@@ -362,7 +362,16 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
             let r = d["reverse"].as_bool() == Some(true);
             d["reverse"] = json!(!r);
         }
-        _ => return None,
+        // No turned-round form: the end without an agent cannot be asked.
+        Kind::Udp
+        | Kind::Quic
+        | Kind::Stamp
+        | Kind::Echo
+        | Kind::Ttcp
+        | Kind::Trace
+        | Kind::Ping
+        | Kind::Twamp
+        | Kind::Server => return None,
     }
     Some(d)
 }
