@@ -417,7 +417,7 @@ fn rtt(r: &Map<String, Value>) -> Result<Figures, String> {
 /// trace: the first path's hops to the destination, and its checksum
 /// (goodput's, over the answering addresses per hop).
 fn trace(r: &Map<String, Value>, dest: &str) -> Figures {
-    use goodput_core::path::{path_checksum, TraceHop};
+    use goodput_core::path::{path_checksum, ProbeAnswer, TraceHop, TraceProbe};
     let mut f = Figures::default();
     let Some(path) = r
         .get("paths")
@@ -427,7 +427,7 @@ fn trace(r: &Map<String, Value>, dest: &str) -> Figures {
     else {
         return f;
     };
-    let hops: Vec<TraceHop> = path
+    let mut hops: Vec<TraceHop> = path
         .iter()
         .take(255)
         .enumerate()
@@ -447,6 +447,18 @@ fn trace(r: &Map<String, Value>, dest: &str) -> Figures {
         .collect();
     let reached = hops.iter().position(|h| h.addresses.iter().any(|a| a == dest));
     f.hops = reached.map(|i| (i + 1) as f64);
+    // The hop that is the destination answered as the destination: the
+    // checksum says "reached" as it does for goodput's own traces.
+    if let Some(i) = reached {
+        hops[i].probes.push(TraceProbe {
+            answer: ProbeAnswer::Reached,
+            from: Some(dest.to_owned()),
+            rtt_us: None,
+            size: 0,
+            reply_ttl: None,
+            code: None,
+        });
+    }
     f.path_checksum = Some(path_checksum(&hops));
     f
 }

@@ -501,6 +501,10 @@ fn every_mapped_kind_goes_out_as_pscheduler_sends_it_and_reads_back_the_same() {
             "trace" => {
                 assert_eq!(ty, "trace");
                 same("hops", g.hops, f.hops, 0.0, 0.0);
+                assert_eq!(
+                    g.path_checksum, f.path_checksum,
+                    "the path's checksum read back differs from the one measured"
+                );
                 assert_eq!(f.hops, Some(1.0), "127.0.0.3 is one hop away");
             }
             other => panic!("a {other} run was sent"),
@@ -550,6 +554,15 @@ fn every_mapped_kind_goes_out_as_pscheduler_sends_it_and_reads_back_the_same() {
     assert_eq!(fwd["not_sent"], 1 + parts as u64, "{fwd:#}");
     assert_eq!(fwd["backlog"], 0, "{fwd:#}");
     assert_eq!(fwd["delivered"], 7, "{fwd:#}");
+    // And on /metrics, under the archive's URL.
+    let (status, metrics) = common::agents::http("127.0.0.2", ports.api, "GET", "/metrics", None, "");
+    assert_eq!(status, 200, "{metrics}");
+    let line = format!(
+        "goodput_forward_not_sent_total{{archive=\"{}\"}} {}",
+        receiver.url,
+        1 + parts
+    );
+    assert!(metrics.lines().any(|l| l == line), "no `{line}` in:\n{metrics}");
     let log = agent.log_text();
     let said: Vec<&str> = log
         .lines()

@@ -160,6 +160,11 @@ pub(crate) async fn metrics(
                 "Runs dropped from the queue (its limit, or refused as malformed).",
                 |f| f.dropped,
             ),
+            (
+                "goodput_forward_not_sent",
+                "Runs taken off the queue unsent: the archive has no place for their kind.",
+                |f| f.not_sent,
+            ),
         ] {
             out += &format!("# TYPE {name} counter\n# HELP {name} {help}\n");
             for f in &forwarding {
