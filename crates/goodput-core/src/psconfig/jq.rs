@@ -909,6 +909,9 @@ pub(super) const TEMPLATE_STEPS: u64 = 4_000_000;
 /// The most combinations a test with `{% jq %}` variables is evaluated
 /// over; a test run by more is refused with the reason.
 pub(super) const MAX_COMBOS: usize = 4096;
+/// The most bytes (as JSON text) those combinations' objects may come to
+/// together.
+pub(super) const MAX_INPUT_BYTES: u64 = 64 << 20;
 
 /// One combination's object as pSConfig gives it to jq, with the
 /// addresses the combination uses and which end schedules.
@@ -941,13 +944,14 @@ fn vars(s: &str) -> impl Iterator<Item = (std::ops::Range<usize>, &str)> {
 /// runs `test_name` (pSConfig evaluates only those): the combination's
 /// address objects, their hosts (`{}` for none), the task's and the
 /// scheduling host's archives, the addresses' contexts, the task, the
-/// test and the task's schedule. `None` when more than `MAX_COMBOS`.
+/// test and the task's schedule. Refused when more than `MAX_COMBOS`,
+/// or more than `MAX_INPUT_BYTES` in all.
 pub(super) fn inputs(
     top: &Map<String, Value>,
     tpl: &super::Template,
     test_name: &str,
     test: &Value,
-) -> Option<Vec<Input>> {
+) -> Result<Vec<Input>, String> {
     let section = |k: &str, name: &str| top.get(k).and_then(|m| m.get(name)).cloned();
     let refs = |v: Option<&Value>| -> Vec<String> {
         v.and_then(Value::as_array)
@@ -959,6 +963,7 @@ pub(super) fn inputs(
             .collect()
     };
     let mut out = Vec::new();
+    let mut built = 0u64;
     let tasks = top.get("tasks").and_then(Value::as_object).into_iter().flatten();
     for (_, task) in tasks {
         if task.get("test").and_then(Value::as_str) != Some(test_name) || super::disabled(task) {
@@ -981,7 +986,9 @@ pub(super) fn inputs(
             .and_then(|s| section("schedules", s));
         for c in combos.iter().filter(|c| c.iter().all(|e| !e.disabled)) {
             if out.len() >= MAX_COMBOS {
-                return None;
+                return Err(format!(
+                    "its test is run by more than {MAX_COMBOS} combinations, more than goodput evaluates {{% jq %}} over"
+                ));
             }
             let Some(sched) = (k < c.len() && !c[k].no_agent)
                 .then_some(k)
@@ -1034,6 +1041,13 @@ pub(super) fn inputs(
             if let Some(s) = schedule.clone() {
                 object["schedule"] = s;
             }
+            built = built.saturating_add(size(&object, MAX_INPUT_BYTES));
+            if built > MAX_INPUT_BYTES {
+                return Err(format!(
+                    "pSConfig's objects for its combinations come to more than {} MiB, more than goodput evaluates {{% jq %}} over",
+                    MAX_INPUT_BYTES >> 20
+                ));
+            }
             out.push(Input {
                 object,
                 ends: c.iter().map(|e| e.address.clone()).collect(),
@@ -1041,7 +1055,7 @@ pub(super) fn inputs(
             });
         }
     }
-    Some(out)
+    Ok(out)
 }
 
 /// `s` with each `{% jq … %}` replaced as pSConfig would for every
@@ -1051,12 +1065,8 @@ pub(super) fn inputs(
 /// the conversion then places as it places any. Other variables are
 /// left as they are. The error is the reason the field cannot be
 /// carried over.
-pub(super) fn resolve(s: &str, inputs: Option<&[Input]>, steps: &mut u64) -> Result<String, String> {
-    let Some(inputs) = inputs else {
-        return Err(format!(
-            "its {{% jq %}} is run by more than {MAX_COMBOS} combinations, more than goodput evaluates"
-        ));
-    };
+pub(super) fn resolve(s: &str, inputs: Result<&[Input], &String>, steps: &mut u64) -> Result<String, String> {
+    let inputs = inputs.map_err(Clone::clone)?;
     let mut out = String::new();
     let mut last = 0;
     for (range, var) in vars(s) {
@@ -1199,6 +1209,53 @@ mod tests {
         assert!(text(&deep, &obj).unwrap_err().contains("deep"));
         assert!(
             started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    /// A template whose test is run by `n` addresses in a mesh, with
+    /// `meta` bytes in the test's `_meta` and its dest from jq.
+    fn mesh(n: usize, meta: usize) -> Value {
+        let addresses: Map<String, Value> = (0..n)
+            .map(|i| (format!("a{i}"), json!({ "address": format!("192.0.2.{i}") })))
+            .collect();
+        let names: Vec<Value> = (0..n).map(|i| json!({ "name": format!("a{i}") })).collect();
+        json!({
+            "addresses": addresses,
+            "groups": { "g": { "type": "mesh", "addresses": names } },
+            "tests": { "t": { "type": "rtt", "_meta": { "x": "y".repeat(meta) },
+                "spec": { "dest": "{% jq .addresses[1].address %}" } } },
+            "schedules": { "s": { "repeat": "PT1H" } },
+            "tasks": { "k": { "group": "g", "test": "t", "schedule": "s" } }
+        })
+    }
+
+    #[test]
+    fn a_test_run_by_too_many_combinations_is_not_evaluated() {
+        let started = Instant::now();
+        let choices = super::super::ImportChoices::default();
+        let ok = super::super::import_psconfig(&mesh(3, 0), choices).unwrap();
+        assert_eq!(ok.config.tests["t"]["host"], json!("{{dest}}"));
+        // 65 addresses: 4160 pairs.
+        let many = super::super::import_psconfig(&mesh(65, 0), choices).unwrap();
+        let note = many
+            .notes
+            .iter()
+            .find(|n| n.starts_with("tests.t: spec.dest"))
+            .unwrap();
+        assert!(note.contains("more than 4096 combinations"), "{note}");
+        assert!(!many.config.tests.contains_key("t"));
+        // 9 addresses (72 pairs), each object carrying the 1 MB test.
+        let big = super::super::import_psconfig(&mesh(9, 1 << 20), choices).unwrap();
+        let note = big
+            .notes
+            .iter()
+            .find(|n| n.starts_with("tests.t: spec.dest"))
+            .unwrap();
+        assert!(note.contains("more than 64 MiB"), "{note}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
             "{:?}",
             started.elapsed()
         );

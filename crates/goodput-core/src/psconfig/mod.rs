@@ -18,7 +18,9 @@
 //! starts, or by the other end with the test turned round when the
 //! source has no agent; the end that schedules books the slot. The
 //! spec's source and destination variables become `{{source}}` and
-//! `{{dest}}` of that pair.
+//! `{{dest}}` of that pair. A `{% jq %}` variable in a spec is evaluated
+//! for each combination, bounded (`jq`): the same text everywhere is put
+//! in, the same end's address becomes that end's variable.
 //!
 //! Written from pSConfig's published JSON schema, its documentation and
 //! the behaviour of its task generator, and pScheduler's test spec
