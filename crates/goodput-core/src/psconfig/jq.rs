@@ -339,6 +339,34 @@ impl<'a> Eval<'a> {
         Ok(())
     }
 
+    /// Charges `n` bytes about to be copied or built against the byte
+    /// budget, before they are.
+    fn charge(&mut self, n: u64) -> Result<(), String> {
+        self.bytes = self.bytes.saturating_add(n);
+        self.step(1 + n / 64)?;
+        if self.bytes > MAX_BYTES {
+            return Err(format!("it built more than {MAX_BYTES} bytes"));
+        }
+        Ok(())
+    }
+
+    /// Charges a copy of `v` (a value the expression copies out of its
+    /// input or another value), before it is made.
+    fn copy(&mut self, v: V<'a>) -> Result<Value, String> {
+        if let Cow::Borrowed(x) = &v {
+            let left = MAX_BYTES.saturating_sub(self.bytes);
+            self.charge(size(x, left))?;
+        }
+        Ok(v.into_owned())
+    }
+
+    /// `v` as text (a string as it is, anything else as JSON), charged.
+    fn text(&mut self, v: &Value) -> Result<String, String> {
+        let left = MAX_BYTES.saturating_sub(self.bytes);
+        self.charge(size(v, left))?;
+        Ok(text_of(v))
+    }
+
     /// Charges a value built by the expression against the byte budget.
     fn built(&mut self, v: Value) -> Result<V<'a>, String> {
         let left = MAX_BYTES.saturating_sub(self.bytes);
@@ -382,16 +410,19 @@ impl<'a> Eval<'a> {
                     let add: Vec<String> = match p {
                         StrPart::Str(s) => vec![(*s).to_owned()],
                         StrPart::Char(c) => vec![c.to_string()],
-                        StrPart::Term(t) => self
-                            .run(t, input.clone(), d)?
-                            .iter()
-                            .map(|v| text_of(v))
-                            .collect(),
+                        StrPart::Term(t) => {
+                            let vs = self.run(t, input.clone(), d)?;
+                            let mut ts = Vec::new();
+                            for v in vs {
+                                ts.push(self.text(&v)?);
+                            }
+                            ts
+                        }
                     };
                     let mut next = Vec::new();
                     for a in &texts {
                         for b in &add {
-                            self.step(1)?;
+                            self.charge((a.len() + b.len()) as u64)?;
                             next.push(format!("{a}{b}"));
                         }
                     }
@@ -405,11 +436,14 @@ impl<'a> Eval<'a> {
             }
             Term::Arr(None) => vec![self.built(Value::Array(Vec::new()))?],
             Term::Arr(Some(a)) => {
-                let items: Vec<Value> = self.run(a, input, d)?.into_iter().map(Cow::into_owned).collect();
+                let mut items = Vec::new();
+                for v in self.run(a, input, d)? {
+                    items.push(self.copy(v)?);
+                }
                 vec![self.built(Value::Array(items))?]
             }
             Term::Obj(kvs) => {
-                let mut objs = vec![Map::new()];
+                let mut objs = vec![(Map::new(), 2u64)];
                 for (k, v) in kvs {
                     let (keys, vals) = match (k, v) {
                         (Term::Var(name), None) => {
@@ -431,20 +465,24 @@ impl<'a> Eval<'a> {
                         (k, Some(v)) => (self.keys(k, input.clone(), d)?, self.run(v, input.clone(), d)?),
                     };
                     let mut next = Vec::new();
-                    for o in &objs {
+                    for (o, n) in &objs {
                         for key in &keys {
                             for val in &vals {
-                                self.step(1)?;
+                                // The copy of the object so far and of the
+                                // value added are both charged.
+                                let left = MAX_BYTES.saturating_sub(self.bytes);
+                                let grown = n + key.len() as u64 + 3 + size(val, left);
+                                self.charge(grown)?;
                                 let mut o = o.clone();
                                 o.insert(key.clone(), val.as_ref().clone());
-                                next.push(o);
+                                next.push((o, grown));
                             }
                         }
                     }
                     objs = next;
                 }
                 let mut out = Vec::new();
-                for o in objs {
+                for (o, _) in objs {
                     out.push(self.built(Value::Object(o))?);
                 }
                 out
@@ -697,15 +735,19 @@ impl<'a> Eval<'a> {
                 }
                 Value::String(format!("{x}{y}"))
             }
-            (Math::Add, Value::Array(x), Value::Array(y)) => {
-                self.step((x.len() + y.len()) as u64)?;
-                Value::Array(x.iter().chain(y).cloned().collect())
-            }
-            (Math::Add, Value::Object(x), Value::Object(y)) => {
-                self.step((x.len() + y.len()) as u64)?;
-                let mut o = x.clone();
-                o.extend(y.iter().map(|(k, v)| (k.clone(), v.clone())));
-                Value::Object(o)
+            (Math::Add, Value::Array(_), Value::Array(_))
+            | (Math::Add, Value::Object(_), Value::Object(_)) => {
+                let left = MAX_BYTES.saturating_sub(self.bytes);
+                self.charge(size(a, left).saturating_add(size(b, left)))?;
+                match (a, b) {
+                    (Value::Array(x), Value::Array(y)) => Value::Array(x.iter().chain(y).cloned().collect()),
+                    (Value::Object(x), Value::Object(y)) => {
+                        let mut o = x.clone();
+                        o.extend(y.iter().map(|(k, v)| (k.clone(), v.clone())));
+                        Value::Object(o)
+                    }
+                    _ => Value::Null,
+                }
             }
             (Math::Div, Value::String(x), Value::String(y)) if !y.is_empty() => {
                 self.step(x.len() as u64)?;
@@ -759,7 +801,7 @@ impl<'a> Eval<'a> {
                 one(num(n)?)
             }
             ("tostring", 0) => {
-                let t = text_of(&input);
+                let t = self.text(&input)?;
                 Ok(vec![self.built(Value::String(t))?])
             }
             ("tojson", 0) => {
@@ -853,7 +895,9 @@ impl<'a> Eval<'a> {
             ("map", 1) => {
                 let mut items = Vec::new();
                 for x in self.each(input, Opt::Essential)? {
-                    items.extend(self.run(&args[0], x, d)?.into_iter().map(Cow::into_owned));
+                    for v in self.run(&args[0], x, d)? {
+                        items.push(self.copy(v)?);
+                    }
                 }
                 Ok(vec![self.built(Value::Array(items))?])
             }
@@ -1259,5 +1303,30 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    #[test]
+    fn copies_of_a_large_input_are_charged_before_they_are_made() {
+        let obj = json!({ "big": "b".repeat(1 << 20) });
+        let fan = "(.,.,.,.,.,.,.,.)";
+        let started = Instant::now();
+        for code in [
+            format!("[{fan} | {fan} | {fan} | .big] | length | tostring"),
+            format!("[{fan} | {fan} | {fan} | {{a: .big}}] | length | tostring"),
+            format!("[{fan} | {fan} | {fan} | \"\\(.big)\"] | length | tostring"),
+            format!("[{fan} | {fan} | {fan} | .big] | map(.) | length | tostring"),
+        ] {
+            let e = text(&code, &obj).unwrap_err();
+            assert!(e.contains("bytes"), "{code}: {e}");
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            started.elapsed()
+        );
+        // Small copies are fine.
+        let small = json!({ "big": "b" });
+        let code = format!("[{fan} | .big] | length | tostring");
+        assert_eq!(text(&code, &small).as_deref(), Ok("8"));
     }
 }
