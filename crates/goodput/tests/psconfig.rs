@@ -289,3 +289,37 @@ fn what_is_not_a_template_is_refused_with_a_reason() {
     ]);
     assert_eq!(code, Some(2));
 }
+
+#[test]
+fn jq_template_variables_are_evaluated_per_combination_and_bounded() {
+    let started = std::time::Instant::now();
+    let (c, err, _) = import("jq.json", &[]);
+    // A jq expression the template runs on each address combination:
+    // the end addresses become the pair's own ends, and a value every
+    // combination shares is put in as it is.
+    let t = &c["tests"]["throughput"];
+    assert_eq!(t["kind"].as_str(), Some("tcp"));
+    assert_eq!(t["hosts"][0].as_str(), Some("{{dest}}"));
+    assert_eq!(t["duration"].as_str(), Some("25s"));
+    assert_eq!(c["tests"]["trace"]["method"].as_str(), Some("icmp"));
+    let tasks = c["tasks"].as_table().unwrap();
+    assert!(tasks.contains_key("pair-throughput"), "{err}");
+    // A value that differs for each pair has no place in one test
+    // document; endless expressions are refused by name, quickly.
+    for needle in [
+        "tests.rtt: spec.interval: {% jq .addresses[0]._meta.site | ascii_downcase %} gives a different text for each combination",
+        "tests.rtt: spec.timeout: {% jq until(false; .) %} is refused: `until/2` is not one of the builtins allowed",
+        "tests.rtt: spec.length: {% jq [range(1e18)] %} is refused: `range/1` is not one of the builtins allowed",
+    ] {
+        assert!(err.contains(needle), "no note \"{needle}\" in:\n{err}");
+    }
+    // Left out, so the default interval.
+    assert_eq!(c["tests"]["rtt"]["interval"].as_str(), Some("1s"));
+    assert!(!err.contains("tests.throughput:"), "{err}");
+    assert!(!err.contains("tests.trace:"), "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -18,7 +18,9 @@
 //! starts, or by the other end with the test turned round when the
 //! source has no agent; the end that schedules books the slot. The
 //! spec's source and destination variables become `{{source}}` and
-//! `{{dest}}` of that pair.
+//! `{{dest}}` of that pair. A `{% jq %}` variable in a spec is evaluated
+//! for each combination, bounded (`jq`): the same text everywhere is put
+//! in, the same end's address becomes that end's variable.
 //!
 //! Written from pSConfig's published JSON schema, its documentation and
 //! the behaviour of its task generator, and pScheduler's test spec
@@ -29,6 +31,7 @@ use crate::mesh::{Address, ArchiveKind, ArchiveTarget, Group, Lead, MeshConfig, 
 use expand::Template;
 
 mod expand;
+mod jq;
 use crate::time::duration_ms;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -131,7 +134,7 @@ pub fn import_psconfig(template: &Value, choices: ImportChoices) -> Result<Impor
     }
     addresses(top, &tpl, &mut config, &mut notes);
     archives(top, &mut config, &mut notes);
-    let converted = tests(top, &mut config, &mut notes, choices);
+    let converted = tests(top, &tpl, &mut config, &mut notes, choices);
     schedules(top, &mut config, &mut notes);
     tasks(top, &tpl, &mut config, &mut notes, &converted);
     // Addresses no task uses are kept: they cost nothing and the next
@@ -379,6 +382,7 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
 /// Converts each test; what each became, by test name.
 fn tests(
     top: &Map<String, Value>,
+    tpl: &Template,
     config: &mut MeshConfig,
     notes: &mut Vec<String>,
     choices: ImportChoices,
@@ -408,11 +412,14 @@ fn tests(
             continue;
         }
         let ty = t.get("type").and_then(Value::as_str).unwrap_or("");
-        let spec = t
+        let mut spec = t
             .get("spec")
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
+        if MEASURED.contains(&ty) {
+            jq_spec(top, tpl, name, t, &mut spec, &place, notes);
+        }
         if !MEASURED.contains(&ty) {
             let why = if ty.is_empty() {
                 "no type".to_owned()
@@ -487,6 +494,47 @@ fn tests(
         }
     }
     out
+}
+
+/// Replaces each `{% jq %}` variable in the spec's strings as
+/// `jq::resolve` does (an address of the combination becomes the
+/// `{% address[i] %}` it is); a field that cannot be is left out, with
+/// the reason.
+fn jq_spec(
+    top: &Map<String, Value>,
+    tpl: &Template,
+    name: &str,
+    t: &Value,
+    spec: &mut Map<String, Value>,
+    place: &str,
+    notes: &mut Vec<String>,
+) {
+    if !spec.values().any(|v| v.as_str().is_some_and(jq::has_jq)) {
+        return;
+    }
+    let inputs = jq::inputs(top, tpl, name, t);
+    let mut steps = jq::TEMPLATE_STEPS;
+    let keys: Vec<String> = spec.keys().cloned().collect();
+    for k in keys {
+        let Some(x) = spec[&k].as_str().filter(|x| jq::has_jq(x)) else {
+            continue;
+        };
+        match jq::resolve(x, inputs.as_deref(), &mut steps) {
+            // pSConfig would hand pScheduler an empty end, which it
+            // refuses.
+            Ok(x) if x.trim().is_empty() && matches!(k.as_str(), "source" | "dest") => {
+                notes.push(format!(
+                    "{place}: spec.{k}: its {{% jq %}} gives the empty text, no address; left out"
+                ));
+                spec.remove(&k);
+            }
+            Ok(x) => spec[&k] = Value::String(x),
+            Err(why) => {
+                notes.push(format!("{place}: spec.{k}: {why}; left out"));
+                spec.remove(&k);
+            }
+        }
+    }
 }
 
 /// The spec fields a conversion read; the rest are noted as not carried.
