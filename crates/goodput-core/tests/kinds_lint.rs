@@ -25,8 +25,16 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "pScheduler test type",
     ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
-    ("crates/goodput-core/src/psconfig/mod.rs", "udp", "trace probe method"),
-    ("crates/goodput-core/src/psconfig/mod.rs", "tcp", "trace probe method"),
+    (
+        "crates/goodput-core/src/psconfig/mod.rs",
+        "udp",
+        "trace probe method",
+    ),
+    (
+        "crates/goodput-core/src/psconfig/mod.rs",
+        "tcp",
+        "trace probe method",
+    ),
     // iperf3's parameter document has `tcp` and `udp` flags.
     (
         "crates/goodput-core/src/iperf3/params.rs",

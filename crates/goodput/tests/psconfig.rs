@@ -53,7 +53,7 @@ direction = "to"
 interval = "100ms"
 continuous = true
 summary_every = 600
-duration = "24h""#,
+duration = "86395s""#,
     )
     .unwrap();
     assert_eq!(t, want);

@@ -398,6 +398,12 @@ fn check(file: &str, want_tasks: usize) {
         "{stem}: --check-config: {stdout}{stderr}"
     );
     assert!(stdout.contains(": valid: "), "{stem}: {stdout}{stderr}");
+    // What the import writes never overlaps itself (a latencybg stream
+    // and its ends fit in its repeat).
+    assert!(
+        !stderr.contains("would overlap themselves"),
+        "{stem}: the imported tasks overlap themselves: {stderr}"
+    );
     if let Some(h) = host {
         let address = c["addresses"][&h]["address"].as_str().unwrap().to_owned();
         let mine = goodput_paths_of(&c, Some(&h));
@@ -468,18 +474,19 @@ fn production_shaped_mesh_runs_reverse_and_flipped_tests_from_the_right_end() {
         "{err}"
     );
     // A latencybg of 600 packets at 0.2 s on a one-minute schedule: a
-    // 120 s session every 120 s, and the note says so.
+    // 120 s session, with its ends (2 s wait, 3 s set-up and fetch) a run
+    // every 125 s, and the note says so.
     let t = &c["tasks"]["loss-minutely"];
-    assert_eq!(t["schedule"].as_str(), Some("every-minute~120s"));
+    assert_eq!(t["schedule"].as_str(), Some("every-minute~125s"));
     assert_eq!(
-        c["schedules"]["every-minute~120s"]["repeat"].as_str(),
-        Some("PT120S")
+        c["schedules"]["every-minute~125s"]["repeat"].as_str(),
+        Some("PT125S")
     );
     assert_eq!(
         c["tests"][t["test"].as_str().unwrap()]["duration"].as_str(),
         Some("120s")
     );
-    assert!(err.contains("tasks.loss-minutely: a latencybg session lasts 120 s, longer than schedule 'every-minute' repeats (60 s)"), "{err}");
+    assert!(err.contains("tasks.loss-minutely: a latencybg run lasts 125 s (a session of 120 s, then 5 s to set up, wait for the last packets and fetch), longer than schedule 'every-minute' repeats (60 s)"), "{err}");
     // pScheduler's http archiver → a pscheduler archive; esmond is named.
     assert_eq!(c["archives"]["central"]["kind"].as_str(), Some("pscheduler"));
     assert_eq!(

@@ -60,8 +60,9 @@ pub struct Imported {
 /// continuous stream, renewed daily as pScheduler renews its background
 /// tasks (each stream reports a summary every `packet-count` packets).
 const LATENCYBG_REPEAT: &str = "P1D";
-/// How long each of those streams runs: the repeat.
-const LATENCYBG_DURATION: &str = "24h";
+/// The repeat of [`LATENCYBG_REPEAT`] in milliseconds: each stream, with
+/// its set-up, its last packets' wait and its fetch, ends within it.
+const LATENCYBG_REPEAT_MS: u64 = 86_400_000;
 
 /// The tools pScheduler runs a latency or latencybg test with that speak
 /// OWAMP.
@@ -345,6 +346,8 @@ struct Converted {
     /// How long one latencybg session lasts, ms (its `duration`, or
     /// packet-count × packet-interval).
     session_ms: Option<u64>,
+    /// What a latencybg run lasts beyond its session (its ends).
+    ends_ms: u64,
 }
 
 /// The same test run from the other end: the data still flows from the
@@ -478,6 +481,7 @@ fn tests(
                         })
                 });
                 let turned = turned(kind, &doc);
+                let ends_ms = stream_ends_ms(&doc);
                 config.tests.insert(name.clone(), doc);
                 out.insert(
                     name.clone(),
@@ -487,6 +491,7 @@ fn tests(
                         src,
                         dst,
                         session_ms,
+                        ends_ms,
                     },
                 );
             }
@@ -682,14 +687,18 @@ fn convert_test(
                 // packet-count packets.
                 d["continuous"] = json!(true);
                 d["summary_every"] = json!(count.min(crate::spec::owamp::MAX_SUMMARY_EVERY));
-                // Each stream runs as long as the daily schedule's repeat
-                // (LATENCYBG_REPEAT), so the next day's run takes over.
-                d["duration"] = json!(LATENCYBG_DURATION);
             } else {
                 d["count"] = json!(count);
             }
             if let Some(t) = dur(&mut f, "packet-timeout")? {
                 d["timeout"] = json!(t);
+            }
+            if ty == "latencybg" {
+                // Each stream, with its ends, fits in the daily schedule's
+                // repeat (LATENCYBG_REPEAT), so the next day's run takes
+                // over without overlapping it.
+                let secs = LATENCYBG_REPEAT_MS.saturating_sub(stream_ends_ms(&d)) / 1000;
+                d["duration"] = json!(format!("{secs}s"));
             }
             if let Some(p) = f.u64("packet-padding") {
                 let max = crate::spec::owamp::MAX_TEST_PACKET - crate::spec::owamp::OPEN_HEADER;
@@ -1079,6 +1088,16 @@ fn task_schedule(
     }
 }
 
+/// What an owamp stream's run lasts beyond its session: the last
+/// packets' wait (the test's `timeout`), the set-up and the fetch.
+fn stream_ends_ms(doc: &Value) -> u64 {
+    let wait = doc["timeout"]
+        .as_str()
+        .and_then(|t| duration_ms(t).ok())
+        .unwrap_or_else(|| crate::spec::owamp::OwampSpec::default().timeout.0.as_millis() as u64);
+    wait.saturating_add(crate::spec::owamp::STREAM_ENDS_MS)
+}
+
 /// A latencybg whose session outlasts its schedule's repeat would overlap
 /// itself: it gets a copy of the schedule repeating as often as a session
 /// lasts (whole seconds), named for it.
@@ -1089,21 +1108,25 @@ fn fitting_schedule(
     config: &mut MeshConfig,
     notes: &mut Vec<String>,
 ) -> Option<String> {
-    let session = conv.session_ms?;
+    // The run: the session whole seconds long, then its ends.
+    let session = conv.session_ms?.div_ceil(1000).max(1) * 1000;
+    let run = session.saturating_add(conv.ends_ms);
     let s = config.schedules.get(schedule)?;
     let every = s.repeat_of().ok()?.every;
-    if schedule == "latencybg" || every >= session || s.cron.is_some() {
+    if schedule == "latencybg" || every >= run || s.cron.is_some() {
         return None;
     }
-    let secs = session.div_ceil(1000);
+    let secs = run.div_ceil(1000);
     let name = format!("{schedule}~{secs}s");
     let fit = Schedule {
         repeat: format!("PT{secs}S"),
         ..s.clone()
     };
     notes.push(format!(
-        "{place}: a latencybg session lasts {} s, longer than schedule '{schedule}' repeats ({} s); it repeats every {secs} s (schedule '{name}')",
+        "{place}: a latencybg run lasts {} s (a session of {} s, then {} s to set up, wait for the last packets and fetch), longer than schedule '{schedule}' repeats ({} s); it repeats every {secs} s (schedule '{name}')",
+        run as f64 / 1000.0,
         session as f64 / 1000.0,
+        conv.ends_ms as f64 / 1000.0,
         every as f64 / 1000.0
     ));
     config.schedules.insert(name.clone(), fit);
@@ -1311,7 +1334,7 @@ mod tests {
         assert_eq!(
             tests["bg"],
             json!({ "kind": "owamp", "host": "{{dest}}", "direction": "to", "interval": "200ms",
-                    "continuous": true, "summary_every": 300, "duration": "24h" })
+                    "continuous": true, "summary_every": 300, "duration": "86395s" })
         );
         assert_eq!(
             tests["tw"],

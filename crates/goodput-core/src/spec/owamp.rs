@@ -178,6 +178,10 @@ pub struct OwampSpec {
     pub assert: Vec<Assertion>,
 }
 
+/// What a continuous stream adds to its duration: the first session's
+/// set-up (2 s) and the last session's fetch (a second).
+pub const STREAM_ENDS_MS: u64 = 3_000;
+
 impl Default for OwampSpec {
     fn default() -> Self {
         Self {
@@ -341,9 +345,11 @@ impl KindSpec for OwampSpec {
         // after the first session's set-up (2 s), and its last session
         // then waits out the loss timeout and is fetched (a second).
         if self.continuous {
-            return self
-                .duration
-                .map(|d| ms(d.0).saturating_add(ms(self.timeout.0)).saturating_add(3_000));
+            return self.duration.map(|d| {
+                ms(d.0)
+                    .saturating_add(ms(self.timeout.0))
+                    .saturating_add(STREAM_ENDS_MS)
+            });
         }
         Some({
             let sending = self.count as f64 * ms(self.interval.0) as f64;
