@@ -471,7 +471,7 @@ impl Group {
 }
 
 /// A count with thousands separated (`250,000`).
-fn grouped(n: u64) -> String {
+pub(crate) fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {

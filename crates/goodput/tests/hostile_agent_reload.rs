@@ -284,7 +284,9 @@ fn import_psconfig_refuses_a_template_past_its_limits_with_a_clear_error() {
     eprintln!("{err}");
     assert_eq!(code, Some(3), "stdout {} bytes; stderr: {err}", out.len());
     assert!(
-        err.contains("limit max_pairs: a mesh of 20,000 addresses makes 399,980,000 pairs, 250,000 allowed"),
+        err.contains(
+            "tasks.all-rtt: limit max_pairs: the tasks up to it expand to as many as 400,000,000 pairs, 250,000 allowed; refused before expanding"
+        ),
         "{err}"
     );
     assert!(out.is_empty(), "{} bytes written", out.len());

@@ -97,7 +97,9 @@ pub fn import_psconfig(template: &Value, choices: ImportChoices) -> Result<Impor
     let naddr = obj(top, "addresses").count() as u64;
     if naddr > MAX_PAIRS {
         return Err(format!(
-            "addresses: {naddr} addresses, more than the {MAX_PAIRS} pairs a mesh may expand to; refused before expanding"
+            "addresses: limit max_pairs: {} addresses, more than the {} pairs a mesh may expand to; refused before expanding",
+            crate::mesh::grouped(naddr),
+            crate::mesh::grouped(MAX_PAIRS)
         ));
     }
     let tpl = Template::read(top);
@@ -115,7 +117,9 @@ pub fn import_psconfig(template: &Value, choices: ImportChoices) -> Result<Impor
             bound = bound.saturating_add(n);
             if n > MAX_PAIRS || bound > MAX_PAIRS {
                 return Err(format!(
-                    "tasks.{name}: the tasks up to it expand to as many as {bound} pairs, {MAX_PAIRS} allowed; refused before expanding"
+                    "tasks.{name}: limit max_pairs: the tasks up to it expand to as many as {} pairs, {} allowed; refused before expanding",
+                    crate::mesh::grouped(bound),
+                    crate::mesh::grouped(MAX_PAIRS)
                 ));
             }
         }
@@ -1383,7 +1387,7 @@ mod tests {
         let t = json!({ "addresses": addresses, "groups": {}, "tests": {}, "tasks": {} });
         let started = std::time::Instant::now();
         let e = import_psconfig(&t, ImportChoices::default()).unwrap_err();
-        assert!(e.contains("1000000 addresses"), "{e}");
+        assert!(e.contains("limit max_pairs: 1,000,000 addresses"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         // 400 addresses in a class meshed by two tasks: 2 × 400² pairs
         // counted by arithmetic and refused, nothing expanded.
@@ -1407,7 +1411,7 @@ mod tests {
         });
         let e = import_psconfig(&t, ImportChoices::default()).unwrap_err();
         assert!(
-            e.contains("tasks.b: the tasks up to it expand to as many as 320000 pairs, 250000 allowed"),
+            e.contains("tasks.b: limit max_pairs: the tasks up to it expand to as many as 320,000 pairs, 250,000 allowed"),
             "{e}"
         );
         // One task fits: the class selects all 400 and the mesh is kept.
