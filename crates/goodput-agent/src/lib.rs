@@ -34,7 +34,6 @@ mod clock;
 mod http;
 mod limits;
 mod log;
-pub mod psconfig;
 mod secrets;
 mod state;
 mod tls;
@@ -51,6 +50,7 @@ use crate::log::{log, redact, warn};
 pub use answer::json_capped;
 pub use http::openapi::document as openapi_document;
 pub use limits::{ConnLimits, Limits, Window};
+pub use state::config::psconfig::convert as convert_psconfig;
 pub use state::config::{
     concerns, fetch as fetch_document, mine, own_identities, read_config, Concern, ConfigSource,
 };

@@ -544,8 +544,23 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
     };
     let (status, body) = http_from(a_ip, at, port, "POST", "/api/v1/archive/pscheduler", &ps("1e308"));
     c.check(
-        status == 400 && body.contains("bucket '1e308' is outside 0 to 3600000 ms"),
+        status == 400 && body.contains("bucket '1e308' is outside -3600000 to 3600000 ms"),
         format!("a pScheduler bucket of 1e308 ms refused: {status} {body}"),
+    );
+    // And one whose clocks' error is 1e308 ms.
+    let mut wild: Value = serde_json::from_str(&ps("10.5")).unwrap();
+    wild["result"]["max-clock-error"] = json!(1e308);
+    let (status, body) = http_from(
+        a_ip,
+        at,
+        port,
+        "POST",
+        "/api/v1/archive/pscheduler",
+        &wild.to_string(),
+    );
+    c.check(
+        status == 400 && body.contains("result.max-clock-error is 1e+308, not a time of 0 to 3600000 ms"),
+        format!("a pScheduler clock error of 1e308 ms refused: {status} {body}"),
     );
     let (status, body) = http_from(a_ip, at, port, "POST", "/api/v1/archive/pscheduler", &ps("10.5"));
     assert_eq!(status, 200, "{body}");
@@ -557,10 +572,10 @@ fn a_fleet_archive_takes_registrations_from_their_agent_and_figures_in_range() {
         format!("refused_not_owner: {n}"),
     );
     c.check(
-        n["refused_out_of_range"].as_u64() == Some(6),
+        n["refused_out_of_range"].as_u64() == Some(7),
         format!("refused_out_of_range: {n}"),
     );
-    c.check(n["refused"].as_u64() == Some(9), format!("refused: {n}"));
+    c.check(n["refused"].as_u64() == Some(10), format!("refused: {n}"));
     c.done();
 }
 

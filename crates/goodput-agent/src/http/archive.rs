@@ -251,7 +251,9 @@ pub(crate) async fn pscheduler(
         } else {
             StatusCode::BAD_REQUEST
         };
-        if e.contains(", outside 0 to ") || e.contains("is outside 0 to ") {
+        // Figures, latency buckets and the clock error past what is
+        // physically sensible.
+        if e.contains(", outside ") || e.contains(" is outside ") || e.contains(", not a time of ") {
             count_refusal(&s, |c| c.refused_out_of_range += 1);
         }
         refused(status, format!("not a pScheduler result goodput maps: {e}"))

@@ -14,6 +14,8 @@ use crate::clock;
 use crate::log::{log, warn};
 use crate::state::Shared;
 
+pub(crate) mod psconfig;
+
 /// Where the configuration comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ConfigSource {
@@ -349,7 +351,7 @@ fn same_origin_only(attempt: reqwest::redirect::Attempt<'_>) -> reqwest::redirec
 
 /// The most URLs whose last text is kept: a template and every include
 /// it may have, twice over.
-const MAX_CACHED_URLS: usize = 2 * (crate::psconfig::MAX_INCLUDES + 1);
+const MAX_CACHED_URLS: usize = 2 * (psconfig::MAX_INCLUDES + 1);
 
 /// The most bytes of text kept for them: a template with its includes
 /// is at most one document's worth, so two of them.
@@ -403,17 +405,17 @@ pub async fn read_config(
     if json {
         // A document that does not parse is left to the mesh reader,
         // whose error names the line and column.
-        if let Ok(doc) = crate::psconfig::parse(&text) {
-            if crate::psconfig::is_meshconfig(&doc) {
+        if let Ok(doc) = psconfig::parse(&text) {
+            if psconfig::is_meshconfig(&doc) {
                 return Err(format!(
                     "{source}: a perfSONAR 4 MeshConfig document (it has `organizations`), not a pSConfig \
                      template: ask its publisher for pSConfig (a pSConfig Web Admin URL takes ?format=psconfig)"
                 ));
             }
-            if crate::psconfig::is_template(&doc) {
+            if psconfig::is_template(&doc) {
                 let bytes = text.len();
                 drop(text);
-                let merged = crate::psconfig::with_includes(source, doc, bytes).await?;
+                let merged = psconfig::with_includes(source, doc, bytes).await?;
                 let imported = goodput_core::psconfig::import_psconfig(
                     &merged.template,
                     goodput_core::psconfig::ImportChoices::default(),

@@ -586,7 +586,7 @@ fn import_psconfig(args: &ImportPsconfigArgs) -> Result<u8, Stop> {
     };
     // Its includes read and merged as pSConfig's agents merge them.
     let imported = rt
-        .block_on(goodput_agent::psconfig::convert(&source, &text, choices))
+        .block_on(goodput_agent::convert_psconfig(&source, &text, choices))
         .map_err(|e| Stop::Fatal(anyhow!(e)))?;
     drop(text);
     // Only what the template said: the agent and alert sections keep

@@ -33,19 +33,19 @@ use std::time::Duration;
 use goodput_core::psconfig::{import_psconfig, ImportChoices, Imported};
 use serde_json::{Map, Value};
 
-use crate::state::config::{fetch_within, ConfigSource};
+use super::{fetch_within, ConfigSource};
 
 /// The most documents a template may include, over every level.
-pub const MAX_INCLUDES: usize = 32;
+pub(crate) const MAX_INCLUDES: usize = 32;
 /// How deep includes may nest (the template's own includes are level 1).
-pub const MAX_INCLUDE_DEPTH: usize = 4;
+pub(crate) const MAX_INCLUDE_DEPTH: usize = 4;
 /// The most bytes the template and all its includes may have together
 /// (what one configuration document may have).
-pub const MAX_TEMPLATE_BYTES: usize = goodput_core::mesh::MAX_DOCUMENT_BYTES;
+pub(crate) const MAX_TEMPLATE_BYTES: usize = goodput_core::mesh::MAX_DOCUMENT_BYTES;
 /// How long one include may take to read.
-pub const INCLUDE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const INCLUDE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long all of a template's includes may take to read.
-pub const TEMPLATE_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const TEMPLATE_DEADLINE: Duration = Duration::from_secs(30);
 /// The most notes about names already held that are said one by one.
 const MAX_COLLISION_NOTES: usize = 20;
 
@@ -68,7 +68,7 @@ const MERGED: [&str; 10] = [
 /// and `tasks`): it has a top-level object only pSConfig has, a test
 /// written as pScheduler's `type` and `spec`, or a group that selects
 /// its addresses with objects (`{"name": …}`) where goodput lists names.
-pub fn is_template(doc: &Value) -> bool {
+pub(crate) fn is_template(doc: &Value) -> bool {
     let Some(top) = doc.as_object() else {
         return false;
     };
@@ -101,7 +101,7 @@ pub fn is_template(doc: &Value) -> bool {
 
 /// Whether a JSON document is perfSONAR 4.0's MeshConfig (what a pSConfig
 /// Web Admin publishes with `format=meshconfig`), which is not a template.
-pub fn is_meshconfig(doc: &Value) -> bool {
+pub(crate) fn is_meshconfig(doc: &Value) -> bool {
     doc.get("organizations").is_some_and(Value::is_array)
 }
 
@@ -109,7 +109,7 @@ pub fn is_meshconfig(doc: &Value) -> bool {
 /// merge did that a reader should know (a name skipped, an include's own
 /// includes followed).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Merged {
+pub(crate) struct Merged {
     /// The template, without `includes`.
     pub template: Value,
     /// One line each.
@@ -134,7 +134,7 @@ pub async fn convert(origin: &ConfigSource, text: &str, choices: ImportChoices) 
 /// A document's JSON with pSConfig's comments (members named `#…`)
 /// removed. serde_json refuses nesting deeper than 128, so the walk is
 /// bounded too.
-pub fn parse(text: &str) -> Result<Value, String> {
+pub(crate) fn parse(text: &str) -> Result<Value, String> {
     let doc: Value =
         serde_json::from_str(text).map_err(|e| format!("not JSON (a pSConfig template is JSON): {e}"))?;
     Ok(decomment(doc))
@@ -155,7 +155,11 @@ fn decomment(v: Value) -> Value {
 
 /// Reads `template`'s includes (and theirs), merged into it. `bytes` is
 /// the template's own size, counted against [`MAX_TEMPLATE_BYTES`].
-pub async fn with_includes(origin: &ConfigSource, template: Value, bytes: usize) -> Result<Merged, String> {
+pub(crate) async fn with_includes(
+    origin: &ConfigSource,
+    template: Value,
+    bytes: usize,
+) -> Result<Merged, String> {
     let Value::Object(mut root) = template else {
         return Err(format!("{origin}: a pSConfig template is a JSON object"));
     };
