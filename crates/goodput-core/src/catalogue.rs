@@ -1106,6 +1106,84 @@ pub const PING: [Figure; 6] = [
     ),
 ];
 
+fn dns_time(r: &TestResult, f: fn(&crate::dns::DnsTimes) -> f64) -> Option<f64> {
+    r.dns()?.resolution.as_ref().map(|t| us(f(t)))
+}
+
+/// The dns kind's own assertion figures.
+pub const DNS: [Figure; 10] = [
+    fig(
+        "loss",
+        Quantity::Share,
+        Better::Lower,
+        "queries with no reply after every try, percent",
+        |r| r.dns()?.loss_percent(),
+    ),
+    fig(
+        "resolution.min",
+        Quantity::Time,
+        Better::Lower,
+        "fastest query to its reply",
+        |r| dns_time(r, |t| t.min_us),
+    ),
+    fig(
+        "resolution.p50",
+        Quantity::Time,
+        Better::Lower,
+        "median query to its reply",
+        |r| dns_time(r, |t| t.p50_us),
+    ),
+    fig(
+        "resolution.p95",
+        Quantity::Time,
+        Better::Lower,
+        "95th percentile query to its reply",
+        |r| dns_time(r, |t| t.p95_us),
+    ),
+    fig(
+        "resolution.max",
+        Quantity::Time,
+        Better::Lower,
+        "slowest query to its reply",
+        |r| dns_time(r, |t| t.max_us),
+    ),
+    fig(
+        "answers",
+        Quantity::Count,
+        Better::Neither,
+        "records of the asked type in the last answer",
+        |r| r.dns()?.answer_count.map(f64::from),
+    ),
+    fig(
+        "rcode",
+        Quantity::Count,
+        Better::Neither,
+        "the last reply's response code (0 NOERROR, 2 SERVFAIL, 3 NXDOMAIN, 5 REFUSED)",
+        |r| r.dns()?.rcode_value.map(f64::from),
+    ),
+    fig(
+        "mismatched",
+        Quantity::Count,
+        Better::Lower,
+        "answered queries whose answer did not meet --expect or --expect-pattern",
+        |r| r.dns().map(|d| d.mismatched as f64),
+    ),
+    fig(
+        "lost",
+        Quantity::Count,
+        Better::Lower,
+        "queries with no reply after every try",
+        |r| r.dns().map(|d| d.lost as f64),
+    ),
+    fig(
+        "retries",
+        Quantity::Count,
+        Better::Lower,
+        "tries past each query's first",
+        |r| r.dns().map(|d| d.retries as f64),
+    ),
+];
+
 /// The figures a kind's assertions may name: its own, then the common
 /// counts (each kind's `KindSpec::figures` says which are its own).
 pub fn assertion_figures(kind: Kind) -> Vec<&'static Figure> {

@@ -46,6 +46,8 @@ pub enum Kind {
     Owamp,
     /// A TWAMP client, twping's test (`goodput twamp`).
     Twamp,
+    /// DNS queries to a server or the system's resolver (`goodput dns`).
+    Dns,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -102,13 +104,17 @@ macro_rules! with_spec {
                 type $S = TwampSpec;
                 $body
             }
+            Kind::Dns => {
+                type $S = DnsSpec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -121,6 +127,7 @@ impl Kind {
         Kind::Server,
         Kind::Owamp,
         Kind::Twamp,
+        Kind::Dns,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -138,6 +145,7 @@ impl Kind {
             Kind::Server => "server",
             Kind::Owamp => "owamp",
             Kind::Twamp => "twamp",
+            Kind::Dns => "dns",
         }
     }
 
@@ -342,7 +350,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns"
         );
     }
 
@@ -382,6 +390,7 @@ mod tests {
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
+                Kind::Dns => &[Loss, Delay],
             };
             assert_eq!(measured(k), want, "{k}");
         }

@@ -13,6 +13,7 @@ pub mod catalogue;
 pub mod check;
 pub mod cron;
 pub mod cts;
+pub mod dns;
 pub mod echo;
 pub mod hash;
 pub mod iperf3;

@@ -605,6 +605,8 @@ pub enum TestKind {
     OwampClient,
     /// `goodput twamp`, a TWAMP Control-Client and Session-Sender (twping).
     TwampClient,
+    /// `goodput dns`, DNS queries.
+    DnsClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -632,6 +634,8 @@ pub enum WireProtocol {
     Owamp,
     /// TWAMP-Control over TCP and TWAMP-Test over UDP (RFC 5357).
     Twamp,
+    /// DNS over UDP, TCP or TLS.
+    Dns,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {

@@ -382,6 +382,8 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
         | Kind::Ping
         | Kind::Twamp
         | Kind::Server => return None,
+        // A query measures only from where it runs.
+        Kind::Dns => return None,
     }
     Some(d)
 }

@@ -14,6 +14,7 @@ use super::{
     ToolInfo, TtcpDetail, TwampDetail,
 };
 use crate::assertion::AssertionOutcome;
+use crate::dns::DnsDetail;
 use crate::path::{PingDetail, TraceDetail};
 use crate::spec::TestSpec;
 
@@ -49,6 +50,8 @@ pub enum Detail {
     Owamp(Box<OwampDetail>),
     /// TWAMP client runs: round-trip and one-way figures.
     Twamp(Box<TwampDetail>),
+    /// DNS runs: every query, the answers and the resolution times.
+    Dns(Box<DnsDetail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -176,6 +179,8 @@ whole! {
     owamp, owamp_mut, into_owamp: OwampDetail => Owamp;
     /// A TWAMP client's figures.
     twamp, twamp_mut, into_twamp: TwampDetail => Twamp;
+    /// A DNS run's queries and answers.
+    dns, dns_mut, into_dns: DnsDetail => Dns;
 }
 
 server! {
@@ -306,6 +311,10 @@ struct Document {
     /// way, the reflector's processing time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     twamp: Option<TwampDetail>,
+    /// DNS runs only: every query, the answers, the resolution times and
+    /// the replies that were ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dns: Option<DnsDetail>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -362,6 +371,8 @@ struct DocumentRef<'a> {
     owamp: Option<&'a OwampDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     twamp: Option<&'a TwampDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dns: Option<&'a DnsDetail>,
 }
 
 impl Serialize for TestResult {
@@ -399,6 +410,7 @@ impl Serialize for TestResult {
             ping: d.ping(),
             owamp: d.owamp(),
             twamp: d.twamp(),
+            dns: d.dns(),
         }
         .serialize(s)
     }
@@ -451,6 +463,7 @@ impl TestResult {
             TestKind::Ping => boxed(doc.ping.take()).map(Detail::Ping),
             TestKind::OwampClient => boxed(doc.owamp.take()).map(Detail::Owamp),
             TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
+            TestKind::DnsClient => boxed(doc.dns.take()).map(Detail::Dns),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -471,6 +484,7 @@ impl TestResult {
             ("ping", doc.ping.is_some()),
             ("owamp", doc.owamp.is_some()),
             ("twamp", doc.twamp.is_some()),
+            ("dns", doc.dns.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::kind::{Kind, KindSpec, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 
+pub mod dns;
 pub mod echo;
 pub mod iperf3;
 pub mod owamp;
@@ -27,6 +28,7 @@ pub mod ttcp;
 pub mod twamp;
 pub mod udp;
 
+pub use dns::DnsSpec;
 pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
 pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
@@ -70,6 +72,8 @@ pub enum TestSpec {
     Owamp(OwampSpec),
     /// A TWAMP test, twping's (`goodput twamp`).
     Twamp(TwampSpec),
+    /// DNS queries (`goodput dns`).
+    Dns(DnsSpec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -91,6 +95,7 @@ macro_rules! each_kind {
             TestSpec::Ping($s) => $body,
             TestSpec::Owamp($s) => $body,
             TestSpec::Twamp($s) => $body,
+            TestSpec::Dns($s) => $body,
         }
     };
 }
@@ -119,6 +124,7 @@ into_test_spec!(
     Ping(PingSpec),
     Owamp(OwampSpec),
     Twamp(TwampSpec),
+    Dns(DnsSpec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -357,6 +363,7 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Server => read::<ServerSpec>(body),
         Kind::Owamp => read::<OwampSpec>(body),
         Kind::Twamp => read::<TwampSpec>(body),
+        Kind::Dns => read::<DnsSpec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
@@ -443,6 +450,7 @@ mod tests {
             PingSpec::default().into(),
             OwampSpec::default().into(),
             TwampSpec::default().into(),
+            DnsSpec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
