@@ -244,6 +244,7 @@ pub fn figures_of(r: &TestResult) -> Figures {
         Detail::Twamp(t) => {
             stamp_stats(&mut f, &t.stats);
         }
+        Detail::Dns(d) => dns(&mut f, d),
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -264,6 +265,21 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
         Detail::Owamp(_) | Detail::Twamp(_) => false,
+        Detail::Dns(_) => false,
+    }
+}
+
+/// A dns run: its queries lost, and its resolution times as the round
+/// trip's delay (a query and its reply are one round trip, as an echo
+/// message's are); its errors are the lost queries.
+fn dns(f: &mut Figures, d: &goodput_core::dns::DnsDetail) {
+    f.loss_pct = d.loss_percent();
+    f.loss_forward_pct = f.loss_pct;
+    if let Some(t) = &d.resolution {
+        f.delay_min_us = Some(t.min_us);
+        f.delay_median_us = Some(t.p50_us);
+        f.delay_p95_us = Some(t.p95_us);
+        f.delay_max_us = Some(t.max_us);
     }
 }
 

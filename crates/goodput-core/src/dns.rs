@@ -14,6 +14,9 @@ use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode}
 use hickory_proto::rr::{Name, RecordType};
 use serde::{Deserialize, Serialize};
 
+/// A query's name and record type, as the engine passes them back in.
+pub use hickory_proto::rr::{Name as QueryName, RecordType as QueryType};
+
 /// DNS over UDP and TCP's port.
 pub const DNS_PORT: u16 = 53;
 /// DNS over TLS's port (RFC 7858).

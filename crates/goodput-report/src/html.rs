@@ -143,6 +143,11 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
                 owamp_figures(&mut v, o);
             }
         }
+        TestKind::DnsClient => {
+            if let Some(d) = r.dns() {
+                dns_figures(&mut v, d);
+            }
+        }
         TestKind::TwampClient => {
             if let Some(t) = r.twamp() {
                 stamp_figures(&mut v, &t.stats);
@@ -321,6 +326,29 @@ fn owamp_figures(v: &mut Vec<Figure>, o: &OwampDetail) {
     }
 }
 
+fn dns_figures(v: &mut Vec<Figure>, d: &goodput_core::dns::DnsDetail) {
+    use Better::{Higher, Lower, Neither};
+    if let Some(t) = &d.resolution {
+        v.push(fig("Resolution min", t.min_us / 1e3, "ms", Lower));
+        v.push(fig("Resolution median", t.p50_us / 1e3, "ms", Lower));
+        v.push(fig("Resolution p95", t.p95_us / 1e3, "ms", Lower));
+        v.push(fig("Resolution max", t.max_us / 1e3, "ms", Lower));
+    }
+    v.push(fig("Queries answered", d.answered as f64, "", Higher));
+    v.push(fig("Queries lost", d.lost as f64, "", Lower));
+    v.push(fig("Retries", d.retries as f64, "", Lower));
+    if let Some(n) = d.answer_count {
+        v.push(fig("Answer records", f64::from(n), "", Neither));
+    }
+    if let Some(c) = d.rcode_value {
+        v.push(fig("Response code", f64::from(c), "", Neither));
+    }
+    if d.expected.is_some() {
+        v.push(fig("Answers not as expected", d.mismatched as f64, "", Lower));
+    }
+    v.push(fig("Malformed replies", d.malformed as f64, "", Lower));
+}
+
 fn stamp_figures(v: &mut Vec<Figure>, t: &StampStats) {
     use Better::{Lower, Neither};
     let pct = |n: u64| {
@@ -476,6 +504,7 @@ fn kind_name(k: TestKind) -> &'static str {
         TestKind::Ping => "ping",
         TestKind::OwampClient => "OWAMP client",
         TestKind::TwampClient => "TWAMP client",
+        TestKind::DnsClient => "DNS queries",
     }
 }
 

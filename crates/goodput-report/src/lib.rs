@@ -5,6 +5,7 @@
 
 pub mod chart;
 mod console;
+mod dns;
 mod echo;
 mod files;
 mod format;

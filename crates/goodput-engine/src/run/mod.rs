@@ -3,6 +3,7 @@
 //! when the run cannot start (a result ended `failed`, with the reason).
 //! The command line is one caller; the agent will be another.
 
+mod dns;
 mod echo;
 mod iperf3;
 mod owamp;
@@ -95,6 +96,7 @@ pub async fn run(
         TestSpec::Ping(s) => path::ping(spec, s, observer, cancel, max_records).await,
         TestSpec::Owamp(s) => owamp::run(s, observer, cancel, max_records).await,
         TestSpec::Twamp(s) => twamp::run(s, observer, cancel, max_records).await,
+        TestSpec::Dns(s) => dns::run(spec, s, observer, cancel, max_records).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -293,6 +295,7 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Ping(_) => (TestKind::Ping, WireProtocol::Probes),
         TestSpec::Owamp(_) => (TestKind::OwampClient, WireProtocol::Owamp),
         TestSpec::Twamp(_) => (TestKind::TwampClient, WireProtocol::Twamp),
+        TestSpec::Dns(_) => (TestKind::DnsClient, WireProtocol::Dns),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

@@ -3,6 +3,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod check;
+pub(crate) mod dns;
 pub(crate) mod echo;
 pub(crate) mod iperf3;
 pub(crate) mod owamp;

@@ -3,6 +3,7 @@
 
 mod agent;
 mod check;
+mod dns;
 mod echo;
 mod iperf3;
 mod owamp;
@@ -17,6 +18,7 @@ mod udp;
 
 pub use agent::*;
 pub use check::*;
+pub use dns::*;
 pub use echo::*;
 pub use iperf3::*;
 pub use owamp::*;
@@ -100,6 +102,11 @@ pub enum Command {
     /// a port (tcpping's way, a reset counted apart) where ICMP is not
     /// allowed.
     Ping(Box<PingArgs>),
+    /// DNS queries to a server or the system's resolver over UDP, TCP or
+    /// DNS over TLS: each timed from query to reply, with its response
+    /// code and answers; --expect and --expect-pattern check the answers,
+    /// --count gives resolution percentiles, lost queries are retried.
+    Dns(Box<DnsArgs>),
     /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
     /// archive against --warning and --critical ranges; one line with
     /// performance data, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
