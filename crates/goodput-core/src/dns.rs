@@ -35,14 +35,12 @@ pub const MAX_ANSWER_TEXT: usize = 512;
 /// but that is not a plain question, such as `ANY`, `AXFR` or `OPT`, is
 /// refused).
 pub const RECORD_TYPES: [&str; 16] = [
-    "A", "AAAA", "CAA", "CNAME", "DNSKEY", "DS", "HTTPS", "MX", "NAPTR", "NS", "PTR", "SOA", "SRV",
-    "SSHFP", "SVCB", "TXT",
+    "A", "AAAA", "CAA", "CNAME", "DNSKEY", "DS", "HTTPS", "MX", "NAPTR", "NS", "PTR", "SOA", "SRV", "SSHFP",
+    "SVCB", "TXT",
 ];
 
 /// How queries travel.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DnsTransport {
     /// UDP, retried over TCP when a reply comes truncated (TC).
@@ -173,7 +171,11 @@ pub fn read_reply(bytes: &[u8], id: u16, name: &Name, record: RecordType) -> Res
             let asked: Vec<String> = qs.iter().take(4).map(|q| q.to_string()).collect();
             return Err(ReplyError::Unsolicited(format!(
                 "it answers {}, not {name} {record}",
-                if asked.is_empty() { "no question".to_owned() } else { asked.join(", ") }
+                if asked.is_empty() {
+                    "no question".to_owned()
+                } else {
+                    asked.join(", ")
+                }
             )));
         }
     }
@@ -280,26 +282,26 @@ pub struct DnsQuery {
     pub transport: DnsTransport,
     /// Time from the query sent to its reply, µs (the answered try's;
     /// TCP and TLS: after the connection was set up).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_us: Option<f64>,
     /// TCP and TLS: connection set-up (and handshake) of the answered
     /// try, µs.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect_us: Option<f64>,
     /// The reply's response code.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcode: Option<String>,
     /// Records of the asked type in the answer.
     pub answer_count: u32,
     /// Their data (at most 64, each cut at 512 bytes).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub answers: Vec<String>,
     /// Whether the answer met the expectation (none: nothing expected, or
     /// no answer).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matched: Option<bool>,
     /// Why no answer came.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -354,7 +356,7 @@ pub struct DnsDetail {
     /// Whether the server was the system's resolver (`/etc/resolv.conf`).
     pub system_resolver: bool,
     /// What the answers were expected to hold, in words (none: nothing).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,
     /// Queries sent.
     pub queries: u64,
@@ -369,16 +371,16 @@ pub struct DnsDetail {
     /// Replies by response code.
     pub rcodes: BTreeMap<String, u64>,
     /// The last answered query's response code.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcode: Option<String>,
     /// Its number.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcode_value: Option<u16>,
     /// Records of the asked type in the last answered query's answer.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_count: Option<u32>,
     /// Resolution times of the answered queries.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution: Option<DnsTimes>,
     /// Replies that were not DNS messages, or broken ones; ignored.
     pub malformed: u64,
@@ -421,7 +423,13 @@ mod tests {
         assert_eq!(name.to_string(), "www.goodput.test.");
         let q = query_message(7, &name, RecordType::A, true).unwrap();
         let bytes = reply_to(&q, |m| {
-            let a = |ip: [u8; 4]| Record::from_rdata(name.clone(), 60, RData::A(rdata::A::from(std::net::Ipv4Addr::from(ip))));
+            let a = |ip: [u8; 4]| {
+                Record::from_rdata(
+                    name.clone(),
+                    60,
+                    RData::A(rdata::A::from(std::net::Ipv4Addr::from(ip))),
+                )
+            };
             m.add_answer(Record::from_rdata(
                 name.clone(),
                 60,
@@ -437,7 +445,9 @@ mod tests {
         let e = Expectation::new(&["192.0.2.2".into()], Some(r"^192\.0\.2\.1$")).unwrap();
         assert!(e.met_by(&r.answers));
         assert!(!e.met_by(&["192.0.2.2".into()]));
-        assert!(!Expectation::new(&["192.0.2.9".into()], None).unwrap().met_by(&r.answers));
+        assert!(!Expectation::new(&["192.0.2.9".into()], None)
+            .unwrap()
+            .met_by(&r.answers));
         assert!(Expectation::new(&["X.goodput.TEST.".into()], None)
             .unwrap()
             .met_by(&["x.goodput.test.".into()]));
@@ -456,7 +466,10 @@ mod tests {
             read_reply(&ok, 10, &name, RecordType::TXT),
             Err(ReplyError::Unsolicited(_))
         ));
-        assert!(matches!(read_reply(&q, 9, &name, RecordType::TXT), Err(ReplyError::Unsolicited(_))));
+        assert!(matches!(
+            read_reply(&q, 9, &name, RecordType::TXT),
+            Err(ReplyError::Unsolicited(_))
+        ));
         let other = query_name("b.goodput.test").unwrap();
         assert!(matches!(
             read_reply(&ok, 9, &other, RecordType::TXT),
@@ -466,7 +479,10 @@ mod tests {
             read_reply(&ok[..ok.len() - 3], 9, &name, RecordType::TXT),
             Err(ReplyError::Malformed(_))
         ));
-        assert!(matches!(read_reply(&ok[..5], 9, &name, RecordType::TXT), Err(ReplyError::Malformed(_))));
+        assert!(matches!(
+            read_reply(&ok[..5], 9, &name, RecordType::TXT),
+            Err(ReplyError::Malformed(_))
+        ));
         // A name that is a compression pointer to itself.
         let mut looped = ok[..12].to_vec();
         looped[4..6].copy_from_slice(&1u16.to_be_bytes());
@@ -494,7 +510,10 @@ mod tests {
     #[test]
     fn times_take_the_nearest_rank() {
         let t = DnsTimes::of(&[5.0, 1.0, 3.0, 2.0, 4.0]).unwrap();
-        assert_eq!((t.min_us, t.p50_us, t.p95_us, t.max_us, t.mean_us), (1.0, 3.0, 5.0, 5.0, 3.0));
+        assert_eq!(
+            (t.min_us, t.p50_us, t.p95_us, t.max_us, t.mean_us),
+            (1.0, 3.0, 5.0, 5.0, 3.0)
+        );
         assert_eq!(DnsTimes::of(&[]), None);
     }
 

@@ -12,7 +12,11 @@ pub(crate) fn summary(result: &TestResult, d: &DnsDetail) -> String {
         d.record,
         d.server,
         d.transport.name(),
-        if d.system_resolver { " (system resolver)" } else { "" }
+        if d.system_resolver {
+            " (system resolver)"
+        } else {
+            ""
+        }
     );
     for q in &d.query_log {
         let how = match (q.time_us, &q.error) {

@@ -139,7 +139,10 @@ impl KindSpec for DnsSpec {
             }
         }
         if self.expect.len() > MAX_EXPECTED {
-            return Err(SpecError::new("expect", format!("must hold at most {MAX_EXPECTED} values")));
+            return Err(SpecError::new(
+                "expect",
+                format!("must hold at most {MAX_EXPECTED} values"),
+            ));
         }
         if self.expect.iter().any(|v| v.trim().is_empty()) {
             return Err(SpecError::new("expect", "holds an empty value"));
@@ -147,7 +150,10 @@ impl KindSpec for DnsSpec {
         dns::Expectation::new(&self.expect, self.expect_pattern.as_deref())
             .map_err(|e| SpecError::new("expect_pattern", e))?;
         if !(1..=MAX_QUERIES).contains(&self.count) {
-            return Err(SpecError::new("count", format!("must be 1-{MAX_QUERIES} queries")));
+            return Err(SpecError::new(
+                "count",
+                format!("must be 1-{MAX_QUERIES} queries"),
+            ));
         }
         if self.interval.0 < Duration::from_millis(1) || self.interval.0 > Duration::from_secs(3600) {
             return Err(SpecError::new("interval", "must be 1ms to 1h"));
@@ -214,7 +220,10 @@ mod tests {
         let TestSpec::Dns(d) = &specs[0] else {
             panic!("{specs:?}")
         };
-        assert_eq!((d.record.as_str(), d.count, d.retries, d.recursion), ("A", 3, 2, true));
+        assert_eq!(
+            (d.record.as_str(), d.count, d.retries, d.recursion),
+            ("A", 3, 2, true)
+        );
         assert_eq!(d.transport, DnsTransport::Udp);
         assert_eq!(specs[0].targets(), vec![]);
         assert_eq!(specs[0].expected_ms(), Some(2 * 200 + 3 * 2000));

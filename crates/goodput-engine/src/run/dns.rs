@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use goodput_core::dns::{
-    self, DnsDetail, DnsQuery, DnsTimes, DnsTransport, Expectation, QueryName as Name, QueryType as RecordType,
-    Reply, ReplyError,
+    self, DnsDetail, DnsQuery, DnsTimes, DnsTransport, Expectation, QueryName as Name,
+    QueryType as RecordType, Reply, ReplyError,
 };
 use goodput_core::result::{Detail, EndReason, TestResult};
 use goodput_core::spec::{DnsSpec, Family, TestSpec};
@@ -39,7 +39,12 @@ struct Ignored {
 
 /// What one try got.
 enum Try {
-    Answer { reply: Reply, time: Duration, connect: Option<Duration>, over: DnsTransport },
+    Answer {
+        reply: Reply,
+        time: Duration,
+        connect: Option<Duration>,
+        over: DnsTransport,
+    },
     /// No reply: the reason, in words.
     Nothing(String),
 }
@@ -72,8 +77,16 @@ pub(super) async fn run(
     let (server, system_resolver, host) = match &spec.server {
         Some(s) => {
             let (v4, v6) = (spec.family == Family::Ipv4, spec.family == Family::Ipv6);
-            let found = resolve(s, port, v4, v6).await.map_err(|e| Failure::setup(format!("`server`: {e}")))?;
-            (found[0], false, super::split_target(s, port).map(|(h, _)| h).unwrap_or_else(|_| s.clone()))
+            let found = resolve(s, port, v4, v6)
+                .await
+                .map_err(|e| Failure::setup(format!("`server`: {e}")))?;
+            (
+                found[0],
+                false,
+                super::split_target(s, port)
+                    .map(|(h, _)| h)
+                    .unwrap_or_else(|_| s.clone()),
+            )
         }
         None => {
             let ip = system_resolver_address()?;
@@ -83,9 +96,11 @@ pub(super) async fn run(
     let tls = match spec.transport {
         DnsTransport::Tls => {
             let trust = crate::tls::Trust::of(spec.ca.as_deref(), false);
-            let config = crate::tls::client_config(&trust).map_err(|e| Failure::setup(format!("`ca`: {e}")))?;
+            let config =
+                crate::tls::client_config(&trust).map_err(|e| Failure::setup(format!("`ca`: {e}")))?;
             let sni = crate::tls::name_for(&host, spec.tls_name.as_deref());
-            let sni = crate::tls::server_name(&sni).map_err(|e| Failure::setup(format!("`tls_name`: {e}")))?;
+            let sni =
+                crate::tls::server_name(&sni).map_err(|e| Failure::setup(format!("`tls_name`: {e}")))?;
             Some((config, sni))
         }
         DnsTransport::Udp | DnsTransport::Tcp => None,
@@ -98,7 +113,11 @@ pub(super) async fn run(
                 format!(
                     "{server} over {}{}",
                     spec.transport.name(),
-                    if system_resolver { " (the system's resolver, /etc/resolv.conf)" } else { "" }
+                    if system_resolver {
+                        " (the system's resolver, /etc/resolv.conf)"
+                    } else {
+                        ""
+                    }
                 ),
             ),
             ("Question".into(), format!("{name} {record}")),
@@ -137,7 +156,11 @@ pub(super) async fn run(
     let mut last: Option<(String, u16, u32)> = None;
     let mut interrupted = false;
     for seq in 1..=spec.count {
-        let start = t0 + spec.interval.0.saturating_mul((seq - 1).min(u64::from(u32::MAX)) as u32);
+        let start = t0
+            + spec
+                .interval
+                .0
+                .saturating_mul((seq - 1).min(u64::from(u32::MAX)) as u32);
         tokio::select! {
             _ = tokio::time::sleep_until(start.into()) => {}
             _ = cancel.cancelled() => { interrupted = true; break; }
@@ -163,7 +186,12 @@ pub(super) async fn run(
                 _ = cancel.cancelled() => { interrupted = true; Try::Nothing("stopped".into()) }
             };
             match got {
-                Try::Answer { reply, time, connect, over } => {
+                Try::Answer {
+                    reply,
+                    time,
+                    connect,
+                    over,
+                } => {
                     q.time_us = Some(time.as_nanos() as f64 / 1e3);
                     q.connect_us = connect.map(|c| c.as_nanos() as f64 / 1e3);
                     q.transport = over;
@@ -250,12 +278,12 @@ pub(super) async fn run(
     Ok(result)
 }
 
-
 /// The first nameserver of `/etc/resolv.conf`.
 fn system_resolver_address() -> Result<IpAddr, Failure> {
     const PATH: &str = "/etc/resolv.conf";
     // resolv.conf is a small file; more than 64 KiB is not one.
-    let bytes = std::fs::read(PATH).map_err(|e| Failure::setup(format!("cannot read {PATH}: {e}; give `server`")))?;
+    let bytes =
+        std::fs::read(PATH).map_err(|e| Failure::setup(format!("cannot read {PATH}: {e}; give `server`")))?;
     if bytes.len() > 65_536 {
         return Err(Failure::setup(format!("{PATH} is over 64 KiB; give `server`")));
     }
@@ -291,18 +319,31 @@ impl Asker {
                 DnsTransport::Udp => match self.udp(id, &query).await {
                     Ok((reply, _)) if reply.truncated => {
                         self.ignored.truncated += 1;
-                        self.stream(id, &query, false).await.map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tcp))
+                        self.stream(id, &query, false)
+                            .await
+                            .map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tcp))
                     }
                     Ok((reply, time)) => Ok((reply, time, None, DnsTransport::Udp)),
                     Err(e) => Err(e),
                 },
-                DnsTransport::Tcp => self.stream(id, &query, false).await.map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tcp)),
-                DnsTransport::Tls => self.stream(id, &query, true).await.map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tls)),
+                DnsTransport::Tcp => self
+                    .stream(id, &query, false)
+                    .await
+                    .map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tcp)),
+                DnsTransport::Tls => self
+                    .stream(id, &query, true)
+                    .await
+                    .map(|(r, t, c)| (r, t, Some(c), DnsTransport::Tls)),
             }
         })
         .await;
         match outcome {
-            Ok(Ok((reply, time, connect, over))) => Try::Answer { reply, time, connect, over },
+            Ok(Ok((reply, time, connect, over))) => Try::Answer {
+                reply,
+                time,
+                connect,
+                over,
+            },
             Ok(Err(e)) => Try::Nothing(e),
             Err(_) => Try::Nothing(format!("no reply within {} ms", self.timeout.as_millis())),
         }
@@ -315,13 +356,18 @@ impl Asker {
             SocketAddr::V4(_) => ([0, 0, 0, 0], 0).into(),
             SocketAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
         };
-        let socket = UdpSocket::bind(local).await.map_err(|e| format!("cannot open a UDP socket: {e}"))?;
+        let socket = UdpSocket::bind(local)
+            .await
+            .map_err(|e| format!("cannot open a UDP socket: {e}"))?;
         socket
             .connect(self.server)
             .await
             .map_err(|e| format!("cannot address {}: {e}", self.server))?;
         let sent = Instant::now();
-        socket.send(query).await.map_err(|e| format!("cannot send to {}: {e}", self.server))?;
+        socket
+            .send(query)
+            .await
+            .map_err(|e| format!("cannot send to {}: {e}", self.server))?;
         loop {
             let n = socket
                 .recv(&mut self.buf)
@@ -341,7 +387,12 @@ impl Asker {
 
     /// A try over TCP or TLS: connects, sends the framed query, reads
     /// framed messages until our reply.
-    async fn stream(&mut self, id: u16, query: &[u8], tls: bool) -> Result<(Reply, Duration, Duration), String> {
+    async fn stream(
+        &mut self,
+        id: u16,
+        query: &[u8],
+        tls: bool,
+    ) -> Result<(Reply, Duration, Duration), String> {
         let began = Instant::now();
         let tcp = TcpStream::connect(self.server)
             .await
@@ -354,7 +405,9 @@ impl Asker {
                 .await
                 .map_err(|e| format!("TLS handshake with {}: {e}", self.server))?;
             let connect = began.elapsed();
-            self.exchange(stream, id, query).await.map(|(r, t)| (r, t, connect))
+            self.exchange(stream, id, query)
+                .await
+                .map(|(r, t)| (r, t, connect))
         } else {
             let connect = began.elapsed();
             self.exchange(tcp, id, query).await.map(|(r, t)| (r, t, connect))
@@ -375,7 +428,10 @@ impl Asker {
             .write_all(&framed)
             .await
             .map_err(|e| format!("cannot send to {}: {e}", self.server))?;
-        stream.flush().await.map_err(|e| format!("cannot send to {}: {e}", self.server))?;
+        stream
+            .flush()
+            .await
+            .map_err(|e| format!("cannot send to {}: {e}", self.server))?;
         for _ in 0..MAX_MESSAGES_PER_TRY {
             let mut len = [0u8; 2];
             stream

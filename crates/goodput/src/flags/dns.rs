@@ -27,7 +27,13 @@ pub struct DnsArgs {
     pub server: Option<String>,
     /// The record type: A, AAAA, CAA, CNAME, DNSKEY, DS, HTTPS, MX, NAPTR,
     /// NS, PTR, SOA, SRV, SSHFP, SVCB or TXT.
-    #[arg(long, short = 't', visible_alias = "type", default_value = "A", value_name = "TYPE")]
+    #[arg(
+        long,
+        short = 't',
+        visible_alias = "type",
+        default_value = "A",
+        value_name = "TYPE"
+    )]
     pub record: String,
     /// How queries travel.
     #[arg(long, value_enum, default_value = "udp")]

@@ -1,0 +1,493 @@
+//! `goodput dns` against Debian's unbound, started here on loopback with a
+//! zone of its own (no recursion, nothing asked of the internet), over
+//! UDP, TCP and DNS over TLS; dig asks the same questions beside it.
+
+mod common;
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{free_tcp_port, goodput, have, result_doc, tmp, Reaped};
+
+const INSTALL: &str = "apt-get install unbound bind9-dnsutils openssl";
+
+/// The zone every test starts from; `www`'s address is what a test
+/// changes.
+fn zone(www: &str) -> String {
+    format!(
+        "  local-zone: \"goodput.test.\" static\n\
+         \x20 local-data: \"www.goodput.test. 60 IN A {www}\"\n\
+         \x20 local-data: \"www.goodput.test. 60 IN AAAA 2001:db8::53\"\n\
+         \x20 local-data: \"goodput.test. 60 IN MX 10 mail.goodput.test.\"\n\
+         \x20 local-data: \"goodput.test. 60 IN MX 20 backup.goodput.test.\"\n\
+         \x20 local-data: 'txt.goodput.test. 60 IN TXT \"v=goodput1 dns\"'\n"
+    )
+}
+
+/// An unbound serving `zone` on 127.0.0.1: UDP and TCP on one port, TLS
+/// on another, with a certificate for dns.goodput.test signed by a CA
+/// made for the test.
+struct Unbound {
+    dir: PathBuf,
+    port: u16,
+    tls_port: u16,
+    child: Option<Reaped>,
+}
+
+impl Unbound {
+    fn available() -> bool {
+        have("unbound", &["-V"], INSTALL)
+            && have("dig", &["-v"], INSTALL)
+            && have("openssl", &["version"], INSTALL)
+    }
+
+    fn start(group: &str, zone: &str) -> Self {
+        let dir = tmp(group, "unbound");
+        std::fs::create_dir_all(&dir).unwrap();
+        make_certificates(&dir);
+        let mut u = Unbound {
+            dir,
+            port: free_tcp_port(),
+            tls_port: free_tcp_port(),
+            child: None,
+        };
+        u.serve(zone);
+        u
+    }
+
+    fn ca(&self) -> String {
+        self.dir.join("ca.pem").display().to_string()
+    }
+
+    fn server(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn tls_server(&self) -> String {
+        format!("127.0.0.1:{}", self.tls_port)
+    }
+
+    /// (Re)starts unbound with `zone`.
+    fn serve(&mut self, zone: &str) {
+        if let Some(c) = self.child.take() {
+            c.stop(libc::SIGTERM);
+        }
+        let d = self.dir.display();
+        let conf = format!(
+            "server:\n\
+             \x20 interface: 127.0.0.1@{port}\n\
+             \x20 interface: 127.0.0.1@{tls}\n\
+             \x20 port: {port}\n\
+             \x20 tls-port: {tls}\n\
+             \x20 tls-service-key: \"{d}/server.key\"\n\
+             \x20 tls-service-pem: \"{d}/server.pem\"\n\
+             \x20 do-daemonize: no\n\
+             \x20 username: \"\"\n\
+             \x20 chroot: \"\"\n\
+             \x20 directory: \"{d}\"\n\
+             \x20 pidfile: \"\"\n\
+             \x20 use-syslog: no\n\
+             \x20 logfile: \"\"\n\
+             \x20 num-threads: 1\n\
+             \x20 so-reuseport: no\n\
+             \x20 module-config: \"iterator\"\n\
+             \x20 do-not-query-localhost: yes\n\
+             \x20 access-control: 127.0.0.0/8 allow\n\
+             {zone}",
+            port = self.port,
+            tls = self.tls_port,
+        );
+        let path = self.dir.join("unbound.conf");
+        std::fs::write(&path, conf).unwrap();
+        let mut cmd = Command::new("unbound");
+        cmd.args(["-d", "-c"]).arg(&path);
+        self.child = Some(Reaped::spawn(cmd));
+        // Ready when it answers over UDP and takes TLS connections.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let up = dig(
+                &self.server(),
+                &["txt.goodput.test", "TXT", "+tries=1", "+time=1"],
+            )
+            .is_some()
+                && std::net::TcpStream::connect(("127.0.0.1", self.tls_port)).is_ok();
+            if up {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "unbound did not start on {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A CA, and a server certificate for dns.goodput.test and 127.0.0.1
+/// signed by it.
+fn make_certificates(dir: &Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=DNS:dns.goodput.test,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=goodput test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=dns.goodput.test",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ]);
+}
+
+/// dig's answer lines (+short) and its query time, ms; none when dig got
+/// no answer.
+fn dig(server: &str, args: &[&str]) -> Option<(Vec<String>, u64)> {
+    let (addr, port) = server.rsplit_once(':').unwrap();
+    let out = Command::new("dig")
+        .arg(format!("@{addr}"))
+        .args(["-p", port, "+noall", "+answer", "+stats"])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let time = text
+        .lines()
+        .find_map(|l| l.strip_prefix(";; Query time: "))?
+        .trim_end_matches(" msec")
+        .parse()
+        .ok()?;
+    let answers = text
+        .lines()
+        .filter(|l| !l.starts_with(';') && !l.trim().is_empty())
+        .map(|l| l.split_whitespace().skip(4).collect::<Vec<_>>().join(" "))
+        .collect();
+    Some((answers, time))
+}
+
+/// Runs goodput dns with `args` and a --json file; the exit code, stderr
+/// and the result's `dns` detail.
+fn goodput_dns(group: &str, args: &[&str]) -> (Option<i32>, String, serde_json::Value) {
+    let json = tmp(group, &format!("dns-{}.json", common::now_ms()));
+    let out = goodput()
+        .arg("dns")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = result_doc(&json);
+    (out.status.code(), stderr, doc["dns"].clone())
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    let mut s: Vec<String> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().trim_matches('"').to_owned())
+        .collect();
+    s.sort();
+    s
+}
+
+#[test]
+fn answers_read_as_dig_reads_them_over_udp_tcp_and_tls() {
+    if !Unbound::available() {
+        return;
+    }
+    let u = Unbound::start("dns-answers", &zone("192.0.2.1"));
+    let ca = u.ca();
+    let questions = [
+        ("www.goodput.test", "A", vec!["192.0.2.1"]),
+        ("www.goodput.test", "AAAA", vec!["2001:db8::53"]),
+        ("txt.goodput.test", "TXT", vec!["v=goodput1 dns"]),
+        (
+            "goodput.test",
+            "MX",
+            vec!["10 mail.goodput.test.", "20 backup.goodput.test."],
+        ),
+    ];
+    let mut side_by_side = Vec::new();
+    for (name, record, want) in &questions {
+        for transport in ["udp", "tcp", "tls"] {
+            let server = if transport == "tls" {
+                u.tls_server()
+            } else {
+                u.server()
+            };
+            let mut args = vec![
+                *name,
+                "-t",
+                record,
+                "--server",
+                &server,
+                "--transport",
+                transport,
+                "-c",
+                "3",
+            ];
+            args.extend(["-i", "20ms"]);
+            if transport == "tls" {
+                args.extend(["--ca", &ca, "--tls-name", "dns.goodput.test"]);
+            }
+            for w in want {
+                args.extend(["--expect", w]);
+            }
+            let (code, err, d) = goodput_dns("dns-answers", &args);
+            assert_eq!(code, Some(0), "{name} {record} over {transport}: {err}");
+            assert_eq!(d["transport"], transport);
+            assert_eq!(
+                (d["queries"].as_u64(), d["answered"].as_u64()),
+                (Some(3), Some(3)),
+                "{d}"
+            );
+            assert_eq!(
+                (d["lost"].as_u64(), d["mismatched"].as_u64()),
+                (Some(0), Some(0)),
+                "{d}"
+            );
+            assert_eq!(d["rcode"], "NOERROR");
+            assert_eq!(d["answer_count"].as_u64(), Some(want.len() as u64));
+            let got = strings(&d["query_log"][2]["answers"]);
+            let mut expected: Vec<String> = want.iter().map(|w| w.to_string()).collect();
+            expected.sort();
+            assert_eq!(got, expected, "{name} {record} over {transport}");
+            // dig reads the same records off the same server.
+            let dig_transport: &[&str] = match transport {
+                "udp" => &["+notcp"],
+                "tcp" => &["+tcp"],
+                _ => &["+tls", "+tls-hostname=dns.goodput.test"],
+            };
+            let ca_arg = format!("+tls-ca={ca}");
+            let mut dargs = vec![*name, record, "+tries=1", "+time=2"];
+            dargs.extend(dig_transport);
+            if transport == "tls" {
+                dargs.push(&ca_arg);
+            }
+            let (dig_answers, dig_ms) = dig(&server, &dargs).expect("dig got no answer");
+            let mut dig_answers: Vec<String> = dig_answers.iter().map(|a| a.replace('"', "")).collect();
+            dig_answers.sort();
+            assert_eq!(
+                got, dig_answers,
+                "goodput and dig disagree on {name} {record} over {transport}"
+            );
+            let p50 = d["resolution"]["p50_us"].as_f64().unwrap();
+            assert!(p50 > 0.0 && p50 < 2e6, "{d}");
+            side_by_side.push(format!(
+                "{name} {record} {transport}: goodput p50 {:.3} ms (min {:.3}), dig {dig_ms} ms",
+                p50 / 1e3,
+                d["resolution"]["min_us"].as_f64().unwrap() / 1e3
+            ));
+        }
+    }
+    eprintln!(
+        "resolution times, goodput beside dig:\n{}",
+        side_by_side.join("\n")
+    );
+
+    // A name the zone does not have: NXDOMAIN, as a name and a figure.
+    let server = u.server();
+    let (code, err, d) = goodput_dns(
+        "dns-answers",
+        &[
+            "nothing.goodput.test",
+            "--server",
+            &server,
+            "-c",
+            "1",
+            "--assert",
+            "rcode == 3",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        (d["rcode"].as_str(), d["rcode_value"].as_u64()),
+        (Some("NXDOMAIN"), Some(3))
+    );
+    assert_eq!(d["rcodes"]["NXDOMAIN"].as_u64(), Some(1));
+    assert_eq!(d["answer_count"].as_u64(), Some(0));
+    // And an expectation it cannot meet is a failed assertion.
+    let (code, err, d) = goodput_dns(
+        "dns-answers",
+        &[
+            "nothing.goodput.test",
+            "--server",
+            &server,
+            "-c",
+            "1",
+            "--expect",
+            "192.0.2.1",
+        ],
+    );
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("query 1: the answer (NXDOMAIN) does not hold 192.0.2.1"),
+        "{err}"
+    );
+    assert_eq!(d["mismatched"].as_u64(), Some(1));
+}
+
+#[test]
+fn a_changed_zone_makes_expect_fail_and_says_what_came() {
+    if !Unbound::available() {
+        return;
+    }
+    let mut u = Unbound::start("dns-changed", &zone("192.0.2.1"));
+    let server = u.server();
+    let args = [
+        "www.goodput.test",
+        "--server",
+        &server,
+        "-c",
+        "2",
+        "-i",
+        "20ms",
+        "--expect",
+        "192.0.2.1",
+    ];
+    let (code, err, d) = goodput_dns("dns-changed", &args);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(d["mismatched"].as_u64(), Some(0));
+    assert_eq!(d["query_log"][0]["matched"], true);
+
+    u.serve(&zone("192.0.2.99"));
+    let (code, err, d) = goodput_dns("dns-changed", &args);
+    assert_eq!(code, Some(4), "{err}");
+    assert!(
+        err.contains("query 1: the answer (192.0.2.99) does not hold 192.0.2.1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("assertion failed: mismatched == 0 (measured 2)"),
+        "{err}"
+    );
+    assert_eq!(d["mismatched"].as_u64(), Some(2));
+    assert_eq!(d["query_log"][1]["matched"], false);
+    assert_eq!(strings(&d["query_log"][1]["answers"]), ["192.0.2.99"]);
+    // A pattern meets the new address where the old value does not.
+    let (code, err, _) = goodput_dns(
+        "dns-changed",
+        &[
+            "www.goodput.test",
+            "--server",
+            &server,
+            "-c",
+            "1",
+            "--expect-pattern",
+            r"^192\.0\.2\.\d+$",
+        ],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn a_silent_server_is_lost_after_its_retries() {
+    // A UDP port that takes queries and never answers.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let server = silent.local_addr().unwrap().to_string();
+    let t0 = Instant::now();
+    let (code, err, d) = goodput_dns(
+        "dns-silent",
+        &[
+            "www.goodput.test",
+            "--server",
+            &server,
+            "-c",
+            "2",
+            "-i",
+            "10ms",
+            "--timeout",
+            "150ms",
+            "--retries",
+            "2",
+        ],
+    );
+    let took = t0.elapsed();
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        (d["queries"].as_u64(), d["lost"].as_u64(), d["retries"].as_u64()),
+        (Some(2), Some(2), Some(4))
+    );
+    assert_eq!(d["query_log"][0]["attempts"].as_u64(), Some(3));
+    assert_eq!(
+        d["query_log"][0]["error"],
+        "no reply after 3 tries: no reply within 150 ms"
+    );
+    assert!(
+        err.contains("query 2: no reply after 3 tries: no reply within 150 ms"),
+        "{err}"
+    );
+    // Two queries of three 150 ms tries each, one after the other.
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // Every try was a query on the wire: six of them.
+    silent.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 512];
+    let mut seen = 0;
+    while silent.recv_from(&mut buf).is_ok() {
+        seen += 1;
+    }
+    assert_eq!(seen, 6);
+}
