@@ -24,6 +24,11 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "trace",
         "pScheduler test type",
     ),
+    (
+        "crates/goodput-core/src/psconfig/mod.rs",
+        "dns",
+        "pScheduler test type",
+    ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
     (
         "crates/goodput-core/src/psconfig/mod.rs",

@@ -30,6 +30,7 @@ use crate::kind::Kind;
 use crate::mesh::{Address, ArchiveKind, ArchiveTarget, Group, Lead, MeshConfig, Schedule, Task, MAX_PAIRS};
 use expand::Template;
 
+mod dns;
 mod expand;
 mod jq;
 use crate::time::duration_ms;
@@ -69,7 +70,7 @@ const LATENCYBG_REPEAT_MS: u64 = 86_400_000;
 const OWAMP_TOOLS: [&str; 2] = ["owping", "powstream"];
 
 /// The pScheduler test types goodput measures.
-const MEASURED: [&str; 5] = ["throughput", "latency", "latencybg", "rtt", "trace"];
+const MEASURED: [&str; 6] = ["throughput", "latency", "latencybg", "rtt", "trace", "dns"];
 
 /// The tool pScheduler runs a TWAMP rtt test with.
 const TWAMP_TOOL: &str = "twping";
@@ -438,8 +439,13 @@ fn tests(
             notes.push(format!("{place}: {why}; skipped"));
             continue;
         }
-        let src = end_ref(spec.get("source"));
-        let dst = end_ref(spec.get("dest"));
+        let (src_key, dst_key) = if ty == "dns" {
+            dns::ENDS
+        } else {
+            ("source", "dest")
+        };
+        let src = end_ref(spec.get(src_key));
+        let dst = end_ref(spec.get(dst_key));
         let index = |e: EndRef| match e {
             EndRef::Index(i) => Some(i),
             _ => None,
@@ -602,6 +608,13 @@ fn convert_test(
 ) -> Result<(Kind, Value), String> {
     match ty {
         "throughput" | "latency" | "latencybg" | "rtt" | "trace" => {}
+        "dns" => {
+            let mut f = Fields {
+                spec,
+                used: Vec::new(),
+            };
+            return dns::test(&mut f, place, notes);
+        }
         "" => return Err("no type".into()),
         other => return Err(format!("type '{other}' has no goodput kind")),
     }
