@@ -271,7 +271,8 @@ fn this_ends_rates(d: &Detail) -> bool {
 
 /// A dns run: its queries lost, and its resolution times as the round
 /// trip's delay (a query and its reply are one round trip, as an echo
-/// message's are); its errors are the lost queries.
+/// message's are); its errors (the summary's failures) are the queries
+/// lost and the answers not as expected.
 fn dns(f: &mut Figures, d: &goodput_core::dns::DnsDetail) {
     f.loss_pct = d.loss_percent();
     f.loss_forward_pct = f.loss_pct;

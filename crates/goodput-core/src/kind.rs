@@ -390,7 +390,7 @@ mod tests {
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
-                Kind::Dns => &[Loss, Delay],
+                Kind::Dns => &[Loss, Delay, Errors],
             };
             assert_eq!(measured(k), want, "{k}");
         }

@@ -491,3 +491,163 @@ fn a_silent_server_is_lost_after_its_retries() {
     }
     assert_eq!(seen, 6);
 }
+
+#[test]
+fn a_mesh_dns_task_is_archived_checked_shown_and_alerts_when_its_answer_changes() {
+    use common::agents::{get_json, Agent, Ports};
+    if !Unbound::available() {
+        return;
+    }
+    let mut u = Unbound::start("dns-mesh", &zone("192.0.2.1"));
+    let ports = Ports::pick();
+    // The server runs no agent: an address with `no_agent`, asked at
+    // unbound's port.
+    let config = tmp("dns-mesh", "mesh.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[agent]
+api_port = {api}
+
+[addresses.a]
+address = "127.0.0.41"
+[addresses.ns]
+address = "127.0.0.1"
+no_agent = true
+
+[groups.resolvers]
+type = "disjoint"
+a = ["a"]
+b = ["ns"]
+
+[tests.www]
+kind = "dns"
+name = "www.goodput.test"
+server = "{{{{dest}}}}:{port}"
+count = 3
+interval = "20ms"
+timeout = "500ms"
+expect = ["192.0.2.1"]
+
+[schedules.often]
+repeat = "PT1S"
+
+[tasks.www]
+group = "resolvers"
+test = "www"
+schedule = "often"
+
+[alerts]
+every = "1s"
+hold = 1
+
+[alerts.rules.answers]
+metric = "errors"
+window = "1m"
+statistic = "last"
+critical = "@1:"
+"#,
+            api = ports.api,
+            port = u.port
+        ),
+    )
+    .unwrap();
+    let mut agent = Agent::start("dns-mesh", "a", "127.0.0.41", &config, ports, &[]);
+    let finished = |agent: &Agent| -> Vec<serde_json::Value> {
+        agent
+            .runs(ports)
+            .into_iter()
+            .filter(|r| r["state"] == "finished" && r["kind"] == "dns")
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while finished(&agent).len() < 2 {
+        assert!(Instant::now() < deadline, "no dns runs: {}", agent.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let runs = finished(&agent);
+    let f = &runs[0]["figures"];
+    assert_eq!(f["errors"].as_f64(), Some(0.0), "{}", runs[0]);
+    assert_eq!(f["loss_pct"].as_f64(), Some(0.0), "{}", runs[0]);
+    let median = f["delay_median_us"].as_f64().unwrap();
+    assert!(median > 0.0 && median < 500_000.0, "{}", runs[0]);
+    // The run's document holds the queries.
+    let id = runs[0]["id"].as_str().unwrap();
+    let doc = get_json("127.0.0.41", ports.api, &format!("/api/v1/runs/{id}"));
+    let d = &doc["result"]["dns"];
+    assert_eq!(
+        (d["answered"].as_u64(), d["mismatched"].as_u64()),
+        (Some(3), Some(0)),
+        "{doc}"
+    );
+
+    // goodput check reads the resolution time of the pair's dns runs.
+    let url = format!("http://127.0.0.41:{}", ports.api);
+    let (code, out, err) = common::run(&[
+        "check",
+        "-H",
+        &url,
+        "-s",
+        "a",
+        "-d",
+        "ns",
+        "--kind",
+        "dns",
+        "-m",
+        "delay_median",
+        "-w",
+        "500",
+        "-c",
+        "1000",
+    ]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.starts_with("GOODPUT DELAY_MEDIAN OK - "), "{out}");
+    assert!(out.contains("a -> ns, dns"), "{out}");
+
+    // The pair page charts them.
+    let (status, page) = common::agents::http(
+        "127.0.0.41",
+        ports.api,
+        "GET",
+        "/ui/pair?source=a&dest=ns",
+        None,
+        "",
+    );
+    assert_eq!(status, 200);
+    assert!(page.contains("DNS resolution time"), "{page}");
+    assert!(
+        page.contains("Failures (lost queries, answers not as expected)"),
+        "{page}"
+    );
+
+    // The answer changes: the errors rule opens an alert on the pair.
+    u.serve(&zone("192.0.2.99"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = get_json("127.0.0.41", ports.api, "/api/v1/alerts");
+        let hit = open
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["metric"] == "errors" && a["dest"] == "ns")
+            .cloned();
+        if let Some(a) = hit {
+            assert_eq!(
+                (a["severity"].as_str(), a["value"].as_f64()),
+                (Some("critical"), Some(3.0)),
+                "{a}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no alert: {open}\n{}",
+            agent.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let runs = finished(&agent);
+    let last = runs.iter().max_by_key(|r| r["start_ms"].as_u64()).unwrap();
+    assert_eq!(last["figures"]["errors"].as_f64(), Some(3.0), "{last}");
+    agent.stop(libc::SIGTERM);
+}

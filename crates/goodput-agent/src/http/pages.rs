@@ -979,7 +979,13 @@ async fn measurement_section(
         }
     }
     if Family::Delay.measured_by(kind) {
-        let mut c = new_chart("Round-trip delay", "ms");
+        // A DNS run's round trip is a query and its reply.
+        let title = if kind == goodput_core::kind::Kind::Dns.name() {
+            "DNS resolution time"
+        } else {
+            "Round-trip delay"
+        };
+        let mut c = new_chart(title, "ms");
         let (lo, hi, med, p95, loss) = tokio::try_join!(
             series(Metric::DelayMin),
             series(Metric::DelayMax),
@@ -1071,6 +1077,13 @@ async fn measurement_section(
         let mut c = new_chart("Jitter", "ms");
         let j = series(Metric::Jitter).await?;
         c.series.push(line("jitter", palette::GREEN, &j, 1e3, "ms"));
+        out.push_str(&chart::svg(&c));
+    }
+    if Family::Errors.measured_by(kind) {
+        let mut c = new_chart("Failures (lost queries, answers not as expected)", "failures");
+        let e = series(Metric::Errors).await?;
+        c.series
+            .push(line("failures", palette::VERMILLION, &e, 1.0, "failures"));
         out.push_str(&chart::svg(&c));
     }
     if Family::Path.measured_by(kind) {

@@ -110,8 +110,10 @@ impl KindSpec for DnsSpec {
     const RATE_LIMITED: bool = false;
     // The engine sets no TOS on its queries.
     const DSCP: Marking<Self> = None;
-    // Queries lost, and the resolution time as the round trip's delay.
-    const FAMILIES: &'static [alert::Family] = &[alert::Family::Loss, alert::Family::Delay];
+    // Queries lost, the resolution time as the round trip's delay, and
+    // failures: queries lost or answered not as expected.
+    const FAMILIES: &'static [alert::Family] =
+        &[alert::Family::Loss, alert::Family::Delay, alert::Family::Errors];
 
     /// Every rule of `goodput dns`'s flags.
     fn validate(&self) -> Result<(), SpecError> {

@@ -267,10 +267,11 @@ pub(super) async fn run(
     };
     let mut result = empty(document, started_unix_ms, t0.elapsed().as_nanos() as u64);
     result.settings.addresses = vec![server.to_string()];
-    // Each query is one exchange: answered ones succeed, lost ones fail
-    // by the network (a wrong answer is a figure, `mismatched`).
-    result.summary.successful = answered;
+    // Each query is one exchange: a lost one failed by the network, an
+    // answer not as expected by its data; the rest succeeded.
+    result.summary.successful = answered - mismatched;
     result.summary.network_errors = lost;
+    result.summary.data_errors = mismatched;
     if interrupted {
         result.end = EndReason::Interrupted;
     }
