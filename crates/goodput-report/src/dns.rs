@@ -59,8 +59,9 @@ pub(crate) fn summary(result: &TestResult, d: &DnsDetail) -> String {
         t.push('\n');
     }
     t.push_str(&format!(
-        "{} queries, {} answered, {} lost ({:.1}%), {} retries, time {:.3} s\n",
+        "{} quer{}, {} answered, {} lost ({:.1}%), {} retries, time {:.3} s\n",
         d.queries,
+        if d.queries == 1 { "y" } else { "ies" },
         d.answered,
         d.lost,
         d.loss_percent().unwrap_or(0.0),

@@ -124,8 +124,9 @@ pub(super) async fn run(
             (
                 "Pace".into(),
                 format!(
-                    "{} queries, one every {} ms, each try waits {} ms, at most {} retries",
+                    "{} quer{}, one every {} ms, each try waits {} ms, at most {} retries",
                     spec.count,
+                    if spec.count == 1 { "y" } else { "ies" },
                     spec.interval.0.as_millis(),
                     spec.timeout.0.as_millis(),
                     spec.retries
