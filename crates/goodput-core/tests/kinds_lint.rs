@@ -29,6 +29,11 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "dns",
         "pScheduler test type",
     ),
+    (
+        "crates/goodput-archive/src/pscheduler.rs",
+        "dns",
+        "pScheduler test type",
+    ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
     (
         "crates/goodput-core/src/psconfig/mod.rs",
