@@ -424,6 +424,30 @@ fn a_changed_zone_makes_expect_fail_and_says_what_came() {
     assert_eq!(d["mismatched"].as_u64(), Some(2));
     assert_eq!(d["query_log"][1]["matched"], false);
     assert_eq!(strings(&d["query_log"][1]["answers"]), ["192.0.2.99"]);
+    // The HTML report heads the run with its figures.
+    let json = tmp("dns-changed", "changed.json");
+    let status = goodput()
+        .arg("dns")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+        .status;
+    assert_eq!(status.code(), Some(4));
+    let html = tmp("dns-changed", "report.html");
+    let (code, _, err) = common::run(&["report", json.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    for want in [
+        "DNS queries",
+        "Resolution median",
+        "Answers not as expected",
+        "Response code",
+    ] {
+        assert!(page.contains(want), "no {want:?} in the report");
+    }
     // A pattern meets the new address where the old value does not.
     let (code, err, _) = goodput_dns(
         "dns-changed",
