@@ -46,6 +46,8 @@ pub enum Kind {
     Owamp,
     /// A TWAMP client, twping's test (`goodput twamp`).
     Twamp,
+    /// An ndt7 speed test (`goodput ndt7`).
+    Ndt7,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -102,13 +104,17 @@ macro_rules! with_spec {
                 type $S = TwampSpec;
                 $body
             }
+            Kind::Ndt7 => {
+                type $S = Ndt7Spec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -121,6 +127,7 @@ impl Kind {
         Kind::Server,
         Kind::Owamp,
         Kind::Twamp,
+        Kind::Ndt7,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -138,6 +145,7 @@ impl Kind {
             Kind::Server => "server",
             Kind::Owamp => "owamp",
             Kind::Twamp => "twamp",
+            Kind::Ndt7 => "ndt7",
         }
     }
 
@@ -245,6 +253,8 @@ pub enum BeaconService {
     Owamp,
     /// The TWAMP server (TCP 862 for control), when on.
     Twamp,
+    /// The ndt7 speed-test service, when on.
+    Ndt7,
 }
 
 /// Where a test given on demand (through an agent's API) may go on a
@@ -342,7 +352,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, ndt7"
         );
     }
 
@@ -382,6 +392,7 @@ mod tests {
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
+                Kind::Ndt7 => &[Throughput],
             };
             assert_eq!(measured(k), want, "{k}");
         }

@@ -360,8 +360,11 @@ pub struct Ndt7Detail {
     pub client_address: Option<String>,
 }
 
+/// The most subtests a server's result keeps (the rest are counted).
+pub const MAX_KEPT_TESTS: usize = 100;
+
 /// What an ndt7 server did over its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Ndt7ServerCounters {
     /// Download subtests run to their end.
     pub downloads: u64,
@@ -387,6 +390,11 @@ pub struct Ndt7ServerCounters {
     pub bytes_sent: u64,
     /// Payload bytes received (uploads).
     pub bytes_received: u64,
+    /// The first subtests, with the server's figures of each (at most
+    /// [`MAX_KEPT_TESTS`]).
+    pub tests: Vec<Ndt7ServerTest>,
+    /// Subtests past those kept.
+    pub tests_omitted: u64,
 }
 
 /// One subtest a server ran, for its caller (the agent keeps each browser

@@ -605,6 +605,9 @@ pub enum TestKind {
     OwampClient,
     /// `goodput twamp`, a TWAMP Control-Client and Session-Sender (twping).
     TwampClient,
+    /// `goodput ndt7`, an ndt7 speed-test client (or a browser's test kept
+    /// by an agent).
+    Ndt7Client,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -632,6 +635,8 @@ pub enum WireProtocol {
     Owamp,
     /// TWAMP-Control over TCP and TWAMP-Test over UDP (RFC 5357).
     Twamp,
+    /// M-Lab's ndt7: WebSocket over TCP or TLS.
+    Ndt7,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {

@@ -298,6 +298,11 @@ pub(crate) async fn beacon(shared: Arc<Shared>) {
         twamp: shared.options.twamp_port.is_some(),
         twamp_port: shared.options.twamp_port.unwrap_or(862),
         ow_twamp_listen: ips.clone(),
+        ndt7: shared.options.ndt7_port.is_some(),
+        ndt7_port: shared
+            .options
+            .ndt7_port
+            .unwrap_or(goodput_core::spec::server::NDT7_PORT),
         ..ServerSpec::default()
     };
     let spec = TestSpec::Server(spec);

@@ -381,6 +381,7 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
         | Kind::Trace
         | Kind::Ping
         | Kind::Twamp
+        | Kind::Ndt7
         | Kind::Server => return None,
     }
     Some(d)

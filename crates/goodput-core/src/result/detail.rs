@@ -14,6 +14,7 @@ use super::{
     ToolInfo, TtcpDetail, TwampDetail,
 };
 use crate::assertion::AssertionOutcome;
+use crate::ndt7::{Ndt7Detail, Ndt7ServerCounters};
 use crate::path::{PingDetail, TraceDetail};
 use crate::spec::TestSpec;
 
@@ -49,6 +50,9 @@ pub enum Detail {
     Owamp(Box<OwampDetail>),
     /// TWAMP client runs: round-trip and one-way figures.
     Twamp(Box<TwampDetail>),
+    /// ndt7 client runs: each subtest's rate, round trip and
+    /// retransmissions.
+    Ndt7(Box<Ndt7Detail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -69,6 +73,8 @@ pub struct ServerDetail {
     pub twamp_server: Option<OwampServerCounters>,
     /// How the TCP services admitted connections.
     pub admission: Option<AdmissionCounters>,
+    /// The ndt7 service.
+    pub ndt7_server: Option<Ndt7ServerCounters>,
 }
 
 /// For a kind of detail held whole by one variant: the reader, the writer
@@ -176,6 +182,8 @@ whole! {
     owamp, owamp_mut, into_owamp: OwampDetail => Owamp;
     /// A TWAMP client's figures.
     twamp, twamp_mut, into_twamp: TwampDetail => Twamp;
+    /// An ndt7 client's figures.
+    ndt7, ndt7_mut, into_ndt7: Ndt7Detail => Ndt7;
 }
 
 server! {
@@ -193,6 +201,8 @@ server! {
     twamp_server, twamp_server_mut: OwampServerCounters;
     /// A server's TCP admission counters.
     admission, admission_mut: AdmissionCounters;
+    /// A server's ndt7 counters.
+    ndt7_server, ndt7_server_mut: Ndt7ServerCounters;
 }
 
 impl Detail {
@@ -306,6 +316,13 @@ struct Document {
     /// way, the reflector's processing time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     twamp: Option<TwampDetail>,
+    /// ndt7 client runs only: each subtest's rate, round trip and
+    /// retransmissions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ndt7: Option<Ndt7Detail>,
+    /// Servers running the ndt7 service: its subtests and refusals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ndt7_server: Option<Ndt7ServerCounters>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -362,6 +379,10 @@ struct DocumentRef<'a> {
     owamp: Option<&'a OwampDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     twamp: Option<&'a TwampDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ndt7: Option<&'a Ndt7Detail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ndt7_server: Option<&'a Ndt7ServerCounters>,
 }
 
 impl Serialize for TestResult {
@@ -399,6 +420,8 @@ impl Serialize for TestResult {
             ping: d.ping(),
             owamp: d.owamp(),
             twamp: d.twamp(),
+            ndt7: d.ndt7(),
+            ndt7_server: d.ndt7_server(),
         }
         .serialize(s)
     }
@@ -438,6 +461,7 @@ impl TestResult {
                     owamp_server: doc.owamp_server.take(),
                     twamp_server: doc.twamp_server.take(),
                     admission: doc.admission.take(),
+                    ndt7_server: doc.ndt7_server.take(),
                 };
                 (s != ServerDetail::default()).then(|| Detail::Server(Box::new(s)))
             }
@@ -451,6 +475,7 @@ impl TestResult {
             TestKind::Ping => boxed(doc.ping.take()).map(Detail::Ping),
             TestKind::OwampClient => boxed(doc.owamp.take()).map(Detail::Owamp),
             TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
+            TestKind::Ndt7Client => boxed(doc.ndt7.take()).map(Detail::Ndt7),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -471,6 +496,8 @@ impl TestResult {
             ("ping", doc.ping.is_some()),
             ("owamp", doc.owamp.is_some()),
             ("twamp", doc.twamp.is_some()),
+            ("ndt7", doc.ndt7.is_some()),
+            ("ndt7_server", doc.ndt7_server.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();

@@ -17,6 +17,7 @@ use crate::schedule::{Ms, RunClass};
 
 pub mod echo;
 pub mod iperf3;
+pub mod ndt7;
 pub mod owamp;
 pub mod quic;
 pub mod server;
@@ -29,6 +30,7 @@ pub mod udp;
 
 pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
+pub use ndt7::{Ndt7Spec, Ndt7Url};
 pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
 pub use quic::QuicSpec;
 pub use server::ServerSpec;
@@ -70,6 +72,8 @@ pub enum TestSpec {
     Owamp(OwampSpec),
     /// A TWAMP test, twping's (`goodput twamp`).
     Twamp(TwampSpec),
+    /// An ndt7 speed test (`goodput ndt7`).
+    Ndt7(Ndt7Spec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -91,6 +95,7 @@ macro_rules! each_kind {
             TestSpec::Ping($s) => $body,
             TestSpec::Owamp($s) => $body,
             TestSpec::Twamp($s) => $body,
+            TestSpec::Ndt7($s) => $body,
         }
     };
 }
@@ -119,6 +124,7 @@ into_test_spec!(
     Ping(PingSpec),
     Owamp(OwampSpec),
     Twamp(TwampSpec),
+    Ndt7(Ndt7Spec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -357,6 +363,7 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Server => read::<ServerSpec>(body),
         Kind::Owamp => read::<OwampSpec>(body),
         Kind::Twamp => read::<TwampSpec>(body),
+        Kind::Ndt7 => read::<Ndt7Spec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
