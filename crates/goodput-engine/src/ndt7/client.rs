@@ -225,45 +225,56 @@ where
         let _ = tx.send(Message::Close(None)).await;
         Ok::<(), String>(())
     };
-    tokio::pin!(reader, writer);
-    let mut tick = tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
-    let mut written = which == Subtest::Download;
-    let mut closing: Option<Instant> = None;
-    let end: Result<(), String> = loop {
-        let close_by = closing.unwrap_or(start + hard);
-        tokio::select! {
-            r = &mut reader => break r,
-            w = &mut writer, if !written => {
-                written = true;
-                w?;
-                // The server's last measurement and its Close follow.
-                closing = Some(Instant::now() + Duration::from_secs(3));
-            }
-            _ = tick.tick() => {
-                let n = moved.load(Relaxed);
-                let s = start.elapsed().as_secs_f64();
-                let h = heard.lock().unwrap_or_else(|e| e.into_inner());
-                let rtt = h.last.as_ref().and_then(|m| m.tcp_info).and_then(|t| t.rtt);
-                progress(format!(
-                    "{:<8} {:>5.1} s  {:>14}  {}",
-                    which.name(),
-                    s,
-                    rate_text(n as f64 * 8.0 / s.max(1e-9)),
-                    match (h.min_rtt_us, rtt) {
-                        (Some(m), Some(r)) => format!("round trip {:.3} ms (min {:.3} ms)", f64::from(r) / 1e3, f64::from(m) / 1e3),
-                        _ => String::new(),
-                    }
-                ));
-            }
-            _ = tokio::time::sleep_until(close_by.into()) => {
-                if closing.is_some() {
-                    break Ok(());
+    let end = {
+        tokio::pin!(reader, writer);
+        let mut tick =
+            tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
+        let mut written = which == Subtest::Download;
+        let mut closing: Option<Instant> = None;
+        let end: Result<(), String> = loop {
+            let close_by = closing.unwrap_or(start + hard);
+            tokio::select! {
+                r = &mut reader => break r,
+                w = &mut writer, if !written => {
+                    written = true;
+                    w?;
+                    // The server's last measurement and its Close follow.
+                    closing = Some(Instant::now() + Duration::from_secs(3));
                 }
-                break Err(format!("the subtest did not end within {} s", hard.as_secs()));
+                _ = tick.tick() => {
+                    let n = moved.load(Relaxed);
+                    let s = start.elapsed().as_secs_f64();
+                    let h = heard.lock().unwrap_or_else(|e| e.into_inner());
+                    let rtt = h.last.as_ref().and_then(|m| m.tcp_info).and_then(|t| t.rtt);
+                    progress(format!(
+                        "{:<8} {:>5.1} s  {:>14}  {}",
+                        which.name(),
+                        s,
+                        rate_text(n as f64 * 8.0 / s.max(1e-9)),
+                        match (h.min_rtt_us, rtt) {
+                            (Some(m), Some(r)) => format!("round trip {:.3} ms (min {:.3} ms)", f64::from(r) / 1e3, f64::from(m) / 1e3),
+                            _ => String::new(),
+                        }
+                    ));
+                }
+                _ = tokio::time::sleep_until(close_by.into()) => {
+                    if closing.is_some() {
+                        break Ok(());
+                    }
+                    break Err(format!("the subtest did not end within {} s", hard.as_secs()));
+                }
+                _ = cancel.cancelled() => break Err("stopped".to_owned()),
             }
-            _ = cancel.cancelled() => break Err("stopped".to_owned()),
-        }
+        };
+        end
     };
+    // Send the answer to the server's Close (tungstenite queued it) and
+    // let the server close the connection first, as ndt7 asks.
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = tx.close().await;
+        while rx.next().await.is_some() {}
+    })
+    .await;
     end?;
     let heard = heard.into_inner().unwrap_or_else(|e| e.into_inner());
     let mut figures = match which {

@@ -26,6 +26,7 @@ use goodput_core::ndt7::{
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::error::ProtocolError;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -399,7 +400,10 @@ enum ReadEnd {
     Closed,
     /// A message past the cap, or a binary message during a download.
     Violation,
-    /// An error of the connection.
+    /// The connection ended without a closing handshake (a client that
+    /// dropped it once done, or one that went away).
+    Gone,
+    /// A protocol error of the connection.
     Broken,
 }
 
@@ -457,21 +461,27 @@ async fn subtest(
             }
         }
         tx.send(Message::text(measurement(first))).await?;
-        tx.send(Message::Close(Some(CloseFrame {
-            code: CloseCode::Normal,
-            reason: "".into(),
-        })))
-        .await?;
+        // The client may answer the Close before its flush returns; the
+        // subtest is done either way.
+        let _ = tx
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::Normal,
+                reason: "".into(),
+            })))
+            .await;
         Ok::<(), WsError>(())
     };
     let reader = async {
         while let Some(m) = rx.next().await {
             match m {
                 Ok(Message::Binary(b)) => match which {
-                    Subtest::Upload => {
+                    // What arrives past the length is not counted: the
+                    // last measurement told the client the final count.
+                    Subtest::Upload if start.elapsed() < l.length => {
                         moved.fetch_add(b.len() as u64, Relaxed);
                         last_byte_us.store(micros() as u64, Relaxed);
                     }
+                    Subtest::Upload => {}
                     // ndt7 is half duplex: a binary message against the
                     // flow ends the subtest.
                     Subtest::Download => return ReadEnd::Violation,
@@ -481,6 +491,9 @@ async fn subtest(
                 Ok(Message::Close(_)) => return ReadEnd::Closed,
                 Err(WsError::Capacity(_)) => return ReadEnd::Violation,
                 Err(WsError::ConnectionClosed | WsError::AlreadyClosed) => return ReadEnd::Closed,
+                Err(WsError::Io(_) | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => {
+                    return ReadEnd::Gone
+                }
                 Err(_) => return ReadEnd::Broken,
             }
         }
@@ -492,7 +505,7 @@ async fn subtest(
     // After the server's Close, a second for the client's.
     let closing = tokio::time::sleep(Duration::from_secs(3600));
     tokio::pin!(closing);
-    let (mut written, mut read) = (None, None);
+    let (mut written, mut read, mut capped) = (None, None, false);
     loop {
         tokio::select! {
             w = &mut writer, if written.is_none() => {
@@ -503,7 +516,7 @@ async fn subtest(
                 }
             }
             r = &mut reader, if read.is_none() => {
-                let end = matches!(r, ReadEnd::Closed);
+                let end = matches!(r, ReadEnd::Closed | ReadEnd::Gone);
                 if matches!(r, ReadEnd::Violation) {
                     ctx.counts.oversized_messages.fetch_add(1, Relaxed);
                 }
@@ -516,12 +529,17 @@ async fn subtest(
             _ = &mut closing, if written.is_some() => break,
             _ = &mut hard => {
                 ctx.counts.hard_capped.fetch_add(1, Relaxed);
+                capped = true;
                 break;
             }
             _ = cancel.cancelled() => break,
         }
     }
-    let completed = written == Some(true) && !matches!(read, Some(ReadEnd::Violation | ReadEnd::Broken));
+    // Run to its length: the server's side finished, or the client closed
+    // once its own ten seconds were (nearly) up, as ndt7's clients do
+    // at the end of an upload.
+    let ran = written == Some(true) || start.elapsed() >= l.length.mul_f64(0.9);
+    let completed = ran && !capped && !matches!(read, Some(ReadEnd::Violation | ReadEnd::Broken));
     let bytes = moved.load(Relaxed);
     let seconds = last_byte_us.load(Relaxed) as f64 / 1e6;
     let tcp = super::read_tcp_info(fd, micros());
