@@ -450,6 +450,7 @@ mod tests {
             PingSpec::default().into(),
             OwampSpec::default().into(),
             TwampSpec::default().into(),
+            Ndt7Spec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
@@ -527,7 +528,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, ndt7"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)
