@@ -570,6 +570,45 @@ async fn subtest(
     }
 }
 
+/// A subtest the server ran as the result of an ndt7 run (a browser's
+/// test the agent keeps): its spec names `server` (the service's base
+/// URL) and the one subtest, its detail holds the server's figures, and
+/// the client's address.
+pub fn test_result(
+    t: &Ndt7ServerTest,
+    server: &str,
+    started_unix_ms: u64,
+) -> goodput_core::result::TestResult {
+    use goodput_core::result::{Detail, EndReason, FailureStage, RunFailure};
+    let spec = goodput_core::spec::Ndt7Spec {
+        url: Some(server.to_owned()),
+        download: t.subtest == Subtest::Download,
+        upload: t.subtest == Subtest::Upload,
+        ..goodput_core::spec::Ndt7Spec::default()
+    };
+    let whole = goodput_core::spec::TestSpec::Ndt7(spec);
+    let ns = (t.figures.seconds.max(0.0) * 1e9) as u64;
+    let mut r = crate::run::empty(&whole, started_unix_ms, ns);
+    let mut detail = goodput_core::ndt7::Ndt7Detail {
+        server: server.to_owned(),
+        client_address: Some(t.client.clone()),
+        ..Default::default()
+    };
+    match t.subtest {
+        Subtest::Download => detail.download = Some(t.figures),
+        Subtest::Upload => detail.upload = Some(t.figures),
+    }
+    r.detail = Detail::Ndt7(Box::new(detail));
+    if !t.completed {
+        r.end = EndReason::Failed;
+        r.error = Some(RunFailure {
+            stage: FailureStage::Test,
+            message: format!("the {} subtest broke off", t.subtest.name()),
+        });
+    }
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
