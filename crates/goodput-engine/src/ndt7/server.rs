@@ -538,7 +538,7 @@ async fn subtest(
     // Run to its length: the server's side finished, or the client closed
     // once its own ten seconds were (nearly) up, as ndt7's clients do
     // at the end of an upload.
-    let ran = written == Some(true) || start.elapsed() >= l.length.mul_f64(0.9);
+    let ran = written == Some(true) || (which == Subtest::Upload && start.elapsed() >= l.length.mul_f64(0.9));
     let completed = ran && !capped && !matches!(read, Some(ReadEnd::Violation | ReadEnd::Broken));
     let bytes = moved.load(Relaxed);
     let seconds = last_byte_us.load(Relaxed) as f64 / 1e6;
