@@ -333,6 +333,8 @@ async fn serve(slot: Slot<Ctx>, stream: TcpStream, cancel: CancellationToken) {
     let fd = stream.as_raw_fd();
     let local = stream.local_addr().ok().map(crate::socket::addr_text);
     let mut asked: Option<Subtest> = None;
+    // The callback's shape is tungstenite's: its error is an HTTP answer.
+    #[allow(clippy::result_large_err)]
     let check = |req: &Request, mut resp: Response| -> Result<Response, ErrorResponse> {
         let bad = |why: &str| {
             let mut r = ErrorResponse::new(Some(why.to_owned()));
