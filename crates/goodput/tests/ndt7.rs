@@ -230,3 +230,29 @@ fn a_server_that_refuses_says_why_and_the_client_fails_with_it() {
     let (_, out, _) = srv.stop(libc::SIGINT);
     assert!(out.contains("1 over the per-minute rate"), "{out}");
 }
+
+/// The flags' defaults and the document's are one set, and a spec reads
+/// back as the document `goodput run` runs.
+#[test]
+fn ndt7_flags_and_documents_agree() {
+    let (code, by_flags, err) = run(&["ndt7", "ws://192.0.2.7:4447", "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    let f = tmp("ndt7", "defaults.json");
+    std::fs::write(&f, r#"{"kind": "ndt7", "url": "ws://192.0.2.7:4447"}"#).unwrap();
+    let (code, by_file, err) = run(&["run", f.to_str().unwrap(), "--print-spec"]);
+    assert_eq!(code, Some(0), "{err}");
+    let doc = spec_doc(&by_flags);
+    assert_eq!(doc, spec_doc(&by_file));
+    assert_eq!(
+        (doc["download"].as_bool(), doc["upload"].as_bool()),
+        (Some(true), Some(true))
+    );
+    let (code, one, _) = run(&["ndt7", "ws://h", "--upload-only", "--print-spec"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(spec_doc(&one)["download"], false);
+    // A document without a URL is refused, naming the field.
+    std::fs::write(&f, r#"{"kind": "ndt7"}"#).unwrap();
+    let (code, _, err) = run(&["run", f.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("ndt7.url: is required"), "{err}");
+}

@@ -192,7 +192,14 @@ fn a_browser_runs_the_speed_test_page_and_the_mesh_runs_its_ndt7_task() {
     assert!(m["figures"]["throughput_up_bps"].as_f64().unwrap() > 1e6, "{m:#}");
 
     // The pair page charts the task's throughput from those runs.
-    let (status, page) = http("127.0.0.7", ports.api, "GET", "/ui/pair?source=a&dest=far", None, "");
+    let (status, page) = http(
+        "127.0.0.7",
+        ports.api,
+        "GET",
+        "/ui/pair?source=a&dest=far",
+        None,
+        "",
+    );
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("ndt7") && page.contains("Throughput"), "{page}");
     assert!(page.contains("a → far"), "the pair's series: {page}");

@@ -76,7 +76,7 @@ fn run_of(shared: &Shared, t: &Ndt7ServerTest, end_ms: u64) -> Run {
         measurement_key: measurement_key(&spec, &client, Some(&me)),
         source: client,
         dest: Some(me),
-        kind: "ndt7".into(),
+        kind: spec.kind().into(),
         class: RunClass::Exclusive,
         state,
         reason,
