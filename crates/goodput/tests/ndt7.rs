@@ -256,3 +256,85 @@ fn ndt7_flags_and_documents_agree() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("ndt7.url: is required"), "{err}");
 }
+
+/// `wss://`: Debian's nginx terminates TLS with a certificate made for
+/// the test and passes the WebSocket upgrade to goodput's server. The
+/// client checks the certificate against `--ca`, takes any with
+/// `--insecure`, and refuses it against the system's roots.
+#[test]
+fn wss_through_nginx_with_its_certificate_checked() {
+    if !have("nginx", &["-v"], "apt-get install nginx-light")
+        || !have("openssl", &["version"], "apt-get install openssl")
+    {
+        return;
+    }
+    let (srv, ndt7_port, _) = ndt7_server(&["--ndt7-length", "1s"]);
+    let dir = tmp("ndt7-nginx", "conf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        // An end entity, not a CA: rustls will not take a CA as the server.
+        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let tls_port = free_tcp_port();
+    let d = dir.display();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 64; }}\n\
+             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
+             server {{\n  listen 127.0.0.1:{tls_port} ssl;\n  ssl_certificate {};\n  ssl_certificate_key {};\n\
+             location /ndt/ {{\n   proxy_pass http://127.0.0.1:{ndt7_port};\n   proxy_http_version 1.1;\n\
+             proxy_set_header Upgrade $http_upgrade;\n   proxy_set_header Connection \"upgrade\";\n\
+             proxy_buffering off;\n   proxy_read_timeout 30s;\n  }}\n }}\n}}\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new("nginx");
+    cmd.arg("-c").arg(&conf).arg("-p").arg(&dir);
+    let _nginx = Reaped::spawn(cmd);
+    wait_tcp_listening(tls_port);
+    let url = format!("wss://127.0.0.1:{tls_port}");
+
+    let json = tmp("ndt7-nginx", "wss.json");
+    let ca = cert.to_str().unwrap();
+    let (code, out, err) = run(&["ndt7", &url, "--ca", ca, "--json", json.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let d = &result_doc(&json)["ndt7"];
+    assert!(
+        rate_of(&d["download"]) > 1e6 && rate_of(&d["upload"]) > 1e6,
+        "{d}"
+    );
+    assert!(d["server"].as_str().unwrap().starts_with("wss://"), "{d}");
+
+    let (code, out, err) = run(&["ndt7", &url, "--insecure", "--download-only"]);
+    assert_eq!(code, Some(0), "{out}\n{err}");
+
+    // The system's roots do not know the test's certificate.
+    let (code, out, err) = run(&["ndt7", &url, "--download-only"]);
+    assert_ne!(code, Some(0), "{out}\n{err}");
+    let said = format!("{out}{err}");
+    assert!(said.contains("TLS handshake"), "{said}");
+    drop(srv);
+}
