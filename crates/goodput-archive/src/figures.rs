@@ -245,6 +245,22 @@ pub fn figures_of(r: &TestResult) -> Figures {
             stamp_stats(&mut f, &t.stats);
         }
         Detail::Dns(d) => dns(&mut f, d),
+        Detail::Ndt7(d) => {
+            f.throughput_down_bps = d.download.map(|s| s.rate_bps);
+            f.throughput_up_bps = d.upload.map(|s| s.rate_bps);
+            f.delay_min_us = [d.download, d.upload]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.min_rtt_ms)
+                .min_by(f64::total_cmp)
+                .map(|ms| ms * 1e3);
+            let segments: Vec<u64> = [d.download, d.upload]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.retransmitted_segments)
+                .collect();
+            f.retransmits = (!segments.is_empty()).then(|| segments.iter().sum::<u64>() as f64);
+        }
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -265,6 +281,7 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
         Detail::Owamp(_) | Detail::Twamp(_) => false,
+        Detail::Ndt7(_) => false,
         Detail::Dns(_) => false,
     }
 }

@@ -111,6 +111,8 @@ fn test_type(kind: Kind) -> Option<TestType> {
         Kind::Udp | Kind::Quic | Kind::Echo | Kind::Ttcp | Kind::Server => None,
         // pScheduler's dns result is not written yet.
         Kind::Dns => None,
+        // pScheduler has no ndt7 test.
+        Kind::Ndt7 => None,
     }
 }
 

@@ -1183,6 +1183,66 @@ pub const DNS: [Figure; 10] = [
         |r| r.dns().map(|d| d.retries as f64),
     ),
 ];
+/// The ndt7 kind's own assertion figures.
+pub const NDT7: [Figure; 7] = [
+    fig(
+        "download_rate",
+        Quantity::Rate,
+        Better::Higher,
+        "the download subtest's rate, bits/s",
+        |r| Some(r.ndt7()?.download.as_ref()?.rate_bps),
+    ),
+    fig(
+        "upload_rate",
+        Quantity::Rate,
+        Better::Higher,
+        "the upload subtest's rate, bits/s",
+        |r| Some(r.ndt7()?.upload.as_ref()?.rate_bps),
+    ),
+    fig(
+        "download_retransmission",
+        Quantity::Share,
+        Better::Lower,
+        "bytes the server retransmitted in the download over bytes it sent (its TCP_INFO)",
+        |r| r.ndt7()?.download.as_ref()?.retransmission_pct,
+    ),
+    fig(
+        "upload_retransmission",
+        Quantity::Share,
+        Better::Lower,
+        "bytes the client retransmitted in the upload over bytes it sent (its TCP_INFO)",
+        |r| r.ndt7()?.upload.as_ref()?.retransmission_pct,
+    ),
+    fig(
+        "min_rtt",
+        Quantity::Time,
+        Better::Lower,
+        "the smallest round trip a sender's TCP saw, either subtest",
+        |r| {
+            let d = r.ndt7()?;
+            [d.download.as_ref(), d.upload.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.min_rtt_ms)
+                .min_by(f64::total_cmp)
+                .map(|ms| ms / 1e3)
+        },
+    ),
+    fig(
+        "download_bytes",
+        Quantity::Bytes,
+        Better::Higher,
+        "payload bytes the download moved",
+        |r| Some(r.ndt7()?.download.as_ref()?.bytes as f64),
+    ),
+    fig(
+        "upload_bytes",
+        Quantity::Bytes,
+        Better::Higher,
+        "payload bytes the upload moved",
+        |r| Some(r.ndt7()?.upload.as_ref()?.bytes as f64),
+    ),
+];
 
 /// The figures a kind's assertions may name: its own, then the common
 /// counts (each kind's `KindSpec::figures` says which are its own).

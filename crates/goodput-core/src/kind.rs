@@ -48,6 +48,8 @@ pub enum Kind {
     Twamp,
     /// DNS queries to a server or the system's resolver (`goodput dns`).
     Dns,
+    /// An ndt7 speed test (`goodput ndt7`).
+    Ndt7,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -108,13 +110,17 @@ macro_rules! with_spec {
                 type $S = DnsSpec;
                 $body
             }
+            Kind::Ndt7 => {
+                type $S = Ndt7Spec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -128,6 +134,7 @@ impl Kind {
         Kind::Owamp,
         Kind::Twamp,
         Kind::Dns,
+        Kind::Ndt7,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -146,6 +153,7 @@ impl Kind {
             Kind::Owamp => "owamp",
             Kind::Twamp => "twamp",
             Kind::Dns => "dns",
+            Kind::Ndt7 => "ndt7",
         }
     }
 
@@ -253,6 +261,8 @@ pub enum BeaconService {
     Owamp,
     /// The TWAMP server (TCP 862 for control), when on.
     Twamp,
+    /// The ndt7 speed-test service, when on.
+    Ndt7,
 }
 
 /// Where a test given on demand (through an agent's API) may go on a
@@ -350,7 +360,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7"
         );
     }
 
@@ -391,6 +401,7 @@ mod tests {
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
                 Kind::Dns => &[Loss, Delay, Errors],
+                Kind::Ndt7 => &[Throughput],
             };
             assert_eq!(measured(k), want, "{k}");
         }

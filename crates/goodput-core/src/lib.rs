@@ -21,6 +21,7 @@ pub mod kind;
 pub mod media;
 pub mod mesh;
 pub mod metrics;
+pub mod ndt7;
 pub mod owamp;
 pub mod path;
 pub mod pattern;

@@ -607,6 +607,9 @@ pub enum TestKind {
     TwampClient,
     /// `goodput dns`, DNS queries.
     DnsClient,
+    /// `goodput ndt7`, an ndt7 speed-test client (or a browser's test kept
+    /// by an agent).
+    Ndt7Client,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -636,6 +639,8 @@ pub enum WireProtocol {
     Twamp,
     /// DNS over UDP, TCP or TLS.
     Dns,
+    /// M-Lab's ndt7: WebSocket over TCP or TLS.
+    Ndt7,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {

@@ -14,6 +14,7 @@ pub mod echo;
 pub mod iperf3;
 mod lowat;
 pub mod media;
+pub mod ndt7;
 mod observer;
 pub mod owamp;
 mod own_runtime;

@@ -504,6 +504,7 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
                 .map_or("-", |c| c.remote_address.as_str()),
         )),
         Detail::Dns(d) => Some(crate::dns::summary(result, d)),
+        Detail::Ndt7(d) => Some(crate::ndt7::ndt7_summary(result, d)),
         Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
     };
     if let Some(own) = own {

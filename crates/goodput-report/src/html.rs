@@ -192,6 +192,28 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
                 }
             }
         }
+        TestKind::Ndt7Client => {
+            if let Some(d) = r.ndt7() {
+                for (name, f) in [("Download", &d.download), ("Upload", &d.upload)] {
+                    let Some(f) = f else { continue };
+                    let (rate, rtt, retrans) = match name {
+                        "Download" => (
+                            "Download rate",
+                            "Download min round trip",
+                            "Download retransmitted",
+                        ),
+                        _ => ("Upload rate", "Upload min round trip", "Upload retransmitted"),
+                    };
+                    v.push(fig(rate, f.rate_bps / 1e6, "Mbit/s", Higher));
+                    if let Some(m) = f.min_rtt_ms {
+                        v.push(fig(rtt, m, "ms", Lower));
+                    }
+                    if let Some(p) = f.retransmission_pct {
+                        v.push(fig(retrans, p, "%", Lower));
+                    }
+                }
+            }
+        }
         TestKind::Trace => {
             if let Some(t) = r.trace() {
                 if let Some(h) = t.hop_count {
@@ -505,6 +527,7 @@ fn kind_name(k: TestKind) -> &'static str {
         TestKind::OwampClient => "OWAMP client",
         TestKind::TwampClient => "TWAMP client",
         TestKind::DnsClient => "DNS queries",
+        TestKind::Ndt7Client => "ndt7 client",
     }
 }
 

@@ -13,6 +13,7 @@ mod html;
 mod intervals;
 mod iperf3;
 mod media;
+mod ndt7;
 mod owamp;
 mod path;
 mod quic;
@@ -31,6 +32,7 @@ pub use iperf3::{iperf3_json, iperf3_summary};
 pub use media::{
     media_header, media_legend, media_line, JitterFile, JITTER_CSV_HEADER, MEDIA_CONNECTION_CSV_HEADER,
 };
+pub use ndt7::{ndt7_server_line, ndt7_server_test_line, ndt7_summary};
 pub use owamp::{g3, one_way_text, owamp_summary, twamp_summary};
 pub use path::{hop_line, ping_line};
 pub use quic::{append_perf_log, quic_summary, PERF_LOG_HEADER};

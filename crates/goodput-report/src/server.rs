@@ -78,6 +78,9 @@ pub fn server_service_lines(result: &TestResult) -> Vec<String> {
             ));
         }
     }
+    if let Some(c) = result.ndt7_server() {
+        lines.push(crate::ndt7::ndt7_server_line(c));
+    }
     if let Some(c) = result.quic_server() {
         lines.push(format!(
             "QUIC perf service: {} connections ({} refused, {} failed handshakes, {} handshakes \

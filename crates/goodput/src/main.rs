@@ -7,7 +7,9 @@ mod reference;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::{Arg, ArgAction, CommandFactory, FromArgMatches};
-use cmd::{agent, check, dns, echo, iperf3, owamp, path, quic, report, run, server, stamp, tcp, ttcp, udp};
+use cmd::{
+    agent, check, dns, echo, iperf3, ndt7, owamp, path, quic, report, run, server, stamp, tcp, ttcp, udp,
+};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         Command::Stamp(args) => runtime().and_then(|rt| on_worker(&rt, stamp::stamp(*args))),
         Command::Owamp(args) => runtime().and_then(|rt| on_worker(&rt, owamp::owamp(*args))),
         Command::Twamp(args) => runtime().and_then(|rt| on_worker(&rt, owamp::twamp(*args))),
+        Command::Ndt7(args) => runtime().and_then(|rt| on_worker(&rt, ndt7::ndt7(*args))),
         Command::Ttcp(args) => runtime().and_then(|rt| on_worker(&rt, ttcp::ttcp(*args))),
         Command::Echo(args) => runtime().and_then(|rt| on_worker(&rt, echo::echo(*args))),
         Command::Udp(args) => runtime().and_then(|rt| on_worker(&rt, udp::udp(*args))),

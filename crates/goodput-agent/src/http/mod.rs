@@ -17,6 +17,7 @@ mod router;
 mod runs;
 mod schedule;
 mod series;
+mod speedtest;
 mod status;
 
 use std::sync::Arc;

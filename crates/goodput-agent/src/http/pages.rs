@@ -48,6 +48,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/ui/runs", get(runs_page))
         .route("/ui/host", get(host_page))
         .route("/ui/alerts", get(alerts_page))
+        .route("/speedtest", get(crate::http::speedtest::page))
+        .route("/speedtest.js", get(crate::http::speedtest::script))
         // Browsers ask for it on every page of the API too: nothing.
         .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
 }

@@ -121,6 +121,7 @@ pub(crate) fn services_only(
             BeaconService::Quic => o.quic_port,
             BeaconService::Owamp => o.owamp_port,
             BeaconService::Twamp => o.twamp_port,
+            BeaconService::Ndt7 => o.ndt7_port,
         })
         .chain(reach.port)
         .collect();

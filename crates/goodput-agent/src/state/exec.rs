@@ -298,16 +298,35 @@ pub(crate) async fn beacon(shared: Arc<Shared>) {
         twamp: shared.options.twamp_port.is_some(),
         twamp_port: shared.options.twamp_port.unwrap_or(862),
         ow_twamp_listen: ips.clone(),
+        ndt7: shared.options.ndt7_port.is_some(),
+        ndt7_port: shared
+            .options
+            .ndt7_port
+            .unwrap_or(goodput_core::spec::server::NDT7_PORT),
         ..ServerSpec::default()
     };
     let spec = TestSpec::Server(spec);
+    // Browsers' ndt7 tests (the /speedtest page's) are kept as runs.
+    let (ndt7_sink, ndt7_store) = match shared.options.ndt7_port {
+        Some(_) => {
+            let (sink, store) = crate::state::speedtest::sink(&shared);
+            (Some(sink), Some(store))
+        }
+        None => (None, None),
+    };
     let result = run(
         &spec,
-        RunContext::with_records(1),
+        RunContext {
+            ndt7_tests: ndt7_sink,
+            ..RunContext::with_records(1)
+        },
         &mut NullObserver,
         shared.cancel.child_token(),
     )
     .await;
+    if let Some(store) = ndt7_store {
+        let _ = store.await;
+    }
     if let Some(e) = result.error {
         if !shared.cancel.is_cancelled() {
             log(&format!("the beacon's services stopped: {}", e.message));

@@ -76,6 +76,9 @@ pub struct AgentOptions {
     pub owamp_port: Option<u16>,
     /// Serve TWAMP on this TCP port too (none: off).
     pub twamp_port: Option<u16>,
+    /// Serve M-Lab's ndt7 speed test (and the /speedtest page's tests) on
+    /// this TCP port too (none: off).
+    pub ndt7_port: Option<u16>,
     /// How often a configuration URL is read again.
     pub reload_every: Duration,
     /// How much history the archive keeps.
@@ -106,6 +109,7 @@ impl Default for AgentOptions {
             quic_port: None,
             owamp_port: None,
             twamp_port: None,
+            ndt7_port: None,
             reload_every: Duration::from_secs(300),
             retention: Retention::default(),
         }

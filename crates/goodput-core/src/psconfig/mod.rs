@@ -382,6 +382,7 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
         | Kind::Trace
         | Kind::Ping
         | Kind::Twamp
+        | Kind::Ndt7
         | Kind::Server => return None,
         // A query measures only from where it runs.
         Kind::Dns => return None,

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::assertion::AssertionOutcome;
 use crate::dns::DnsDetail;
+use crate::ndt7::{Ndt7Detail, Ndt7ServerCounters};
 use crate::path::{PingDetail, TraceDetail};
 use crate::spec::TestSpec;
 
@@ -52,6 +53,9 @@ pub enum Detail {
     Twamp(Box<TwampDetail>),
     /// DNS runs: every query, the answers and the resolution times.
     Dns(Box<DnsDetail>),
+    /// ndt7 client runs: each subtest's rate, round trip and
+    /// retransmissions.
+    Ndt7(Box<Ndt7Detail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -72,6 +76,8 @@ pub struct ServerDetail {
     pub twamp_server: Option<OwampServerCounters>,
     /// How the TCP services admitted connections.
     pub admission: Option<AdmissionCounters>,
+    /// The ndt7 service.
+    pub ndt7_server: Option<Ndt7ServerCounters>,
 }
 
 /// For a kind of detail held whole by one variant: the reader, the writer
@@ -181,6 +187,8 @@ whole! {
     twamp, twamp_mut, into_twamp: TwampDetail => Twamp;
     /// A DNS run's queries and answers.
     dns, dns_mut, into_dns: DnsDetail => Dns;
+    /// An ndt7 client's figures.
+    ndt7, ndt7_mut, into_ndt7: Ndt7Detail => Ndt7;
 }
 
 server! {
@@ -198,6 +206,8 @@ server! {
     twamp_server, twamp_server_mut: OwampServerCounters;
     /// A server's TCP admission counters.
     admission, admission_mut: AdmissionCounters;
+    /// A server's ndt7 counters.
+    ndt7_server, ndt7_server_mut: Ndt7ServerCounters;
 }
 
 impl Detail {
@@ -315,6 +325,13 @@ struct Document {
     /// the replies that were ignored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     dns: Option<DnsDetail>,
+    /// ndt7 client runs only: each subtest's rate, round trip and
+    /// retransmissions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ndt7: Option<Ndt7Detail>,
+    /// Servers running the ndt7 service: its subtests and refusals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ndt7_server: Option<Ndt7ServerCounters>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -373,6 +390,9 @@ struct DocumentRef<'a> {
     twamp: Option<&'a TwampDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<&'a DnsDetail>,
+    ndt7: Option<&'a Ndt7Detail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ndt7_server: Option<&'a Ndt7ServerCounters>,
 }
 
 impl Serialize for TestResult {
@@ -411,6 +431,8 @@ impl Serialize for TestResult {
             owamp: d.owamp(),
             twamp: d.twamp(),
             dns: d.dns(),
+            ndt7: d.ndt7(),
+            ndt7_server: d.ndt7_server(),
         }
         .serialize(s)
     }
@@ -450,6 +472,7 @@ impl TestResult {
                     owamp_server: doc.owamp_server.take(),
                     twamp_server: doc.twamp_server.take(),
                     admission: doc.admission.take(),
+                    ndt7_server: doc.ndt7_server.take(),
                 };
                 (s != ServerDetail::default()).then(|| Detail::Server(Box::new(s)))
             }
@@ -464,6 +487,7 @@ impl TestResult {
             TestKind::OwampClient => boxed(doc.owamp.take()).map(Detail::Owamp),
             TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
             TestKind::DnsClient => boxed(doc.dns.take()).map(Detail::Dns),
+            TestKind::Ndt7Client => boxed(doc.ndt7.take()).map(Detail::Ndt7),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -485,6 +509,8 @@ impl TestResult {
             ("owamp", doc.owamp.is_some()),
             ("twamp", doc.twamp.is_some()),
             ("dns", doc.dns.is_some()),
+            ("ndt7", doc.ndt7.is_some()),
+            ("ndt7_server", doc.ndt7_server.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();

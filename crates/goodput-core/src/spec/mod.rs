@@ -18,6 +18,7 @@ use crate::schedule::{Ms, RunClass};
 pub mod dns;
 pub mod echo;
 pub mod iperf3;
+pub mod ndt7;
 pub mod owamp;
 pub mod quic;
 pub mod server;
@@ -31,6 +32,7 @@ pub mod udp;
 pub use dns::DnsSpec;
 pub use echo::EchoSpec;
 pub use iperf3::Iperf3Spec;
+pub use ndt7::{Ndt7Spec, Ndt7Url};
 pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
 pub use quic::QuicSpec;
 pub use server::ServerSpec;
@@ -74,6 +76,8 @@ pub enum TestSpec {
     Twamp(TwampSpec),
     /// DNS queries (`goodput dns`).
     Dns(DnsSpec),
+    /// An ndt7 speed test (`goodput ndt7`).
+    Ndt7(Ndt7Spec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -96,6 +100,7 @@ macro_rules! each_kind {
             TestSpec::Owamp($s) => $body,
             TestSpec::Twamp($s) => $body,
             TestSpec::Dns($s) => $body,
+            TestSpec::Ndt7($s) => $body,
         }
     };
 }
@@ -125,6 +130,7 @@ into_test_spec!(
     Owamp(OwampSpec),
     Twamp(TwampSpec),
     Dns(DnsSpec),
+    Ndt7(Ndt7Spec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -364,6 +370,7 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Owamp => read::<OwampSpec>(body),
         Kind::Twamp => read::<TwampSpec>(body),
         Kind::Dns => read::<DnsSpec>(body),
+        Kind::Ndt7 => read::<Ndt7Spec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
@@ -451,6 +458,7 @@ mod tests {
             OwampSpec::default().into(),
             TwampSpec::default().into(),
             DnsSpec::default().into(),
+            Ndt7Spec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
@@ -528,7 +536,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

@@ -208,6 +208,54 @@ pub struct ServerSpec {
     pub iperf3_listen: Option<IpAddr>,
     /// Longest iperf3 test accepted (time plus omit).
     pub iperf3_max_duration: HumanDuration,
+    /// Serve M-Lab's ndt7 speed test (WebSocket download and upload).
+    pub ndt7: bool,
+    /// TCP port of the ndt7 service (on the `listen` addresses).
+    pub ndt7_port: u16,
+    /// Most ndt7 subtests running at once.
+    pub ndt7_max_tests: u64,
+    /// Most ndt7 subtests running at once from one client address.
+    pub ndt7_max_per_client: u64,
+    /// Most ndt7 subtests one client address may start in a minute.
+    pub ndt7_per_minute: u32,
+    /// How long a subtest sends (ndt7's ten seconds); it is ended at
+    /// this plus five seconds whatever the client does.
+    pub ndt7_length: HumanDuration,
+    /// Largest WebSocket message taken on upload (ndt7's clients send at
+    /// most 16 MiB); a larger one ends the subtest.
+    pub ndt7_max_message: ByteSize,
+}
+
+/// The ndt7 service's default port.
+pub const NDT7_PORT: u16 = 4447;
+
+impl ServerSpec {
+    fn validate_ndt7(&self) -> Result<(), SpecError> {
+        for (field, v) in [
+            ("ndt7_max_tests", self.ndt7_max_tests),
+            ("ndt7_max_per_client", self.ndt7_max_per_client),
+            ("ndt7_per_minute", u64::from(self.ndt7_per_minute)),
+        ] {
+            if v == 0 {
+                return Err(SpecError::new(field, "must be at least 1"));
+            }
+        }
+        if self.ndt7_max_tests > 100_000 {
+            return Err(SpecError::new("ndt7_max_tests", "must be at most 100000"));
+        }
+        let len = self.ndt7_length.0;
+        if len < Duration::from_secs(1) || len > Duration::from_secs(60) {
+            return Err(SpecError::new("ndt7_length", "must be 1 s to 60 s"));
+        }
+        let m = self.ndt7_max_message.0;
+        if !(crate::ndt7::FIRST_MESSAGE as u64..=64 << 20).contains(&m) {
+            return Err(SpecError::new("ndt7_max_message", "must be 8 KiB to 64 MiB"));
+        }
+        if self.ndt7 && self.ndt7_port == self.port {
+            return Err(SpecError::new("ndt7_port", "must differ from `port`"));
+        }
+        Ok(())
+    }
 }
 
 impl Default for ServerSpec {
@@ -287,6 +335,13 @@ impl Default for ServerSpec {
             iperf3_port: 5201,
             iperf3_listen: None,
             iperf3_max_duration: HumanDuration(Duration::from_secs(3600)),
+            ndt7: false,
+            ndt7_port: NDT7_PORT,
+            ndt7_max_tests: 16,
+            ndt7_max_per_client: 2,
+            ndt7_per_minute: 12,
+            ndt7_length: HumanDuration(Duration::from_secs(10)),
+            ndt7_max_message: ByteSize(crate::ndt7::MAX_MESSAGE as u64),
         }
     }
 }
@@ -510,6 +565,7 @@ impl KindSpec for ServerSpec {
             return Err(SpecError::new("twamp_port", "must differ from `owamp_port`"));
         }
         self.listen_addrs()?;
+        self.validate_ndt7()?;
         self.socket.validate()
     }
 

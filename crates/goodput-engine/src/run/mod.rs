@@ -6,6 +6,7 @@
 mod dns;
 mod echo;
 mod iperf3;
+mod ndt7;
 mod owamp;
 mod path;
 mod quic;
@@ -57,6 +58,9 @@ pub struct RunContext {
     /// 8762 stateful, as goodput agents' beacons do), so a session that
     /// lost only replies still splits its loss by direction.
     pub stamp_reflector_stateful: bool,
+    /// server with its ndt7 service: what gets each finished subtest
+    /// (the agent keeps browsers' tests as runs).
+    pub ndt7_tests: Option<crate::ndt7::server::TestSink>,
 }
 
 impl RunContext {
@@ -91,12 +95,23 @@ pub async fn run(
         TestSpec::Udp(s) => udp::run(s, context.datagram_sink, observer, cancel, max_records).await,
         TestSpec::Quic(s) => quic::run(s, observer, cancel, max_records).await,
         TestSpec::Ttcp(s) => ttcp::run(s, context.ttcp_data, context.ttcp_lines, cancel).await,
-        TestSpec::Server(s) => server::run(s, context.iperf3_observer, observer, cancel, max_records).await,
+        TestSpec::Server(s) => {
+            server::run(
+                s,
+                context.iperf3_observer,
+                context.ndt7_tests,
+                observer,
+                cancel,
+                max_records,
+            )
+            .await
+        }
         TestSpec::Trace(s) => path::trace(spec, s, observer, cancel).await,
         TestSpec::Ping(s) => path::ping(spec, s, observer, cancel, max_records).await,
         TestSpec::Owamp(s) => owamp::run(s, observer, cancel, max_records).await,
         TestSpec::Twamp(s) => twamp::run(s, observer, cancel, max_records).await,
         TestSpec::Dns(s) => dns::run(spec, s, observer, cancel, max_records).await,
+        TestSpec::Ndt7(s) => ndt7::run(s, observer, cancel).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -296,6 +311,7 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Owamp(_) => (TestKind::OwampClient, WireProtocol::Owamp),
         TestSpec::Twamp(_) => (TestKind::TwampClient, WireProtocol::Twamp),
         TestSpec::Dns(_) => (TestKind::DnsClient, WireProtocol::Dns),
+        TestSpec::Ndt7(_) => (TestKind::Ndt7Client, WireProtocol::Ndt7),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

@@ -29,6 +29,7 @@ use crate::{EngineError, NullObserver, Observer};
 pub(crate) async fn run(
     spec: &ServerSpec,
     iperf3_observer: Option<Box<dyn Observer>>,
+    ndt7_tests: Option<crate::ndt7::server::TestSink>,
     observer: &mut dyn Observer,
     cancel: CancellationToken,
     max_records: usize,
@@ -182,6 +183,20 @@ pub(crate) async fn run(
         }
         false => None,
     };
+    let ndt7 = match spec.ndt7 {
+        true => {
+            let limits = ndt7_limits(spec);
+            let ips: Vec<IpAddr> = listen.iter().map(|a| a.ip()).collect();
+            let at: Vec<SocketAddr> = ips
+                .iter()
+                .map(|&ip| SocketAddr::new(ip, spec.ndt7_port))
+                .collect();
+            let n = crate::ndt7::server::bind_ndt7(&at, limits).map_err(setup)?;
+            banner.push(("ndt7 service".into(), ndt7_banner(&limits, &n.local_addrs())));
+            Some(n)
+        }
+        false => None,
+    };
     let (owamp, twamp) = ow_twamp_servers(spec)?;
     for (name, srv) in [("OWAMP server", &owamp), ("TWAMP server", &twamp)] {
         if let Some(srv) = srv {
@@ -267,6 +282,12 @@ pub(crate) async fn run(
             None => None,
         }
     };
+    let ndt7_run = async {
+        match ndt7 {
+            Some(n) => Some(n.run(cancel.clone(), ndt7_tests).await),
+            None => None,
+        }
+    };
     let media_run = async {
         match media {
             Some(m) => Some(m.run(cancel.clone()).await),
@@ -292,7 +313,7 @@ pub(crate) async fn run(
         cancel.cancel();
         r
     };
-    let (result, (), reflected, served, streamed, quicked, owamped, twamped) = tokio::join!(
+    let (result, (), reflected, served, streamed, quicked, owamped, twamped, ndt7ed) = tokio::join!(
         tcp_run,
         iperf3_run,
         stamp_run,
@@ -300,7 +321,8 @@ pub(crate) async fn run(
         media_run,
         quic_run,
         owamp_run,
-        twamp_run
+        twamp_run,
+        ndt7_run
     );
     let mut result = result.map_err(|e| Failure::test(error_chain(&e)))?;
     // Read again now that the discard and echo services have ended too.
@@ -312,8 +334,35 @@ pub(crate) async fn run(
         quic_server: quicked,
         owamp_server: owamped,
         twamp_server: twamped,
+        ndt7_server: ndt7ed,
     }));
     Ok(result)
+}
+
+fn ndt7_limits(spec: &ServerSpec) -> crate::ndt7::server::Ndt7Limits {
+    crate::ndt7::server::Ndt7Limits {
+        max_tests: spec.ndt7_max_tests,
+        max_per_client: spec.ndt7_max_per_client,
+        per_minute: spec.ndt7_per_minute,
+        length: spec.ndt7_length.0,
+        max_message: usize::try_from(spec.ndt7_max_message.0).unwrap_or(usize::MAX),
+        ..crate::ndt7::server::Ndt7Limits::default()
+    }
+}
+
+fn ndt7_banner(l: &crate::ndt7::server::Ndt7Limits, addrs: &[SocketAddr]) -> String {
+    format!(
+        "{} (/ndt/v7/download and /upload; at most {} subtests, {} from one address, {} a minute \
+         from one address, {} s each (ended at {} s), messages up to {}; at most {} of buffers)",
+        list(addrs),
+        l.max_tests,
+        l.max_per_client,
+        l.per_minute,
+        l.length.as_secs(),
+        (l.length + crate::ndt7::server::Ndt7Limits::GRACE).as_secs(),
+        format_size(l.max_message as u64),
+        format_size(l.memory_bound())
+    )
 }
 
 fn list(addrs: &[SocketAddr]) -> String {

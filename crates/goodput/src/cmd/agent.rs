@@ -161,6 +161,7 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
         quic_port: args.quic.then_some(args.quic_port),
         owamp_port: args.owamp.then_some(args.owamp_port),
         twamp_port: args.twamp.then_some(args.twamp_port),
+        ndt7_port: args.ndt7.then_some(args.ndt7_port),
         reload_every: args.reload_every.0.max(Duration::from_secs(1)),
         retention: goodput_archive::Retention {
             max_age_ms: args.keep.0.as_millis().min(u128::from(u64::MAX)) as u64,

@@ -6,6 +6,7 @@ pub(crate) mod check;
 pub(crate) mod dns;
 pub(crate) mod echo;
 pub(crate) mod iperf3;
+pub(crate) mod ndt7;
 pub(crate) mod owamp;
 pub(crate) mod path;
 pub(crate) mod quic;

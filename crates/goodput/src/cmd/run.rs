@@ -125,6 +125,7 @@ async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Resu
         TestSpec::Ttcp(t) => run_ttcp(t, views).await,
         TestSpec::Udp(t) => run_udp(t, views, extras.jitter_file).await,
         TestSpec::Quic(t) => run_quic(t, views, extras.perf_log).await,
+        TestSpec::Ndt7(t) => super::ndt7::run_ndt7(t, views).await,
         s @ (TestSpec::Trace(_) | TestSpec::Ping(_)) => super::path::run_path(s, views).await,
         s @ (TestSpec::Owamp(_) | TestSpec::Twamp(_)) => run_latency(s, views).await,
         s @ TestSpec::Dns(_) => super::dns::run_dns(s, views).await,

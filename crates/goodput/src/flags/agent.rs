@@ -156,6 +156,13 @@ pub struct AgentArgs {
     /// The TWAMP server's TCP port.
     #[arg(long, value_name = "PORT", default_value_t = 862)]
     pub twamp_port: u16,
+    /// Serve M-Lab's ndt7 speed test too, and the /speedtest page that
+    /// runs it from a browser (each browser's test is kept as a run).
+    #[arg(long)]
+    pub ndt7: bool,
+    /// The ndt7 service's TCP port.
+    #[arg(long, value_name = "PORT", default_value_t = goodput_core::spec::server::NDT7_PORT)]
+    pub ndt7_port: u16,
     /// Most runs booked by others held at once.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_held: usize,

@@ -6,6 +6,7 @@ mod check;
 mod dns;
 mod echo;
 mod iperf3;
+mod ndt7;
 mod owamp;
 mod path;
 mod quic;
@@ -21,6 +22,7 @@ pub use check::*;
 pub use dns::*;
 pub use echo::*;
 pub use iperf3::*;
+pub use ndt7::*;
 pub use owamp::*;
 pub use path::*;
 pub use quic::*;
@@ -92,6 +94,11 @@ pub enum Command {
     /// picoquic scenario, or --upload / --download / --rps / --latency /
     /// --handshakes. With no HOST, an embedded goodput server on loopback.
     Quic(Box<QuicArgs>),
+    /// M-Lab's ndt7 speed test against any ndt7 server (a goodput server
+    /// with --ndt7, an agent, an M-Lab ndt-server): about 10 s of download
+    /// then 10 s of upload over a WebSocket, with the rate, the round trip
+    /// and the retransmissions the sender's TCP saw.
+    Ndt7(Box<Ndt7Args>),
     /// Traceroute without root: UDP probes of rising TTL (or TCP SYN, or
     /// ICMP echo where allowed), ICMP answers read from the socket's error
     /// queue; --pmtu finds the path MTU and the hop where it drops. Prints

@@ -202,6 +202,34 @@ pub struct ServerArgs {
     /// Longest iperf3 test accepted (time plus omit).
     #[arg(long, default_value = "1h", value_name = "DURATION")]
     pub iperf3_max_duration: HumanDuration,
+    /// Also serve M-Lab's ndt7 speed test (WebSocket, ws://) on TCP
+    /// --ndt7-port of the listen addresses: any ndt7 client (`goodput
+    /// ndt7`, M-Lab's JavaScript and Go clients) measures download and
+    /// upload against it.
+    #[arg(long)]
+    pub ndt7: bool,
+    /// TCP port of the ndt7 service.
+    #[arg(long, default_value_t = goodput_core::spec::server::NDT7_PORT, value_name = "PORT")]
+    pub ndt7_port: u16,
+    /// Most ndt7 subtests running at once.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub ndt7_max_tests: u64,
+    /// Most ndt7 subtests running at once from one client address.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub ndt7_max_per_client: u64,
+    /// Most ndt7 subtests one client address may start in a minute (a
+    /// test is a download and an upload); past it the upgrade is answered
+    /// 429.
+    #[arg(long, default_value_t = 12, value_name = "N")]
+    pub ndt7_per_minute: u32,
+    /// How long an ndt7 subtest sends; a subtest is ended 5 s past it
+    /// whatever the client does.
+    #[arg(long, default_value = "10s", value_name = "DURATION")]
+    pub ndt7_length: HumanDuration,
+    /// Largest WebSocket message the ndt7 service takes (and sends); a
+    /// larger one ends the subtest.
+    #[arg(long, default_value = "16MiB", value_name = "SIZE")]
+    pub ndt7_max_message: ByteSize,
     /// Listen address (repeatable), with or without a port; default: 0.0.0.0
     /// and :: (IPv6 only) on --port.
     #[arg(long, value_name = "ADDR")]
@@ -387,6 +415,13 @@ impl ServerArgs {
             iperf3_port: self.iperf3_port,
             iperf3_listen: self.iperf3_listen,
             iperf3_max_duration: self.iperf3_max_duration,
+            ndt7: self.ndt7,
+            ndt7_port: self.ndt7_port,
+            ndt7_max_tests: self.ndt7_max_tests,
+            ndt7_max_per_client: self.ndt7_max_per_client,
+            ndt7_per_minute: self.ndt7_per_minute,
+            ndt7_length: self.ndt7_length,
+            ndt7_max_message: self.ndt7_max_message,
         }
     }
 }
