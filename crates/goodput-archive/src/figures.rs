@@ -244,6 +244,9 @@ pub fn figures_of(r: &TestResult) -> Figures {
         Detail::Twamp(t) => {
             stamp_stats(&mut f, &t.stats);
         }
+        // Their figures are not series yet: errors (a failed request or
+        // handshake) is what the archive indexes them by.
+        Detail::Http(_) | Detail::Tls(_) => {}
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -264,6 +267,7 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
         Detail::Owamp(_) | Detail::Twamp(_) => false,
+        Detail::Http(_) | Detail::Tls(_) => false,
     }
 }
 

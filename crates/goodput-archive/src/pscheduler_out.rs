@@ -109,6 +109,8 @@ fn test_type(kind: Kind) -> Option<TestType> {
         // load, ttcp's transfer and a server's counters are not what any
         // pScheduler result format holds.
         Kind::Udp | Kind::Quic | Kind::Echo | Kind::Ttcp | Kind::Server => None,
+        // pScheduler's http test has a result of its own, not written yet.
+        Kind::Http | Kind::Tls => None,
     }
 }
 

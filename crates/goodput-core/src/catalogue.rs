@@ -1106,6 +1106,132 @@ pub const PING: [Figure; 6] = [
     ),
 ];
 
+/// The http kind's own assertion figures: times are medians over the
+/// requests that completed (each request's sum over its redirects), the
+/// rest the last request's.
+pub const HTTP: [Figure; 12] = [
+    fig("dns", Quantity::Time, Better::Lower, "name resolution", |r| {
+        r.http()?.median_ms(|h| h.dns_ms).map(|v| v / 1e3)
+    }),
+    fig("connect", Quantity::Time, Better::Lower, "TCP connect", |r| {
+        r.http()?.median_ms(|h| h.connect_ms).map(|v| v / 1e3)
+    }),
+    fig("tls", Quantity::Time, Better::Lower, "TLS handshake", |r| {
+        r.http()?.median_ms(|h| h.tls_ms).map(|v| v / 1e3)
+    }),
+    fig(
+        "first_byte",
+        Quantity::Time,
+        Better::Lower,
+        "request sent to the response's head",
+        |r| r.http()?.median_ms(|h| h.first_byte_ms).map(|v| v / 1e3),
+    ),
+    fig(
+        "transfer",
+        Quantity::Time,
+        Better::Lower,
+        "the response's head to the body's end",
+        |r| r.http()?.median_ms(|h| h.transfer_ms).map(|v| v / 1e3),
+    ),
+    fig(
+        "total",
+        Quantity::Time,
+        Better::Lower,
+        "the whole request, redirects included",
+        |r| r.http()?.median_total_ms().map(|v| v / 1e3),
+    ),
+    fig(
+        "body_bytes",
+        Quantity::Bytes,
+        Better::Neither,
+        "body bytes read of the last response",
+        |r| r.http()?.last_hop().map(|h| h.body_bytes as f64),
+    ),
+    fig(
+        "status",
+        Quantity::Count,
+        Better::Neither,
+        "the last response's status code",
+        |r| r.http()?.last_hop()?.status.map(f64::from),
+    ),
+    fig(
+        "matched",
+        Quantity::Count,
+        Better::Higher,
+        "1 when every request's final response passed the status and body checks, else 0",
+        |r| {
+            let h = r.http()?;
+            Some(f64::from(u8::from(
+                h.matched == h.exchanges.len() as u64 && h.matched > 0,
+            )))
+        },
+    ),
+    fig(
+        "redirects",
+        Quantity::Count,
+        Better::Neither,
+        "redirects the last request followed",
+        |r| r.http()?.exchanges.last().map(|e| e.redirects() as f64),
+    ),
+    fig(
+        "cert_days_left",
+        Quantity::Count,
+        Better::Higher,
+        "days until the first certificate of the chain expires (https)",
+        |r| r.http()?.tls().map(|t| t.chain_days_left),
+    ),
+    fig(
+        "chain_valid",
+        Quantity::Count,
+        Better::Higher,
+        "1 when the certificate chain verified, else 0 (https)",
+        |r| r.http()?.tls().map(|t| f64::from(u8::from(t.chain_valid))),
+    ),
+];
+
+/// The tls kind's own assertion figures.
+pub const TLS: [Figure; 4] = [
+    fig(
+        "handshake",
+        Quantity::Time,
+        Better::Lower,
+        "the TLS handshake",
+        |r| r.tls()?.handshake_ms.map(|v| v / 1e3),
+    ),
+    fig(
+        "cert_days_left",
+        Quantity::Count,
+        Better::Higher,
+        "days until the first certificate of the chain expires",
+        |r| r.tls()?.facts.as_ref().map(|t| t.chain_days_left),
+    ),
+    fig(
+        "chain_valid",
+        Quantity::Count,
+        Better::Higher,
+        "1 when the certificate chain verified, else 0",
+        |r| {
+            r.tls()?
+                .facts
+                .as_ref()
+                .map(|t| f64::from(u8::from(t.chain_valid)))
+        },
+    ),
+    fig(
+        "protocol",
+        Quantity::Count,
+        Better::Higher,
+        "the TLS version agreed, as 1.2 or 1.3",
+        |r| {
+            r.tls()?.facts.as_ref().and_then(|t| match t.protocol.as_str() {
+                "TLSv1.3" => Some(1.3),
+                "TLSv1.2" => Some(1.2),
+                _ => None,
+            })
+        },
+    ),
+];
+
 /// The figures a kind's assertions may name: its own, then the common
 /// counts (each kind's `KindSpec::figures` says which are its own).
 pub fn assertion_figures(kind: Kind) -> Vec<&'static Figure> {

@@ -46,6 +46,10 @@ pub enum Kind {
     Owamp,
     /// A TWAMP client, twping's test (`goodput twamp`).
     Twamp,
+    /// An HTTP(S) request, its phases timed (`goodput http`).
+    Http,
+    /// A TLS connect and handshake (`goodput tls`).
+    Tls,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -102,13 +106,21 @@ macro_rules! with_spec {
                 type $S = TwampSpec;
                 $body
             }
+            Kind::Http => {
+                type $S = HttpSpec;
+                $body
+            }
+            Kind::Tls => {
+                type $S = TlsSpec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -121,6 +133,8 @@ impl Kind {
         Kind::Server,
         Kind::Owamp,
         Kind::Twamp,
+        Kind::Http,
+        Kind::Tls,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -138,6 +152,8 @@ impl Kind {
             Kind::Server => "server",
             Kind::Owamp => "owamp",
             Kind::Twamp => "twamp",
+            Kind::Http => "http",
+            Kind::Tls => "tls",
         }
     }
 
@@ -342,7 +358,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, http, tls"
         );
     }
 
@@ -382,6 +398,7 @@ mod tests {
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
+                Kind::Http | Kind::Tls => &[],
             };
             assert_eq!(measured(k), want, "{k}");
         }

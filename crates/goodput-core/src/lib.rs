@@ -15,6 +15,7 @@ pub mod cron;
 pub mod cts;
 pub mod echo;
 pub mod hash;
+pub mod http;
 pub mod iperf3;
 pub mod kind;
 pub mod media;

@@ -605,6 +605,10 @@ pub enum TestKind {
     OwampClient,
     /// `goodput twamp`, a TWAMP Control-Client and Session-Sender (twping).
     TwampClient,
+    /// `goodput http`, an HTTP(S) client.
+    HttpClient,
+    /// `goodput tls`, a TLS handshake.
+    TlsClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -632,6 +636,10 @@ pub enum WireProtocol {
     Owamp,
     /// TWAMP-Control over TCP and TWAMP-Test over UDP (RFC 5357).
     Twamp,
+    /// HTTP/1.1 or HTTP/2 over TCP, with or without TLS.
+    Http,
+    /// A TLS handshake over TCP, nothing after it.
+    Tls,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {

@@ -504,6 +504,8 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
                 .map_or("-", |c| c.remote_address.as_str()),
         )),
         Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
+        Detail::Http(d) => Some(crate::http::http_summary(result, d)),
+        Detail::Tls(d) => Some(crate::http::tls_summary(d)),
     };
     if let Some(own) = own {
         t.push_str(&own);

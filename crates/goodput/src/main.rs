@@ -7,7 +7,7 @@ mod reference;
 use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::{Arg, ArgAction, CommandFactory, FromArgMatches};
-use cmd::{agent, check, echo, iperf3, owamp, path, quic, report, run, server, stamp, tcp, ttcp, udp};
+use cmd::{agent, check, echo, http, iperf3, owamp, path, quic, report, run, server, stamp, tcp, ttcp, udp};
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
 use std::process::ExitCode;
@@ -104,6 +104,8 @@ fn main() -> ExitCode {
         Command::Quic(args) => runtime().and_then(|rt| on_worker(&rt, quic::quic(*args))),
         Command::Trace(args) => runtime().and_then(|rt| on_worker(&rt, path::trace(*args))),
         Command::Ping(args) => runtime().and_then(|rt| on_worker(&rt, path::ping(*args))),
+        Command::Http(args) => runtime().and_then(|rt| on_worker(&rt, http::http(*args))),
+        Command::Tls(args) => runtime().and_then(|rt| on_worker(&rt, http::tls(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -31,7 +31,7 @@ use crate::mesh::{Address, ArchiveKind, ArchiveTarget, Group, Lead, MeshConfig, 
 use expand::Template;
 
 mod expand;
-mod jq;
+pub(crate) mod jq;
 use crate::time::duration_ms;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -382,6 +382,8 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
         | Kind::Ping
         | Kind::Twamp
         | Kind::Server => return None,
+        // Single-ended, measured where it runs.
+        Kind::Http | Kind::Tls => return None,
     }
     Some(d)
 }

@@ -14,6 +14,7 @@ use super::{
     ToolInfo, TtcpDetail, TwampDetail,
 };
 use crate::assertion::AssertionOutcome;
+use crate::http::{HttpDetail, TlsDetail};
 use crate::path::{PingDetail, TraceDetail};
 use crate::spec::TestSpec;
 
@@ -49,6 +50,10 @@ pub enum Detail {
     Owamp(Box<OwampDetail>),
     /// TWAMP client runs: round-trip and one-way figures.
     Twamp(Box<TwampDetail>),
+    /// HTTP client runs: each request's phases, status and checks.
+    Http(Box<HttpDetail>),
+    /// TLS handshakes: the protocol's and the certificate's facts.
+    Tls(Box<TlsDetail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -176,6 +181,10 @@ whole! {
     owamp, owamp_mut, into_owamp: OwampDetail => Owamp;
     /// A TWAMP client's figures.
     twamp, twamp_mut, into_twamp: TwampDetail => Twamp;
+    /// An HTTP client's requests.
+    http, http_mut, into_http: HttpDetail => Http;
+    /// A TLS handshake's facts.
+    tls, tls_mut, into_tls: TlsDetail => Tls;
 }
 
 server! {
@@ -306,6 +315,13 @@ struct Document {
     /// way, the reflector's processing time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     twamp: Option<TwampDetail>,
+    /// HTTP client runs only: each request's phases, status, checks and
+    /// TLS facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpDetail>,
+    /// TLS handshakes only: the protocol's and the certificate's facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsDetail>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -362,6 +378,10 @@ struct DocumentRef<'a> {
     owamp: Option<&'a OwampDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     twamp: Option<&'a TwampDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    http: Option<&'a HttpDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'a TlsDetail>,
 }
 
 impl Serialize for TestResult {
@@ -399,6 +419,8 @@ impl Serialize for TestResult {
             ping: d.ping(),
             owamp: d.owamp(),
             twamp: d.twamp(),
+            http: d.http(),
+            tls: d.tls(),
         }
         .serialize(s)
     }
@@ -451,6 +473,8 @@ impl TestResult {
             TestKind::Ping => boxed(doc.ping.take()).map(Detail::Ping),
             TestKind::OwampClient => boxed(doc.owamp.take()).map(Detail::Owamp),
             TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
+            TestKind::HttpClient => boxed(doc.http.take()).map(Detail::Http),
+            TestKind::TlsClient => boxed(doc.tls.take()).map(Detail::Tls),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -471,6 +495,8 @@ impl TestResult {
             ("ping", doc.ping.is_some()),
             ("owamp", doc.owamp.is_some()),
             ("twamp", doc.twamp.is_some()),
+            ("http", doc.http.is_some()),
+            ("tls", doc.tls.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();

@@ -16,6 +16,7 @@ use crate::kind::{Kind, KindSpec, Reach, Target};
 use crate::schedule::{Ms, RunClass};
 
 pub mod echo;
+pub mod http;
 pub mod iperf3;
 pub mod owamp;
 pub mod quic;
@@ -28,6 +29,7 @@ pub mod twamp;
 pub mod udp;
 
 pub use echo::EchoSpec;
+pub use http::{HttpMethod, HttpSpec, HttpVersion, TlsSpec};
 pub use iperf3::Iperf3Spec;
 pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
 pub use quic::QuicSpec;
@@ -70,6 +72,10 @@ pub enum TestSpec {
     Owamp(OwampSpec),
     /// A TWAMP test, twping's (`goodput twamp`).
     Twamp(TwampSpec),
+    /// An HTTP(S) request, its phases timed (`goodput http`).
+    Http(HttpSpec),
+    /// A TLS connect and handshake (`goodput tls`).
+    Tls(TlsSpec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -91,6 +97,8 @@ macro_rules! each_kind {
             TestSpec::Ping($s) => $body,
             TestSpec::Owamp($s) => $body,
             TestSpec::Twamp($s) => $body,
+            TestSpec::Http($s) => $body,
+            TestSpec::Tls($s) => $body,
         }
     };
 }
@@ -119,6 +127,8 @@ into_test_spec!(
     Ping(PingSpec),
     Owamp(OwampSpec),
     Twamp(TwampSpec),
+    Http(HttpSpec),
+    Tls(TlsSpec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -357,6 +367,8 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Server => read::<ServerSpec>(body),
         Kind::Owamp => read::<OwampSpec>(body),
         Kind::Twamp => read::<TwampSpec>(body),
+        Kind::Http => read::<HttpSpec>(body),
+        Kind::Tls => read::<TlsSpec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
@@ -443,6 +455,8 @@ mod tests {
             PingSpec::default().into(),
             OwampSpec::default().into(),
             TwampSpec::default().into(),
+            HttpSpec::default().into(),
+            TlsSpec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
@@ -520,7 +534,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, http, tls"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

@@ -4,6 +4,7 @@
 //! The command line is one caller; the agent will be another.
 
 mod echo;
+mod http;
 mod iperf3;
 mod owamp;
 mod path;
@@ -95,6 +96,8 @@ pub async fn run(
         TestSpec::Ping(s) => path::ping(spec, s, observer, cancel, max_records).await,
         TestSpec::Owamp(s) => owamp::run(s, observer, cancel, max_records).await,
         TestSpec::Twamp(s) => twamp::run(s, observer, cancel, max_records).await,
+        TestSpec::Http(s) => http::http(spec, s, observer, cancel, max_records).await,
+        TestSpec::Tls(s) => http::tls(spec, s, observer, cancel).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -293,6 +296,8 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Ping(_) => (TestKind::Ping, WireProtocol::Probes),
         TestSpec::Owamp(_) => (TestKind::OwampClient, WireProtocol::Owamp),
         TestSpec::Twamp(_) => (TestKind::TwampClient, WireProtocol::Twamp),
+        TestSpec::Http(_) => (TestKind::HttpClient, WireProtocol::Http),
+        TestSpec::Tls(_) => (TestKind::TlsClient, WireProtocol::Tls),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

@@ -4,6 +4,7 @@
 pub(crate) mod agent;
 pub(crate) mod check;
 pub(crate) mod echo;
+pub(crate) mod http;
 pub(crate) mod iperf3;
 pub(crate) mod owamp;
 pub(crate) mod path;

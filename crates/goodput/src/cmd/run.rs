@@ -127,6 +127,7 @@ async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Resu
         TestSpec::Quic(t) => run_quic(t, views, extras.perf_log).await,
         s @ (TestSpec::Trace(_) | TestSpec::Ping(_)) => super::path::run_path(s, views).await,
         s @ (TestSpec::Owamp(_) | TestSpec::Twamp(_)) => run_latency(s, views).await,
+        s @ (TestSpec::Http(_) | TestSpec::Tls(_)) => super::http::run_web(s, views).await,
     };
     match outcome {
         Err(Stop::Fatal(e)) => {

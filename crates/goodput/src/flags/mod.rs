@@ -4,6 +4,7 @@
 mod agent;
 mod check;
 mod echo;
+mod http;
 mod iperf3;
 mod owamp;
 mod path;
@@ -18,6 +19,7 @@ mod udp;
 pub use agent::*;
 pub use check::*;
 pub use echo::*;
+pub use http::*;
 pub use iperf3::*;
 pub use owamp::*;
 pub use path::*;
@@ -100,6 +102,18 @@ pub enum Command {
     /// a port (tcpping's way, a reset counted apart) where ICMP is not
     /// allowed.
     Ping(Box<PingArgs>),
+    /// An HTTP(S) request with each phase timed (name resolution, TCP
+    /// connect, TLS handshake, first byte, transfer) over HTTP/1.1 or
+    /// HTTP/2, redirects followed with --follow, the status and body
+    /// checked, the body capped, and the TLS facts: protocol, cipher,
+    /// chain validity, days until the certificate expires.
+    Http(Box<HttpArgs>),
+    /// A TLS connect and handshake only, against any TLS port: protocol,
+    /// cipher, ALPN, the chain's validity in words, the leaf's subject,
+    /// issuer and names, and days until it (and the chain's first)
+    /// expires; --min-days N fails (exit 4) a certificate that expires
+    /// sooner.
+    Tls(Box<TlsArgs>),
     /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
     /// archive against --warning and --critical ranges; one line with
     /// performance data, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
