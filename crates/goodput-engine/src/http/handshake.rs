@@ -138,6 +138,18 @@ fn in_words(e: &rustls::Error, name: &ServerName<'_>) -> String {
     }
 }
 
+/// A failed handshake in words; rustls's own limit on a handshake
+/// message (64 KiB) named as the limit it is.
+fn handshake_error(e: &std::io::Error) -> String {
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::HandshakePayloadTooLarge)) => {
+            "the server's handshake message is over rustls's 64 KiB limit (a certificate chain far too long?)"
+                .into()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// What a caller asks of one handshake.
 pub(crate) struct Handshake<'a> {
     /// The trusted roots.
@@ -175,7 +187,7 @@ pub(crate) async fn handshake(
     let stream = TlsConnector::from(Arc::new(cfg))
         .connect(name, tcp)
         .await
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+        .map_err(|e| format!("TLS handshake: {}", handshake_error(&e)))?;
     let verdict = recording
         .verdict
         .lock()
