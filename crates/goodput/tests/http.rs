@@ -527,3 +527,91 @@ fn curl_and_goodput_time_the_same_requests() {
         );
     }
 }
+
+#[test]
+fn mesh_http_and_tls_tasks_run_and_are_archived() {
+    use common::agents::{get_json, state, Agent, Ports};
+    let Some(n) = nginx("http-mesh") else { return };
+    let ports = Ports::pick();
+    let port = n.tls_port(Cert::Valid);
+    let ca = n.ca().display().to_string();
+    // The agent at 127.0.0.9; the web server at 127.0.0.1 runs no agent.
+    let config = format!(
+        r#"[agent]
+api_port = {api}
+
+[addresses.a]
+address = "127.0.0.9"
+[addresses.web]
+address = "127.0.0.1"
+no_agent = true
+
+[groups.ab]
+type = "disjoint"
+a = ["a"]
+b = ["web"]
+unidirectional = true
+
+[tests.page]
+kind = "http"
+url = "https://{{{{dest}}}}:{port}/hello"
+ca = "{ca}"
+expect_body = "hello"
+
+[tests.cert]
+kind = "tls"
+host = "{{{{dest}}}}:{port}"
+ca = "{ca}"
+assert = ["cert_days_left >= 30"]
+
+[schedules.often]
+repeat = "PT2S"
+
+[tasks.page]
+group = "ab"
+test = "page"
+schedule = "often"
+
+[tasks.cert]
+group = "ab"
+test = "cert"
+schedule = "often"
+"#,
+        api = ports.api
+    );
+    let file = tmp("http-mesh", "mesh.toml");
+    std::fs::write(&file, config).unwrap();
+    let _a = Agent::start("http-mesh", "a", "127.0.0.9", &file, ports, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let (mut page, mut cert) = (None, None);
+    while (page.is_none() || cert.is_none()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(300));
+        let runs = get_json("127.0.0.9", ports.api, "/api/v1/runs?limit=100");
+        for r in runs.as_array().unwrap() {
+            let id = r["id"].as_str().unwrap_or("");
+            if state(r) != "finished" {
+                continue;
+            }
+            if id.starts_with("page/") && page.is_none() {
+                page = Some(id.to_owned());
+            }
+            if id.starts_with("cert/") && cert.is_none() {
+                cert = Some(id.to_owned());
+            }
+        }
+    }
+    let (page, cert) = (
+        page.expect("an http run finished"),
+        cert.expect("a tls run finished"),
+    );
+    let doc = get_json("127.0.0.9", ports.api, &format!("/api/v1/runs/{page}"));
+    let text = doc.to_string();
+    assert!(text.contains("\"chain_valid\":true"), "{text}");
+    assert!(text.contains("\"status\":200"), "{text}");
+    assert!(text.contains("\"matched\":1"), "{text}");
+    let doc = get_json("127.0.0.9", ports.api, &format!("/api/v1/runs/{cert}"));
+    let text = doc.to_string();
+    assert!(text.contains("\"protocol\":\"TLSv1.3\""), "{text}");
+    assert!(text.contains("\"expression\":\"cert_days_left >= 30\""), "{text}");
+    assert!(text.contains("\"passed\":true"), "{text}");
+}
