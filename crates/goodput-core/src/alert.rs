@@ -48,17 +48,22 @@ pub enum Family {
     Jitter,
     /// Path changes seen by traces.
     Path,
+    /// Days until a server's certificate (the first of its chain)
+    /// expires: a threshold such as `< 14` is a certificate expiring
+    /// within 14 days.
+    Certificate,
 }
 
 impl Family {
     /// Every family, in the grid's order.
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Throughput,
         Family::Loss,
         Family::Delay,
         Family::OneWayDelay,
         Family::Jitter,
         Family::Path,
+        Family::Certificate,
     ];
 
     /// Its name.
@@ -70,6 +75,7 @@ impl Family {
             Family::OneWayDelay => "one_way_delay",
             Family::Jitter => "jitter",
             Family::Path => "path",
+            Family::Certificate => "certificate",
         }
     }
 
@@ -82,6 +88,7 @@ impl Family {
             Family::OneWayDelay => "the one-way delay",
             Family::Jitter => "jitter",
             Family::Path => "the count of path changes",
+            Family::Certificate => "the days until the certificate expires",
         }
     }
 
@@ -94,6 +101,7 @@ impl Family {
             Family::OneWayDelay => "One-way delay",
             Family::Jitter => "Jitter",
             Family::Path => "Path",
+            Family::Certificate => "Certificate",
         }
     }
 
@@ -129,6 +137,7 @@ impl Family {
             (Family::OneWayDelay, Direction::Backward) => Some(catalogue::OWD_BACKWARD_MEDIAN.name),
             (Family::Jitter, Direction::RoundTrip) => Some(catalogue::JITTER.name),
             (Family::Path, Direction::Forward) => Some(catalogue::HOPS.name),
+            (Family::Certificate, Direction::Forward) => Some(catalogue::CERT_DAYS_LEFT.name),
             _ => None,
         }
     }
@@ -141,6 +150,7 @@ impl Family {
             }
             Family::Delay | Family::Jitter => &[Direction::RoundTrip],
             Family::Path => &[Direction::Forward],
+            Family::Certificate => &[Direction::Forward],
         }
     }
 
@@ -153,6 +163,7 @@ impl Family {
             Family::OneWayDelay => &catalogue::OWD_FORWARD_MEDIAN,
             Family::Jitter => &catalogue::JITTER,
             Family::Path => &catalogue::HOPS,
+            Family::Certificate => &catalogue::CERT_DAYS_LEFT,
         };
         CheckMetric::of(figure).expect("goodput check takes every family's figure")
     }

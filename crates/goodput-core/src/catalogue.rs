@@ -360,9 +360,46 @@ pub const HOPS: Series = Series {
     ..count("hops", "hops", "hops to the destination (traces that reached it)")
 };
 
+/// The median time of an HTTP request, redirects included (http runs).
+pub const HTTP_TOTAL: Series = Series {
+    check_kind: Some(Kind::Http),
+    exported: exported(
+        "goodput_http_total_seconds",
+        "seconds",
+        "Latest median time of an HTTP request, redirects included.",
+        1e6,
+    ),
+    ..time(
+        "http_total",
+        "http_total_us",
+        "median time of an HTTP request, redirects included",
+    )
+};
+/// Days until the first certificate of a server's chain expires (http
+/// over TLS, tls); negative once it has.
+pub const CERT_DAYS_LEFT: Series = Series {
+    better: Better::Higher,
+    max: 36_500.0,
+    max_text: "100 years",
+    min: -36_500.0,
+    min_text: "minus 100 years",
+    check_kind: Some(Kind::Tls),
+    exported: exported(
+        "goodput_cert_days_left",
+        "",
+        "Latest days until the first certificate of the chain expires.",
+        1.0,
+    ),
+    ..count(
+        "cert_days_left",
+        "cert_days_left",
+        "days until the first certificate of the chain expires (http, tls)",
+    )
+};
+
 /// Every figure a run is indexed by, in the order a stored run's figures
 /// are checked (the path's checksum, a text, is not a figure here).
-pub const SERIES: [Series; 17] = [
+pub const SERIES: [Series; 19] = [
     THROUGHPUT_UP,
     THROUGHPUT_DOWN,
     LOSS,
@@ -380,6 +417,8 @@ pub const SERIES: [Series; 17] = [
     HOPS,
     OWD_FORWARD_MEDIAN,
     OWD_BACKWARD_MEDIAN,
+    HTTP_TOTAL,
+    CERT_DAYS_LEFT,
 ];
 
 /// The series figure of an API name.

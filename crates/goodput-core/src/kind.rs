@@ -398,7 +398,7 @@ mod tests {
                 Kind::Echo => &[Delay],
                 Kind::Trace => &[Path],
                 Kind::Server => &[],
-                Kind::Http | Kind::Tls => &[],
+                Kind::Http | Kind::Tls => &[Certificate],
             };
             assert_eq!(measured(k), want, "{k}");
         }

@@ -576,6 +576,18 @@ schedule = "often"
 group = "ab"
 test = "cert"
 schedule = "often"
+
+[alerts]
+every = "1s"
+hold = 1
+
+# A certificate expiring within 100 days: the test's expires in 90.
+[alerts.rules.cert]
+metric = "certificate"
+window = "1h"
+statistic = "last"
+warning = "100:"
+critical = "7:"
 "#,
         api = ports.api
     );
@@ -614,4 +626,57 @@ schedule = "often"
     assert!(text.contains("\"protocol\":\"TLSv1.3\""), "{text}");
     assert!(text.contains("\"expression\":\"cert_days_left >= 30\""), "{text}");
     assert!(text.contains("\"passed\":true"), "{text}");
+
+    // The days left are a series: /metrics exports them and the
+    // request's time, goodput check reads them, and the alert rule on
+    // the certificate family opens a warning (90 days, under 100).
+    let (status, metrics) = common::agents::http("127.0.0.9", ports.api, "GET", "/metrics", None, "");
+    assert_eq!(status, 200);
+    let days = metrics
+        .lines()
+        .find(|l| l.starts_with("goodput_cert_days_left{"))
+        .unwrap_or_else(|| panic!("no goodput_cert_days_left in:\n{metrics}"));
+    let v: f64 = days.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((89.0..=90.1).contains(&v), "{days}");
+    assert!(metrics.contains("goodput_http_total_seconds{"), "{metrics}");
+    let url = format!("http://127.0.0.9:{}", ports.api);
+    let (code, out, err) = common::run(&[
+        "check",
+        "-H",
+        &url,
+        "-s",
+        "a",
+        "-d",
+        "web",
+        "-m",
+        "cert_days_left",
+        "-w",
+        "100:",
+        "-c",
+        "7:",
+    ]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.starts_with("GOODPUT CERT_DAYS_LEFT WARNING - cert_days_left 89."),
+        "{out}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let open = get_json("127.0.0.9", ports.api, "/api/v1/alerts");
+        let found = open
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["metric"] == "certificate")
+            .cloned();
+        if let Some(a) = found {
+            assert_eq!(a["severity"], "warning", "{a}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no certificate alert: {open}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }

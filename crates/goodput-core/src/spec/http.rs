@@ -219,9 +219,8 @@ impl KindSpec for HttpSpec {
     const RATE_LIMITED: bool = false;
     // The engine sets no TOS on its connections.
     const DSCP: Marking<Self> = None;
-    // No alert family yet: a certificate's days left is a figure of its own
-    // (an assertion), not yet one of the archive's series.
-    const FAMILIES: &'static [alert::Family] = &[];
+    // http over TLS: the certificate's days left (a clear URL has none).
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Certificate];
 
     fn validate(&self) -> Result<(), SpecError> {
         crate::assertion::check(Self::KIND, &self.assert)?;
@@ -393,9 +392,7 @@ impl KindSpec for TlsSpec {
     const RATE_LIMITED: bool = false;
     // The engine sets no TOS on its connection.
     const DSCP: Marking<Self> = None;
-    // No alert family yet: a certificate's days left is a figure of its own
-    // (an assertion), not yet one of the archive's series.
-    const FAMILIES: &'static [alert::Family] = &[];
+    const FAMILIES: &'static [alert::Family] = &[alert::Family::Certificate];
 
     fn validate(&self) -> Result<(), SpecError> {
         crate::assertion::check(Self::KIND, &self.assert)?;
