@@ -639,6 +639,18 @@ critical = "7:"
     let v: f64 = days.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((89.0..=90.1).contains(&v), "{days}");
     assert!(metrics.contains("goodput_http_total_seconds{"), "{metrics}");
+    // The pair page charts them.
+    let (status, page) = common::agents::http(
+        "127.0.0.9",
+        ports.api,
+        "GET",
+        "/ui/pair?source=a&dest=web",
+        None,
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Days until the certificate expires"), "{page}");
+    assert!(page.contains("HTTP request time"), "{page}");
     let url = format!("http://127.0.0.9:{}", ports.api);
     let (code, out, err) = common::run(&[
         "check",
