@@ -79,6 +79,13 @@ pub struct Figures {
     /// error was not said (runs stored before it was kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owd_clock_error_us: Option<f64>,
+    /// The median time of an HTTP request, µs (http runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_total_us: Option<f64>,
+    /// Days until the first certificate of the server's chain expires
+    /// (http over TLS, tls; negative once it has).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_days_left: Option<f64>,
 }
 
 pub(crate) use goodput_core::catalogue::MAX_DELAY_US;
@@ -105,6 +112,8 @@ impl Figures {
             self.hops,
             self.owd_forward_median_us,
             self.owd_backward_median_us,
+            self.http_total_us,
+            self.cert_days_left,
         ]
     }
 
@@ -116,7 +125,7 @@ impl Figures {
         path_checksum: Option<String>,
         owd_synchronized: Option<bool>,
     ) -> Self {
-        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, owd_forward_median_us, owd_backward_median_us] =
+        let [throughput_up_bps, throughput_down_bps, loss_pct, loss_forward_pct, loss_backward_pct, duplicates, reordered, delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, owd_forward_median_us, owd_backward_median_us, http_total_us, cert_days_left] =
             v;
         Figures {
             throughput_up_bps,
@@ -139,6 +148,8 @@ impl Figures {
             owd_backward_median_us,
             owd_synchronized,
             owd_clock_error_us: None,
+            http_total_us,
+            cert_days_left,
         }
     }
 
@@ -261,6 +272,13 @@ pub fn figures_of(r: &TestResult) -> Figures {
                 .collect();
             f.retransmits = (!segments.is_empty()).then(|| segments.iter().sum::<u64>() as f64);
         }
+        Detail::Http(h) => {
+            f.http_total_us = h.median_total_ms().map(|m| m * 1e3);
+            f.cert_days_left = h.tls().map(|t| t.chain_days_left);
+        }
+        Detail::Tls(t) => {
+            f.cert_days_left = t.facts.as_ref().map(|x| x.chain_days_left);
+        }
         Detail::Quic(q) => {
             if q.duration_s > 0.0 {
                 f.throughput_up_bps =
@@ -281,6 +299,7 @@ fn this_ends_rates(d: &Detail) -> bool {
         Detail::Trace(_) | Detail::Ping(_) => true,
         Detail::Media(_) | Detail::Stamp(_) | Detail::Echo(_) | Detail::Quic(_) => false,
         Detail::Owamp(_) | Detail::Twamp(_) => false,
+        Detail::Http(_) | Detail::Tls(_) => false,
         Detail::Ndt7(_) => false,
         Detail::Dns(_) => false,
     }

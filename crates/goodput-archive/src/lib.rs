@@ -226,11 +226,15 @@ pub enum Metric {
     OwdForwardMedian,
     /// Median one-way delay destination → source (synchronised only).
     OwdBackwardMedian,
+    /// Median time of an HTTP request.
+    HttpTotal,
+    /// Days until a server's first certificate expires.
+    CertDaysLeft,
 }
 
 impl Metric {
     /// Every metric.
-    pub const ALL: [Metric; 15] = [
+    pub const ALL: [Metric; 17] = [
         Metric::ThroughputUp,
         Metric::ThroughputDown,
         Metric::Loss,
@@ -246,6 +250,8 @@ impl Metric {
         Metric::Hops,
         Metric::OwdForwardMedian,
         Metric::OwdBackwardMedian,
+        Metric::HttpTotal,
+        Metric::CertDaysLeft,
     ];
 
     /// Its place in [`Metric::ALL`].
@@ -271,6 +277,8 @@ impl Metric {
             Metric::Hops => &catalogue::HOPS,
             Metric::OwdForwardMedian => &catalogue::OWD_FORWARD_MEDIAN,
             Metric::OwdBackwardMedian => &catalogue::OWD_BACKWARD_MEDIAN,
+            Metric::HttpTotal => &catalogue::HTTP_TOTAL,
+            Metric::CertDaysLeft => &catalogue::CERT_DAYS_LEFT,
         }
     }
 
@@ -517,7 +525,7 @@ const COLUMNS: &str = "id, task, source, dest, kind, class, state, reason, sched
      measurement_key, throughput_up_bps, throughput_down_bps, loss_pct, duplicates, reordered, \
      delay_min_us, delay_median_us, delay_p95_us, delay_max_us, jitter_us, retransmits, errors, hops, \
      path_checksum, loss_forward_pct, loss_backward_pct, owd_forward_median_us, owd_backward_median_us, \
-     owd_synchronized, owd_clock_error_us";
+     owd_synchronized, owd_clock_error_us, http_total_us, cert_days_left";
 
 /// The same, each named by its table (`runs` is `r`).
 const R_COLUMNS: &str =
@@ -525,7 +533,8 @@ const R_COLUMNS: &str =
      r.start_ms, r.end_ms, r.measurement_key, r.throughput_up_bps, r.throughput_down_bps, r.loss_pct, \
      r.duplicates, r.reordered, r.delay_min_us, r.delay_median_us, r.delay_p95_us, r.delay_max_us, \
      r.jitter_us, r.retransmits, r.errors, r.hops, r.path_checksum, r.loss_forward_pct, r.loss_backward_pct, \
-     r.owd_forward_median_us, r.owd_backward_median_us, r.owd_synchronized, r.owd_clock_error_us";
+     r.owd_forward_median_us, r.owd_backward_median_us, r.owd_synchronized, r.owd_clock_error_us, \
+     r.http_total_us, r.cert_days_left";
 
 impl Archive {
     /// Opens (or creates) the archive file and brings its schema up to
@@ -723,7 +732,7 @@ impl Archive {
             // the database.
             let rows_per = if pg { PG_ROWS_PER_INSERT } else { ROWS_PER_INSERT };
             for chunk in unique.chunks(rows_per) {
-                let sql = upsert_sql("runs", COLUMNS, 32, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
+                let sql = upsert_sql("runs", COLUMNS, 34, chunk.len(), if pg { "id, scheduled_ms" } else { "id" }, RUNS_UPDATE);
                 let mut q = sqlx::query(&sql);
                 for r in chunk {
                     let f = &r.figures;
@@ -759,7 +768,9 @@ impl Archive {
                         .bind(f.owd_forward_median_us)
                         .bind(f.owd_backward_median_us)
                         .bind(f.owd_synchronized.map(i64::from))
-                        .bind(f.owd_clock_error_us);
+                        .bind(f.owd_clock_error_us)
+                        .bind(f.http_total_us)
+                        .bind(f.cert_days_left);
                 }
                 q.execute(&mut *tx).await?;
                 // PostgreSQL's documents are partitioned like their runs,
@@ -1730,7 +1741,8 @@ const RUNS_UPDATE: &str = "task = excluded.task, source = excluded.source, dest 
      loss_forward_pct = excluded.loss_forward_pct, loss_backward_pct = excluded.loss_backward_pct, \
      owd_forward_median_us = excluded.owd_forward_median_us, \
      owd_backward_median_us = excluded.owd_backward_median_us, owd_synchronized = excluded.owd_synchronized, \
-     owd_clock_error_us = excluded.owd_clock_error_us";
+     owd_clock_error_us = excluded.owd_clock_error_us, http_total_us = excluded.http_total_us, \
+     cert_days_left = excluded.cert_days_left";
 
 /// PostgreSQL's partitions each hold this span of time (30 days, counted
 /// from the Unix epoch), named `TABLE_pDAY` after their first day.
@@ -1773,7 +1785,7 @@ const HOUR: u64 = 3_600_000;
 const ROWS_PER_INSERT: usize = 20;
 
 /// The same for PostgreSQL, whose statements cost little more for more
-/// rows (well under its 65,535 parameters: 32 × 200).
+/// rows (well under its 65,535 parameters: 34 × 200).
 const PG_ROWS_PER_INSERT: usize = 200;
 
 /// `INSERT INTO table (columns) VALUES (…), (…) ON CONFLICT (id) DO UPDATE SET …`

@@ -139,6 +139,13 @@ pub(crate) const SQLITE_STEPS: &[(i64, &str)] = &[
         // from before stay null.
         "ALTER TABLE runs ADD COLUMN owd_clock_error_us DOUBLE PRECISION",
     ),
+    (
+        9,
+        // An HTTP request's median time (µs) and the days until a
+        // server's first certificate expires (http, tls).
+        "ALTER TABLE runs ADD COLUMN http_total_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN cert_days_left DOUBLE PRECISION",
+    ),
 ];
 
 /// PostgreSQL's steps. `runs`, `run_documents` and `rollups` are
@@ -265,6 +272,13 @@ pub(crate) const POSTGRES_STEPS: &[(i64, &str)] = &[
         // that a delay within it is never taken for an exact one. Rows
         // from before stay null.
         "ALTER TABLE runs ADD COLUMN owd_clock_error_us DOUBLE PRECISION",
+    ),
+    (
+        9,
+        // An HTTP request's median time (µs) and the days until a
+        // server's first certificate expires (http, tls).
+        "ALTER TABLE runs ADD COLUMN http_total_us DOUBLE PRECISION;
+    ALTER TABLE runs ADD COLUMN cert_days_left DOUBLE PRECISION",
     ),
 ];
 

@@ -773,6 +773,8 @@ async fn a_one_way_run_stored_before_clock_errors_were_kept_still_loads() {
             .await
             .unwrap();
         for s in [
+            "ALTER TABLE runs DROP COLUMN http_total_us",
+            "ALTER TABLE runs DROP COLUMN cert_days_left",
             "ALTER TABLE runs DROP COLUMN owd_clock_error_us",
             "DELETE FROM archive_schema WHERE version > 7",
         ] {
@@ -803,6 +805,8 @@ async fn an_archive_of_the_first_schema_is_brought_up_to_date_with_its_runs() {
             .await
             .unwrap();
         for s in [
+            "ALTER TABLE runs DROP COLUMN http_total_us",
+            "ALTER TABLE runs DROP COLUMN cert_days_left",
             "ALTER TABLE runs DROP COLUMN owd_clock_error_us",
             "ALTER TABLE runs DROP COLUMN owd_forward_median_us",
             "ALTER TABLE runs DROP COLUMN owd_backward_median_us",

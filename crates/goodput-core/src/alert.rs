@@ -52,11 +52,15 @@ pub enum Family {
     /// queries with no reply and the answers that did not hold what was
     /// expected, so a rule on it says an answer stopped matching.
     Errors,
+    /// Days until a server's certificate (the first of its chain)
+    /// expires: a threshold such as `< 14` is a certificate expiring
+    /// within 14 days.
+    Certificate,
 }
 
 impl Family {
     /// Every family, in the grid's order.
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Throughput,
         Family::Loss,
         Family::Delay,
@@ -64,6 +68,7 @@ impl Family {
         Family::Jitter,
         Family::Path,
         Family::Errors,
+        Family::Certificate,
     ];
 
     /// Its name.
@@ -76,6 +81,7 @@ impl Family {
             Family::Jitter => "jitter",
             Family::Path => "path",
             Family::Errors => "errors",
+            Family::Certificate => "certificate",
         }
     }
 
@@ -89,6 +95,7 @@ impl Family {
             Family::Jitter => "jitter",
             Family::Path => "the count of path changes",
             Family::Errors => "the count of failures",
+            Family::Certificate => "the days until the certificate expires",
         }
     }
 
@@ -102,6 +109,7 @@ impl Family {
             Family::Jitter => "Jitter",
             Family::Path => "Path",
             Family::Errors => "Errors",
+            Family::Certificate => "Certificate",
         }
     }
 
@@ -138,6 +146,7 @@ impl Family {
             (Family::Jitter, Direction::RoundTrip) => Some(catalogue::JITTER.name),
             (Family::Path, Direction::Forward) => Some(catalogue::HOPS.name),
             (Family::Errors, Direction::RoundTrip) => Some(catalogue::ERRORS.name),
+            (Family::Certificate, Direction::Forward) => Some(catalogue::CERT_DAYS_LEFT.name),
             _ => None,
         }
     }
@@ -151,6 +160,7 @@ impl Family {
             Family::Delay | Family::Jitter => &[Direction::RoundTrip],
             Family::Path => &[Direction::Forward],
             Family::Errors => &[Direction::RoundTrip],
+            Family::Certificate => &[Direction::Forward],
         }
     }
 
@@ -164,6 +174,7 @@ impl Family {
             Family::Jitter => &catalogue::JITTER,
             Family::Path => &catalogue::HOPS,
             Family::Errors => &catalogue::ERRORS,
+            Family::Certificate => &catalogue::CERT_DAYS_LEFT,
         };
         CheckMetric::of(figure).expect("goodput check takes every family's figure")
     }

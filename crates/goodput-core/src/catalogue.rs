@@ -360,9 +360,46 @@ pub const HOPS: Series = Series {
     ..count("hops", "hops", "hops to the destination (traces that reached it)")
 };
 
+/// The median time of an HTTP request, redirects included (http runs).
+pub const HTTP_TOTAL: Series = Series {
+    check_kind: Some(Kind::Http),
+    exported: exported(
+        "goodput_http_total_seconds",
+        "seconds",
+        "Latest median time of an HTTP request, redirects included.",
+        1e6,
+    ),
+    ..time(
+        "http_total",
+        "http_total_us",
+        "median time of an HTTP request, redirects included",
+    )
+};
+/// Days until the first certificate of a server's chain expires (http
+/// over TLS, tls); negative once it has.
+pub const CERT_DAYS_LEFT: Series = Series {
+    better: Better::Higher,
+    max: 36_500.0,
+    max_text: "100 years",
+    min: -36_500.0,
+    min_text: "minus 100 years",
+    check_kind: Some(Kind::Tls),
+    exported: exported(
+        "goodput_cert_days_left",
+        "",
+        "Latest days until the first certificate of the chain expires.",
+        1.0,
+    ),
+    ..count(
+        "cert_days_left",
+        "cert_days_left",
+        "days until the first certificate of the chain expires (http, tls)",
+    )
+};
+
 /// Every figure a run is indexed by, in the order a stored run's figures
 /// are checked (the path's checksum, a text, is not a figure here).
-pub const SERIES: [Series; 17] = [
+pub const SERIES: [Series; 19] = [
     THROUGHPUT_UP,
     THROUGHPUT_DOWN,
     LOSS,
@@ -380,6 +417,8 @@ pub const SERIES: [Series; 17] = [
     HOPS,
     OWD_FORWARD_MEDIAN,
     OWD_BACKWARD_MEDIAN,
+    HTTP_TOTAL,
+    CERT_DAYS_LEFT,
 ];
 
 /// The series figure of an API name.
@@ -1241,6 +1280,131 @@ pub const NDT7: [Figure; 7] = [
         Better::Higher,
         "payload bytes the upload moved",
         |r| Some(r.ndt7()?.upload.as_ref()?.bytes as f64),
+    ),
+];
+/// The http kind's own assertion figures: times are medians over the
+/// requests that completed (each request's sum over its redirects), the
+/// rest the last request's.
+pub const HTTP: [Figure; 12] = [
+    fig("dns", Quantity::Time, Better::Lower, "name resolution", |r| {
+        r.http()?.median_ms(|h| h.dns_ms).map(|v| v / 1e3)
+    }),
+    fig("connect", Quantity::Time, Better::Lower, "TCP connect", |r| {
+        r.http()?.median_ms(|h| h.connect_ms).map(|v| v / 1e3)
+    }),
+    fig("tls", Quantity::Time, Better::Lower, "TLS handshake", |r| {
+        r.http()?.median_ms(|h| h.tls_ms).map(|v| v / 1e3)
+    }),
+    fig(
+        "first_byte",
+        Quantity::Time,
+        Better::Lower,
+        "request sent to the response's head",
+        |r| r.http()?.median_ms(|h| h.first_byte_ms).map(|v| v / 1e3),
+    ),
+    fig(
+        "transfer",
+        Quantity::Time,
+        Better::Lower,
+        "the response's head to the body's end",
+        |r| r.http()?.median_ms(|h| h.transfer_ms).map(|v| v / 1e3),
+    ),
+    fig(
+        "total",
+        Quantity::Time,
+        Better::Lower,
+        "the whole request, redirects included",
+        |r| r.http()?.median_total_ms().map(|v| v / 1e3),
+    ),
+    fig(
+        "body_bytes",
+        Quantity::Bytes,
+        Better::Neither,
+        "body bytes read of the last response",
+        |r| r.http()?.last_hop().map(|h| h.body_bytes as f64),
+    ),
+    fig(
+        "status",
+        Quantity::Count,
+        Better::Neither,
+        "the last response's status code",
+        |r| r.http()?.last_hop()?.status.map(f64::from),
+    ),
+    fig(
+        "matched",
+        Quantity::Count,
+        Better::Higher,
+        "1 when every request's final response passed the status and body checks, else 0",
+        |r| {
+            let h = r.http()?;
+            Some(f64::from(u8::from(
+                h.matched == h.exchanges.len() as u64 && h.matched > 0,
+            )))
+        },
+    ),
+    fig(
+        "redirects",
+        Quantity::Count,
+        Better::Neither,
+        "redirects the last request followed",
+        |r| r.http()?.exchanges.last().map(|e| e.redirects() as f64),
+    ),
+    fig(
+        "cert_days_left",
+        Quantity::Count,
+        Better::Higher,
+        "days until the first certificate of the chain expires (https)",
+        |r| r.http()?.tls().map(|t| t.chain_days_left),
+    ),
+    fig(
+        "chain_valid",
+        Quantity::Count,
+        Better::Higher,
+        "1 when the certificate chain verified, else 0 (https)",
+        |r| r.http()?.tls().map(|t| f64::from(u8::from(t.chain_valid))),
+    ),
+];
+
+/// The tls kind's own assertion figures.
+pub const TLS: [Figure; 4] = [
+    fig(
+        "handshake",
+        Quantity::Time,
+        Better::Lower,
+        "the TLS handshake",
+        |r| r.tls()?.handshake_ms.map(|v| v / 1e3),
+    ),
+    fig(
+        "cert_days_left",
+        Quantity::Count,
+        Better::Higher,
+        "days until the first certificate of the chain expires",
+        |r| r.tls()?.facts.as_ref().map(|t| t.chain_days_left),
+    ),
+    fig(
+        "chain_valid",
+        Quantity::Count,
+        Better::Higher,
+        "1 when the certificate chain verified, else 0",
+        |r| {
+            r.tls()?
+                .facts
+                .as_ref()
+                .map(|t| f64::from(u8::from(t.chain_valid)))
+        },
+    ),
+    fig(
+        "protocol",
+        Quantity::Count,
+        Better::Higher,
+        "the TLS version agreed, as 1.2 or 1.3",
+        |r| {
+            r.tls()?.facts.as_ref().and_then(|t| match t.protocol.as_str() {
+                "TLSv1.3" => Some(1.3),
+                "TLSv1.2" => Some(1.2),
+                _ => None,
+            })
+        },
     ),
 ];
 

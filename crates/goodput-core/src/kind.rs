@@ -50,6 +50,10 @@ pub enum Kind {
     Dns,
     /// An ndt7 speed test (`goodput ndt7`).
     Ndt7,
+    /// An HTTP(S) request, its phases timed (`goodput http`).
+    Http,
+    /// A TLS connect and handshake (`goodput tls`).
+    Tls,
 }
 
 /// Runs `$body` with `$S` bound to the spec struct of `$kind`: the one
@@ -114,13 +118,21 @@ macro_rules! with_spec {
                 type $S = Ndt7Spec;
                 $body
             }
+            Kind::Http => {
+                type $S = HttpSpec;
+                $body
+            }
+            Kind::Tls => {
+                type $S = TlsSpec;
+                $body
+            }
         }
     }};
 }
 
 impl Kind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Tcp,
         Kind::Udp,
         Kind::Quic,
@@ -135,6 +147,8 @@ impl Kind {
         Kind::Twamp,
         Kind::Dns,
         Kind::Ndt7,
+        Kind::Http,
+        Kind::Tls,
     ];
 
     /// The kind's name, as a document's `kind` and the command name.
@@ -154,6 +168,8 @@ impl Kind {
             Kind::Twamp => "twamp",
             Kind::Dns => "dns",
             Kind::Ndt7 => "ndt7",
+            Kind::Http => "http",
+            Kind::Tls => "tls",
         }
     }
 
@@ -360,7 +376,7 @@ mod tests {
         }
         assert_eq!(
             "bogus".parse::<Kind>().unwrap_err(),
-            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7"
+            "unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7, http, tls"
         );
     }
 
@@ -402,6 +418,7 @@ mod tests {
                 Kind::Server => &[],
                 Kind::Dns => &[Loss, Delay, Errors],
                 Kind::Ndt7 => &[Throughput],
+                Kind::Http | Kind::Tls => &[Certificate],
             };
             assert_eq!(measured(k), want, "{k}");
         }

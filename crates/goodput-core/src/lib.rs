@@ -16,6 +16,7 @@ pub mod cts;
 pub mod dns;
 pub mod echo;
 pub mod hash;
+pub mod http;
 pub mod iperf3;
 pub mod kind;
 pub mod media;

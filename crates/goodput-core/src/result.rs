@@ -610,6 +610,10 @@ pub enum TestKind {
     /// `goodput ndt7`, an ndt7 speed-test client (or a browser's test kept
     /// by an agent).
     Ndt7Client,
+    /// `goodput http`, an HTTP(S) client.
+    HttpClient,
+    /// `goodput tls`, a TLS handshake.
+    TlsClient,
 }
 
 /// Which TCP wire protocol is spoken.
@@ -641,6 +645,10 @@ pub enum WireProtocol {
     Dns,
     /// M-Lab's ndt7: WebSocket over TCP or TLS.
     Ndt7,
+    /// HTTP/1.1 or HTTP/2 over TCP, with or without TLS.
+    Http,
+    /// A TLS handshake over TCP, nothing after it.
+    Tls,
 }
 
 impl From<crate::spec::TcpWire> for WireProtocol {

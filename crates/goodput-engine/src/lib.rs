@@ -11,6 +11,7 @@ pub mod admission;
 mod counters;
 mod datagram;
 pub mod echo;
+pub mod http;
 pub mod iperf3;
 mod lowat;
 pub mod media;

@@ -506,6 +506,8 @@ pub(crate) fn summary_text(result: &TestResult) -> String {
         Detail::Dns(d) => Some(crate::dns::summary(result, d)),
         Detail::Ndt7(d) => Some(crate::ndt7::ndt7_summary(result, d)),
         Detail::None | Detail::Server(_) | Detail::Iperf3(_) => None,
+        Detail::Http(d) => Some(crate::http::http_summary(result, d)),
+        Detail::Tls(d) => Some(crate::http::tls_summary(d)),
     };
     if let Some(own) = own {
         t.push_str(&own);

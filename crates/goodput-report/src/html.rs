@@ -242,6 +242,45 @@ pub fn headline_figures(r: &TestResult) -> Vec<Figure> {
                 }
             }
         }
+        TestKind::HttpClient => {
+            if let Some(h) = r.http() {
+                for (name, m) in [
+                    ("DNS", h.median_ms(|x| x.dns_ms)),
+                    ("Connect", h.median_ms(|x| x.connect_ms)),
+                    ("TLS", h.median_ms(|x| x.tls_ms)),
+                    ("First byte", h.median_ms(|x| x.first_byte_ms)),
+                    ("Transfer", h.median_ms(|x| x.transfer_ms)),
+                    ("Total", h.median_total_ms()),
+                ] {
+                    if let Some(m) = m {
+                        v.push(fig(name, m, "ms", Lower));
+                    }
+                }
+                if let Some(s) = h.last_hop().and_then(|x| x.status) {
+                    v.push(fig("Status", f64::from(s), "", Neither));
+                }
+                v.push(fig("Matched", h.matched as f64, "", Higher));
+                if let Some(t) = h.tls() {
+                    v.push(fig("Certificate days left", t.chain_days_left, "", Higher));
+                }
+            }
+        }
+        TestKind::TlsClient => {
+            if let Some(t) = r.tls() {
+                if let Some(m) = t.handshake_ms {
+                    v.push(fig("Handshake", m, "ms", Lower));
+                }
+                if let Some(f) = &t.facts {
+                    v.push(fig("Certificate days left", f.chain_days_left, "", Higher));
+                    v.push(fig(
+                        "Chain valid",
+                        if f.chain_valid { 1.0 } else { 0.0 },
+                        "",
+                        Higher,
+                    ));
+                }
+            }
+        }
     }
     v
 }
@@ -528,6 +567,8 @@ fn kind_name(k: TestKind) -> &'static str {
         TestKind::TwampClient => "TWAMP client",
         TestKind::DnsClient => "DNS queries",
         TestKind::Ndt7Client => "ndt7 client",
+        TestKind::HttpClient => "HTTP client",
+        TestKind::TlsClient => "TLS handshake",
     }
 }
 

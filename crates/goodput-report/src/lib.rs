@@ -10,6 +10,7 @@ mod echo;
 mod files;
 mod format;
 mod html;
+mod http;
 mod intervals;
 mod iperf3;
 mod media;

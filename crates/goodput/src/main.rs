@@ -8,7 +8,8 @@ use crate::flags::{Cli, Command};
 use anyhow::anyhow;
 use clap::{Arg, ArgAction, CommandFactory, FromArgMatches};
 use cmd::{
-    agent, check, dns, echo, iperf3, ndt7, owamp, path, quic, report, run, server, stamp, tcp, ttcp, udp,
+    agent, check, dns, echo, http, iperf3, ndt7, owamp, path, quic, report, run, server, stamp, tcp, ttcp,
+    udp,
 };
 use cmd::{on_worker, runtime, usage, Stop, EXIT_FATAL, EXIT_OK, EXIT_USAGE};
 use std::io;
@@ -108,6 +109,8 @@ fn main() -> ExitCode {
         Command::Trace(args) => runtime().and_then(|rt| on_worker(&rt, path::trace(*args))),
         Command::Ping(args) => runtime().and_then(|rt| on_worker(&rt, path::ping(*args))),
         Command::Dns(args) => runtime().and_then(|rt| on_worker(&rt, dns::dns(*args))),
+        Command::Http(args) => runtime().and_then(|rt| on_worker(&rt, http::http(*args))),
+        Command::Tls(args) => runtime().and_then(|rt| on_worker(&rt, http::tls(*args))),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -81,8 +81,12 @@ family = "ipv4""#,
     assert_eq!(t["max_hops"].as_integer(), Some(20));
     assert_eq!(t["method"].as_str(), Some("icmp"));
     assert_eq!(t["wait"].as_str(), Some("2s"));
-    // An http test has no goodput kind; a jq variable cannot be filled.
-    assert!(c["tests"].get("web").is_none());
+    // http → http, to the pair's destination; a jq variable cannot be
+    // filled.
+    let t = test("web");
+    assert_eq!(t["kind"].as_str(), Some("http"));
+    assert_eq!(t["url"].as_str(), Some("https://{{dest}}/"));
+    assert_eq!(t["timeout"].as_str(), Some("5s"));
     assert!(c["tests"].get("jq").is_none());
 
     // Groups: the disabled address is left out of the mesh; the disjoint
@@ -113,7 +117,7 @@ family = "ipv4""#,
     assert!(c["schedules"]["once-a-day"].get("until").is_none());
     assert_eq!(c["schedules"]["latencybg"]["repeat"].as_str(), Some("P1D"));
 
-    // Tasks: the six that can run, and none of the others.
+    // Tasks: the seven that can run, and none of the others.
     let mut tasks: Vec<&String> = c["tasks"].as_table().unwrap().keys().collect();
     tasks.sort();
     assert_eq!(
@@ -124,6 +128,7 @@ family = "ipv4""#,
             "core-rtt",
             "core-throughput",
             "core-trace",
+            "core-web",
             "edge-udp"
         ]
     );
@@ -150,13 +155,11 @@ family = "ipv4""#,
         "addresses.old: disabled (or its host is); skipped",
         "addresses.*.lead-bind-address: not carried over (1 addresses)",
         "groups.by-class.addresses[0]: address class 'east-hosts': no class named 'east-hosts'; it selects nothing",
-        "tests.web: type 'http' has no goodput kind; skipped",
         "tests.jq: spec.dest",
         "tests.throughput: spec fields not carried over: omit",
         "tests.rtt: spec fields not carried over: ttl",
         "schedules.once-a-day.until: \"@PT30D\" is not an RFC 3339 time",
         "tasks.*.reference: not carried over (1 tasks)",
-        "tasks.core-web: its test 'web' was not carried over; skipped",
         "tasks.core-jq: its test 'jq' was not carried over; skipped",
         "tasks.class-trace: makes no pair goodput can run; skipped",
         "tasks.one-shot: no schedule (pScheduler would run it once); skipped",
@@ -165,7 +168,7 @@ family = "ipv4""#,
         assert!(err.contains(needle), "no note \"{needle}\" in:\n{err}");
         assert!(text.contains(needle), "no comment \"{needle}\" in:\n{text}");
     }
-    assert!(err.contains("imported 6 tasks"), "{err}");
+    assert!(err.contains("imported 7 tasks"), "{err}");
     // What is carried over now is not noted as lost: latencybg's flip is
     // its direction, and core-rtt's tool (ping) is the kind it runs as.
     assert!(!err.contains("tests.latencybg: spec fields"), "{err}");
@@ -188,8 +191,8 @@ family = "ipv4""#,
     ]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(out.contains("valid:"), "{out}");
-    // Two peers for each of the five core tasks, and the router for edge-udp.
-    assert!(out.contains("It runs 11 task pairs:"), "{out}");
+    // Two peers for each of the six core tasks, and the router for edge-udp.
+    assert!(out.contains("It runs 13 task pairs:"), "{out}");
 }
 
 #[test]

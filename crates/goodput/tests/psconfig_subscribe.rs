@@ -160,7 +160,7 @@ fn an_agent_subscribed_to_a_template_follows_it_and_keeps_its_schedule_when_it_b
     let web = json!({
         "addresses": {"a": {"address": ip}},
         "groups": {"solo": {"type": "list", "addresses": [{"name": "a"}]}},
-        "tests": {"web": {"type": "http", "spec": {"url": "http://{% address[0] %}/"}}},
+        "tests": {"web": {"type": "idle", "spec": {"duration": "PT5S"}}},
         "schedules": {"hourly": {"repeat": "PT1H"}},
         "tasks": {"web": {"group": "solo", "test": "web", "schedule": "hourly"}}
     });

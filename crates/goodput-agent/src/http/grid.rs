@@ -153,6 +153,10 @@ pub(crate) fn level_of(family: Family, v: f64, baseline: Option<f64>) -> (Level,
             "no path change in a day good, one fair".into(),
         ),
         Family::Errors => (pick(v < 0.5, v < 1.5), "no failure good, one fair".into()),
+        Family::Certificate => (
+            pick(v >= 30.0, v >= 7.0),
+            "30 days or more before the certificate expires good, 7 fair".into(),
+        ),
         Family::Throughput => match baseline.filter(|b| *b > 0.0) {
             None => (Level::Good, "no baseline yet".into()),
             Some(b) => (
@@ -181,6 +185,9 @@ pub(crate) fn scale_legend(family: Family) -> &'static str {
         Family::Jitter => "jitter below 2 ms is good, below 10 ms fair, 10 ms and more poor",
         Family::Path => "no path change in the last day is good, one fair, more poor",
         Family::Errors => "no failure in a run is good, one fair, more poor",
+        Family::Certificate => {
+            "a certificate 30 days or more from expiring is good, 7 days or more fair, less poor"
+        }
         Family::Throughput => {
             "throughput at 80 % of the pair's usual (its last week's median) or more is good, 50 % fair, less poor"
         }
@@ -232,6 +239,7 @@ pub(crate) fn short(family: Family, v: f64) -> String {
             let n = v.round().clamp(0.0, 1e15) as u64;
             format!("{n} failure{}", if n == 1 { "" } else { "s" })
         }
+        Family::Certificate => format!("{} d", digits(v)),
     }
 }
 

@@ -1088,6 +1088,18 @@ async fn measurement_section(
             .push(line("failures", palette::VERMILLION, &e, 1.0, "failures"));
         out.push_str(&chart::svg(&c));
     }
+    if Family::Certificate.measured_by(kind) {
+        let mut c = new_chart("Days until the certificate expires", "days");
+        let d = series(Metric::CertDaysLeft).await?;
+        c.series.push(line("days left", palette::GREEN, &d, 1.0, "days"));
+        out.push_str(&chart::svg(&c));
+        let t = series(Metric::HttpTotal).await?;
+        if !t.is_empty() {
+            let mut c = new_chart("HTTP request time (median, redirects included)", "ms");
+            c.series.push(line("request", palette::BLUE, &t, 1e3, "ms"));
+            out.push_str(&chart::svg(&c));
+        }
+    }
     if Family::Path.measured_by(kind) {
         let mut c = new_chart("Hops to the destination", "hops");
         let h = series(Metric::Hops).await?;

@@ -74,12 +74,12 @@ const ALLOWED: [(&str, usize); 29] = [
 ];
 
 /// A parsed expression, checked against the allowed subset.
-pub(super) struct Expr<'s> {
+pub(crate) struct Expr<'s> {
     term: Term<&'s str>,
 }
 
 /// Parses `code` and checks that it uses only the allowed subset.
-pub(super) fn parse(code: &str) -> Result<Expr<'_>, String> {
+pub(crate) fn parse(code: &str) -> Result<Expr<'_>, String> {
     if code.len() > MAX_LEN {
         return Err(format!("{} bytes long, {MAX_LEN} allowed", code.len()));
     }
@@ -207,6 +207,26 @@ impl Expr<'_> {
             [] => Err("it gives no output (pSConfig wants exactly one)".into()),
             _ => Err("it gives more than one output (pSConfig wants exactly one)".into()),
         }
+    }
+}
+
+/// Whether filter `code` holds on `input`: its one output is neither
+/// `false` nor `null`. The same subset and budgets as a template variable
+/// (a body checked by `goodput http` comes from a server, as hostile as a
+/// template).
+pub(crate) fn holds(code: &str, input: &Value) -> Result<bool, String> {
+    let expr = parse(code)?;
+    let mut ev = Eval {
+        steps: 0,
+        max_steps: MAX_STEPS,
+        bytes: 0,
+        vars: Vec::new(),
+    };
+    let out = ev.run(&expr.term, Cow::Borrowed(input), 0)?;
+    match out.as_slice() {
+        [v] => Ok(!matches!(v.as_ref(), Value::Null | Value::Bool(false))),
+        [] => Err("it gives no output".into()),
+        _ => Err("it gives more than one output".into()),
     }
 }
 

@@ -32,7 +32,7 @@ use expand::Template;
 
 mod dns;
 mod expand;
-mod jq;
+pub(crate) mod jq;
 use crate::time::duration_ms;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -70,7 +70,15 @@ const LATENCYBG_REPEAT_MS: u64 = 86_400_000;
 const OWAMP_TOOLS: [&str; 2] = ["owping", "powstream"];
 
 /// The pScheduler test types goodput measures.
-const MEASURED: [&str; 6] = ["throughput", "latency", "latencybg", "rtt", "trace", "dns"];
+const MEASURED: [&str; 7] = [
+    "throughput",
+    "latency",
+    "latencybg",
+    "rtt",
+    "trace",
+    "dns",
+    "http",
+];
 
 /// The tool pScheduler runs a TWAMP rtt test with.
 const TWAMP_TOOL: &str = "twping";
@@ -386,6 +394,8 @@ fn turned(kind: Kind, doc: &Value) -> Option<Value> {
         | Kind::Server => return None,
         // A query measures only from where it runs.
         Kind::Dns => return None,
+        // Single-ended, measured where it runs.
+        Kind::Http | Kind::Tls => return None,
     }
     Some(d)
 }
@@ -440,13 +450,16 @@ fn tests(
             notes.push(format!("{place}: {why}; skipped"));
             continue;
         }
-        let (src_key, dst_key) = if ty == "dns" {
-            dns::ENDS
+        let (src, dst) = if ty == "http" {
+            http_ends(&spec)
         } else {
-            ("source", "dest")
+            let (src_key, dst_key) = if ty == "dns" {
+                dns::ENDS
+            } else {
+                ("source", "dest")
+            };
+            (end_ref(spec.get(src_key)), end_ref(spec.get(dst_key)))
         };
-        let src = end_ref(spec.get(src_key));
-        let dst = end_ref(spec.get(dst_key));
         let index = |e: EndRef| match e {
             EndRef::Index(i) => Some(i),
             _ => None,
@@ -555,6 +568,69 @@ fn jq_spec(
     }
 }
 
+/// An http test's ends: pScheduler runs it on `host` (the scheduling
+/// host when none), and the end it measures is the address its URL
+/// names (`{% address[1] %}` in it), if any.
+fn http_ends(spec: &Map<String, Value>) -> (EndRef, EndRef) {
+    let src = end_ref(spec.get("host"));
+    let url = spec.get("url").and_then(Value::as_str).unwrap_or("");
+    let mut dst = EndRef::Written;
+    let mut rest = url;
+    while let Some(at) = rest.find("{%") {
+        let Some(end) = rest[at..].find("%}") else { break };
+        if let Some(i) = address_index(rest[at + 2..at + end].trim()) {
+            if EndRef::Index(i) != src {
+                dst = EndRef::Index(i);
+                break;
+            }
+        }
+        rest = &rest[at + end + 2..];
+    }
+    (src, dst)
+}
+
+/// pScheduler's http test (url, parse, timeout, headers, ip-version) as
+/// a goodput http test: `parse` is the text the body must contain.
+fn http_test(
+    spec: &Map<String, Value>,
+    place: &str,
+    notes: &mut Vec<String>,
+) -> Result<(Kind, Value), String> {
+    let mut f = Fields {
+        spec,
+        used: vec!["host", "host-node"],
+    };
+    let url = f.get("url").and_then(Value::as_str).ok_or("no spec.url")?;
+    let mut d = json!({ "kind": Kind::Http, "url": url });
+    if let Some(p) = f.get("parse").and_then(Value::as_str) {
+        d["expect_body"] = json!(p);
+    }
+    if let Some(t) = f.get("timeout") {
+        d["timeout"] = json!(duration(t).map_err(|e| format!("spec.timeout: {e}"))?);
+    }
+    if let Some(h) = f.get("headers").and_then(Value::as_object) {
+        let list: Vec<String> = h
+            .iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| format!("{k}: {v}")))
+            .take(crate::spec::http::MAX_HEADERS)
+            .collect();
+        d["header"] = json!(list);
+    }
+    match f.get("ip-version").and_then(Value::as_u64) {
+        Some(4) => d["family"] = json!("ipv4"),
+        Some(6) => d["family"] = json!("ipv6"),
+        _ => {}
+    }
+    let rest = f.rest();
+    if !rest.is_empty() {
+        notes.push(format!(
+            "{place}: spec fields not carried over: {}",
+            rest.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok((Kind::Http, d))
+}
+
 /// The spec fields a conversion read; the rest are noted as not carried.
 struct Fields<'a> {
     spec: &'a Map<String, Value>,
@@ -607,6 +683,9 @@ fn convert_test(
     place: &str,
     notes: &mut Vec<String>,
 ) -> Result<(Kind, Value), String> {
+    if ty == "http" {
+        return http_test(spec, place, notes);
+    }
     match ty {
         "throughput" | "latency" | "latencybg" | "rtt" | "trace" => {}
         "dns" => {
@@ -1317,6 +1396,50 @@ mod tests {
             "{:?}",
             i.notes
         );
+    }
+
+    #[test]
+    fn http_becomes_an_http_test_run_from_its_host() {
+        let t = json!({
+            "addresses": { "a": { "address": "192.0.2.1" }, "web": { "address": "www.example.org" } },
+            "groups": { "g": { "type": "disjoint", "a-addresses": [{ "name": "a" }], "b-addresses": [{ "name": "web" }] } },
+            "tests": {
+                "page": { "type": "http", "spec": {
+                    "host": "{% address[0] %}", "url": "https://{% address[1] %}/health",
+                    "parse": "ok", "timeout": "PT5S", "headers": { "X-Probe": "goodput" },
+                    "keep-content": 100
+                } }
+            },
+            "schedules": { "s": { "repeat": "PT1H" } },
+            "tasks": { "t": { "group": "g", "test": "page", "schedule": "s" } }
+        });
+        let i = import_psconfig(&t, ImportChoices::default()).unwrap();
+        let d = &i.config.tests["page"];
+        assert_eq!(d["kind"], "http", "{:?}", i.notes);
+        assert_eq!(d["url"], "https://{{dest}}/health");
+        assert_eq!(d["expect_body"], "ok");
+        assert_eq!(d["timeout"], "5s");
+        assert_eq!(d["header"], json!(["X-Probe: goodput"]));
+        assert!(
+            i.notes
+                .iter()
+                .any(|n| n.contains("not carried over: keep-content")),
+            "{:?}",
+            i.notes
+        );
+        assert!(
+            !i.notes.iter().any(|n| n.contains("has no goodput kind")),
+            "{:?}",
+            i.notes
+        );
+        // Run at a, to www.example.org.
+        let tasks = i.config.tasks_for(&["a".to_owned()]).unwrap();
+        assert_eq!(tasks.len(), 1, "{tasks:?}");
+        assert_eq!(tasks[0].dest.as_deref(), Some("web"));
+        match &tasks[0].spec {
+            crate::spec::TestSpec::Http(h) => assert_eq!(h.url, "https://www.example.org/health"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::assertion::AssertionOutcome;
 use crate::dns::DnsDetail;
+use crate::http::{HttpDetail, TlsDetail};
 use crate::ndt7::{Ndt7Detail, Ndt7ServerCounters};
 use crate::path::{PingDetail, TraceDetail};
 use crate::spec::TestSpec;
@@ -56,6 +57,10 @@ pub enum Detail {
     /// ndt7 client runs: each subtest's rate, round trip and
     /// retransmissions.
     Ndt7(Box<Ndt7Detail>),
+    /// HTTP client runs: each request's phases, status and checks.
+    Http(Box<HttpDetail>),
+    /// TLS handshakes: the protocol's and the certificate's facts.
+    Tls(Box<TlsDetail>),
 }
 
 /// What a server's services did over its life; a service that does not
@@ -189,6 +194,10 @@ whole! {
     dns, dns_mut, into_dns: DnsDetail => Dns;
     /// An ndt7 client's figures.
     ndt7, ndt7_mut, into_ndt7: Ndt7Detail => Ndt7;
+    /// An HTTP client's requests.
+    http, http_mut, into_http: HttpDetail => Http;
+    /// A TLS handshake's facts.
+    tls, tls_mut, into_tls: TlsDetail => Tls;
 }
 
 server! {
@@ -332,6 +341,13 @@ struct Document {
     /// Servers running the ndt7 service: its subtests and refusals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ndt7_server: Option<Ndt7ServerCounters>,
+    /// HTTP client runs only: each request's phases, status, checks and
+    /// TLS facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpDetail>,
+    /// TLS handshakes only: the protocol's and the certificate's facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tls: Option<TlsDetail>,
 }
 
 /// The same document, borrowed from a result to be written.
@@ -393,6 +409,9 @@ struct DocumentRef<'a> {
     ndt7: Option<&'a Ndt7Detail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ndt7_server: Option<&'a Ndt7ServerCounters>,
+    http: Option<&'a HttpDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tls: Option<&'a TlsDetail>,
 }
 
 impl Serialize for TestResult {
@@ -433,6 +452,8 @@ impl Serialize for TestResult {
             dns: d.dns(),
             ndt7: d.ndt7(),
             ndt7_server: d.ndt7_server(),
+            http: d.http(),
+            tls: d.tls(),
         }
         .serialize(s)
     }
@@ -488,6 +509,8 @@ impl TestResult {
             TestKind::TwampClient => boxed(doc.twamp.take()).map(Detail::Twamp),
             TestKind::DnsClient => boxed(doc.dns.take()).map(Detail::Dns),
             TestKind::Ndt7Client => boxed(doc.ndt7.take()).map(Detail::Ndt7),
+            TestKind::HttpClient => boxed(doc.http.take()).map(Detail::Http),
+            TestKind::TlsClient => boxed(doc.tls.take()).map(Detail::Tls),
         };
         // Whatever the kind did not take does not belong to it.
         let left = [
@@ -511,6 +534,8 @@ impl TestResult {
             ("dns", doc.dns.is_some()),
             ("ndt7", doc.ndt7.is_some()),
             ("ndt7_server", doc.ndt7_server.is_some()),
+            ("http", doc.http.is_some()),
+            ("tls", doc.tls.is_some()),
         ];
         if let Some((key, _)) = left.iter().find(|(_, there)| *there) {
             let kind = serde_json::to_value(doc.kind).unwrap_or_default();

@@ -17,6 +17,7 @@ use crate::schedule::{Ms, RunClass};
 
 pub mod dns;
 pub mod echo;
+pub mod http;
 pub mod iperf3;
 pub mod ndt7;
 pub mod owamp;
@@ -31,6 +32,7 @@ pub mod udp;
 
 pub use dns::DnsSpec;
 pub use echo::EchoSpec;
+pub use http::{HttpMethod, HttpSpec, HttpVersion, TlsSpec};
 pub use iperf3::Iperf3Spec;
 pub use ndt7::{Ndt7Spec, Ndt7Url};
 pub use owamp::{OwampDirection, OwampSpec, SecurityMode};
@@ -78,6 +80,10 @@ pub enum TestSpec {
     Dns(DnsSpec),
     /// An ndt7 speed test (`goodput ndt7`).
     Ndt7(Ndt7Spec),
+    /// An HTTP(S) request, its phases timed (`goodput http`).
+    Http(HttpSpec),
+    /// A TLS connect and handshake (`goodput tls`).
+    Tls(TlsSpec),
 }
 
 /// Runs `$body` with `$s` bound to the spec inside `$spec`, whatever its
@@ -101,6 +107,8 @@ macro_rules! each_kind {
             TestSpec::Twamp($s) => $body,
             TestSpec::Dns($s) => $body,
             TestSpec::Ndt7($s) => $body,
+            TestSpec::Http($s) => $body,
+            TestSpec::Tls($s) => $body,
         }
     };
 }
@@ -131,6 +139,8 @@ into_test_spec!(
     Twamp(TwampSpec),
     Dns(DnsSpec),
     Ndt7(Ndt7Spec),
+    Http(HttpSpec),
+    Tls(TlsSpec),
 );
 
 /// A kind's marking of a spec, applied.
@@ -371,6 +381,8 @@ pub fn read_one(v: serde_json::Value) -> Result<TestSpec, SpecError> {
         Kind::Twamp => read::<TwampSpec>(body),
         Kind::Dns => read::<DnsSpec>(body),
         Kind::Ndt7 => read::<Ndt7Spec>(body),
+        Kind::Http => read::<HttpSpec>(body),
+        Kind::Tls => read::<TlsSpec>(body),
     };
     spec.map_err(|e| {
         let path = e.path().to_string();
@@ -459,6 +471,8 @@ mod tests {
             TwampSpec::default().into(),
             DnsSpec::default().into(),
             Ndt7Spec::default().into(),
+            HttpSpec::default().into(),
+            TlsSpec::default().into(),
         ];
         let mut kinds: Vec<Kind> = specs.iter().map(TestSpec::kind).collect();
         for (spec, kind) in specs.iter().zip(&kinds) {
@@ -536,7 +550,7 @@ mod tests {
         assert!(e(r#"{"kind": "tcp", "transfer": -5}"#, false).starts_with("tcp.transfer: -5 is negative"));
         assert_eq!(
             e(r#"{"kind": "bogus"}"#, false),
-            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7"
+            "kind: unknown kind 'bogus'; one of tcp, udp, quic, stamp, iperf3, echo, ttcp, trace, ping, server, owamp, twamp, dns, ndt7, http, tls"
         );
         assert_eq!(
             e(r#"{"kind": "stamp", "rate": 0}"#, false)

@@ -5,6 +5,7 @@
 
 mod dns;
 mod echo;
+mod http;
 mod iperf3;
 mod ndt7;
 mod owamp;
@@ -112,6 +113,8 @@ pub async fn run(
         TestSpec::Twamp(s) => twamp::run(s, observer, cancel, max_records).await,
         TestSpec::Dns(s) => dns::run(spec, s, observer, cancel, max_records).await,
         TestSpec::Ndt7(s) => ndt7::run(s, observer, cancel).await,
+        TestSpec::Http(s) => http::http(spec, s, observer, cancel, max_records).await,
+        TestSpec::Tls(s) => http::tls(spec, s, observer, cancel).await,
     };
     let mut result = match outcome {
         Ok(mut r) => {
@@ -312,6 +315,8 @@ pub fn result_kind(spec: &TestSpec) -> (TestKind, WireProtocol) {
         TestSpec::Twamp(_) => (TestKind::TwampClient, WireProtocol::Twamp),
         TestSpec::Dns(_) => (TestKind::DnsClient, WireProtocol::Dns),
         TestSpec::Ndt7(_) => (TestKind::Ndt7Client, WireProtocol::Ndt7),
+        TestSpec::Http(_) => (TestKind::HttpClient, WireProtocol::Http),
+        TestSpec::Tls(_) => (TestKind::TlsClient, WireProtocol::Tls),
         TestSpec::Ttcp(s) => (
             if s.transmits() {
                 TestKind::TtcpTransmit

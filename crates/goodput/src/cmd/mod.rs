@@ -5,6 +5,7 @@ pub(crate) mod agent;
 pub(crate) mod check;
 pub(crate) mod dns;
 pub(crate) mod echo;
+pub(crate) mod http;
 pub(crate) mod iperf3;
 pub(crate) mod ndt7;
 pub(crate) mod owamp;

@@ -129,6 +129,7 @@ async fn run_spec(spec: TestSpec, views: &ViewArgs, extras: &Extras<'_>) -> Resu
         s @ (TestSpec::Trace(_) | TestSpec::Ping(_)) => super::path::run_path(s, views).await,
         s @ (TestSpec::Owamp(_) | TestSpec::Twamp(_)) => run_latency(s, views).await,
         s @ TestSpec::Dns(_) => super::dns::run_dns(s, views).await,
+        s @ (TestSpec::Http(_) | TestSpec::Tls(_)) => super::http::run_web(s, views).await,
     };
     match outcome {
         Err(Stop::Fatal(e)) => {

@@ -5,6 +5,7 @@ mod agent;
 mod check;
 mod dns;
 mod echo;
+mod http;
 mod iperf3;
 mod ndt7;
 mod owamp;
@@ -21,6 +22,7 @@ pub use agent::*;
 pub use check::*;
 pub use dns::*;
 pub use echo::*;
+pub use http::*;
 pub use iperf3::*;
 pub use ndt7::*;
 pub use owamp::*;
@@ -114,6 +116,18 @@ pub enum Command {
     /// code and answers; --expect and --expect-pattern check the answers,
     /// --count gives resolution percentiles, lost queries are retried.
     Dns(Box<DnsArgs>),
+    /// An HTTP(S) request with each phase timed (name resolution, TCP
+    /// connect, TLS handshake, first byte, transfer) over HTTP/1.1 or
+    /// HTTP/2, redirects followed with --follow, the status and body
+    /// checked, the body capped, and the TLS facts: protocol, cipher,
+    /// chain validity, days until the certificate expires.
+    Http(Box<HttpArgs>),
+    /// A TLS connect and handshake only, against any TLS port: protocol,
+    /// cipher, ALPN, the chain's validity in words, the leaf's subject,
+    /// issuer and names, and days until it (and the chain's first)
+    /// expires; --min-days N fails (exit 4) a certificate that expires
+    /// sooner.
+    Tls(Box<TlsArgs>),
     /// Nagios/Icinga plugin: a pair's metric over a window in an agent's
     /// archive against --warning and --critical ranges; one line with
     /// performance data, exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the
