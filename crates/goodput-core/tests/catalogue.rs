@@ -19,7 +19,7 @@ fn kinds() -> impl Iterator<Item = Kind> {
 #[test]
 fn goodput_check_takes_the_catalogues_figures_with_their_old_units() {
     // What `goodput check` took before the catalogue, unit for unit.
-    let want: [(&str, &str, f64, &str, f64, &str); 12] = [
+    let want: [(&str, &str, f64, &str, f64, &str); 14] = [
         ("throughput_up", "Mbit/s", 1e6, "", 1.0, "tcp"),
         ("throughput_down", "Mbit/s", 1e6, "", 1.0, "tcp"),
         ("loss", "%", 1.0, "%", 1.0, "stamp"),
@@ -33,6 +33,9 @@ fn goodput_check_takes_the_catalogues_figures_with_their_old_units() {
         // One-way delay, apart from the round trip.
         ("owd_forward_median", "ms", 1e3, "s", 1e6, "owamp"),
         ("owd_backward_median", "ms", 1e3, "s", 1e6, "owamp"),
+        // The probes above the transport.
+        ("http_total", "ms", 1e3, "s", 1e6, "http"),
+        ("cert_days_left", "", 1.0, "", 1.0, "tls"),
     ];
     let got: Vec<_> = CheckMetric::all()
         .map(|m| (m.name, m.unit, m.scale, m.uom, m.uom_scale, m.kind.name()))
@@ -212,6 +215,8 @@ fn metrics_exports_the_families_it_always_has() {
             1e6,
             "owd_backward_median_us",
         ),
+        ("goodput_http_total_seconds", "seconds", 1e6, "http_total_us"),
+        ("goodput_cert_days_left", "", 1.0, "cert_days_left"),
     ];
     let got: Vec<_> = SERIES
         .iter()
