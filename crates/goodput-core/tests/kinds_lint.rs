@@ -34,6 +34,11 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "dns",
         "pScheduler test type",
     ),
+    (
+        "crates/goodput-core/src/psconfig/mod.rs",
+        "http",
+        "pScheduler test type",
+    ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
     (
         "crates/goodput-core/src/psconfig/mod.rs",
