@@ -406,9 +406,11 @@ struct DocumentRef<'a> {
     twamp: Option<&'a TwampDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     dns: Option<&'a DnsDetail>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     ndt7: Option<&'a Ndt7Detail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ndt7_server: Option<&'a Ndt7ServerCounters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     http: Option<&'a HttpDetail>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tls: Option<&'a TlsDetail>,
