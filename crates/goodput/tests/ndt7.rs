@@ -97,7 +97,17 @@ fn goodput_and_the_npm_client_agree_with_the_servers_own_figures() {
     );
     let doc = result_doc(&client_json);
     assert_eq!(doc["kind"], "ndt7_client");
+    // One detail key, the kind's own: no other kind's key, not even null.
+    for other in ["http", "tls", "dns", "stamp", "ndt7_server"] {
+        assert!(doc.get(other).is_none(), "{other} in an ndt7 result");
+    }
     let d = &doc["ndt7"];
+    // The common totals: each subtest a connection, the upload sent and
+    // the download received.
+    let s = &doc["summary"];
+    assert_eq!(s["successful"], 2, "{s}");
+    assert_eq!(s["sent_bytes"], d["upload"]["bytes"], "{s}");
+    assert_eq!(s["received_bytes"], d["download"]["bytes"], "{s}");
     for sub in ["download", "upload"] {
         let f = &d[sub];
         assert!(f["bytes"].as_u64().unwrap() > 1_000_000, "{sub}: {f}");

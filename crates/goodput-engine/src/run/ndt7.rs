@@ -100,6 +100,29 @@ pub(super) async fn run(
     let whole = TestSpec::Ndt7(spec.clone());
     let nothing = detail.download.is_none() && detail.upload.is_none();
     let mut result = empty(&whole, started_unix_ms, began.elapsed().as_nanos() as u64);
+    // The common totals: a subtest is one connection, the upload's bytes
+    // are sent and the download's received, each at its own subtest's
+    // rate (the two never run at once).
+    let s = &mut result.summary;
+    for (f, up) in [(&detail.download, false), (&detail.upload, true)] {
+        let Some(f) = f else { continue };
+        s.successful += 1;
+        let per_second = if f.seconds > 0.0 {
+            f.bytes as f64 / f.seconds
+        } else {
+            0.0
+        };
+        if up {
+            s.sent_bytes = f.bytes;
+            s.send_bytes_per_second = per_second;
+        } else {
+            s.received_bytes = f.bytes;
+            s.recv_bytes_per_second = per_second;
+        }
+    }
+    if failure.is_some() {
+        s.network_errors = 1;
+    }
     result.detail = Detail::Ndt7(Box::new(detail));
     match failure {
         Some(f) if nothing => Err(Failure::test(f)),
