@@ -229,7 +229,11 @@ pub(super) async fn run(
             }
             None => {
                 lost += 1;
-                let text = format!("no reply after {} tries: {why}", q.attempts);
+                let text = format!(
+                    "no reply after {} {}: {why}",
+                    q.attempts,
+                    if q.attempts == 1 { "try" } else { "tries" }
+                );
                 observer.on_notice(&format!("query {seq}: {text}"));
                 q.error = Some(text);
             }
