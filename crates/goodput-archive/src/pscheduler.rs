@@ -10,7 +10,7 @@
 //! Written from pScheduler's published archiver and test result formats
 //! (`throughput`, `latency`, `latencybg`, `rtt`, `trace`).
 
-use goodput_core::psconfig::{goodput_test, ImportChoices};
+use goodput_core::psconfig::{goodput_test, has_kind, ImportChoices};
 use goodput_core::schedule::RunClass;
 use serde_json::{Map, Value};
 
@@ -26,6 +26,59 @@ pub struct PsResult {
     pub run: Run,
     /// pScheduler's test type.
     pub test_type: String,
+}
+
+/// Why a document was not mapped: the caller answers and counts by
+/// this, never by the words of [`Refusal::text`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    /// It does not read as a pScheduler result (a field missing, of the
+    /// wrong type or too long).
+    Malformed,
+    /// It reads, but a figure, a histogram bucket or the clock error is
+    /// past what is physically sensible.
+    OutOfRange,
+    /// Its test type has no goodput kind its results map to.
+    NoKind,
+}
+
+/// A document refused, with the reason in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// What kind of refusal it is.
+    pub kind: RefusalKind,
+    /// The reason in words, naming the field and its value.
+    pub text: String,
+}
+
+impl Refusal {
+    fn out_of_range(text: String) -> Self {
+        Self {
+            kind: RefusalKind::OutOfRange,
+            text,
+        }
+    }
+}
+
+impl From<String> for Refusal {
+    fn from(text: String) -> Self {
+        Self {
+            kind: RefusalKind::Malformed,
+            text,
+        }
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
 }
 
 /// Largest document fields read (ids, host names).
@@ -134,7 +187,7 @@ fn quantile(h: &[(f64, u64)], q: f64) -> Option<f64> {
 
 /// Maps one document as the `http` archiver sends it, with no observer
 /// named ([`from_pscheduler_observed`]).
-pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
+pub fn from_pscheduler(doc: &Value) -> Result<PsResult, Refusal> {
     from_pscheduler_observed(doc, None)
 }
 
@@ -146,7 +199,7 @@ pub fn from_pscheduler(doc: &Value) -> Result<PsResult, String> {
 /// its source whoever ran it); a single-ended test without one (rtt,
 /// trace, latency from the host that ran it) is its observer's, and
 /// only without an observer the first participant's.
-pub fn from_pscheduler_observed(doc: &Value, observer: Option<&str>) -> Result<PsResult, String> {
+pub fn from_pscheduler_observed(doc: &Value, observer: Option<&str>) -> Result<PsResult, Refusal> {
     let top = doc.as_object().ok_or("a pScheduler result is a JSON object")?;
     let uuid = text(top.get("id").ok_or("no id (the run's)")?, "id")?;
     let schedule = top.get("schedule").ok_or("no schedule")?;
@@ -172,12 +225,21 @@ pub fn from_pscheduler_observed(doc: &Value, observer: Option<&str>) -> Result<P
     // A template's dns tests import as goodput's dns kind, but reading
     // pScheduler's dns results into one is not written.
     if ty == "dns" {
-        return Err(
-            "test type 'dns': its results are not read yet (the type has no goodput kind for them)".into(),
-        );
+        return Err(Refusal {
+            kind: RefusalKind::NoKind,
+            text: "test type 'dns': its results are not read yet (the type has no goodput kind for them)"
+                .into(),
+        });
     }
-    let (kind, goodput_spec, _) = goodput_test(ty, spec, tool, ImportChoices::default())
-        .map_err(|e| format!("test type '{ty}': {e}"))?;
+    let (kind, goodput_spec, _) =
+        goodput_test(ty, spec, tool, ImportChoices::default()).map_err(|e| Refusal {
+            kind: if has_kind(ty) {
+                RefusalKind::Malformed
+            } else {
+                RefusalKind::NoKind
+            },
+            text: format!("test type '{ty}': {e}"),
+        })?;
     let result = top
         .get("result")
         .and_then(Value::as_object)
@@ -230,7 +292,7 @@ pub fn from_pscheduler_observed(doc: &Value, observer: Option<&str>) -> Result<P
         Figures::default()
     };
     if let Some(e) = figures.out_of_range() {
-        return Err(format!("result: {e}"));
+        return Err(Refusal::out_of_range(format!("result: {e}")));
     }
     let class = match ty {
         "throughput" => RunClass::Exclusive,
@@ -302,7 +364,7 @@ fn throughput(r: &Map<String, Value>, spec: &Map<String, Value>) -> Figures {
 /// was unsynchronised, and the median stands clear of the clock error
 /// (`crate::one_way_is_exact`). Otherwise the run is marked and its
 /// document keeps the figures.
-fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
+fn latency(r: &Map<String, Value>) -> Result<Figures, Refusal> {
     let mut f = Figures::default();
     let sent = r.get("packets-sent").and_then(count);
     let lost = r.get("packets-lost").and_then(count);
@@ -321,9 +383,9 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
         Some(v) => match num(v).filter(|e| (0.0..=max_ms).contains(e)) {
             Some(ms) => Some(ms * 1000.0),
             None => {
-                return Err(format!(
+                return Err(Refusal::out_of_range(format!(
                     "result.max-clock-error is {v}, not a time of 0 to 3600000 ms"
-                ))
+                )))
             }
         },
     };
@@ -342,9 +404,9 @@ fn latency(r: &Map<String, Value>) -> Result<Figures, String> {
             // Within an hour either way: a negative one is clocks out of
             // step, kept (in the document) but never taken for a delay.
             if !(-max_ms..=max_ms).contains(&ms) {
-                return Err(format!(
+                return Err(Refusal::out_of_range(format!(
                     "result.histogram-latency: bucket '{k}' is outside -3600000 to 3600000 ms"
-                ));
+                )));
             }
             let n = count(v).ok_or_else(|| format!("result.histogram-latency: bucket '{k}' has no count"))?;
             buckets.push((ms * 1000.0, n));
@@ -502,7 +564,8 @@ mod tests {
             ),
         ] {
             let e = from_pscheduler(&latency(serde_json::json!({ bucket: 5 }))).unwrap_err();
-            assert!(e.contains(says), "{bucket}: {e}");
+            assert!(e.text.contains(says), "{bucket}: {e}");
+            assert_eq!(e.kind, RefusalKind::OutOfRange, "{bucket}: {e}");
         }
         // A throughput of 1e308 bits/s is no figure either.
         let mut doc = serde_json::json!({
@@ -515,8 +578,10 @@ mod tests {
         doc["result"]["summary"]["summary"]["throughput-bits"] = 1e308.into();
         let e = from_pscheduler(&doc).unwrap_err();
         assert!(
-            e.contains("figure throughput_up_bps is 1e308, outside 0 to 10 Tbit/s"),
+            e.text
+                .contains("figure throughput_up_bps is 1e308, outside 0 to 10 Tbit/s"),
             "{e}"
         );
+        assert_eq!(e.kind, RefusalKind::OutOfRange, "{e}");
     }
 }

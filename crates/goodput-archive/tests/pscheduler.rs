@@ -3,7 +3,9 @@
 //! and figures exactly; malformed and unsupported documents are refused
 //! with a reason.
 
-use goodput_archive::pscheduler::{from_pscheduler, from_pscheduler_observed, iso_seconds, iso_time_ms};
+use goodput_archive::pscheduler::{
+    from_pscheduler, from_pscheduler_observed, iso_seconds, iso_time_ms, RefusalKind,
+};
 use goodput_archive::RunState;
 use goodput_core::schedule::RunClass;
 use goodput_core::time::rfc3339_ms;
@@ -138,8 +140,10 @@ fn an_unsynchronised_one_way_latency_keeps_its_clock_error_and_no_delay() {
     let mut bad = doc.clone();
     bad["result"]["max-clock-error"] = Value::from(-1.0);
     let e = from_pscheduler(&bad).unwrap_err();
+    assert_eq!(e.kind, RefusalKind::OutOfRange, "{e}");
     assert!(
-        e.contains("max-clock-error is -1.0, not a time of 0 to 3600000 ms"),
+        e.text
+            .contains("max-clock-error is -1.0, not a time of 0 to 3600000 ms"),
         "{e}"
     );
 }
@@ -162,8 +166,10 @@ fn a_single_ended_result_is_its_observers_and_a_named_source_wins() {
     let m = from_pscheduler_observed(&fixture("rtt"), Some("10.81.1.3")).unwrap();
     assert_eq!(m.run.source, "10.81.1.2");
     let e = from_pscheduler_observed(&doc, Some("")).unwrap_err();
+    assert_eq!(e.kind, RefusalKind::Malformed, "{e}");
     assert!(
-        e.contains("x-ps-observer header must be 1 to 512 characters"),
+        e.text
+            .contains("x-ps-observer header must be 1 to 512 characters"),
         "{e}"
     );
 }
@@ -212,10 +218,16 @@ fn trace_maps_to_hops_and_a_path_checksum() {
 #[test]
 fn malformed_and_unsupported_documents_are_refused_with_a_reason() {
     let err = from_pscheduler(&fixture("unsupported")).unwrap_err();
+    assert_eq!(err.kind, RefusalKind::NoKind, "{err}");
     assert!(
-        err.contains("type 'dns'") && err.contains("no goodput kind"),
+        err.text.contains("type 'dns'") && err.text.contains("no goodput kind"),
         "{err}"
     );
+    // A type pSConfig has and goodput does not.
+    let mut other = fixture("latencybg");
+    other["test"]["type"] = "s3-throughput".into();
+    let err = from_pscheduler(&other).unwrap_err();
+    assert_eq!(err.kind, RefusalKind::NoKind, "{err}");
     let base = fixture("latencybg");
     type Change = Box<dyn Fn(&mut Value)>;
     let cases: Vec<(&str, Change, &str)> = vec![
@@ -251,6 +263,11 @@ fn malformed_and_unsupported_documents_are_refused_with_a_reason() {
             "bucket 'fast'",
         ),
         (
+            "a bucket past an hour",
+            Box::new(|d| d["result"]["histogram-latency"]["1e9"] = 3.into()),
+            "bucket '1e9' is outside",
+        ),
+        (
             "no dest",
             Box::new(|d| drop(d["test"]["spec"].as_object_mut().unwrap().remove("dest"))),
             "dest",
@@ -265,7 +282,14 @@ fn malformed_and_unsupported_documents_are_refused_with_a_reason() {
         let mut d = base.clone();
         change(&mut d);
         let err = from_pscheduler(&d).expect_err(what);
-        assert!(err.contains(says), "{what}: {err}");
+        assert!(err.text.contains(says), "{what}: {err}");
+        // A bucket out of range is; a document that does not read is not.
+        let want = if says.starts_with("bucket '1e9'") {
+            RefusalKind::OutOfRange
+        } else {
+            RefusalKind::Malformed
+        };
+        assert_eq!(err.kind, want, "{what}: {err}");
     }
 }
 

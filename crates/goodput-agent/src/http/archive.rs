@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
+use goodput_archive::pscheduler::RefusalKind;
 use goodput_archive::{Run, RunState};
 use serde::Deserialize;
 
@@ -33,9 +34,26 @@ const MAX_NAME: usize = 512;
 
 /// One forwarded run checked: its figures and key worked out here from
 /// its documents, not taken on trust.
-fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> {
+/// A forwarded run refused: its id, the reason, and whether the reason
+/// is a date or figure out of range (counted apart).
+struct Refused {
+    id: String,
+    reason: String,
+    out_of_range: bool,
+}
+
+fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, Refused> {
     let id = v["id"].as_str().unwrap_or("").to_string();
-    let fail = |why: String| (id.clone(), why);
+    let fail = |reason: String| Refused {
+        id: id.clone(),
+        reason,
+        out_of_range: false,
+    };
+    let range = |reason: String| Refused {
+        id: id.clone(),
+        reason,
+        out_of_range: true,
+    };
     let mut run: Run = serde_json::from_value(v).map_err(|e| fail(format!("not a run: {e}")))?;
     if [
         Some(&run.id),
@@ -79,7 +97,7 @@ fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> 
         // Its figures are taken as sent: each must make sense.
         return match out_of_range(&run, now) {
             None => Ok(run),
-            Some(e) => Err(fail(e)),
+            Some(e) => Err(range(e)),
         };
     }
     run.kind = spec.kind().into();
@@ -95,7 +113,7 @@ fn checked_run(v: serde_json::Value, now: u64) -> Result<Run, (String, String)> 
     }
     match out_of_range(&run, now) {
         None => Ok(run),
-        Some(e) => Err(fail(e)),
+        Some(e) => Err(range(e)),
     }
 }
 
@@ -136,10 +154,10 @@ pub(crate) async fn ingest(
     for v in batch.runs {
         match checked_run(v, now) {
             Ok(r) => good.push(r),
-            Err((id, reason)) => {
-                out_of_range += u64::from(reason.contains("figure ") || reason.contains("ahead of"));
+            Err(r) => {
+                out_of_range += u64::from(r.out_of_range);
                 malformed += 1;
-                refused.push(serde_json::json!({"id": id, "reason": reason}));
+                refused.push(serde_json::json!({"id": r.id, "reason": r.reason}));
             }
         }
     }
@@ -246,16 +264,16 @@ pub(crate) async fn pscheduler(
         }
     };
     let mapped = goodput_archive::pscheduler::from_pscheduler_observed(&doc, observer).map_err(|e| {
-        let status = if e.contains("has no goodput kind") {
-            StatusCode::UNPROCESSABLE_ENTITY
-        } else {
-            StatusCode::BAD_REQUEST
+        let status = match e.kind {
+            RefusalKind::NoKind => StatusCode::UNPROCESSABLE_ENTITY,
+            RefusalKind::Malformed => StatusCode::BAD_REQUEST,
+            RefusalKind::OutOfRange => {
+                // Figures, latency buckets and the clock error past what
+                // is physically sensible.
+                count_refusal(&s, |c| c.refused_out_of_range += 1);
+                StatusCode::BAD_REQUEST
+            }
         };
-        // Figures, latency buckets and the clock error past what is
-        // physically sensible.
-        if e.contains(", outside ") || e.contains(" is outside ") || e.contains(", not a time of ") {
-            count_refusal(&s, |c| c.refused_out_of_range += 1);
-        }
         refused(status, format!("not a pScheduler result goodput maps: {e}"))
     })?;
     let mut run = mapped.run;

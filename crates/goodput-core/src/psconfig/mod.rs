@@ -80,6 +80,12 @@ const MEASURED: [&str; 7] = [
     "http",
 ];
 
+/// Whether pScheduler's test type `ty` has a goodput kind (its tests
+/// import and its results map).
+pub fn has_kind(ty: &str) -> bool {
+    MEASURED.contains(&ty)
+}
+
 /// The tool pScheduler runs a TWAMP rtt test with.
 const TWAMP_TOOL: &str = "twping";
 
