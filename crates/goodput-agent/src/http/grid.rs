@@ -127,6 +127,69 @@ pub(crate) const MIN_BASELINE_RUNS: usize = 3;
 /// The fallback reason a no-data cell carries when no rule had a value.
 const NO_RESULT: &str = "no result in the window yet";
 
+/// A family judged against fixed bounds, the same for every pair (the
+/// others are judged against the pair's own baseline): a value is good
+/// below `good` (at or above it where `higher_is_better`), fair below
+/// `fair`, else poor; `band` says so in a cell's few words, `legend` in
+/// the grid's legend.
+struct Fixed {
+    good: f64,
+    fair: f64,
+    higher_is_better: bool,
+    band: &'static str,
+    legend: &'static str,
+}
+
+/// The bounds of a family judged against fixed bounds; `None` for those
+/// judged against the pair's baseline.
+fn fixed(family: Family) -> Option<Fixed> {
+    let (good, fair, higher_is_better, band, legend) = match family {
+        Family::Loss => (
+            0.1,
+            2.0,
+            false,
+            "loss below 0.1 % good, below 2 % fair",
+            "loss below 0.1 % is good, below 2 % fair, 2 % and more poor",
+        ),
+        Family::Jitter => (
+            2_000.0,
+            10_000.0,
+            false,
+            "jitter below 2 ms good, below 10 ms fair",
+            "jitter below 2 ms is good, below 10 ms fair, 10 ms and more poor",
+        ),
+        Family::Path => (
+            0.5,
+            1.5,
+            false,
+            "no path change in a day good, one fair",
+            "no path change in the last day is good, one fair, more poor",
+        ),
+        Family::Errors => (
+            0.5,
+            1.5,
+            false,
+            "no failure good, one fair",
+            "no failure in a run is good, one fair, more poor",
+        ),
+        Family::Certificate => (
+            30.0,
+            7.0,
+            true,
+            "30 days or more before the certificate expires good, 7 fair",
+            "a certificate 30 days or more from expiring is good, 7 days or more fair, less poor",
+        ),
+        Family::Throughput | Family::Delay | Family::OneWayDelay => return None,
+    };
+    Some(Fixed {
+        good,
+        fair,
+        higher_is_better,
+        band,
+        legend,
+    })
+}
+
 /// A value's level on its family's scale (archive units: bit/s, %,
 /// µs, path changes), and the band in words.
 pub(crate) fn level_of(family: Family, v: f64, baseline: Option<f64>) -> (Level, String) {
@@ -139,24 +202,15 @@ pub(crate) fn level_of(family: Family, v: f64, baseline: Option<f64>) -> (Level,
             Level::Poor
         }
     };
+    if let Some(f) = fixed(family) {
+        let level = if f.higher_is_better {
+            pick(v >= f.good, v >= f.fair)
+        } else {
+            pick(v < f.good, v < f.fair)
+        };
+        return (level, f.band.into());
+    }
     match family {
-        Family::Loss => (
-            pick(v < 0.1, v < 2.0),
-            "loss below 0.1 % good, below 2 % fair".into(),
-        ),
-        Family::Jitter => (
-            pick(v < 2_000.0, v < 10_000.0),
-            "jitter below 2 ms good, below 10 ms fair".into(),
-        ),
-        Family::Path => (
-            pick(v < 0.5, v < 1.5),
-            "no path change in a day good, one fair".into(),
-        ),
-        Family::Errors => (pick(v < 0.5, v < 1.5), "no failure good, one fair".into()),
-        Family::Certificate => (
-            pick(v >= 30.0, v >= 7.0),
-            "30 days or more before the certificate expires good, 7 fair".into(),
-        ),
         Family::Throughput => match baseline.filter(|b| *b > 0.0) {
             None => (Level::Good, "no baseline yet".into()),
             Some(b) => (
@@ -164,7 +218,7 @@ pub(crate) fn level_of(family: Family, v: f64, baseline: Option<f64>) -> (Level,
                 format!("{} of its usual {}", percent(v / b), short(family, b)),
             ),
         },
-        Family::Delay | Family::OneWayDelay => match baseline {
+        _ => match baseline {
             None => (Level::Good, "no baseline yet".into()),
             Some(b) => (
                 pick(v <= 1.2 * b + 1_000.0, v <= 2.0 * b + 5_000.0),
@@ -180,20 +234,13 @@ fn percent(r: f64) -> String {
 
 /// The scale in one line, for the grid's legend.
 pub(crate) fn scale_legend(family: Family) -> &'static str {
-    match family {
-        Family::Loss => "loss below 0.1 % is good, below 2 % fair, 2 % and more poor",
-        Family::Jitter => "jitter below 2 ms is good, below 10 ms fair, 10 ms and more poor",
-        Family::Path => "no path change in the last day is good, one fair, more poor",
-        Family::Errors => "no failure in a run is good, one fair, more poor",
-        Family::Certificate => {
-            "a certificate 30 days or more from expiring is good, 7 days or more fair, less poor"
-        }
-        Family::Throughput => {
-            "throughput at 80 % of the pair's usual (its last week's median) or more is good, 50 % fair, less poor"
-        }
-        Family::Delay | Family::OneWayDelay => {
-            "delay within 1.2 × the pair's usual (its last week's median) + 1 ms is good, 2 × + 5 ms fair, more poor"
-        }
+    if let Some(f) = fixed(family) {
+        return f.legend;
+    }
+    if family == Family::Throughput {
+        "throughput at 80 % of the pair's usual (its last week's median) or more is good, 50 % fair, less poor"
+    } else {
+        "delay within 1.2 × the pair's usual (its last week's median) + 1 ms is good, 2 × + 5 ms fair, more poor"
     }
 }
 
@@ -852,6 +899,20 @@ mod tests {
         assert_eq!(l(Family::Loss, 0.0, None), Level::Good);
         assert_eq!(l(Family::Loss, 0.5, None), Level::Fair);
         assert_eq!(l(Family::Loss, 2.0, None), Level::Poor);
+        assert_eq!(l(Family::Errors, 0.0, None), Level::Good);
+        assert_eq!(l(Family::Errors, 1.0, None), Level::Fair);
+        assert_eq!(l(Family::Errors, 2.0, None), Level::Poor);
+        // Days left on a certificate: more is better.
+        assert_eq!(l(Family::Certificate, 40.0, None), Level::Good);
+        assert_eq!(l(Family::Certificate, 10.0, None), Level::Fair);
+        assert_eq!(l(Family::Certificate, 3.0, None), Level::Poor);
+        // Every family has a legend of its own.
+        let legends: std::collections::HashSet<_> = Family::ALL.iter().map(|f| scale_legend(*f)).collect();
+        assert_eq!(
+            legends.len(),
+            Family::ALL.len() - 1,
+            "delay and one-way delay share theirs"
+        );
         assert_eq!(l(Family::Jitter, 205.0, None), Level::Good);
         assert_eq!(l(Family::Jitter, 12_000.0, None), Level::Poor);
         // Throughput against the pair's usual.
