@@ -7,8 +7,8 @@
 
 mod common;
 
-use common::{free_tcp_port, goodput, have, tmp, wait_tcp_listening, Reaped};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+use common::peers::{self, TestCa};
+use common::{free_tcp_port, goodput, have, tmp, Reaped};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -26,7 +26,7 @@ enum Cert {
 const CERTS: [Cert; 4] = [Cert::Valid, Cert::Expiring, Cert::Expired, Cert::WrongName];
 
 struct Nginx {
-    _child: Reaped,
+    _server: peers::Nginx,
     dir: PathBuf,
     plain: u16,
     tls: [u16; 4],
@@ -50,54 +50,30 @@ impl Nginx {
     }
 }
 
+/// The test's CA, and a certificate of each case signed by it.
 fn write_certs(dir: &Path) {
     let now = OffsetDateTime::now_utc();
     let day = time::Duration::days(1);
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "goodput test CA");
-    ca_params.not_before = now - day * 10;
-    ca_params.not_after = now + day * 3650;
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    let ca = TestCa::new(dir);
     for c in CERTS {
-        let (name, from, until) = match c {
-            Cert::Valid => ("localhost", now - day, now + day * 90),
-            Cert::Expiring => ("localhost", now - day * 30, now + day * 2),
-            Cert::Expired => ("localhost", now - day * 30, now - day),
-            Cert::WrongName => ("wrong.example", now - day, now + day * 90),
+        let (names, from, until): (&[&str], _, _) = match c {
+            Cert::Valid => (&["localhost", "127.0.0.1"], now - day, now + day * 90),
+            Cert::Expiring => (&["localhost", "127.0.0.1"], now - day * 30, now + day * 2),
+            Cert::Expired => (&["localhost", "127.0.0.1"], now - day * 30, now - day),
+            Cert::WrongName => (&["wrong.example"], now - day, now + day * 90),
         };
-        let key = KeyPair::generate().unwrap();
-        let mut p = CertificateParams::new(vec![name.to_owned()]).unwrap();
-        if name == "localhost" {
-            p.subject_alt_names
-                .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-        }
-        p.distinguished_name.push(DnType::CommonName, name);
-        p.not_before = from;
-        p.not_after = until;
-        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
-        std::fs::write(dir.join(format!("{c:?}.pem")), cert.pem()).unwrap();
-        std::fs::write(dir.join(format!("{c:?}.key")), key.serialize_pem()).unwrap();
+        ca.issue(&format!("{c:?}"), names, from, until);
     }
 }
 
 /// nginx on free loopback ports, its config, logs and pid in a scratch
 /// directory; `None` (skipped) when nginx is not installed outside CI.
 fn nginx(group: &str) -> Option<Nginx> {
-    if !have(
-        "nginx",
-        &["-v"],
-        "apt-get install nginx-light libnginx-mod-http-echo",
-    ) {
+    if !peers::Nginx::available() {
         return None;
     }
     let dir = tmp(group, "nginx");
     std::fs::create_dir_all(dir.join("www")).unwrap();
-    std::fs::create_dir_all(dir.join("tmp")).unwrap();
     write_certs(&dir);
     // A body past any small cap: 2 MiB.
     std::fs::write(dir.join("www/big"), vec![b'x'; 2 << 20]).unwrap();
@@ -122,29 +98,11 @@ fn nginx(group: &str) -> Option<Nginx> {
              ssl_certificate_key {d}/{c:?}.key; {locations} }}\n"
         ));
     }
-    let echo = "/usr/lib/nginx/modules/ngx_http_echo_module.so";
-    let conf = format!(
-        "load_module {echo};\nworker_processes 1;\nerror_log {d}/error.log;\npid {d}/nginx.pid;\n\
-         events {{ worker_connections 128; }}\n\
-         http {{ access_log off; client_body_temp_path {d}/tmp/body; proxy_temp_path {d}/tmp/proxy; \
-         fastcgi_temp_path {d}/tmp/fcgi; uwsgi_temp_path {d}/tmp/uwsgi; scgi_temp_path {d}/tmp/scgi;\n{servers} }}\n"
-    );
-    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
-    let mut cmd = Command::new("nginx");
-    cmd.args([
-        "-p",
-        &dir.display().to_string(),
-        "-c",
-        &dir.join("nginx.conf").display().to_string(),
-    ])
-    .args(["-g", "daemon off;"]);
-    let child = Reaped::spawn(cmd);
-    wait_tcp_listening(plain);
-    for p in tls {
-        wait_tcp_listening(p);
-    }
+    let mut ports = vec![plain];
+    ports.extend(tls);
+    let server = peers::Nginx::start(&dir, &[peers::NGINX_ECHO_MODULE], &servers, &ports);
     Some(Nginx {
-        _child: child,
+        _server: server,
         dir,
         plain,
         tls,

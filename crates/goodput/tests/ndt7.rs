@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -39,33 +39,9 @@ fn ndt7_server(extra: &[&str]) -> (Reaped, u16, PathBuf) {
     (srv, port, json)
 }
 
-/// The npm client installed once under the target directory (the
-/// registry is asked only when it is not there yet); `None` when node or
-/// npm are missing outside CI.
+/// The npm client, installed once under the target directory.
 fn ndt7_js() -> Option<PathBuf> {
-    if !have("node", &["--version"], "apt-get install nodejs")
-        || !have("npm", &["--version"], "apt-get install npm")
-    {
-        return None;
-    }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ndt7-npm");
-    let modules = dir.join("node_modules");
-    if !modules.join("@m-lab/ndt7/src/ndt7.js").exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = Command::new("npm")
-            .args(["install", "--no-audit", "--no-fund", "--prefix"])
-            .arg(&dir)
-            .arg(NDT7_JS)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "npm install {NDT7_JS} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Some(modules)
+    peers::npm_package("ndt7-npm", NDT7_JS, "@m-lab/ndt7/src/ndt7.js")
 }
 
 fn rate_of(f: &serde_json::Value) -> f64 {
@@ -273,63 +249,32 @@ fn ndt7_flags_and_documents_agree() {
 /// `--insecure`, and refuses it against the system's roots.
 #[test]
 fn wss_through_nginx_with_its_certificate_checked() {
-    if !have("nginx", &["-v"], "apt-get install nginx-light")
-        || !have("openssl", &["version"], "apt-get install openssl")
-    {
+    if !peers::Nginx::available() {
         return;
     }
     let (srv, ndt7_port, _) = ndt7_server(&["--ndt7-length", "1s"]);
     let dir = tmp("ndt7-nginx", "conf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let made = Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        // An end entity, not a CA: rustls will not take a CA as the server.
-        .args(["-addext", "basicConstraints=critical,CA:FALSE", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let ca = peers::TestCa::new(&dir);
+    let (cert, key) = ca.issue_for_days("server", &["localhost", "127.0.0.1"], 2);
     let tls_port = free_tcp_port();
-    let d = dir.display();
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "daemon off;\nmaster_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 64; }}\n\
-             http {{\n access_log off;\n client_body_temp_path {d}/body;\n proxy_temp_path {d}/proxy;\n\
-             server {{\n  listen 127.0.0.1:{tls_port} ssl;\n  ssl_certificate {};\n  ssl_certificate_key {};\n\
+    let _nginx = peers::Nginx::start(
+        &dir,
+        &[],
+        &format!(
+            "server {{\n  listen 127.0.0.1:{tls_port} ssl;\n  ssl_certificate {};\n  ssl_certificate_key {};\n\
              location /ndt/ {{\n   proxy_pass http://127.0.0.1:{ndt7_port};\n   proxy_http_version 1.1;\n\
              proxy_set_header Upgrade $http_upgrade;\n   proxy_set_header Connection \"upgrade\";\n\
-             proxy_buffering off;\n   proxy_read_timeout 30s;\n  }}\n }}\n}}\n",
+             proxy_buffering off;\n   proxy_read_timeout 30s;\n  }}\n }}\n",
             cert.display(),
             key.display()
         ),
-    )
-    .unwrap();
-    let mut cmd = Command::new("nginx");
-    cmd.arg("-c").arg(&conf).arg("-p").arg(&dir);
-    let _nginx = Reaped::spawn(cmd);
-    wait_tcp_listening(tls_port);
+        &[tls_port],
+    );
     let url = format!("wss://127.0.0.1:{tls_port}");
 
     let json = tmp("ndt7-nginx", "wss.json");
-    let ca = cert.to_str().unwrap();
-    let (code, out, err) = run(&["ndt7", &url, "--ca", ca, "--json", json.to_str().unwrap()]);
+    let ca = ca.pem().display().to_string();
+    let (code, out, err) = run(&["ndt7", &url, "--ca", &ca, "--json", json.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{out}\n{err}");
     let d = &result_doc(&json)["ndt7"];
     assert!(

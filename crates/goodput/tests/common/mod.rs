@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod alerting;
 pub mod netns;
+pub mod peers;
 pub mod seed;
 pub mod webdriver;
 
