@@ -9,52 +9,15 @@
 
 mod common;
 
-use common::agents::{get_json, http, Agent, Ports};
+use common::agents::{get_json, http, seeded_pair, Agent, Ports};
 use common::alerting::{Alertmanager, Hook};
 use common::seed::{now_ms, seed, stamp, tcp, Seed};
 use std::time::{Duration, Instant};
 
 fn config_text(api: u16, am: &str, hook: &str, extra: &str) -> String {
-    format!(
-        r#"[agent]
-api_port = {api}
-
-[addresses.a]
-address = "127.0.0.7"
-[addresses.b]
-address = "127.0.0.8"
-no_agent = true
-
-[groups.ab]
-type = "disjoint"
-a = ["a"]
-b = ["b"]
-unidirectional = true
-
-[tests.lat]
-kind = "stamp"
-host = "{{{{dest}}}}"
-
-[tests.tp]
-kind = "tcp"
-hosts = ["{{{{dest}}}}"]
-duration = "1s"
-
-# Nothing runs during the test: the archive is seeded.
-[schedules.later]
-repeat = "1d"
-start = "2099-01-01T00:00:00Z"
-
-[tasks.lat]
-group = "ab"
-test = "lat"
-schedule = "later"
-
-[tasks.tp]
-group = "ab"
-test = "tp"
-schedule = "later"
-
+    seeded_pair(api, "127.0.0.7", "127.0.0.8", false)
+        + &format!(
+            r#"
 [alerts]
 every = "1s"
 hold = 2
@@ -72,7 +35,7 @@ alertmanager = "{am}"
 [[alerts.send_to]]
 webhook = "{hook}"
 {extra}"#
-    )
+        )
 }
 
 fn wait_for<T: PartialEq + std::fmt::Debug>(what: &str, secs: u64, want: &T, mut got: impl FnMut() -> T) {

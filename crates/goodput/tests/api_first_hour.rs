@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::agents::{get_json, http, Agent, Ports};
+use common::agents::{get_json, http, seeded_pair, Agent, Ports};
 use common::seed::{now_ms, seed, stamp, tcp, Seed};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -26,52 +26,7 @@ fn wait_until<T>(what: &str, secs: u64, mut got: impl FnMut() -> Option<T>) -> T
 }
 
 fn mesh(api: u16, a: &str, b: &str, b_agent: bool, extra: &str) -> String {
-    let no_agent = if b_agent { "" } else { "no_agent = true" };
-    format!(
-        r#"[agent]
-api_port = {api}
-
-[addresses.a]
-address = "{a}"
-[addresses.b]
-address = "{b}"
-{no_agent}
-
-[groups.ab]
-type = "disjoint"
-a = ["a"]
-b = ["b"]
-unidirectional = true
-
-[tests.lat]
-kind = "stamp"
-host = "{{{{dest}}}}"
-
-[tests.tp]
-kind = "tcp"
-hosts = ["{{{{dest}}}}"]
-duration = "1s"
-
-# Nothing runs during the test: the archive is seeded.
-[schedules.later]
-repeat = "1d"
-start = "2099-01-01T00:00:00Z"
-
-[tasks.lat]
-group = "ab"
-test = "lat"
-schedule = "later"
-
-[tasks.tp]
-group = "ab"
-test = "tp"
-schedule = "later"
-
-[alerts]
-every = "1s"
-hold = 1
-{extra}"#
-    )
+    seeded_pair(api, a, b, b_agent) + &format!("\n[alerts]\nevery = \"1s\"\nhold = 1\n{extra}")
 }
 
 #[test]

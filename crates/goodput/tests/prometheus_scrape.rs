@@ -9,51 +9,12 @@
 
 mod common;
 
-use common::agents::{get_json, http, Agent, Ports};
+use common::agents::{get_json, http, seeded_pair, Agent, Ports};
 use common::seed::{now_ms, seed, stamp, tcp, Seed};
 use common::{free_tcp_port, tmp, Reaped};
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const CONFIG: &str = r#"[agent]
-api_port = API
-
-[addresses.a]
-address = "127.0.0.13"
-[addresses.b]
-address = "127.0.0.14"
-no_agent = true
-
-[groups.ab]
-type = "disjoint"
-a = ["a"]
-b = ["b"]
-unidirectional = true
-
-[tests.lat]
-kind = "stamp"
-host = "{{dest}}"
-
-[tests.tp]
-kind = "tcp"
-hosts = ["{{dest}}"]
-duration = "1s"
-
-[schedules.later]
-repeat = "1d"
-start = "2099-01-01T00:00:00Z"
-
-[tasks.lat]
-group = "ab"
-test = "lat"
-schedule = "later"
-
-[tasks.tp]
-group = "ab"
-test = "tp"
-schedule = "later"
-"#;
 
 /// The samples of a `/metrics` text that carry a `task` label: (name,
 /// task) → (value, how many fields the line has).
@@ -88,7 +49,7 @@ fn prometheus_scrapes_every_figure_even_of_a_run_hours_old() {
         return;
     }
     let ports = Ports::pick();
-    let text = CONFIG.replace("API", &ports.api.to_string());
+    let text = seeded_pair(ports.api, "127.0.0.13", "127.0.0.14", false);
     let config = tmp("prometheus-scrape", "mesh.toml");
     std::fs::write(&config, &text).unwrap();
     let archive = tmp("prometheus-scrape", "a.sqlite");

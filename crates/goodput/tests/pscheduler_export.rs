@@ -17,7 +17,7 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::agents::{get_json, Agent, Ports};
+use common::agents::{get_json, pair_head, Agent, Ports};
 use common::{free_tcp_port, goodput, Reaped};
 use goodput_archive::pscheduler::from_pscheduler;
 use goodput_archive::Figures;
@@ -137,23 +137,9 @@ fn figures(v: &Value) -> Figures {
 
 fn mesh(api: u16, server: &Ports, extra_ports: &BTreeMap<&str, u16>, archive: &str, start: &str) -> String {
     let p = |k: &str| extra_ports[k];
-    format!(
-        r#"[agent]
-api_port = {api}
-
-[addresses.a]
-address = "127.0.0.2"
-[addresses.b]
-address = "127.0.0.3"
-no_agent = true
-
-[groups.ab]
-type = "disjoint"
-a = ["a"]
-b = ["b"]
-unidirectional = true
-
-[archives.perfsonar]
+    pair_head(api, "127.0.0.2", "127.0.0.3", false)
+        + &format!(
+            r#"[archives.perfsonar]
 url = "{archive}"
 kind = "pscheduler"
 
@@ -248,12 +234,12 @@ group = "ab"
 test = "udp"
 schedule = "once"
 "#,
-        tcp = server.beacon,
-        iperf3 = p("iperf3"),
-        owamp = p("owamp"),
-        twamp = p("twamp"),
-        stamp = server.stamp,
-    )
+            tcp = server.beacon,
+            iperf3 = p("iperf3"),
+            owamp = p("owamp"),
+            twamp = p("twamp"),
+            stamp = server.stamp,
+        )
 }
 
 #[test]

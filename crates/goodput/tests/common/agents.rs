@@ -224,6 +224,48 @@ impl Agent {
     }
 }
 
+/// The start of a mesh document for an agent at `a_ip` (address `a`)
+/// measuring `b_ip` (address `b`, which runs no agent unless `b_agent`):
+/// its API port and a group `ab` from a to b.
+pub fn pair_head(api: u16, a_ip: &str, b_ip: &str, b_agent: bool) -> String {
+    let no_agent = if b_agent { "" } else { "no_agent = true\n" };
+    format!(
+        "[agent]\napi_port = {api}\n\n[addresses.a]\naddress = \"{a_ip}\"\n[addresses.b]\naddress = \"{b_ip}\"\n\
+         {no_agent}\n[groups.ab]\ntype = \"disjoint\"\na = [\"a\"]\nb = [\"b\"]\nunidirectional = true\n\n"
+    )
+}
+
+/// A pair ([`pair_head`]) with a STAMP task `lat` and a TCP task `tp`
+/// that never run (their schedule starts in 2099): for tests that seed
+/// the archive and look at what the agent makes of it.
+pub fn seeded_pair(api: u16, a_ip: &str, b_ip: &str, b_agent: bool) -> String {
+    pair_head(api, a_ip, b_ip, b_agent)
+        + r#"[tests.lat]
+kind = "stamp"
+host = "{{dest}}"
+
+[tests.tp]
+kind = "tcp"
+hosts = ["{{dest}}"]
+duration = "1s"
+
+# Nothing runs during the test: the archive is seeded.
+[schedules.later]
+repeat = "1d"
+start = "2099-01-01T00:00:00Z"
+
+[tasks.lat]
+group = "ab"
+test = "lat"
+schedule = "later"
+
+[tasks.tp]
+group = "ab"
+test = "tp"
+schedule = "later"
+"#
+}
+
 /// A mesh of `names` at `ips`: throughput every `every` s with `slip` s
 /// of slip, STAMP every `every` s in the background.
 pub fn mesh_config(
