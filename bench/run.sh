@@ -811,8 +811,6 @@ PY
   wait $sim || true
   sleep 5
   local a1; a1=$(du -cb "$dir"/agent.sqlite* | tail -1 | cut -f1)
-  curl -sf "http://127.0.0.1:$api/api/v1/runs?kind=stamp_minute&limit=10000" > "$dir/rows.json"
-  curl -sf "http://127.0.0.1:$api/api/v1/runs?kind=stamp&limit=10000" > "$dir/runs.json"
   echo "mesh-scale: $n peers, continuous STAMP at 10 packets/s each way, ${secs} s (2 cores, loopback; samples every 10 s)"
   printf '%s\n' "${cpus[@]}" | awk -v hz="$clk" '{a[NR]=$1; s+=$1; if ($1>m) m=$1} END {printf "agent CPU, %% of one core: first %s, last %s, max %.1f, mean %.1f (goal <= 10)\n", a[1], a[NR], m, s/NR}'
   printf '%s\n' "${rsss[@]}" | awk '{a[NR]=$1; if ($1>m) m=$1} END {printf "agent RSS: first %.1f MiB, last %.1f MiB, max %.1f MiB (goal <= 64 MiB)\n", a[1]/1024, a[NR]/1024, m/1024}'
@@ -821,11 +819,13 @@ PY
   python3 - "$dir" "$n" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
+import sqlite3
 peers = json.load(open(f"{d}/peers.json"))["peers"]
-rows = json.load(open(f"{d}/rows.json"))
-runs = json.load(open(f"{d}/runs.json"))
-if len(rows) >= 10000:
-    print("mesh-scale: 10,000 summary rows read, the API's limit: a shorter MESH_SECONDS checks every row")
+# The archive itself (the API's run list leaves the documents out).
+db = sqlite3.connect(f"file:{d}/agent.sqlite?mode=ro", uri=True)
+rows = [{"dest": r[0], "result": json.loads(r[1])} for r in db.execute(
+    "SELECT r.dest, d.result FROM runs r JOIN run_documents d ON d.id = r.id WHERE r.kind = 'stamp_minute'")]
+runs = [{"state": r[0], "reason": r[1]} for r in db.execute("SELECT state, reason FROM runs WHERE kind = 'stamp'")]
 states = {}
 for r in runs:
     states[r["state"]] = states.get(r["state"], 0) + 1
