@@ -63,7 +63,8 @@ async fn main() {
     let send_s: f64 = arg(&args, 6, "SEND_SECONDS");
     let total_s: f64 = arg(&args, 7, "SECONDS");
     let log: String = arg(&args, 8, "LOG");
-    if !(1..=65_535).contains(&count) || !(rate > 0.0 && rate <= 1000.0) || total_s < send_s {
+    let valid = (1..=65_535).contains(&count) && rate > 0.0 && rate <= 1000.0 && total_s >= send_s;
+    if !valid {
         eprintln!("mesh_peers: COUNT must be 1-65535, RATE 0-1000 packets/s, SECONDS at least SEND_SECONDS");
         std::process::exit(2);
     }
