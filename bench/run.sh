@@ -4,7 +4,7 @@
 # Not a test and never CI-gating: absolute numbers from a small VM are noise,
 # the ratios between tools measured side by side are the result.
 #
-#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|twamp|owamp-sessions|owamp-precision|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard|fleet]...
+#   bench/run.sh [all|single|verify|multi|duplex|churn|memory|agent|iperf3|iperf3-server|stamp|stamp-sessions|twamp|owamp-sessions|owamp-precision|ttcp|echo-latency|echo-scale|udp|udp-streams|quic|quic-parity|trace|dashboard|fleet|mesh-scale]...
 #
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 3),
 #   CHURN_SECONDS (default 30), MEMORY_CONNECTIONS (default 18000),
@@ -16,6 +16,7 @@
 #   requests per URL), DASHBOARD_LOADS (default 7 browser loads per page),
 #   FLEET_HOSTS (default 100), FLEET_REQUESTS (default 21),
 #   FLEET_INGEST_SECONDS (default 20), OWAMP_SESSIONS (default 50),
+#   MESH_PEERS (default 499), MESH_SECONDS (default 600),
 #   TWAMPD, OWAMPD, OWPING (perfSONAR's twampd, owampd and owping, built
 #   beside the project from github.com/perfsonar/owamp: no package
 #   registry has them; without them goodput is measured alone).
@@ -731,11 +732,136 @@ bench_fleet() {
   pg_stop
 }
 
+# One agent with a 500-host mesh's background load (item 1 of issue 42):
+# continuous STAMP streams at 10 packets/s to MESH_PEERS (default 499)
+# no_agent peers on 127.0.1.1 and up, all of them one process
+# (examples/mesh_peers) that reflects the agent's streams and leads one
+# stream from each address to the agent's own reflector. Samples the
+# agent's CPU (per cent of one core) and RSS every 10 s, the archive's
+# growth, checks every peer's per-minute summaries against the
+# simulator's log, and times the agent's exclusive TCP run to a goodput
+# server with and without the load. MESH_SECONDS (default 600) is the
+# streams' length.
+bench_mesh_scale() {
+  local n=${MESH_PEERS:-499} secs=${MESH_SECONDS:-600} api=18796 beacon=14448 ast=18627 rport=18628
+  local srv=127.0.0.3 srvport=14449 cfg=$work/mesh-scale.toml dir=$work/mesh-scale
+  mkdir -p "$dir"
+  cargo build --release -q -p goodput-engine --example mesh_peers
+  local lead=$((ROUNDS * (T + 4) + 15))
+  local t0=$(( $(date +%s) + lead ))
+  { echo "[agent]"; echo "api_port = $api"
+    echo '[addresses.me]'; echo 'address = "127.0.0.1"'
+    echo '[addresses.srv]'; echo "address = \"$srv\""; echo 'no_agent = true'
+    python3 - "$n" <<'PY'
+import ipaddress, sys
+for i in range(int(sys.argv[1])):
+    print(f'[addresses.p{i}]\naddress = "{ipaddress.IPv4Address("127.0.1.1") + i}"\nno_agent = true')
+PY
+    echo '[tests.bg]'; echo 'kind = "stamp"'; echo 'host = "{{dest}}"'; echo "port = $rport"
+    echo 'continuous = true'; echo 'rate = 10'; echo "duration = \"${secs}s\""
+    echo '[tests.tp]'; echo 'kind = "tcp"'; echo "hosts = [\"{{dest}}:$srvport\"]"; echo 'duration = "1s"'
+    echo '[schedules.stream]'; echo 'repeat = "P1D"'; echo "start = \"$(date -u -d "@$t0" +%Y-%m-%dT%H:%M:%SZ)\""
+    echo '[schedules.never]'; echo 'repeat = "P1D"'; echo 'start = "2099-01-01T00:00:00Z"'
+    echo '[groups.peers]'; echo 'type = "disjoint"'; echo 'a = ["me"]'
+    echo "b = [$(seq 0 $((n - 1)) | sed 's/.*/"p&"/' | paste -sd,)]"; echo 'unidirectional = true'
+    echo '[groups.server]'; echo 'type = "disjoint"'; echo 'a = ["me"]'; echo 'b = ["srv"]'; echo 'unidirectional = true'
+    echo '[tasks.bg]'; echo 'group = "peers"'; echo 'test = "bg"'; echo 'schedule = "stream"'
+    echo '[tasks.tp]'; echo 'group = "server"'; echo 'test = "tp"'; echo 'schedule = "never"'
+  } > "$cfg"
+  echo "0123456789abcdef-bench" > "$work/token"
+  $GP server --listen $srv --port $srvport --verbosity 0 & pids+=($!)
+  $GP agent --config "$cfg" --as me --archive "$dir/agent.sqlite" --token-file "$work/token" \
+      --beacon-port $beacon --stamp-port $ast --api-listen 127.0.0.1:$api 2>"$dir/agent.log" & local pid=$!; pids+=($pid)
+  local t=0
+  until curl -sf -o /dev/null "http://127.0.0.1:$api/api/v1/health"; do
+    sleep 0.2; t=$((t + 1)); [ $t -lt 150 ] || { echo "mesh-scale: the agent did not start"; tail "$dir/agent.log"; return 1; }
+  done
+  # The peers: their own streams to the agent's reflector for the agent's
+  # streams' length; the log is written once everything has settled.
+  target/release/examples/mesh_peers 127.0.1.1 "$n" $rport 127.0.0.1:$ast 10 \
+      $((t0 - $(date +%s) + secs)) $((t0 - $(date +%s) + secs + 20)) "$dir/peers.json" & local sim=$!; pids+=($sim)
+  echo "{\"kind\": \"tcp\", \"hosts\": [\"$srv:$srvport\"], \"duration\": \"${T}s\"}" > "$dir/tp.json"
+  tp_rate() {
+    local out id
+    out=$($GP agent run --agent "http://127.0.0.1:$api" --token-file "$work/token" --dest srv "$dir/tp.json" 2>&1) || { echo "mesh-scale: $out" >&2; echo 0; return; }
+    id=$(echo "$out" | awk 'NR==1{print $2}' | sed 's/:$//')
+    curl -sf "http://127.0.0.1:$api/api/v1/runs/$id" | python3 -c "import json,sys; f=json.load(sys.stdin)['figures']; print((f.get('throughput_up_bps') or 0)/8)"
+  }
+  local quiet=() loaded=() r
+  for _ in $(seq "$ROUNDS"); do quiet+=("$(tp_rate)"); done
+  while [ "$(date +%s)" -lt $((t0 + 2)) ]; do sleep 0.5; done
+  clk=$(getconf CLK_TCK)
+  ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+  local a0 s0 prev pt rss cpus=() rsss=()
+  a0=$(du -cb "$dir"/agent.sqlite* | tail -1 | cut -f1)
+  prev=$(ticks $pid); pt=$(date +%s.%N)
+  local tp_at=$((t0 + secs / 2)) end=$((t0 + secs))
+  while [ "$(date +%s)" -lt $end ]; do
+    sleep 10
+    local now c
+    now=$(date +%s.%N); c=$(ticks $pid)
+    cpus+=("$(awk -v a="$prev" -v b="$c" -v t0="$pt" -v t1="$now" -v hz="$clk" 'BEGIN{printf "%.1f", (b - a) / hz / (t1 - t0) * 100}')")
+    rsss+=("$(rss_kib $pid)")
+    prev=$c; pt=$now
+    if [ ${#loaded[@]} -lt "$ROUNDS" ] && [ "$(date +%s)" -ge $tp_at ]; then
+      for _ in $(seq "$ROUNDS"); do loaded+=("$(tp_rate)"); done
+      prev=$(ticks $pid); pt=$(date +%s.%N)
+    fi
+  done
+  wait $sim || true
+  sleep 5
+  local a1; a1=$(du -cb "$dir"/agent.sqlite* | tail -1 | cut -f1)
+  echo "mesh-scale: $n peers, continuous STAMP at 10 packets/s each way, ${secs} s (2 cores, loopback; samples every 10 s)"
+  printf '%s\n' "${cpus[@]}" | awk -v hz="$clk" '{a[NR]=$1; s+=$1; if ($1>m) m=$1} END {printf "agent CPU, %% of one core: first %s, last %s, max %.1f, mean %.1f (goal <= 10)\n", a[1], a[NR], m, s/NR}'
+  printf '%s\n' "${rsss[@]}" | awk '{a[NR]=$1; if ($1>m) m=$1} END {printf "agent RSS: first %.1f MiB, last %.1f MiB, max %.1f MiB (goal <= 64 MiB)\n", a[1]/1024, a[NR]/1024, m/1024}'
+  echo "agent VmHWM: $(awk '/VmHWM/{printf "%.1f MiB", $2/1024}' /proc/$pid/status)"
+  awk -v a="$a0" -v b="$a1" -v s="$secs" 'BEGIN{printf "archive: %.1f MiB more over the run, %.0f MiB per day\n", (b-a)/1048576, (b-a)/s*86400/1048576}'
+  python3 - "$dir" "$n" <<'PY'
+import json, sys
+d, n = sys.argv[1], int(sys.argv[2])
+import sqlite3
+peers = json.load(open(f"{d}/peers.json"))["peers"]
+# The archive itself (the API's run list leaves the documents out).
+db = sqlite3.connect(f"file:{d}/agent.sqlite?mode=ro", uri=True)
+rows = [{"dest": r[0], "result": json.loads(r[1])} for r in db.execute(
+    "SELECT r.dest, d.result FROM runs r JOIN run_documents d ON d.id = r.id WHERE r.kind = 'stamp_minute'")]
+runs = [{"state": r[0], "reason": r[1]} for r in db.execute("SELECT state, reason FROM runs WHERE kind = 'stamp'")]
+states = {}
+for r in runs:
+    states[r["state"]] = states.get(r["state"], 0) + 1
+print("agent's streams:", ", ".join(f"{v} {k}" for k, v in sorted(states.items())),
+      "; reasons:", sorted({r.get("reason") for r in runs if r["state"] != "finished"} - {None}) or "none")
+sums = {}
+for r in rows:
+    s = sums.setdefault(r["dest"], [0, 0, 0, 0, 0, 0])
+    for i, k in enumerate(["sent", "received", "lost", "not_sent", "late", "duplicates"]):
+        s[i] += r["result"][k]
+ok = bad = 0
+for i, p in enumerate(peers):
+    sent, recv, lost, not_sent, late, dup = sums.get(f"p{i}", [0] * 6)
+    if recv == p["reflected"] and sent == recv + lost and late == 0 and dup == 0 and sent > 0:
+        ok += 1
+    else:
+        bad += 1
+        if bad <= 5:
+            print(f"  mismatch p{i} {p['address']}: summaries {sent} sent, {recv} received, {lost} lost, {not_sent} not sent, {late} late; simulator reflected {p['reflected']}")
+print(f"agent's streams against the simulator's log: {ok} sessions matched, {bad} mismatched")
+sent = sum(p["sent"] for p in peers); rep = sum(p["replies"] for p in peers)
+fail = sum(p["send_failed"] for p in peers)
+print(f"peers' streams to the agent's reflector: {sent} sent, {rep} answered, {fail} not sent ({sum(1 for p in peers if p['sent'] == p['replies'] and p['sent'] > 0)} of {n} sessions fully answered)")
+PY
+  local mq ml
+  mq=$(printf '%s\n' "${quiet[@]}" | median); ml=$(printf '%s\n' "${loaded[@]:-0}" | median)
+  echo "agent's exclusive TCP run to a goodput server (${T} s, $ROUNDS rounds): $(gbit "$mq") quiet [${quiet[*]}], $(gbit "$ml") under the load [${loaded[*]:-}], ratio $(ratio "$ml" "$mq") (goal >= 0.98x)"
+  echo "perfSONAR for comparison: one powstream process per stream (499 here) and an owampd child per reflected session; 4-8 GB of RAM advised for a test point"
+  kill $pid $sim 2>/dev/null; wait $pid 2>/dev/null || true
+}
+
 what=("$@"); [ ${#what[@]} -gt 0 ] || what=(all)
 start_servers
 for w in "${what[@]}"; do
   case $w in
-    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent; bench_trace; bench_dashboard ;;
+    all) header; bench_single; bench_verify; bench_multi; bench_duplex; bench_iperf3; bench_stamp; bench_stamp_sessions; bench_ttcp; bench_echo_latency; bench_echo_scale; bench_udp; bench_udp_streams; bench_quic; bench_churn; bench_memory; bench_agent; bench_trace; bench_dashboard; bench_mesh_scale ;;
     trace) bench_trace ;;
     quic) header; bench_quic ;;
     quic-parity) header; bench_quic_parity ;;
@@ -761,6 +887,7 @@ for w in "${what[@]}"; do
     agent) bench_agent ;;
     dashboard) bench_dashboard ;;
     fleet) bench_fleet ;;
+    mesh-scale) bench_mesh_scale ;;
     *) echo "unknown benchmark '$w'"; exit 2 ;;
   esac
 done

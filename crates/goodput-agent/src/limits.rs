@@ -17,8 +17,13 @@ pub struct Limits {
     pub allow: Vec<Cidr>,
     /// Most runs booked by others that this agent holds at once.
     pub max_held: usize,
-    /// Most runs under way on this host at once.
+    /// Most runs under way on this host at once, background streams
+    /// aside.
     pub max_running: usize,
+    /// Most background runs (STAMP and OWAMP streams, a few small packets
+    /// a second each) under way on this host at once: a mesh's hosts each
+    /// keep one to every other, so they have slots of their own.
+    pub max_background: usize,
     /// Most runs one requester may book in an hour.
     pub runs_per_hour: u32,
     /// Most seconds of exclusive time one requester may book in a day.
@@ -168,6 +173,9 @@ impl Default for Limits {
             allow: Vec::new(),
             max_held: 1000,
             max_running: 32,
+            // A stream to and from every other host of a 500-host mesh,
+            // with room for a second mesh beside it.
+            max_background: 1024,
             runs_per_hour: 720,
             exclusive_s_per_day: 6 * 3600,
             max_duration: Duration::from_secs(3600),

@@ -85,6 +85,8 @@ pub(crate) async fn metrics(
     out += &format!("goodput_agent_booked {}\n", inner.book.booked.len());
     out += "# TYPE goodput_agent_running gauge\n";
     out += &format!("goodput_agent_running {}\n", inner.running);
+    out += "# TYPE goodput_agent_running_background gauge\n";
+    out += &format!("goodput_agent_running_background {}\n", inner.running_background);
     out += "# TYPE goodput_agent_config_error gauge\n";
     out += &format!(
         "goodput_agent_config_error {}\n",

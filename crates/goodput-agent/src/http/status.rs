@@ -30,8 +30,10 @@ pub(crate) struct Health {
     archive_runs: u64,
     /// Runs booked and not ended.
     booked: usize,
-    /// Runs under way on this host.
+    /// Runs under way on this host, background streams aside.
     running: usize,
+    /// Background streams (STAMP, OWAMP) under way on this host.
+    running_background: usize,
     /// Runs others booked here and not ended.
     held_for_peers: usize,
     config_source: String,
@@ -99,6 +101,7 @@ pub(crate) async fn health_view(s: &Ctx) -> Result<Health, Failure> {
         archive_runs,
         booked: inner.book.booked.len(),
         running: inner.running,
+        running_background: inner.running_background,
         held_for_peers: inner.book.booked.values().filter(|b| !b.runs_here).count(),
         config_source: crate::secrets::redact_url(&s.options.config.to_string()),
         config_loaded: ms_rfc3339(inner.loaded.loaded_ms),

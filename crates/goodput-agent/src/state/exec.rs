@@ -77,24 +77,35 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
 /// Runs one booked run and stores it.
 async fn execute(shared: Arc<Shared>, b: Booked) {
     let start = clock::now_ms();
-    let admitted = {
+    // Background streams have slots of their own: a mesh's host keeps one
+    // to every other, beside its few exclusive and normal runs.
+    let background = b.class == RunClass::Background;
+    let refused = {
         let mut inner = shared.lock();
-        if inner.running >= shared.options.limits.max_running {
-            false
-        } else {
-            inner.running += 1;
-            true
-        }
-    };
-    let record = if !admitted {
-        shared.lock().counters.refused += 1;
-        let mut r = b.record(
-            RunState::Failed,
+        let limits = &shared.options.limits;
+        if background {
+            if inner.running_background >= limits.max_background {
+                Some(format!(
+                    "limit max_background: {} background runs were under way",
+                    limits.max_background
+                ))
+            } else {
+                inner.running_background += 1;
+                None
+            }
+        } else if inner.running >= limits.max_running {
             Some(format!(
                 "limit max_running: {} runs were under way",
-                shared.options.limits.max_running
-            )),
-        );
+                limits.max_running
+            ))
+        } else {
+            inner.running += 1;
+            None
+        }
+    };
+    let record = if let Some(why) = refused {
+        shared.lock().counters.refused += 1;
+        let mut r = b.record(RunState::Failed, Some(why));
         r.start_ms = None;
         r.end_ms = None;
         r
@@ -116,7 +127,14 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
         let result = engine_run(&shared, &b, token.clone()).await;
         timer.abort();
         let end = clock::now_ms();
-        shared.lock().running -= 1;
+        {
+            let mut inner = shared.lock();
+            if background {
+                inner.running_background -= 1;
+            } else {
+                inner.running -= 1;
+            }
+        }
         let stopping = shared.cancel.is_cancelled();
         match result {
             Ok(result) => Shared::finished(

@@ -98,6 +98,9 @@ pub(crate) struct Inner {
     /// Each requester's write quotas.
     pub(crate) writes: Writes,
     pub(crate) running: usize,
+    /// Background runs under way (they have slots of their own,
+    /// `max_background`, and take none of `max_running`'s).
+    pub(crate) running_background: usize,
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
     pub(crate) beacon_error: Option<String>,
@@ -286,6 +289,7 @@ impl Shared {
                 quotas: Quotas::default(),
                 writes: Writes::default(),
                 running: 0,
+                running_background: 0,
                 latest: BTreeMap::new(),
                 counters: Counters::default(),
                 beacon_error: None,

@@ -56,6 +56,13 @@ pub struct StampSpec {
     pub stateful: bool,
     /// Status line period.
     pub status_interval: HumanDuration,
+    /// One long-lived stream (no `count`): it sends until `duration` ends
+    /// or it is stopped. An agent keeps a background one as per-minute
+    /// summaries; a mesh gives it a `duration` within its schedule's
+    /// `repeat`, so the next run takes over where it ends (powstream's
+    /// model, as OWAMP's `continuous`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continuous: bool,
     /// Pass/fail assertions over the result's figures, such as
     /// "goodput >= 900Mbit" (see `goodput_core::assertion`); any that
     /// fails gives the exit status for failed assertions.
@@ -81,6 +88,7 @@ impl Default for StampSpec {
             family: Family::Any,
             stateful: false,
             status_interval: HumanDuration(Duration::from_secs(1)),
+            continuous: false,
             assert: Vec::new(),
         }
     }
@@ -99,8 +107,12 @@ impl StampSpec {
         }
     }
 
-    /// Packets per session: `count`, or 100 when no `duration` is given.
+    /// Packets per session: `count`, or 100 when no `duration` is given;
+    /// none for a continuous stream.
     pub fn packet_count(&self) -> Option<u64> {
+        if self.continuous {
+            return None;
+        }
         match (self.count, self.duration) {
             (None, None) => Some(100),
             (c, _) => c,
@@ -161,6 +173,13 @@ impl KindSpec for StampSpec {
         if self.timeout.0.is_zero() {
             return Err(SpecError::new("timeout", "must be above zero"));
         }
+        if self.continuous && self.count.is_some() {
+            return Err(SpecError::new(
+                "count",
+                "is for a session of its own length; a continuous stream sends until its \
+                 `duration` ends or it is stopped",
+            ));
+        }
         if self.count == Some(0) {
             return Err(SpecError::new("count", "must be at least 1"));
         }
@@ -184,6 +203,11 @@ impl KindSpec for StampSpec {
     }
 
     fn expected_ms(&self) -> Option<Ms> {
+        // A continuous stream's last packets wait out their timeout after
+        // its duration; with none it has no end of its own.
+        if self.continuous {
+            return self.duration.map(|d| ms(d.0).saturating_add(ms(self.timeout.0)));
+        }
         self.duration.map(|d| ms(d.0)).or_else(|| {
             let every = match (self.rate, self.interval) {
                 (Some(r), _) if r > 0.0 => 1000.0 / r,
@@ -220,5 +244,34 @@ impl KindSpec for StampSpec {
 
     fn figures() -> Vec<&'static Figure> {
         crate::catalogue::with_common(&crate::catalogue::STAMP)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuous_stream_has_no_count_and_lasts_its_duration_and_timeout() {
+        let s: StampSpec = serde_json::from_str(
+            r#"{"host": "192.0.2.1", "continuous": true, "duration": "59m", "rate": 10}"#,
+        )
+        .unwrap();
+        s.validate().unwrap();
+        assert_eq!(s.packet_count(), None);
+        assert_eq!(s.expected_ms(), Some(59 * 60_000 + 2_000));
+        let endless = StampSpec {
+            continuous: true,
+            ..StampSpec::default()
+        };
+        assert_eq!(endless.packet_count(), None);
+        assert_eq!(endless.expected_ms(), None);
+        let counted = StampSpec {
+            continuous: true,
+            count: Some(600),
+            ..StampSpec::default()
+        };
+        let e = counted.validate().unwrap_err();
+        assert!(e.to_string().starts_with("count:"), "{e}");
     }
 }

@@ -677,6 +677,9 @@ pub struct Tally {
     /// Per-session form: 2-digit quantiles, no IPDV (memory per session
     /// stays in the kilobytes when thousands run).
     light: bool,
+    /// Counts only, no distributions at all (a status window of a stream
+    /// kept as summaries elsewhere).
+    counts_only: bool,
 }
 
 impl Tally {
@@ -688,6 +691,17 @@ impl Tally {
             forward: SignedHistogram::with_precision(2),
             backward: SignedHistogram::with_precision(2),
             light: true,
+            ..Self::default()
+        }
+    }
+
+    /// A tally of counts with no delay distributions: its quantiles and
+    /// delay figures are unknown. For a status window of one of hundreds
+    /// of streams, whose delays are kept elsewhere.
+    pub fn counts_only() -> Self {
+        Self {
+            light: true,
+            counts_only: true,
             ..Self::default()
         }
     }
@@ -724,9 +738,11 @@ impl Tally {
         for n in 0..s.n_reordered.min(MAX_N_REORDERING) {
             self.n_reordered[n] += 1;
         }
-        self.rtt.record(s.rtt_ns);
-        self.forward.record(s.forward_ns);
-        self.backward.record(s.backward_ns);
+        if !self.counts_only {
+            self.rtt.record(s.rtt_ns);
+            self.forward.record(s.forward_ns);
+            self.backward.record(s.backward_ns);
+        }
         for d in s.ipdv.iter().flatten().filter(|_| !self.light) {
             self.rtt_ipdv.record(d[0]);
             self.forward_ipdv.record(d[1]);
@@ -975,6 +991,21 @@ mod tests {
         assert_eq!(st.hops_forward, Some(HopRange { min: 2, max: 2 }));
         assert_eq!(st.hops_backward, Some(HopRange { min: 5, max: 5 }));
         assert_eq!(st.rtt.unwrap().min_us, 8000.0);
+    }
+
+    #[test]
+    fn counts_only_tally_counts_replies_and_keeps_no_delays() {
+        let mut t = Tracker::new(2000 * MS, 0);
+        t.sent(T0);
+        let v = t.reply(&reply(0, 0, T0, 3 * MS), T0 + 8 * MS + 10_000, Some(250), err());
+        let mut window = Tally::counts_only();
+        window.sent += 1;
+        window.verdict(&v, 0, 0);
+        assert_eq!((window.sent, window.received), (1, 1));
+        assert!(window.rtt_stats().is_none());
+        let mut session = Tally::per_session();
+        session.verdict(&v, 0, 0);
+        assert_eq!(session.rtt_stats().unwrap().min_us, 8000.0);
     }
 
     /// Refused sends, in two tallies merged: their own figure, and lost.

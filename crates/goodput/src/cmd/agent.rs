@@ -136,6 +136,7 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             allow,
             max_held: args.max_held,
             max_running: args.max_running.max(1),
+            max_background: args.max_background.max(1),
             runs_per_hour: args.runs_per_hour,
             exclusive_s_per_day: args.exclusive_per_day.0.as_secs(),
             max_duration: args.max_run_length.0,

@@ -29,6 +29,8 @@ pub(crate) async fn stamp(args: StampArgs) -> Result<u8, Stop> {
         family: Family::of(args.ipv4, args.ipv6),
         stateful: args.stateful,
         status_interval: args.status_interval,
+        // A mesh's stream (an agent's); the command's runs end on their own.
+        continuous: false,
     };
     let extras = Extras {
         packet_file: args.packet_file.as_deref(),
