@@ -226,7 +226,10 @@ pub async fn run_sender(
                 last_tick = now;
                 window = fresh_window();
                 observer.on_interval(&iv);
-                if intervals.len() < spec.max_records {
+                // A compact stream's figures over time are its summaries
+                // (the observer's); its result keeps no status intervals,
+                // which would otherwise grow with it to max_records.
+                if !compact && intervals.len() < spec.max_records {
                     intervals.push(iv);
                 } else {
                     intervals_omitted += 1;
