@@ -474,14 +474,27 @@ gq_rate() { # goodput client against PORT: bytes/s
   $GP quic 127.0.0.1 "$1" --insecure -v 0 --max-mtu 1452 --download "${T}s" --json "$out" >/dev/null || true
   json_get "$out" "d['quic']['download_bytes']/$T"
 }
+# ab, and each round's ratio A/B under it (lowest to highest): the
+# machine is shared, so one median hides how far rounds scatter.
+ab_rounds() {
+  local name=$1 a=$2 b=$3 ra=() rb=() rr=() i
+  for i in $(seq "$ROUNDS"); do
+    ra+=("$(eval "$a")"); rb+=("$(eval "$b")")
+    rr+=("$(awk -v a="${ra[-1]}" -v b="${rb[-1]}" 'BEGIN{printf "%.2f", (b>0)? a/b : 0}')")
+  done
+  local ma mb
+  ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
+  printf '%-52s %16s %16s %8s\n' "$name" "$(gbit "$ma")" "$(gbit "$mb")" "$(ratio "$ma" "$mb")"
+  printf '  rounds A/B: %s\n' "$(printf '%s\n' "${rr[@]}" | sort -g | tr '\n' ' ')"
+}
 bench_quic_parity() {
   [ -x "${QUINN_PERF:-}" ] || { echo "quic-parity: set QUINN_PERF to a quinn-perf binary (docs/quic-interop.md)"; return 0; }
   "$QUINN_PERF" server --listen 127.0.0.1:$PORT_QQ >/dev/null 2>&1 & pids+=($!)
   $GP server --listen 127.0.0.1 --port $((PORT_GP + 1)) --verbosity 0 --no-udp \
       --quic --quic-listen 127.0.0.1:$PORT_QG --quic-max-mtu 1452 >/dev/null 2>&1 & pids+=($!)
   sleep 0.5
-  ab "quic client at 1452 B: goodput / quinn perf" "gq_rate $PORT_QQ" "qp_rate $PORT_QQ"
-  ab "quic server at 1452 B: goodput / quinn perf" "qp_rate $PORT_QG" "qp_rate $PORT_QQ"
+  ab_rounds "quic client at 1452 B: goodput / quinn perf" "gq_rate $PORT_QQ" "qp_rate $PORT_QQ"
+  ab_rounds "quic server at 1452 B: goodput / quinn perf" "qp_rate $PORT_QG" "qp_rate $PORT_QQ"
 }
 
 # The agent: its resident memory idle with 100 tasks led (each a STAMP
