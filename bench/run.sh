@@ -366,6 +366,10 @@ bench_echo_latency() {
   ma=$(printf '%s\n' "${ra[@]}" | median); mb=$(printf '%s\n' "${rb[@]}" | median)
   printf '%-52s %16s %16s %8s\n' "echo p50 RTT 64 B: goodput vs sockperf (lower wins)" \
     "$(awk -v v="$ma" 'BEGIN{printf "%.1f us", v}')" "$(awk -v v="$mb" 'BEGIN{printf "%.1f us", v}')" "$(ratio "$ma" "$mb")"
+  # Every round's p50 and ratio, for the spread.
+  local i rr=()
+  for i in "${!ra[@]}"; do rr+=("$(ratio "${ra[$i]}" "${rb[$i]}")"); done
+  echo "  rounds (goodput / sockperf us, ratio): $(for i in "${!ra[@]}"; do printf '%s/%s %s; ' "${ra[$i]}" "${rb[$i]}" "${rr[$i]}"; done)"
 }
 
 # Many echo connections at 1 message/s, ramped at 10,000 connections/s.

@@ -4,9 +4,13 @@
 //! all are done, or until Enter / a set time. Works against any server that
 //! echoes bytes (RFC 862).
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::task::Poll;
 use std::time::Duration;
 
 use goodput_core::echo::EchoTracker;
@@ -19,7 +23,7 @@ use goodput_core::stamp::stats::encode_histogram;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpSocket;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -105,10 +109,12 @@ impl Conn {
     }
 }
 
+/// What the connections tell the run's loop. Messages are not events: an
+/// event per message sent and per echo woke the loop's task twice per round
+/// trip, often on the other worker thread (a futex call per round trip);
+/// they are counted in [`Tallies`] instead.
 enum Event {
     Established(u64),
-    Sent,
-    Echoed(u64, bool),
     /// Messages done (or failed); the connection may still be held open.
     Finished,
     Closed(Box<ConnectionRecord>, Counts),
@@ -203,6 +209,38 @@ impl Window {
     }
 }
 
+/// Messages and round trips so far, which the connections record as they
+/// go under one lock (held for a few counter updates; uncontended with one
+/// connection) and the run's loop takes at each status interval.
+struct Tallies {
+    /// The current status interval's.
+    window: Window,
+    /// The whole run's round trips.
+    rtt: Histogram<u64>,
+}
+
+impl Tallies {
+    fn sent(&mut self, size: u64) {
+        self.window.sent += 1;
+        self.window.sent_bytes += size;
+    }
+
+    fn echoed(&mut self, size: u64, rtt_ns: u64, ok: bool) {
+        self.window.echoed += 1;
+        self.window.recv_bytes += size;
+        if !ok {
+            self.window.bad += 1;
+        }
+        let _ = self.rtt.record(rtt_ns.max(1));
+        let _ = self.window.rtt.record(rtt_ns.max(1));
+    }
+}
+
+/// The tallies, even when a connection's task panicked holding them.
+fn tallies(t: &Mutex<Tallies>) -> std::sync::MutexGuard<'_, Tallies> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new(3).expect("3 significant digits is valid")
 }
@@ -246,10 +284,20 @@ pub async fn run_echo(
     let (tx, mut rx) = mpsc::channel::<(u64, Event)>(65_536);
     let (release_tx, release_rx) = watch::channel(false);
     let stop = cancel.child_token();
+    let live = Arc::new(Mutex::new(Tallies {
+        window: Window::new(),
+        rtt: histogram(),
+    }));
 
     // The spawner: all at once, in batches, or one at a time.
     {
-        let (spec, tx, stop, pattern) = (spec.clone(), tx.clone(), stop.clone(), pattern.clone());
+        let (spec, tx, stop, pattern, live) = (
+            spec.clone(),
+            tx.clone(),
+            stop.clone(),
+            pattern.clone(),
+            live.clone(),
+        );
         tokio::spawn(async move {
             let mut sockets = sockets.into_iter();
             for i in 0..spec.connections {
@@ -263,6 +311,7 @@ pub async fn run_echo(
                     spec.clone(),
                     pattern.clone(),
                     tx.clone(),
+                    live.clone(),
                     release_rx.clone(),
                     stop.clone(),
                     established_tx,
@@ -287,8 +336,6 @@ pub async fn run_echo(
     drop(tx);
 
     let mut connect_h = histogram();
-    let mut rtt_h = histogram();
-    let mut window = Window::new();
     let (mut established, mut failed, mut finished, mut closed) = (0u64, 0u64, 0u64, 0u64);
     let mut closed_established = 0u64;
     let mut totals = Counts::default();
@@ -343,19 +390,6 @@ pub async fn run_echo(
                         established += 1;
                         let _ = connect_h.record(ns.max(1));
                     }
-                    Event::Sent => {
-                        window.sent += 1;
-                        window.sent_bytes += size;
-                    }
-                    Event::Echoed(ns, ok) => {
-                        window.echoed += 1;
-                        window.recv_bytes += size;
-                        if !ok {
-                            window.bad += 1;
-                        }
-                        let _ = rtt_h.record(ns.max(1));
-                        let _ = window.rtt.record(ns.max(1));
-                    }
                     Event::Finished => finished += 1,
                     Event::Batch(n, started) => observer.on_notice(&format!(
                         "batch {n}: {started} connections started, {established} established, {failed} failed so far"
@@ -393,7 +427,7 @@ pub async fn run_echo(
                     succeeded: closed - failed,
                     failed,
                 };
-                let iv = window.take(now - start, now - last_tick, counts);
+                let iv = tallies(&live).window.take(now - start, now - last_tick, counts);
                 last_tick = now;
                 observer.on_interval(&iv);
                 if intervals.len() < spec.max_records {
@@ -425,7 +459,12 @@ pub async fn run_echo(
         succeeded: closed - failed,
         failed,
     };
-    let last = window.take(elapsed, Instant::now() - last_tick, counts);
+    // Every connection has closed (the channel ended), so every message
+    // is in the tallies.
+    let mut done = tallies(&live);
+    let last = done.window.take(elapsed, Instant::now() - last_tick, counts);
+    let rtt_h = std::mem::replace(&mut done.rtt, histogram());
+    drop(done);
     observer.on_interval(&last);
     intervals.push(last);
     let detail = EchoDetail {
@@ -488,6 +527,7 @@ async fn connection(
     spec: Arc<EchoSpec>,
     pattern: Arc<Pattern>,
     tx: mpsc::Sender<(u64, Event)>,
+    live: Arc<Mutex<Tallies>>,
     mut release: watch::Receiver<bool>,
     stop: CancellationToken,
     established: tokio::sync::oneshot::Sender<()>,
@@ -568,11 +608,11 @@ async fn connection(
     let (io_result, t, started) = match stream {
         Conn::Plain(s) => {
             let (rd, wr) = s.into_split();
-            exchange(rd, wr, index, &spec, &pattern, &tx, &mut release, &stop).await
+            exchange(rd, wr, index, &spec, &pattern, &tx, &live, &mut release, &stop).await
         }
         Conn::Tls(s) => {
             let (rd, wr) = tokio::io::split(*s);
-            exchange(rd, wr, index, &spec, &pattern, &tx, &mut release, &stop).await
+            exchange(rd, wr, index, &spec, &pattern, &tx, &live, &mut release, &stop).await
         }
     };
     let (short, missing) = t.unfinished();
@@ -629,6 +669,7 @@ async fn exchange<R, W>(
     spec: &EchoSpec,
     pattern: &Pattern,
     tx: &mpsc::Sender<(u64, Event)>,
+    live: &Mutex<Tallies>,
     release: &mut watch::Receiver<bool>,
     stop: &CancellationToken,
 ) -> (Result<(), (&'static str, io::Error)>, EchoTracker, Instant)
@@ -640,96 +681,151 @@ where
     // Different connections send different stretches of the pattern.
     let base = index.wrapping_mul(7919) % goodput_core::pattern::UNIT_LEN as u64;
     let tracker = Mutex::new(EchoTracker::new(spec.message_size, base));
-    let echoed_one = Notify::new();
+    // Since when the oldest unanswered message has waited for the server:
+    // the last read, or the send that found nothing outstanding. The reply
+    // timeout runs from here (one timer per connection, not one per read).
+    // Nanoseconds after `started`.
+    let progress = AtomicU64::new(0);
     let size = spec.message_size;
-    let writer = async {
-        let mut next = Instant::now();
-        for _ in 0..spec.messages {
-            if spec.send_after_recv {
-                // The timer for this message starts when the last echo is back.
-                loop {
-                    let waiting = tracker.lock().map_or(0, |t| t.outstanding());
-                    if waiting == 0 {
-                        break;
+    let io_result = {
+        let outstanding = || tracker.lock().map_or(0, |t| t.outstanding());
+        let waited_since = || started + Duration::from_nanos(progress.load(Relaxed));
+        let writer = async {
+            let mut next = Instant::now();
+            for _ in 0..spec.messages {
+                if spec.send_after_recv {
+                    // The timer for this message starts when the last echo is
+                    // back. Only the reader brings `outstanding` to zero, and it
+                    // is polled just before this on every wake of the task (see
+                    // `both` below), so this needs no waker of its own.
+                    std::future::poll_fn(|_| {
+                        if outstanding() == 0 {
+                            Poll::Ready(())
+                        } else {
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                    // tokio rounds a timer up to its next millisecond tick, so
+                    // even a zero sleep would wait up to 1 ms: skip it.
+                    if !spec.message_interval.is_zero() {
+                        tokio::time::sleep(spec.message_interval).await;
                     }
-                    echoed_one.notified().await;
+                    next = Instant::now();
                 }
-                // tokio rounds a timer up to its next millisecond tick, so
-                // even a zero sleep would wait up to 1 ms: skip it.
-                if !spec.message_interval.is_zero() {
-                    tokio::time::sleep(spec.message_interval).await;
+                // Open loop: the clock starts at the scheduled time when the
+                // writer is behind it (held up by an earlier write the server
+                // did not take), so a slow server cannot hide its delay; when
+                // on time, at the timer's wake-up, so the timer's own
+                // millisecond granularity is not charged to the server.
+                let begin = if spec.send_after_recv || Instant::now() >= next {
+                    next
+                } else {
+                    tokio::time::sleep_until(next).await;
+                    Instant::now()
+                };
+                // A slice of the shared pattern: nothing is allocated per message.
+                let msg: &[u8] = tracker.lock().map(|t| t.next_message(pattern)).unwrap_or(&[]);
+                let scheduled = begin.duration_since(started).as_nanos() as u64;
+                // Counted as sent (and its clock started) before the write, so
+                // an echo that comes back fast is never ahead of its message.
+                let was_idle = tracker.lock().is_ok_and(|mut t| {
+                    let idle = t.outstanding() == 0;
+                    t.sent_one(scheduled);
+                    idle
+                });
+                if was_idle {
+                    progress.store(scheduled, Relaxed);
                 }
-                next = Instant::now();
+                wr.write_all(msg).await.map_err(|e| ("send", e))?;
+                tallies(live).sent(size as u64);
+                next += spec.message_interval;
             }
-            // Open loop: the clock starts at the scheduled time when the
-            // writer is behind it (held up by an earlier write the server
-            // did not take), so a slow server cannot hide its delay; when
-            // on time, at the timer's wake-up, so the timer's own
-            // millisecond granularity is not charged to the server.
-            let begin = if spec.send_after_recv || Instant::now() >= next {
-                next
-            } else {
-                tokio::time::sleep_until(next).await;
-                Instant::now()
-            };
-            // A slice of the shared pattern: nothing is allocated per message.
-            let msg: &[u8] = tracker.lock().map(|t| t.next_message(pattern)).unwrap_or(&[]);
-            let scheduled = begin.duration_since(started).as_nanos() as u64;
-            // Counted as sent (and its clock started) before the write, so
-            // an echo that comes back fast is never ahead of its message.
-            if let Ok(mut t) = tracker.lock() {
-                t.sent_one(scheduled);
+            Ok::<(), (&'static str, io::Error)>(())
+        };
+        let reader = async {
+            let mut buf = vec![0u8; size.clamp(512, 16 * 1024)];
+            // Messages a read completed, reused from read to read.
+            let mut completed: Vec<(u64, bool)> = Vec::new();
+            loop {
+                let done = tracker.lock().map_or(true, |t| t.echoed >= spec.messages);
+                if done {
+                    return Ok(());
+                }
+                let n = rd.read(&mut buf).await.map_err(|e| ("recv", e))?;
+                if n == 0 {
+                    return Err((
+                        "recv",
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection"),
+                    ));
+                }
+                let now = started.elapsed().as_nanos() as u64;
+                progress.store(now, Relaxed);
+                completed.clear();
+                if let Ok(mut t) = tracker.lock() {
+                    t.received_chunk(pattern, &buf[..n], now, |rtt, ok| completed.push((rtt, ok)));
+                }
+                if !completed.is_empty() {
+                    let mut live = tallies(live);
+                    for &(rtt, ok) in &completed {
+                        live.echoed(size as u64, rtt, ok);
+                    }
+                }
             }
-            wr.write_all(msg).await.map_err(|e| ("send", e))?;
-            let _ = tx.send((index, Event::Sent)).await;
-            next += spec.message_interval;
+        };
+        // Fails when a message has waited a reply timeout with no byte back.
+        let watchdog = async {
+            loop {
+                tokio::time::sleep_until(waited_since() + spec.reply_timeout).await;
+                let now = Instant::now();
+                if waited_since() + spec.reply_timeout > now {
+                    continue;
+                }
+                if outstanding() > 0 {
+                    return Err((
+                        "recv",
+                        io::Error::new(io::ErrorKind::TimedOut, "no echo within the reply timeout"),
+                    ));
+                }
+                // Nothing outstanding: nothing to time until the next send.
+                progress.store(now.duration_since(started).as_nanos() as u64, Relaxed);
+            }
+        };
+        // The reader, then the writer, then the reply timer, in that order on
+        // every wake of this one task. A waker from the reader to the writer
+        // (a `Notify` when an echo is back) woke the task from inside its own
+        // poll, which tokio reschedules as a yield and answers by waking the
+        // other worker thread: a futex call per round trip, which perf
+        // showed as nearly all of the client's futex calls.
+        let (mut writer, mut reader, mut watchdog) = (pin!(writer), pin!(reader), pin!(watchdog));
+        let (mut wrote, mut read) = (false, false);
+        let both = std::future::poll_fn(|cx| {
+            if !read {
+                match reader.as_mut().poll(cx) {
+                    Poll::Ready(Ok(())) => read = true,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            if !wrote {
+                match writer.as_mut().poll(cx) {
+                    Poll::Ready(Ok(())) => wrote = true,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => {}
+                }
+            }
+            if read && wrote {
+                return Poll::Ready(Ok(()));
+            }
+            match watchdog.as_mut().poll(cx) {
+                Poll::Ready(r) => Poll::Ready(r),
+                Poll::Pending => Poll::Pending,
+            }
+        });
+        tokio::select! {
+            _ = stop.cancelled() => Err(("run", io::Error::new(io::ErrorKind::Interrupted, "stopped"))),
+            r = both => r,
         }
-        Ok::<(), (&'static str, io::Error)>(())
-    };
-    let reader = async {
-        let mut buf = vec![0u8; size.clamp(512, 16 * 1024)];
-        // Messages a read completed, reused from read to read.
-        let mut completed: Vec<(u64, bool)> = Vec::new();
-        loop {
-            let (done, waiting) = tracker
-                .lock()
-                .map_or((true, 0), |t| (t.echoed >= spec.messages, t.outstanding()));
-            if done {
-                return Ok(());
-            }
-            let read = rd.read(&mut buf);
-            let n = if waiting > 0 {
-                match tokio::time::timeout(spec.reply_timeout, read).await {
-                    Ok(r) => r,
-                    Err(_) => Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "no echo within the reply timeout",
-                    )),
-                }
-            } else {
-                read.await
-            }
-            .map_err(|e| ("recv", e))?;
-            if n == 0 {
-                return Err((
-                    "recv",
-                    io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection"),
-                ));
-            }
-            let now = started.elapsed().as_nanos() as u64;
-            completed.clear();
-            if let Ok(mut t) = tracker.lock() {
-                t.received_chunk(pattern, &buf[..n], now, |rtt, ok| completed.push((rtt, ok)));
-            }
-            for &(rtt, ok) in &completed {
-                echoed_one.notify_one();
-                let _ = tx.send((index, Event::Echoed(rtt, ok))).await;
-            }
-        }
-    };
-    let io_result = tokio::select! {
-        _ = stop.cancelled() => Err(("run", io::Error::new(io::ErrorKind::Interrupted, "stopped"))),
-        r = async { tokio::try_join!(writer, reader) } => r.map(|_| ()),
     };
     let _ = tx.send((index, Event::Finished)).await;
     // Held open until released (or stopped).

@@ -313,3 +313,35 @@ async fn tls_echo_with_a_ca_and_sni_checks() {
     let c = task.await.unwrap();
     assert_eq!(c.tls_handshake_failures, 5);
 }
+
+/// A server that echoes the first message and then takes every byte
+/// without answering: each connection fails on the reply timeout, in the
+/// open loop and the closed, however the reader and the writer were
+/// interleaved when the echo came back.
+#[tokio::test]
+async fn a_server_that_stops_answering_times_out() {
+    let addr = odd_server(|_, at, chunk| {
+        chunk.truncate(100u64.saturating_sub(at).min(chunk.len() as u64) as usize);
+        Some(())
+    })
+    .await;
+    for closed_loop in [false, true] {
+        let mut s = spec(addr);
+        s.connections = 3;
+        s.send_after_recv = closed_loop;
+        s.reply_timeout = Duration::from_millis(300);
+        let t = Instant::now();
+        let r = tokio::time::timeout(Duration::from_secs(10), run(s))
+            .await
+            .unwrap_or_else(|_| panic!("closed loop {closed_loop}: no reply timeout in 10 s"));
+        let d = r.echo().unwrap();
+        let sent = if closed_loop { 3 * 2 } else { 3 * 5 };
+        assert_eq!(
+            (d.established, d.timed_out, d.echoed, d.sent, d.missing),
+            (3, 3, 3, sent, sent - 3),
+            "closed loop {closed_loop}: {d:?}"
+        );
+        assert_eq!(r.summary.network_errors, 3);
+        assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
+    }
+}
