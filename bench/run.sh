@@ -832,7 +832,8 @@ PY
   printf '%s\n' "${cpus[@]}" | awk -v hz="$clk" '{a[NR]=$1; s+=$1; if ($1>m) m=$1} END {printf "agent CPU, %% of one core: first %s, last %s, max %.1f, mean %.1f (goal <= 10)\n", a[1], a[NR], m, s/NR}'
   printf '%s\n' "${rsss[@]}" | awk '{a[NR]=$1; if ($1>m) m=$1} END {printf "agent RSS: first %.1f MiB, last %.1f MiB, max %.1f MiB (goal <= 64 MiB)\n", a[1]/1024, a[NR]/1024, m/1024}'
   echo "agent VmHWM: $(awk '/VmHWM/{printf "%.1f MiB", $2/1024}' /proc/$pid/status)"
-  awk -v a="$a0" -v b="$a1" -v s="$secs" 'BEGIN{printf "archive: %.1f MiB more over the run, %.0f MiB per day\n", (b-a)/1048576, (b-a)/s*86400/1048576}'
+  awk -v a="$a0" -v b="$a1" 'BEGIN{printf "archive: %.1f MiB more over the run (the streams'"'"' end results included)\n", (b-a)/1048576}'
+
   python3 - "$dir" "$n" <<'PY'
 import json, sys
 d, n = sys.argv[1], int(sys.argv[2])
@@ -848,6 +849,17 @@ for r in runs:
     states[r["state"]] = states.get(r["state"], 0) + 1
 print("agent's streams:", ", ".join(f"{v} {k}" for k, v in sorted(states.items())),
       "; reasons:", sorted({r.get("reason") for r in runs if r["state"] != "finished"} - {None}) or "none")
+# What a day of streaming adds: the minute rows' own bytes (their
+# documents and their runs rows), a row a stream a minute. The file's
+# size over a short run is mostly the WAL's, which a checkpoint resets.
+row_bytes = db.execute(
+    "SELECT COUNT(*), SUM(LENGTH(d.result)) + SUM(LENGTH(r.id) + LENGTH(r.task) + LENGTH(r.source)"
+    " + LENGTH(COALESCE(r.dest, '')) + LENGTH(r.measurement_key) + LENGTH(d.spec)) "
+    "FROM runs r JOIN run_documents d ON d.id = r.id WHERE r.kind = 'stamp_minute'").fetchone()
+if row_bytes[0]:
+    per = row_bytes[1] / row_bytes[0]
+    print(f"minute rows: {row_bytes[0]}, {per:.0f} B each (documents and text fields; numbers and indexes besides); "
+          f"a day of {n} streams: {per * n * 1440 / 1048576:.0f} MiB")
 sums = {}
 for r in rows:
     s = sums.setdefault(r["dest"], [0, 0, 0, 0, 0, 0])
