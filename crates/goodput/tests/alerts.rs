@@ -12,7 +12,8 @@ mod common;
 use common::agents::{get_json, http, seeded_pair, Agent, Ports};
 use common::alerting::{Alertmanager, Hook};
 use common::seed::{now_ms, seed, stamp, tcp, Seed};
-use std::time::{Duration, Instant};
+use common::wait_equal;
+use std::time::Duration;
 
 fn config_text(api: u16, am: &str, hook: &str, extra: &str) -> String {
     seeded_pair(api, "127.0.0.7", "127.0.0.8", false)
@@ -36,18 +37,6 @@ alertmanager = "{am}"
 webhook = "{hook}"
 {extra}"#
         )
-}
-
-fn wait_for<T: PartialEq + std::fmt::Debug>(what: &str, secs: u64, want: &T, mut got: impl FnMut() -> T) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let g = got();
-        if &g == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: still {g:?}, want {want:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// The grid's half-cells of a metric: (source>dest, direction, status).
@@ -121,7 +110,9 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
             "critical".into(),
         ),
     ];
-    wait_for("Alertmanager's alerts", 30, &want, || am.summary());
+    wait_equal(Duration::from_secs(30), "Alertmanager's alerts", &want, || {
+        am.summary()
+    });
     let open = get_json("127.0.0.7", ports.api, "/api/v1/alerts");
     let open = open.as_array().unwrap();
     assert_eq!(open.len(), 3, "{open:?}");
@@ -166,7 +157,9 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     assert_eq!(back["labels"]["rule"], "loss");
     assert_eq!(back["labels"]["task"], "lat");
     // The webhook refused twice; each start still arrived once.
-    wait_for("webhook starts", 30, &3, || hook.events().len());
+    wait_equal(Duration::from_secs(30), "webhook starts", &3, || {
+        hook.events().len()
+    });
     let ev = hook.events();
     assert_eq!(
         ev,
@@ -230,8 +223,15 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     ];
     seed(&archive, &text, &runs);
     let mut agent = Agent::start("alerts", "a", "127.0.0.7", &config, ports, &[]);
-    wait_for("Alertmanager's alerts to resolve", 30, &vec![], || am.summary());
-    wait_for("webhook ends", 30, &6, || hook.events().len());
+    wait_equal(
+        Duration::from_secs(30),
+        "Alertmanager's alerts to resolve",
+        &vec![],
+        || am.summary(),
+    );
+    wait_equal(Duration::from_secs(30), "webhook ends", &6, || {
+        hook.events().len()
+    });
     assert_eq!(hook.events().iter().filter(|e| e.0 == "end").count(), 3);
     let all = get_json("127.0.0.7", ports.api, "/api/v1/alerts?state=all");
     let all = all.as_array().unwrap();
@@ -250,9 +250,9 @@ fn alerts_open_reach_alertmanager_and_a_webhook_and_end_after_the_hold() {
     );
     std::fs::write(&config, config_text(ports.api, &am.url, &hook.url, &extra)).unwrap();
     agent.signal(libc::SIGHUP);
-    wait_for(
+    wait_equal(
+        Duration::from_secs(30),
         "maintenance",
-        30,
         &vec![
             s("a>b", "backward", "maintenance"),
             s("a>b", "forward", "maintenance"),
@@ -293,7 +293,7 @@ fn a_receiver_that_never_answers_is_given_up_counted_and_the_agent_goes_on() {
     // Six attempts, 1 + 2 + 4 + 8 + 16 s apart (and a quarter more at
     // most): the webhook's start event is given up within a minute. The
     // Alertmanager batches (resent every second) are given up in turn.
-    wait_for("a delivery given up", 75, &true, || {
+    wait_equal(Duration::from_secs(75), "a delivery given up", &true, || {
         let (_, page) = http("127.0.0.7", ports.api, "GET", "/ui/host", None, "");
         page.contains(" given up, ") && !page.contains(" 0 given up, ")
     });
@@ -301,7 +301,7 @@ fn a_receiver_that_never_answers_is_given_up_counted_and_the_agent_goes_on() {
     let before = get_json("127.0.0.7", ports.api, "/api/v1/grid?metric=loss")["agents"][0]["evaluated_ms"]
         .as_u64()
         .unwrap();
-    wait_for("another evaluation", 10, &true, || {
+    wait_equal(Duration::from_secs(10), "another evaluation", &true, || {
         get_json("127.0.0.7", ports.api, "/api/v1/grid?metric=loss")["agents"][0]["evaluated_ms"]
             .as_u64()
             .unwrap()

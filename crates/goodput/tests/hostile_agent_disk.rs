@@ -12,7 +12,7 @@
 mod common;
 
 use common::agents::http_from;
-use common::now_ms;
+use common::{now_ms, wait_for};
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -220,14 +220,6 @@ fn own_runs(ports: Ports, from: u64, to: u64) -> Vec<Value> {
         .collect()
 }
 
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 #[test]
 fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_by_itself() {
     let Some(fs) = Tmpfs::mount("16m") else {
@@ -302,9 +294,9 @@ fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_by_itself(
     // Space returns: the agent finds it by itself (no restart, no call).
     fs.resize("256m");
     let grown_ms = now_ms();
-    wait_for("writes taken again", Duration::from_secs(20), || {
+    wait_for(Duration::from_secs(20), "writes taken again", || {
         let h = health(ports);
-        h["archive_disk_full"] == false && h["archive_held_runs"] == 0
+        (h["archive_disk_full"] == false && h["archive_held_runs"] == 0).then_some(())
     });
     assert_eq!(
         metric(ports, "goodput_agent_archive_disk_full"),
@@ -340,9 +332,9 @@ fn a_full_disk_refuses_writes_loses_nothing_acknowledged_and_recovers_by_itself(
     }
     // New runs of its own are stored as they come.
     wait_for(
-        "a new run of a's own stored",
         Duration::from_secs(3 * EVERY),
-        || !own_runs(ports, grown_ms + 500, now_ms() + 60_000).is_empty(),
+        "a new run of a's own stored",
+        || (!own_runs(ports, grown_ms + 500, now_ms() + 60_000).is_empty()).then_some(()),
     );
     nothing_acknowledged_is_lost(ports, &acked, "after the disk grew");
 

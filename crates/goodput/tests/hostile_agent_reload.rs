@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::now_ms;
+use common::{now_ms, wait_for};
 
 use common::agents::{get_json, state, Agent, Ports, TOKEN};
 use common::{goodput, limit_address_space, tmp, Reaped, SERVER_ADDRESS_SPACE};
@@ -80,18 +80,6 @@ fn tasks(a: &Agent, ports: Ports) -> Vec<String> {
             )
         })
         .collect()
-}
-
-/// Waits (at most `limit`) until `f` gives something.
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The agent's runs of task `latency` that ended (any state but scheduled

@@ -9,33 +9,19 @@
 
 mod common;
 
-use common::agents::{get_json, Agent, Ports};
+use common::agents::{get_json, pair_head, Agent, Ports};
 use common::seed::{now_ms, seed, Seed};
+use common::wait_equal;
 use goodput_core::result::{
     ClockState, Detail, OneWayDirection, OneWayStats, OwampDetail, TestKind, TestResult,
 };
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn config_text(api: u16) -> String {
-    format!(
-        r#"[agent]
-api_port = {api}
-
-[addresses.a]
-address = "127.0.0.7"
-[addresses.ps]
-address = "127.0.0.9"
-no_agent = true
-
-[groups.to-ps]
-type = "disjoint"
-a = ["a"]
-b = ["ps"]
-unidirectional = true
-
-[tests.owd]
+    pair_head(api, "127.0.0.7", "127.0.0.9", false)
+        + r#"[tests.owd]
 kind = "owamp"
-host = "{{{{dest}}}}"
+host = "{{dest}}"
 
 # Nothing runs during the test: the archive is seeded.
 [schedules.later]
@@ -43,7 +29,7 @@ repeat = "1d"
 start = "2099-01-01T00:00:00Z"
 
 [tasks.owd]
-group = "to-ps"
+group = "ab"
 test = "owd"
 schedule = "later"
 
@@ -65,7 +51,6 @@ statistic = "last"
 warning = "~:0"
 critical = "@1:"
 "#
-    )
 }
 
 fn one_way(median_us: f64, synchronized: bool) -> OneWayStats {
@@ -151,18 +136,6 @@ fn grid(ports: Ports, metric: &str) -> Vec<(String, String)> {
     v
 }
 
-fn wait_for<T: PartialEq + std::fmt::Debug>(what: &str, secs: u64, want: &T, mut got: impl FnMut() -> T) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let g = got();
-        if &g == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: still {g:?}, want {want:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
 fn s(a: &str, b: &str) -> (String, String) {
     (a.into(), b.into())
 }
@@ -187,23 +160,23 @@ fn an_unsynchronised_one_way_delay_raises_no_alert_and_loss_still_does() {
     seed(
         &archive,
         &text,
-        &[Seed::ok("owd-1", "owd", "a", "ps", now - 60_000, figures)],
+        &[Seed::ok("owd-1", "owd", "a", "b", now - 60_000, figures)],
     );
     let mut agent = Agent::start("one_way_alerts", "a", "127.0.0.7", &config, ports, &[]);
 
     // The way back is past 100 ms: critical. The way there has no exact
     // one-way delay: not measured, not an alert (a negative value would
     // have been outside 0:100ms).
-    wait_for(
+    wait_equal(
+        Duration::from_secs(30),
         "one-way delay half-cells",
-        30,
         &vec![s("backward", "critical"), s("forward", "not_run")],
         || grid(ports, "one_way_delay"),
     );
     // Loss applies whatever the clocks: 0.5% on the way there.
-    wait_for(
+    wait_equal(
+        Duration::from_secs(30),
         "loss half-cells",
-        30,
         &vec![s("backward", "ok"), s("forward", "warning")],
         || grid(ports, "loss"),
     );

@@ -12,7 +12,7 @@ mod common;
 mod psconfig_http;
 
 use common::agents::{get_json, Agent, Ports};
-use common::{run, tmp};
+use common::{run, tmp, wait_for};
 use psconfig_http::{Answer, Publisher};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -73,18 +73,6 @@ fn config_error(a: &Agent, ports: Ports) -> Option<String> {
     get_json(&a.ip, ports.api, "/api/v1/health")["config_error"]
         .as_str()
         .map(str::to_owned)
-}
-
-/// Waits (at most `limit`) until `f` gives something.
-fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "gave up waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]

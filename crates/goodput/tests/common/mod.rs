@@ -129,6 +129,44 @@ fn proc_has(files: &[&str], port: u16, listening_only: bool) -> bool {
     })
 }
 
+/// Calls `f` every 200 ms until it gives a value, and returns it; fails
+/// the test, naming `what`, if none came within `limit`.
+pub fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what} after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until `got` gives `want`; fails the test with the last value it
+/// gave if that did not happen within `limit`.
+pub fn wait_equal<T: PartialEq + std::fmt::Debug>(
+    limit: Duration,
+    what: &str,
+    want: &T,
+    mut got: impl FnMut() -> T,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let g = got();
+        if &g == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: still {g:?} after {limit:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// Waits until something listens on TCP `port` (read from /proc: no probe
 /// connection, which a one-connection receiver would take for its peer).
 pub fn wait_tcp_listening(port: u16) {
