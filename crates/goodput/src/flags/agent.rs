@@ -166,12 +166,12 @@ pub struct AgentArgs {
     /// Most runs booked by others held at once.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_held: usize,
-    /// Most runs under way on this host at once, background streams
-    /// (STAMP, OWAMP) aside.
+    /// Most runs under way on this host at once, background runs (STAMP,
+    /// OWAMP, TWAMP, trace and ping) aside.
     #[arg(long, value_name = "N", default_value_t = 32)]
     pub max_running: usize,
-    /// Most background streams (STAMP, OWAMP: a few small packets a
-    /// second each) under way on this host at once.
+    /// Most background runs (STAMP, OWAMP, TWAMP: a few small packets a
+    /// second each; trace and ping) under way on this host at once.
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_background: usize,
     /// Most runs one requester may book per hour.
