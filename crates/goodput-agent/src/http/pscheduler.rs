@@ -584,14 +584,41 @@ fn routes(p: Participant) -> Router {
             get(run_get).put(run_put).delete(run_delete),
         ),
     ];
-    api.into_iter()
+    let app = api
+        .into_iter()
         .fold(Router::new(), |r, (path, m)| {
             r.route(&format!("/pscheduler{path}"), m)
         })
         .fallback(|| async { not_found() })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn_with_state(p.clone(), admit))
-        .with_state(p)
+        .with_state(p);
+    // A lead joins its participant's root URL (which ends in a slash)
+    // and `/api` or `/tools`: `/pscheduler//api`. Paths are read with
+    // repeated slashes as one, before routing.
+    Router::new().fallback_service(tower::ServiceExt::map_request(app, |mut req: Request| {
+        if req.uri().path().contains("//") {
+            if let Some(uri) = single_slashes(req.uri()) {
+                *req.uri_mut() = uri;
+            }
+        }
+        req
+    }))
+}
+
+/// `uri` with each run of slashes in its path made one.
+fn single_slashes(uri: &axum::http::Uri) -> Option<axum::http::Uri> {
+    let mut path = String::with_capacity(uri.path().len());
+    for c in uri.path().chars() {
+        if !(c == '/' && path.ends_with('/')) {
+            path.push(c);
+        }
+    }
+    let whole = match uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    whole.parse().ok()
 }
 
 /// Binds pScheduler's participant API when asked for: its sockets (HTTPS
@@ -658,6 +685,15 @@ mod tests {
         ] {
             assert!(!is_uuid(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_leads_doubled_slash_reads_as_one() {
+        let u: axum::http::Uri = "/pscheduler//tools?test=%7B%7D&api=6".parse().unwrap();
+        assert_eq!(
+            single_slashes(&u).unwrap().to_string(),
+            "/pscheduler/tools?test=%7B%7D&api=6"
+        );
     }
 
     #[test]
