@@ -603,14 +603,29 @@ pub(crate) async fn book_run(
     Ok(true)
 }
 
-/// Keeps the result the run's server reports.
-struct Outcome(Option<TestResult>);
+/// Keeps the result of the run's test. A connection that is no test (a
+/// port scan, a client that gives up before its parameters) does not end
+/// the server: its failure is kept only until a test succeeds, and the
+/// first test that does ends the server, as `iperf3 -s -1` would.
+struct Outcome {
+    result: Option<TestResult>,
+    stop: CancellationToken,
+}
+
+fn iperf3_error(r: &TestResult) -> Option<&str> {
+    r.iperf3().and_then(|d| d.error.as_deref())
+}
 
 impl goodput_engine::Observer for Outcome {
     fn on_interval(&mut self, _: &goodput_core::result::Interval) {}
     fn on_connection(&mut self, _: &goodput_core::result::ConnectionRecord) {}
     fn on_result(&mut self, r: &TestResult) {
-        self.0 = Some(r.clone());
+        if iperf3_error(r).is_none() {
+            self.result = Some(r.clone());
+            self.stop.cancel();
+        } else if self.result.is_none() {
+            self.result = Some(r.clone());
+        }
     }
 }
 
@@ -657,7 +672,7 @@ async fn serve_run(
             timeout: Duration::from_secs(10),
             status_interval: Duration::from_secs(1),
             max_records: 200,
-            exit_after: Some(1),
+            exit_after: None,
         };
         match goodput_engine::iperf3::bind_server(spec) {
             Err(e) => {
@@ -670,20 +685,30 @@ async fn serve_run(
             }
             Ok(server) => {
                 let slot_end = Duration::from_millis(b.end_ms.saturating_sub(start));
-                let mut outcome = Outcome(None);
                 let stop = cancel.child_token();
+                let mut outcome = Outcome {
+                    result: None,
+                    stop: stop.clone(),
+                };
                 let cut = tokio::select! {
                     _ = server.run(&mut outcome, stop.clone()) => false,
                     _ = tokio::time::sleep(slot_end) => { stop.cancel(); true }
                 };
                 let end = clock::now_ms();
                 let stopping = shared.cancel.is_cancelled();
-                match outcome.0 {
-                    Some(result) => {
-                        let r = Shared::finished(&b, &result, start, end, cut, stopping);
+                // A test that failed (a client that gave up) is the run's
+                // result only when the lead did not cancel the run.
+                let failed_try = outcome.result.as_ref().and_then(iperf3_error).map(str::to_owned);
+                match outcome.result {
+                    Some(result) if failed_try.is_none() || !(stopping || cancel.is_cancelled()) => {
+                        let mut r = Shared::finished(&b, &result, start, end, cut, stopping);
+                        if let (Some(e), RunState::Finished) = (failed_try, r.state) {
+                            r.state = RunState::Failed;
+                            r.reason = Some(format!("the iperf3 test failed: {e}"));
+                        }
                         (r, Some(result))
                     }
-                    None => {
+                    _ => {
                         let (state, why) = if stopping {
                             (RunState::Cancelled, "the agent stopped".to_owned())
                         } else if cancel.is_cancelled() {
