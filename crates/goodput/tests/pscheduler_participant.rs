@@ -200,6 +200,18 @@ fn a_recorded_pscheduler_lead_runs_a_throughput_test_with_the_agent() {
     assert_eq!(row["kind"], "iperf3");
     assert_eq!(row["class"], "exclusive");
     assert_eq!(row["source"], "10.40.0.1");
+    // The lead's client sent: source → this agent is "up".
+    let theirs = client.as_ref().unwrap()["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    let up = row["figures"]["throughput_up_bps"]
+        .as_f64()
+        .expect("an upload figure");
+    assert!(
+        (up - theirs).abs() <= theirs * 0.1,
+        "archived {up} bit/s, the client {theirs}"
+    );
+    assert_eq!(row["figures"]["throughput_down_bps"], Value::Null);
     assert_eq!(row["task"], format!("pscheduler/{task}"));
     agent.stop(libc::SIGTERM);
 }

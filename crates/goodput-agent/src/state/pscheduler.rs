@@ -702,6 +702,13 @@ async fn serve_run(
                 match outcome.result {
                     Some(result) if failed_try.is_none() || !(stopping || cancel.is_cancelled()) => {
                         let mut r = Shared::finished(&b, &result, start, end, cut, stopping);
+                        // The server's figures are this end's (what it
+                        // received is "down" to it); the row's source is
+                        // the lead's client, so up is source → here.
+                        std::mem::swap(
+                            &mut r.figures.throughput_up_bps,
+                            &mut r.figures.throughput_down_bps,
+                        );
                         if let (Some(e), RunState::Finished) = (failed_try, r.state) {
                             r.state = RunState::Failed;
                             r.reason = Some(format!("the iperf3 test failed: {e}"));
