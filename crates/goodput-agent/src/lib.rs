@@ -56,6 +56,7 @@ pub use state::config::{
 };
 pub use state::forward::ForwardTarget;
 pub use state::options::{AgentOptions, Role};
+pub use state::pscheduler::PsOptions;
 pub use tls::fingerprint;
 
 /// The SHA-256 fingerprint of the certificate the agent serves its API
@@ -149,6 +150,7 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     // touches the archive's runs.
     let gate = http::listen::Gate::new(shared.options.connections.clone());
     let listeners = http::bind(&shared, &gate).await?;
+    let pscheduler = http::pscheduler::bind(&shared)?;
     let mut tasks = tokio::task::JoinSet::new();
     if role == Role::Agent {
         shared.recover().await?;
@@ -162,6 +164,9 @@ pub async fn run(options: AgentOptions, cancel: CancellationToken) -> Result<(),
     }
     for l in listeners {
         tasks.spawn(http::serve(shared.clone(), l, gate.clone()));
+    }
+    for (l, app, gate) in pscheduler {
+        tasks.spawn(http::serve_app(app, l, gate, shared.cancel.clone()));
     }
     tasks.spawn(state::config::reloader(shared.clone()));
     tasks.spawn(state::housekeeping(shared.clone()));

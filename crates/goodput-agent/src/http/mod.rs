@@ -13,6 +13,7 @@ pub(crate) mod listen;
 mod metrics;
 pub(crate) mod openapi;
 mod pages;
+pub(crate) mod pscheduler;
 mod router;
 mod runs;
 mod schedule;
@@ -28,7 +29,7 @@ use axum::Json;
 
 use crate::state::{Counters, Shared};
 
-pub(crate) use router::{bind, serve};
+pub(crate) use router::{bind, serve, serve_app};
 
 pub(crate) type Ctx = Arc<Shared>;
 

@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use crate::http::accept::{ApiListener, Caller};
 use crate::http::listen::{Gate, Watched};
@@ -113,7 +114,7 @@ pub(crate) async fn bind(shared: &Shared, gate: &Arc<Gate>) -> Result<Vec<ApiLis
 /// flood of connections fills a short one, and a new client's SYN is then
 /// dropped and sent again only a second later. The gate closes what it
 /// does not admit, so the queue drains as fast as the agent accepts.
-fn listen_socket(a: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn listen_socket(a: SocketAddr) -> std::io::Result<TcpListener> {
     let s = if a.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
@@ -130,10 +131,21 @@ fn listen_socket(a: SocketAddr) -> std::io::Result<TcpListener> {
 /// headers (which also ends idle kept-alive connections) and on writes
 /// that make no progress, and closed when the gate gives its place to
 /// another address.
-pub(crate) async fn serve(shared: Ctx, mut listener: ApiListener, gate: Arc<Gate>) {
-    use hyper_util::rt::{TokioIo, TokioTimer};
+pub(crate) async fn serve(shared: Ctx, listener: ApiListener, gate: Arc<Gate>) {
     let cancel = shared.cancel.clone();
     let app = router(shared, gate.clone());
+    serve_app(app, listener, gate, cancel).await;
+}
+
+/// Serves `app` on one socket until `cancel` (the API's, or pScheduler's
+/// participant API, `super::pscheduler`).
+pub(crate) async fn serve_app(
+    app: Router,
+    mut listener: ApiListener,
+    gate: Arc<Gate>,
+    cancel: CancellationToken,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
     let limits = gate.limits().clone();
     let local = listener.local_addr();
     loop {

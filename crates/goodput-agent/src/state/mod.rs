@@ -11,6 +11,7 @@ pub(crate) mod forward;
 pub(crate) mod minutes;
 pub(crate) mod options;
 pub(crate) mod peer;
+pub(crate) mod pscheduler;
 pub(crate) mod speedtest;
 
 use booking::{Book, Booked};

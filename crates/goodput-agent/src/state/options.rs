@@ -83,6 +83,8 @@ pub struct AgentOptions {
     pub reload_every: Duration,
     /// How much history the archive keeps.
     pub retention: Retention,
+    /// Answer pScheduler leads as a throughput participant (none: off).
+    pub pscheduler: Option<crate::state::pscheduler::PsOptions>,
 }
 
 impl Default for AgentOptions {
@@ -112,6 +114,7 @@ impl Default for AgentOptions {
             ndt7_port: None,
             reload_every: Duration::from_secs(300),
             retention: Retention::default(),
+            pscheduler: None,
         }
     }
 }

@@ -116,7 +116,38 @@ pub(crate) fn agent(args: &AgentArgs) -> Result<u8, Stop> {
             "--forward-to needs --token-file: the archive takes runs only with the mesh's token",
         ));
     }
+    let pscheduler = if args.pscheduler_listen.is_empty() {
+        None
+    } else {
+        let allow = args
+            .pscheduler_allow
+            .iter()
+            .map(|a| {
+                a.parse()
+                    .map_err(|e: String| usage(format!("--pscheduler-allow {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if allow.is_empty() && args.allow.is_empty() {
+            return Err(usage(
+                "--pscheduler-listen needs --pscheduler-allow or --allow: pScheduler's API has no token, \
+                 so the leads that may use it must be named by address",
+            ));
+        }
+        if args.iperf3 && args.iperf3_port == args.pscheduler_iperf3_port {
+            return Err(usage(format!(
+                "--pscheduler-iperf3-port {} is the beacon's --iperf3-port too: give pScheduler's runs a port of their own",
+                args.pscheduler_iperf3_port
+            )));
+        }
+        Some(goodput_agent::PsOptions {
+            listen: args.pscheduler_listen.clone(),
+            allow,
+            iperf3_port: args.pscheduler_iperf3_port,
+            max_tasks: args.pscheduler_max_tasks.max(1),
+        })
+    };
     let options = AgentOptions {
+        pscheduler,
         role,
         database: args.database.clone(),
         forward,

@@ -163,6 +163,24 @@ pub struct AgentArgs {
     /// The ndt7 service's TCP port.
     #[arg(long, value_name = "PORT", default_value_t = goodput_core::spec::server::NDT7_PORT)]
     pub ndt7_port: u16,
+    /// Answer perfSONAR pScheduler leads here (HTTPS, under /pscheduler;
+    /// repeatable; e.g. [::]:443): a perfSONAR host can then run
+    /// `pscheduler task throughput --dest THIS_HOST` (tool iperf3). Off
+    /// unless given.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub pscheduler_listen: Vec<SocketAddr>,
+    /// The pScheduler leads that may use --pscheduler-listen (repeatable,
+    /// ADDRESS or ADDRESS/PREFIX; default: the --allow list; one of the
+    /// two is needed, as pScheduler's API has no token).
+    #[arg(long, value_name = "CIDR")]
+    pub pscheduler_allow: Vec<String>,
+    /// The TCP port a pScheduler run's iperf3 server listens on, for that
+    /// run's slot only.
+    #[arg(long, value_name = "PORT", default_value_t = 5201)]
+    pub pscheduler_iperf3_port: u16,
+    /// Most pScheduler tasks one lead keeps here at once.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub pscheduler_max_tasks: usize,
     /// Most runs booked by others held at once.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub max_held: usize,
