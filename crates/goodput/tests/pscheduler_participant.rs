@@ -11,12 +11,12 @@
 
 mod common;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::agents::{get_json, Agent, Ports};
+use common::agents::{connect_from, get_json, Agent, Ports};
 use common::{free_tcp_port, have, now_ms, tmp, wait_tcp_listening};
 use serde_json::{json, Value};
 
@@ -302,6 +302,19 @@ fn a_hostile_lead_is_held_to_the_limits_and_leaves_no_port_open() {
         listening(iperf3_port),
         "a connection that was no test ended the run's server"
     );
+    // A client from an address that is neither the lead nor the test's
+    // source is told the server is busy (iperf3's ACCESS_DENIED, -1),
+    // unread, and the server stays for the run's own client.
+    let mut stranger = connect_from("127.0.0.2", "127.0.0.1", iperf3_port, Duration::from_secs(2)).unwrap();
+    stranger.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        stranger.read(&mut byte).unwrap(),
+        1,
+        "the stranger was not answered"
+    );
+    assert_eq!(byte[0] as i8, -1, "the stranger was served, not refused");
+    assert!(listening(iperf3_port), "the stranger ended the run's server");
     let (status, _) = call(
         ps_port,
         "127.0.0.1",

@@ -486,8 +486,8 @@ pub(crate) fn iso(ms: u64) -> String {
 
 /// What the destination tells the lead about its part: the port its
 /// iperf3 server will listen on. No `_auth`: the run's server takes only
-/// the test it was started for, and pScheduler's client then asks for no
-/// credentials.
+/// clients from the lead's or the test's source address ([`clients`]),
+/// and pScheduler's client then asks for no credentials.
 pub(crate) fn participant_data(port: u16) -> Value {
     json!({ "schema": 1, "server_port": port })
 }
@@ -682,6 +682,7 @@ async fn serve_run(
             status_interval: Duration::from_secs(1),
             max_records: 200,
             exit_after: None,
+            allow: clients(&ps_state, &task).await,
         };
         match goodput_engine::iperf3::bind_server(spec) {
             Err(e) => {
@@ -773,6 +774,46 @@ async fn serve_run(
     ps_state.done.notify_waiters();
     shared.store(std::slice::from_ref(&record)).await;
     shared.note_latest(&record);
+}
+
+/// The addresses the run's iperf3 client may come from: the lead's, and
+/// the test's `source` and `local-address` (pScheduler's client binds to
+/// one of them), a name among them looked up (for at most 5 s). Anyone
+/// else who reaches the port during the slot is refused.
+async fn clients(ps_state: &PsState, task: &str) -> Vec<IpAddr> {
+    let (lead, named) = {
+        let tasks = ps_state.lock();
+        let Some(t) = tasks.get(task) else {
+            return vec![IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)];
+        };
+        let spec = t.doc.pointer("/test/spec");
+        let named: Vec<String> = ["source", "local-address"]
+            .iter()
+            .filter_map(|f| spec.and_then(|s| s.get(*f)).and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect();
+        (t.lead, named)
+    };
+    let mut allow = vec![lead];
+    for name in named {
+        match name.parse::<IpAddr>() {
+            Ok(ip) => allow.push(ip),
+            Err(_) => {
+                let found = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    tokio::net::lookup_host((name.as_str(), 0)),
+                )
+                .await;
+                match found {
+                    Ok(Ok(addrs)) => allow.extend(addrs.map(|a| a.ip())),
+                    _ => log(&format!(
+                        "pScheduler task {task}: {name} did not resolve; only the lead's address may run its test"
+                    )),
+                }
+            }
+        }
+    }
+    allow
 }
 
 /// The lead that owns `task` (any address when it is gone).

@@ -1,7 +1,7 @@
 //! `goodput server --iperf3`: answers stock iperf3 clients, one test at a
 //! time, telling anyone else that the server is busy, as iperf3 does.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,6 +40,16 @@ pub struct Iperf3ServerSpec {
     pub max_records: usize,
     /// Stop after this many tests.
     pub exit_after: Option<u64>,
+    /// The only client addresses served (empty: any). Others are told the
+    /// server is busy, unread, as a second client is.
+    pub allow: Vec<IpAddr>,
+}
+
+impl Iperf3ServerSpec {
+    fn allows(&self, peer: &SocketAddr) -> bool {
+        let ip = peer.ip().to_canonical();
+        self.allow.is_empty() || self.allow.iter().any(|a| a.to_canonical() == ip)
+    }
 }
 
 /// A bound iperf3 server.
@@ -107,6 +117,14 @@ impl Iperf3Server {
                     },
                 },
             };
+            if !self.spec.allows(&peer) {
+                observer.on_notice(&format!(
+                    "iperf3: refused {}, which is not among the clients allowed",
+                    addr_text(peer)
+                ));
+                tokio::spawn(refuse(sock));
+                continue;
+            }
             let wanted = Arc::new(AtomicBool::new(false));
             let finishing = Arc::new(AtomicBool::new(false));
             let (tx, rx) = mpsc::channel(256);
@@ -123,6 +141,13 @@ impl Iperf3Server {
                     a = self.listener.accept(), if next.is_none() => match a {
                         // Out of descriptors, say: do not spin on it.
                         Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                        Ok((s, from)) if !self.spec.allows(&from) => {
+                            observer.on_notice(&format!(
+                                "iperf3: refused {}, which is not among the clients allowed",
+                                addr_text(from)
+                            ));
+                            tokio::spawn(refuse(s));
+                        }
                         Ok((s, from)) if finishing.load(Relaxed) => next = Some((s, from)),
                         Ok((s, from)) => if wanted.load(Relaxed) {
                             if let Err(mpsc::error::TrySendError::Full(s) | mpsc::error::TrySendError::Closed(s)) = tx.try_send(s) {

@@ -33,6 +33,7 @@ pub(super) async fn run(
                 status_interval: spec.interval.0,
                 max_records: 0,
                 exit_after: Some(1),
+                allow: Vec::new(),
             })
             .map_err(|e| Failure::setup(error_chain(&e)))?;
             let addr = srv.local_addr();

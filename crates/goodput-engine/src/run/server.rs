@@ -108,6 +108,7 @@ pub(crate) async fn run(
                 status_interval: Duration::from_secs(1),
                 max_records,
                 exit_after: None,
+                allow: Vec::new(),
             })
             .map_err(setup)?;
             banner.push((
