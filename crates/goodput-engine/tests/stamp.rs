@@ -40,7 +40,6 @@ fn sender_spec(target: SocketAddr, count: u64) -> StampSenderSpec {
         status_interval: Duration::from_millis(200),
         max_records: 1000,
         reflector_stateful: false,
-        compact: false,
     }
 }
 
@@ -293,7 +292,6 @@ async fn replies_lost_only_split_when_the_reflector_is_known_stateful() {
             let r = UdpRelay::start(a, faults.clone());
             let spec = StampSenderSpec {
                 reflector_stateful: declared,
-                compact: false,
                 ..sender_spec(r.addr, 200)
             };
             relay = Some(r);
