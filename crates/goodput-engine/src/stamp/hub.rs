@@ -388,8 +388,9 @@ impl Table {
             }
         }
         s.next += s.interval;
-        // Fell behind by more than an interval: skip, never burst; the
-        // slots skipped before the end are not sent.
+        // Fell behind by more than an interval: skip, never burst. A
+        // counted run sends its count later instead (as the one-shot
+        // sender); a timed one loses the slots it skipped before its end.
         if s.next + s.interval < now {
             let behind =
                 ((now - s.next).as_nanos() / s.interval.as_nanos().max(1)).min(u128::from(u32::MAX)) as u64;
@@ -399,8 +400,11 @@ impl Table {
                 let left = e.saturating_duration_since(from);
                 left.as_nanos().div_ceil(s.interval.as_nanos().max(1)) as u64
             });
-            let before_count = s.count.map_or(behind, |c| c.saturating_sub(s.planned));
-            let k = behind.min(before_end).min(before_count);
+            let k = if s.count.is_some() {
+                0
+            } else {
+                behind.min(before_end)
+            };
             if k > 0 {
                 s.planned += k;
                 let (reason, message) = msg::LATE_REASON;
@@ -1118,6 +1122,27 @@ mod tests {
             t.reply(r, &reply(2, T0 + 200_000_000, ssid), T0 + 1, None, err()),
             None
         );
+    }
+
+    #[test]
+    fn a_late_stream_skips_its_slots_as_not_sent_and_a_counted_run_sends_later() {
+        let mut t = Table::new(addr("0.0.0.0:5000"), counters());
+        let r = addr("127.0.1.1:862");
+        add(&mut t, 1, r, None);
+        add(&mut t, 2, r, None);
+        t.sessions.get_mut(&2).unwrap().count = Some(20);
+        let first = t.sessions[&1].next;
+        // 550 ms late at 100 ms: the slots at 100..=400 ms are skipped,
+        // the one at 500 ms (less than an interval behind) is sent next.
+        let late = first + Duration::from_millis(550);
+        let next = t.sent(1, T0, Ok(()), late).unwrap();
+        assert_eq!(next, first + Duration::from_millis(500));
+        let s = &t.sessions[&1];
+        assert_eq!((s.tally.sent, s.tally.not_sent, s.planned), (1, 4, 5));
+        assert_eq!(s.tally.send_failures[0].reason, "late");
+        t.sent(2, T0, Ok(()), late);
+        let s = &t.sessions[&2];
+        assert_eq!((s.tally.sent, s.tally.not_sent, s.planned), (1, 0, 1));
     }
 
     #[test]
