@@ -787,7 +787,7 @@ async fn serve(
                 let now = Instant::now();
                 table.expire(now, msg::now_unix_ns());
                 ticks += 1;
-                if ticks % HAND_OVER_TICKS == 0 {
+                if ticks.is_multiple_of(HAND_OVER_TICKS) {
                     table.hand_over();
                     error = msg::clock_error();
                 }
