@@ -360,6 +360,8 @@ pub(crate) struct SendBatch {
     iov: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
     count: usize,
+    /// Room per packet, bytes.
+    stride: usize,
 }
 
 // SAFETY: as for RecvBatch.
@@ -368,8 +370,14 @@ unsafe impl Send for SendBatch {}
 impl SendBatch {
     /// Room for `n` packets of up to [`MAX_PACKET_LEN`] bytes.
     pub(crate) fn new(n: usize) -> Self {
+        Self::with_packet_len(n, MAX_PACKET_LEN)
+    }
+
+    /// Room for `n` packets of up to `len` bytes (a sender that knows its
+    /// packets' size keeps only that much resident).
+    pub(crate) fn with_packet_len(n: usize, len: usize) -> Self {
         Self {
-            bufs: vec![0; n * MAX_PACKET_LEN],
+            bufs: vec![0; n * len],
             lens: vec![0; n],
             // SAFETY: all-zero is valid for these C structs.
             addrs: vec![unsafe { zeroed() }; n],
@@ -379,6 +387,7 @@ impl SendBatch {
             iov: vec![unsafe { zeroed() }; n],
             hdrs: vec![unsafe { zeroed() }; n],
             count: 0,
+            stride: len,
         }
     }
 
@@ -395,7 +404,7 @@ impl SendBatch {
     /// The buffer for the next packet; call [`SendBatch::push`] to keep it.
     pub(crate) fn next_buf(&mut self) -> &mut [u8] {
         let i = self.count;
-        &mut self.bufs[i * MAX_PACKET_LEN..(i + 1) * MAX_PACKET_LEN]
+        &mut self.bufs[i * self.stride..(i + 1) * self.stride]
     }
 
     /// Queues the packet written into [`SendBatch::next_buf`]: `len` bytes to
@@ -414,17 +423,31 @@ impl SendBatch {
     /// Sends every queued packet; returns how many the kernel refused.
     /// T3 is written into each (at `ts_at`) by `stamp` just before the call.
     pub(crate) fn flush(&mut self, fd: RawFd, stamp: impl Fn(&mut [u8])) -> usize {
+        self.flush_each(fd, |_, p| stamp(p), |_, _| {})
+    }
+
+    /// Sends every queued packet, `stamp(i, packet)` writing each one's
+    /// timestamp just before the call; `refused(i, error)` is told of each
+    /// packet the kernel refused (it never left). Returns how many it
+    /// refused.
+    pub(crate) fn flush_each(
+        &mut self,
+        fd: RawFd,
+        mut stamp: impl FnMut(usize, &mut [u8]),
+        mut refused: impl FnMut(usize, io::Error),
+    ) -> usize {
+        let stride = self.stride;
         let mut failed = 0;
         let mut start = 0;
         for i in 0..self.count {
             let len = self.lens[i];
-            stamp(&mut self.bufs[i * MAX_PACKET_LEN..i * MAX_PACKET_LEN + len]);
+            stamp(i, &mut self.bufs[i * stride..i * stride + len]);
         }
         while start < self.count {
             let n = self.count - start;
             for i in start..self.count {
                 self.iov[i] = libc::iovec {
-                    iov_base: self.bufs[i * MAX_PACKET_LEN..].as_mut_ptr().cast(),
+                    iov_base: self.bufs[i * stride..].as_mut_ptr().cast(),
                     iov_len: self.lens[i],
                 };
                 let h = &mut self.hdrs[i].msg_hdr;
@@ -445,6 +468,12 @@ impl SendBatch {
             let sent = unsafe { libc::sendmmsg(fd, self.hdrs[start..].as_mut_ptr(), n as u32, 0) };
             if sent <= 0 {
                 // The first packet was refused: count it and go on with the rest.
+                let e = if sent < 0 {
+                    io::Error::last_os_error()
+                } else {
+                    io::ErrorKind::WriteZero.into()
+                };
+                refused(start, e);
                 failed += 1;
                 start += 1;
             } else {

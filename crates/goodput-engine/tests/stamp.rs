@@ -40,7 +40,6 @@ fn sender_spec(target: SocketAddr, count: u64) -> StampSenderSpec {
         status_interval: Duration::from_millis(200),
         max_records: 1000,
         reflector_stateful: false,
-        compact: false,
     }
 }
 
@@ -293,7 +292,6 @@ async fn replies_lost_only_split_when_the_reflector_is_known_stateful() {
             let r = UdpRelay::start(a, faults.clone());
             let spec = StampSenderSpec {
                 reflector_stateful: declared,
-                compact: false,
                 ..sender_spec(r.addr, 200)
             };
             relay = Some(r);
@@ -544,4 +542,50 @@ async fn replies_leave_from_the_address_the_request_arrived_on() {
     }
     cancel.cancel();
     assert_eq!(running.wait().await.reflected, 30);
+}
+
+/// The agent's hub: two runs of three sessions each to one stateful
+/// reflector share one socket; every packet is answered and counted once,
+/// and each session's SSID is its own.
+#[tokio::test]
+async fn hub_runs_share_a_socket_and_count_every_packet() {
+    let r = bind_reflector(reflector_spec(Ipv4Addr::new(127, 0, 0, 7).into(), true)).expect("bind reflector");
+    let addr = r.local_addrs()[0];
+    let cancel = CancellationToken::new();
+    let running = r.start(cancel.clone());
+    let hub = goodput_engine::stamp::StampHub::new();
+    let spec = || StampSenderSpec {
+        sessions: 3,
+        interval: Duration::from_millis(20),
+        reflector_stateful: true,
+        ..sender_spec(addr, 20)
+    };
+    let (mut oa, mut ob) = (NullObserver, NullObserver);
+    let (a, b) = tokio::join!(
+        hub.run_sender(spec(), &mut oa, CancellationToken::new()),
+        hub.run_sender(spec(), &mut ob, CancellationToken::new())
+    );
+    cancel.cancel();
+    let c = running.wait().await;
+    let mut ssids = HashSet::new();
+    for res in [a.expect("run a"), b.expect("run b")] {
+        let t = total(&res);
+        assert_eq!(
+            (t.sent, t.received, t.lost, t.not_sent, t.duplicates),
+            (60, 60, 0, 0, 0)
+        );
+        assert_eq!(t.lost_forward, Some(0));
+        let s = res.stamp().unwrap();
+        assert_eq!(s.per_session.len(), 3);
+        for p in &s.per_session {
+            assert_eq!((p.stats.sent, p.stats.received), (20, 20), "{p:?}");
+            assert!(ssids.insert(p.ssid), "SSID {} twice", p.ssid);
+        }
+        // One socket for all of them.
+        let locals: HashSet<&str> = res.connections.iter().map(|c| c.local_address.as_str()).collect();
+        assert_eq!(locals.len(), 1, "{locals:?}");
+    }
+    assert_eq!((c.received, c.reflected, c.sessions), (120, 120, 6));
+    assert_eq!(hub.counters().unknown.load(Ordering::Relaxed), 0);
+    assert_eq!(hub.counters().sessions.load(Ordering::Relaxed), 0);
 }

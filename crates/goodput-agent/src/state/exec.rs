@@ -191,11 +191,20 @@ async fn engine_run(
         ..RunContext::with_records(MAX_RECORDS)
     };
     let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
-        // A background stream is kept as per-minute summaries.
+        // A background stream is kept as per-minute summaries; one to a
+        // reflector runs on the agent's STAMP hub beside every other.
         let (tx, store) = summary_store(shared);
         let mut minutes = Minutes::new(b.clone(), tx);
+        let hub = shared.stamp_hub.clone();
         let joined = tokio::spawn(async move {
-            let result = run(&spec, context, &mut minutes, token).await;
+            let result = match &spec {
+                TestSpec::Stamp(s) if s.host.is_some() => {
+                    let stateful = context.stamp_reflector_stateful;
+                    hub.run_spec(s, stateful, &mut minutes, token, context.max_records)
+                        .await
+                }
+                _ => run(&spec, context, &mut minutes, token).await,
+            };
             minutes.finish();
             (result, minutes.dropped, minutes.after_close)
         })

@@ -149,6 +149,9 @@ pub(crate) struct Shared {
     /// Taken by each store of this agent's own runs, so that runs held
     /// in memory are written back in the order they were given.
     store_turn: tokio::sync::Mutex<()>,
+    /// The background STAMP streams' sessions, all on a few shared
+    /// sockets (opened by the first stream).
+    pub(crate) stamp_hub: Arc<goodput_engine::stamp::StampHub>,
 }
 
 /// Most runs of its own an agent holds in memory while its archive
@@ -283,6 +286,7 @@ impl Shared {
             alerting: Mutex::new(crate::state::alerts::AlertState::default()),
             unstored: Mutex::new(Unstored::default()),
             store_turn: tokio::sync::Mutex::new(()),
+            stamp_hub: Arc::new(goodput_engine::stamp::StampHub::new()),
             inner: Mutex::new(Inner {
                 loaded,
                 config_error: None,

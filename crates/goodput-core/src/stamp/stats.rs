@@ -301,6 +301,13 @@ impl Tracker {
         self.expire(i64::MAX - self.timeout_ns.saturating_mul(2))
     }
 
+    /// Whether `r` answers a packet of this session still in its window
+    /// (its sequence number, and the T1 it copied back).
+    pub fn answers(&self, r: &ReflectorPacket) -> bool {
+        self.index(r.sender_seq)
+            .is_some_and(|i| r.sender_timestamp == super::ntp_from_unix_ns(self.slots[i].t1()))
+    }
+
     /// Matches a reply that arrived at `t4` (Unix ns, our clock) with TTL
     /// `ttl`; `our_error` is the error estimate of our clock.
     pub fn reply(

@@ -110,8 +110,6 @@ pub(super) async fn run(
         } else {
             reflector_stateful
         },
-        // A continuous stream is one of the many an agent keeps.
-        compact: spec.continuous,
     };
     let result = run_sender(sender, observer, cancel.clone()).await;
     server.stop().await;

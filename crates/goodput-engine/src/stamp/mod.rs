@@ -3,8 +3,10 @@
 //! all accounting are in `goodput_core::stamp`; this module moves the
 //! packets, with kernel timestamps and TTLs.
 
+mod hub;
 mod reflector;
 mod sender;
 
+pub use hub::{HubCounters, StampHub};
 pub use reflector::{bind_reflector, BoundReflector, ReflectorSpec, RunningReflector};
 pub use sender::{run_sender, StampSenderSpec};

@@ -58,15 +58,10 @@ pub struct StampSenderSpec {
     /// replies). Say so only when it is known: against a stateless
     /// reflector every loss would read as replies lost on the way back.
     pub reflector_stateful: bool,
-    /// Keep the run's and each status interval's delay distributions at
-    /// 2 significant digits with no IPDV, as a session's own: a stream an
-    /// agent keeps beside hundreds of others (a continuous one) then
-    /// holds kilobytes instead of most of a megabyte.
-    pub compact: bool,
 }
 
 impl StampSenderSpec {
-    fn session_ssid(&self, i: u32) -> u16 {
+    pub(super) fn session_ssid(&self, i: u32) -> u16 {
         match self.ssid {
             None => 0,
             // Walk the 65,535 non-zero ids.
@@ -84,15 +79,16 @@ enum Event {
     Done(Box<SessionEnd>),
 }
 
-struct SessionEnd {
-    index: usize,
-    local: String,
-    split: SplitFacts,
-    abandoned: u64,
-    send_errors: u64,
-    first_error: Option<std::io::Error>,
-    started_ns: u64,
-    ended_ns: u64,
+/// How a session ended, beside its tally.
+pub(super) struct SessionEnd {
+    pub(super) index: usize,
+    pub(super) local: String,
+    pub(super) split: SplitFacts,
+    pub(super) abandoned: u64,
+    pub(super) send_errors: u64,
+    pub(super) first_error: Option<std::io::Error>,
+    pub(super) started_ns: u64,
+    pub(super) ended_ns: u64,
 }
 
 /// Runs the sessions to the end (count, duration or `cancel`) and returns
@@ -128,21 +124,10 @@ pub async fn run_sender(
     drop(tx);
     let n = spec.sessions as usize;
     let mut tallies = vec![Tally::per_session(); n];
-    // The run's total counts every event itself, at full precision. A
-    // compact run (one of hundreds kept as summaries) instead adds up its
-    // sessions' tallies at the end, and its status windows count without
-    // distributions: a stream then holds one set of 2-digit histograms.
-    let compact = spec.compact;
+    // The run's total counts every event itself, at full precision.
     let mut total = Tally::default();
-    let fresh_window = || {
-        if compact {
-            Tally::counts_only()
-        } else {
-            Tally::default()
-        }
-    };
     let mut ends: Vec<Option<SessionEnd>> = (0..n).map(|_| None).collect();
-    let mut window = fresh_window();
+    let mut window = Tally::default();
     let mut intervals = Vec::new();
     let mut intervals_omitted = 0u64;
     let mut ticker = tokio::time::interval_at(start + spec.status_interval, spec.status_interval);
@@ -151,7 +136,6 @@ pub async fn run_sender(
     let mut done = 0usize;
     let mut failed = 0u64;
     let wants_packets = observer.wants_packets();
-    let time_limit = spec.duration;
     let mut interrupted = false;
     let bytes = spec.packet_bytes as u64;
     loop {
@@ -161,17 +145,13 @@ pub async fn run_sender(
                 match ev {
                     Event::Sent(s) => {
                         tallies[s].sent += 1;
-                        if !compact {
-                            total.sent += 1;
-                        }
+                        total.sent += 1;
                         window.sent += 1;
                     }
                     Event::Reply(s, v, reply_ssid) => {
                         let ssid = spec.session_ssid(s as u32);
                         tallies[s].verdict(&v, ssid, reply_ssid);
-                        if !compact {
-                            total.verdict(&v, ssid, reply_ssid);
-                        }
+                        total.verdict(&v, ssid, reply_ssid);
                         window.verdict(&v, ssid, reply_ssid);
                         if wants_packets {
                             if let Some(p) = packet_of(s, &v) {
@@ -181,9 +161,7 @@ pub async fn run_sender(
                     }
                     Event::Lost(s, seq, t1) => {
                         tallies[s].lost(1);
-                        if !compact {
-                            total.lost(1);
-                        }
+                        total.lost(1);
                         window.lost(1);
                         if wants_packets {
                             observer.on_packet(&blank_packet(s, seq, StampPacketStatus::Lost, t1));
@@ -191,9 +169,7 @@ pub async fn run_sender(
                     }
                     Event::NotSent(s, seq, t1, k, reason, message) => {
                         tallies[s].not_sent(k, &reason, &message);
-                        if !compact {
-                            total.not_sent(k, &reason, &message);
-                        }
+                        total.not_sent(k, &reason, &message);
                         window.not_sent(k, &reason, &message);
                         if wants_packets {
                             // k is at most the slots of the run's schedule.
@@ -206,10 +182,8 @@ pub async fn run_sender(
                         let t = &mut tallies[end.index];
                         t.sent -= end.abandoned;
                         t.finish_session(end.split);
-                        if !compact {
-                            total.sent -= end.abandoned;
-                            total.merge_split(t);
-                        }
+                        total.sent -= end.abandoned;
+                        total.merge_split(t);
                         if outcome_of(t, &end).is_success() {
                         } else {
                             failed += 1;
@@ -224,12 +198,9 @@ pub async fn run_sender(
                 let now = Instant::now();
                 let iv = interval_of(&window, now - start, now - last_tick, (n - done) as u64, done as u64, failed, bytes);
                 last_tick = now;
-                window = fresh_window();
+                window = Tally::default();
                 observer.on_interval(&iv);
-                // A compact stream's figures over time are its summaries
-                // (the observer's); its result keeps no status intervals,
-                // which would otherwise grow with it to max_records.
-                if !compact && intervals.len() < spec.max_records {
+                if intervals.len() < spec.max_records {
                     intervals.push(iv);
                 } else {
                     intervals_omitted += 1;
@@ -248,17 +219,47 @@ pub async fn run_sender(
     observer.on_interval(&last);
     intervals.push(last);
 
-    if compact {
-        total = Tally::per_session();
-        for t in &tallies {
-            total.merge(t);
-        }
-    }
+    let parts = tallies
+        .into_iter()
+        .zip(ends)
+        .enumerate()
+        .map(|(i, (t, end))| (t, end, spec.session_ssid(i as u32)))
+        .collect();
+    let run = RunEnd {
+        started_unix_ms,
+        elapsed,
+        interrupted,
+        intervals,
+        intervals_omitted,
+    };
+    Ok(stamp_result(&spec, observer, parts, total, run))
+}
+
+/// How a sender's run went as a whole, for [`stamp_result`].
+pub(super) struct RunEnd {
+    pub(super) started_unix_ms: u64,
+    pub(super) elapsed: Duration,
+    pub(super) interrupted: bool,
+    pub(super) intervals: Vec<Interval>,
+    pub(super) intervals_omitted: u64,
+}
+
+/// The result document of a sender's run from its sessions' tallies,
+/// ends and SSIDs (a session with no end never started) and the run's
+/// total; each session's connection record goes to the observer too.
+pub(super) fn stamp_result(
+    spec: &StampSenderSpec,
+    observer: &mut dyn Observer,
+    parts: Vec<(Tally, Option<SessionEnd>, u16)>,
+    total: Tally,
+    run: RunEnd,
+) -> TestResult {
+    let bytes = spec.packet_bytes as u64;
     let mut connections = Vec::new();
     let mut per_session = Vec::new();
     let mut connections_omitted = 0;
     let mut summary = goodput_core::result::SummaryBuilder::default();
-    for (i, (t, end)) in tallies.iter().zip(ends).enumerate() {
+    for (i, (t, end, ssid)) in parts.into_iter().enumerate() {
         let Some(end) = end else { continue };
         let record = ConnectionRecord {
             index: i as u64,
@@ -274,7 +275,7 @@ pub async fn run_sender(
             rate_limit_bytes_per_second: (bytes as f64 / spec.interval.as_secs_f64()) as u64,
             sent_bytes: t.sent * bytes,
             received_bytes: t.received * bytes,
-            outcome: outcome_of(t, &end),
+            outcome: outcome_of(&t, &end),
             peer: None,
             shutdown: None,
             quic: None,
@@ -290,29 +291,29 @@ pub async fn run_sender(
                 index: i as u64,
                 local_address: end.local,
                 remote_address: spec.target.to_string(),
-                ssid: spec.session_ssid(i as u32),
+                ssid,
                 stats: t.stats(),
             });
         } else {
             connections_omitted += 1;
         }
     }
-    let summary: Summary = summary.finish(elapsed.as_nanos() as u64);
-    let end = if interrupted {
+    let summary: Summary = summary.finish(run.elapsed.as_nanos() as u64);
+    let end = if run.interrupted {
         EndReason::Interrupted
-    } else if time_limit.is_some() && spec.count.is_none() {
+    } else if spec.duration.is_some() && spec.count.is_none() {
         EndReason::TimeLimit
     } else {
         EndReason::Completed
     };
-    Ok(TestResult {
+    TestResult {
         assertions: Vec::new(),
         spec: None,
         error: None,
         schema_version: SCHEMA_VERSION,
         tool: crate::tool_info(),
         kind: TestKind::StampSender,
-        started_unix_ms,
+        started_unix_ms: run.started_unix_ms,
         settings: TcpSettings {
             connections: Some(u64::from(spec.sessions)),
             time_limit_ms: spec.duration.map(|d| d.as_millis() as u64),
@@ -322,8 +323,8 @@ pub async fn run_sender(
                 spec.status_interval.as_millis() as u64,
             )
         },
-        intervals,
-        intervals_omitted,
+        intervals: run.intervals,
+        intervals_omitted: run.intervals_omitted,
         connections,
         summary,
         connections_omitted,
@@ -338,10 +339,10 @@ pub async fn run_sender(
             total: total.stats(),
             per_session,
         })),
-    })
+    }
 }
 
-fn outcome_of(t: &Tally, end: &SessionEnd) -> Outcome {
+pub(super) fn outcome_of(t: &Tally, end: &SessionEnd) -> Outcome {
     if let Some(e) = &end.first_error {
         if t.received == 0 {
             return crate::socket::network_outcome(if end.send_errors > 0 { "send" } else { "recv" }, e);
@@ -364,7 +365,7 @@ fn outcome_of(t: &Tally, end: &SessionEnd) -> Outcome {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn interval_of(
+pub(super) fn interval_of(
     w: &Tally,
     since_start: Duration,
     dt: Duration,
@@ -408,7 +409,7 @@ fn interval_of(
 }
 
 /// A packet record with no reply fields.
-fn blank_packet(session: usize, seq: u32, status: StampPacketStatus, t1_ns: i64) -> StampPacket {
+pub(super) fn blank_packet(session: usize, seq: u32, status: StampPacketStatus, t1_ns: i64) -> StampPacket {
     StampPacket {
         session: session as u64,
         seq,
@@ -426,7 +427,7 @@ fn blank_packet(session: usize, seq: u32, status: StampPacketStatus, t1_ns: i64)
     }
 }
 
-fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
+pub(super) fn packet_of(session: usize, v: &Verdict) -> Option<StampPacket> {
     match *v {
         Verdict::First(Sample {
             seq,
@@ -544,15 +545,9 @@ async fn session(
     let mut abandoned = 0u64;
     let mut error = msg::clock_error();
     let mut error_at = Instant::now();
-    // Losses are found within a quarter of the timeout; a one-shot run
-    // looks every 50 ms at most so its status lines place them closely,
-    // a compact stream (one of hundreds) every quarter timeout, which
-    // saves most of its wake-ups and changes no count.
-    let every = if spec.compact {
-        spec.timeout / 4
-    } else {
-        (spec.timeout / 4).min(Duration::from_millis(50))
-    };
+    // Losses are found within a quarter of the timeout, and every 50 ms
+    // at most so that the status lines place them closely.
+    let every = (spec.timeout / 4).min(Duration::from_millis(50));
     let mut expiry = tokio::time::interval(every.max(Duration::from_millis(1)));
     expiry.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let started = Instant::now();
