@@ -360,6 +360,13 @@ sp_p50() {
 }
 bench_echo_latency() {
   command -v sockperf >/dev/null || { echo "sockperf not installed (apt-get install sockperf)"; return; }
+  # sockperf's server binds without SO_REUSEADDR: a connection of an
+  # earlier run still in TIME-WAIT on its port (60 s) keeps it from
+  # listening, and every ratio would be against nothing.
+  if [ -z "$(T=1 sp_p50)" ]; then
+    echo "sockperf's server does not answer on port $PORT_SP (a TIME-WAIT from an earlier run? wait a minute)"
+    return
+  fi
   local ra=() rb=()
   for _ in $(seq "$ROUNDS"); do ra+=("$(gp_echo_p50)"); rb+=("$(sp_p50)"); done
   local ma mb

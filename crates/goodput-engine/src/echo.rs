@@ -606,6 +606,9 @@ async fn connection(
         .await;
     record.local_address = stream.local_addr();
     let (io_result, t, started) = match stream {
+        Conn::Plain(s) if on_own_thread(&spec) => {
+            back_to_back(s, index, &spec, &pattern, &tx, &live, &mut release, &stop).await
+        }
         Conn::Plain(s) => {
             let (rd, wr) = s.into_split();
             exchange(rd, wr, index, &spec, &pattern, &tx, &live, &mut release, &stop).await
@@ -657,6 +660,160 @@ async fn connection(
         Ok(()) => Outcome::Succeeded,
     };
     let _ = tx.send((index, Event::Closed(Box::new(record), counts))).await;
+}
+
+/// Whether the connection's messages run on a thread of their own with
+/// blocking calls: one plain TCP connection, closed loop, back to back
+/// (the latency test). There a round trip is a send and a blocking
+/// receive, as in sockperf's client: the thread sleeps in `recv` and the
+/// echo wakes it straight into its data. On the runtime it was a send, an
+/// `epoll_wait` and a receive, and the wake went through the worker's
+/// poll of the I/O driver first. A thread per connection would not scale,
+/// hence one connection only.
+fn on_own_thread(spec: &EchoSpec) -> bool {
+    spec.connections == 1
+        && spec.tls.is_none()
+        && spec.send_after_recv
+        && spec.message_interval.is_zero()
+        && spec.messages > 0
+}
+
+/// [`exchange`] for [`on_own_thread`]: the messages on a thread of their
+/// own with blocking calls, then the hold and the close back on the
+/// runtime. Stopping the run shuts the socket down, which wakes the
+/// thread's receive at once.
+#[allow(clippy::too_many_arguments)]
+async fn back_to_back(
+    s: tokio::net::TcpStream,
+    index: u64,
+    spec: &Arc<EchoSpec>,
+    pattern: &Arc<Pattern>,
+    tx: &mpsc::Sender<(u64, Event)>,
+    live: &Arc<Mutex<Tallies>>,
+    release: &mut watch::Receiver<bool>,
+    stop: &CancellationToken,
+) -> (Result<(), (&'static str, io::Error)>, EchoTracker, Instant) {
+    let started = Instant::now();
+    let base = index.wrapping_mul(7919) % goodput_core::pattern::UNIT_LEN as u64;
+    let tracker = EchoTracker::new(spec.message_size, base);
+    let blocking = s.into_std().and_then(|s| {
+        s.set_nonblocking(false)?;
+        // A zero timeout would mean none at all to the kernel.
+        let timeout = Some(spec.reply_timeout.max(Duration::from_millis(1)));
+        s.set_read_timeout(timeout)?;
+        s.set_write_timeout(timeout)?;
+        let waker = s.try_clone()?;
+        Ok((s, waker))
+    });
+    let (s, waker) = match blocking {
+        Ok(b) => b,
+        Err(e) => return (Err(("run", e)), tracker, started),
+    };
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
+    let (spec_t, pattern_t, live_t) = (spec.clone(), pattern.clone(), live.clone());
+    let t0 = started.into_std();
+    let thread = std::thread::Builder::new()
+        .name("goodput-echo".into())
+        .spawn(move || {
+            let (mut s, mut tracker) = (s, tracker);
+            let r = closed_loop_blocking(&mut s, &spec_t, &pattern_t, &live_t, &mut tracker, t0);
+            let _ = done_tx.send((r, tracker, s));
+        });
+    if let Err(e) = thread {
+        let tracker = EchoTracker::new(spec.message_size, base);
+        return (Err(("run", e)), tracker, started);
+    }
+    let done = tokio::select! {
+        r = &mut done_rx => r,
+        _ = stop.cancelled() => {
+            let _ = waker.shutdown(std::net::Shutdown::Both);
+            done_rx.await
+        }
+    };
+    drop(waker);
+    let Ok((mut io_result, tracker, s)) = done else {
+        // The thread panicked; its socket is closed with it.
+        let e = io::Error::other("the connection's thread ended abnormally");
+        return (
+            Err(("run", e)),
+            EchoTracker::new(spec.message_size, base),
+            started,
+        );
+    };
+    if stop.is_cancelled() && io_result.is_err() {
+        io_result = Err(("run", io::Error::new(io::ErrorKind::Interrupted, "stopped")));
+    }
+    let _ = tx.send((index, Event::Finished)).await;
+    let s = s
+        .set_nonblocking(true)
+        .and_then(|()| tokio::net::TcpStream::from_std(s));
+    if let Ok(mut s) = s {
+        if io_result.is_ok() && !matches!(spec.hold, Hold::No) {
+            while !*release.borrow() {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    r = release.changed() => if r.is_err() { break },
+                }
+            }
+        }
+        let _ = s.shutdown().await;
+    }
+    (io_result, tracker, started)
+}
+
+/// The closed loop of [`back_to_back`] on its blocking socket: send a
+/// message, receive until its echo is whole, again. The socket's timeouts
+/// are the reply timeout.
+fn closed_loop_blocking(
+    s: &mut std::net::TcpStream,
+    spec: &EchoSpec,
+    pattern: &Pattern,
+    live: &Mutex<Tallies>,
+    tracker: &mut EchoTracker,
+    started: std::time::Instant,
+) -> Result<(), (&'static str, io::Error)> {
+    use std::io::{Read, Write};
+    let size = spec.message_size;
+    let mut buf = vec![0u8; size.clamp(512, 16 * 1024)];
+    let mut completed: Vec<(u64, bool)> = Vec::new();
+    let timed_out = |e: io::Error, what: &str| {
+        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{what} within the reply timeout"),
+            )
+        } else {
+            e
+        }
+    };
+    for _ in 0..spec.messages {
+        let msg = tracker.next_message(pattern);
+        tracker.sent_one(started.elapsed().as_nanos() as u64);
+        s.write_all(msg)
+            .map_err(|e| ("send", timed_out(e, "the server took no bytes")))?;
+        tallies(live).sent(size as u64);
+        while tracker.outstanding() > 0 {
+            let n = match s.read(&mut buf) {
+                Ok(0) => {
+                    let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection");
+                    return Err(("recv", e));
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(("recv", timed_out(e, "no echo"))),
+            };
+            let now = started.elapsed().as_nanos() as u64;
+            completed.clear();
+            tracker.received_chunk(pattern, &buf[..n], now, |rtt, ok| completed.push((rtt, ok)));
+            if !completed.is_empty() {
+                let mut live = tallies(live);
+                for &(rtt, ok) in &completed {
+                    live.echoed(size as u64, rtt, ok);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The messages of one connection over any byte stream (plain TCP halves,

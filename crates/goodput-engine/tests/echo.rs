@@ -345,3 +345,134 @@ async fn a_server_that_stops_answering_times_out() {
         assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
     }
 }
+
+/// One connection, closed loop, back to back (the latency test): the
+/// messages run on a thread of their own with blocking calls, and every
+/// count is kept as on the async path.
+fn back_to_back(addr: SocketAddr, messages: u64) -> EchoSpec {
+    let mut s = spec(addr);
+    s.connections = 1;
+    s.messages = messages;
+    s.message_size = 64;
+    s.message_interval = Duration::ZERO;
+    s.send_after_recv = true;
+    s
+}
+
+#[tokio::test]
+async fn back_to_back_closed_loop_counts_every_echo() {
+    let (addr, cancel, task) = goodput_echo().await;
+    let r = run(back_to_back(addr, 2000)).await;
+    let d = r.echo().unwrap();
+    assert_eq!(
+        (
+            d.established,
+            d.sent,
+            d.echoed,
+            d.mismatched,
+            d.short,
+            d.missing,
+            d.extra_bytes
+        ),
+        (1, 2000, 2000, 0, 0, 0, 0)
+    );
+    assert_eq!(d.round_trip.unwrap().count, 2000);
+    assert_eq!(
+        r.intervals
+            .iter()
+            .map(|i| i.echo.as_ref().unwrap().echoed)
+            .sum::<u64>(),
+        2000
+    );
+    assert_eq!(
+        (r.summary.sent_bytes, r.summary.received_bytes),
+        (128_000, 128_000)
+    );
+    assert!(matches!(r.connections[0].outcome, Outcome::Succeeded));
+    cancel.cancel();
+    let c = task.await.unwrap();
+    assert_eq!((c.echo_connections, c.echo_bytes), (1, 128_000));
+}
+
+/// A byte changed in the fifth message: that message alone is counted as
+/// mismatched, and the connection ends with a data error.
+#[tokio::test]
+async fn back_to_back_counts_a_corrupted_echo() {
+    let addr = odd_server(|_, at, chunk| {
+        if (at..at + chunk.len() as u64).contains(&(4 * 64 + 10)) {
+            chunk[(4 * 64 + 10 - at) as usize] ^= 0x01;
+        }
+        Some(())
+    })
+    .await;
+    let r = run(back_to_back(addr, 50)).await;
+    let d = r.echo().unwrap();
+    assert_eq!((d.sent, d.echoed, d.mismatched), (50, 50, 1));
+    assert!(matches!(r.connections[0].outcome, Outcome::ProtocolError { .. }));
+    assert_eq!(r.summary.data_errors, 1);
+}
+
+/// A server that answers the first message and then no more: the second
+/// waits out the reply timeout, counted as timed out and missing.
+#[tokio::test]
+async fn back_to_back_times_out_on_a_silent_server() {
+    let addr = odd_server(|_, at, chunk| {
+        chunk.truncate(64u64.saturating_sub(at).min(chunk.len() as u64) as usize);
+        Some(())
+    })
+    .await;
+    let mut s = back_to_back(addr, 10);
+    s.reply_timeout = Duration::from_millis(300);
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(10), run(s))
+        .await
+        .unwrap();
+    let d = r.echo().unwrap();
+    assert_eq!((d.timed_out, d.sent, d.echoed, d.missing), (1, 2, 1, 1), "{d:?}");
+    assert!(t.elapsed() >= Duration::from_millis(300), "{:?}", t.elapsed());
+    assert_eq!(r.summary.network_errors, 1);
+}
+
+/// Stopping the run wakes the blocked thread at once: the connection is
+/// aborted (not failed) long before its 10 s reply timeout.
+#[tokio::test]
+async fn back_to_back_stops_at_once() {
+    let addr = odd_server(|_, _, chunk| {
+        chunk.clear();
+        Some(())
+    })
+    .await;
+    let mut s = back_to_back(addr, 10);
+    s.reply_timeout = Duration::from_secs(10);
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stopper.cancel();
+    });
+    let t = Instant::now();
+    let r = run_echo(s, &mut NullObserver, cancel).await.unwrap();
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(r.end, goodput_core::result::EndReason::Interrupted);
+    let d = r.echo().unwrap();
+    assert_eq!((d.sent, d.echoed, d.timed_out), (1, 0, 0), "{d:?}");
+    assert!(matches!(r.connections[0].outcome, Outcome::Aborted { .. }));
+    assert_eq!(r.summary.network_errors, 0);
+}
+
+/// --hold-for keeps the connection open after its messages on this path
+/// too, and it closes cleanly after.
+#[tokio::test]
+async fn back_to_back_holds_the_connection() {
+    let (addr, cancel, task) = goodput_echo().await;
+    let mut s = back_to_back(addr, 100);
+    s.hold = Hold::For(Duration::from_millis(300));
+    let t = Instant::now();
+    let r = run(s).await;
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    let d = r.echo().unwrap();
+    assert_eq!((d.sent, d.echoed), (100, 100));
+    assert_eq!(r.summary.successful, 1);
+    cancel.cancel();
+    assert_eq!(task.await.unwrap().echo_bytes, 6400);
+}
