@@ -92,25 +92,12 @@ pub(super) async fn run(
             1.0 / interval.as_secs_f64()
         ));
     }
-    let sender = StampSenderSpec {
-        target,
-        bind: spec.bind,
-        sessions: spec.sessions,
-        interval,
-        count,
-        duration: spec.duration.map(|d| d.0),
-        packet_bytes: spec.size,
-        dscp: spec.dscp,
-        ssid: spec.ssid,
-        timeout: spec.timeout.0,
-        status_interval: spec.status_interval.0,
-        max_records,
-        reflector_stateful: if spec.host.is_none() {
-            spec.stateful
-        } else {
-            reflector_stateful
-        },
+    let stateful = if spec.host.is_none() {
+        spec.stateful
+    } else {
+        reflector_stateful
     };
+    let sender = StampSenderSpec::for_spec(spec, target, max_records, stateful);
     let result = run_sender(sender, observer, cancel.clone()).await;
     server.stop().await;
     result.map_err(|e| Failure::setup(error_chain(&e)))

@@ -496,21 +496,7 @@ impl StampHub {
             Ok(t) => t,
             Err(e) => return crate::run::failed(&whole, FailureStage::Setup, e),
         };
-        let sender = StampSenderSpec {
-            target,
-            bind: spec.bind,
-            sessions: spec.sessions,
-            interval: spec.packet_interval(),
-            count: spec.packet_count(),
-            duration: spec.duration.map(|d| d.0),
-            packet_bytes: spec.size,
-            dscp: spec.dscp,
-            ssid: spec.ssid,
-            timeout: spec.timeout.0,
-            status_interval: spec.status_interval.0,
-            max_records,
-            reflector_stateful,
-        };
+        let sender = StampSenderSpec::for_spec(spec, target, max_records, reflector_stateful);
         let mut result = match self.run_sender(sender, observer, cancel).await {
             Ok(r) => r,
             Err(e) => return crate::run::failed(&whole, FailureStage::Setup, crate::run::error_chain(&e)),

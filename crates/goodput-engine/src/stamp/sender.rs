@@ -61,6 +61,31 @@ pub struct StampSenderSpec {
 }
 
 impl StampSenderSpec {
+    /// The sender for a STAMP spec's sessions to `target` (its resolved
+    /// reflector).
+    pub fn for_spec(
+        spec: &goodput_core::spec::StampSpec,
+        target: SocketAddr,
+        max_records: usize,
+        reflector_stateful: bool,
+    ) -> Self {
+        Self {
+            target,
+            bind: spec.bind,
+            sessions: spec.sessions,
+            interval: spec.packet_interval(),
+            count: spec.packet_count(),
+            duration: spec.duration.map(|d| d.0),
+            packet_bytes: spec.size,
+            dscp: spec.dscp,
+            ssid: spec.ssid,
+            timeout: spec.timeout.0,
+            status_interval: spec.status_interval.0,
+            max_records,
+            reflector_stateful,
+        }
+    }
+
     pub(super) fn session_ssid(&self, i: u32) -> u16 {
         match self.ssid {
             None => 0,
