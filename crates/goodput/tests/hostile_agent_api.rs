@@ -570,10 +570,14 @@ sessions = 64
 [schedules.often]
 repeat = "PT3S"
 slip = "PT1S"
+# Normal, not background: a background STAMP run's sessions share the
+# agent's session hub's one socket and need no descriptor of their own;
+# a normal run's sender opens a socket per session.
 [tasks.latency]
 group = "ab"
 test = "latency"
 schedule = "often"
+class = "normal"
 "#,
             api = ports.api,
             stamp = ports.stamp
