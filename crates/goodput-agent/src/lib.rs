@@ -63,7 +63,8 @@ pub use tls::fingerprint;
 /// with (made and kept beside the archive on first use, unless given):
 /// what the mesh configuration's `tls_sha256` for this host must say.
 pub fn certificate_fingerprint(options: &AgentOptions, names: &[String]) -> Result<String, String> {
-    let (chain, _) = tls::identity(options, names)?;
+    let given = options.tls_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
+    let (chain, _) = tls::identity(given, &options.archive, names)?;
     Ok(tls::fingerprint(chain[0].as_ref()))
 }
 

@@ -27,14 +27,13 @@ pub(crate) fn read_pin(text: &str) -> Result<[u8; 32], String> {
         .map_err(|_| format!("'{text}' is not a SHA-256 fingerprint (64 hex digits)"))
 }
 
-/// The agent's certificate and key: the files `--tls-cert` gives, or the
-/// pair kept beside the archive (made on first use, for `names`).
+/// The agent's certificate and key: the files given, or the pair kept
+/// beside the archive (made on first use, for `names`).
 pub(crate) fn identity(
-    options: &crate::AgentOptions,
+    cert_key: Option<(&Path, &Path)>,
+    archive: &Path,
     names: &[String],
 ) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
-    let cert_key = options.tls_cert.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
-    let archive = options.archive.as_path();
     let (cert, key): (PathBuf, PathBuf) = match cert_key {
         Some((c, k)) => (c.into(), k.into()),
         None => {

@@ -12,6 +12,17 @@ use goodput_core::kind::Kind;
 /// Files where kind names are not kinds: each entry is a file and a name
 /// that may appear there in a pattern or list, and why.
 const NOT_KINDS: &[(&str, &str, &str)] = &[
+    // pScheduler's tool names: its iperf3 tool, not our kind.
+    (
+        "crates/goodput-agent/src/http/pscheduler.rs",
+        "iperf3",
+        "pScheduler tool name",
+    ),
+    (
+        "crates/goodput-agent/src/state/pscheduler.rs",
+        "iperf3",
+        "pScheduler tool name",
+    ),
     // pSConfig and pScheduler name their test types `throughput`,
     // `latency`, `rtt` and `trace`: perfSONAR's words, not our kinds.
     (

@@ -640,7 +640,12 @@ pub(crate) fn bind(shared: &Ctx) -> Result<Vec<(ApiListener, Router, Arc<Gate>)>
         );
     }
     let names: Vec<String> = options.listen.iter().map(|a| a.ip().to_string()).collect();
-    let (chain, key) = crate::tls::identity(&shared.options, &names)?;
+    let given = shared
+        .options
+        .tls_cert
+        .as_ref()
+        .map(|(c, k)| (c.as_path(), k.as_path()));
+    let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
     let acceptor = crate::tls::acceptor(chain, key)?;
     let p = Participant {
         shared: shared.clone(),

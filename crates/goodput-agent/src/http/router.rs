@@ -49,7 +49,12 @@ pub(crate) async fn bind(shared: &Shared, gate: &Arc<Gate>) -> Result<Vec<ApiLis
                 .iter()
                 .map(|a| a.ip().to_string())
                 .collect();
-            let (chain, key) = crate::tls::identity(&shared.options, &names)?;
+            let given = shared
+                .options
+                .tls_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
             Some(crate::tls::acceptor(chain, key)?)
         }
         None => None,
@@ -59,7 +64,12 @@ pub(crate) async fn bind(shared: &Shared, gate: &Arc<Gate>) -> Result<Vec<ApiLis
                 .iter()
                 .map(|m| loaded.config.addresses[m].address.clone())
                 .collect();
-            let (chain, key) = crate::tls::identity(&shared.options, &names)?;
+            let given = shared
+                .options
+                .tls_cert
+                .as_ref()
+                .map(|(c, k)| (c.as_path(), k.as_path()));
+            let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
             let have = crate::tls::fingerprint(chain[0].as_ref());
             for (name, pin) in &pins {
                 let want = crate::tls::read_pin(pin)?;

@@ -197,13 +197,17 @@ async fn engine_run(
         let mut minutes = Minutes::new(b.clone(), tx);
         let hub = shared.stamp_hub.clone();
         let joined = tokio::spawn(async move {
-            let result = match &spec {
-                TestSpec::Stamp(s) if s.host.is_some() => {
-                    let stateful = context.stamp_reflector_stateful;
-                    hub.run_spec(s, stateful, &mut minutes, token, context.max_records)
-                        .await
-                }
-                _ => run(&spec, context, &mut minutes, token).await,
+            let on_hub = if let TestSpec::Stamp(s) = &spec {
+                s.host.is_some().then(|| s.clone())
+            } else {
+                None
+            };
+            let result = if let Some(s) = on_hub {
+                let stateful = context.stamp_reflector_stateful;
+                hub.run_spec(&s, stateful, &mut minutes, token, context.max_records)
+                    .await
+            } else {
+                run(&spec, context, &mut minutes, token).await
             };
             minutes.finish();
             (result, minutes.dropped, minutes.after_close)

@@ -671,9 +671,10 @@ async fn serve_run(
             }
         });
         let start = clock::now_ms();
-        let (test_s, omit_s) = match &b.spec {
-            TestSpec::Iperf3(s) => (s.time.0, s.omit.0),
-            _ => (Duration::from_secs(10), Duration::ZERO),
+        let (test_s, omit_s) = if let TestSpec::Iperf3(s) = &b.spec {
+            (s.time.0, s.omit.0)
+        } else {
+            (Duration::from_secs(10), Duration::ZERO)
         };
         let spec = goodput_engine::iperf3::Iperf3ServerSpec {
             listen: SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port),
