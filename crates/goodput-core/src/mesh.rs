@@ -14,6 +14,10 @@
 //! address = "10.0.0.254"
 //! no_agent = true           # a perfSONAR host (owampd, twampd), a STAMP reflector,
 //!                           # an iperf3 server: no negotiation
+//! [addresses.ps-east]
+//! address = "10.0.0.9"
+//! no_agent = true
+//! pscheduler = true         # its pScheduler books and serves iperf3 runs to it
 //!
 //! [groups.core]
 //! type = "mesh"             # every ordered pair; "disjoint": a × b; "list": each alone
@@ -272,6 +276,12 @@ pub struct Address {
     /// reflector, a plain `goodput server`): it is only ever tested to,
     /// with no negotiation, and never runs tasks itself.
     pub no_agent: bool,
+    /// A perfSONAR host whose pScheduler takes throughput tasks (with
+    /// `no_agent`): an `iperf3` test to it is booked with its pScheduler
+    /// (`https://ADDRESS/pscheduler/`), this agent the task's lead, and
+    /// runs against the iperf3 server pScheduler starts for that run.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub pscheduler: bool,
     /// The SHA-256 fingerprint of its agent's certificate (64 hex digits,
     /// colons allowed; `goodput agent --print-fingerprint`): its API is
     /// then HTTPS, and other agents accept that certificate only.
@@ -581,6 +591,12 @@ impl MeshConfig {
         for (name, a) in &self.addresses {
             if a.address.trim().is_empty() {
                 return Err(SpecError::new(&format!("addresses.{name}.address"), "is empty"));
+            }
+            if a.pscheduler && !a.no_agent {
+                return Err(SpecError::new(
+                    &format!("addresses.{name}.pscheduler"),
+                    "a pScheduler host runs no goodput agent: set no_agent = true beside it",
+                ));
             }
             if let Some(pin) = &a.tls_sha256 {
                 if !is_sha256(pin) {

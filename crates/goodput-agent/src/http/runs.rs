@@ -107,6 +107,12 @@ pub(crate) fn services_only(
              file (put the test in the mesh configuration)"
         )));
     }
+    // A perfSONAR host's pScheduler names the port of the server it
+    // starts for the run: the spec's is not used.
+    if loaded.config.addresses.get(dest).is_some_and(|a| a.pscheduler) && matches!(spec, TestSpec::Iperf3(_))
+    {
+        return Ok(());
+    }
     let o = &s.options;
     let api = loaded.config.agent.api_port;
     let kind = spec.kind();
@@ -476,11 +482,13 @@ pub(crate) async fn on_demand(
         .first()
         .cloned()
         .unwrap_or_else(|| "this-agent".into());
+    let pscheduler = loaded.pscheduler_host(&source, &dest, &spec, class, None);
     let p = Planning {
         id: id.clone(),
         task: "on-demand".into(),
         source,
         peer: loaded.peer(&dest),
+        pscheduler,
         dest: Some(dest),
         spec,
         class,

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use goodput_core::mesh::{Lead, MeshConfig, PairTask};
+use goodput_core::schedule::RunClass;
+use goodput_core::spec::TestSpec;
 
 use crate::clock;
 use crate::log::{log, warn};
@@ -55,6 +57,8 @@ pub(crate) struct Led {
     pub(crate) peer: Option<Peer>,
     /// This host runs the test (it is the source).
     pub(crate) runs_here: bool,
+    /// The other end is a perfSONAR host whose pScheduler books the run.
+    pub(crate) pscheduler: Option<PsHost>,
 }
 
 /// Another agent.
@@ -71,6 +75,19 @@ pub(crate) struct Peer {
     /// Its certificate's fingerprint: its API is HTTPS, and only that
     /// certificate is accepted.
     pub(crate) pin: Option<[u8; 32]>,
+}
+
+/// A perfSONAR host's pScheduler, the other end of a led pair.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PsHost {
+    /// Its address's name in the configuration.
+    pub(crate) name: String,
+    /// Its API's root, `https://HOST/pscheduler`.
+    pub(crate) url: String,
+    /// The task's participants: this host's address, then its.
+    pub(crate) participants: [String; 2],
+    /// The address calls to it come from (this host's, when an IP).
+    pub(crate) from: Option<std::net::IpAddr>,
 }
 
 /// A configuration resolved for this host.
@@ -112,6 +129,44 @@ impl Loaded {
             url: format!("{scheme}://{host}:{}", self.config.agent.api_port),
             ips: self.ips_of(name),
             pin,
+        })
+    }
+
+    /// The pScheduler of the perfSONAR host at `dest`, when an exclusive
+    /// or normal iperf3 test from `source` (this host) to it is booked
+    /// there: the task's participants are both ends' addresses (of the
+    /// task's `label`, when it has one).
+    pub(crate) fn pscheduler_host(
+        &self,
+        source: &str,
+        dest: &str,
+        spec: &TestSpec,
+        class: RunClass,
+        label: Option<&str>,
+    ) -> Option<PsHost> {
+        let d = self.config.addresses.get(dest).filter(|a| a.pscheduler)?;
+        let s = self.config.addresses.get(source)?;
+        if !matches!(spec, TestSpec::Iperf3(_)) || class == RunClass::Background {
+            return None;
+        }
+        let at = |a: &goodput_core::mesh::Address| {
+            label
+                .and_then(|l| a.labels.get(l))
+                .unwrap_or(&a.address)
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned()
+        };
+        let (from, to) = (at(s), at(d));
+        let host = match to.parse::<std::net::Ipv6Addr>() {
+            Ok(v6) => format!("[{v6}]"),
+            Err(_) => to.clone(),
+        };
+        Some(PsHost {
+            name: dest.to_owned(),
+            url: format!("https://{host}/pscheduler"),
+            from: from.parse().ok(),
+            participants: [from, to],
         })
     }
 
@@ -513,10 +568,17 @@ pub(crate) fn resolve(config: MeshConfig, identities: &[String]) -> Result<Loade
             Some(t.source.clone())
         };
         let peer = other.and_then(|o| loaded.peer(&o));
+        let label = loaded.config.tasks.get(&t.task).and_then(|x| x.label.clone());
+        let pscheduler = t
+            .dest
+            .as_deref()
+            .filter(|_| source_here)
+            .and_then(|d| loaded.pscheduler_host(&t.source, d, &t.spec, t.class, label.as_deref()));
         loaded.led.push(Led {
             task: t,
             peer,
             runs_here: source_here,
+            pscheduler,
         });
     }
     Ok(loaded)

@@ -16,7 +16,7 @@ use tokio::task::JoinSet;
 
 use crate::clock;
 use crate::log::log;
-use crate::state::booking::Booked;
+use crate::state::booking::{self, Booked};
 use crate::state::minutes::{self, Minutes};
 use crate::state::peer;
 use crate::state::Shared;
@@ -72,6 +72,31 @@ pub(crate) async fn executor(shared: Arc<Shared>) {
     }
     // The runs under way see the same cancellation and store themselves.
     while running.join_next().await.is_some() {}
+    // Runs booked with a perfSONAR host that will not run now: their
+    // tasks there are deleted (within 2 s all told), so its server does
+    // not wait for a client that will not come.
+    let waiting: Vec<(booking::pscheduler::PsBooking, Option<IpAddr>)> = {
+        let inner = shared.lock();
+        let loaded = inner.loaded.clone();
+        inner
+            .book
+            .booked
+            .values()
+            .filter(|b| !b.started)
+            .filter_map(|b| {
+                let from = loaded.ips_of(&b.source).into_iter().next();
+                b.pscheduler.clone().map(|p| (p, from))
+            })
+            .collect()
+    };
+    if !waiting.is_empty() {
+        let all = futures_util::future::join_all(
+            waiting
+                .iter()
+                .map(|(p, from)| booking::pscheduler::cancel(p, *from)),
+        );
+        let _ = tokio::time::timeout(Duration::from_secs(2), all).await;
+    }
 }
 
 /// Runs one booked run and stores it.
@@ -124,6 +149,16 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
                 token.cancel();
             })
         };
+        // A perfSONAR host's iperf3 server starts at the slot's start;
+        // its client, as pScheduler's own, connects 3 s later.
+        if b.pscheduler.is_some() {
+            let at = b.start_ms + booking::pscheduler::CLIENT_DELAY_MS;
+            let wait = Duration::from_millis(at.saturating_sub(clock::now_ms()));
+            tokio::select! {
+                _ = token.cancelled() => {}
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
         let result = engine_run(&shared, &b, token.clone()).await;
         timer.abort();
         let end = clock::now_ms();

@@ -13,8 +13,9 @@ use goodput_core::time::ms_rfc3339;
 
 use crate::clock;
 use crate::log::log;
+use crate::state::booking::pscheduler;
 use crate::state::booking::{missed_run, Booked, BookedBy, Wanted};
-use crate::state::config::Peer;
+use crate::state::config::{Peer, PsHost};
 use crate::state::peer::{self, Refusal, Reservation, SlotView};
 use crate::state::{pair_key, run_number, Shared};
 
@@ -43,11 +44,14 @@ pub(crate) struct Planning {
     pub(crate) duration: u64,
     pub(crate) peer: Option<Peer>,
     pub(crate) runs_here: bool,
+    /// The other end is a perfSONAR host: the run is booked with its
+    /// pScheduler.
+    pub(crate) pscheduler: Option<PsHost>,
 }
 
 impl Planning {
     /// The run to book, before it has a slot.
-    fn wanted(&self) -> Wanted {
+    pub(crate) fn wanted(&self) -> Wanted {
         Wanted {
             id: self.id.clone(),
             task: self.task.clone(),
@@ -280,13 +284,20 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
             }
             n
         });
+        // A run with a pScheduler host is booked further ahead: its
+        // booking takes several calls.
+        let ahead = if led.pscheduler.is_some() {
+            pscheduler::LOOKAHEAD
+        } else {
+            LOOKAHEAD
+        };
         // Never more than a few at once for one pair (a repeat shorter
         // than a tick, or a clock step).
         for _ in 0..16 {
             let Some((at, slip)) = t.repeat.run(t.seed, n) else {
                 break;
             };
-            if at > now + LOOKAHEAD {
+            if at > now + ahead {
                 break;
             }
             let id = t.run_id(n);
@@ -307,6 +318,7 @@ fn due(shared: &Shared, now: u64) -> Vec<Planning> {
                 duration: t.expected_ms(),
                 peer: led.peer.clone(),
                 runs_here: led.runs_here,
+                pscheduler: led.pscheduler.clone(),
             });
         }
         inner.book.next.insert(key, n);
@@ -360,8 +372,11 @@ pub(crate) async fn plan(shared: &Shared, p: Planning) -> Placed {
         Ok(None) => {}
         Err(e) => log(&format!("run {}: the archive could not be read: {e}", p.id)),
     }
-    let placed = place_run(shared, &p).await;
-    let mut b = Booked::new(p.wanted(), 0, 0, BookedBy::ThisAgent);
+    let (placed, booked) = match &p.pscheduler {
+        Some(host) => pscheduler::place_run(shared, &p, host).await,
+        None => (place_run(shared, &p).await, None),
+    };
+    let mut b = booked.unwrap_or_else(|| Booked::new(p.wanted(), 0, 0, BookedBy::ThisAgent));
     match &placed {
         Placed::Booked { start, end } => {
             b.start_ms = *start;

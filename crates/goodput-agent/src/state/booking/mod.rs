@@ -11,6 +11,7 @@
 
 pub(crate) mod follow;
 pub(crate) mod lead;
+pub(crate) mod pscheduler;
 pub(crate) mod restart;
 
 use std::collections::{BTreeMap, HashMap};
@@ -59,6 +60,9 @@ pub(crate) struct Booked {
     /// The agent at the other end, which gets the result.
     #[serde(skip)]
     pub(crate) peer: Option<Peer>,
+    /// Booked with a perfSONAR host's pScheduler: its task there.
+    #[serde(skip)]
+    pub(crate) pscheduler: Option<pscheduler::PsBooking>,
 }
 
 impl Booked {
@@ -80,6 +84,7 @@ impl Booked {
             started: false,
             booked_by: by.to_string(),
             peer: run.peer,
+            pscheduler: None,
         }
     }
 

@@ -70,13 +70,29 @@ impl Shared {
         // taken meanwhile, missed).
         {
             let mut inner = self.lock();
-            for (r, spec) in again {
+            for (mut r, spec) in again {
                 let runs_here = loaded.mine.contains(&r.source);
                 let other = if runs_here {
                     r.dest.clone()
                 } else {
                     Some(r.source.clone())
                 };
+                // A run booked with a perfSONAR host's pScheduler: its
+                // task there was deleted when the agent stopped.
+                let with_pscheduler = runs_here
+                    && r.dest.as_deref().is_some_and(|d| {
+                        loaded
+                            .pscheduler_host(&r.source, d, &spec, r.class, None)
+                            .is_some()
+                    });
+                if with_pscheduler {
+                    r.state = RunState::Missed;
+                    r.reason = Some(
+                        "the agent stopped before it; its task at the pScheduler host was deleted".into(),
+                    );
+                    missed.push(r);
+                    continue;
+                }
                 let (start_ms, end_ms) = (r.start_ms.unwrap_or(0), r.end_ms.unwrap_or(0));
                 let run = Wanted {
                     id: r.id,
