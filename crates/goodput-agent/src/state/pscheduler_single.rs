@@ -693,9 +693,11 @@ pub(crate) async fn create(
                 Some(k) => {
                     tasks.remove(&k);
                 }
-                None => return Err(PsRefusal::Forbidden(format!(
+                None => {
+                    return Err(PsRefusal::Forbidden(format!(
                     "Task forbidden by limits:\nlimit pscheduler_tasks: {MAX_TASKS_ALL} tasks are kept here"
-                ))),
+                )))
+                }
             }
         }
         tasks.insert(
@@ -1040,6 +1042,7 @@ pub(crate) fn task_view(t: &LedTask, href: &str, detail: bool) -> Value {
             "duration": iso_duration(t.test.slot_ms as f64 / 1000.0),
             "enabled": true,
             "exclusive": false,
+            "hints": {"requester": t.requester.to_string(), "server": t.here},
             "multi-result": false,
             "participant": 0,
             "participants": [t.here],
