@@ -314,6 +314,7 @@ impl PsState {
 
     /// Takes the task `uuid` the lead at `lead` posts as participant
     /// `participant`; the same task posted again replaces nothing.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_task(
         &self,
         s: &Shared,

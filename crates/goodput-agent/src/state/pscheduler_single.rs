@@ -871,7 +871,19 @@ async fn follow(shared: Arc<Shared>, st: Arc<SingleState>, task: String, here: S
             }
         }
         let id = format!("pscheduler/{task}/{run}");
-        let stored = shared.archive.get(&id).await;
+        // The executor lets go of the run before it stores its last
+        // record: the record that says it ended is waited for (10 s).
+        let mut stored = shared.archive.get(&id).await;
+        for _ in 0..100 {
+            if !matches!(&stored, Ok(Some(r)) if !r.state.has_ended()) {
+                break;
+            }
+            tokio::select! {
+                _ = shared.cancel.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            stored = shared.archive.get(&id).await;
+        }
         let (phase, result, ran, errors) = match stored {
             Ok(Some(r)) => outcome(&r, &here),
             Ok(None) => (
@@ -933,13 +945,14 @@ fn failed(why: &str) -> Value {
     json!({"schema": 1, "succeeded": false, "error": why, "diags": why})
 }
 
+/// How a run ended: its phase, its result, when it really ran, and why
+/// it did not start.
+type Ended = (RunPhase, Option<Value>, Option<(u64, u64)>, Option<String>);
+
 /// A stored run as pScheduler sees it: its phase, its result (in the
 /// test type's result format, from `pscheduler_out`), when it ran, and why
 /// it did not start.
-fn outcome(
-    r: &goodput_archive::Run,
-    here: &str,
-) -> (RunPhase, Option<Value>, Option<(u64, u64)>, Option<String>) {
+fn outcome(r: &goodput_archive::Run, here: &str) -> Ended {
     let ran = r.start_ms.zip(r.end_ms);
     let why = r.reason.clone().unwrap_or_else(|| r.state.as_str().to_owned());
     match r.state {
