@@ -50,6 +50,23 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "http",
         "pScheduler test type",
     ),
+    // The agent leads pScheduler's rtt and trace tests: `trace` is the
+    // test type, `ping` the pScheduler tool a task may ask for.
+    (
+        "crates/goodput-agent/src/http/pscheduler.rs",
+        "trace",
+        "pScheduler test type",
+    ),
+    (
+        "crates/goodput-agent/src/state/pscheduler_single.rs",
+        "trace",
+        "pScheduler test type",
+    ),
+    (
+        "crates/goodput-agent/src/state/pscheduler_single.rs",
+        "ping",
+        "pScheduler tool name",
+    ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
     (
         "crates/goodput-core/src/psconfig/mod.rs",

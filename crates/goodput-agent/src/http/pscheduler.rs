@@ -31,6 +31,7 @@ use crate::http::accept::{ApiListener, Caller};
 use crate::http::listen::Gate;
 use crate::log::log;
 use crate::state::pscheduler::{book_run, iso, PsOptions, PsRefusal, PsState, Throughput};
+use crate::state::pscheduler_single::{self as single, SingleState, SingleTest, TestType};
 
 use super::Ctx;
 
@@ -45,6 +46,8 @@ const MAX_WAIT_S: u64 = 60;
 struct Participant {
     shared: Ctx,
     state: Arc<PsState>,
+    /// The rtt and trace tasks this agent leads.
+    single: Arc<SingleState>,
     options: Arc<PsOptions>,
     allow: Arc<Vec<Cidr>>,
 }
@@ -158,12 +161,26 @@ fn host_name(p: &Participant) -> String {
 
 /// The iperf3 tool as pScheduler's `tools` lists it.
 fn tool() -> Value {
+    tool_of("iperf3")
+}
+
+/// A tool as pScheduler's `tools` lists it: iperf3 for throughput, and
+/// goodput's ping and trace for the tests this agent leads.
+fn tool_of(name: &str) -> Value {
+    let (test, description) = match name {
+        "goodput-ping" => ("rtt", "goodput's ping: ICMP echo round trips"),
+        "goodput-trace" => ("trace", "goodput's trace: the path hop by hop"),
+        _ => (
+            "throughput",
+            "goodput agent's iperf3 server, started for each run",
+        ),
+    };
     json!({
         "schema": 1,
-        "name": "iperf3",
-        "description": "goodput agent's iperf3 server, started for each run",
+        "name": name,
+        "description": description,
         "version": "1.0",
-        "tests": ["throughput"],
+        "tests": [test],
         "preference": 10,
         "maintainer": {"name": "goodput", "email": "", "href": ""},
     })
@@ -219,17 +236,29 @@ async fn clock_state() -> Response {
     }))
 }
 
-async fn tests() -> Response {
-    data(&json!(["throughput"]))
+async fn tests(headers: HeaderMap) -> Response {
+    let root = root_url(&headers, None);
+    data(&json!(["rtt", "throughput", "trace"]
+        .iter()
+        .map(|t| format!("{root}/tests/{t}"))
+        .collect::<Vec<_>>()))
 }
 
-async fn test_throughput() -> Response {
+/// `GET /tests/NAME`: the tests offered: throughput as a participant,
+/// rtt and trace as their lead (and only participant).
+async fn test_named(Path(name): Path<String>) -> Response {
+    let (description, class) = match name.as_str() {
+        "throughput" => ("Measure network throughput between hosts", "exclusive"),
+        "rtt" => ("Measure the round-trip time between hosts", "background"),
+        "trace" => ("Trace the path between IP hosts", "background"),
+        _ => return not_found(),
+    };
     data(&json!({
         "schema": 1,
-        "name": "throughput",
-        "description": "Measure network throughput between hosts",
+        "name": name,
+        "description": description,
         "version": "1.0",
-        "scheduling-class": "exclusive",
+        "scheduling-class": class,
     }))
 }
 
@@ -237,31 +266,48 @@ async fn test_throughput() -> Response {
 /// every tool with its verdict; before: the tools that can).
 async fn tools(State(p): State<Participant>, Query(q): Params) -> Response {
     let Some(test) = q.get("test") else {
-        return data(&json!([tool()]));
+        return data(&json!(["iperf3", "goodput-ping", "goodput-trace"]
+            .iter()
+            .map(|t| tool_of(t))
+            .collect::<Vec<_>>()));
     };
     let api = match number(&q, "api") {
         Ok(a) => a.unwrap_or(1),
         Err(e) => return text(StatusCode::BAD_REQUEST, &e),
     };
-    let verdict = match serde_json::from_str::<Value>(test) {
-        Err(e) => json!({"can-run": false, "reasons": [format!("the test is not JSON: {e}")]}),
-        Ok(t) => match Throughput::read(&t, p.shared.options.limits.max_duration) {
-            Ok(_) => json!({"can-run": true}),
-            Err(e) => json!({"can-run": false, "reasons": [e]}),
-        },
+    let max = p.shared.options.limits.max_duration;
+    let (verdict, tool) = match serde_json::from_str::<Value>(test) {
+        Err(e) => (
+            json!({"can-run": false, "reasons": [format!("the test is not JSON: {e}")]}),
+            tool(),
+        ),
+        Ok(t) => {
+            let single = t
+                .get("type")
+                .and_then(Value::as_str)
+                .and_then(|ty| TestType::named(ty).ok());
+            let read = match single {
+                Some(ty) => (SingleTest::read(&t, max).map(|_| ()), tool_of(ty.tool())),
+                None => (Throughput::read(&t, max).map(|_| ()), tool()),
+            };
+            match read {
+                (Ok(()), tool) => (json!({"can-run": true}), tool),
+                (Err(e), tool) => (json!({"can-run": false, "reasons": [e]}), tool),
+            }
+        }
     };
     if api >= 6 {
-        data(&json!([{ "can-run": verdict, "tool": tool() }]))
+        data(&json!([{ "can-run": verdict, "tool": tool }]))
     } else if verdict["can-run"] == json!(true) {
-        data(&json!([tool()]))
+        data(&json!([tool]))
     } else {
         data(&json!([]))
     }
 }
 
 async fn tool_named(Path(name): Path<String>) -> Response {
-    if name == "iperf3" {
-        data(&tool())
+    if ["iperf3", "goodput-ping", "goodput-trace"].contains(&name.as_str()) {
+        data(&tool_of(&name))
     } else {
         text(
             StatusCode::NOT_FOUND,
@@ -270,11 +316,166 @@ async fn tool_named(Path(name): Path<String>) -> Response {
     }
 }
 
-async fn tasks_post() -> Response {
-    text(
-        StatusCode::FORBIDDEN,
-        "This goodput agent takes part in tasks other hosts lead; it leads none through this API",
-    )
+/// `POST /tasks`: a pScheduler client gives this agent a task to lead:
+/// an rtt or trace test whose source (its only participant) is this
+/// agent. Answers the task's URL.
+async fn tasks_post(
+    State(p): State<Participant>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let doc: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => return text(StatusCode::BAD_REQUEST, "Invalid JSON: a task is an object"),
+        Err(e) => return text(StatusCode::BAD_REQUEST, &format!("Invalid JSON: {e}")),
+    };
+    let requester = from.ip().to_canonical();
+    let others = p.state.count_of(requester);
+    match single::create(&p.shared, &p.single, &p.options, requester, doc, others).await {
+        Ok(uuid) => {
+            log(&format!(
+                "pScheduler task {uuid} from {requester}: this agent leads it"
+            ));
+            data(&json!(format!("{}/tasks/{uuid}", root_url(&headers, None))))
+        }
+        Err(r) => {
+            log(&format!("pScheduler task from {requester} refused: {r:?}"));
+            refused(r)
+        }
+    }
+}
+
+/// A led task's answers (`task_get` and the rest call these first).
+fn led_task_get(p: &Participant, uuid: &str, from: IpAddr, headers: &HeaderMap, detail: bool) -> Response {
+    let href = format!("{}/tasks/{uuid}", root_url(headers, None));
+    match p
+        .single
+        .owned(uuid, from, |t| single::task_view(t, &href, detail))
+    {
+        Ok(doc) => data(&sanitised(&doc)),
+        Err(r) => refused(r),
+    }
+}
+
+/// `GET /tasks/UUID/cli`: the task's test as pScheduler's command line
+/// gives it.
+async fn task_cli(
+    State(p): State<Participant>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    Path(uuid): Path<String>,
+) -> Response {
+    if !is_uuid(&uuid) {
+        return not_found();
+    }
+    match p.single.owned(&uuid, from.ip().to_canonical(), |t| {
+        let mut cli = vec![t.test.ty.name().to_owned()];
+        cli.extend(single::spec_cli(&t.doc));
+        cli
+    }) {
+        Ok(cli) => data(&json!(cli)),
+        Err(r) => refused(r),
+    }
+}
+
+/// `GET /tasks/UUID/runs/RUN` of a led task (`RUN` may be `first` or
+/// `next`): the run, waited for (`wait-local`, `wait-merged`) until it
+/// has its result, `wait` seconds at most.
+async fn led_run_get(
+    p: &Participant,
+    uuid: &str,
+    run: &str,
+    from: IpAddr,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+) -> Response {
+    if !is_uuid(run) && run != "first" && run != "next" {
+        return not_found();
+    }
+    let flag = |k: &str| {
+        q.get(k)
+            .is_some_and(|v| !matches!(v.to_ascii_lowercase().as_str(), "false" | "0" | "no"))
+    };
+    let (wait_local, wait_merged) = (flag("wait-local"), flag("wait-merged"));
+    if wait_local && wait_merged {
+        return text(StatusCode::BAD_REQUEST, "Cannot wait on local and merged results");
+    }
+    let wait_s = match number(q, "wait") {
+        Ok(w) => w.unwrap_or(30).min(MAX_WAIT_S),
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(wait_s);
+    let root = root_url(headers, None);
+    loop {
+        let woken = p.single.done.notified();
+        let now = clock::now_ms();
+        let view = match p.single.owned(uuid, from, |t| {
+            single::pick(t, run, now).map(|r| (r.uuid.clone(), r.result.is_some(), single::run_view(t, r)))
+        }) {
+            Ok(Some(v)) => v,
+            Ok(None) => return not_found(),
+            Err(r) => return refused(r),
+        };
+        let (id, has_result, mut view) = view;
+        if !(wait_local || wait_merged) || has_result || tokio::time::Instant::now() >= deadline {
+            let href = format!("{root}/tasks/{uuid}/runs/{id}");
+            view["task-href"] = json!(format!("{root}/tasks/{uuid}"));
+            view["result-href"] = json!(format!("{href}/result"));
+            view["href"] = json!(href);
+            return data(&sanitised(&view));
+        }
+        // Woken when a run ends, and at least once a second.
+        let _ = tokio::time::timeout_at(
+            deadline.min(tokio::time::Instant::now() + Duration::from_secs(1)),
+            woken,
+        )
+        .await;
+    }
+}
+
+/// `GET /tasks/UUID/runs/RUN/result?format=…`: a led run's result as
+/// JSON, or as text the way pScheduler's own formatters lay it out.
+async fn run_result(
+    State(p): State<Participant>,
+    ConnectInfo(Caller(from)): ConnectInfo<Caller>,
+    Path((uuid, run)): Path<(String, String)>,
+    Query(q): Params,
+) -> Response {
+    if !is_uuid(&uuid) || !(is_uuid(&run) || run == "first") {
+        return not_found();
+    }
+    let format = q.get("format").map_or("application/json", String::as_str);
+    if !["application/json", "text/plain", "text/html"].contains(&format) {
+        return text(StatusCode::BAD_REQUEST, &format!("Unsupported format {format}"));
+    }
+    let now = clock::now_ms();
+    let found = p.single.owned(&uuid, from.ip().to_canonical(), |t| {
+        single::pick(t, &run, now).map(|r| (t.test.ty, r.result.clone()))
+    });
+    let (ty, result) = match found {
+        Ok(Some((ty, Some(result)))) => (ty, result),
+        Ok(_) => return not_found(),
+        Err(r) => return refused(r),
+    };
+    match format {
+        "application/json" => data(&sanitised(&result)),
+        "text/plain" => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            single::result_text(ty, &result),
+        )
+            .into_response(),
+        _ => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            format!("<pre>{}</pre>", html_escaped(&single::result_text(ty, &result))),
+        )
+            .into_response(),
+    }
+}
+
+fn html_escaped(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// `POST /tasks/UUID?participant=N`: the lead makes its task here.
@@ -301,7 +502,11 @@ async fn task_post(
     };
     let lead = from.ip().to_canonical();
     let n = u32::try_from(participant).unwrap_or(u32::MAX);
-    if let Err(r) = p.state.add_task(&p.shared, &p.options, &uuid, lead, n, doc) {
+    let others = p.single.active_of(lead);
+    if let Err(r) = p
+        .state
+        .add_task(&p.shared, &p.options, &uuid, lead, n, doc, others)
+    {
         return refused(r);
     }
     let url = format!("{}/tasks/{uuid}", root_url(&headers, None));
@@ -320,8 +525,11 @@ async fn task_get(
     if !is_uuid(&uuid) {
         return not_found();
     }
-    let href = format!("{}/tasks/{uuid}", root_url(&headers, None));
     let detail = q.contains_key("detail") && q.get("detail").map(String::as_str) != Some("false");
+    if p.single.has(&uuid) {
+        return led_task_get(&p, &uuid, from.ip().to_canonical(), &headers, detail);
+    }
+    let href = format!("{}/tasks/{uuid}", root_url(&headers, None));
     match p.state.owned(&uuid, from.ip().to_canonical(), |t| {
         let mut doc = t.doc.clone();
         let participants = doc
@@ -357,6 +565,12 @@ async fn task_delete(
 ) -> Response {
     if !is_uuid(&uuid) {
         return not_found();
+    }
+    if p.single.has(&uuid) {
+        return match single::cancel(&p.shared, &p.single, &uuid, from.ip().to_canonical()).await {
+            Ok(()) => text(StatusCode::OK, "OK"),
+            Err(r) => refused(r),
+        };
     }
     match p.state.remove_task(&uuid, from.ip().to_canonical()) {
         Ok(()) => text(StatusCode::OK, "OK"),
@@ -402,6 +616,17 @@ async fn runs_list(
         return not_found();
     }
     let base = format!("{}/tasks/{uuid}/runs", root_url(&headers, None));
+    if p.single.has(&uuid) {
+        return match p.single.owned(&uuid, from.ip().to_canonical(), |t| {
+            t.runs
+                .iter()
+                .map(|r| json!(format!("{base}/{}", r.uuid)))
+                .collect::<Vec<_>>()
+        }) {
+            Ok(list) => data(&Value::Array(list)),
+            Err(r) => refused(r),
+        };
+    }
     match p.state.owned(&uuid, from.ip().to_canonical(), |t| {
         t.runs
             .keys()
@@ -425,6 +650,12 @@ async fn run_put(
         return not_found();
     }
     let lead = from.ip().to_canonical();
+    if p.single.has(&uuid) {
+        return text(
+            StatusCode::FORBIDDEN,
+            "This agent leads the task and books its runs itself",
+        );
+    }
     let Ok(Value::Object(doc)) = serde_json::from_slice::<Value>(&body) else {
         return text(StatusCode::BAD_REQUEST, "Invalid or missing run data");
     };
@@ -480,6 +711,9 @@ async fn run_get(
     Query(q): Params,
     headers: HeaderMap,
 ) -> Response {
+    if is_uuid(&uuid) && p.single.has(&uuid) {
+        return led_run_get(&p, &uuid, &run, from.ip().to_canonical(), &q, &headers).await;
+    }
     if !is_uuid(&uuid) || !is_uuid(&run) {
         return not_found();
     }
@@ -565,20 +799,22 @@ async fn admit(State(p): State<Participant>, req: Request, next: Next) -> Respon
 
 fn routes(p: Participant) -> Router {
     use axum::routing::MethodRouter;
-    let api: [(&str, MethodRouter<Participant>); 14] = [
+    let api: [(&str, MethodRouter<Participant>); 16] = [
         ("", get(root)),
         ("/", get(root)),
         ("/api", get(api)),
         ("/hostname", get(hostname)),
         ("/clock", get(clock_state)),
         ("/tests", get(tests)),
-        ("/tests/throughput", get(test_throughput)),
+        ("/tests/{name}", get(test_named)),
         ("/tools", get(tools)),
         ("/tools/{name}", get(tool_named)),
         ("/tasks", axum::routing::post(tasks_post)),
         ("/tasks/{uuid}", get(task_get).post(task_post).delete(task_delete)),
         ("/tasks/{uuid}/runtimes", get(runtimes)),
+        ("/tasks/{uuid}/cli", get(task_cli)),
         ("/tasks/{uuid}/runs", get(runs_list)),
+        ("/tasks/{uuid}/runs/{run}/result", get(run_result)),
         (
             "/tasks/{uuid}/runs/{run}",
             get(run_get).put(run_put).delete(run_delete),
@@ -650,6 +886,7 @@ pub(crate) fn bind(shared: &Ctx) -> Result<Vec<(ApiListener, Router, Arc<Gate>)>
     let p = Participant {
         shared: shared.clone(),
         state: Arc::new(PsState::default()),
+        single: Arc::new(SingleState::default()),
         options: Arc::new(options.clone()),
         allow: Arc::new(allow),
     };

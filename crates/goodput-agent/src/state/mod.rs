@@ -12,6 +12,7 @@ pub(crate) mod minutes;
 pub(crate) mod options;
 pub(crate) mod peer;
 pub(crate) mod pscheduler;
+pub(crate) mod pscheduler_single;
 pub(crate) mod speedtest;
 
 use booking::{Book, Booked};

@@ -314,6 +314,7 @@ impl PsState {
 
     /// Takes the task `uuid` the lead at `lead` posts as participant
     /// `participant`; the same task posted again replaces nothing.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn add_task(
         &self,
         s: &Shared,
@@ -322,6 +323,7 @@ impl PsState {
         lead: IpAddr,
         participant: u32,
         doc: Value,
+        others: usize,
     ) -> Result<(), PsRefusal> {
         if participant != 1 {
             return Err(PsRefusal::CannotDo(format!(
@@ -356,7 +358,8 @@ impl PsState {
             return Ok(());
         }
         tasks.retain(|_, t| !t.runs.is_empty() || now.saturating_sub(t.last_ms) < TASK_KEEP_MS);
-        let mine = tasks.values().filter(|t| t.lead == lead).count();
+        // With the tasks it asked this agent to lead.
+        let mine = tasks.values().filter(|t| t.lead == lead).count() + others;
         if mine >= ps.max_tasks {
             return Err(PsRefusal::Forbidden(format!(
                 "Task forbidden by limits:\nlimit pscheduler_max_tasks: {lead} keeps {mine} tasks here, {} allowed",
@@ -400,6 +403,11 @@ impl PsState {
             return Ok(Vec::new());
         }
         Ok(s.lock().book.calendar.free(from, to, RunClass::Exclusive))
+    }
+
+    /// The tasks the lead at `lead` keeps here.
+    pub(crate) fn count_of(&self, lead: IpAddr) -> usize {
+        self.lock().values().filter(|t| t.lead == lead).count()
     }
 
     /// Runs `f` on the task `uuid` if the lead at `lead` made it.

@@ -1,0 +1,456 @@
+//! The agent as the lead of perfSONAR pScheduler's single-participant
+//! tests (`rtt`, `trace`), driven as pScheduler's command line drives a
+//! lead: the requests `pscheduler task rtt|trace --source LEAD` made of a
+//! real pScheduler lead (recorded, `data/pscheduler/*-cli-to-lead.jsonl`)
+//! are replayed against an agent on loopback, each answer checked for the
+//! status and the shape the real lead gave (the fields the command line
+//! reads), the result's figures against the archived run's own, and the
+//! text the command line prints against the real lead's, number for
+//! number in layout. Then hostile clients: absurd numbers, a stranger, a
+//! test the agent does not lead, an unbounded repeat, another client's
+//! task, and a flood of tasks.
+
+mod common;
+
+use std::io::Write;
+use std::process::Command;
+
+use common::agents::{get_json, Agent, Ports};
+use common::{free_tcp_port, have, now_ms, tmp, wait_tcp_listening};
+use serde_json::{json, Value};
+
+/// The address the recorded command line ran from, and the lead's.
+const CLI: &str = "10.40.0.1";
+const LEAD: &str = "10.40.0.3";
+
+/// One HTTPS request as pScheduler's client sends it (no certificate
+/// check): the status, the content type and the body.
+fn call(port: u16, from: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sk", "--path-as-is", "--max-time", "40", "--interface", from])
+        .args(["-X", method, "-w", "\n%{content_type}\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}{path}"));
+    if let Some(b) = body {
+        cmd.args(["-H", "Content-Type: application/json", "--data-binary", b]);
+    }
+    let out = cmd.output().expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut parts = text.rsplitn(3, '\n');
+    let status = parts.next().unwrap_or("").trim().parse().unwrap_or(0);
+    let kind = parts.next().unwrap_or("").to_owned();
+    (status, kind, parts.next().unwrap_or("").to_owned())
+}
+
+fn start_agent(group: &str, ps_port: u16, extra: &[&str]) -> (Agent, Ports) {
+    let ports = Ports::pick();
+    let config = tmp(group, "mesh.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\napi_port = {}\n\n[addresses.gp]\naddress = \"127.0.0.1\"\n",
+            ports.api
+        ),
+    )
+    .unwrap();
+    let mut args = vec![
+        "--pscheduler-listen".to_owned(),
+        format!("127.0.0.1:{ps_port}"),
+        "--pscheduler-allow".to_owned(),
+        "127.0.0.1/32".to_owned(),
+        "--pscheduler-allow".to_owned(),
+        "127.0.0.3/32".to_owned(),
+        "--pscheduler-iperf3-port".to_owned(),
+        free_tcp_port().to_string(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let agent = Agent::start(group, "gp", "127.0.0.1", &config, ports, &args);
+    wait_tcp_listening(ps_port);
+    (agent, ports)
+}
+
+fn archived(ports: Ports, id: &str) -> Value {
+    let runs = get_json("127.0.0.1", ports.api, "/api/v1/runs?limit=1000");
+    runs.as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// Every key of the recorded answer `theirs` is in `ours` (objects
+/// followed down), but for the `unmet` ones, each with its reason.
+fn has_shape(theirs: &Value, ours: &Value, at: &str, unmet: &[&str]) {
+    let (Value::Object(t), Value::Object(o)) = (theirs, ours) else {
+        return;
+    };
+    for (k, v) in t {
+        if unmet.contains(&k.as_str()) {
+            continue;
+        }
+        let got = o
+            .get(k)
+            .unwrap_or_else(|| panic!("{at}: the answer has no {k} (the real lead's had {v})"));
+        if v.is_object() && !v.is_null() {
+            has_shape(v, got, &format!("{at}.{k}"), unmet);
+        }
+    }
+}
+
+/// The command line's printed result with names, addresses and numbers
+/// made alike: its layout.
+fn layout(text: &str, names: &[&str]) -> String {
+    let mut t = text.to_owned();
+    for n in names {
+        t = t.replace(n, "HOST");
+    }
+    let mut out = String::new();
+    for c in t.chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('9') {
+                out.push('9');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Replays the command line's requests of a recorded session on the
+/// agent at `ps_port`; returns the task's and the run's UUIDs, the run's
+/// merged result and the text printed.
+fn replay(ps_port: u16, recorded: &str, test: &str) -> (String, String, Value, String) {
+    let mut ids: Vec<(String, String)> = Vec::new();
+    let (mut task, mut run) = (String::new(), String::new());
+    let mut merged = Value::Null;
+    let mut printed = String::new();
+    let mut seen_text = false;
+    for line in recorded.lines() {
+        let e: Value = serde_json::from_str(line).unwrap();
+        if e["remote_addr"] != CLI {
+            // The lead's calls to itself, as its own participant.
+            continue;
+        }
+        let method = e["method"].as_str().unwrap();
+        let mut path = e["path"].as_str().unwrap().to_owned();
+        for (theirs, ours) in &ids {
+            path = path.replace(theirs, ours);
+        }
+        let want = e["response"]["status"].as_u64().unwrap() as u16;
+        let theirs_body = e["response"]["body"].as_str().unwrap_or("");
+        let body = e["request"]["body"]
+            .as_str()
+            .filter(|b| !b.is_empty())
+            .map(|b| b.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1"));
+        let (status, kind, answer) = call(ps_port, "127.0.0.1", method, &path, body.as_deref());
+        assert_eq!(status, want, "{method} {path}: {answer}");
+        let theirs_kind = e["response"]["headers"]
+            .as_array()
+            .and_then(|h| h.iter().find(|h| h[0] == "Content-Type"))
+            .and_then(|h| h[1].as_str())
+            .unwrap_or("");
+        if status != 200 {
+            continue;
+        }
+        if theirs_kind.starts_with("application/json") {
+            assert!(kind.starts_with("application/json"), "{method} {path}: {kind}");
+        }
+        if method == "POST" {
+            let url: String = serde_json::from_str(&answer).expect("the task's URL as a JSON string");
+            let theirs: String = serde_json::from_str(theirs_body).unwrap();
+            let prefix = format!("https://127.0.0.1:{ps_port}/pscheduler/tasks/");
+            task = url
+                .strip_prefix(&prefix)
+                .unwrap_or_else(|| panic!("{url}"))
+                .to_owned();
+            ids.push((theirs.rsplit('/').next().unwrap().to_owned(), task.clone()));
+            continue;
+        }
+        if path.ends_with("/cli") {
+            let got: Value = serde_json::from_str(&answer).unwrap();
+            let theirs = theirs_body.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1");
+            let theirs: Value = serde_json::from_str(&theirs).unwrap();
+            assert_eq!(got, theirs, "the task's command line");
+            continue;
+        }
+        if path.contains("/result?format=text") {
+            assert!(kind.starts_with("text/plain"), "{kind}");
+            assert_eq!(
+                layout(answer.trim(), &["127.0.0.1 (127.0.0.1)"]),
+                layout(theirs_body.trim(), &[&format!("pspk ({CLI})")]),
+                "the printed result's layout:\n{answer}"
+            );
+            printed = answer;
+            seen_text = true;
+            continue;
+        }
+        let got: Value = serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{path}: {e}: {answer}"));
+        if path == "/pscheduler/" {
+            assert!(got.is_string(), "{answer}");
+            continue;
+        }
+        let theirs: Value = serde_json::from_str(theirs_body).unwrap();
+        if path.contains("/runs/") {
+            // A run: the fields `watch` and `result` read, as the real
+            // lead gave them; goodput's ping counts no reordered replies
+            // and looks no names up.
+            has_shape(&theirs, &got, &path, &["reorders", "hostname"]);
+            assert_eq!(got["participant"], 0);
+            assert_eq!(got["participants"], json!(["127.0.0.1"]));
+            if run.is_empty() {
+                let href = got["href"].as_str().unwrap();
+                run = href.rsplit('/').next().unwrap().to_owned();
+                let theirs_run = theirs["href"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .to_owned();
+                ids.push((theirs_run, run.clone()));
+                assert_eq!(
+                    href,
+                    format!("https://127.0.0.1:{ps_port}/pscheduler/tasks/{task}/runs/{run}")
+                );
+            }
+            if path.contains("wait-merged") {
+                assert_eq!(got["state"], "finished", "{answer}");
+                assert_eq!(got["result-merged"]["succeeded"], true, "{answer}");
+                merged = got["result-merged"].clone();
+            }
+        } else {
+            // The task: the tool and the links `watch` follows.
+            has_shape(&theirs, &got, &path, &[]);
+            assert_eq!(
+                got["tool"],
+                format!("goodput-{}", if test == "rtt" { "ping" } else { "trace" })
+            );
+            assert_eq!(got["detail"]["multi-result"], false);
+            assert_eq!(got["detail"]["participants"], json!(["127.0.0.1"]));
+            assert_eq!(got["test"]["type"], test);
+        }
+    }
+    assert!(seen_text && !merged.is_null(), "the replay reached the result");
+    (task, run, merged, printed)
+}
+
+fn seconds(v: &Value) -> f64 {
+    let s = v.as_str().unwrap();
+    let n = s.trim_start_matches("PT").trim_end_matches('S');
+    n.parse().unwrap_or_else(|_| panic!("{s}"))
+}
+
+#[test]
+fn the_pscheduler_command_line_runs_an_rtt_test_led_by_the_agent() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    let ps_port = free_tcp_port();
+    let (mut agent, ports) = start_agent("ps-single-rtt", ps_port, &[]);
+    let recorded = include_str!("data/pscheduler/rtt-cli-to-lead.jsonl");
+    let (task, run, merged, printed) = replay(ps_port, recorded, "rtt");
+    // The figures are the archived run's own.
+    let row = archived(ports, &format!("pscheduler/{task}/{run}"));
+    assert_eq!(row["state"], "finished", "{row}");
+    assert_eq!(row["kind"], "ping");
+    assert_eq!(row["class"], "background");
+    assert_eq!(row["task"], format!("pscheduler/{task}"));
+    assert_eq!(row["spec"]["count"], 3, "the recorded --count 3");
+    let trips = merged["roundtrips"].as_array().unwrap();
+    assert_eq!(trips.len(), 3, "{merged}");
+    assert_eq!(merged["sent"], 3);
+    assert_eq!(
+        printed.lines().filter(|l| l.contains("RTT ")).count(),
+        4,
+        "{printed}"
+    );
+    for t in trips {
+        assert_eq!(t["ip"], "127.0.0.1", "{t}");
+    }
+    let min_us = row["figures"]["delay_min_us"].as_f64().unwrap();
+    let max_us = row["figures"]["delay_max_us"].as_f64().unwrap();
+    assert!(
+        (seconds(&merged["min"]) * 1e6 - min_us).abs() < 0.01,
+        "{merged} {row}"
+    );
+    assert!(
+        (seconds(&merged["max"]) * 1e6 - max_us).abs() < 0.01,
+        "{merged} {row}"
+    );
+    assert_eq!(
+        merged["loss"].as_f64().unwrap() * 100.0,
+        row["figures"]["loss_pct"].as_f64().unwrap()
+    );
+    agent.stop(libc::SIGTERM);
+}
+
+#[test]
+fn the_pscheduler_command_line_runs_a_trace_led_by_the_agent() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    let ps_port = free_tcp_port();
+    let (mut agent, ports) = start_agent("ps-single-trace", ps_port, &[]);
+    let recorded = include_str!("data/pscheduler/trace-cli-to-lead.jsonl");
+    let (task, run, merged, printed) = replay(ps_port, recorded, "trace");
+    let row = archived(ports, &format!("pscheduler/{task}/{run}"));
+    assert_eq!(row["state"], "finished", "{row}");
+    assert_eq!(row["kind"], "trace");
+    assert_eq!(row["class"], "background");
+    let path = merged["paths"][0].as_array().unwrap();
+    assert_eq!(
+        path.len() as f64,
+        row["figures"]["hops"].as_f64().unwrap(),
+        "{merged} {row}"
+    );
+    assert_eq!(path.last().unwrap()["ip"], "127.0.0.1", "{merged}");
+    assert_eq!(printed.lines().count(), path.len(), "{printed}");
+    agent.stop(libc::SIGTERM);
+}
+
+/// A task for `test` from this test's client.
+fn task(ty: &str, spec: Value, schedule: Value) -> String {
+    json!({"schema": 1, "test": {"type": ty, "spec": spec}, "schedule": schedule}).to_string()
+}
+
+#[test]
+fn a_hostile_pscheduler_client_is_held_to_the_limits() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    let ps_port = free_tcp_port();
+    let (mut agent, ports) = start_agent(
+        "ps-single-hostile",
+        ps_port,
+        &["--pscheduler-max-tasks", "20", "--max-run-length", "1h"],
+    );
+    let post = |from: &str, body: &str| call(ps_port, from, "POST", "/pscheduler/tasks", Some(body));
+    let later = json!({"start": format!("{}+00:00", goodput_core::time::ms_rfc3339(now_ms() + 120_000).trim_end_matches('Z'))});
+    // A stranger is refused before anything else.
+    let (status, _, answer) = post("127.0.0.2", &task("rtt", json!({"dest": "127.0.0.1"}), json!({})));
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("127.0.0.2 may not use"), "{answer}");
+    // Absurd numbers, each refused with its field named.
+    for (ty, spec, field) in [
+        (
+            "rtt",
+            json!({"dest": "127.0.0.1", "count": 1_000_000_000u64}),
+            "count",
+        ),
+        ("rtt", json!({"dest": "127.0.0.1", "interval": "P1D"}), "interval"),
+        (
+            "rtt",
+            json!({"dest": "127.0.0.1", "interval": "PT0.0001S"}),
+            "interval",
+        ),
+        ("rtt", json!({"dest": "127.0.0.1", "timeout": "PT1H"}), "timeout"),
+        ("rtt", json!({"dest": "127.0.0.1", "length": 1_000_000}), "length"),
+        ("rtt", json!({"dest": "127.0.0.1", "ttl": 1}), "ttl"),
+        ("trace", json!({"dest": "127.0.0.1", "hops": 1000}), "hops"),
+        ("trace", json!({"dest": "127.0.0.1", "queries": 500}), "queries"),
+        ("trace", json!({"dest": "127.0.0.1", "wait": "PT10M"}), "wait"),
+        ("trace", json!({"dest": "127.0.0.1", "first-ttl": 0}), "first-ttl"),
+        ("trace", json!({"dest": "-f /etc/passwd"}), "dest"),
+    ] {
+        let (status, _, answer) = post("127.0.0.1", &task(ty, spec.clone(), json!({})));
+        assert_eq!(status, 400, "{spec}: {answer}");
+        assert!(answer.contains(field), "{spec}: {answer}");
+    }
+    // A run longer than the agent's longest: the limit named.
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task(
+            "rtt",
+            json!({"dest": "127.0.0.1", "count": 1000, "interval": "PT60S"}),
+            json!({}),
+        ),
+    );
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("limit max_duration"), "{answer}");
+    // Tests it does not lead, with the reason.
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task("latency", json!({"dest": "127.0.0.1"}), json!({})),
+    );
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("owping"), "{answer}");
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task("throughput", json!({"dest": "127.0.0.1"}), json!({})),
+    );
+    assert_eq!(status, 422, "{answer}");
+    // A repeat without end, refused; a bounded one booked, then cancelled.
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task("rtt", json!({"dest": "127.0.0.1"}), json!({"repeat": "PT1M"})),
+    );
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("max-runs"), "{answer}");
+    let mut bounded = later.clone();
+    bounded["repeat"] = json!("PT1M");
+    bounded["max-runs"] = json!(3);
+    let (status, _, answer) = post("127.0.0.1", &task("rtt", json!({"dest": "127.0.0.1"}), bounded));
+    assert_eq!(status, 200, "{answer}");
+    let url: String = serde_json::from_str(&answer).unwrap();
+    let path = url.split_once(&format!("{ps_port}")).unwrap().1.to_owned();
+    let (_, _, runs) = call(ps_port, "127.0.0.1", "GET", &format!("{path}/runs"), None);
+    let runs: Vec<String> = serde_json::from_str(&runs).unwrap();
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    // Another client's task is not there for it.
+    let (status, _, _) = call(ps_port, "127.0.0.3", "GET", &path, None);
+    assert_eq!(status, 404);
+    let (status, _, _) = call(ps_port, "127.0.0.3", "DELETE", &path, None);
+    assert_eq!(status, 404);
+    let (status, _, answer) = call(ps_port, "127.0.0.1", "DELETE", &path, None);
+    assert_eq!(status, 200, "{answer}");
+    let (_, _, first) = call(ps_port, "127.0.0.1", "GET", &format!("{path}/runs/first"), None);
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["state"], "canceled", "{first}");
+    let task_id = path.rsplit('/').next().unwrap();
+    let run_id = runs[0].rsplit('/').next().unwrap();
+    let row = archived(ports, &format!("pscheduler/{task_id}/{run_id}"));
+    assert_eq!(row["state"], "cancelled", "{row}");
+    // A flood of tasks from one client: held to --pscheduler-max-tasks.
+    let body = tmp("ps-single-hostile", "task.json");
+    std::fs::write(
+        &body,
+        task("rtt", json!({"dest": "127.0.0.1", "count": 1}), later),
+    )
+    .unwrap();
+    let flood = tmp("ps-single-hostile", "flood.curl");
+    let mut f = std::fs::File::create(&flood).unwrap();
+    for _ in 0..1000 {
+        writeln!(
+            f,
+            "url = \"https://127.0.0.1:{ps_port}/pscheduler/tasks\"\nrequest = \"POST\"\n\
+             data-binary = \"@{}\"\nheader = \"Content-Type: application/json\"\ninsecure\nsilent\n\
+             write-out = \"%{{http_code}}\\n\"\noutput = \"/dev/null\"\nnext",
+            body.display()
+        )
+        .unwrap();
+    }
+    drop(f);
+    let out = Command::new("curl").arg("-K").arg(&flood).output().unwrap();
+    let codes = String::from_utf8_lossy(&out.stdout);
+    let ok = codes.lines().filter(|c| *c == "200").count();
+    let refused = codes.lines().filter(|c| *c == "403").count();
+    assert_eq!((ok, refused), (20, 980), "{}", &codes[..codes.len().min(400)]);
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task("trace", json!({"dest": "127.0.0.1"}), json!({})),
+    );
+    assert_eq!(status, 403);
+    assert!(
+        answer.contains("limit pscheduler_max_tasks: 127.0.0.1 keeps 20 tasks here, 20 allowed"),
+        "{answer}"
+    );
+    // Another client still has its own share.
+    let (status, _, answer) = post(
+        "127.0.0.3",
+        &task("rtt", json!({"dest": "127.0.0.1", "count": 1}), json!({})),
+    );
+    assert_eq!(status, 200, "{answer}");
+    agent.stop(libc::SIGTERM);
+}
