@@ -4,14 +4,21 @@
 //! when a minute is complete it is stored as one row (kind `stamp_minute`,
 //! id `RUN/minute/START_MS`) with its figures and its histogram (V2,
 //! deflated, base64: mergeable into hours or days without the packets).
-//! Nothing is stored per packet. A continuous OWAMP stream's summaries
+//! Nothing is stored per packet. The run's own record (kept when it
+//! ends) takes its round trip from the same minutes: the STAMP hub keeps
+//! counts only for a run whose delays are kept here
+//! ([`Observer::keeps_delays`]), so a stream's delays are held once, in
+//! the open minute, not also in a whole-run tally per session.
+//! A continuous OWAMP stream's summaries
 //! (one per session of `summary_every` packets, as powstream's) are
 //! stored as they come, each direction on its own ([`Summaries`]).
 
 use std::collections::BTreeMap;
 
 use goodput_archive::{Figures, Run, RunState};
-use goodput_core::result::{ConnectionRecord, Interval, OneWaySummary, StampPacket, StampPacketStatus};
+use goodput_core::result::{
+    ConnectionRecord, DelayStats, Detail, Interval, OneWaySummary, StampPacket, StampPacketStatus, TestResult,
+};
 use goodput_core::stamp::stats::encode_histogram;
 use goodput_engine::Observer;
 use hdrhistogram::Histogram;
@@ -31,8 +38,10 @@ struct Minute {
     not_sent: u64,
     duplicates: u64,
     late: u64,
-    /// Round-trip delays, microseconds.
-    rtt_us: Histogram<u64>,
+    /// Round-trip delays, microseconds. 32-bit counters (a minute holds
+    /// far fewer than 2^32 packets) take half the memory of 64-bit ones,
+    /// and encode to the same stored form.
+    rtt_us: Histogram<u32>,
 }
 
 impl Minute {
@@ -46,8 +55,9 @@ impl Minute {
             duplicates: 0,
             late: 0,
             // Microseconds, 2 significant digits (quantiles within 1%),
-            // grown to the largest delay seen: a minute of loopback
-            // delays takes about 6 KB. Sized for an hour up front at 3
+            // grown to the largest delay seen: 256 counters up to 255 µs,
+            // 128 more for each doubling past it (1 to 4 KB at 32 bits
+            // for delays up to 100 ms). Sized for an hour up front at 3
             // digits it took 188 KB, and every stream keeps one or two
             // minutes open.
             rtt_us: Histogram::new(2).expect("2 significant digits is valid"),
@@ -55,10 +65,75 @@ impl Minute {
     }
 }
 
+/// The round trips of a whole run, for its own record: each minute's
+/// histogram added in as the minute closes, and the exact extremes and
+/// sum of the same packets.
+struct Whole {
+    rtt_us: Histogram<u64>,
+    count: u64,
+    min_us: f64,
+    max_us: f64,
+    sum_us: f64,
+}
+
+impl Whole {
+    fn new() -> Self {
+        Self {
+            rtt_us: Histogram::new(2).expect("2 significant digits is valid"),
+            count: 0,
+            min_us: f64::INFINITY,
+            max_us: f64::NEG_INFINITY,
+            sum_us: 0.0,
+        }
+    }
+
+    fn sample(&mut self, us: f64) {
+        self.count += 1;
+        self.min_us = self.min_us.min(us);
+        self.max_us = self.max_us.max(us);
+        self.sum_us += us;
+    }
+
+    /// Adds a closed minute's histogram (same precision: every count
+    /// lands in the same bucket).
+    fn add(&mut self, m: &Histogram<u32>) {
+        for v in m.iter_recorded() {
+            let _ = self
+                .rtt_us
+                .record_n(v.value_iterated_to(), u64::from(v.count_at_value()));
+        }
+    }
+
+    /// The round trip's figures, and its histogram in nanoseconds (the
+    /// result document's unit), when any packet came back.
+    fn stats(&self) -> Option<(DelayStats, String)> {
+        if self.count == 0 || self.rtt_us.is_empty() {
+            return None;
+        }
+        let q = |p: f64| (self.rtt_us.value_at_quantile(p) as f64).clamp(self.min_us, self.max_us);
+        let stats = DelayStats {
+            count: self.count,
+            min_us: self.min_us,
+            median_us: q(0.5),
+            p90_us: q(0.9),
+            p99_us: q(0.99),
+            max_us: self.max_us,
+            mean_us: self.sum_us / self.count as f64,
+        };
+        let mut ns = Histogram::<u64>::new(2).expect("2 significant digits is valid");
+        for v in self.rtt_us.iter_recorded() {
+            let _ = ns.record_n(v.value_iterated_to().saturating_mul(1000), v.count_at_value());
+        }
+        Some((stats, encode_histogram(&ns)))
+    }
+}
+
 /// The observer a background STAMP run reports its packets to.
 pub(crate) struct Minutes {
     run: Booked,
     open: BTreeMap<u64, Minute>,
+    /// The run's round trips, minute by minute.
+    whole: Whole,
     out: mpsc::Sender<Run>,
     /// Minutes before this are stored and closed.
     closed_before: u64,
@@ -77,6 +152,7 @@ impl Minutes {
         Self {
             run,
             open: BTreeMap::new(),
+            whole: Whole::new(),
             out,
             closed_before: 0,
             dropped: 0,
@@ -90,6 +166,7 @@ impl Minutes {
         let later = self.open.split_off(&before);
         let done = std::mem::replace(&mut self.open, later);
         for (start, m) in done {
+            self.whole.add(&m.rtt_us);
             let row = summary(&self.run, start, &m);
             if self.out.try_send(row).is_err() {
                 self.dropped += 1;
@@ -100,6 +177,36 @@ impl Minutes {
     /// Stores what is left (the run ended).
     pub(crate) fn finish(&mut self) {
         self.flush_before(u64::MAX);
+    }
+
+    /// Gives the run's result the round trip its engine did not keep
+    /// (the hub keeps counts only when the delays are kept here): its
+    /// total's figures and histogram, those of its one session, and its
+    /// one status interval's. A result that has them is left alone.
+    /// Call after [`Minutes::finish`].
+    pub(crate) fn fill_round_trip(&self, result: &mut TestResult) {
+        let Detail::Stamp(d) = &mut result.detail else {
+            return;
+        };
+        if d.total.rtt.is_some() {
+            return;
+        }
+        let Some((stats, histogram)) = self.whole.stats() else {
+            return;
+        };
+        d.total.rtt = Some(stats);
+        d.total.histograms.rtt_ns = Some(histogram.clone());
+        if let [one] = &mut d.per_session[..] {
+            if one.stats.rtt.is_none() {
+                one.stats.rtt = Some(stats);
+                one.stats.histograms.rtt_ns = Some(histogram);
+            }
+        }
+        if let [only] = &mut result.intervals[..] {
+            if let Some(st) = only.stamp.as_mut().filter(|st| st.rtt.is_none()) {
+                st.rtt = Some(stats);
+            }
+        }
     }
 }
 
@@ -154,6 +261,10 @@ impl Observer for Minutes {
         true
     }
 
+    fn keeps_delays(&self) -> bool {
+        true
+    }
+
     fn on_packet(&mut self, p: &StampPacket) {
         let t1_ms = (p.t1_ns.max(0) / 1_000_000) as u64;
         let start = t1_ms / MINUTE_MS * MINUTE_MS;
@@ -183,6 +294,7 @@ impl Observer for Minutes {
             if let Some(rtt) = p.rtt_us {
                 // At most an hour (a reply is matched within its timeout).
                 let _ = m.rtt_us.record(rtt.clamp(1.0, 3.6e9) as u64);
+                self.whole.sample(rtt);
             }
         }
         // A packet's fate is known within its timeout, far less than a
@@ -235,5 +347,45 @@ impl Observer for Summaries {
         if self.out.try_send(one_way_row(&self.run, to_server, s)).is_err() {
             self.dropped += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's round trip from its closed minutes: the counts and extremes
+    /// exact, the quantiles those of every packet's histogram, and the
+    /// nanosecond histogram of the result document with every packet.
+    #[test]
+    fn the_whole_run_round_trip_is_its_minutes_added() {
+        let mut whole = Whole::new();
+        let mut every = Histogram::<u64>::new(2).unwrap();
+        let mut sum = 0.0;
+        for minute in 0..3u32 {
+            let mut m = Minute::new();
+            for k in 0..600u32 {
+                let us = 40.25 + f64::from((k * 7 + minute * 13) % 9_000);
+                let _ = m.rtt_us.record(us as u64);
+                let _ = every.record(us as u64);
+                whole.sample(us);
+                sum += us;
+            }
+            whole.add(&m.rtt_us);
+        }
+        let (st, encoded) = whole.stats().unwrap();
+        assert_eq!(st.count, 1800);
+        assert_eq!((st.min_us, st.max_us), (40.25, 40.25 + 8_999.0));
+        assert!((st.mean_us - sum / 1800.0).abs() < 1e-9);
+        for (q, got) in [(0.5, st.median_us), (0.9, st.p90_us), (0.99, st.p99_us)] {
+            assert_eq!(got, every.value_at_quantile(q) as f64, "q {q}");
+        }
+        let ns = goodput_core::stamp::stats::decode_histogram(&encoded).unwrap();
+        assert_eq!(ns.len(), 1800);
+        let p95 = ns.value_at_quantile(0.95) as f64 / 1000.0;
+        let want = every.value_at_quantile(0.95) as f64;
+        assert!((p95 - want).abs() <= want * 0.01, "{p95} against {want}");
+        // No reply: no round trip.
+        assert!(Whole::new().stats().is_none());
     }
 }
