@@ -1086,7 +1086,10 @@ mod tests {
         for (ssid, id) in [(a, 1), (b, 2)] {
             for k in 0..2u32 {
                 let t1 = T0 + i64::from(k) * 100_000_000;
-                assert_eq!(t.reply(r, &reply(k, t1, ssid), t1 + 40_000, None, err()), Some(id));
+                assert_eq!(
+                    t.reply(r, &reply(k, t1, ssid), t1 + 40_000, None, err()),
+                    Some(id)
+                );
             }
         }
         t.expire(now, T0 + 2_300_000_000);
