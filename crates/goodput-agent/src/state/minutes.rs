@@ -19,6 +19,7 @@ use goodput_archive::{Figures, Run, RunState};
 use goodput_core::result::{
     ConnectionRecord, DelayStats, Detail, Interval, OneWaySummary, StampPacket, StampPacketStatus, TestResult,
 };
+use goodput_core::spec::TestSpec;
 use goodput_core::stamp::stats::encode_histogram;
 use goodput_engine::Observer;
 use hdrhistogram::Histogram;
@@ -27,6 +28,70 @@ use tokio::sync::mpsc;
 use crate::state::booking::Booked;
 
 const MINUTE_MS: u64 = 60_000;
+
+/// Round trips a minute keeps as they are, at most: 4 KB of samples,
+/// about what a 2-digit histogram with 32-bit counters takes once a
+/// 25 ms delay is seen (5.6 KB at 100 ms, 6.6 KB at 400 ms). A stream
+/// of 10 packets a second has 600 a minute; a faster one changes to a
+/// histogram when it gets there.
+const SAMPLES_MAX: usize = 1024;
+
+/// A minute's round trips, microseconds.
+enum Rtts {
+    /// The samples themselves, its histogram made when the minute closes.
+    Samples(Vec<u32>),
+    /// 2 significant digits (quantiles within 1%), grown to the largest
+    /// delay seen: 256 counters up to 255 µs, 128 more for each doubling
+    /// past it. 32-bit counters: a minute has far fewer packets.
+    Histogram(Histogram<u32>),
+}
+
+fn rtt_histogram() -> Histogram<u32> {
+    Histogram::new(2).expect("2 significant digits is valid")
+}
+
+impl Rtts {
+    /// Room for `expected` samples (and a few more: a minute's packets
+    /// are counted by their send time, which jitters), or a histogram
+    /// when that many would take more.
+    fn new(expected: usize) -> Self {
+        let room = expected + expected / 16 + 4;
+        if room <= SAMPLES_MAX {
+            Rtts::Samples(Vec::with_capacity(room))
+        } else {
+            Rtts::Histogram(rtt_histogram())
+        }
+    }
+
+    /// Adds one round trip, microseconds (1 µs to an hour).
+    fn record(&mut self, us: u32) {
+        match self {
+            Rtts::Samples(v) if v.len() < SAMPLES_MAX => v.push(us),
+            Rtts::Samples(v) => {
+                let mut h = rtt_histogram();
+                for &x in v.iter().chain(std::iter::once(&us)) {
+                    h.saturating_record(u64::from(x));
+                }
+                *self = Rtts::Histogram(h);
+            }
+            Rtts::Histogram(h) => h.saturating_record(u64::from(us)),
+        }
+    }
+
+    /// The minute's histogram (made now from its samples).
+    fn histogram(&self) -> std::borrow::Cow<'_, Histogram<u32>> {
+        match self {
+            Rtts::Samples(v) => {
+                let mut h = rtt_histogram();
+                for &x in v {
+                    h.saturating_record(u64::from(x));
+                }
+                std::borrow::Cow::Owned(h)
+            }
+            Rtts::Histogram(h) => std::borrow::Cow::Borrowed(h),
+        }
+    }
+}
 
 /// One minute's packets.
 struct Minute {
@@ -38,14 +103,15 @@ struct Minute {
     not_sent: u64,
     duplicates: u64,
     late: u64,
-    /// Round-trip delays, microseconds. 32-bit counters (a minute holds
-    /// far fewer than 2^32 packets) take half the memory of 64-bit ones,
-    /// and encode to the same stored form.
-    rtt_us: Histogram<u32>,
+    /// Round-trip delays. Sized for an hour up front at 3 digits a
+    /// histogram took 188 KB, and every stream keeps one or two minutes
+    /// open; 600 samples take 2.4 KB.
+    rtt_us: Rtts,
 }
 
 impl Minute {
-    fn new() -> Self {
+    /// A minute expecting about `expected` round trips.
+    fn new(expected: usize) -> Self {
         Self {
             sent: 0,
             received: 0,
@@ -54,13 +120,7 @@ impl Minute {
             not_sent: 0,
             duplicates: 0,
             late: 0,
-            // Microseconds, 2 significant digits (quantiles within 1%),
-            // grown to the largest delay seen: 256 counters up to 255 µs,
-            // 128 more for each doubling past it (1 to 4 KB at 32 bits
-            // for delays up to 100 ms). Sized for an hour up front at 3
-            // digits it took 188 KB, and every stream keeps one or two
-            // minutes open.
-            rtt_us: Histogram::new(2).expect("2 significant digits is valid"),
+            rtt_us: Rtts::new(expected),
         }
     }
 }
@@ -69,7 +129,9 @@ impl Minute {
 /// histogram added in as the minute closes, and the exact extremes and
 /// sum of the same packets.
 struct Whole {
-    rtt_us: Histogram<u64>,
+    /// Saturating 32-bit counters: 4 billion packets in one bucket is
+    /// more than 13 years of a stream at 10 a second.
+    rtt_us: Histogram<u32>,
     count: u64,
     min_us: f64,
     max_us: f64,
@@ -79,7 +141,7 @@ struct Whole {
 impl Whole {
     fn new() -> Self {
         Self {
-            rtt_us: Histogram::new(2).expect("2 significant digits is valid"),
+            rtt_us: rtt_histogram(),
             count: 0,
             min_us: f64::INFINITY,
             max_us: f64::NEG_INFINITY,
@@ -98,9 +160,8 @@ impl Whole {
     /// lands in the same bucket).
     fn add(&mut self, m: &Histogram<u32>) {
         for v in m.iter_recorded() {
-            let _ = self
-                .rtt_us
-                .record_n(v.value_iterated_to(), u64::from(v.count_at_value()));
+            self.rtt_us
+                .saturating_record_n(v.value_iterated_to(), v.count_at_value());
         }
     }
 
@@ -122,7 +183,10 @@ impl Whole {
         };
         let mut ns = Histogram::<u64>::new(2).expect("2 significant digits is valid");
         for v in self.rtt_us.iter_recorded() {
-            let _ = ns.record_n(v.value_iterated_to().saturating_mul(1000), v.count_at_value());
+            ns.saturating_record_n(
+                v.value_iterated_to().saturating_mul(1000),
+                u64::from(v.count_at_value()),
+            );
         }
         Some((stats, encode_histogram(&ns)))
     }
@@ -134,6 +198,9 @@ pub(crate) struct Minutes {
     open: BTreeMap<u64, Minute>,
     /// The run's round trips, minute by minute.
     whole: Whole,
+    /// Round trips a minute is expected to have (all sessions at their
+    /// rate).
+    per_minute: usize,
     out: mpsc::Sender<Run>,
     /// Minutes before this are stored and closed.
     closed_before: u64,
@@ -149,10 +216,19 @@ pub(crate) const QUEUE: usize = 64;
 
 impl Minutes {
     pub(crate) fn new(run: Booked, out: mpsc::Sender<Run>) -> Self {
+        let per_minute = match &run.spec {
+            TestSpec::Stamp(s) => {
+                let every = s.packet_interval().as_secs_f64();
+                let n = f64::from(s.sessions) * 60.0 / every.max(1e-6);
+                n.min(1e9) as usize
+            }
+            _ => 0,
+        };
         Self {
             run,
             open: BTreeMap::new(),
             whole: Whole::new(),
+            per_minute,
             out,
             closed_before: 0,
             dropped: 0,
@@ -166,8 +242,9 @@ impl Minutes {
         let later = self.open.split_off(&before);
         let done = std::mem::replace(&mut self.open, later);
         for (start, m) in done {
-            self.whole.add(&m.rtt_us);
-            let row = summary(&self.run, start, &m);
+            let rtt = m.rtt_us.histogram();
+            self.whole.add(&rtt);
+            let row = summary(&self.run, start, &m, &rtt);
             if self.out.try_send(row).is_err() {
                 self.dropped += 1;
             }
@@ -214,7 +291,7 @@ impl Minutes {
 /// The kind of a per-minute summary row.
 pub(crate) const KIND: &str = "stamp_minute";
 
-fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
+fn summary(run: &Booked, start: u64, m: &Minute, rtt: &Histogram<u32>) -> Run {
     let mut r = run.record(RunState::Finished, None);
     r.id = format!("{}/minute/{start}", run.id);
     r.kind = KIND.into();
@@ -222,7 +299,7 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
     r.start_ms = Some(start);
     r.end_ms = Some(start + MINUTE_MS);
     r.measurement_key = format!("{}/minute", r.measurement_key);
-    let q = |p: f64| (!m.rtt_us.is_empty()).then(|| m.rtt_us.value_at_quantile(p) as f64);
+    let q = |p: f64| (!rtt.is_empty()).then(|| rtt.value_at_quantile(p) as f64);
     // Of the packets planned: one that could not be sent is lost too.
     let planned = m.sent + m.not_sent;
     let loss = (planned > 0).then(|| (m.lost + m.not_sent) as f64 * 100.0 / planned as f64);
@@ -233,10 +310,10 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
         loss_forward_pct: loss,
         duplicates: Some(m.duplicates as f64),
         reordered: Some(m.reordered as f64),
-        delay_min_us: (!m.rtt_us.is_empty()).then(|| m.rtt_us.min() as f64),
+        delay_min_us: (!rtt.is_empty()).then(|| rtt.min() as f64),
         delay_median_us: q(0.5),
         delay_p95_us: q(0.95),
-        delay_max_us: (!m.rtt_us.is_empty()).then(|| m.rtt_us.max() as f64),
+        delay_max_us: (!rtt.is_empty()).then(|| rtt.max() as f64),
         ..Figures::default()
     };
     r.result = Some(serde_json::json!({
@@ -248,7 +325,7 @@ fn summary(run: &Booked, start: u64, m: &Minute) -> Run {
         "not_sent": m.not_sent,
         "duplicates": m.duplicates,
         "late": m.late,
-        "rtt_us_histogram": encode_histogram(&m.rtt_us),
+        "rtt_us_histogram": encode_histogram(rtt),
     }));
     r
 }
@@ -272,7 +349,8 @@ impl Observer for Minutes {
             self.after_close += 1;
             return;
         }
-        let m = self.open.entry(start).or_insert_with(Minute::new);
+        let per_minute = self.per_minute;
+        let m = self.open.entry(start).or_insert_with(|| Minute::new(per_minute));
         match p.status {
             StampPacketStatus::Received | StampPacketStatus::Reordered | StampPacketStatus::Lost => {
                 m.sent += 1
@@ -293,7 +371,7 @@ impl Observer for Minutes {
         ) {
             if let Some(rtt) = p.rtt_us {
                 // At most an hour (a reply is matched within its timeout).
-                let _ = m.rtt_us.record(rtt.clamp(1.0, 3.6e9) as u64);
+                m.rtt_us.record(rtt.clamp(1.0, 3.6e9) as u32);
                 self.whole.sample(rtt);
             }
         }
@@ -361,31 +439,61 @@ mod tests {
     fn the_whole_run_round_trip_is_its_minutes_added() {
         let mut whole = Whole::new();
         let mut every = Histogram::<u64>::new(2).unwrap();
+        // 600 a minute as samples, then 1,500 (past SAMPLES_MAX: a
+        // histogram), then a minute expecting 600 that gets 1,500.
         let mut sum = 0.0;
-        for minute in 0..3u32 {
-            let mut m = Minute::new();
-            for k in 0..600u32 {
+        for (minute, expected, n) in [(0u32, 600, 600u32), (1, 1500, 1500), (2, 600, 1500)] {
+            let mut m = Minute::new(expected);
+            assert_eq!(
+                matches!(m.rtt_us, Rtts::Samples(_)),
+                expected <= 600,
+                "minute {minute}"
+            );
+            for k in 0..n {
                 let us = 40.25 + f64::from((k * 7 + minute * 13) % 9_000);
-                let _ = m.rtt_us.record(us as u64);
+                m.rtt_us.record(us as u32);
                 let _ = every.record(us as u64);
                 whole.sample(us);
                 sum += us;
             }
-            whole.add(&m.rtt_us);
+            assert!(matches!(m.rtt_us, Rtts::Histogram(_)) || n as usize <= SAMPLES_MAX);
+            assert_eq!(m.rtt_us.histogram().len(), u64::from(n));
+            whole.add(&m.rtt_us.histogram());
         }
         let (st, encoded) = whole.stats().unwrap();
-        assert_eq!(st.count, 1800);
+        assert_eq!(st.count, 3600);
         assert_eq!((st.min_us, st.max_us), (40.25, 40.25 + 8_999.0));
-        assert!((st.mean_us - sum / 1800.0).abs() < 1e-9);
+        assert!((st.mean_us - sum / 3600.0).abs() < 1e-9);
         for (q, got) in [(0.5, st.median_us), (0.9, st.p90_us), (0.99, st.p99_us)] {
             assert_eq!(got, every.value_at_quantile(q) as f64, "q {q}");
         }
         let ns = goodput_core::stamp::stats::decode_histogram(&encoded).unwrap();
-        assert_eq!(ns.len(), 1800);
+        assert_eq!(ns.len(), 3600);
         let p95 = ns.value_at_quantile(0.95) as f64 / 1000.0;
         let want = every.value_at_quantile(0.95) as f64;
         assert!((p95 - want).abs() <= want * 0.01, "{p95} against {want}");
         // No reply: no round trip.
         assert!(Whole::new().stats().is_none());
+    }
+
+    /// A minute's samples make the histogram recording them one by one
+    /// would, so the stored row is what it was.
+    #[test]
+    fn a_minute_of_samples_stores_the_histogram_of_its_packets() {
+        let mut m = Minute::new(600);
+        let mut direct = Histogram::<u64>::new(2).unwrap();
+        for k in 0..600u64 {
+            let us = 1 + k * k * 37 % 400_000;
+            m.rtt_us.record(us as u32);
+            direct.record(us).unwrap();
+        }
+        let Rtts::Samples(v) = &m.rtt_us else {
+            panic!("600 round trips are kept as samples")
+        };
+        assert!(v.capacity() < 700, "{}", v.capacity());
+        assert_eq!(
+            encode_histogram(&*m.rtt_us.histogram()),
+            encode_histogram(&direct)
+        );
     }
 }
