@@ -219,13 +219,12 @@ pub(crate) const QUEUE: usize = 64;
 
 impl Minutes {
     pub(crate) fn new(run: Booked, out: mpsc::Sender<Run>) -> Self {
-        let per_minute = match &run.spec {
-            TestSpec::Stamp(s) => {
-                let every = s.packet_interval().as_secs_f64();
-                let n = f64::from(s.sessions) * 60.0 / every.max(1e-6);
-                n.min(1e9) as usize
-            }
-            _ => 0,
+        let per_minute = if let TestSpec::Stamp(s) = &run.spec {
+            let every = s.packet_interval().as_secs_f64();
+            let n = f64::from(s.sessions) * 60.0 / every.max(1e-6);
+            n.min(1e9) as usize
+        } else {
+            0
         };
         Self {
             run,
