@@ -37,6 +37,15 @@ pub trait Observer: Send {
     fn wants_packets(&self) -> bool {
         false
     }
+    /// Whether this observer keeps the packets' delays itself (from
+    /// [`Observer::on_packet`]: a stream kept as summaries), so the run
+    /// need not. A run that honours it (the STAMP hub's) keeps its
+    /// sessions' tallies as exact counts with no delay distributions:
+    /// its result's delay figures are then unknown unless the observer's
+    /// owner fills them in. Only asked when [`Observer::wants_packets`].
+    fn keeps_delays(&self) -> bool {
+        false
+    }
 }
 
 /// An observer that ignores everything (for an embedded server).

@@ -237,7 +237,7 @@ async fn engine_run(
             } else {
                 None
             };
-            let result = if let Some(s) = on_hub {
+            let mut result = if let Some(s) = on_hub {
                 let stateful = context.stamp_reflector_stateful;
                 hub.run_spec(&s, stateful, &mut minutes, token, context.max_records)
                     .await
@@ -245,6 +245,9 @@ async fn engine_run(
                 run(&spec, context, &mut minutes, token).await
             };
             minutes.finish();
+            // The hub kept counts only: the run's round trip is the
+            // minutes'.
+            minutes.fill_round_trip(&mut result);
             (result, minutes.dropped, minutes.after_close)
         })
         .await;

@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
-use hdrhistogram::Histogram;
+use hdrhistogram::{Counter, Histogram};
 
 use super::{decode_timestamp, ReflectorPacket, SEND_TTL};
 use crate::result::{
@@ -594,7 +594,9 @@ impl SignedHistogram {
 
 /// An HdrHistogram in the standard V2 compressed form, base64-encoded (the
 /// form HdrHistogram's log tools and libraries in other languages read).
-pub fn encode_histogram(h: &Histogram<u64>) -> String {
+/// The form does not depend on the counters' width: a `Histogram<u32>`
+/// and a `Histogram<u64>` of the same values encode alike.
+pub fn encode_histogram<C: Counter>(h: &Histogram<C>) -> String {
     use base64::Engine as _;
     let mut bytes = Vec::new();
     // Serialising into a Vec cannot fail for a valid histogram.
@@ -1408,5 +1410,22 @@ mod tests {
         // The serialised form reads back with the same counts.
         let back = decode_histogram(&h.encode_negative().unwrap()).unwrap();
         assert_eq!(back.len(), 51);
+    }
+
+    /// A histogram with 32-bit counters (a stream's open minute) is
+    /// stored in the very form a 64-bit one is.
+    #[test]
+    fn counter_width_does_not_change_the_encoded_form() {
+        let mut a = Histogram::<u32>::new(2).unwrap();
+        let mut b = Histogram::<u64>::new(2).unwrap();
+        for v in [1u64, 37, 250, 255, 256, 1_000, 9_999, 123_456, 3_600_000_000] {
+            for _ in 0..(v % 7 + 1) {
+                a.record(v).unwrap();
+                b.record(v).unwrap();
+            }
+        }
+        assert_eq!(encode_histogram(&a), encode_histogram(&b));
+        let back = decode_histogram(&encode_histogram(&a)).unwrap();
+        assert_eq!((back.len(), back.max()), (b.len(), b.max()));
     }
 }

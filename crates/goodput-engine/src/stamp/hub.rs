@@ -12,9 +12,11 @@
 //! - hands each run its packets' fates about once a second and, at its
 //!   end, its sessions' tallies.
 //!
-//! A session is its summary tallies (2-digit histograms) and the
-//! [`Tracker`]'s window of packets within two timeouts, never its packet
-//! history. The socket's task runs only this module's and the core's
+//! A session is its summary tally and the [`Tracker`]'s window of
+//! packets within two timeouts, never its packet history. The tally has
+//! 2-digit delay histograms, or none when the run's observer keeps the
+//! delays itself ([`Observer::keeps_delays`]: the agent's per-minute
+//! summaries), so a stream's whole-run delays are not kept twice. The socket's task runs only this module's and the core's
 //! code: a run's observer runs in the run's own task, so a panic there
 //! ends that run alone (its updates' receiver goes, and the hub drops its
 //! sessions). The one-shot sender ([`super::run_sender`]) keeps its own
@@ -116,6 +118,9 @@ struct Registration {
     timeout: Duration,
     stateful: bool,
     wants_packets: bool,
+    /// The run's observer keeps the delays (per minute): the session's
+    /// tally counts, with no delay histograms.
+    counts_only: bool,
     run_start: Instant,
     out: mpsc::UnboundedSender<Update>,
     registered: oneshot::Sender<Result<u16, String>>,
@@ -227,7 +232,11 @@ impl Table {
                 key: (r.target, ssid),
                 index: r.index,
                 tracker,
-                tally: Tally::per_session(),
+                tally: if r.counts_only {
+                    Tally::counts_only()
+                } else {
+                    Tally::per_session()
+                },
                 fates: Vec::new(),
                 wants_packets: r.wants_packets,
                 out: r.out.clone(),
@@ -564,6 +573,7 @@ impl StampHub {
                     timeout: spec.timeout,
                     stateful: spec.reflector_stateful,
                     wants_packets: observer.wants_packets(),
+                    counts_only: observer.wants_packets() && observer.keeps_delays(),
                     run_start: start,
                     out: tx.clone(),
                     registered: done_tx,
@@ -881,6 +891,18 @@ mod tests {
         target: SocketAddr,
         ssid: Option<u16>,
     ) -> (u16, mpsc::UnboundedReceiver<Update>) {
+        add_with(t, id, target, ssid, false)
+    }
+
+    /// As [`add`], for a run whose observer keeps the delays itself
+    /// (`counts_only`) or not.
+    fn add_with(
+        t: &mut Table,
+        id: u64,
+        target: SocketAddr,
+        ssid: Option<u16>,
+        counts_only: bool,
+    ) -> (u16, mpsc::UnboundedReceiver<Update>) {
         let (out, rx) = mpsc::unbounded_channel();
         let (done, _) = oneshot::channel();
         let now = Instant::now();
@@ -897,6 +919,7 @@ mod tests {
             timeout: Duration::from_secs(2),
             stateful: false,
             wants_packets: true,
+            counts_only,
             run_start: now,
             out,
             registered: done,
@@ -952,6 +975,7 @@ mod tests {
             timeout: Duration::from_secs(2),
             stateful: false,
             wants_packets: false,
+            counts_only: false,
             run_start: now,
             out,
             registered: done,
@@ -1044,6 +1068,38 @@ mod tests {
             (1, 1, 2)
         );
         assert_eq!(s.tracker.pending(), 2);
+    }
+
+    /// A session whose run keeps its delays per minute counts exactly as
+    /// any other, and keeps no delay distribution of its own.
+    #[test]
+    fn a_session_of_a_summarised_run_counts_exactly_and_keeps_no_delays() {
+        let mut t = Table::new(addr("0.0.0.0:5000"), counters());
+        let r = addr("127.0.1.1:862");
+        let (a, _ra) = add(&mut t, 1, r, None);
+        let (b, _rb) = add_with(&mut t, 2, r, None, true);
+        let now = Instant::now();
+        for k in 0..3 {
+            t.sent(1, T0 + k * 100_000_000, Ok(()), now);
+            t.sent(2, T0 + k * 100_000_000, Ok(()), now);
+        }
+        for (ssid, id) in [(a, 1), (b, 2)] {
+            for k in 0..2u32 {
+                let t1 = T0 + i64::from(k) * 100_000_000;
+                assert_eq!(
+                    t.reply(r, &reply(k, t1, ssid), t1 + 40_000, None, err()),
+                    Some(id)
+                );
+            }
+        }
+        t.expire(now, T0 + 2_300_000_000);
+        let (full, counted) = (&t.sessions[&1].tally, &t.sessions[&2].tally);
+        for s in [full, counted] {
+            assert_eq!((s.sent, s.received, s.lost), (3, 2, 1));
+        }
+        assert_eq!(full.rtt_stats().map(|d| d.count), Some(2));
+        assert!(counted.rtt_stats().is_none());
+        assert!(counted.stats().histograms.rtt_ns.is_none());
     }
 
     #[test]
