@@ -10,7 +10,9 @@
 //! -p PORT -B DEST`, no login: the lead's participant data says schema 1).
 //! Each request the agent makes is checked against the one the recorded
 //! lead made; the archived run against the server's own count. Then the
-//! host's refusals and silence, each a non-start with its reason.
+//! host's refusals and silence, each a non-start with its reason, and
+//! its answers out of bounds (a run of 1,000 days, 5,000 free spans, a
+//! 2 MiB answer, server port 0), each a non-start with its task deleted.
 
 mod common;
 
@@ -89,6 +91,14 @@ enum Mode {
     Recorded,
     /// Its limits refuse the run (pScheduler's 403 and words).
     RefusesRuns,
+    /// The task's length is 1,000 days.
+    AbsurdDuration,
+    /// Its free times are 5,000 one-second spans.
+    ManySpans,
+    /// Its free times are a 2 MiB answer.
+    HugeAnswer,
+    /// Its run's data names server port 0.
+    PortZero,
 }
 
 /// A run booked at the host.
@@ -215,7 +225,11 @@ fn answer(
             // reckons a 3 s test (4 s set-up, 3 s, 5 s; the recorded 5 s
             // test's was PT14S).
             let mut task = recorded("GET", "?detail=True")["response"]["body"].clone();
-            task["detail"]["duration"] = json!("PT12S");
+            task["detail"]["duration"] = json!(if mode == Mode::AbsurdDuration {
+                "P1000D"
+            } else {
+                "PT12S"
+            });
             task["href"] = json!(format!("https://{ip}/pscheduler/tasks/{uuid}"));
             ("200 OK", json, task.to_string())
         }
@@ -224,6 +238,16 @@ fn answer(
             // window asked, as it answered.
             let (start, end) = (query(path, "start").unwrap(), query(path, "end").unwrap());
             let ms = |t: &str| goodput_archive::pscheduler::iso_time_ms(t).unwrap();
+            if mode == Mode::ManySpans {
+                let from = ms(&start);
+                let spans: Vec<Value> = (0..5_000u64)
+                    .map(|i| json!({"lower": iso(from + 2_000 * i), "upper": iso(from + 2_000 * i + 1_000)}))
+                    .collect();
+                return ("200 OK", json, Value::Array(spans).to_string());
+            }
+            if mode == Mode::HugeAnswer {
+                return ("200 OK", json, format!("[\"{}\"]", "x".repeat(2 << 20)));
+            }
             (
                 "200 OK",
                 json,
@@ -256,7 +280,7 @@ fn answer(
             let mut run = recorded("GET", "?key=")["response"]["body"].clone();
             run["start-time"] = json!(iso(r.start));
             run["end-time"] = json!(iso(r.start + 12_000));
-            run["participant-data"]["server_port"] = json!(r.port);
+            run["participant-data"]["server_port"] = json!(if mode == Mode::PortZero { 0 } else { r.port });
             ("200 OK", json, run.to_string())
         }
         ("PUT", ["pscheduler", "tasks", _, "runs", id]) if body.get("part-data-full").is_some() => {
@@ -524,5 +548,71 @@ fn a_pscheduler_hosts_refusal_and_silence_are_non_starts_with_reasons() {
         2,
         "{rows:?}"
     );
+    agent.stop(libc::SIGTERM);
+}
+
+#[test]
+fn a_pscheduler_hosts_absurd_answers_are_bounded_and_its_task_deleted() {
+    // Four hosts, each answering one thing out of bounds.
+    let hosts = [
+        ("127.0.40.7", "long", Mode::AbsurdDuration),
+        ("127.0.40.8", "spans", Mode::ManySpans),
+        ("127.0.40.9", "huge", Mode::HugeAnswer),
+        ("127.0.40.10", "portless", Mode::PortZero),
+    ];
+    let seen: Vec<_> = hosts
+        .iter()
+        .map(|(ip, _, mode)| pscheduler_host(ip, *mode))
+        .collect();
+    let ports = Ports::pick();
+    let config = tmp("ps-lead-absurd", "mesh.toml");
+    let more: String = hosts[1..]
+        .iter()
+        .map(|(ip, name, _)| {
+            format!("\n[addresses.{name}]\naddress = \"{ip}\"\nno_agent = true\npscheduler = true\n")
+        })
+        .collect();
+    std::fs::write(&config, mesh(ports, hosts[0].0, &more)).unwrap();
+    let mut agent = Agent::start("ps-lead-absurd", "gp", AGENT_IP, &config, ports, &[]);
+    let expected = [
+        "pScheduler host ps: its task's duration P1000D is not from 1 ms to a day",
+        "pScheduler host spans: it gave more than 1000 free times",
+        "pScheduler host huge unreachable: its answer is larger than 1048576 bytes",
+        "pScheduler host portless gave no server port for the run",
+    ];
+    for (((ip, _, _), host), words) in hosts.iter().zip(&seen).zip(expected) {
+        let spec = json!({"spec": {"kind": "iperf3", "host": ip, "time": "3s"}, "slip": "30s"});
+        let (status, body) = http(
+            AGENT_IP,
+            ports.api,
+            "POST",
+            "/api/v1/runs",
+            Some(TOKEN),
+            &spec.to_string(),
+        );
+        assert_eq!(status, 201, "{body}");
+        let run: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(run["state"], "non_start", "{run}");
+        assert_eq!(run["reason"].as_str(), Some(words), "{run}");
+        // The task made there is deleted with its key; no run stays
+        // booked at the host (a run it took is not started: no server).
+        let h = host.lock().unwrap();
+        let key = h.seen.iter().find(|s| s.method == "POST").unwrap().body["_key"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let delete = h
+            .seen
+            .iter()
+            .find(|s| s.method == "DELETE")
+            .expect("the task deleted");
+        assert_eq!(query(&delete.path, "key"), Some(key), "{ip}");
+        assert!(h.runs.iter().all(|r| r.server.is_none()), "{ip}");
+    }
+    // Nothing stays on this agent's calendar either: it is free
+    // throughout the next hour.
+    let view = get_json(AGENT_IP, ports.api, "/api/v1/schedule");
+    assert_eq!(view["bookings"].as_array().map(Vec::len), Some(0), "{view}");
+    assert_eq!(view["free"].as_array().map(Vec::len), Some(1), "{view}");
     agent.stop(libc::SIGTERM);
 }

@@ -76,8 +76,9 @@ async fn refusal_text(r: reqwest::Response) -> String {
         .map_or_else(|| format!("HTTP {status}"), |b| b.error)
 }
 
-fn unreachable(e: reqwest::Error) -> String {
-    // The innermost cause says most ("Connection refused").
+/// A failed call in a few words: the innermost cause ("Connection
+/// refused"), or that no answer came in time.
+pub(crate) fn unreachable(e: reqwest::Error) -> String {
     let mut s: &dyn std::error::Error = &e;
     while let Some(inner) = s.source() {
         s = inner;

@@ -30,6 +30,7 @@ use crate::answer::body_capped;
 use crate::clock;
 use crate::state::booking::{Booked, BookedBy, Placed, Planning};
 use crate::state::config::PsHost;
+use crate::state::peer::unreachable;
 use crate::state::Shared;
 
 /// A run booked with a pScheduler host, as the executor needs it.
@@ -154,19 +155,6 @@ fn ids() -> (String, String, String) {
     )
 }
 
-/// The words of a failed call.
-fn failure(e: reqwest::Error) -> String {
-    let mut s: &dyn std::error::Error = &e;
-    while let Some(inner) = s.source() {
-        s = inner;
-    }
-    if e.is_timeout() {
-        "no answer in time".into()
-    } else {
-        s.to_string()
-    }
-}
-
 /// What a call answered: its status and its body (at most
 /// [`MAX_ANSWER`] bytes).
 struct Answer {
@@ -203,10 +191,10 @@ async fn call(client: &Client, method: Method, url: &str, body: Option<&Value>) 
     if let Some(b) = body {
         req = req.json(b);
     }
-    let r: Response = req.send().await.map_err(failure)?;
+    let r: Response = req.send().await.map_err(unreachable)?;
     let status = r.status().as_u16();
     let body = body_capped(r, MAX_ANSWER).await.map_err(|e| match e {
-        Some(e) => failure(e),
+        Some(e) => unreachable(e),
         None => format!("its answer is larger than {MAX_ANSWER} bytes"),
     })?;
     Ok(Answer { status, body })
