@@ -30,10 +30,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use crate::clock;
-use crate::limits::Bucket;
 use crate::log::log;
 use crate::state::booking::{Booked, BookedBy, Wanted};
-use crate::state::pscheduler::{iso, PsOptions, PsRefusal, HORIZON_MS, MAX_RUNS_PER_TASK, MAX_TASKS_ALL};
+use crate::state::pscheduler::{hold, iso, PsOptions, PsRefusal, HORIZON_MS, MAX_RUNS_PER_TASK, MAX_TASKS_ALL};
 use crate::state::Shared;
 
 /// Most round trips one rtt run sends.
@@ -788,40 +787,7 @@ async fn book(
     let end = start.saturating_add(test.slot_ms);
     let mut b = Booked::new(wanted, start, end, BookedBy::Peer(requester));
     b.booked_by = format!("pScheduler client {}", requester.to_canonical());
-    {
-        let mut inner = shared.lock();
-        let ours = BookedBy::ThisAgent.to_string();
-        let held = inner.book.booked.values().filter(|b| b.booked_by != ours).count();
-        let limits = shared.options.limits.clone();
-        if held >= limits.max_held {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!(
-                "Run forbidden by limits:\nlimit max_held: this agent holds {held} runs booked by others"
-            )));
-        }
-        let who = requester.to_canonical();
-        if let Err(e) = limits.check_window(who, start, end, class).and_then(|()| {
-            inner
-                .quotas
-                .take(&limits, (who, Bucket::Mesh), now, class, end - start)
-        }) {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!("Run forbidden by limits:\n{e}")));
-        }
-        if let Err(x) = inner.book.calendar.book(b.booking()) {
-            let id = inner.run_name(x.run);
-            return Err(PsRefusal::Conflict(format!(
-                "Request would create a conflict: busy with run {id} until {}",
-                iso(x.end)
-            )));
-        }
-        inner.book.booked.insert(b.number, b.clone());
-        inner.counters.booked_by_peers += 1;
-    }
-    if let Err(why) = shared.store_now(&[b.record(RunState::Scheduled, None)]).await {
-        shared.unbook(&b.id);
-        return Err(PsRefusal::Failed(why));
-    }
+    hold(shared, &b, requester, class, now).await?;
     Ok(b)
 }
 
