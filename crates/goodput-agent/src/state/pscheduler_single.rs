@@ -478,9 +478,11 @@ impl SingleTest {
                         lo: lo as u16,
                         hi: hi as u16,
                     }),
-                    _ => return Err(format!(
+                    _ => {
+                        return Err(format!(
                         "data-ports must be {{\"lower\": N, \"upper\": M}} with 1 <= N < M <= 65535, not {v}"
-                    )),
+                    ))
+                    }
                 }
             }
         };
@@ -1263,7 +1265,8 @@ pub(crate) fn task_view(t: &LedTask, href: &str, detail: bool) -> Value {
 }
 
 /// The options of the task's spec as pScheduler's command line gives
-/// them (its `cli`): `--name value` in name order, a flag for `true`.
+/// them (its `cli`): `--name value` in name order (latency: in its
+/// database's order), a flag for `true`.
 pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(spec) = doc.pointer("/test/spec").and_then(Value::as_object) {
@@ -1271,8 +1274,21 @@ pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
             .keys()
             .filter(|k| *k != "schema" && !k.starts_with('_'))
             .collect();
-        keys.sort();
+        if doc.pointer("/test/type") == Some(&json!("latency")) {
+            // latency's spec-to-cli follows the spec's own order, which
+            // pScheduler's database keeps as PostgreSQL's jsonb does:
+            // shorter keys first.
+            keys.sort_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
+        } else {
+            keys.sort();
+        }
         for k in keys {
+            if k == "data-ports" {
+                let end = |f: &str| spec[k].get(f).and_then(Value::as_u64).unwrap_or(0);
+                out.push(format!("--{k}"));
+                out.push(format!("{}-{}", end("lower"), end("upper")));
+                continue;
+            }
             match &spec[k] {
                 Value::Bool(true) => out.push(format!("--{k}")),
                 Value::Bool(false) | Value::Null => {}
@@ -1696,7 +1712,16 @@ mod tests {
         // 1000 round trips a minute apart: past the agent's longest run.
         let long = e("rtt", json!({"dest": "x", "count": 1000, "interval": "PT60S"}));
         assert!(long.starts_with("limit max_duration"), "{long}");
-        assert!(e("latency", json!({"dest": "x"})).contains("owping"));
+        assert!(e("latencybg", json!({"dest": "x"})).contains("report-interval"));
+        assert!(e("latency", json!({"dest": "x", "packet-count": 0})).contains("packet-count"));
+        assert!(e("latency", json!({"dest": "x", "packet-interval": 0})).contains("packet-interval"));
+        assert!(e("latency", json!({"dest": "x", "packet-padding": 9000})).contains("packet-padding"));
+        assert!(e("latency", json!({"dest": "x", "ip-tos": 255})).contains("ip-tos"));
+        assert!(e("latency", json!({"dest": "x", "bucket-width": 1.5})).contains("bucket-width"));
+        assert!(e("latency", json!({"dest": "x", "reverse": true})).contains("reverse"));
+        assert!(e("latency", json!({"dest": "x", "flip": true})).contains("source"));
+        let d = json!({"dest": "x", "data-ports": {"lower": 9000, "upper": 8000}});
+        assert!(e("latency", d).contains("data-ports"));
         assert!(e("throughput", json!({"dest": "x"})).contains("leads none"));
     }
 
@@ -1730,18 +1755,101 @@ mod tests {
             "min": "PT0.000051S", "mean": "PT0.00006S", "max": "PT0.000077S", "stddev": "PT0.000011S"
         });
         assert_eq!(
-            result_text(TestType::Rtt, &r),
+            result_text(TestType::Rtt, &r, 0.001),
             "1       pspk (10.40.0.1)  64 Bytes  TTL 64  RTT 0.0770 ms\n2       No Response\n\n\
              0% Packet Loss  RTT Min/Mean/Max/StdDev = 0.0510/0.0600/0.0770/0.0110 ms"
         );
         let t = json!({"succeeded": true, "paths": [[{}, {"ip": "10.40.0.1", "rtt": "PT0.000045S"}]]});
         assert_eq!(
-            result_text(TestType::Trace, &t),
+            result_text(TestType::Trace, &t, 0.001),
             "1       No Response\n2       10.40.0.1 (10.40.0.1) 0.0 ms"
         );
         assert_eq!(
-            result_text(TestType::Trace, &json!({"succeeded": false})),
+            result_text(TestType::Trace, &json!({"succeeded": false}), 0.001),
             "Run failed."
+        );
+    }
+
+    #[test]
+    fn latency_specs_read_as_owping_runs_them() {
+        let spec = json!({"schema": 1, "source": "10.40.0.2", "dest": "10.40.0.1", "packet-count": 100,
+            "packet-interval": 0.01, "packet-padding": 100, "ctrl-port": 8610, "ip-tos": 46,
+            "data-ports": {"lower": 9000, "upper": 9010}, "bucket-width": 0.0001, "ip-version": 4});
+        let t = SingleTest::read(&test("latency", spec), HOUR).unwrap();
+        let TestSpec::Owamp(o) = &t.spec else { panic!() };
+        assert_eq!(o.host.as_deref(), Some("10.40.0.1"));
+        assert_eq!((o.port, o.count, o.padding, o.dscp), (8610, 100, 100, 46));
+        assert_eq!(o.direction, OwampDirection::To);
+        assert_eq!(o.interval.0, Duration::from_millis(10));
+        assert_eq!(o.test_ports, Some(PortRange { lo: 9000, hi: 9010 }));
+        assert_eq!(o.bind, Some("10.40.0.2".parse().unwrap()));
+        assert_eq!(o.family, Family::Ipv4);
+        assert_eq!(t.bucket_s, 0.0001);
+        // 1 s of packets, 2 s of loss timeout, 4 s of margin.
+        assert_eq!(t.slot_ms, 7_000);
+        // flip: this end is the dest and the source's server sends to it.
+        let spec = json!({"source": "10.40.0.1", "dest": "10.40.0.2", "flip": true});
+        let t = SingleTest::read(&test("latency", spec), HOUR).unwrap();
+        let TestSpec::Owamp(o) = &t.spec else { panic!() };
+        assert_eq!(o.host.as_deref(), Some("10.40.0.1"));
+        assert_eq!(o.direction, OwampDirection::From);
+        assert_eq!(o.bind, Some("10.40.0.2".parse().unwrap()));
+    }
+
+    /// The recorded lead's result, printed as its own formatter printed
+    /// it, to the character.
+    #[test]
+    fn a_latency_result_prints_as_pschedulers_formatter_prints_it() {
+        let recorded = include_str!("../../../goodput/tests/data/pscheduler/latency-cli-to-lead.jsonl");
+        let mut result = Value::Null;
+        let mut text = String::new();
+        for line in recorded.lines() {
+            let e: Value = serde_json::from_str(line).unwrap();
+            let path = e["path"].as_str().unwrap();
+            let body = e["response"]["body"].as_str().unwrap_or("");
+            if path.contains("wait-merged") {
+                result = serde_json::from_str::<Value>(body).unwrap()["result-merged"].clone();
+            }
+            if path.contains("/result?format=text") {
+                text = body.to_owned();
+            }
+        }
+        assert_eq!(result_text(TestType::Latency, &result, 0.001), text.trim());
+        // No delays: the figures are not reported.
+        let bare = json!({"succeeded": true, "packets-sent": 3, "packets-received": 0});
+        let t = result_text(TestType::Latency, &bare, 0.001);
+        assert!(t.contains("Delay Median ......... Not Reported\n"), "{t}");
+        assert!(t.contains("Packets Lost ......... Not Reported packets"), "{t}");
+    }
+
+    #[test]
+    fn nist_percentiles_follow_the_buckets() {
+        // 1..=9 one each: rank p·10.
+        let b: Vec<(f64, u64)> = (1..=9).map(|v| (v as f64, 1)).collect();
+        let s = hist_stats(&b).unwrap();
+        assert_eq!(s.pct, [Some(2.5), Some(5.0), Some(7.5), Some(9.0)]);
+        assert_eq!((s.min, s.max, s.mean), (1.0, 9.0, 5.0));
+        let s = hist_stats(&[(0.07, 3), (0.08, 1)]).unwrap();
+        assert_eq!(s.modes, vec![0.07]);
+        assert!(hist_stats(&[]).is_none());
+    }
+
+    #[test]
+    fn a_latency_tasks_cli_is_in_its_database_order() {
+        let doc = json!({"test": {"type": "latency", "spec": {"schema": 1, "source": "a", "dest": "b",
+            "packet-count": 100, "flip": false, "data-ports": {"lower": 1, "upper": 2}}}});
+        assert_eq!(
+            spec_cli(&doc),
+            [
+                "--dest",
+                "b",
+                "--source",
+                "a",
+                "--data-ports",
+                "1-2",
+                "--packet-count",
+                "100"
+            ]
         );
     }
 
