@@ -540,7 +540,7 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
         &task("latencybg", json!({"dest": "127.0.0.1"}), json!({})),
     );
     assert_eq!(status, 422, "{answer}");
-    assert!(answer.contains("report-interval"), "{answer}");
+    assert!(answer.contains("powstream summary"), "{answer}");
     let (status, _, answer) = post(
         "127.0.0.1",
         &task("throughput", json!({"dest": "127.0.0.1"}), json!({})),

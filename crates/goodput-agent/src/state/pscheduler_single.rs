@@ -129,9 +129,10 @@ impl TestType {
 
 /// Why `latencybg` is not led here.
 const LATENCYBG_REFUSED: &str = "this goodput agent does not run pScheduler's latencybg test: a \
-     latencybg run streams for its whole duration and hands pScheduler a result for every \
-     report-interval while it runs, which this agent's pScheduler side (one result per run, \
-     read when the run ends) does not do; run latency tasks with a repeat instead";
+     latencybg run streams for its whole duration and, for every packet-count packets (a \
+     powstream summary), adds a finished run with that summary's result to the task while it \
+     runs; this agent gives each run it booked one result, when it ends (run latency tasks with \
+     a repeat instead)";
 
 /// A single-participant test read from a task, with every number bounded:
 /// the goodput spec it runs as, and its slot's length.
@@ -1712,7 +1713,7 @@ mod tests {
         // 1000 round trips a minute apart: past the agent's longest run.
         let long = e("rtt", json!({"dest": "x", "count": 1000, "interval": "PT60S"}));
         assert!(long.starts_with("limit max_duration"), "{long}");
-        assert!(e("latencybg", json!({"dest": "x"})).contains("report-interval"));
+        assert!(e("latencybg", json!({"dest": "x"})).contains("powstream summary"));
         assert!(e("latency", json!({"dest": "x", "packet-count": 0})).contains("packet-count"));
         assert!(e("latency", json!({"dest": "x", "packet-interval": 0})).contains("packet-interval"));
         assert!(e("latency", json!({"dest": "x", "packet-padding": 9000})).contains("packet-padding"));
