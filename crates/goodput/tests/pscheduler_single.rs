@@ -415,6 +415,16 @@ fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
         "{slowest} ms vs {max_us} us"
     );
     assert_eq!(merged["histogram-ttl"], json!({"255": 100}), "{merged}");
+    // Valid against pScheduler's own latency response schema.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pscheduler-schemas");
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{f}.json")).unwrap()).unwrap()
+    };
+    let mut schema = read("latency-result");
+    schema["pScheduler"] = read("dictionary");
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let wrong: Vec<String> = v.iter_errors(&merged).map(|e| e.to_string()).collect();
+    assert!(wrong.is_empty(), "{wrong:?}\n{merged}");
     assert!(
         printed.contains("Packets Sent ......... 100 packets"),
         "{printed}"
