@@ -471,6 +471,18 @@ const MAX_BUCKETS: usize = 100_000;
 /// the one-way delays (`histogram-latency`, milliseconds to two
 /// decimals) only when both clocks were synchronised for every packet.
 fn latency_result(d: &OneWayDirection) -> Value {
+    owamp_latency(d, 0.001, false)
+}
+
+/// One OWAMP direction as pScheduler's latency result, its delay
+/// histogram's buckets `bucket_s` seconds wide (pScheduler's
+/// `bucket-width`: a key is the delay in buckets, to two decimals). With
+/// `unsynchronised_too` the delays go in even when the clocks were not
+/// synchronised (negative ones too), as pScheduler's owping tool reports
+/// them, with `diags` saying so, the clock error to two decimals as that
+/// tool gives it, and the TTL histogram when every packet came over the
+/// same number of hops.
+pub fn owamp_latency(d: &OneWayDirection, bucket_s: f64, unsynchronised_too: bool) -> Value {
     let mut r = Map::new();
     r.insert("succeeded".into(), json!(true));
     r.insert("packets-sent".into(), json!(d.sent));
@@ -478,21 +490,29 @@ fn latency_result(d: &OneWayDirection) -> Value {
     r.insert("packets-lost".into(), json!(d.lost.min(d.sent)));
     r.insert("packets-duplicated".into(), json!(d.duplicates));
     r.insert("packets-reordered".into(), json!(d.reordered));
-    let synchronized = d.delay.as_ref().is_some_and(|x| x.count > 0 && x.synchronized);
+    let measured = d.delay.as_ref().is_some_and(|x| x.count > 0);
+    let synchronized = measured && d.delay.as_ref().is_some_and(|x| x.synchronized);
     let mut diags = format!(
         "goodput OWAMP session {} from {} to {}",
         d.sid, d.sender, d.receiver
     );
-    if synchronized {
+    if synchronized || (unsynchronised_too && measured) {
+        // A key is the delay in buckets to two decimals (ms for 1 ms).
+        let width_ns = (bucket_s * 1e9).max(1.0);
         let mut buckets: BTreeMap<i64, u64> = BTreeMap::new();
-        if let Some(h) = d
-            .histogram_ns
-            .as_deref()
-            .and_then(goodput_core::stamp::stats::decode_histogram)
-        {
+        let sides = [
+            (d.histogram_ns.as_deref(), 1.0),
+            (d.histogram_negative_ns.as_deref(), -1.0),
+        ];
+        for (text, sign) in sides {
+            if sign < 0.0 && !unsynchronised_too {
+                continue;
+            }
+            let Some(h) = text.and_then(goodput_core::stamp::stats::decode_histogram) else {
+                continue;
+            };
             for v in h.iter_recorded() {
-                // 10 µs buckets: milliseconds to two decimals.
-                let key = ((v.value_iterated_to() as f64) / 10_000.0).round() as i64;
+                let key = (sign * v.value_iterated_to() as f64 / width_ns * 100.0).round() as i64;
                 if buckets.len() >= MAX_BUCKETS && !buckets.contains_key(&key) {
                     continue;
                 }
@@ -508,14 +528,39 @@ fn latency_result(d: &OneWayDirection) -> Value {
         }
         if let Some(e) = d.delay.as_ref().and_then(|x| x.error_bound_us) {
             if e.is_finite() {
-                r.insert("max-clock-error".into(), json!(e / 1000.0));
+                // owping's tool gives it to two decimals.
+                let ms = if unsynchronised_too {
+                    (e / 10.0).round() / 100.0
+                } else {
+                    e / 1000.0
+                };
+                r.insert("max-clock-error".into(), json!(ms));
             }
+        }
+        if !synchronized {
+            diags.push_str(
+                "; the clocks were not synchronised: its one-way delays are each host's clock \
+                 against the other's",
+            );
         }
     } else if d.delay.is_some() {
         diags.push_str(
             "; its one-way delays are left out: the clocks were not synchronised, so they are \
              not delays",
         );
+    }
+    if unsynchronised_too && d.received > 0 {
+        match d.hops {
+            Some(h) if h.min == h.max => {
+                let ttl = 255u16.saturating_sub(u16::from(h.min));
+                r.insert("histogram-ttl".into(), json!({ttl.to_string(): d.received}));
+            }
+            Some(h) => diags.push_str(&format!(
+                "; packets came over {} to {} hops (goodput keeps the range, not a count per TTL)",
+                h.min, h.max
+            )),
+            None => {}
+        }
     }
     r.insert("diags".into(), json!(diags));
     Value::Object(r)

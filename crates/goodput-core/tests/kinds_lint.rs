@@ -67,6 +67,11 @@ const NOT_KINDS: &[(&str, &str, &str)] = &[
         "ping",
         "pScheduler tool name",
     ),
+    (
+        "crates/goodput-agent/src/state/pscheduler_single.rs",
+        "owamp",
+        "pScheduler latency protocol",
+    ),
     // A traceroute's probe methods (`probe-type`) are udp, tcp and icmp.
     (
         "crates/goodput-core/src/psconfig/mod.rs",

@@ -1,6 +1,7 @@
 //! The agent as the lead of perfSONAR pScheduler's single-participant
-//! tests (`rtt`, `trace`), driven as pScheduler's command line drives a
-//! lead: the requests `pscheduler task rtt|trace --source LEAD` made of a
+//! tests (`rtt`, `trace`, `latency`), driven as pScheduler's command line
+//! drives a lead: the requests `pscheduler task rtt|trace|latency --source
+//! LEAD` made of a
 //! real pScheduler lead (recorded, `data/pscheduler/*-cli-to-lead.jsonl`)
 //! are replayed against an agent on loopback, each answer checked for the
 //! status and the shape the real lead gave (the fields the command line
@@ -16,7 +17,7 @@ use std::io::Write;
 use std::process::Command;
 
 use common::agents::{get_json, Agent, Ports};
-use common::{free_tcp_port, have, now_ms, tmp, wait_tcp_listening};
+use common::{free_tcp_port, goodput, have, now_ms, spawn_limited, tmp, wait_tcp_listening};
 use serde_json::{json, Value};
 
 /// The address the recorded command line ran from, and the lead's.
@@ -92,7 +93,8 @@ fn has_shape(theirs: &Value, ours: &Value, at: &str, unmet: &[&str]) {
         let got = o
             .get(k)
             .unwrap_or_else(|| panic!("{at}: the answer has no {k} (the real lead's had {v})"));
-        if v.is_object() && !v.is_null() {
+        // A histogram's buckets are the run's own.
+        if v.is_object() && !k.starts_with("histogram-") {
             has_shape(v, got, &format!("{at}.{k}"), unmet);
         }
     }
@@ -118,10 +120,21 @@ fn layout(text: &str, names: &[&str]) -> String {
     out
 }
 
+/// The latency result's printed text as its lines' labels: the figures
+/// and the histograms' buckets (which differ from run to run) left out.
+fn latency_layout(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !(l.starts_with("    ") && l.ends_with(" packets")))
+        .map(|l| l.split(" ...").next().unwrap_or(l).trim_end().to_owned())
+        .collect()
+}
+
 /// Replays the command line's requests of a recorded session on the
 /// agent at `ps_port`; returns the task's and the run's UUIDs, the run's
-/// merged result and the text printed.
-fn replay(ps_port: u16, recorded: &str, test: &str) -> (String, String, Value, String) {
+/// merged result and the text printed. `owamp`: the port of the OWAMP
+/// server a latency task is to use (put in its spec as `ctrl-port`, with
+/// its packets 10 ms apart).
+fn replay(ps_port: u16, recorded: &str, test: &str, owamp: Option<u16>) -> (String, String, Value, String) {
     let mut ids: Vec<(String, String)> = Vec::new();
     let (mut task, mut run) = (String::new(), String::new());
     let mut merged = Value::Null;
@@ -143,7 +156,17 @@ fn replay(ps_port: u16, recorded: &str, test: &str) -> (String, String, Value, S
         let body = e["request"]["body"]
             .as_str()
             .filter(|b| !b.is_empty())
-            .map(|b| b.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1"));
+            .map(|b| b.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1"))
+            .map(|b| match (owamp, method) {
+                (Some(port), "POST") => {
+                    let mut doc: Value = serde_json::from_str(&b).unwrap();
+                    doc["test"]["spec"]["ctrl-port"] = json!(port);
+                    // 10 ms apart rather than 100 ms: the test is short.
+                    doc["test"]["spec"]["packet-interval"] = json!(0.01);
+                    doc.to_string()
+                }
+                _ => b,
+            });
         let (status, kind, answer) = call(ps_port, "127.0.0.1", method, &path, body.as_deref());
         assert_eq!(status, want, "{method} {path}: {answer}");
         let theirs_kind = e["response"]["headers"]
@@ -169,10 +192,33 @@ fn replay(ps_port: u16, recorded: &str, test: &str) -> (String, String, Value, S
             continue;
         }
         if path.ends_with("/cli") {
-            let got: Value = serde_json::from_str(&answer).unwrap();
+            let mut got: Value = serde_json::from_str(&answer).unwrap();
+            if let (Some(port), Some(args)) = (owamp, got.as_array_mut()) {
+                // The options this test added, in the place pScheduler's
+                // order gives them.
+                for (option, value) in [
+                    ("--ctrl-port", port.to_string()),
+                    ("--packet-interval", "0.01".into()),
+                ] {
+                    let at = args.iter().position(|a| a == option).expect(option);
+                    assert_eq!(args[at + 1], value);
+                    args.drain(at..at + 2);
+                }
+            }
             let theirs = theirs_body.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1");
             let theirs: Value = serde_json::from_str(&theirs).unwrap();
             assert_eq!(got, theirs, "the task's command line");
+            continue;
+        }
+        if path.contains("/result?format=text") && test == "latency" {
+            assert!(kind.starts_with("text/plain"), "{kind}");
+            assert_eq!(
+                latency_layout(answer.trim()),
+                latency_layout(theirs_body.trim()),
+                "the printed result's layout:\n{answer}"
+            );
+            printed = answer;
+            seen_text = true;
             continue;
         }
         if path.contains("/result?format=text") {
@@ -223,10 +269,12 @@ fn replay(ps_port: u16, recorded: &str, test: &str) -> (String, String, Value, S
         } else {
             // The task: the tool and the links `watch` follows.
             has_shape(&theirs, &got, &path, &[]);
-            assert_eq!(
-                got["tool"],
-                format!("goodput-{}", if test == "rtt" { "ping" } else { "trace" })
-            );
+            let tool = match test {
+                "rtt" => "ping",
+                "latency" => "owamp",
+                _ => "trace",
+            };
+            assert_eq!(got["tool"], format!("goodput-{tool}"));
             assert_eq!(got["detail"]["multi-result"], false);
             assert_eq!(got["detail"]["participants"], json!(["127.0.0.1"]));
             assert_eq!(got["test"]["type"], test);
@@ -250,7 +298,7 @@ fn the_pscheduler_command_line_runs_an_rtt_test_led_by_the_agent() {
     let ps_port = free_tcp_port();
     let (mut agent, ports) = start_agent("ps-single-rtt", ps_port, &[]);
     let recorded = include_str!("data/pscheduler/rtt-cli-to-lead.jsonl");
-    let (task, run, merged, printed) = replay(ps_port, recorded, "rtt");
+    let (task, run, merged, printed) = replay(ps_port, recorded, "rtt", None);
     // The figures are the archived run's own.
     let row = archived(ports, &format!("pscheduler/{task}/{run}"));
     assert_eq!(row["state"], "finished", "{row}");
@@ -294,7 +342,7 @@ fn the_pscheduler_command_line_runs_a_trace_led_by_the_agent() {
     let ps_port = free_tcp_port();
     let (mut agent, ports) = start_agent("ps-single-trace", ps_port, &[]);
     let recorded = include_str!("data/pscheduler/trace-cli-to-lead.jsonl");
-    let (task, run, merged, printed) = replay(ps_port, recorded, "trace");
+    let (task, run, merged, printed) = replay(ps_port, recorded, "trace", None);
     let row = archived(ports, &format!("pscheduler/{task}/{run}"));
     assert_eq!(row["state"], "finished", "{row}");
     assert_eq!(row["kind"], "trace");
@@ -307,6 +355,81 @@ fn the_pscheduler_command_line_runs_a_trace_led_by_the_agent() {
     );
     assert_eq!(path.last().unwrap()["ip"], "127.0.0.1", "{merged}");
     assert_eq!(printed.lines().count(), path.len(), "{printed}");
+    agent.stop(libc::SIGTERM);
+}
+
+#[test]
+fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    // goodput's own OWAMP server as the far end's owampd.
+    let owamp = free_tcp_port();
+    let mut server = goodput();
+    server
+        .args(["server", "--listen", "127.0.0.1", "--no-udp", "--verbosity", "0"])
+        .args(["--port", &free_tcp_port().to_string()])
+        .args(["--owamp", "--owamp-port", &owamp.to_string()])
+        .args(["--ow-twamp-listen", "127.0.0.1"]);
+    let _server = spawn_limited(server, 4 << 30);
+    wait_tcp_listening(owamp);
+    let ps_port = free_tcp_port();
+    let (mut agent, ports) = start_agent("ps-single-latency", ps_port, &[]);
+    let recorded = include_str!("data/pscheduler/latency-cli-to-lead.jsonl");
+    let (task, run, merged, printed) = replay(ps_port, recorded, "latency", Some(owamp));
+    let id = format!("pscheduler/{task}/{run}");
+    let row = get_json("127.0.0.1", ports.api, &format!("/api/v1/runs/{id}"));
+    assert_eq!(row["state"], "finished", "{row}");
+    assert_eq!(row["kind"], "owamp");
+    assert_eq!(row["class"], "background");
+    assert_eq!(row["task"], format!("pscheduler/{task}"));
+    assert_eq!(row["spec"]["count"], 100, "the recorded --packet-count 100");
+    assert_eq!(row["spec"]["direction"], "to", "owping -t: the source sends");
+    assert_eq!(row["spec"]["interval"], "10ms", "{row}");
+    // The figures are the archived session's own.
+    let to = &row["result"]["owamp"]["to"];
+    assert_eq!(merged["packets-sent"], to["sent"], "{merged} {to}");
+    assert_eq!(merged["packets-sent"], 100, "{merged}");
+    assert_eq!(merged["packets-received"], to["received"], "{merged} {to}");
+    assert_eq!(merged["packets-lost"], 0, "{merged}");
+    assert_eq!(merged["packets-duplicated"], to["duplicates"]);
+    assert_eq!(merged["packets-reordered"], to["reordered"]);
+    let in_histogram: u64 = merged["histogram-latency"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|n| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(in_histogram, 100, "every packet's delay: {merged}");
+    // The slowest bucket is the session's slowest packet (1 ms buckets
+    // to two decimals: 10 µs).
+    let slowest = merged["histogram-latency"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.parse::<f64>().unwrap())
+        .fold(f64::MIN, f64::max);
+    let max_us = to["delay"]["max_us"].as_f64().unwrap();
+    assert!(
+        (slowest * 1000.0 - max_us).abs() <= 10.0,
+        "{slowest} ms vs {max_us} us"
+    );
+    assert_eq!(merged["histogram-ttl"], json!({"255": 100}), "{merged}");
+    // Valid against pScheduler's own latency response schema.
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pscheduler-schemas");
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{f}.json")).unwrap()).unwrap()
+    };
+    let mut schema = read("latency-result");
+    schema["pScheduler"] = read("dictionary");
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let wrong: Vec<String> = v.iter_errors(&merged).map(|e| e.to_string()).collect();
+    assert!(wrong.is_empty(), "{wrong:?}\n{merged}");
+    assert!(
+        printed.contains("Packets Sent ......... 100 packets"),
+        "{printed}"
+    );
+    assert!(printed.contains("Packets Lost ......... 0 packets"), "{printed}");
     agent.stop(libc::SIGTERM);
 }
 
@@ -353,6 +476,47 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
         ("trace", json!({"dest": "127.0.0.1", "wait": "PT10M"}), "wait"),
         ("trace", json!({"dest": "127.0.0.1", "first-ttl": 0}), "first-ttl"),
         ("trace", json!({"dest": "-f /etc/passwd"}), "dest"),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-count": 1_000_000_000u64}),
+            "packet-count",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-interval": 0.000_000_1}),
+            "packet-interval",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-interval": 86_400}),
+            "packet-interval",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-padding": 1_000_000}),
+            "packet-padding",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-timeout": 1_000_000}),
+            "packet-timeout",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "ctrl-port": 0}),
+            "ctrl-port",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "output-raw": true}),
+            "output-raw",
+        ),
+        (
+            "latency",
+            json!({"dest": "127.0.0.1", "protocol": "twamp"}),
+            "protocol",
+        ),
+        ("latency", json!({"dest": "127.0.0.1:22"}), "dest"),
     ] {
         let (status, _, answer) = post("127.0.0.1", &task(ty, spec.clone(), json!({})));
         assert_eq!(status, 400, "{spec}: {answer}");
@@ -369,13 +533,24 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
     );
     assert_eq!(status, 403, "{answer}");
     assert!(answer.contains("limit max_duration"), "{answer}");
+    // 100,000 packets a minute apart: past the agent's longest run.
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task(
+            "latency",
+            json!({"dest": "127.0.0.1", "packet-count": 100_000, "packet-interval": 60}),
+            json!({}),
+        ),
+    );
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("limit max_duration"), "{answer}");
     // Tests it does not lead, with the reason.
     let (status, _, answer) = post(
         "127.0.0.1",
-        &task("latency", json!({"dest": "127.0.0.1"}), json!({})),
+        &task("latencybg", json!({"dest": "127.0.0.1"}), json!({})),
     );
     assert_eq!(status, 422, "{answer}");
-    assert!(answer.contains("owping"), "{answer}");
+    assert!(answer.contains("powstream summary"), "{answer}");
     let (status, _, answer) = post(
         "127.0.0.1",
         &task("throughput", json!({"dest": "127.0.0.1"}), json!({})),

@@ -170,6 +170,10 @@ fn tool_of(name: &str) -> Value {
     let (test, description) = match name {
         "goodput-ping" => ("rtt", "goodput's ping: ICMP echo round trips"),
         "goodput-trace" => ("trace", "goodput's trace: the path hop by hop"),
+        "goodput-owamp" => (
+            "latency",
+            "goodput's OWAMP client: one-way loss and delay to the far end's OWAMP server",
+        ),
         _ => (
             "throughput",
             "goodput agent's iperf3 server, started for each run",
@@ -238,19 +242,20 @@ async fn clock_state() -> Response {
 
 async fn tests(headers: HeaderMap) -> Response {
     let root = root_url(&headers, None);
-    data(&json!(["rtt", "throughput", "trace"]
+    data(&json!(["latency", "rtt", "throughput", "trace"]
         .iter()
         .map(|t| format!("{root}/tests/{t}"))
         .collect::<Vec<_>>()))
 }
 
 /// `GET /tests/NAME`: the tests offered: throughput as a participant,
-/// rtt and trace as their lead (and only participant).
+/// rtt, trace and latency as their lead (and only participant).
 async fn test_named(Path(name): Path<String>) -> Response {
     let (description, class) = match name.as_str() {
         "throughput" => ("Measure network throughput between hosts", "exclusive"),
         "rtt" => ("Measure the round-trip time between hosts", "background"),
         "trace" => ("Trace the path between IP hosts", "background"),
+        "latency" => ("Measure one-way latency and loss between hosts", "background"),
         _ => return not_found(),
     };
     data(&json!({
@@ -266,10 +271,15 @@ async fn test_named(Path(name): Path<String>) -> Response {
 /// every tool with its verdict; before: the tools that can).
 async fn tools(State(p): State<Participant>, Query(q): Params) -> Response {
     let Some(test) = q.get("test") else {
-        return data(&json!(["iperf3", "goodput-ping", "goodput-trace"]
-            .iter()
-            .map(|t| tool_of(t))
-            .collect::<Vec<_>>()));
+        return data(&json!([
+            "iperf3",
+            "goodput-ping",
+            "goodput-trace",
+            "goodput-owamp"
+        ]
+        .iter()
+        .map(|t| tool_of(t))
+        .collect::<Vec<_>>()));
     };
     let api = match number(&q, "api") {
         Ok(a) => a.unwrap_or(1),
@@ -450,9 +460,9 @@ async fn run_result(
     }
     let now = clock::now_ms();
     let found = p.single.owned(&uuid, from.ip().to_canonical(), |t| {
-        single::pick(t, &run, now).map(|r| (t.test.ty, r.result.clone()))
+        single::pick(t, &run, now).map(|r| ((t.test.ty, t.test.bucket_s), r.result.clone()))
     });
-    let (ty, result) = match found {
+    let ((ty, bucket), result) = match found {
         Ok(Some((ty, Some(result)))) => (ty, result),
         Ok(_) => return not_found(),
         Err(r) => return refused(r),
@@ -462,13 +472,16 @@ async fn run_result(
         "text/plain" => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            single::result_text(ty, &result),
+            single::result_text(ty, &result, bucket),
         )
             .into_response(),
         _ => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            format!("<pre>{}</pre>", html_escaped(&single::result_text(ty, &result))),
+            format!(
+                "<pre>{}</pre>",
+                html_escaped(&single::result_text(ty, &result, bucket))
+            ),
         )
             .into_response(),
     }

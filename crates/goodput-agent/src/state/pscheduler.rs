@@ -547,47 +547,7 @@ pub(crate) async fn book_run(
     };
     let mut b = Booked::new(wanted, start_ms, end_ms, BookedBy::Peer(lead));
     b.booked_by = format!("pScheduler lead {}", lead.to_canonical());
-    {
-        let mut inner = shared.lock();
-        let ours = BookedBy::ThisAgent.to_string();
-        let held = inner.book.booked.values().filter(|b| b.booked_by != ours).count();
-        let limits = shared.options.limits.clone();
-        if held >= limits.max_held {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!(
-                "Run forbidden by limits:\nlimit max_held: this agent holds {held} runs booked by others"
-            )));
-        }
-        let who = lead.to_canonical();
-        if let Err(e) = limits
-            .check_window(who, start_ms, end_ms, RunClass::Exclusive)
-            .and_then(|()| {
-                inner.quotas.take(
-                    &limits,
-                    (who, Bucket::Mesh),
-                    now,
-                    RunClass::Exclusive,
-                    end_ms - start_ms,
-                )
-            })
-        {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!("Run forbidden by limits:\n{e}")));
-        }
-        if let Err(x) = inner.book.calendar.book(b.booking()) {
-            let id = inner.run_name(x.run);
-            return Err(PsRefusal::Conflict(format!(
-                "Request would create a conflict: busy with run {id} until {}",
-                iso(x.end)
-            )));
-        }
-        inner.book.booked.insert(b.number, b.clone());
-        inner.counters.booked_by_peers += 1;
-    }
-    if let Err(why) = shared.store_now(&[b.record(RunState::Scheduled, None)]).await {
-        shared.unbook(&b.id);
-        return Err(PsRefusal::Failed(why));
-    }
+    hold(shared, &b, lead, RunClass::Exclusive, now).await?;
     let cancel = shared.cancel.child_token();
     let added = ps_state.owned(uuid, lead, |t| {
         t.last_ms = now;
@@ -618,6 +578,57 @@ pub(crate) async fn book_run(
         cancel,
     ));
     Ok(true)
+}
+
+/// Puts a run a pScheduler host asked for (`who`: a lead whose task this
+/// agent takes part in, or a client whose task it leads) on the calendar
+/// under the limits a peer's booking meets: the runs held for others,
+/// the time windows and quotas of `who`, the calendar's slots. The run is
+/// stored as scheduled before it counts; a refusal names the limit in
+/// pScheduler's words.
+pub(crate) async fn hold(
+    shared: &Arc<Shared>,
+    b: &Booked,
+    who: IpAddr,
+    class: RunClass,
+    now: u64,
+) -> Result<(), PsRefusal> {
+    let (start, end) = (b.start_ms, b.end_ms);
+    {
+        let mut inner = shared.lock();
+        let ours = BookedBy::ThisAgent.to_string();
+        let held = inner.book.booked.values().filter(|b| b.booked_by != ours).count();
+        let limits = shared.options.limits.clone();
+        if held >= limits.max_held {
+            inner.counters.refused += 1;
+            return Err(PsRefusal::Forbidden(format!(
+                "Run forbidden by limits:\nlimit max_held: this agent holds {held} runs booked by others"
+            )));
+        }
+        let who = who.to_canonical();
+        if let Err(e) = limits.check_window(who, start, end, class).and_then(|()| {
+            inner
+                .quotas
+                .take(&limits, (who, Bucket::Mesh), now, class, end - start)
+        }) {
+            inner.counters.refused += 1;
+            return Err(PsRefusal::Forbidden(format!("Run forbidden by limits:\n{e}")));
+        }
+        if let Err(x) = inner.book.calendar.book(b.booking()) {
+            let id = inner.run_name(x.run);
+            return Err(PsRefusal::Conflict(format!(
+                "Request would create a conflict: busy with run {id} until {}",
+                iso(x.end)
+            )));
+        }
+        inner.book.booked.insert(b.number, b.clone());
+        inner.counters.booked_by_peers += 1;
+    }
+    if let Err(why) = shared.store_now(&[b.record(RunState::Scheduled, None)]).await {
+        shared.unbook(&b.id);
+        return Err(PsRefusal::Failed(why));
+    }
+    Ok(())
 }
 
 /// Keeps the result of the run's test. A connection that is no test (a

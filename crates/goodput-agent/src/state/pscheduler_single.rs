@@ -1,19 +1,20 @@
 //! The agent as the lead of perfSONAR pScheduler's single-participant
-//! tests, `rtt` and `trace`: the source of such a test is its only
-//! participant, so `pscheduler task rtt --source THIS_AGENT --dest X`
-//! hands the whole task to this agent. The task's runs are goodput `ping`
-//! and `trace` runs, booked on the agent's own calendar in their own class
+//! tests, `rtt`, `trace` and `latency`: the source of such a test is its
+//! only participant, so `pscheduler task rtt --source THIS_AGENT --dest X`
+//! hands the whole task to this agent. The task's runs are goodput `ping`,
+//! `trace` and `owamp` runs (the last to the far end's OWAMP server, as
+//! pScheduler's owping tool runs), booked on the agent's own calendar in their own class
 //! (background) under the limits a peer's bookings meet, started by the
 //! executor like every run of the agent, and kept in the archive as runs
 //! of task `pscheduler/TASK-UUID`. What the pScheduler command line reads
-//! back (the task, its runs, each run's result in pScheduler's rtt or
-//! trace result format, and that result as text) is made here; the HTTP
+//! back (the task, its runs, each run's result in pScheduler's rtt,
+//! trace or latency result format, and that result as text) is made here; the HTTP
 //! side is `http::pscheduler`.
 //!
 //! What the command line asks and reads was learned from pScheduler's
 //! `task`, `watch` and `result` commands and its API server's tasks and
-//! runs; the spec fields and their meanings from its `rtt` and `trace`
-//! test plugins.
+//! runs; the spec fields and their meanings from its `rtt`, `trace` and
+//! `latency` test plugins and its owping tool.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -23,17 +24,21 @@ use std::time::Duration;
 use goodput_archive::pscheduler_out::{iso_duration, to_pscheduler, Ends};
 use goodput_archive::RunState;
 use goodput_core::path::{PingMethod, ProbeMethod};
+use goodput_core::result::{Detail, TestResult};
 use goodput_core::schedule::RunClass;
-use goodput_core::spec::{Family, PingSpec, TestSpec, TraceSpec};
+use goodput_core::spec::owamp::{OwampDirection, MAX_TEST_PACKET, OPEN_HEADER};
+use goodput_core::spec::{Family, OwampSpec, PingSpec, TestSpec, TraceSpec};
 use goodput_core::units::HumanDuration;
+use goodput_core::units::PortRange;
 use serde_json::{json, Map, Value};
 use tokio::sync::Notify;
 
 use crate::clock;
-use crate::limits::Bucket;
 use crate::log::log;
 use crate::state::booking::{Booked, BookedBy, Wanted};
-use crate::state::pscheduler::{iso, PsOptions, PsRefusal, HORIZON_MS, MAX_RUNS_PER_TASK, MAX_TASKS_ALL};
+use crate::state::pscheduler::{
+    hold, iso, PsOptions, PsRefusal, HORIZON_MS, MAX_RUNS_PER_TASK, MAX_TASKS_ALL,
+};
 use crate::state::Shared;
 
 /// Most round trips one rtt run sends.
@@ -48,6 +53,13 @@ pub(crate) const MAX_LENGTH: u64 = 9000;
 pub(crate) const MAX_HOPS: u64 = 64;
 /// Most probes a trace sends per hop.
 pub(crate) const MAX_QUERIES: u64 = 10;
+/// Most packets one latency run sends.
+pub(crate) const MAX_PACKETS: u64 = 100_000;
+/// The shortest and longest time between latency packets, ms (owping's
+/// `-i`; pScheduler's default is 100 ms).
+pub(crate) const PACKET_INTERVAL_MS: (f64, f64) = (1.0, 60_000.0);
+/// The longest a latency packet may take before it is lost, s.
+pub(crate) const MAX_PACKET_TIMEOUT_S: u64 = 60;
 /// A run's slot is its own length and this much more: time to start, to
 /// hear the last answer, and to be stored.
 const SLOT_MARGIN_MS: u64 = 2_000;
@@ -64,6 +76,7 @@ const MIN_REPEAT_MS: u64 = 10_000;
 pub(crate) enum TestType {
     Rtt,
     Trace,
+    Latency,
 }
 
 impl TestType {
@@ -71,6 +84,7 @@ impl TestType {
         match self {
             Self::Rtt => "rtt",
             Self::Trace => "trace",
+            Self::Latency => "latency",
         }
     }
 
@@ -79,6 +93,7 @@ impl TestType {
         match self {
             Self::Rtt => "goodput-ping",
             Self::Trace => "goodput-trace",
+            Self::Latency => "goodput-owamp",
         }
     }
 
@@ -89,6 +104,7 @@ impl TestType {
         match self {
             Self::Rtt => matches!(tool, "goodput-ping" | "ping"),
             Self::Trace => matches!(tool, "goodput-trace" | "traceroute" | "tracepath"),
+            Self::Latency => matches!(tool, "goodput-owamp" | "owping"),
         }
     }
 
@@ -97,22 +113,26 @@ impl TestType {
         match name {
             "rtt" => Ok(Self::Rtt),
             "trace" => Ok(Self::Trace),
-            "latency" | "latencybg" => Err(format!(
-                "this goodput agent does not run pScheduler's {name} test: it needs owping or powstream \
-                 with an OWAMP server at the far end, and goodput's OWAMP client is not offered through \
-                 pScheduler (measure latency from the far end to this agent's OWAMP server instead)"
-            )),
+            "latency" => Ok(Self::Latency),
+            "latencybg" => Err(LATENCYBG_REFUSED.into()),
             "throughput" => Err(
                 "this goodput agent takes part in throughput tasks other hosts lead (as their destination); \
                  it leads none"
                     .into(),
             ),
             other => Err(format!(
-                "this goodput agent leads pScheduler's rtt and trace tests only, not {other}"
+                "this goodput agent leads pScheduler's rtt, trace and latency tests only, not {other}"
             )),
         }
     }
 }
+
+/// Why `latencybg` is not led here.
+const LATENCYBG_REFUSED: &str = "this goodput agent does not run pScheduler's latencybg test: a \
+     latencybg run streams for its whole duration and, for every packet-count packets (a \
+     powstream summary), adds a finished run with that summary's result to the task while it \
+     runs; this agent gives each run it booked one result, when it ends (run latency tasks with \
+     a repeat instead)";
 
 /// A single-participant test read from a task, with every number bounded:
 /// the goodput spec it runs as, and its slot's length.
@@ -123,6 +143,8 @@ pub(crate) struct SingleTest {
     pub(crate) source: Option<String>,
     pub(crate) dest: String,
     pub(crate) slot_ms: u64,
+    /// `latency`'s histogram bucket, seconds (`bucket-width`).
+    pub(crate) bucket_s: f64,
 }
 
 /// A duration field as milliseconds within `[lo, hi]`.
@@ -222,6 +244,7 @@ impl SingleTest {
         let t = match ty {
             TestType::Rtt => Self::read_rtt(spec)?,
             TestType::Trace => Self::read_trace(spec)?,
+            TestType::Latency => Self::read_latency(spec)?,
         };
         t.spec.validate().map_err(|e| format!("{e}"))?;
         let max_ms = u64::try_from(max_duration.as_millis()).unwrap_or(u64::MAX);
@@ -289,6 +312,7 @@ impl SingleTest {
             spec,
             source,
             dest,
+            bucket_s: 0.001,
         })
     }
 
@@ -352,8 +376,183 @@ impl SingleTest {
             spec,
             source,
             dest,
+            bucket_s: 0.001,
         })
     }
+}
+
+impl SingleTest {
+    /// pScheduler's `latency` as owping runs it for a lead that is the
+    /// source: a session from the source to the dest's OWAMP server (or,
+    /// with `flip`, the lead is the dest and asks the source's server to
+    /// send to it).
+    fn read_latency(spec: &Map<String, Value>) -> Result<Self, String> {
+        refuse_fields(
+            spec,
+            &[
+                "schema",
+                "source",
+                "source-node",
+                "dest",
+                "dest-node",
+                "protocol",
+                "packet-count",
+                "packet-interval",
+                "packet-timeout",
+                "packet-padding",
+                "ctrl-port",
+                "data-ports",
+                "ip-tos",
+                "ip-version",
+                "bucket-width",
+                "output-raw",
+                "flip",
+                "reverse",
+                "traverse-nat",
+            ],
+            &[],
+        )?;
+        whole(spec, "schema", 1, 4)?;
+        if let Some(p) = spec.get("protocol").filter(|p| !p.is_null()) {
+            if p != "owamp" {
+                return Err(format!(
+                    "protocol {p} is not offered: this agent's latency test is OWAMP (owping)"
+                ));
+            }
+        }
+        let refuse_true = |f: &str, why: &str| match flag(spec, f) {
+            Ok(Some(true)) => Err(format!("{f} is not offered: {why}")),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        };
+        refuse_true(
+            "output-raw",
+            "goodput keeps an OWAMP session's counts and delay histogram, not each packet",
+        )?;
+        refuse_true(
+            "reverse",
+            "a latency run here measures the direction its source sends (use flip, or a task the \
+             other way)",
+        )?;
+        refuse_true("traverse-nat", "this agent's OWAMP client does not traverse NAT")?;
+        let flip = flag(spec, "flip")?.unwrap_or(false);
+        let dest = plain_host(spec, "dest")?.ok_or("the spec names no dest")?;
+        let source = plain_host(spec, "source")?;
+        host(spec, "source-node")?;
+        host(spec, "dest-node")?;
+        let count = whole(spec, "packet-count", 1, MAX_PACKETS)?.unwrap_or(100);
+        let interval_ms = match spec.get("packet-interval").filter(|v| !v.is_null()) {
+            None => 100.0,
+            Some(v) => v
+                .as_f64()
+                .map(|s| s * 1000.0)
+                .filter(|ms| (PACKET_INTERVAL_MS.0..=PACKET_INTERVAL_MS.1).contains(ms))
+                .ok_or_else(|| {
+                    format!(
+                        "packet-interval must be {} to {} seconds, not {v}",
+                        PACKET_INTERVAL_MS.0 / 1000.0,
+                        PACKET_INTERVAL_MS.1 / 1000.0
+                    )
+                })?,
+        };
+        // 0 (pScheduler's default) is owping's own; goodput's is 2 s.
+        let timeout_s = whole(spec, "packet-timeout", 0, MAX_PACKET_TIMEOUT_S)?.unwrap_or(0);
+        let padding = whole(
+            spec,
+            "packet-padding",
+            0,
+            u64::from(MAX_TEST_PACKET - OPEN_HEADER),
+        )?;
+        let port = whole(spec, "ctrl-port", 1, 65_535)?;
+        // owping's -D: the DSCP.
+        let dscp = whole(spec, "ip-tos", 0, 63)?;
+        let test_ports = match spec.get("data-ports").filter(|v| !v.is_null()) {
+            None => None,
+            Some(v) => {
+                let end = |f: &str| {
+                    v.get(f)
+                        .and_then(Value::as_u64)
+                        .filter(|p| (1..=65_535).contains(p))
+                };
+                match (end("lower"), end("upper")) {
+                    (Some(lo), Some(hi)) if lo < hi => Some(PortRange {
+                        lo: lo as u16,
+                        hi: hi as u16,
+                    }),
+                    _ => {
+                        return Err(format!(
+                        "data-ports must be {{\"lower\": N, \"upper\": M}} with 1 <= N < M <= 65535, not {v}"
+                    ))
+                    }
+                }
+            }
+        };
+        let bucket_s = match spec.get("bucket-width").filter(|v| !v.is_null()) {
+            None => 0.001,
+            Some(v) => v
+                .as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                .filter(|w| *w >= 1e-6 && *w < 1.0)
+                .ok_or_else(|| {
+                    format!("bucket-width must be at least 0.000001 and below 1 second, not {v}")
+                })?,
+        };
+        family(spec)?;
+        // The far end's OWAMP server, and this end's address.
+        let (far, near) = if flip {
+            (
+                source.clone().ok_or("with flip the spec must name the source")?,
+                Some(dest.clone()),
+            )
+        } else {
+            (dest.clone(), source.clone())
+        };
+        let o = OwampSpec {
+            host: Some(far),
+            port: port.map_or(goodput_core::spec::owamp::OWAMP_PORT, |p| p as u16),
+            direction: if flip {
+                OwampDirection::From
+            } else {
+                OwampDirection::To
+            },
+            count,
+            interval: HumanDuration(Duration::from_micros((interval_ms * 1000.0).round() as u64)),
+            padding: padding.unwrap_or(0) as u32,
+            dscp: dscp.unwrap_or(0) as u8,
+            timeout: HumanDuration(if timeout_s == 0 {
+                OwampSpec::default().timeout.0
+            } else {
+                Duration::from_secs(timeout_s)
+            }),
+            test_ports,
+            bind: near.as_deref().and_then(|s| s.parse().ok()),
+            family: family(spec)?,
+            ..OwampSpec::default()
+        };
+        let spec = TestSpec::Owamp(o);
+        let own = spec.expected_ms().unwrap_or(0);
+        Ok(Self {
+            ty: TestType::Latency,
+            // OWAMP-Control's set-up and the session's fetch too.
+            slot_ms: own.saturating_add(SLOT_MARGIN_MS + 2_000),
+            spec,
+            source,
+            dest,
+            bucket_s,
+        })
+    }
+}
+
+/// A host field as `host`, but with no port in it (an IPv6 address is
+/// taken whole).
+fn plain_host(spec: &Map<String, Value>, field: &str) -> Result<Option<String>, String> {
+    let h = host(spec, field)?;
+    if let Some(h) = &h {
+        if h.contains(':') && h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(format!("{field} must be a host name or address, not {h:?}"));
+        }
+    }
+    Ok(h)
 }
 
 /// When a task's runs start: the first at `start` (or as soon as may
@@ -788,46 +987,16 @@ async fn book(
     let end = start.saturating_add(test.slot_ms);
     let mut b = Booked::new(wanted, start, end, BookedBy::Peer(requester));
     b.booked_by = format!("pScheduler client {}", requester.to_canonical());
-    {
-        let mut inner = shared.lock();
-        let ours = BookedBy::ThisAgent.to_string();
-        let held = inner.book.booked.values().filter(|b| b.booked_by != ours).count();
-        let limits = shared.options.limits.clone();
-        if held >= limits.max_held {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!(
-                "Run forbidden by limits:\nlimit max_held: this agent holds {held} runs booked by others"
-            )));
-        }
-        let who = requester.to_canonical();
-        if let Err(e) = limits.check_window(who, start, end, class).and_then(|()| {
-            inner
-                .quotas
-                .take(&limits, (who, Bucket::Mesh), now, class, end - start)
-        }) {
-            inner.counters.refused += 1;
-            return Err(PsRefusal::Forbidden(format!("Run forbidden by limits:\n{e}")));
-        }
-        if let Err(x) = inner.book.calendar.book(b.booking()) {
-            let id = inner.run_name(x.run);
-            return Err(PsRefusal::Conflict(format!(
-                "Request would create a conflict: busy with run {id} until {}",
-                iso(x.end)
-            )));
-        }
-        inner.book.booked.insert(b.number, b.clone());
-        inner.counters.booked_by_peers += 1;
-    }
-    if let Err(why) = shared.store_now(&[b.record(RunState::Scheduled, None)]).await {
-        shared.unbook(&b.id);
-        return Err(PsRefusal::Failed(why));
-    }
+    hold(shared, &b, requester, class, now).await?;
     Ok(b)
 }
 
 /// Follows a task's runs as the executor runs them: each run's phase, and
 /// once it is stored, its record as pScheduler's result.
 async fn follow(shared: Arc<Shared>, st: Arc<SingleState>, task: String, here: String) {
+    let Some(test) = st.lock().get(&task).map(|t| t.test.clone()) else {
+        return;
+    };
     loop {
         // The next run not yet ended.
         let next = st.lock().get(&task).and_then(|t| {
@@ -885,7 +1054,7 @@ async fn follow(shared: Arc<Shared>, st: Arc<SingleState>, task: String, here: S
             stored = shared.archive.get(&id).await;
         }
         let (phase, result, ran, errors) = match stored {
-            Ok(Some(r)) => outcome(&r, &here),
+            Ok(Some(r)) => outcome(&r, &here, &test),
             Ok(None) => (
                 RunPhase::Failed,
                 Some(failed("the run's record was not stored")),
@@ -952,7 +1121,7 @@ type Ended = (RunPhase, Option<Value>, Option<(u64, u64)>, Option<String>);
 /// A stored run as pScheduler sees it: its phase, its result (in the
 /// test type's result format, from `pscheduler_out`), when it ran, and why
 /// it did not start.
-fn outcome(r: &goodput_archive::Run, here: &str) -> Ended {
+fn outcome(r: &goodput_archive::Run, here: &str, test: &SingleTest) -> Ended {
     let ran = r.start_ms.zip(r.end_ms);
     let why = r.reason.clone().unwrap_or_else(|| r.state.as_str().to_owned());
     match r.state {
@@ -962,13 +1131,16 @@ fn outcome(r: &goodput_archive::Run, here: &str) -> Ended {
                 dest: r.dest.clone(),
                 observer: here.to_owned(),
             };
-            let result = match to_pscheduler(r, &ends) {
-                Ok(docs) => docs
-                    .into_iter()
-                    .next()
-                    .map(|d| d["result"].clone())
-                    .unwrap_or_else(|| failed("the run has no result")),
-                Err(e) => failed(&e.to_string()),
+            let result = match (test.ty, r.state) {
+                (TestType::Latency, RunState::Finished) => latency_of(r, test.bucket_s),
+                _ => match to_pscheduler(r, &ends) {
+                    Ok(docs) => docs
+                        .into_iter()
+                        .next()
+                        .map(|d| d["result"].clone())
+                        .unwrap_or_else(|| failed("the run has no result")),
+                    Err(e) => failed(&e.to_string()),
+                },
             };
             let mut result = result;
             if let Value::Object(m) = &mut result {
@@ -990,6 +1162,26 @@ fn outcome(r: &goodput_archive::Run, here: &str) -> Ended {
             ran,
             None,
         ),
+    }
+}
+
+/// A finished OWAMP run as pScheduler's latency result, as its owping
+/// tool reports one: the direction measured, the delays even on clocks
+/// that were not synchronised (`diags` says so), buckets `bucket_s` wide.
+fn latency_of(r: &goodput_archive::Run, bucket_s: f64) -> Value {
+    let Some(doc) = &r.result else {
+        return failed("the run has no result");
+    };
+    let read: TestResult = match serde_json::from_value(doc.clone()) {
+        Ok(x) => x,
+        Err(e) => return failed(&format!("the run's result does not read: {e}")),
+    };
+    let Detail::Owamp(o) = &read.detail else {
+        return failed("the run has no OWAMP detail");
+    };
+    match o.to.as_ref().or(o.from.as_ref()) {
+        Some(d) => goodput_archive::pscheduler_out::owamp_latency(d, bucket_s, true),
+        None => failed("the OWAMP run measured no session"),
     }
 }
 
@@ -1074,7 +1266,8 @@ pub(crate) fn task_view(t: &LedTask, href: &str, detail: bool) -> Value {
 }
 
 /// The options of the task's spec as pScheduler's command line gives
-/// them (its `cli`): `--name value` in name order, a flag for `true`.
+/// them (its `cli`): `--name value` in name order (latency: in its
+/// database's order), a flag for `true`.
 pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(spec) = doc.pointer("/test/spec").and_then(Value::as_object) {
@@ -1082,8 +1275,21 @@ pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
             .keys()
             .filter(|k| *k != "schema" && !k.starts_with('_'))
             .collect();
-        keys.sort();
+        if doc.pointer("/test/type") == Some(&json!("latency")) {
+            // latency's spec-to-cli follows the spec's own order, which
+            // pScheduler's database keeps as PostgreSQL's jsonb does:
+            // shorter keys first.
+            keys.sort_by(|a, b| a.len().cmp(&b.len()).then(a.cmp(b)));
+        } else {
+            keys.sort();
+        }
         for k in keys {
+            if k == "data-ports" {
+                let end = |f: &str| spec[k].get(f).and_then(Value::as_u64).unwrap_or(0);
+                out.push(format!("--{k}"));
+                out.push(format!("{}-{}", end("lower"), end("upper")));
+                continue;
+            }
             match &spec[k] {
                 Value::Bool(true) => out.push(format!("--{k}")),
                 Value::Bool(false) | Value::Null => {}
@@ -1105,7 +1311,13 @@ pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
 /// ended, this participant's result, the whole list and the merged one.
 pub(crate) fn run_view(t: &LedTask, r: &LedRun) -> Value {
     let (start, end) = r.ran.unwrap_or((r.start_ms, r.end_ms));
+    // owping's result is the run's result itself; ping's and trace's
+    // tools wrap theirs with the tool's diags.
+    let flat = t.test.ty == TestType::Latency;
     let envelope = r.result.as_ref().map(|res| {
+        if flat {
+            return res.clone();
+        }
         json!({
             "schema": 1,
             "succeeded": res["succeeded"],
@@ -1155,12 +1367,13 @@ fn ms_of(v: &Value) -> Option<f64> {
 /// command line prints what it prints for its own runs: for `rtt` a line
 /// per round trip and the loss and round-trip summary, for `trace` a line
 /// per hop.
-pub(crate) fn result_text(ty: TestType, result: &Value) -> String {
+pub(crate) fn result_text(ty: TestType, result: &Value, bucket_s: f64) -> String {
     if result["succeeded"] != true {
         return "Run failed.".into();
     }
     let mut out = String::new();
     match ty {
+        TestType::Latency => latency_text(&mut out, result, bucket_s),
         TestType::Rtt => {
             let empty = Vec::new();
             for (i, trip) in result["roundtrips"]
@@ -1236,6 +1449,221 @@ pub(crate) fn result_text(ty: TestType, result: &Value) -> String {
     out.trim_end().to_owned()
 }
 
+/// A histogram's figures as pScheduler's latency formatter gives them:
+/// mean, mode(s), extremes, variance and the NIST percentiles (25, 50,
+/// 75, 95) taken bucket by bucket.
+#[derive(Debug, Default, PartialEq)]
+struct HistStats {
+    mean: f64,
+    modes: Vec<f64>,
+    min: f64,
+    max: f64,
+    variance: f64,
+    /// 25th, 50th, 75th and 95th; none where the walk did not settle one.
+    pct: [Option<f64>; 4],
+}
+
+/// `buckets` as (value, count), in any order.
+fn hist_stats(buckets: &[(f64, u64)]) -> Option<HistStats> {
+    let total: u64 = buckets.iter().map(|b| b.1).sum();
+    if total == 0 {
+        return None;
+    }
+    let mut sorted = buckets.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let n = total as f64;
+    let mean = sorted.iter().map(|(v, c)| v * *c as f64).sum::<f64>() / n;
+    let most = sorted.iter().map(|b| b.1).max().unwrap_or(0);
+    // In the order the formatter meets them: the histogram's own.
+    let modes = buckets.iter().filter(|b| b.1 == most).map(|b| b.0).collect();
+    let variance = sorted
+        .iter()
+        .map(|(v, c)| (v - mean).powi(2) * *c as f64)
+        .sum::<f64>()
+        / n;
+    // The NIST rank p/100·(N+1) = k + d: the value at rank k, moved d of
+    // the way to the next bucket's when rank k+1 lies in the next one.
+    // The percentiles are settled in turn; one waiting for the next
+    // bucket holds the later ones back until that bucket.
+    let mut pct = [None; 4];
+    let mut which = 0;
+    let mut waiting: Option<f64> = None;
+    let mut seen = 0u64;
+    for (v, c) in &sorted {
+        seen += c;
+        while which < 4 {
+            let rank = [25.0, 50.0, 75.0, 95.0][which] / 100.0 * (n + 1.0);
+            let (k, d) = (rank.floor(), rank - rank.floor());
+            if (seen as f64) < k {
+                break;
+            }
+            let value = if let Some(w) = waiting.take() {
+                Some(w + d * (v - w))
+            } else if k == 0.0 || (seen >= total && k >= n) || k + d < seen as f64 {
+                Some(*v)
+            } else {
+                waiting = Some(*v);
+                None
+            };
+            match value {
+                Some(x) => {
+                    pct[which] = Some(x);
+                    which += 1;
+                }
+                None => break,
+            }
+        }
+    }
+    Some(HistStats {
+        mean,
+        modes,
+        min: sorted[0].0,
+        max: sorted[sorted.len() - 1].0,
+        variance,
+        pct,
+    })
+}
+
+/// `LABEL ...... 1.23 UNITS`, the label dotted out to 22 characters; an
+/// absent or zero figure is `Not Reported`, as pScheduler prints it.
+fn figure_line(label: &str, value: Option<f64>, units: &str) -> String {
+    let head = format!("{label} ...");
+    let dots = ".".repeat(22usize.saturating_sub(head.len()));
+    match value.filter(|v| *v != 0.0) {
+        Some(v) => format!("{head}{dots} {v:.2} {units}\n"),
+        None => format!("{head}{dots} Not Reported\n"),
+    }
+}
+
+/// A histogram of the result (`{"value": count}`) as (value, count), in
+/// the result's order.
+fn buckets_of(h: &Value) -> Vec<(String, f64, u64)> {
+    h.as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, n)| Some((k.clone(), k.parse::<f64>().ok()?, n.as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A number as Python's `str` gives a float (`0.0`, `0.12`).
+fn py_float(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e16 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+/// pScheduler's latency result as its text formatter lays it out: the
+/// packet counts, the one-way delay figures and histogram (keys in
+/// milliseconds, from buckets `bucket_s` wide), the TTL figures and
+/// histogram.
+fn latency_text(out: &mut String, result: &Value, bucket_s: f64) {
+    let count = |f: &str| {
+        result
+            .get(f)
+            .and_then(Value::as_u64)
+            .map_or("Not Reported".to_owned(), |n| n.to_string())
+    };
+    out.push_str("Packet Statistics\n-----------------\n");
+    for (label, f) in [
+        ("Packets Sent .........", "packets-sent"),
+        ("Packets Received .....", "packets-received"),
+        ("Packets Lost .........", "packets-lost"),
+        ("Packets Duplicated ...", "packets-duplicated"),
+        ("Packets Reordered ....", "packets-reordered"),
+    ] {
+        out.push_str(&format!("{label} {} packets\n", count(f)));
+    }
+    out.push_str("\nOne-way Latency Statistics\n--------------------------\n");
+    // Keys in buckets to milliseconds, shown to the bucket's precision.
+    let scale = bucket_s / 0.001;
+    let places = (-bucket_s.log10()).trunc() as i64 - 1;
+    let places = places.max(0) as usize;
+    let mut delays: Vec<(String, f64, u64)> = buckets_of(&result["histogram-latency"])
+        .into_iter()
+        .map(|(_, v, n)| {
+            let text = format!("{:.*}", places, v * scale);
+            let v = text.parse().unwrap_or(v * scale);
+            (text, v, n)
+        })
+        .collect();
+    // Keys that print alike are one bucket (the last one given wins).
+    let mut merged: Vec<(String, f64, u64)> = Vec::new();
+    for d in delays.drain(..) {
+        match merged.iter_mut().find(|m| m.0 == d.0) {
+            Some(m) => m.2 = d.2,
+            None => merged.push(d),
+        }
+    }
+    let delays = merged;
+    let st = hist_stats(&delays.iter().map(|d| (d.1, d.2)).collect::<Vec<_>>());
+    let get = |f: fn(&HistStats) -> Option<f64>| st.as_ref().and_then(f);
+    out.push_str(&figure_line("Delay Median", get(|s| s.pct[1]), "ms"));
+    out.push_str(&figure_line("Delay Minimum", get(|s| Some(s.min)), "ms"));
+    out.push_str(&figure_line("Delay Maximum", get(|s| Some(s.max)), "ms"));
+    out.push_str(&figure_line("Delay Mean", get(|s| Some(s.mean)), "ms"));
+    out.push_str("Delay Mode ........... ");
+    for m in st.as_ref().map(|s| s.modes.clone()).unwrap_or_default() {
+        out.push_str(&format!("{m:.2} ms "));
+    }
+    out.push('\n');
+    out.push_str(&figure_line("Delay 25th Percentile", get(|s| s.pct[0]), "ms"));
+    out.push_str(&figure_line("Delay 75th Percentile", get(|s| s.pct[2]), "ms"));
+    out.push_str(&figure_line("Delay 95th Percentile", get(|s| s.pct[3]), "ms"));
+    out.push_str(&format!(
+        "Max Clock Error ...... {} ms\n",
+        result
+            .get("max-clock-error")
+            .and_then(Value::as_f64)
+            .map_or("Not Reported".to_owned(), py_float)
+    ));
+    out.push_str("Common Jitter Measurements:\n");
+    let nonzero = |x: Option<f64>| x.filter(|v| *v != 0.0);
+    if let (Some(p95), Some(p50)) = (nonzero(get(|s| s.pct[3])), nonzero(get(|s| s.pct[1]))) {
+        out.push_str(&format!("    P95 - P50 ........ {:.2} ms\n", p95 - p50));
+    }
+    if let (Some(p75), Some(p25)) = (nonzero(get(|s| s.pct[2])), nonzero(get(|s| s.pct[0]))) {
+        out.push_str(&format!("    P75 - P25 ........ {:.2} ms\n", p75 - p25));
+    }
+    out.push_str(&figure_line("    Variance", get(|s| Some(s.variance)), "ms"));
+    out.push_str(&figure_line(
+        "    Std Deviation",
+        get(|s| Some(s.variance.sqrt())),
+        "ms",
+    ));
+    out.push_str("Histogram:\n");
+    let mut shown = delays.clone();
+    shown.sort_by(|a, b| a.1.total_cmp(&b.1));
+    for (k, _, n) in shown {
+        out.push_str(&format!("    {k} ms: {n} packets\n"));
+    }
+    out.push_str("\nTTL Statistics\n--------------\n");
+    let ttls = buckets_of(&result["histogram-ttl"]);
+    let tt = hist_stats(&ttls.iter().map(|d| (d.1, d.2)).collect::<Vec<_>>());
+    let get = |f: fn(&HistStats) -> Option<f64>| tt.as_ref().and_then(f);
+    out.push_str(&figure_line("TTL Median", get(|s| s.pct[1]), ""));
+    out.push_str(&figure_line("TTL Minimum", get(|s| Some(s.min)), ""));
+    out.push_str(&figure_line("TTL Maximum", get(|s| Some(s.max)), ""));
+    out.push_str(&figure_line("TTL Mean", get(|s| Some(s.mean)), ""));
+    out.push_str("TTL Mode ............. ");
+    for m in tt.as_ref().map(|s| s.modes.clone()).unwrap_or_default() {
+        out.push_str(&format!("{m:.2} "));
+    }
+    out.push('\n');
+    out.push_str(&figure_line("TTL 25th Percentile", get(|s| s.pct[0]), ""));
+    out.push_str(&figure_line("TTL 75th Percentile", get(|s| s.pct[2]), ""));
+    out.push_str(&figure_line("TTL 95th Percentile", get(|s| s.pct[3]), ""));
+    out.push_str("Histogram:\n");
+    let mut ttls = ttls;
+    ttls.sort_by(|a, b| a.1.total_cmp(&b.1));
+    for (k, _, n) in ttls {
+        out.push_str(&format!("    {k}: {n} packets\n"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1285,7 +1713,16 @@ mod tests {
         // 1000 round trips a minute apart: past the agent's longest run.
         let long = e("rtt", json!({"dest": "x", "count": 1000, "interval": "PT60S"}));
         assert!(long.starts_with("limit max_duration"), "{long}");
-        assert!(e("latency", json!({"dest": "x"})).contains("owping"));
+        assert!(e("latencybg", json!({"dest": "x"})).contains("powstream summary"));
+        assert!(e("latency", json!({"dest": "x", "packet-count": 0})).contains("packet-count"));
+        assert!(e("latency", json!({"dest": "x", "packet-interval": 0})).contains("packet-interval"));
+        assert!(e("latency", json!({"dest": "x", "packet-padding": 9000})).contains("packet-padding"));
+        assert!(e("latency", json!({"dest": "x", "ip-tos": 255})).contains("ip-tos"));
+        assert!(e("latency", json!({"dest": "x", "bucket-width": 1.5})).contains("bucket-width"));
+        assert!(e("latency", json!({"dest": "x", "reverse": true})).contains("reverse"));
+        assert!(e("latency", json!({"dest": "x", "flip": true})).contains("source"));
+        let d = json!({"dest": "x", "data-ports": {"lower": 9000, "upper": 8000}});
+        assert!(e("latency", d).contains("data-ports"));
         assert!(e("throughput", json!({"dest": "x"})).contains("leads none"));
     }
 
@@ -1319,18 +1756,101 @@ mod tests {
             "min": "PT0.000051S", "mean": "PT0.00006S", "max": "PT0.000077S", "stddev": "PT0.000011S"
         });
         assert_eq!(
-            result_text(TestType::Rtt, &r),
+            result_text(TestType::Rtt, &r, 0.001),
             "1       pspk (10.40.0.1)  64 Bytes  TTL 64  RTT 0.0770 ms\n2       No Response\n\n\
              0% Packet Loss  RTT Min/Mean/Max/StdDev = 0.0510/0.0600/0.0770/0.0110 ms"
         );
         let t = json!({"succeeded": true, "paths": [[{}, {"ip": "10.40.0.1", "rtt": "PT0.000045S"}]]});
         assert_eq!(
-            result_text(TestType::Trace, &t),
+            result_text(TestType::Trace, &t, 0.001),
             "1       No Response\n2       10.40.0.1 (10.40.0.1) 0.0 ms"
         );
         assert_eq!(
-            result_text(TestType::Trace, &json!({"succeeded": false})),
+            result_text(TestType::Trace, &json!({"succeeded": false}), 0.001),
             "Run failed."
+        );
+    }
+
+    #[test]
+    fn latency_specs_read_as_owping_runs_them() {
+        let spec = json!({"schema": 1, "source": "10.40.0.2", "dest": "10.40.0.1", "packet-count": 100,
+            "packet-interval": 0.01, "packet-padding": 100, "ctrl-port": 8610, "ip-tos": 46,
+            "data-ports": {"lower": 9000, "upper": 9010}, "bucket-width": 0.0001, "ip-version": 4});
+        let t = SingleTest::read(&test("latency", spec), HOUR).unwrap();
+        let TestSpec::Owamp(o) = &t.spec else { panic!() };
+        assert_eq!(o.host.as_deref(), Some("10.40.0.1"));
+        assert_eq!((o.port, o.count, o.padding, o.dscp), (8610, 100, 100, 46));
+        assert_eq!(o.direction, OwampDirection::To);
+        assert_eq!(o.interval.0, Duration::from_millis(10));
+        assert_eq!(o.test_ports, Some(PortRange { lo: 9000, hi: 9010 }));
+        assert_eq!(o.bind, Some("10.40.0.2".parse().unwrap()));
+        assert_eq!(o.family, Family::Ipv4);
+        assert_eq!(t.bucket_s, 0.0001);
+        // 1 s of packets, 2 s of loss timeout, 4 s of margin.
+        assert_eq!(t.slot_ms, 7_000);
+        // flip: this end is the dest and the source's server sends to it.
+        let spec = json!({"source": "10.40.0.1", "dest": "10.40.0.2", "flip": true});
+        let t = SingleTest::read(&test("latency", spec), HOUR).unwrap();
+        let TestSpec::Owamp(o) = &t.spec else { panic!() };
+        assert_eq!(o.host.as_deref(), Some("10.40.0.1"));
+        assert_eq!(o.direction, OwampDirection::From);
+        assert_eq!(o.bind, Some("10.40.0.2".parse().unwrap()));
+    }
+
+    /// The recorded lead's result, printed as its own formatter printed
+    /// it, to the character.
+    #[test]
+    fn a_latency_result_prints_as_pschedulers_formatter_prints_it() {
+        let recorded = include_str!("../../../goodput/tests/data/pscheduler/latency-cli-to-lead.jsonl");
+        let mut result = Value::Null;
+        let mut text = String::new();
+        for line in recorded.lines() {
+            let e: Value = serde_json::from_str(line).unwrap();
+            let path = e["path"].as_str().unwrap();
+            let body = e["response"]["body"].as_str().unwrap_or("");
+            if path.contains("wait-merged") {
+                result = serde_json::from_str::<Value>(body).unwrap()["result-merged"].clone();
+            }
+            if path.contains("/result?format=text") {
+                text = body.to_owned();
+            }
+        }
+        assert_eq!(result_text(TestType::Latency, &result, 0.001), text.trim());
+        // No delays: the figures are not reported.
+        let bare = json!({"succeeded": true, "packets-sent": 3, "packets-received": 0});
+        let t = result_text(TestType::Latency, &bare, 0.001);
+        assert!(t.contains("Delay Median ......... Not Reported\n"), "{t}");
+        assert!(t.contains("Packets Lost ......... Not Reported packets"), "{t}");
+    }
+
+    #[test]
+    fn nist_percentiles_follow_the_buckets() {
+        // 1..=9 one each: rank p·10.
+        let b: Vec<(f64, u64)> = (1..=9).map(|v| (v as f64, 1)).collect();
+        let s = hist_stats(&b).unwrap();
+        assert_eq!(s.pct, [Some(2.5), Some(5.0), Some(7.5), Some(9.0)]);
+        assert_eq!((s.min, s.max, s.mean), (1.0, 9.0, 5.0));
+        let s = hist_stats(&[(0.07, 3), (0.08, 1)]).unwrap();
+        assert_eq!(s.modes, vec![0.07]);
+        assert!(hist_stats(&[]).is_none());
+    }
+
+    #[test]
+    fn a_latency_tasks_cli_is_in_its_database_order() {
+        let doc = json!({"test": {"type": "latency", "spec": {"schema": 1, "source": "a", "dest": "b",
+            "packet-count": 100, "flip": false, "data-ports": {"lower": 1, "upper": 2}}}});
+        assert_eq!(
+            spec_cli(&doc),
+            [
+                "--dest",
+                "b",
+                "--source",
+                "a",
+                "--data-ports",
+                "1-2",
+                "--packet-count",
+                "100"
+            ]
         );
     }
 
