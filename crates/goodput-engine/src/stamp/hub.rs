@@ -5,9 +5,13 @@
 //! - sends every session's due packets from one timer (a heap of next
 //!   send times; the packets due within the same millisecond leave in one
 //!   `sendmmsg`, each stamped with its T1 just before the call),
-//! - reads the replies with `recvmmsg` and their kernel timestamps, and
-//!   hands each to its session by (reflector address, SSID): sessions to
-//!   one reflector from the one socket get distinct SSIDs,
+//! - reads the replies with `recvmmsg` when it wakes to send and on each
+//!   loss tick, never on their arrival: a reply's T4 is the kernel's
+//!   receive timestamp, so reading it later changes no figure, and the
+//!   task wakes once per send batch instead of once per reply (the
+//!   socket is not in the runtime's reactor at all). Each reply goes to
+//!   its session by (reflector address, SSID): sessions to one reflector
+//!   from the one socket get distinct SSIDs,
 //! - counts the packets lost once their timeout has passed, and
 //! - hands each run its packets' fates about once a second and, at its
 //!   end, its sessions' tallies.
@@ -36,8 +40,6 @@ use goodput_core::spec::{Family, StampSpec, TestSpec};
 use goodput_core::stamp::stats::{Tally, Tracker};
 use goodput_core::stamp::{ntp_from_unix_ns, ErrorEstimate, ReflectorPacket, SenderPacket, SEND_TTL};
 use socket2::{Domain, Protocol, Socket, Type};
-use tokio::io::Interest;
-use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -464,7 +466,9 @@ impl StampHub {
         })?;
         let local = sock
             .local_addr()
-            .map_err(|e| EngineError::Config(format!("STAMP streams' socket: {e}")))?;
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| EngineError::Config("STAMP streams' socket has no address".into()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(serve(sock, local, rx, self.counters.clone()));
         self.counters.sockets.fetch_add(1, Ordering::Relaxed);
@@ -679,7 +683,7 @@ impl Drop for Deregister {
     }
 }
 
-fn open_socket(key: SocketKey) -> io::Result<UdpSocket> {
+fn open_socket(key: SocketKey) -> io::Result<Socket> {
     let local: SocketAddr = match (key.bind, key.v6) {
         (Some(ip), _) => SocketAddr::new(ip, 0),
         (None, true) => SocketAddr::from(([0u16; 8], 0)),
@@ -704,13 +708,13 @@ fn open_socket(key: SocketKey) -> io::Result<UdpSocket> {
         }
     }
     s.set_nonblocking(true)?;
-    UdpSocket::from_std(s.into())
+    Ok(s)
 }
 
 /// One socket's task: its sessions' sends, replies and losses, until the
 /// hub is dropped.
 async fn serve(
-    sock: UdpSocket,
+    sock: Socket,
     local: SocketAddr,
     mut commands: mpsc::UnboundedReceiver<Command>,
     counters: Arc<HubCounters>,
@@ -757,29 +761,12 @@ async fn serve(
             },
             _ = &mut sleep, if armed.is_some() => {
                 armed = None;
+                read_replies(fd, &mut table, &mut rx, error);
                 send_due(fd, &mut table, &mut due, &mut tx, &mut picked, error);
             }
-            r = sock.readable() => {
-                if r.is_err() {
-                    continue;
-                }
-                loop {
-                    let got = sock.try_io(Interest::READABLE, || match rx.recv(fd) {
-                        Ok(0) => Err(io::ErrorKind::WouldBlock.into()),
-                        other => other,
-                    });
-                    let Ok(k) = got else { break };
-                    for i in 0..k {
-                        let (data, meta) = rx.get(i);
-                        let t4 = meta.t_ns.unwrap_or_else(msg::now_unix_ns);
-                        table.reply(meta.src, data, t4, meta.ttl, error);
-                    }
-                    if k < BATCH {
-                        break;
-                    }
-                }
-            }
             _ = tick.tick() => {
+                // Replies first: none that came is counted lost.
+                read_replies(fd, &mut table, &mut rx, error);
                 let now = Instant::now();
                 table.expire(now, msg::now_unix_ns());
                 ticks += 1;
@@ -796,6 +783,27 @@ async fn serve(
         table.finish(id, true, Instant::now());
     }
     counters.sockets.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Reads every reply waiting on the socket, a batch at a time, and hands
+/// each to its session with its kernel receive time.
+fn read_replies(fd: std::os::fd::RawFd, table: &mut Table, rx: &mut RecvBatch, error: ErrorEstimate) {
+    loop {
+        let k = match rx.recv(fd) {
+            Ok(k) => k,
+            // Nothing more (would block), or an error the next read sees
+            // again: the loss tick comes back to it.
+            Err(_) => return,
+        };
+        for i in 0..k {
+            let (data, meta) = rx.get(i);
+            let t4 = meta.t_ns.unwrap_or_else(msg::now_unix_ns);
+            table.reply(meta.src, data, t4, meta.ttl, error);
+        }
+        if k < BATCH {
+            return;
+        }
+    }
 }
 
 /// Sends the packets due now (and within [`SLACK`]), a batch at a time,
