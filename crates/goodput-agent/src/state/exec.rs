@@ -242,7 +242,10 @@ async fn engine_run(
                 hub.run_spec(&s, stateful, &mut minutes, token, context.max_records)
                     .await
             } else {
-                run(&spec, context, &mut minutes, token).await
+                // Boxed: the engine's whole run is a large future, and
+                // this task (one per stream) would otherwise hold its room
+                // while it runs on the hub.
+                Box::pin(run(&spec, context, &mut minutes, token)).await
             };
             minutes.finish();
             // The hub kept counts only: the run's round trip is the
@@ -290,18 +293,20 @@ async fn engine_run(
 }
 
 /// A queue of a stream's summary rows and the task that stores them; the
-/// task ends once the queue's sender is dropped and it is drained.
+/// task ends once the queue's sender is dropped and it is drained. A row
+/// is queued boxed: the queue's first block holds 32 slots from its start,
+/// 20 KB per stream were they whole rows.
 fn summary_store(
     shared: &Arc<Shared>,
 ) -> (
-    tokio::sync::mpsc::Sender<goodput_archive::Run>,
+    tokio::sync::mpsc::Sender<Box<goodput_archive::Run>>,
     tokio::task::JoinHandle<()>,
 ) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(minutes::QUEUE);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Box<goodput_archive::Run>>(minutes::QUEUE);
     let shared = shared.clone();
     let store = tokio::spawn(async move {
         while let Some(row) = rx.recv().await {
-            shared.store(&[row]).await;
+            shared.store(&[*row]).await;
         }
     });
     (tx, store)

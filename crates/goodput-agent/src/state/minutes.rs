@@ -204,7 +204,7 @@ pub(crate) struct Minutes {
     /// Round trips a minute is expected to have (all sessions at their
     /// rate).
     per_minute: usize,
-    out: mpsc::Sender<Run>,
+    out: mpsc::Sender<Box<Run>>,
     /// Minutes before this are stored and closed.
     closed_before: u64,
     /// Summaries the store could not take in time (counted, never silent).
@@ -218,7 +218,7 @@ pub(crate) struct Minutes {
 pub(crate) const QUEUE: usize = 64;
 
 impl Minutes {
-    pub(crate) fn new(run: Booked, out: mpsc::Sender<Run>) -> Self {
+    pub(crate) fn new(run: Booked, out: mpsc::Sender<Box<Run>>) -> Self {
         let per_minute = if let TestSpec::Stamp(s) = &run.spec {
             let every = s.packet_interval().as_secs_f64();
             let n = f64::from(s.sessions) * 60.0 / every.max(1e-6);
@@ -247,7 +247,7 @@ impl Minutes {
             let rtt = m.rtt_us.histogram();
             self.whole.add(&rtt);
             let row = summary(&self.run, start, &m, &rtt);
-            if self.out.try_send(row).is_err() {
+            if self.out.try_send(Box::new(row)).is_err() {
                 self.dropped += 1;
             }
         }
@@ -392,13 +392,13 @@ pub(crate) const SUMMARY_KIND: &str = "owamp_summary";
 /// columns and its histogram, as each minute of a STAMP stream is.
 pub(crate) struct Summaries {
     run: Booked,
-    out: mpsc::Sender<Run>,
+    out: mpsc::Sender<Box<Run>>,
     /// Summaries the store could not take in time (counted, never silent).
     pub(crate) dropped: u64,
 }
 
 impl Summaries {
-    pub(crate) fn new(run: Booked, out: mpsc::Sender<Run>) -> Self {
+    pub(crate) fn new(run: Booked, out: mpsc::Sender<Box<Run>>) -> Self {
         Self { run, out, dropped: 0 }
     }
 }
@@ -424,7 +424,11 @@ impl Observer for Summaries {
     fn on_connection(&mut self, _record: &ConnectionRecord) {}
 
     fn on_one_way_summary(&mut self, to_server: bool, s: &OneWaySummary) {
-        if self.out.try_send(one_way_row(&self.run, to_server, s)).is_err() {
+        if self
+            .out
+            .try_send(Box::new(one_way_row(&self.run, to_server, s)))
+            .is_err()
+        {
             self.dropped += 1;
         }
     }
