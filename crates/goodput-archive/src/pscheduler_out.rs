@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use goodput_core::kind::Kind;
 use goodput_core::path::{PingDetail, TraceDetail};
-use goodput_core::result::{Detail, OneWayDirection, StampStats, TestResult};
+use goodput_core::result::{Detail, OneWayDirection, OneWaySummary, StampStats, TestResult};
 use serde_json::{json, Map, Value};
 
 use crate::{Run, RunState};
@@ -483,6 +483,16 @@ fn latency_result(d: &OneWayDirection) -> Value {
 /// tool gives it, and the TTL histogram when every packet came over the
 /// same number of hops.
 pub fn owamp_latency(d: &OneWayDirection, bucket_s: f64, unsynchronised_too: bool) -> Value {
+    latency_labelled(
+        d,
+        bucket_s,
+        unsynchronised_too,
+        &format!("goodput OWAMP session {}", d.sid),
+    )
+}
+
+/// [`owamp_latency`], its `diags` starting with `what` the figures are of.
+fn latency_labelled(d: &OneWayDirection, bucket_s: f64, unsynchronised_too: bool, what: &str) -> Value {
     let mut r = Map::new();
     r.insert("succeeded".into(), json!(true));
     r.insert("packets-sent".into(), json!(d.sent));
@@ -492,10 +502,7 @@ pub fn owamp_latency(d: &OneWayDirection, bucket_s: f64, unsynchronised_too: boo
     r.insert("packets-reordered".into(), json!(d.reordered));
     let measured = d.delay.as_ref().is_some_and(|x| x.count > 0);
     let synchronized = measured && d.delay.as_ref().is_some_and(|x| x.synchronized);
-    let mut diags = format!(
-        "goodput OWAMP session {} from {} to {}",
-        d.sid, d.sender, d.receiver
-    );
+    let mut diags = format!("{what} from {} to {}", d.sender, d.receiver);
     if synchronized || (unsynchronised_too && measured) {
         // A key is the delay in buckets to two decimals (ms for 1 ms).
         let width_ns = (bucket_s * 1e9).max(1.0);
@@ -564,6 +571,35 @@ pub fn owamp_latency(d: &OneWayDirection, bucket_s: f64, unsynchronised_too: boo
     }
     r.insert("diags".into(), json!(diags));
     Value::Object(r)
+}
+
+/// One summary of a continuous OWAMP stream (from `sender` to
+/// `receiver`) as pScheduler's latencybg result, as its powstream tool
+/// reports one: the same fields as [`owamp_latency`]'s, from that
+/// summary's packets only.
+pub fn owamp_summary_latency(s: &OneWaySummary, sender: &str, receiver: &str, bucket_s: f64) -> Value {
+    let d = OneWayDirection {
+        sid: String::new(),
+        sender: sender.to_owned(),
+        receiver: receiver.to_owned(),
+        sent: s.sent,
+        unsent: s.unsent,
+        received: s.received,
+        lost: s.lost,
+        duplicates: s.duplicates,
+        reordered: s.reordered,
+        reordered_percent: 0.0,
+        n_reordering_percent: Vec::new(),
+        delay: s.delay,
+        percentiles: None,
+        hops: s.hops,
+        histogram_ns: s.histogram_ns.clone(),
+        histogram_negative_ns: s.histogram_negative_ns.clone(),
+        first_ns: Some(s.start_ns),
+        last_ns: Some(s.end_ns),
+        intervals: Vec::new(),
+    };
+    latency_labelled(&d, bucket_s, true, "goodput OWAMP stream summary")
 }
 
 /// A ping run as pScheduler's rtt result: every request (up to goodput's

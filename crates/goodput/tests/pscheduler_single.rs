@@ -1,5 +1,5 @@
 //! The agent as the lead of perfSONAR pScheduler's single-participant
-//! tests (`rtt`, `trace`, `latency`), driven as pScheduler's command line
+//! tests (`rtt`, `trace`, `latency`, `latencybg`), driven as pScheduler's command line
 //! drives a lead: the requests `pscheduler task rtt|trace|latency --source
 //! LEAD` made of a
 //! real pScheduler lead (recorded, `data/pscheduler/*-cli-to-lead.jsonl`)
@@ -433,6 +433,306 @@ fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
     agent.stop(libc::SIGTERM);
 }
 
+/// The recorded exchanges of the command line (not the lead's own calls).
+fn cli_exchanges(recorded: &str) -> Vec<Value> {
+    recorded
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["remote_addr"] == CLI)
+        .collect()
+}
+
+/// The body of the last recorded answer to a GET whose path `matches`.
+fn last_answer(recorded: &[Value], matches: impl Fn(&str) -> bool) -> Value {
+    let e = recorded
+        .iter()
+        .rev()
+        .find(|e| e["method"] == "GET" && matches(e["path"].as_str().unwrap()))
+        .expect("the recording has it");
+    let body = e["response"]["body"].as_str().unwrap();
+    serde_json::from_str(body).unwrap_or_else(|_| json!(body))
+}
+
+#[test]
+fn the_pscheduler_command_line_runs_a_latencybg_stream_led_by_the_agent() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    let owamp = free_tcp_port();
+    let mut server = goodput();
+    server
+        .args(["server", "--listen", "127.0.0.1", "--no-udp", "--verbosity", "0"])
+        .args(["--port", &free_tcp_port().to_string()])
+        .args(["--owamp", "--owamp-port", &owamp.to_string()])
+        .args(["--ow-twamp-listen", "127.0.0.1"]);
+    let _server = spawn_limited(server, 4 << 30);
+    wait_tcp_listening(owamp);
+    let ps_port = free_tcp_port();
+    let (mut agent, ports) = start_agent("ps-single-latencybg", ps_port, &[]);
+    let recorded = cli_exchanges(include_str!("data/pscheduler/latencybg-cli-to-lead.jsonl"));
+    // `pscheduler task latencybg --source LEAD --dest X --duration PT40S
+    // --packet-count 100 --packet-interval 0.1`, as it posted it, made
+    // short: 100 packets 50 ms apart (a summary every 5 s) for 11 s, to
+    // this test's OWAMP server.
+    let post = recorded.iter().find(|e| e["method"] == "POST").unwrap();
+    let body = post["request"]["body"]
+        .as_str()
+        .unwrap()
+        .replace(LEAD, "127.0.0.1")
+        .replace(CLI, "127.0.0.1");
+    let mut doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["test"]["type"], "latencybg");
+    assert_eq!(doc["test"]["spec"]["packet-count"], 100);
+    doc["test"]["spec"]["ctrl-port"] = json!(owamp);
+    doc["test"]["spec"]["duration"] = json!("PT11S");
+    doc["test"]["spec"]["packet-interval"] = json!(0.05);
+    let (status, _, answer) = call(
+        ps_port,
+        "127.0.0.1",
+        "POST",
+        "/pscheduler/tasks",
+        Some(&doc.to_string()),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let url: String = serde_json::from_str(&answer).unwrap();
+    let task = url.rsplit('/').next().unwrap().to_owned();
+    let base = format!("/pscheduler/tasks/{task}");
+    let get = |path: &str| -> Value {
+        let (status, kind, answer) = call(ps_port, "127.0.0.1", "GET", path, None);
+        assert_eq!(status, 200, "{path}: {answer}");
+        if kind.starts_with("application/json") {
+            serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{path}: {e}: {answer}"))
+        } else {
+            json!(answer)
+        }
+    };
+    // What `task` and `watch` read: a task with results that come as
+    // they come, which `watch` therefore does not follow.
+    let detail = get(&format!("{base}?detail=True"));
+    let theirs = last_answer(&recorded, |p| p.ends_with("?detail=True"));
+    has_shape(&theirs, &detail, "task", &[]);
+    assert_eq!(theirs["detail"]["multi-result"], true);
+    assert_eq!(detail["detail"]["multi-result"], true, "{detail}");
+    assert_eq!(detail["tool"], "goodput-powstream");
+    let first = get(&format!("{base}/runs/first"));
+    let theirs_first = last_answer(&recorded, |p| p.ends_with("/runs/first"));
+    has_shape(&theirs_first, &first, "runs/first", &[]);
+    // The stream runs its 11 s; then its run is over.
+    let t0 = std::time::Instant::now();
+    let main = loop {
+        let run = get(&format!("{base}/runs/first"));
+        if run["state"] == "finished" {
+            break run;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "the stream did not end: {run}");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    // What `result TASK` reads: every run; the booked one has no result
+    // of its own, as powstream's has none.
+    let runs = get(&format!("{base}/runs"));
+    let runs: Vec<String> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+        .collect();
+    let theirs_runs = last_answer(&recorded, |p| p.ends_with("/runs"));
+    assert_eq!(
+        theirs_runs.as_array().unwrap().len(),
+        3,
+        "the real lead's: its run and 2 summaries"
+    );
+    assert_eq!(
+        runs[0],
+        main["href"].as_str().unwrap().rsplit('/').next().unwrap()
+    );
+    let theirs_main_id = theirs_runs[0]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let theirs_main = last_answer(&recorded, |p| p.ends_with(&theirs_main_id));
+    assert_eq!(theirs_main["state"], "finished");
+    assert_eq!(theirs_main["result-merged"], Value::Null);
+    has_shape(&theirs_main, &main, "the stream's run", &[]);
+    assert_eq!(main["result-merged"], Value::Null, "{main}");
+    assert_eq!(main["state"], "finished", "{main}");
+    // The archive: the stream's run, and a row per summary.
+    let id = format!("pscheduler/{task}/{}", runs[0]);
+    let row = get_json("127.0.0.1", ports.api, &format!("/api/v1/runs/{id}"));
+    assert_eq!(row["state"], "finished", "{row}");
+    assert_eq!(row["class"], "background");
+    assert_eq!(row["spec"]["continuous"], true, "{row}");
+    assert_eq!(row["spec"]["summary_every"], 100, "{row}");
+    let all = get_json("127.0.0.1", ports.api, "/api/v1/runs?limit=1000");
+    let mut rows: Vec<Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["id"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{id}/summary/to/"))
+        })
+        // A list's rows come without their documents.
+        .map(|r| {
+            get_json(
+                "127.0.0.1",
+                ports.api,
+                &format!("/api/v1/runs/{}", r["id"].as_str().unwrap()),
+            )
+        })
+        .collect();
+    rows.sort_by_key(|r| r["start_ms"].as_u64());
+    // 11 s of packets 50 ms apart: two whole summaries and a part.
+    assert!(rows.len() >= 2, "{} summaries: {all}", rows.len());
+    assert_eq!(runs.len(), 1 + rows.len(), "a run per summary stored: {runs:?}");
+    let theirs_summary_id = theirs_runs[2]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let theirs_summary = last_answer(&recorded, |p| p.ends_with(&theirs_summary_id));
+    let theirs_text = last_answer(&recorded, |p| {
+        p.contains(&theirs_summary_id) && p.contains("/result?format=text")
+    });
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pscheduler-schemas");
+    let read = |f: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{f}.json")).unwrap()).unwrap()
+    };
+    let mut schema = read("latency-result");
+    schema["pScheduler"] = read("dictionary");
+    let v = jsonschema::validator_for(&schema).unwrap();
+    let (mut sent, mut received) = (0, 0);
+    for (run, row) in runs[1..].iter().zip(&rows) {
+        let view = get(&format!("{base}/runs/{run}"));
+        has_shape(&theirs_summary, &view, "a summary's run", &[]);
+        assert_eq!(view["state"], "finished", "{view}");
+        assert_eq!(view["result"], Value::Null);
+        let merged = &view["result-merged"];
+        // The summary's figures are the archived summary's own.
+        let stored = &row["result"];
+        assert_eq!(merged["packets-sent"], stored["sent"], "{merged} {stored}");
+        assert_eq!(
+            merged["packets-received"], stored["received"],
+            "{merged} {stored}"
+        );
+        assert_eq!(merged["packets-lost"], stored["lost"], "{merged} {stored}");
+        assert_eq!(merged["packets-lost"], 0, "{merged}");
+        assert_eq!(merged["packets-duplicated"], stored["duplicates"]);
+        let in_histogram: u64 = merged["histogram-latency"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            json!(in_histogram),
+            stored["received"],
+            "every packet's delay: {merged}"
+        );
+        let wrong: Vec<String> = v.iter_errors(merged).map(|e| e.to_string()).collect();
+        assert!(wrong.is_empty(), "{wrong:?}\n{merged}");
+        sent += merged["packets-sent"].as_u64().unwrap();
+        received += merged["packets-received"].as_u64().unwrap();
+        let text = get(&format!("{base}/runs/{run}/result?format=text/plain"));
+        assert_eq!(
+            latency_layout(text.as_str().unwrap().trim()),
+            latency_layout(theirs_text.as_str().unwrap().trim()),
+            "the printed result's layout:\n{text}"
+        );
+    }
+    // The first two summaries are whole; every packet of the stream is in
+    // one summary, and each arrived.
+    assert_eq!(rows[0]["result"]["sent"], 100);
+    assert_eq!(rows[1]["result"]["sent"], 100);
+    let to = &row["result"]["owamp"]["to"];
+    assert_eq!(json!(sent), to["sent"], "{to}");
+    assert_eq!(json!(received), to["received"], "{to}");
+    assert_eq!(sent, received);
+    // The task's command line, as the real lead's (the options this test
+    // changed aside).
+    let cli = get(&format!("{base}/cli"));
+    let mut cli: Vec<String> = serde_json::from_value(cli).unwrap();
+    for (option, value) in [
+        ("--ctrl-port", owamp.to_string()),
+        ("--duration", "PT11S".into()),
+        ("--packet-interval", "0.05".into()),
+    ] {
+        let at = cli.iter().position(|a| a == option).expect(option);
+        assert_eq!(cli[at + 1], value);
+        cli[at + 1] = String::new();
+    }
+    let theirs_cli: Vec<String> =
+        serde_json::from_value(last_answer(&recorded, |p| p.ends_with("/cli"))).unwrap();
+    let theirs_cli: Vec<String> = theirs_cli
+        .iter()
+        .map(|a| a.replace(LEAD, "127.0.0.1").replace(CLI, "127.0.0.1"))
+        .collect();
+    let mut want = theirs_cli.clone();
+    for option in ["--duration", "--packet-interval"] {
+        let at = want.iter().position(|a| a == option).unwrap();
+        want[at + 1] = String::new();
+    }
+    cli.retain(|a| a != "--ctrl-port");
+    cli.retain(|a| !a.is_empty());
+    want.retain(|a| !a.is_empty());
+    assert_eq!(cli, want, "the task's command line");
+    // A client that gives up on a stream: cancelling the task cuts its
+    // run short, the summaries given until then kept, and frees its
+    // background slot, rather than letting it stream to its end.
+    doc["test"]["spec"]["duration"] = json!("PT10M");
+    let (status, _, answer) = call(
+        ps_port,
+        "127.0.0.1",
+        "POST",
+        "/pscheduler/tasks",
+        Some(&doc.to_string()),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let url: String = serde_json::from_str(&answer).unwrap();
+    let long = url.rsplit('/').next().unwrap().to_owned();
+    let base = format!("/pscheduler/tasks/{long}");
+    let t0 = std::time::Instant::now();
+    while get(&format!("{base}/runs")).as_array().unwrap().len() < 2 {
+        assert!(t0.elapsed().as_secs() < 30, "no summary came");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let status = get_json("127.0.0.1", ports.api, "/api/v1/health");
+    assert_eq!(status["running_background"], 1, "{status}");
+    let (code, _, answer) = call(ps_port, "127.0.0.1", "DELETE", &base, None);
+    assert_eq!(code, 200, "{answer}");
+    let t0 = std::time::Instant::now();
+    let cut = loop {
+        let run = get(&format!("{base}/runs/first"));
+        if run["state"] != "running" && run["state"] != "pending" {
+            break run;
+        }
+        assert!(t0.elapsed().as_secs() < 10, "the stream went on: {run}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(cut["state"], "canceled", "{cut}");
+    let run = cut["href"].as_str().unwrap().rsplit('/').next().unwrap();
+    let row = get_json(
+        "127.0.0.1",
+        ports.api,
+        &format!("/api/v1/runs/pscheduler/{long}/{run}"),
+    );
+    assert_eq!(row["state"], "cancelled", "{row}");
+    assert_eq!(row["reason"], "the pScheduler client cancelled the task", "{row}");
+    assert!(row["end_ms"].as_u64().unwrap() < now_ms(), "{row}");
+    let status = get_json("127.0.0.1", ports.api, "/api/v1/health");
+    assert_eq!(status["running_background"], 0, "{status}");
+    let summaries = get(&format!("{base}/runs")).as_array().unwrap().len() - 1;
+    assert!(summaries >= 1, "the summary given before the cut is kept");
+    agent.stop(libc::SIGTERM);
+}
+
 /// A task for `test` from this test's client.
 fn task(ty: &str, spec: Value, schedule: Value) -> String {
     json!({"schema": 1, "test": {"type": ty, "spec": spec}, "schedule": schedule}).to_string()
@@ -517,6 +817,21 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
             "protocol",
         ),
         ("latency", json!({"dest": "127.0.0.1:22"}), "dest"),
+        (
+            "latencybg",
+            json!({"dest": "127.0.0.1", "duration": "P30D"}),
+            "duration",
+        ),
+        (
+            "latencybg",
+            json!({"dest": "127.0.0.1", "duration": "PT1M", "packet-count": 1, "packet-interval": 0.001}),
+            "packet-count × packet-interval",
+        ),
+        (
+            "latencybg",
+            json!({"dest": "127.0.0.1", "duration": "PT1M", "output-raw": true}),
+            "output-raw",
+        ),
     ] {
         let (status, _, answer) = post("127.0.0.1", &task(ty, spec.clone(), json!({})));
         assert_eq!(status, 400, "{spec}: {answer}");
@@ -545,12 +860,6 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
     assert_eq!(status, 403, "{answer}");
     assert!(answer.contains("limit max_duration"), "{answer}");
     // Tests it does not lead, with the reason.
-    let (status, _, answer) = post(
-        "127.0.0.1",
-        &task("latencybg", json!({"dest": "127.0.0.1"}), json!({})),
-    );
-    assert_eq!(status, 422, "{answer}");
-    assert!(answer.contains("powstream summary"), "{answer}");
     let (status, _, answer) = post(
         "127.0.0.1",
         &task("throughput", json!({"dest": "127.0.0.1"}), json!({})),
@@ -587,6 +896,39 @@ fn a_hostile_pscheduler_client_is_held_to_the_limits() {
     let run_id = runs[0].rsplit('/').next().unwrap();
     let row = archived(ports, &format!("pscheduler/{task_id}/{run_id}"));
     assert_eq!(row["state"], "cancelled", "{row}");
+    // Streams: each keeps its summaries' results for pScheduler to read,
+    // so no more than 16 latencybg tasks are under way at once.
+    let mut streams = Vec::new();
+    for _ in 0..16 {
+        let body = task(
+            "latencybg",
+            json!({"dest": "127.0.0.1", "duration": "PT1M"}),
+            later.clone(),
+        );
+        let (status, _, answer) = post("127.0.0.1", &body);
+        assert_eq!(status, 200, "{answer}");
+        let url: String = serde_json::from_str(&answer).unwrap();
+        streams.push(url.split_once(&format!("{ps_port}")).unwrap().1.to_owned());
+    }
+    let body = task(
+        "latencybg",
+        json!({"dest": "127.0.0.1", "duration": "PT1M"}),
+        later.clone(),
+    );
+    let (status, _, answer) = post("127.0.0.1", &body);
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("limit pscheduler_latencybg_tasks"), "{answer}");
+    for path in &streams {
+        let (status, _, answer) = call(ps_port, "127.0.0.1", "DELETE", path, None);
+        assert_eq!(status, 200, "{answer}");
+    }
+    // A day's stream is past this agent's longest run (1 h here).
+    let (status, _, answer) = post(
+        "127.0.0.1",
+        &task("latencybg", json!({"dest": "127.0.0.1"}), later.clone()),
+    );
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("limit max_duration"), "{answer}");
     // A flood of tasks from one client: held to --pscheduler-max-tasks.
     let body = tmp("ps-single-hostile", "task.json");
     std::fs::write(

@@ -174,6 +174,10 @@ fn tool_of(name: &str) -> Value {
             "latency",
             "goodput's OWAMP client: one-way loss and delay to the far end's OWAMP server",
         ),
+        "goodput-powstream" => (
+            "latencybg",
+            "goodput's continuous OWAMP stream: a result per summary to the far end's OWAMP server",
+        ),
         _ => (
             "throughput",
             "goodput agent's iperf3 server, started for each run",
@@ -242,20 +246,25 @@ async fn clock_state() -> Response {
 
 async fn tests(headers: HeaderMap) -> Response {
     let root = root_url(&headers, None);
-    data(&json!(["latency", "rtt", "throughput", "trace"]
+    data(&json!(["latency", "latencybg", "rtt", "throughput", "trace"]
         .iter()
         .map(|t| format!("{root}/tests/{t}"))
         .collect::<Vec<_>>()))
 }
 
 /// `GET /tests/NAME`: the tests offered: throughput as a participant,
-/// rtt, trace and latency as their lead (and only participant).
+/// rtt, trace, latency and latencybg as their lead (and only
+/// participant).
 async fn test_named(Path(name): Path<String>) -> Response {
     let (description, class) = match name.as_str() {
         "throughput" => ("Measure network throughput between hosts", "exclusive"),
         "rtt" => ("Measure the round-trip time between hosts", "background"),
         "trace" => ("Trace the path between IP hosts", "background"),
         "latency" => ("Measure one-way latency and loss between hosts", "background"),
+        "latencybg" => (
+            "Continuously measure one-way latency and loss between hosts",
+            "background-multi",
+        ),
         _ => return not_found(),
     };
     data(&json!({
@@ -275,7 +284,8 @@ async fn tools(State(p): State<Participant>, Query(q): Params) -> Response {
             "iperf3",
             "goodput-ping",
             "goodput-trace",
-            "goodput-owamp"
+            "goodput-owamp",
+            "goodput-powstream"
         ]
         .iter()
         .map(|t| tool_of(t))
@@ -316,7 +326,15 @@ async fn tools(State(p): State<Participant>, Query(q): Params) -> Response {
 }
 
 async fn tool_named(Path(name): Path<String>) -> Response {
-    if ["iperf3", "goodput-ping", "goodput-trace"].contains(&name.as_str()) {
+    if [
+        "iperf3",
+        "goodput-ping",
+        "goodput-trace",
+        "goodput-owamp",
+        "goodput-powstream",
+    ]
+    .contains(&name.as_str())
+    {
         data(&tool_of(&name))
     } else {
         text(

@@ -141,6 +141,7 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
         shared.store(&[r]).await;
         // The slot is the run's: it stops at the slot's end.
         let token = shared.cancel.child_token();
+        shared.lock().cuts.insert(b.number, (token.clone(), None));
         let cut = Duration::from_millis(b.end_ms.saturating_sub(start));
         let timer = {
             let token = token.clone();
@@ -162,24 +163,34 @@ async fn execute(shared: Arc<Shared>, b: Booked) {
         let result = engine_run(&shared, &b, token.clone()).await;
         timer.abort();
         let end = clock::now_ms();
-        {
+        let cut_why = {
             let mut inner = shared.lock();
+            let why = inner.cuts.remove(&b.number).and_then(|(_, why)| why);
             if background {
                 inner.running_background -= 1;
             } else {
                 inner.running -= 1;
             }
-        }
+            why
+        };
         let stopping = shared.cancel.is_cancelled();
         match result {
-            Ok(result) => Shared::finished(
-                &b,
-                &result,
-                start,
-                end,
-                token.is_cancelled() && !stopping,
-                stopping,
-            ),
+            Ok(result) => {
+                let mut r = Shared::finished(
+                    &b,
+                    &result,
+                    start,
+                    end,
+                    token.is_cancelled() && !stopping && cut_why.is_none(),
+                    stopping,
+                );
+                // Cut short on request: what it measured until then.
+                if let (Some(why), false) = (cut_why, stopping) {
+                    r.state = RunState::Cancelled;
+                    r.reason = Some(why);
+                }
+                r
+            }
             Err(why) => {
                 let mut r = b.record(RunState::Failed, Some(why));
                 r.start_ms = Some(start);
@@ -228,7 +239,7 @@ async fn engine_run(
     let joined = if b.class == RunClass::Background && matches!(b.spec, TestSpec::Stamp(_)) {
         // A background stream is kept as per-minute summaries; one to a
         // reflector runs on the agent's STAMP hub beside every other.
-        let (tx, store) = summary_store(shared);
+        let (tx, store) = summary_store(shared, &b.id);
         let mut minutes = Minutes::new(b.clone(), tx);
         let hub = shared.stamp_hub.clone();
         let joined = tokio::spawn(async move {
@@ -269,7 +280,7 @@ async fn engine_run(
         })
     } else if matches!(&b.spec, TestSpec::Owamp(o) if o.continuous) {
         // A continuous OWAMP stream is kept summary by summary.
-        let (tx, store) = summary_store(shared);
+        let (tx, store) = summary_store(shared, &b.id);
         let mut summaries = minutes::Summaries::new(b.clone(), tx);
         let joined = tokio::spawn(async move {
             let result = run(&spec, context, &mut summaries, token).await;
@@ -293,20 +304,23 @@ async fn engine_run(
 }
 
 /// A queue of a stream's summary rows and the task that stores them; the
-/// task ends once the queue's sender is dropped and it is drained. A row
-/// is queued boxed: the queue's first block holds 32 slots from its start,
+/// task ends once the queue's sender is dropped and it is drained; a
+/// stored row is told to the run's tap, if any. A row is queued boxed: the queue's first block holds 32 slots from its start,
 /// 20 KB per stream were they whole rows.
 fn summary_store(
     shared: &Arc<Shared>,
+    run_id: &str,
 ) -> (
     tokio::sync::mpsc::Sender<Box<goodput_archive::Run>>,
     tokio::task::JoinHandle<()>,
 ) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Box<goodput_archive::Run>>(minutes::QUEUE);
     let shared = shared.clone();
+    let run_id = run_id.to_owned();
     let store = tokio::spawn(async move {
         while let Some(row) = rx.recv().await {
-            shared.store(&[*row]).await;
+            shared.store(std::slice::from_ref(&*row)).await;
+            shared.tell_tap(&run_id, &row);
         }
     });
     (tx, store)

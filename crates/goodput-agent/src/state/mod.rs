@@ -103,6 +103,9 @@ pub(crate) struct Inner {
     /// Background runs under way (they have slots of their own,
     /// `max_background`, and take none of `max_running`'s).
     pub(crate) running_background: usize,
+    /// The runs under way, by number: what cuts one short, and why it
+    /// was cut (set by [`Shared::cut_run`]).
+    pub(crate) cuts: HashMap<u64, (CancellationToken, Option<String>)>,
     pub(crate) latest: BTreeMap<String, Latest>,
     pub(crate) counters: Counters,
     pub(crate) beacon_error: Option<String>,
@@ -153,7 +156,15 @@ pub(crate) struct Shared {
     /// The background STAMP streams' sessions, all on a few shared
     /// sockets (opened by the first stream).
     pub(crate) stamp_hub: Arc<goodput_engine::stamp::StampHub>,
+    /// Those told of a stream's summaries as they are stored, by the
+    /// run's id (a pScheduler `latencybg` task's run: each summary is a
+    /// run of that task).
+    taps: Mutex<HashMap<String, tokio::sync::mpsc::Sender<Box<Run>>>>,
 }
+
+/// Summaries a tap holds before more are dropped (counted): a stream
+/// gives one every few seconds at most.
+pub(crate) const TAP_QUEUE: usize = 64;
 
 /// Most runs of its own an agent holds in memory while its archive
 /// cannot take them, and most bytes of their documents: past either, the
@@ -288,6 +299,7 @@ impl Shared {
             unstored: Mutex::new(Unstored::default()),
             store_turn: tokio::sync::Mutex::new(()),
             stamp_hub: Arc::new(goodput_engine::stamp::StampHub::new()),
+            taps: Mutex::new(HashMap::new()),
             inner: Mutex::new(Inner {
                 loaded,
                 config_error: None,
@@ -296,6 +308,7 @@ impl Shared {
                 writes: Writes::default(),
                 running: 0,
                 running_background: 0,
+                cuts: HashMap::new(),
                 latest: BTreeMap::new(),
                 counters: Counters::default(),
                 beacon_error: None,
@@ -444,6 +457,49 @@ impl Shared {
     /// to. When the archive cannot take them (its disk is full) they are
     /// held in memory, bounded, and written with the next store that goes
     /// through, or by housekeeping's retry: never dropped silently.
+    /// Cuts the run `number` short if it is under way (it is then kept
+    /// as cancelled, with `why` and what it measured until then).
+    pub(crate) fn cut_run(&self, number: u64, why: &str) -> bool {
+        let mut inner = self.lock();
+        match inner.cuts.get_mut(&number) {
+            Some((token, reason)) => {
+                *reason = Some(why.to_owned());
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Tells the caller of the summaries of run `id` stored from now on,
+    /// until [`Shared::untap`].
+    pub(crate) fn tap(&self, id: &str) -> tokio::sync::mpsc::Receiver<Box<Run>> {
+        let (tx, rx) = tokio::sync::mpsc::channel(TAP_QUEUE);
+        self.taps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_owned(), tx);
+        rx
+    }
+
+    pub(crate) fn untap(&self, id: &str) {
+        self.taps.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+
+    /// A summary of run `id` was stored: its tap, if any, is told (a tap
+    /// that is full or gone misses it; the archive has it).
+    pub(crate) fn tell_tap(&self, id: &str, row: &Run) {
+        let taps = self.taps.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = taps.get(id) {
+            if tx.try_send(Box::new(row.clone())).is_err() {
+                log(&format!(
+                    "run {id}: summary {} was not told to its pScheduler task",
+                    row.id
+                ));
+            }
+        }
+    }
+
     pub(crate) async fn store(&self, runs: &[Run]) {
         let _turn = self.store_turn.lock().await;
         let held: Vec<Run> = {

@@ -1,12 +1,16 @@
 //! The agent as the lead of perfSONAR pScheduler's single-participant
-//! tests, `rtt`, `trace` and `latency`: the source of such a test is its
+//! tests, `rtt`, `trace`, `latency` and `latencybg`: the source of such a test is its
 //! only participant, so `pscheduler task rtt --source THIS_AGENT --dest X`
 //! hands the whole task to this agent. The task's runs are goodput `ping`,
 //! `trace` and `owamp` runs (the last to the far end's OWAMP server, as
 //! pScheduler's owping tool runs), booked on the agent's own calendar in their own class
 //! (background) under the limits a peer's bookings meet, started by the
 //! executor like every run of the agent, and kept in the archive as runs
-//! of task `pscheduler/TASK-UUID`. What the pScheduler command line reads
+//! of task `pscheduler/TASK-UUID`. A `latencybg` run is a continuous
+//! goodput `owamp` stream (as powstream's) for the task's duration; each
+//! of its summaries, as it is stored, is added to the task as a finished
+//! run of its own with that summary's result, the way pScheduler's runner
+//! adds one for each powstream result. What the pScheduler command line reads
 //! back (the task, its runs, each run's result in pScheduler's rtt,
 //! trace or latency result format, and that result as text) is made here; the HTTP
 //! side is `http::pscheduler`.
@@ -21,10 +25,10 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use goodput_archive::pscheduler_out::{iso_duration, to_pscheduler, Ends};
+use goodput_archive::pscheduler_out::{iso_duration, owamp_summary_latency, to_pscheduler, Ends};
 use goodput_archive::RunState;
 use goodput_core::path::{PingMethod, ProbeMethod};
-use goodput_core::result::{Detail, TestResult};
+use goodput_core::result::{Detail, OneWaySummary, TestResult};
 use goodput_core::schedule::RunClass;
 use goodput_core::spec::owamp::{OwampDirection, MAX_TEST_PACKET, OPEN_HEADER};
 use goodput_core::spec::{Family, OwampSpec, PingSpec, TestSpec, TraceSpec};
@@ -70,6 +74,17 @@ const FIRST_START_MS: u64 = 2_000;
 const ENDED_KEEP_MS: u64 = 3_600_000;
 /// A repeating task's runs are at least this far apart.
 const MIN_REPEAT_MS: u64 = 10_000;
+/// A latencybg stream's summaries are at least this far apart
+/// (`packet-count` × `packet-interval`; perfSONAR's meshes use 60 s).
+const MIN_SUMMARY_MS: f64 = 5_000.0;
+/// A latencybg stream's longest duration (and its default, powstream's).
+const MAX_STREAM_MS: u64 = 86_400_000;
+/// The summaries of a latencybg task kept for pScheduler to read, the
+/// newest: a day's at one a minute (the archive keeps every one).
+pub(crate) const MAX_SUMMARIES: usize = 1440;
+/// Most latencybg tasks under way here at once: each keeps up to
+/// [`MAX_SUMMARIES`] results in memory.
+pub(crate) const MAX_STREAMING_TASKS: usize = 16;
 
 /// pScheduler's single-participant test types this agent leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +92,7 @@ pub(crate) enum TestType {
     Rtt,
     Trace,
     Latency,
+    LatencyBg,
 }
 
 impl TestType {
@@ -85,6 +101,7 @@ impl TestType {
             Self::Rtt => "rtt",
             Self::Trace => "trace",
             Self::Latency => "latency",
+            Self::LatencyBg => "latencybg",
         }
     }
 
@@ -94,6 +111,7 @@ impl TestType {
             Self::Rtt => "goodput-ping",
             Self::Trace => "goodput-trace",
             Self::Latency => "goodput-owamp",
+            Self::LatencyBg => "goodput-powstream",
         }
     }
 
@@ -105,6 +123,7 @@ impl TestType {
             Self::Rtt => matches!(tool, "goodput-ping" | "ping"),
             Self::Trace => matches!(tool, "goodput-trace" | "traceroute" | "tracepath"),
             Self::Latency => matches!(tool, "goodput-owamp" | "owping"),
+            Self::LatencyBg => matches!(tool, "goodput-powstream" | "powstream"),
         }
     }
 
@@ -114,25 +133,24 @@ impl TestType {
             "rtt" => Ok(Self::Rtt),
             "trace" => Ok(Self::Trace),
             "latency" => Ok(Self::Latency),
-            "latencybg" => Err(LATENCYBG_REFUSED.into()),
+            "latencybg" => Ok(Self::LatencyBg),
             "throughput" => Err(
                 "this goodput agent takes part in throughput tasks other hosts lead (as their destination); \
                  it leads none"
                     .into(),
             ),
             other => Err(format!(
-                "this goodput agent leads pScheduler's rtt, trace and latency tests only, not {other}"
+                "this goodput agent leads pScheduler's rtt, trace, latency and latencybg tests only, not {other}"
             )),
         }
     }
-}
 
-/// Why `latencybg` is not led here.
-const LATENCYBG_REFUSED: &str = "this goodput agent does not run pScheduler's latencybg test: a \
-     latencybg run streams for its whole duration and, for every packet-count packets (a \
-     powstream summary), adds a finished run with that summary's result to the task while it \
-     runs; this agent gives each run it booked one result, when it ends (run latency tasks with \
-     a repeat instead)";
+    /// Whether its runs add results while they run (pScheduler's
+    /// background-multi scheduling class).
+    pub(crate) fn multi_result(self) -> bool {
+        self == Self::LatencyBg
+    }
+}
 
 /// A single-participant test read from a task, with every number bounded:
 /// the goodput spec it runs as, and its slot's length.
@@ -244,7 +262,8 @@ impl SingleTest {
         let t = match ty {
             TestType::Rtt => Self::read_rtt(spec)?,
             TestType::Trace => Self::read_trace(spec)?,
-            TestType::Latency => Self::read_latency(spec)?,
+            TestType::Latency => Self::read_latency(spec, false)?,
+            TestType::LatencyBg => Self::read_latency(spec, true)?,
         };
         t.spec.validate().map_err(|e| format!("{e}"))?;
         let max_ms = u64::try_from(max_duration.as_millis()).unwrap_or(u64::MAX);
@@ -386,32 +405,34 @@ impl SingleTest {
     /// source: a session from the source to the dest's OWAMP server (or,
     /// with `flip`, the lead is the dest and asks the source's server to
     /// send to it).
-    fn read_latency(spec: &Map<String, Value>) -> Result<Self, String> {
-        refuse_fields(
-            spec,
-            &[
-                "schema",
-                "source",
-                "source-node",
-                "dest",
-                "dest-node",
-                "protocol",
-                "packet-count",
-                "packet-interval",
-                "packet-timeout",
-                "packet-padding",
-                "ctrl-port",
-                "data-ports",
-                "ip-tos",
-                "ip-version",
-                "bucket-width",
-                "output-raw",
-                "flip",
-                "reverse",
-                "traverse-nat",
-            ],
-            &[],
-        )?;
+    /// `latency`, or with `stream` `latencybg` (its own fields and
+    /// defaults: a `duration`, 600 packets a summary).
+    fn read_latency(spec: &Map<String, Value>, stream: bool) -> Result<Self, String> {
+        let mut known = vec![
+            "schema",
+            "source",
+            "source-node",
+            "dest",
+            "dest-node",
+            "protocol",
+            "packet-count",
+            "packet-interval",
+            "packet-timeout",
+            "packet-padding",
+            "ctrl-port",
+            "data-ports",
+            "ip-tos",
+            "ip-version",
+            "bucket-width",
+            "output-raw",
+            "flip",
+        ];
+        known.extend(if stream {
+            &["duration"][..]
+        } else {
+            &["reverse", "traverse-nat"][..]
+        });
+        refuse_fields(spec, &known, &[])?;
         whole(spec, "schema", 1, 4)?;
         if let Some(p) = spec.get("protocol").filter(|p| !p.is_null()) {
             if p != "owamp" {
@@ -440,7 +461,7 @@ impl SingleTest {
         let source = plain_host(spec, "source")?;
         host(spec, "source-node")?;
         host(spec, "dest-node")?;
-        let count = whole(spec, "packet-count", 1, MAX_PACKETS)?.unwrap_or(100);
+        let count = whole(spec, "packet-count", 1, MAX_PACKETS)?.unwrap_or(if stream { 600 } else { 100 });
         let interval_ms = match spec.get("packet-interval").filter(|v| !v.is_null()) {
             None => 100.0,
             Some(v) => v
@@ -498,6 +519,20 @@ impl SingleTest {
                 })?,
         };
         family(spec)?;
+        let duration_ms = if stream {
+            let d = duration_ms(spec, "duration", 1_000, MAX_STREAM_MS)?.unwrap_or(MAX_STREAM_MS);
+            if count as f64 * interval_ms < MIN_SUMMARY_MS {
+                return Err(format!(
+                    "packet-count × packet-interval is a summary every {} s; this agent gives one \
+                     at most every {} s",
+                    count as f64 * interval_ms / 1000.0,
+                    MIN_SUMMARY_MS / 1000.0
+                ));
+            }
+            Some(d)
+        } else {
+            None
+        };
         // The far end's OWAMP server, and this end's address.
         let (far, near) = if flip {
             (
@@ -527,12 +562,23 @@ impl SingleTest {
             test_ports,
             bind: near.as_deref().and_then(|s| s.parse().ok()),
             family: family(spec)?,
+            continuous: stream,
+            summary_every: if stream {
+                count
+            } else {
+                OwampSpec::default().summary_every
+            },
+            duration: duration_ms.map(|ms| HumanDuration(Duration::from_millis(ms))),
             ..OwampSpec::default()
         };
         let spec = TestSpec::Owamp(o);
         let own = spec.expected_ms().unwrap_or(0);
         Ok(Self {
-            ty: TestType::Latency,
+            ty: if stream {
+                TestType::LatencyBg
+            } else {
+                TestType::Latency
+            },
             // OWAMP-Control's set-up and the session's fetch too.
             slot_ms: own.saturating_add(SLOT_MARGIN_MS + 2_000),
             spec,
@@ -705,6 +751,9 @@ pub(crate) struct LedRun {
     pub(crate) ran: Option<(u64, u64)>,
     /// Why it did not start.
     pub(crate) errors: Option<String>,
+    /// A latencybg stream's summary, added while its run ran (booked
+    /// runs: false).
+    pub(crate) summary: bool,
 }
 
 /// A task a pScheduler client gave this agent to lead.
@@ -876,6 +925,15 @@ pub(crate) async fn create(
             .filter(|t| t.requester == requester && !t.ended())
             .count()
             + others;
+        let streaming = tasks
+            .values()
+            .filter(|t| t.test.ty.multi_result() && !t.ended())
+            .count();
+        if test.ty.multi_result() && streaming >= MAX_STREAMING_TASKS {
+            return Err(PsRefusal::Forbidden(format!(
+                "Task forbidden by limits:\nlimit pscheduler_latencybg_tasks: {streaming} latencybg tasks are under way here, {MAX_STREAMING_TASKS} allowed"
+            )));
+        }
         if mine >= ps.max_tasks {
             return Err(PsRefusal::Forbidden(format!(
                 "Task forbidden by limits:\nlimit pscheduler_max_tasks: {requester} keeps {mine} tasks here, {} allowed",
@@ -950,6 +1008,7 @@ pub(crate) async fn create(
                 result: None,
                 ran: None,
                 errors: None,
+                summary: false,
             })
             .collect();
     });
@@ -1008,6 +1067,9 @@ async fn follow(shared: Arc<Shared>, st: Arc<SingleState>, task: String, here: S
         let Some((run, number, start, end)) = next else {
             return;
         };
+        let id = format!("pscheduler/{task}/{run}");
+        // A latencybg run's summaries, told as they are stored.
+        let mut tap = test.ty.multi_result().then(|| Tap::new(&shared, &id));
         let wait = Duration::from_millis(start.saturating_sub(clock::now_ms()));
         tokio::select! {
             _ = shared.cancel.cancelled() => return,
@@ -1037,9 +1099,17 @@ async fn follow(shared: Arc<Shared>, st: Arc<SingleState>, task: String, here: S
             tokio::select! {
                 _ = shared.cancel.cancelled() => return,
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                Some(row) = next_row(&mut tap) => add_summary(&st, &task, &row, &test, &here),
             }
         }
-        let id = format!("pscheduler/{task}/{run}");
+        // The executor stores the stream's last summaries before it lets
+        // go of the run.
+        if let Some(t) = &mut tap {
+            while let Ok(row) = t.rx.try_recv() {
+                add_summary(&st, &task, &row, &test, &here);
+            }
+        }
+        drop(tap);
         // The executor lets go of the run before it stores its last
         // record: the record that says it ended is waited for (10 s).
         let mut stored = shared.archive.get(&id).await;
@@ -1104,6 +1174,87 @@ fn set_phase(st: &SingleState, task: &str, run: &str, phase: RunPhase) {
     });
 }
 
+/// A run's summaries as they are stored, while it is held (untapped when
+/// dropped).
+struct Tap {
+    shared: Arc<Shared>,
+    id: String,
+    rx: tokio::sync::mpsc::Receiver<Box<goodput_archive::Run>>,
+}
+
+impl Tap {
+    fn new(shared: &Arc<Shared>, id: &str) -> Self {
+        Self {
+            shared: shared.clone(),
+            id: id.to_owned(),
+            rx: shared.tap(id),
+        }
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.shared.untap(&self.id);
+    }
+}
+
+/// The next summary of a tapped run; never, with no tap.
+async fn next_row(tap: &mut Option<Tap>) -> Option<Box<goodput_archive::Run>> {
+    match tap {
+        Some(t) => t.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Adds a stream's stored summary to its task as a finished run with
+/// that summary's latencybg result, as pScheduler's runner adds one for
+/// each powstream result (its times the moment it was added); past
+/// [`MAX_SUMMARIES`] the oldest summary goes.
+fn add_summary(st: &SingleState, task: &str, row: &goodput_archive::Run, test: &SingleTest, here: &str) {
+    let Some(summary) = row
+        .result
+        .as_ref()
+        .and_then(|v| serde_json::from_value::<OneWaySummary>(v.clone()).ok())
+    else {
+        log(&format!(
+            "pScheduler task {task}: summary {} does not read",
+            row.id
+        ));
+        return;
+    };
+    // The source sends, with flip or without (flip only says which end
+    // runs the client).
+    let sender = test.source.as_deref().unwrap_or(here);
+    let mut result = owamp_summary_latency(&summary, sender, &test.dest, test.bucket_s);
+    result["schema"] = json!(1);
+    let now = clock::now_ms();
+    let phase = if result["succeeded"] == true {
+        RunPhase::Finished
+    } else {
+        RunPhase::Failed
+    };
+    st.owned_any(task, |t| {
+        if t.runs.iter().filter(|r| r.summary).count() >= MAX_SUMMARIES {
+            if let Some(i) = t.runs.iter().position(|r| r.summary) {
+                t.runs.remove(i);
+            }
+        }
+        t.runs.push(LedRun {
+            uuid: uuid::Uuid::new_v4().to_string(),
+            number: 0,
+            added_ms: now,
+            start_ms: now,
+            end_ms: now,
+            phase,
+            result: Some(result),
+            ran: Some((now, now)),
+            errors: None,
+            summary: true,
+        });
+    });
+    st.done.notify_waiters();
+}
+
 /// A time as pScheduler shows a task's and a run's: to the second.
 fn iso_s(ms: u64) -> String {
     iso(ms / 1000 * 1000).replace(".000+", "+")
@@ -1132,6 +1283,8 @@ fn outcome(r: &goodput_archive::Run, here: &str, test: &SingleTest) -> Ended {
                 observer: here.to_owned(),
             };
             let result = match (test.ty, r.state) {
+                // Its results are its summaries' runs, as powstream's.
+                (TestType::LatencyBg, RunState::Finished) => return (RunPhase::Finished, None, ran, None),
                 (TestType::Latency, RunState::Finished) => latency_of(r, test.bucket_s),
                 _ => match to_pscheduler(r, &ends) {
                     Ok(docs) => docs
@@ -1186,19 +1339,25 @@ fn latency_of(r: &goodput_archive::Run, bucket_s: f64) -> Value {
 }
 
 /// Cancels the task: its runs not yet started are taken off the
-/// calendar and kept as cancelled; a run under way ends at its slot.
+/// calendar and kept as cancelled; a run under way is cut short (a
+/// latencybg stream: with the summaries it gave until then).
 pub(crate) async fn cancel(
     shared: &Arc<Shared>,
     st: &SingleState,
     uuid: &str,
     requester: IpAddr,
 ) -> Result<(), PsRefusal> {
-    let pending: Vec<(String, u64)> = st.owned(uuid, requester, |t| {
-        t.runs
-            .iter()
-            .filter(|r| r.phase == RunPhase::Pending)
-            .map(|r| (r.uuid.clone(), r.number))
-            .collect()
+    let (pending, mut under_way): (Vec<(String, u64)>, Vec<u64>) = st.owned(uuid, requester, |t| {
+        let runs = t.runs.iter().filter(|r| !r.summary);
+        (
+            runs.clone()
+                .filter(|r| r.phase == RunPhase::Pending)
+                .map(|r| (r.uuid.clone(), r.number))
+                .collect(),
+            runs.filter(|r| r.phase == RunPhase::Running)
+                .map(|r| r.number)
+                .collect(),
+        )
     })?;
     let mut records = Vec::new();
     for (run, number) in pending {
@@ -1209,7 +1368,11 @@ pub(crate) async fn cancel(
                     inner.book.calendar.release(number);
                     inner.book.booked.remove(&number)
                 }
-                _ => None,
+                Some(_) => {
+                    under_way.push(number);
+                    None
+                }
+                None => None,
             }
         };
         if let Some(b) = b {
@@ -1229,6 +1392,19 @@ pub(crate) async fn cancel(
         }
     }
     shared.store(&records).await;
+    // The runs the executor has taken (their phase may not say so yet):
+    // each is cut once it is under way (2 s at most); `follow` keeps its
+    // record when it ends.
+    for number in under_way {
+        for _ in 0..40 {
+            if shared.cut_run(number, "the pScheduler client cancelled the task")
+                || !shared.lock().book.booked.contains_key(&number)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
     st.done.notify_waiters();
     Ok(())
 }
@@ -1248,12 +1424,12 @@ pub(crate) fn task_view(t: &LedTask, href: &str, detail: bool) -> Value {
             "enabled": true,
             "exclusive": false,
             "hints": {"requester": t.requester.to_string(), "server": t.here},
-            "multi-result": false,
+            "multi-result": t.test.ty.multi_result(),
             "participant": 0,
             "participants": [t.here],
             "post": "P0D",
             "runs": t.runs.len(),
-            "runs-started": t.runs.iter().filter(|r| r.start_ms <= now).count(),
+            "runs-started": t.runs.iter().filter(|r| !r.summary && r.start_ms <= now).count(),
             "slip": doc.pointer("/schedule/slip").cloned().unwrap_or(json!("P0D")),
             "start": doc.pointer("/schedule/start").cloned().unwrap_or(Value::Null),
             "href": href,
@@ -1265,6 +1441,27 @@ pub(crate) fn task_view(t: &LedTask, href: &str, detail: bool) -> Value {
     doc
 }
 
+/// latencybg's spec properties in its schema's order.
+const LATENCYBG_ORDER: [&str; 17] = [
+    "source",
+    "source-node",
+    "dest",
+    "dest-node",
+    "protocol",
+    "duration",
+    "packet-count",
+    "packet-interval",
+    "packet-timeout",
+    "packet-padding",
+    "ctrl-port",
+    "data-ports",
+    "ip-tos",
+    "ip-version",
+    "bucket-width",
+    "output-raw",
+    "flip",
+];
+
 /// The options of the task's spec as pScheduler's command line gives
 /// them (its `cli`): `--name value` in name order (latency: in its
 /// database's order), a flag for `true`.
@@ -1275,7 +1472,12 @@ pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
             .keys()
             .filter(|k| *k != "schema" && !k.starts_with('_'))
             .collect();
-        if doc.pointer("/test/type") == Some(&json!("latency")) {
+        let bg = doc.pointer("/test/type") == Some(&json!("latencybg"));
+        if bg {
+            // latencybg's spec-to-cli follows its schema's properties,
+            // and gives a flag for every boolean given, false too.
+            keys.sort_by_key(|k| LATENCYBG_ORDER.iter().position(|o| o == k).unwrap_or(usize::MAX));
+        } else if doc.pointer("/test/type") == Some(&json!("latency")) {
             // latency's spec-to-cli follows the spec's own order, which
             // pScheduler's database keeps as PostgreSQL's jsonb does:
             // shorter keys first.
@@ -1291,6 +1493,7 @@ pub(crate) fn spec_cli(doc: &Value) -> Vec<String> {
                 continue;
             }
             match &spec[k] {
+                Value::Bool(_) if bg => out.push(format!("--{k}")),
                 Value::Bool(true) => out.push(format!("--{k}")),
                 Value::Bool(false) | Value::Null => {}
                 Value::String(s) => {
@@ -1313,7 +1516,29 @@ pub(crate) fn run_view(t: &LedTask, r: &LedRun) -> Value {
     let (start, end) = r.ran.unwrap_or((r.start_ms, r.end_ms));
     // owping's result is the run's result itself; ping's and trace's
     // tools wrap theirs with the tool's diags.
-    let flat = t.test.ty == TestType::Latency;
+    let flat = matches!(t.test.ty, TestType::Latency | TestType::LatencyBg);
+    if r.summary {
+        // As pScheduler's runner posts a powstream result: the merged
+        // result only.
+        return json!({
+            "added": iso_s(r.added_ms),
+            "start-time": iso_s(r.start_ms),
+            "end-time": iso_s(r.end_ms),
+            "duration": "P0D",
+            "state": r.phase.name(),
+            "state-display": r.phase.display(),
+            "errors": Value::Null,
+            "priority": 0,
+            "limit-diags": Value::Null,
+            "participant": 0,
+            "participants": [t.here],
+            "participant-data": Value::Null,
+            "participant-data-full": Value::Null,
+            "result": Value::Null,
+            "result-full": Value::Null,
+            "result-merged": r.result,
+        });
+    }
     let envelope = r.result.as_ref().map(|res| {
         if flat {
             return res.clone();
@@ -1373,7 +1598,7 @@ pub(crate) fn result_text(ty: TestType, result: &Value, bucket_s: f64) -> String
     }
     let mut out = String::new();
     match ty {
-        TestType::Latency => latency_text(&mut out, result, bucket_s),
+        TestType::Latency | TestType::LatencyBg => latency_text(&mut out, result, bucket_s),
         TestType::Rtt => {
             let empty = Vec::new();
             for (i, trip) in result["roundtrips"]
@@ -1713,7 +1938,14 @@ mod tests {
         // 1000 round trips a minute apart: past the agent's longest run.
         let long = e("rtt", json!({"dest": "x", "count": 1000, "interval": "PT60S"}));
         assert!(long.starts_with("limit max_duration"), "{long}");
-        assert!(e("latencybg", json!({"dest": "x"})).contains("powstream summary"));
+        // A day's stream, past the agent's longest run.
+        let day = e("latencybg", json!({"dest": "x"}));
+        assert!(day.starts_with("limit max_duration"), "{day}");
+        assert!(e("latencybg", json!({"dest": "x", "duration": "P2D"})).contains("duration"));
+        let fast = json!({"dest": "x", "duration": "PT1M", "packet-count": 10, "packet-interval": 0.1});
+        assert!(e("latencybg", fast).contains("summary every 1 s"));
+        let rev = json!({"dest": "x", "duration": "PT1M", "reverse": true});
+        assert!(e("latencybg", rev).contains("reverse"));
         assert!(e("latency", json!({"dest": "x", "packet-count": 0})).contains("packet-count"));
         assert!(e("latency", json!({"dest": "x", "packet-interval": 0})).contains("packet-interval"));
         assert!(e("latency", json!({"dest": "x", "packet-padding": 9000})).contains("packet-padding"));
@@ -1724,6 +1956,63 @@ mod tests {
         let d = json!({"dest": "x", "data-ports": {"lower": 9000, "upper": 8000}});
         assert!(e("latency", d).contains("data-ports"));
         assert!(e("throughput", json!({"dest": "x"})).contains("leads none"));
+    }
+
+    #[test]
+    fn a_latencybg_spec_reads_as_powstream_runs_it() {
+        let t = SingleTest::read(
+            &test(
+                "latencybg",
+                json!({"schema": 1, "source": "10.40.0.2", "dest": "10.40.0.1", "duration": "PT40S",
+                    "packet-count": 100, "packet-interval": 0.1}),
+            ),
+            HOUR,
+        )
+        .unwrap();
+        assert_eq!(t.ty, TestType::LatencyBg);
+        let TestSpec::Owamp(o) = &t.spec else { panic!() };
+        assert!(o.continuous);
+        assert_eq!(o.summary_every, 100);
+        assert_eq!(o.duration, Some(HumanDuration(Duration::from_secs(40))));
+        assert_eq!(o.interval.0, Duration::from_millis(100));
+        assert_eq!(o.host.as_deref(), Some("10.40.0.1"));
+        assert_eq!(o.direction, OwampDirection::To);
+        // The stream, its loss timeout, its ends and the margin.
+        assert_eq!(
+            t.slot_ms,
+            40_000 + o.timeout.0.as_millis() as u64 + goodput_core::spec::owamp::STREAM_ENDS_MS + 4_000
+        );
+        // powstream's defaults: 600 packets 0.1 s apart, a day.
+        let d = SingleTest::read(&test("latencybg", json!({"dest": "10.40.0.1"})), 2 * 24 * HOUR).unwrap();
+        let TestSpec::Owamp(o) = &d.spec else { panic!() };
+        assert_eq!(
+            (o.summary_every, o.duration),
+            (600, Some(HumanDuration(Duration::from_secs(86_400))))
+        );
+    }
+
+    #[test]
+    fn a_latencybg_tasks_cli_is_in_its_schemas_order() {
+        let doc = json!({"test": {"type": "latencybg", "spec": {"schema": 1, "dest": "10.40.0.1",
+            "source": "10.40.0.3", "duration": "PT40S", "packet-interval": 0.1, "packet-count": 100,
+            "flip": false}}});
+        // As the real one's detail.cli, and its flag for a false boolean.
+        assert_eq!(
+            spec_cli(&doc),
+            [
+                "--source",
+                "10.40.0.3",
+                "--dest",
+                "10.40.0.1",
+                "--duration",
+                "PT40S",
+                "--packet-count",
+                "100",
+                "--packet-interval",
+                "0.1",
+                "--flip"
+            ]
+        );
     }
 
     #[test]
