@@ -213,6 +213,96 @@ fn a_recorded_pscheduler_lead_runs_a_throughput_test_with_the_agent() {
     );
     assert_eq!(row["figures"]["throughput_down_bps"], Value::Null);
     assert_eq!(row["task"], format!("pscheduler/{task}"));
+    // The task outlives a restart of the agent: the lead's next run of it
+    // is taken, not answered 404 until the lead makes the task again.
+    agent.stop(libc::SIGTERM);
+    let kept = format!("{}.pscheduler-tasks.json", agent.archive.display());
+    let mode = std::fs::metadata(&kept).expect("the tasks' file").permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600,
+        "a task holds the lead's key"
+    );
+    let config = tmp("ps-lead", "mesh.toml");
+    let args = [
+        "--pscheduler-listen".to_owned(),
+        format!("127.0.0.1:{ps_port}"),
+        "--pscheduler-allow".to_owned(),
+        "127.0.0.1/32".to_owned(),
+        "--pscheduler-iperf3-port".to_owned(),
+        iperf3_port.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    agent.spawn(&config, ports, &args);
+    wait_tcp_listening(ps_port);
+    let base = format!("/pscheduler/tasks/{task}");
+    let (status, answer) = call(ps_port, "127.0.0.1", "GET", &format!("{base}?detail=True"), None);
+    assert_eq!(status, 200, "{answer}");
+    let got: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(got["test"]["type"], "throughput", "{answer}");
+    assert_eq!(got["_key"], Value::Null, "a private value is never shown");
+    let next = (now_ms() / 1000 + 120) * 1000;
+    let new_run = uuid(77);
+    let body = json!({ "start-time": iso(next) }).to_string();
+    let (status, answer) = call(
+        ps_port,
+        "127.0.0.1",
+        "PUT",
+        &format!("{base}/runs/{new_run}"),
+        Some(&body),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = call(
+        ps_port,
+        "127.0.0.1",
+        "GET",
+        &format!("{base}/runs/{new_run}"),
+        None,
+    );
+    assert_eq!(status, 200, "{answer}");
+    let got: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(got["state"], "pending", "{answer}");
+    assert_eq!(got["participant-data"]["server_port"], json!(iperf3_port));
+    // A run booked before a restart is not carried over (its server and
+    // participant data are not kept): missed, its slot free again.
+    agent.stop(libc::SIGTERM);
+    agent.spawn(&config, ports, &args);
+    wait_tcp_listening(ps_port);
+    let row = archived(ports, &format!("pscheduler/{task}/{new_run}"));
+    assert_eq!(row["state"], "missed", "{row}");
+    assert!(
+        row["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not kept across a restart"),
+        "{row}"
+    );
+    let (status, answer) = call(ps_port, "127.0.0.1", "GET", &format!("{base}?detail=True"), None);
+    assert_eq!(status, 200, "the task again: {answer}");
+    // Deleted, it is gone from the file too (written a second later).
+    let (status, answer) = call(ps_port, "127.0.0.1", "DELETE", &base, None);
+    assert_eq!(status, 200, "{answer}");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&kept).unwrap().contains(&task) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the deleted task is still kept"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A file that is no tasks' file is dropped, with a line in the log,
+    // and the agent starts.
+    agent.stop(libc::SIGTERM);
+    std::fs::write(&kept, b"\x00\xffnot json").unwrap();
+    agent.spawn(&config, ports, &args);
+    wait_tcp_listening(ps_port);
+    let (status, _) = call(ps_port, "127.0.0.1", "GET", &base, None);
+    assert_eq!(status, 404);
+    assert!(
+        agent.log_text().contains("is not a tasks' file"),
+        "{}",
+        agent.log_text()
+    );
     agent.stop(libc::SIGTERM);
 }
 

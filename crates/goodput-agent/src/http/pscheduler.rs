@@ -914,9 +914,14 @@ pub(crate) fn bind(shared: &Ctx) -> Result<Vec<(ApiListener, Router, Arc<Gate>)>
         .map(|(c, k)| (c.as_path(), k.as_path()));
     let (chain, key) = crate::tls::identity(given, &shared.options.archive, &names)?;
     let acceptor = crate::tls::acceptor(chain, key)?;
+    // The tasks leads made here before a restart, and the file that
+    // keeps them.
+    let kept = crate::state::pscheduler::kept_path(shared);
+    let state = Arc::new(PsState::load(shared, &kept));
+    tokio::spawn(state.clone().keep(kept, shared.cancel.clone()));
     let p = Participant {
         shared: shared.clone(),
-        state: Arc::new(PsState::default()),
+        state,
         single: Arc::new(SingleState::default()),
         options: Arc::new(options.clone()),
         allow: Arc::new(allow),

@@ -8,6 +8,12 @@
 //!
 //! What the lead asks and reads was learned from pScheduler's scheduler,
 //! runner and iperf3 tool; the HTTP side is `http::pscheduler`.
+//!
+//! The tasks (not their runs) are kept across restarts in a file beside
+//! the archive (`ARCHIVE.pscheduler-tasks.json`, mode 0600: a task holds
+//! the lead's key), written a second after each change: a lead's task,
+//! which repeats for a day or more, goes on taking runs after the agent
+//! restarts, rather than answering 404 until the lead makes it again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -283,11 +289,32 @@ pub(crate) struct PsTask {
 }
 
 /// The participant's tasks, under one lock; `done` wakes those waiting
-/// for a run's result.
+/// for a run's result; `changed` wakes the keeper of the tasks' file.
 #[derive(Default)]
 pub(crate) struct PsState {
     tasks: Mutex<HashMap<String, PsTask>>,
     pub(crate) done: Notify,
+    changed: Notify,
+}
+
+/// A task as its file keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptTask {
+    uuid: String,
+    lead: IpAddr,
+    participant: u32,
+    doc: Value,
+    last_ms: u64,
+}
+
+/// The largest tasks' file read back (10,000 tasks of a few KB).
+const MAX_KEPT_BYTES: u64 = 64 << 20;
+
+/// Where the participant's tasks are kept: beside the archive.
+pub(crate) fn kept_path(s: &Shared) -> std::path::PathBuf {
+    let mut p = s.options.archive.clone().into_os_string();
+    p.push(".pscheduler-tasks.json");
+    std::path::PathBuf::from(p)
 }
 
 /// Why a request was refused, in pScheduler's answer classes.
@@ -310,6 +337,149 @@ pub(crate) enum PsRefusal {
 impl PsState {
     pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<String, PsTask>> {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The tasks an earlier run of the agent kept in `path`, each read
+    /// again under today's limits; one they refuse, one not heard of for
+    /// [`TASK_KEEP_MS`], or an unreadable file is dropped and logged.
+    pub(crate) fn load(s: &Shared, path: &std::path::Path) -> Self {
+        let st = Self::default();
+        let text = match std::fs::File::open(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return st,
+            Err(e) => {
+                log(&format!(
+                    "pScheduler tasks: {} does not read: {e}",
+                    path.display()
+                ));
+                return st;
+            }
+            Ok(f) => {
+                let mut text = Vec::new();
+                match std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_KEPT_BYTES + 1), &mut text) {
+                    Ok(n) if n as u64 <= MAX_KEPT_BYTES => text,
+                    Ok(_) => {
+                        log(&format!(
+                            "pScheduler tasks: {} is larger than {MAX_KEPT_BYTES} bytes; its tasks are dropped",
+                            path.display()
+                        ));
+                        return st;
+                    }
+                    Err(e) => {
+                        log(&format!(
+                            "pScheduler tasks: {} does not read: {e}",
+                            path.display()
+                        ));
+                        return st;
+                    }
+                }
+            }
+        };
+        let kept: Vec<KeptTask> = match serde_json::from_slice(&text) {
+            Ok(k) => k,
+            Err(e) => {
+                log(&format!(
+                    "pScheduler tasks: {} is not a tasks' file ({e}); its tasks are dropped",
+                    path.display()
+                ));
+                return st;
+            }
+        };
+        let now = clock::now_ms();
+        let mut dropped = 0usize;
+        {
+            let mut tasks = st.lock();
+            for k in kept.into_iter().take(MAX_TASKS_ALL) {
+                let test = k
+                    .doc
+                    .get("test")
+                    .ok_or_else(|| "it has no test".to_owned())
+                    .and_then(|t| Throughput::read(t, s.options.limits.max_duration));
+                match test {
+                    Ok(test) if now.saturating_sub(k.last_ms) < TASK_KEEP_MS && k.participant == 1 => {
+                        tasks.insert(
+                            k.uuid,
+                            PsTask {
+                                lead: k.lead,
+                                participant: k.participant,
+                                doc: k.doc,
+                                test,
+                                last_ms: k.last_ms,
+                                runs: BTreeMap::new(),
+                            },
+                        );
+                    }
+                    Ok(_) => dropped += 1,
+                    Err(e) => {
+                        log(&format!("pScheduler task {} of {} dropped: {e}", k.uuid, k.lead));
+                        dropped += 1;
+                    }
+                }
+            }
+            if !tasks.is_empty() || dropped > 0 {
+                log(&format!(
+                    "pScheduler tasks: {} kept from before the restart, {dropped} dropped (expired or refused)",
+                    tasks.len()
+                ));
+            }
+        }
+        st
+    }
+
+    /// Writes the tasks to `path` whole (a temporary file renamed over
+    /// it, mode 0600); a failure is logged and the next change tries again.
+    fn save(&self, path: &std::path::Path) {
+        let kept: Vec<KeptTask> = self
+            .lock()
+            .iter()
+            .map(|(uuid, t)| KeptTask {
+                uuid: uuid.clone(),
+                lead: t.lead,
+                participant: t.participant,
+                doc: t.doc.clone(),
+                last_ms: t.last_ms,
+            })
+            .collect();
+        let write = || -> std::io::Result<()> {
+            let text = serde_json::to_vec(&kept).map_err(std::io::Error::other)?;
+            let mut tmp = path.as_os_str().to_owned();
+            tmp.push(".tmp");
+            let tmp = std::path::PathBuf::from(tmp);
+            {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&tmp)?;
+                f.write_all(&text)?;
+                f.sync_all()?;
+            }
+            std::fs::rename(&tmp, path)
+        };
+        if let Err(e) = write() {
+            log(&format!("pScheduler tasks: {} not written: {e}", path.display()));
+        }
+    }
+
+    /// Keeps the tasks' file: written a second after a change (changes
+    /// within it written together), until the agent stops, and once more
+    /// then.
+    pub(crate) async fn keep(self: Arc<Self>, path: std::path::PathBuf, cancel: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.changed.notified() => {}
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+            let (st, p) = (self.clone(), path.clone());
+            let _ = tokio::task::spawn_blocking(move || st.save(&p)).await;
+        }
+        self.save(&path);
     }
 
     /// Takes the task `uuid` the lead at `lead` posts as participant
@@ -382,6 +552,8 @@ impl PsState {
                 runs: BTreeMap::new(),
             },
         );
+        drop(tasks);
+        self.changed.notify_one();
         Ok(())
     }
 
@@ -435,6 +607,8 @@ impl PsState {
                 // Each run's own task sees the cancel, ends its server
                 // (or never starts it) and releases the booking.
                 tasks.remove(uuid);
+                drop(tasks);
+                self.changed.notify_one();
                 Ok(())
             }
             _ => Err(PsRefusal::NotFound),
@@ -676,10 +850,24 @@ async fn serve_run(
         _ = tokio::time::sleep(wait) => false,
     };
     let (record, result) = if cancelled_early {
-        let mut r = b.record(
-            RunState::Cancelled,
-            Some("the pScheduler lead cancelled the run".into()),
-        );
+        // Its cancel is the agent's stop too; a run not yet started when
+        // the agent stops is not carried over a restart.
+        let r = if shared.cancel.is_cancelled() {
+            b.record(
+                RunState::Missed,
+                Some(
+                    "the agent stopped before it; a pScheduler lead's runs are not kept across a \
+                     restart (its task is)"
+                        .into(),
+                ),
+            )
+        } else {
+            b.record(
+                RunState::Cancelled,
+                Some("the pScheduler lead cancelled the run".into()),
+            )
+        };
+        let mut r = r;
         r.start_ms = None;
         r.end_ms = None;
         (r, None)

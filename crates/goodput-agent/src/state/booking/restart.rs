@@ -93,6 +93,19 @@ impl Shared {
                     missed.push(r);
                     continue;
                 }
+                // A pScheduler lead's run here: its server and participant
+                // data are not kept across a restart (its task is), so its
+                // slot is freed for the lead's next runs.
+                if !runs_here && r.task.starts_with("pscheduler/") {
+                    r.state = RunState::Missed;
+                    r.reason = Some(
+                        "the agent restarted before it; a pScheduler lead's runs are not kept across a \
+                         restart (its task is)"
+                            .into(),
+                    );
+                    missed.push(r);
+                    continue;
+                }
                 let (start_ms, end_ms) = (r.start_ms.unwrap_or(0), r.end_ms.unwrap_or(0));
                 let run = Wanted {
                     id: r.id,
