@@ -919,6 +919,7 @@ pub(crate) fn bind(shared: &Ctx) -> Result<Vec<(ApiListener, Router, Arc<Gate>)>
     let kept = crate::state::pscheduler::kept_path(shared);
     let state = Arc::new(PsState::load(shared, &kept));
     tokio::spawn(state.clone().keep(kept, shared.cancel.clone()));
+    tokio::spawn(state.clone().restore_runs(shared.clone(), options.clone()));
     let p = Participant {
         shared: shared.clone(),
         state,

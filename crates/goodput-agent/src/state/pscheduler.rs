@@ -9,11 +9,13 @@
 //! What the lead asks and reads was learned from pScheduler's scheduler,
 //! runner and iperf3 tool; the HTTP side is `http::pscheduler`.
 //!
-//! The tasks (not their runs) are kept across restarts in a file beside
-//! the archive (`ARCHIVE.pscheduler-tasks.json`, mode 0600: a task holds
-//! the lead's key), written a second after each change: a lead's task,
-//! which repeats for a day or more, goes on taking runs after the agent
-//! restarts, rather than answering 404 until the lead makes it again.
+//! The tasks and their runs not yet ended are kept across restarts in a
+//! file beside the archive (`ARCHIVE.pscheduler-tasks.json`, mode 0600: a
+//! task holds the lead's key), written a second after each change. A
+//! lead books a repeating task's runs up to a day ahead; after a restart
+//! each task is read again under the limits, and each run still to come
+//! is booked again (its server starts at its slot, as before), so the
+//! lead's runs go on rather than finding no server.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
@@ -295,6 +297,9 @@ pub(crate) struct PsState {
     tasks: Mutex<HashMap<String, PsTask>>,
     pub(crate) done: Notify,
     changed: Notify,
+    /// Runs read from the tasks' file, to be booked again after a restart
+    /// (task, lead, run).
+    restore: Mutex<Vec<(String, IpAddr, KeptRun)>>,
 }
 
 /// A task as its file keeps it.
@@ -305,6 +310,17 @@ struct KeptTask {
     participant: u32,
     doc: Value,
     last_ms: u64,
+    /// Its runs not yet ended.
+    #[serde(default)]
+    runs: Vec<KeptRun>,
+}
+
+/// A run as the tasks' file keeps it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptRun {
+    uuid: String,
+    start_ms: u64,
+    part_data_full: Option<Value>,
 }
 
 /// The largest tasks' file read back (10,000 tasks of a few KB).
@@ -396,6 +412,11 @@ impl PsState {
                     .and_then(|t| Throughput::read(t, s.options.limits.max_duration));
                 match test {
                     Ok(test) if now.saturating_sub(k.last_ms) < TASK_KEEP_MS && k.participant == 1 => {
+                        let mut restore = st.restore.lock().unwrap_or_else(|e| e.into_inner());
+                        for r in k.runs.into_iter().take(MAX_RUNS_PER_TASK) {
+                            restore.push((k.uuid.clone(), k.lead, r));
+                        }
+                        drop(restore);
                         tasks.insert(
                             k.uuid,
                             PsTask {
@@ -437,6 +458,16 @@ impl PsState {
                 participant: t.participant,
                 doc: t.doc.clone(),
                 last_ms: t.last_ms,
+                runs: t
+                    .runs
+                    .iter()
+                    .filter(|(_, r)| matches!(r.phase, Phase::Pending | Phase::Running))
+                    .map(|(id, r)| KeptRun {
+                        uuid: id.clone(),
+                        start_ms: r.start_ms,
+                        part_data_full: r.part_data_full.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         let write = || -> std::io::Result<()> {
@@ -460,6 +491,40 @@ impl PsState {
         };
         if let Err(e) = write() {
             log(&format!("pScheduler tasks: {} not written: {e}", path.display()));
+        }
+    }
+
+    /// After a restart: books again each kept run whose slot is still to
+    /// come (under the limits, as the lead's booking was), with the
+    /// participant data the lead gave it; one that can no longer be
+    /// booked is kept as missed, with the reason.
+    pub(crate) async fn restore_runs(self: Arc<Self>, shared: Arc<Shared>, ps: PsOptions) {
+        let runs = std::mem::take(&mut *self.restore.lock().unwrap_or_else(|e| e.into_inner()));
+        let (mut again, mut lost) = (0usize, 0usize);
+        for (task, lead, r) in runs {
+            let id = format!("pscheduler/{task}/{}", r.uuid);
+            match book_run(&shared, &self, &ps, &task, &r.uuid, lead, r.start_ms).await {
+                Ok(_) => {
+                    again += 1;
+                    let _ = self.owned(&task, lead, |t| {
+                        if let Some(run) = t.runs.get_mut(&r.uuid) {
+                            run.part_data_full = r.part_data_full;
+                        }
+                    });
+                }
+                Err(e) => {
+                    lost += 1;
+                    let why = format!("the agent restarted and could not book it again: {e:?}");
+                    for from in [RunState::Scheduled, RunState::Missed] {
+                        let _ = shared.archive.mark_if(&id, from, RunState::Missed, &why).await;
+                    }
+                }
+            }
+        }
+        if again + lost > 0 {
+            log(&format!(
+                "pScheduler runs kept from before the restart: {again} booked again, {lost} could not be"
+            ));
         }
     }
 
@@ -743,6 +808,7 @@ pub(crate) async fn book_run(
         shared.unbook(&b.id);
         return Err(PsRefusal::NotFound);
     }
+    ps_state.changed.notify_one();
     tokio::spawn(serve_run(
         shared.clone(),
         ps_state.clone(),
@@ -850,17 +916,10 @@ async fn serve_run(
         _ = tokio::time::sleep(wait) => false,
     };
     let (record, result) = if cancelled_early {
-        // Its cancel is the agent's stop too; a run not yet started when
-        // the agent stops is not carried over a restart.
+        // Its cancel is the agent's stop too.
         let r = if shared.cancel.is_cancelled() {
-            b.record(
-                RunState::Missed,
-                Some(
-                    "the agent stopped before it; a pScheduler lead's runs are not kept across a \
-                     restart (its task is)"
-                        .into(),
-                ),
-            )
+            // Booked again when the agent starts, if its slot is to come.
+            b.record(RunState::Missed, Some("the agent stopped before it".into()))
         } else {
             b.record(
                 RunState::Cancelled,
@@ -962,24 +1021,30 @@ async fn serve_run(
         inner.book.calendar.release(b.number);
         inner.book.booked.remove(&b.number);
     }
+    // A run the agent's stop ended before it started stays pending in
+    // the tasks' file, to be booked again at the next start.
+    let kept_for_restart = record.state == RunState::Missed && shared.cancel.is_cancelled();
     let ps_result = pscheduler_result(&record, result.as_ref());
     let lead = lead_of(&ps_state, &task);
-    let _ = ps_state.owned(&task, lead, |t| {
-        t.last_ms = clock::now_ms();
-        if let Some(r) = t.runs.get_mut(&run) {
-            r.phase = if record.state == RunState::Finished {
-                Phase::Finished
-            } else {
-                Phase::Failed
-            };
-            r.result = Some(ps_result);
-        }
-        // Ended runs are kept a while for the lead to read, then dropped.
-        let now = clock::now_ms();
-        t.runs
-            .retain(|_, r| r.result.is_none() || now.saturating_sub(r.end_ms) < 3_600_000);
+    let _ = (!kept_for_restart).then(|| {
+        ps_state.owned(&task, lead, |t| {
+            t.last_ms = clock::now_ms();
+            if let Some(r) = t.runs.get_mut(&run) {
+                r.phase = if record.state == RunState::Finished {
+                    Phase::Finished
+                } else {
+                    Phase::Failed
+                };
+                r.result = Some(ps_result);
+            }
+            // Ended runs are kept a while for the lead to read, then dropped.
+            let now = clock::now_ms();
+            t.runs
+                .retain(|_, r| r.result.is_none() || now.saturating_sub(r.end_ms) < 3_600_000);
+        })
     });
     ps_state.done.notify_waiters();
+    ps_state.changed.notify_one();
     shared.store(std::slice::from_ref(&record)).await;
     shared.note_latest(&record);
 }

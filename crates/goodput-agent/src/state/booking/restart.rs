@@ -93,17 +93,16 @@ impl Shared {
                     missed.push(r);
                     continue;
                 }
-                // A pScheduler lead's run here: its server and participant
-                // data are not kept across a restart (its task is), so its
-                // slot is freed for the lead's next runs.
+                // A pScheduler lead's run here is booked again by the
+                // participant, which keeps its tasks' runs; with no
+                // participant, it is missed.
                 if !runs_here && r.task.starts_with("pscheduler/") {
-                    r.state = RunState::Missed;
-                    r.reason = Some(
-                        "the agent restarted before it; a pScheduler lead's runs are not kept across a \
-                         restart (its task is)"
-                            .into(),
-                    );
-                    missed.push(r);
+                    if self.options.pscheduler.is_none() {
+                        r.state = RunState::Missed;
+                        r.reason =
+                            Some("the agent restarted without --pscheduler-listen, which booked it".into());
+                        missed.push(r);
+                    }
                     continue;
                 }
                 let (start_ms, end_ms) = (r.start_ms.unwrap_or(0), r.end_ms.unwrap_or(0));
