@@ -42,6 +42,19 @@ fn iso(ms: u64) -> String {
     format!("{}+00:00", t.trim_end_matches('Z'))
 }
 
+/// The agent's pScheduler options: its API on loopback for this test's
+/// lead, and the runs' iperf3 port.
+fn ps_args(ps_port: u16, iperf3_port: u16) -> Vec<String> {
+    vec![
+        "--pscheduler-listen".to_owned(),
+        format!("127.0.0.1:{ps_port}"),
+        "--pscheduler-allow".to_owned(),
+        "127.0.0.1/32".to_owned(),
+        "--pscheduler-iperf3-port".to_owned(),
+        iperf3_port.to_string(),
+    ]
+}
+
 fn start_agent(group: &str, ps_port: u16, iperf3_port: u16, extra: &[&str]) -> (Agent, Ports) {
     let ports = Ports::pick();
     let config = tmp(group, "mesh.toml");
@@ -53,14 +66,7 @@ fn start_agent(group: &str, ps_port: u16, iperf3_port: u16, extra: &[&str]) -> (
         ),
     )
     .unwrap();
-    let mut args = vec![
-        "--pscheduler-listen".to_owned(),
-        format!("127.0.0.1:{ps_port}"),
-        "--pscheduler-allow".to_owned(),
-        "127.0.0.1/32".to_owned(),
-        "--pscheduler-iperf3-port".to_owned(),
-        iperf3_port.to_string(),
-    ];
+    let mut args = ps_args(ps_port, iperf3_port);
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let agent = Agent::start(group, "gp", "127.0.0.1", &config, ports, &args);
@@ -224,25 +230,24 @@ fn a_recorded_pscheduler_lead_runs_a_throughput_test_with_the_agent() {
         "a task holds the lead's key"
     );
     let config = tmp("ps-lead", "mesh.toml");
-    let args = [
-        "--pscheduler-listen".to_owned(),
-        format!("127.0.0.1:{ps_port}"),
-        "--pscheduler-allow".to_owned(),
-        "127.0.0.1/32".to_owned(),
-        "--pscheduler-iperf3-port".to_owned(),
-        iperf3_port.to_string(),
-    ];
+    let args = ps_args(ps_port, iperf3_port);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     agent.spawn(&config, ports, &args);
     wait_tcp_listening(ps_port);
     let base = format!("/pscheduler/tasks/{task}");
+    let new_run = uuid(77);
+    let get_run = || -> Value {
+        let path = format!("{base}/runs/{new_run}");
+        let (status, answer) = call(ps_port, "127.0.0.1", "GET", &path, None);
+        assert_eq!(status, 200, "{path}: {answer}");
+        serde_json::from_str(&answer).unwrap()
+    };
     let (status, answer) = call(ps_port, "127.0.0.1", "GET", &format!("{base}?detail=True"), None);
     assert_eq!(status, 200, "{answer}");
     let got: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(got["test"]["type"], "throughput", "{answer}");
     assert_eq!(got["_key"], Value::Null, "a private value is never shown");
     let next = (now_ms() / 1000 + 120) * 1000;
-    let new_run = uuid(77);
     let body = json!({ "start-time": iso(next) }).to_string();
     let (status, answer) = call(
         ps_port,
@@ -252,16 +257,8 @@ fn a_recorded_pscheduler_lead_runs_a_throughput_test_with_the_agent() {
         Some(&body),
     );
     assert_eq!(status, 200, "{answer}");
-    let (status, answer) = call(
-        ps_port,
-        "127.0.0.1",
-        "GET",
-        &format!("{base}/runs/{new_run}"),
-        None,
-    );
-    assert_eq!(status, 200, "{answer}");
-    let got: Value = serde_json::from_str(&answer).unwrap();
-    assert_eq!(got["state"], "pending", "{answer}");
+    let got = get_run();
+    assert_eq!(got["state"], "pending", "{got}");
     assert_eq!(got["participant-data"]["server_port"], json!(iperf3_port));
     // A run booked before a restart (a lead books a day of runs ahead) is
     // booked again, its participant data with it: its server will be
@@ -294,17 +291,9 @@ fn a_recorded_pscheduler_lead_runs_a_throughput_test_with_the_agent() {
         "booked again: {row}\n{}",
         agent.log_text()
     );
-    let (status, answer) = call(
-        ps_port,
-        "127.0.0.1",
-        "GET",
-        &format!("{base}/runs/{new_run}"),
-        None,
-    );
-    assert_eq!(status, 200, "{answer}");
-    let got: Value = serde_json::from_str(&answer).unwrap();
-    assert_eq!(got["state"], "pending", "{answer}");
-    assert_eq!(got["participant-data-full"][0]["schema"], 1, "{answer}");
+    let got = get_run();
+    assert_eq!(got["state"], "pending", "{got}");
+    assert_eq!(got["participant-data-full"][0]["schema"], 1, "{got}");
     assert!(
         agent.log_text().contains("1 booked again"),
         "{}",

@@ -358,12 +358,9 @@ fn the_pscheduler_command_line_runs_a_trace_led_by_the_agent() {
     agent.stop(libc::SIGTERM);
 }
 
-#[test]
-fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
-    if !have("curl", &["--version"], "apt-get install curl") {
-        return;
-    }
-    // goodput's own OWAMP server as the far end's owampd.
+/// goodput's own OWAMP server on loopback, as the far end's owampd: the
+/// server (stopped when dropped) and its control port.
+fn owamp_server() -> (common::Reaped, u16) {
     let owamp = free_tcp_port();
     let mut server = goodput();
     server
@@ -371,8 +368,17 @@ fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
         .args(["--port", &free_tcp_port().to_string()])
         .args(["--owamp", "--owamp-port", &owamp.to_string()])
         .args(["--ow-twamp-listen", "127.0.0.1"]);
-    let _server = spawn_limited(server, 4 << 30);
+    let server = spawn_limited(server, 4 << 30);
     wait_tcp_listening(owamp);
+    (server, owamp)
+}
+
+#[test]
+fn the_pscheduler_command_line_runs_a_latency_test_led_by_the_agent() {
+    if !have("curl", &["--version"], "apt-get install curl") {
+        return;
+    }
+    let (_server, owamp) = owamp_server();
     let ps_port = free_tcp_port();
     let (mut agent, ports) = start_agent("ps-single-latency", ps_port, &[]);
     let recorded = include_str!("data/pscheduler/latency-cli-to-lead.jsonl");
@@ -458,15 +464,7 @@ fn the_pscheduler_command_line_runs_a_latencybg_stream_led_by_the_agent() {
     if !have("curl", &["--version"], "apt-get install curl") {
         return;
     }
-    let owamp = free_tcp_port();
-    let mut server = goodput();
-    server
-        .args(["server", "--listen", "127.0.0.1", "--no-udp", "--verbosity", "0"])
-        .args(["--port", &free_tcp_port().to_string()])
-        .args(["--owamp", "--owamp-port", &owamp.to_string()])
-        .args(["--ow-twamp-listen", "127.0.0.1"]);
-    let _server = spawn_limited(server, 4 << 30);
-    wait_tcp_listening(owamp);
+    let (_server, owamp) = owamp_server();
     let ps_port = free_tcp_port();
     let (mut agent, ports) = start_agent("ps-single-latencybg", ps_port, &[]);
     let recorded = cli_exchanges(include_str!("data/pscheduler/latencybg-cli-to-lead.jsonl"));
@@ -486,16 +484,15 @@ fn the_pscheduler_command_line_runs_a_latencybg_stream_led_by_the_agent() {
     doc["test"]["spec"]["ctrl-port"] = json!(owamp);
     doc["test"]["spec"]["duration"] = json!("PT11S");
     doc["test"]["spec"]["packet-interval"] = json!(0.05);
-    let (status, _, answer) = call(
-        ps_port,
-        "127.0.0.1",
-        "POST",
-        "/pscheduler/tasks",
-        Some(&doc.to_string()),
-    );
-    assert_eq!(status, 200, "{answer}");
-    let url: String = serde_json::from_str(&answer).unwrap();
-    let task = url.rsplit('/').next().unwrap().to_owned();
+    // The task's UUID, as the agent named it when it took the task.
+    let post = |doc: &Value| -> String {
+        let body = doc.to_string();
+        let (status, _, answer) = call(ps_port, "127.0.0.1", "POST", "/pscheduler/tasks", Some(&body));
+        assert_eq!(status, 200, "{answer}");
+        let url: String = serde_json::from_str(&answer).unwrap();
+        url.rsplit('/').next().unwrap().to_owned()
+    };
+    let task = post(&doc);
     let base = format!("/pscheduler/tasks/{task}");
     let get = |path: &str| -> Value {
         let (status, kind, answer) = call(ps_port, "127.0.0.1", "GET", path, None);
@@ -687,16 +684,7 @@ fn the_pscheduler_command_line_runs_a_latencybg_stream_led_by_the_agent() {
     // run short, the summaries given until then kept, and frees its
     // background slot, rather than letting it stream to its end.
     doc["test"]["spec"]["duration"] = json!("PT10M");
-    let (status, _, answer) = call(
-        ps_port,
-        "127.0.0.1",
-        "POST",
-        "/pscheduler/tasks",
-        Some(&doc.to_string()),
-    );
-    assert_eq!(status, 200, "{answer}");
-    let url: String = serde_json::from_str(&answer).unwrap();
-    let long = url.rsplit('/').next().unwrap().to_owned();
+    let long = post(&doc);
     let base = format!("/pscheduler/tasks/{long}");
     let t0 = std::time::Instant::now();
     while get(&format!("{base}/runs")).as_array().unwrap().len() < 2 {

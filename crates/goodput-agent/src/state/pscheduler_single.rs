@@ -408,30 +408,15 @@ impl SingleTest {
     /// `latency`, or with `stream` `latencybg` (its own fields and
     /// defaults: a `duration`, 600 packets a summary).
     fn read_latency(spec: &Map<String, Value>, stream: bool) -> Result<Self, String> {
-        let mut known = vec![
-            "schema",
-            "source",
-            "source-node",
-            "dest",
-            "dest-node",
-            "protocol",
-            "packet-count",
-            "packet-interval",
-            "packet-timeout",
-            "packet-padding",
-            "ctrl-port",
-            "data-ports",
-            "ip-tos",
-            "ip-version",
-            "bucket-width",
-            "output-raw",
-            "flip",
-        ];
-        known.extend(if stream {
-            &["duration"][..]
-        } else {
-            &["reverse", "traverse-nat"][..]
-        });
+        // latencybg's fields, in its schema's order; latency's are the
+        // same but for its duration, and it has reverse and traverse-nat.
+        let mut known: Vec<&str> = std::iter::once("schema")
+            .chain(LATENCYBG_ORDER.iter().copied())
+            .filter(|f| stream || *f != "duration")
+            .collect();
+        if !stream {
+            known.extend(["reverse", "traverse-nat"]);
+        }
         refuse_fields(spec, &known, &[])?;
         whole(spec, "schema", 1, 4)?;
         if let Some(p) = spec.get("protocol").filter(|p| !p.is_null()) {
