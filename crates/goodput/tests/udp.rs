@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_tcp_port, goodput, wait_tcp_listening, Reaped};
+use common::{free_tcp_port, goodput, wait_tcp_listening, wait_udp_bound, Reaped};
 use serde_json::Value;
 
 fn tmp(name: &str) -> PathBuf {
@@ -135,6 +135,9 @@ fn against_goodput_server_both_directions_v4_and_v6() {
     ]);
     let srv = Reaped::spawn(srv);
     wait_tcp_listening(port);
+    // The server binds its media socket after its TCP listener: a client
+    // in between is refused (seen once in CI, NetworkErrors [3] in 2 ms).
+    wait_udp_bound(port);
     for (host, upload) in [("127.0.0.1", false), ("::1", true), ("localhost", false)] {
         let json = tmp(&format!("srv-{host}-{upload}.json"));
         let mut c = goodput();
