@@ -305,8 +305,9 @@ async fn engine_run(
 
 /// A queue of a stream's summary rows and the task that stores them; the
 /// task ends once the queue's sender is dropped and it is drained; a
-/// stored row is told to the run's tap, if any. A row is queued boxed: the queue's first block holds 32 slots from its start,
-/// 20 KB per stream were they whole rows.
+/// stored row is told to the run's tap, if any. A row is queued boxed:
+/// the queue's first block holds 32 slots from its start, 20 KB per
+/// stream were they whole rows.
 fn summary_store(
     shared: &Arc<Shared>,
     run_id: &str,

@@ -452,11 +452,6 @@ impl Shared {
         self.unstored.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stores runs of this agent's own (its runs, bookings, non-starts,
-    /// minutes), queueing those that ended for the archives it forwards
-    /// to. When the archive cannot take them (its disk is full) they are
-    /// held in memory, bounded, and written with the next store that goes
-    /// through, or by housekeeping's retry: never dropped silently.
     /// Cuts the run `number` short if it is under way (it is then kept
     /// as cancelled, with `why` and what it measured until then).
     pub(crate) fn cut_run(&self, number: u64, why: &str) -> bool {
@@ -500,6 +495,11 @@ impl Shared {
         }
     }
 
+    /// Stores runs of this agent's own (its runs, bookings, non-starts,
+    /// minutes), queueing those that ended for the archives it forwards
+    /// to. When the archive cannot take them (its disk is full) they are
+    /// held in memory, bounded, and written with the next store that goes
+    /// through, or by housekeeping's retry: never dropped silently.
     pub(crate) async fn store(&self, runs: &[Run]) {
         let _turn = self.store_turn.lock().await;
         let held: Vec<Run> = {
